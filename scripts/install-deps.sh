@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs everything cairn needs to build, test and benchmark, from Debian's packages only.
+# Idempotent; safe to run on every invocation of the README's commands.
+set -euo pipefail
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: run as root (it installs Debian packages with apt-get)" >&2
+  exit 1
+fi
+packages=(
+  cmake g++ ninja-build pkg-config make
+  libabsl-dev libprotobuf-dev protobuf-compiler
+  libxxhash-dev libzstd-dev liblz4-dev
+  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 procps util-linux zstd xz-utils
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,176 @@
+// `cairn`: checkpoint a running process from the outside and bring it back.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "engine/check/check.h"
+#include "engine/dump/dump.h"
+#include "engine/image/image.h"
+#include "engine/restore/restore.h"
+
+namespace cairn {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "cairn: error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", b, units[u]);
+}
+
+int RunDump(int pid, const std::string& dir, bool leave_running) {
+  dump::DumpOptions opts;
+  opts.pid = pid;
+  opts.dir = dir;
+  opts.leave_running = leave_running;
+  bool tty = ::isatty(STDERR_FILENO);
+  if (tty) {
+    opts.progress = [last = -1](uint64_t done, uint64_t total) mutable {
+      if (total < (64u << 20)) return;
+      int pct = static_cast<int>(done * 100 / total);
+      if (pct == last) return;
+      last = pct;
+      int bar = pct / 4;
+      std::fprintf(stderr, "\r[%-25s] %3d%% %s", std::string(bar, '#').c_str(), pct, HumanBytes(done).c_str());
+      if (done == total) std::fprintf(stderr, "\n");
+    };
+  }
+  auto r = dump::Dump(opts);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("dumped pid %d to %s: %d threads, %d areas, %llu pages (%s) in %.3f s (frozen %.3f s), %s\n", pid,
+              dir.c_str(), r->threads, r->areas, static_cast<unsigned long long>(r->pages),
+              HumanBytes(static_cast<double>(r->bytes)).c_str(), r->total_seconds, r->frozen_seconds,
+              leave_running ? "left running" : "killed");
+  return 0;
+}
+
+int RunRestore(const std::string& dir, bool detach) {
+  restore::RestoreOptions opts;
+  opts.dir = dir;
+  auto r = restore::Restore(opts);
+  if (!r.ok()) return Fail(r.status());
+  std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %s in %.3f s\n", r->pid, dir.c_str(),
+               HumanBytes(static_cast<double>(r->bytes)).c_str(), r->seconds);
+  std::fflush(nullptr);
+  if (detach) return 0;
+  int status = 0;
+  while (::waitpid(r->pid, &status, 0) < 0) {
+    if (errno != EINTR) return Fail(absl::InternalError(absl::StrCat("waitpid ", r->pid, ": ", std::strerror(errno))));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int RunInspect(const std::string& dir, bool json) {
+  auto img = image::ImageReader::Open(dir);
+  if (!img.ok()) return Fail(img.status());
+  absl::Status verified = (*img)->VerifyAll();
+  const image::Checkpoint& c = (*img)->meta();
+  if (json) {
+    std::string out;
+    google::protobuf::util::JsonPrintOptions jo;
+    jo.add_whitespace = true;
+    jo.preserve_proto_field_names = true;
+    auto s = google::protobuf::util::MessageToJsonString(c, &out, jo);
+    if (!s.ok()) return Fail(absl::InternalError("cannot encode metadata as JSON"));
+    std::printf("%s", out.c_str());
+  } else {
+    const image::Process& p = c.process();
+    std::printf("checkpoint %s\n  format version %u, written by cairn %s on %s (kernel %s)\n", dir.c_str(),
+                c.format_version(), c.cairn_version().c_str(), c.hostname().c_str(), c.kernel().c_str());
+    std::printf("process %d (%s), parent %d, group %d, session %d, cwd %s\n  exe %s\n", p.pid(), p.comm().c_str(),
+                p.ppid(), p.pgid(), p.sid(), p.cwd().c_str(), p.mm().exe().c_str());
+    std::printf("threads: %d\n", p.threads_size());
+    for (const auto& t : p.threads()) {
+      std::printf("  tid %d (%s) sigmask %#llx pending %d rseq %#llx\n", t.tid(), t.comm().c_str(),
+                  static_cast<unsigned long long>(t.blocked_mask()), t.pending_size(),
+                  static_cast<unsigned long long>(t.rseq().addr()));
+    }
+    uint64_t saved = 0;
+    std::printf("memory areas: %d\n", p.vmas_size());
+    for (const auto& v : p.vmas()) {
+      uint64_t b = 0;
+      for (const auto& blk : v.blocks()) b += blk.length();
+      saved += b;
+      std::printf("  %012llx-%012llx %c%c%c%c %10s saved %10s  %s\n", static_cast<unsigned long long>(v.start()),
+                  static_cast<unsigned long long>(v.end()), v.prot() & 1 ? 'r' : '-', v.prot() & 2 ? 'w' : '-',
+                  v.prot() & 4 ? 'x' : '-', v.shared() ? 's' : 'p', HumanBytes(static_cast<double>(v.end() - v.start())).c_str(),
+                  HumanBytes(static_cast<double>(b)).c_str(), v.path().c_str());
+    }
+    std::printf("  page data: %s\n", HumanBytes(static_cast<double>(saved)).c_str());
+    std::printf("files: %d\n", p.fds_size());
+    for (const auto& f : p.fds()) {
+      std::printf("  fd %d %s flags %#o pos %lld%s%s\n", f.fd(), f.path().c_str(), f.flags(),
+                  static_cast<long long>(f.pos()), f.cloexec() ? " cloexec" : "", f.deleted() ? " (deleted, content saved)" : "");
+    }
+    std::printf("signals: %d handlers, %d shared pending\n", p.sigactions_size(), p.shared_pending_size());
+    std::printf("timers: %d interval, %d POSIX\n", p.itimers_size(), p.posix_timers_size());
+    std::printf("checksums: %s\n", verified.ok() ? "all verified" : "FAILED");
+  }
+  if (!verified.ok()) return Fail(verified);
+  return 0;
+}
+
+int RunCheck() {
+  bool all = true;
+  for (const auto& f : check::ProbeFeatures()) {
+    all = all && f.ok;
+    std::printf("%-4s %-42s %s (%s)\n", f.ok ? "ok" : "MISSING", f.name.c_str(), f.detail.c_str(), f.needed_for.c_str());
+  }
+  std::printf(all ? "all features present\n" : "some features are missing; see above\n");
+  return all ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace cairn
+
+int main(int argc, char** argv) {
+  CLI::App app{"cairn: checkpoint running Linux processes from the outside and restore them"};
+  app.require_subcommand(1);
+  int verbose = 0;
+  app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
+
+  int pid = 0;
+  std::string dir;
+  bool leave_running = false, detach = false, json = false;
+  auto* dump = app.add_subcommand("dump", "Checkpoint a running process into a directory");
+  dump->add_option("--pid", pid, "Process to checkpoint")->required();
+  dump->add_option("--dir", dir, "Checkpoint directory to create")->required();
+  dump->add_flag("--leave-running", leave_running, "Let the process carry on after the dump instead of killing it");
+
+  auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
+  restore->add_option("--dir", dir, "Checkpoint directory")->required();
+  restore->add_flag("--detach", detach, "Return once the process runs instead of waiting for it");
+
+  auto* inspect = app.add_subcommand("inspect", "Show what a checkpoint holds and verify every checksum");
+  inspect->add_option("dir", dir, "Checkpoint directory")->required();
+  inspect->add_flag("--json", json, "Print the metadata as JSON");
+
+  auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
+
+  CLI11_PARSE(app, argc, argv);
+  cairn::InitLogging(verbose);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running);
+  if (restore->parsed()) return cairn::RunRestore(dir, detach);
+  if (inspect->parsed()) return cairn::RunInspect(dir, json);
+  if (check->parsed()) return cairn::RunCheck();
+  return 2;
+}

@@ -1,0 +1,65 @@
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open " + path);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+absl::Status WriteAll(int fd, absl::string_view data, absl::string_view what) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(absl::StrCat("write ", what));
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PreadAll(int fd, void* buf, size_t len, off_t offset, absl::string_view what) {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    ssize_t n = ::pread(fd, p, len, offset);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(absl::StrCat("read ", what));
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat(what, ": file is truncated at offset ", offset));
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDir(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open directory " + path);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus("fsync " + path);
+  return absl::OkStatus();
+}
+
+}  // namespace cairn

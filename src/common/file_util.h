@@ -1,0 +1,23 @@
+#pragma once
+// Small file helpers that report failures as statuses naming the path.
+
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace cairn {
+
+// Reads a whole file (works for /proc files whose size reads as 0).
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes `data` fully at the current offset of `fd`; `what` names the file in errors.
+absl::Status WriteAll(int fd, absl::string_view data, absl::string_view what);
+
+// Reads exactly `len` bytes at `offset`; a short read is a DataLoss error.
+absl::Status PreadAll(int fd, void* buf, size_t len, off_t offset, absl::string_view what);
+
+// fsyncs the directory at `path` so a rename or create inside it is durable.
+absl::Status SyncDir(const std::string& path);
+
+}  // namespace cairn

@@ -1,0 +1,40 @@
+#pragma once
+// The dump driver: checkpoints one running process (all its threads) into a directory.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::dump {
+
+struct DumpOptions {
+  pid_t pid = 0;
+  std::string dir;
+  bool leave_running = false;
+  // Progress of the memory copy: (bytes done, bytes total). Optional.
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+struct DumpResult {
+  int threads = 0;
+  int areas = 0;
+  uint64_t pages = 0;
+  uint64_t bytes = 0;         // page data written
+  double frozen_seconds = 0;  // from freeze to kill or thaw
+  double total_seconds = 0;
+};
+
+// Freezes the process, writes a complete checkpoint to `dir` (atomically: DIR.partial,
+// fsync, rename), then kills it, or thaws it with leave_running.
+// On any failure the process is thawed untouched and no checkpoint directory is left.
+absl::StatusOr<DumpResult> Dump(const DumpOptions& opts);
+
+// Checks that `pid` names a process the engine can checkpoint (exists, not a zombie,
+// not a kernel thread, not cairn itself, a thread-group leader). Does not stop it.
+absl::Status CheckTarget(pid_t pid);
+
+}  // namespace cairn::dump

@@ -1,0 +1,114 @@
+#include "engine/dump/freeze.h"
+
+#include <signal.h>
+#include <sys/ptrace.h>
+
+#include <algorithm>
+#include <set>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "engine/inject/ptrace.h"
+#include "engine/proc/stat.h"
+
+namespace cairn::dump {
+
+using inject::StopInfo;
+
+namespace {
+constexpr uint64_t kAllSignals = ~0ULL;
+}
+
+absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
+  FrozenProcess fp(pid);
+  std::set<pid_t> seized;
+  for (int round = 0;; ++round) {
+    if (round > 1000) return absl::UnavailableError(absl::StrCat("pid ", pid, " keeps creating threads; cannot freeze it"));
+    ASSIGN_OR_RETURN(std::vector<pid_t> tids, proc::ListTasks(pid));
+    bool added = false;
+    for (pid_t tid : tids) {
+      if (seized.count(tid)) continue;
+      absl::Status s = inject::Seize(tid, PTRACE_O_TRACESYSGOOD);
+      if (!s.ok()) {
+        if (errno == ESRCH) continue;  // the thread exited between listing and seizing
+        if (errno == EPERM) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              "cannot trace pid ", pid, " (ptrace: Operation not permitted): run cairn as root, or as the "
+              "process's owner with CAP_SYS_PTRACE and CAP_CHECKPOINT_RESTORE"));
+        }
+        return s;
+      }
+      seized.insert(tid);
+      fp.threads_.push_back({tid, 0});
+      absl::Status is = inject::Interrupt(tid);
+      if (!is.ok()) return is;
+      added = true;
+    }
+    if (!added) break;
+  }
+  // Collect the stops. A thread that died meanwhile is dropped.
+  std::vector<ThreadState> alive;
+  for (ThreadState& t : fp.threads_) {
+    for (;;) {
+      ASSIGN_OR_RETURN(StopInfo stop, inject::WaitStop(t.tid));
+      if (stop.kind == StopInfo::Kind::kEventStop && stop.event == PTRACE_EVENT_STOP) break;
+      if (stop.kind == StopInfo::Kind::kExited || stop.kind == StopInfo::Kind::kKilled) {
+        t.tid = 0;
+        break;
+      }
+      // A signal-delivery stop before our interrupt was handled: let the signal through
+      // (it was going to be delivered anyway) and wait for the interrupt stop.
+      RETURN_IF_ERROR(inject::Cont(t.tid, stop.kind == StopInfo::Kind::kSignalStop ? stop.signal : 0));
+    }
+    if (t.tid != 0) alive.push_back(t);
+  }
+  fp.threads_ = std::move(alive);
+  if (fp.threads_.empty() || fp.threads_.front().tid != pid) {
+    return absl::NotFoundError(absl::StrCat("pid ", pid, " exited while being frozen"));
+  }
+  for (ThreadState& t : fp.threads_) {
+    ASSIGN_OR_RETURN(t.sigmask, inject::GetSigmask(t.tid));
+    RETURN_IF_ERROR(inject::SetSigmask(t.tid, kAllSignals));
+  }
+  CAIRN_LOG_DEBUG("event=frozen pid={} threads={}", pid, fp.threads_.size());
+  return fp;
+}
+
+FrozenProcess::FrozenProcess(FrozenProcess&& other) noexcept
+    : pid_(other.pid_), threads_(std::move(other.threads_)), done_(other.done_) {
+  other.done_ = true;
+}
+
+FrozenProcess::~FrozenProcess() {
+  if (!done_) {
+    absl::Status s = Thaw();
+    if (!s.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", pid_, s.ToString());
+  }
+}
+
+absl::Status FrozenProcess::Thaw() {
+  done_ = true;
+  absl::Status first;
+  for (const ThreadState& t : threads_) {
+    absl::Status s = inject::SetSigmask(t.tid, t.sigmask);
+    if (s.ok()) s = inject::Detach(t.tid, 0);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::Status FrozenProcess::Kill() {
+  done_ = true;
+  if (::kill(pid_, SIGKILL) != 0) return ErrnoStatus(absl::StrCat("kill pid ", pid_));
+  for (const ThreadState& t : threads_) {
+    for (;;) {
+      auto stop = inject::WaitStop(t.tid);
+      if (!stop.ok()) break;  // ECHILD: already reaped
+      if (stop->kind == StopInfo::Kind::kExited || stop->kind == StopInfo::Kind::kKilled) break;
+      (void)inject::Cont(t.tid, 0);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::dump

@@ -1,0 +1,45 @@
+#pragma once
+// Freezing a process from the outside: every thread seized with ptrace and stopped in a
+// PTRACE_EVENT_STOP, with all catchable signals blocked so that none is dequeued while
+// the engine works. Thawing puts every thread back exactly as it was.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::dump {
+
+class FrozenProcess {
+ public:
+  struct ThreadState {
+    pid_t tid = 0;
+    uint64_t sigmask = 0;  // the thread's own blocked mask, before the engine blocked all
+  };
+
+  // Seizes and stops every thread of `pid`, listing /proc/PID/task until no new thread
+  // appears. On failure, every thread already seized is released untouched.
+  static absl::StatusOr<FrozenProcess> Freeze(pid_t pid);
+
+  FrozenProcess(FrozenProcess&& other) noexcept;
+  FrozenProcess& operator=(FrozenProcess&&) = delete;
+  ~FrozenProcess();  // Thaws if neither Thaw() nor Kill() was called.
+
+  pid_t pid() const { return pid_; }
+  const std::vector<ThreadState>& threads() const { return threads_; }
+
+  // Restores each thread's signal mask and detaches, letting the process carry on.
+  absl::Status Thaw();
+  // SIGKILLs the process and reaps the tracer's notifications of its threads.
+  absl::Status Kill();
+
+ private:
+  explicit FrozenProcess(pid_t pid) : pid_(pid) {}
+  pid_t pid_;
+  std::vector<ThreadState> threads_;
+  bool done_ = false;
+};
+
+}  // namespace cairn::dump

@@ -1,0 +1,255 @@
+#include "engine/dump/memory.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/inject/injector.h"
+
+namespace cairn::dump {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPmPresent = 1ULL << 63;
+constexpr uint64_t kPmSwapped = 1ULL << 62;
+constexpr uint64_t kPmFileOrShared = 1ULL << 61;
+
+constexpr size_t kBufferBytes = 8 << 20;  // one read batch
+constexpr size_t kBuffers = 4;            // in flight: bounds the dumper's memory to 32 MiB
+constexpr uint64_t kPagemapBatch = 65536; // pages per pagemap read (512 KiB of entries)
+
+bool IsZeroPage(const char* p) {
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+  if (w[0] != 0 || w[kPage / 8 - 1] != 0) return false;
+  for (size_t i = 0; i < kPage / 8; ++i) {
+    if (w[i] != 0) return false;
+  }
+  return true;
+}
+
+// A run of pages to copy: [start, start + len).
+struct Run {
+  size_t vma;
+  uint64_t start;
+  uint64_t len;
+};
+
+bool NeedsPage(image::Vma::Kind kind, uint64_t pm) {
+  switch (kind) {
+    case image::Vma::ANON:
+    case image::Vma::SHARED_ANON:
+      return (pm & (kPmPresent | kPmSwapped)) != 0;
+    case image::Vma::FILE_PRIVATE:
+      // A present page that is not a file page is the process's private copy.
+      return (pm & kPmSwapped) != 0 || ((pm & kPmPresent) != 0 && (pm & kPmFileOrShared) == 0);
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vma>& vmas) {
+  std::string path = absl::StrCat("/proc/", pid, "/pagemap");
+  UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!pm.valid()) return ErrnoStatus("open " + path);
+  std::vector<uint64_t> entries;
+  std::vector<Run> runs;
+  for (size_t i = 0; i < vmas.size(); ++i) {
+    const image::Vma& v = vmas[i];
+    if (v.kind() != image::Vma::ANON && v.kind() != image::Vma::SHARED_ANON &&
+        v.kind() != image::Vma::FILE_PRIVATE) {
+      continue;
+    }
+    for (uint64_t addr = v.start(); addr < v.end();) {
+      uint64_t n = std::min<uint64_t>((v.end() - addr) / kPage, kPagemapBatch);
+      entries.resize(n);
+      ssize_t got = ::pread(pm.get(), entries.data(), n * 8, static_cast<off_t>(addr / kPage * 8));
+      if (got != static_cast<ssize_t>(n * 8)) return ErrnoStatus("read " + path, got < 0 ? errno : EIO);
+      for (uint64_t k = 0; k < n; ++k) {
+        if (!NeedsPage(v.kind(), entries[k])) continue;
+        uint64_t page = addr + k * kPage;
+        if (!runs.empty() && runs.back().vma == i && runs.back().start + runs.back().len == page) {
+          runs.back().len += kPage;
+        } else {
+          runs.push_back({i, page, kPage});
+        }
+      }
+      addr += n * kPage;
+    }
+  }
+  return runs;
+}
+
+// A filled buffer waiting to be written: pages of one area at `addr`.
+struct Batch {
+  size_t vma = 0;
+  uint64_t addr = 0;
+  uint64_t len = 0;
+  bool skip_zero = false;
+  std::vector<char>* buf = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vector<proc::MapEntry>& maps) {
+  std::vector<image::Vma> out;
+  for (const proc::MapEntry& m : maps) {
+    image::Vma v;
+    v.set_start(m.start);
+    v.set_end(m.end);
+    v.set_prot(m.prot);
+    v.set_shared(m.shared);
+    v.set_pgoff(m.offset);
+    v.set_path(m.path);
+    for (const std::string& f : m.vm_flags) v.add_vm_flags(f);
+    const std::string& p = m.path;
+    if (p == "[vsyscall]") continue;  // a fixed kernel page, present in every process
+    auto unsupported = [&](absl::string_view what) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d maps %s at %#x-%#x (%s); this is not supported yet", pid, what, m.start, m.end, p));
+    };
+    if (p == "[vvar]" || p == "[vvar_vclock]") {
+      v.set_kind(image::Vma::VVAR);
+    } else if (p == "[vdso]") {
+      v.set_kind(image::Vma::VDSO);
+    } else if (m.inode == 0 && (p.empty() || p == "[heap]" || p == "[stack]" || absl::StartsWith(p, "[anon:"))) {
+      if (m.shared) return unsupported("shared anonymous memory without a backing object");
+      v.set_kind(image::Vma::ANON);
+    } else if (m.shared && absl::StartsWith(p, "/dev/zero")) {
+      v.set_kind(image::Vma::SHARED_ANON);
+    } else if (absl::StartsWith(p, "/SYSV")) {
+      return unsupported("System V shared memory");
+    } else if (absl::StartsWith(p, "/memfd:")) {
+      return unsupported("a memfd");
+    } else if (absl::EndsWith(p, " (deleted)")) {
+      return unsupported("a file that was deleted");
+    } else if (!p.empty() && p[0] == '/') {
+      v.set_kind(m.shared ? image::Vma::FILE_SHARED : image::Vma::FILE_PRIVATE);
+      std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, m.start, m.end);
+      struct stat st {};
+      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + p + ")");
+      image::FileId* id = v.mutable_file();
+      id->set_dev(st.st_dev);
+      id->set_ino(st.st_ino);
+      id->set_size(static_cast<uint64_t>(st.st_size));
+      id->set_mtime_ns(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
+    } else {
+      return unsupported("a special mapping");
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
+                                      const ProgressFn& progress) {
+  ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas));
+  uint64_t total = 0;
+  for (const Run& r : runs) total += r.len;
+
+  std::vector<std::vector<char>> buffers(kBuffers, std::vector<char>(kBufferBytes));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::vector<char>*> free_bufs;  // GUARDED_BY(mu)
+  std::deque<Batch> full;                    // GUARDED_BY(mu)
+  bool reader_done = false;                  // GUARDED_BY(mu)
+  absl::Status writer_status;                // GUARDED_BY(mu)
+  for (auto& b : buffers) free_bufs.push_back(&b);
+
+  MemoryStats stats;
+  std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
+
+  // The writer: drops zero pages of anonymous areas, checksums and appends the rest.
+  std::thread writer_thread([&] {
+    for (;;) {
+      Batch b;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return !full.empty() || reader_done; });
+        if (full.empty()) return;
+        b = full.front();
+        full.pop_front();
+      }
+      absl::Status s;
+      const char* data = b.buf->data();
+      uint64_t i = 0;
+      while (i < b.len && s.ok()) {
+        if (b.skip_zero && IsZeroPage(data + i)) {
+          i += kPage;
+          continue;
+        }
+        uint64_t j = i + kPage;
+        while (j < b.len && !(b.skip_zero && IsZeroPage(data + j))) j += kPage;
+        auto block = writer.AppendPages(b.addr + i, data + i, j - i);
+        if (!block.ok()) {
+          s = block.status();
+          break;
+        }
+        blocks[b.vma].push_back(*block);
+        stats.pages += (j - i) / kPage;
+        stats.bytes += j - i;
+        i = j;
+      }
+      std::lock_guard lock(mu);
+      free_bufs.push_back(b.buf);
+      if (!s.ok() && writer_status.ok()) writer_status = s;
+      cv.notify_all();
+    }
+  });
+
+  absl::Status read_status;
+  uint64_t done = 0;
+  for (const Run& r : runs) {
+    for (uint64_t off = 0; off < r.len && read_status.ok();) {
+      std::vector<char>* buf;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return !free_bufs.empty() || !writer_status.ok(); });
+        if (!writer_status.ok()) break;
+        buf = free_bufs.front();
+        free_bufs.pop_front();
+      }
+      uint64_t len = std::min<uint64_t>(r.len - off, kBufferBytes);
+      read_status = inject::ReadRemote(pid, r.start + off, buf->data(), len);
+      if (!read_status.ok()) {
+        read_status = Annotate(read_status, absl::StrFormat("read memory of pid %d at %#x", pid, r.start + off));
+        std::lock_guard lock(mu);
+        free_bufs.push_back(buf);
+        break;
+      }
+      const image::Vma& v = vmas[r.vma];
+      {
+        std::lock_guard lock(mu);
+        full.push_back({r.vma, r.start + off, len, v.kind() != image::Vma::FILE_PRIVATE, buf});
+      }
+      cv.notify_all();
+      off += len;
+      done += len;
+      if (progress) progress(done, total);
+    }
+    if (!read_status.ok()) break;
+  }
+  {
+    std::lock_guard lock(mu);
+    reader_done = true;
+  }
+  cv.notify_all();
+  writer_thread.join();
+  RETURN_IF_ERROR(read_status);
+  RETURN_IF_ERROR(writer_status);
+  for (size_t i = 0; i < vmas.size(); ++i) {
+    for (auto& b : blocks[i]) *vmas[i].add_blocks() = std::move(b);
+  }
+  return stats;
+}
+
+}  // namespace cairn::dump

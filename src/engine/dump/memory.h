@@ -1,0 +1,36 @@
+#pragma once
+// Capturing a frozen process's memory: which areas exist, which of their pages must be
+// saved, and streaming those pages into the image.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/image/image.h"
+#include "engine/proc/maps.h"
+#include "image.pb.h"
+
+namespace cairn::dump {
+
+// Classifies the areas of `pid` into image Vma records (no pages yet). Fails with a clear
+// message for areas the engine cannot save (System V shm, memfd, deleted files...).
+absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vector<proc::MapEntry>& maps);
+
+struct MemoryStats {
+  uint64_t pages = 0;  // pages written to the image
+  uint64_t bytes = 0;
+};
+
+// Called with (bytes done, bytes to scan) as the dump progresses.
+using ProgressFn = std::function<void(uint64_t, uint64_t)>;
+
+// Writes every page of `vmas` that cannot be rebuilt without the image, and records
+// the blocks in each Vma. Reads memory with process_vm_readv (or /proc/PID/mem for
+// unreadable areas) while a second thread checksums and writes, in bounded buffers.
+absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas,
+                                      image::ImageWriter& writer, const ProgressFn& progress);
+
+}  // namespace cairn::dump

@@ -1,0 +1,271 @@
+#include "engine/image/image.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "engine/image/format.h"
+
+namespace cairn::image {
+namespace {
+
+std::string ParentDir(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.parent_path().string();
+}
+
+absl::Status WriteHeader(int fd, const FileHeader& h, const std::string& what) {
+  std::vector<char> page(kHeaderSize, 0);
+  std::memcpy(page.data(), &h, sizeof h);
+  if (::pwrite(fd, page.data(), page.size(), 0) != static_cast<ssize_t>(page.size())) {
+    return ErrnoStatus("write header of " + what);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UniqueFd> OpenDataFile(const std::string& path, const char (&magic)[8],
+                                      size_t expected_size, size_t* size_out) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open " + path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
+  FileHeader h{};
+  if (static_cast<size_t>(st.st_size) < kHeaderSize) {
+    return absl::DataLossError(path + ": file is truncated (no header)");
+  }
+  std::vector<char> page(kHeaderSize);
+  RETURN_IF_ERROR(PreadAll(fd.get(), page.data(), page.size(), 0, path));
+  std::memcpy(&h, page.data(), sizeof h);
+  RETURN_IF_ERROR(CheckHeader(h, magic, path));
+  for (size_t i = sizeof h; i < page.size(); ++i) {
+    if (page[i] != 0) return absl::DataLossError(path + ": header padding is not zero (file is corrupt)");
+  }
+  if (static_cast<size_t>(st.st_size) != expected_size) {
+    return absl::DataLossError(absl::StrFormat("%s: size is %d bytes, the metadata says %d (truncated or damaged)",
+                                               path, st.st_size, expected_size));
+  }
+  *size_out = static_cast<size_t>(st.st_size);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ImageWriter>> ImageWriter::Create(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec)) {
+    if (!std::filesystem::is_directory(dir, ec) || !std::filesystem::is_empty(dir, ec)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "checkpoint directory ", dir, " already exists and is not empty; choose a new --dir or remove it"));
+    }
+  }
+  std::string partial = dir;
+  while (partial.size() > 1 && partial.back() == '/') partial.pop_back();
+  partial += ".partial";
+  std::filesystem::remove_all(partial, ec);
+  if (::mkdir(partial.c_str(), 0700) != 0) return ErrnoStatus("mkdir " + partial);
+  std::unique_ptr<ImageWriter> w(new ImageWriter(dir, partial));
+  w->pages_.Reset(::open((partial + "/" + kPagesFile).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!w->pages_.valid()) return ErrnoStatus("create " + partial + "/" + kPagesFile);
+  w->files_.Reset(::open((partial + "/" + kFilesFile).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!w->files_.valid()) return ErrnoStatus("create " + partial + "/" + kFilesFile);
+  return w;
+}
+
+ImageWriter::~ImageWriter() {
+  if (!committed_) Abort();
+}
+
+void ImageWriter::Abort() {
+  pages_.Reset();
+  files_.Reset();
+  std::error_code ec;
+  std::filesystem::remove_all(partial_, ec);
+}
+
+absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  PageBlock b;
+  b.set_vaddr(vaddr);
+  b.set_length(len);
+  b.set_file_offset(pages_off_);
+  b.set_xxh3(Checksum(data, len));
+  size_t left = len;
+  uint64_t off = pages_off_;
+  while (left > 0) {
+    ssize_t n = ::pwrite(pages_.get(), p, left, static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(absl::StrCat("write ", partial_, "/", kPagesFile));
+    }
+    p += n;
+    off += static_cast<uint64_t>(n);
+    left -= static_cast<size_t>(n);
+  }
+  pages_off_ = off;
+  return b;
+}
+
+absl::StatusOr<ImageWriter::Blob> ImageWriter::AppendFileContent(int fd, uint64_t size,
+                                                                 const std::string& what) {
+  Blob blob;
+  blob.offset = files_off_;
+  blob.size = size;
+  std::vector<char> buf(1 << 20);
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  uint64_t done = 0;
+  while (done < size) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - done));
+    absl::Status s = PreadAll(fd, buf.data(), want, static_cast<off_t>(done), what);
+    if (!s.ok()) {
+      XXH3_freeState(st);
+      return s;
+    }
+    XXH3_64bits_update(st, buf.data(), want);
+    if (::pwrite(files_.get(), buf.data(), want, static_cast<off_t>(files_off_ + done)) !=
+        static_cast<ssize_t>(want)) {
+      XXH3_freeState(st);
+      return ErrnoStatus(absl::StrCat("write ", partial_, "/", kFilesFile));
+    }
+    done += want;
+  }
+  blob.xxh3 = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  files_off_ += size;
+  return blob;
+}
+
+absl::Status ImageWriter::Commit(Checkpoint& meta) {
+  meta.set_format_version(WriterFormatVersion());
+  meta.set_pages_bytes(pages_off_);
+  meta.set_files_bytes(files_off_);
+  RETURN_IF_ERROR(WriteHeader(pages_.get(), MakeHeader(kPagesMagic, 0, 0), kPagesFile));
+  RETURN_IF_ERROR(WriteHeader(files_.get(), MakeHeader(kFilesMagic, 0, 0), kFilesFile));
+  if (::ftruncate(pages_.get(), static_cast<off_t>(pages_off_)) != 0) return ErrnoStatus("truncate pages.img");
+  if (::ftruncate(files_.get(), static_cast<off_t>(files_off_)) != 0) return ErrnoStatus("truncate files.img");
+
+  std::string payload;
+  if (!meta.SerializeToString(&payload)) return absl::InternalError("cannot encode checkpoint metadata");
+  FileHeader h = MakeHeader(kMetaMagic, payload.size(), Checksum(payload.data(), payload.size()));
+  std::string meta_path = partial_ + "/" + kMetaFile;
+  UniqueFd mf(::open(meta_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!mf.valid()) return ErrnoStatus("create " + meta_path);
+  RETURN_IF_ERROR(WriteAll(mf.get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), meta_path));
+  RETURN_IF_ERROR(WriteAll(mf.get(), payload, meta_path));
+
+  for (int fd : {pages_.get(), files_.get(), mf.get()}) {
+    if (::fsync(fd) != 0) return ErrnoStatus("fsync checkpoint file in " + partial_);
+  }
+  RETURN_IF_ERROR(SyncDir(partial_));
+  // rename(2) also atomically replaces an empty directory the user created for us.
+  if (::rename(partial_.c_str(), dir_.c_str()) != 0) {
+    return ErrnoStatus(absl::StrCat("rename ", partial_, " to ", dir_));
+  }
+  committed_ = true;
+  return SyncDir(ParentDir(dir_));
+}
+
+absl::StatusOr<std::unique_ptr<ImageReader>> ImageReader::Open(const std::string& dir) {
+  std::unique_ptr<ImageReader> r(new ImageReader());
+  r->dir_ = dir;
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("checkpoint directory ", dir, " does not exist"));
+    }
+    return ErrnoStatus("stat " + dir);
+  }
+  if (!S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(dir + " is not a directory");
+  std::string meta_path = dir + "/" + kMetaFile;
+  UniqueFd mf(::open(meta_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!mf.valid()) {
+    if (errno == ENOENT) {
+      return absl::NotFoundError(absl::StrCat(dir, " is not a complete checkpoint: ", kMetaFile, " is missing"));
+    }
+    return ErrnoStatus("open " + meta_path);
+  }
+  if (::fstat(mf.get(), &st) != 0) return ErrnoStatus("stat " + meta_path);
+  FileHeader h{};
+  if (static_cast<size_t>(st.st_size) < sizeof h) {
+    return absl::DataLossError(meta_path + ": file is truncated (no header)");
+  }
+  RETURN_IF_ERROR(PreadAll(mf.get(), &h, sizeof h, 0, meta_path));
+  RETURN_IF_ERROR(CheckHeader(h, kMetaMagic, meta_path));
+  if (static_cast<uint64_t>(st.st_size) != sizeof h + h.payload_len) {
+    return absl::DataLossError(absl::StrFormat("%s: size is %d bytes, the header says %d (truncated or damaged)",
+                                               meta_path, st.st_size, sizeof h + h.payload_len));
+  }
+  std::string payload(h.payload_len, '\0');
+  RETURN_IF_ERROR(PreadAll(mf.get(), payload.data(), payload.size(), sizeof h, meta_path));
+  if (Checksum(payload.data(), payload.size()) != h.payload_xxh3) {
+    return absl::DataLossError(meta_path + ": metadata checksum mismatch (file is corrupt)");
+  }
+  if (!r->meta_.ParseFromString(payload)) {
+    return absl::DataLossError(meta_path + ": metadata does not decode");
+  }
+  ASSIGN_OR_RETURN(r->pages_fd_, OpenDataFile(dir + "/" + kPagesFile, kPagesMagic,
+                                              r->meta_.pages_bytes(), &r->pages_size_));
+  ASSIGN_OR_RETURN(r->files_fd_, OpenDataFile(dir + "/" + kFilesFile, kFilesMagic,
+                                              r->meta_.files_bytes(), &r->files_size_));
+  void* m = ::mmap(nullptr, r->pages_size_, PROT_READ, MAP_SHARED, r->pages_fd_.get(), 0);
+  if (m == MAP_FAILED) return ErrnoStatus("mmap " + dir + "/" + kPagesFile);
+  r->pages_map_ = static_cast<const char*>(m);
+  return r;
+}
+
+ImageReader::~ImageReader() {
+  if (pages_map_ != nullptr) ::munmap(const_cast<char*>(pages_map_), pages_size_);
+}
+
+absl::Status ImageReader::VerifyBlock(const PageBlock& b) const {
+  if (b.file_offset() < kHeaderSize || b.length() > pages_size_ ||
+      b.file_offset() > pages_size_ - b.length() || b.file_offset() % kPageSize != 0) {
+    return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_,
+                                               kPagesFile, b.vaddr()));
+  }
+  if (Checksum(pages_map_ + b.file_offset(), b.length()) != b.xxh3()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s/%s: checksum mismatch in the block at file offset %d (memory at %#x, %d bytes): the image is corrupt",
+        dir_, kPagesFile, b.file_offset(), b.vaddr(), b.length()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ImageReader::FileContent(const Fd& fd) const {
+  if (fd.content_offset() < kHeaderSize || fd.content_size() > files_size_ ||
+      fd.content_offset() > files_size_ - fd.content_size()) {
+    return absl::DataLossError(absl::StrCat(dir_, "/", kFilesFile, ": content of fd ", fd.fd(),
+                                            " lies outside the file"));
+  }
+  std::string out(fd.content_size(), '\0');
+  RETURN_IF_ERROR(PreadAll(files_fd_.get(), out.data(), out.size(),
+                           static_cast<off_t>(fd.content_offset()), dir_ + "/" + kFilesFile));
+  if (Checksum(out.data(), out.size()) != fd.content_xxh3()) {
+    return absl::DataLossError(absl::StrCat(dir_, "/", kFilesFile, ": checksum mismatch in the saved content of fd ",
+                                            fd.fd(), " (", fd.path(), "): the image is corrupt"));
+  }
+  return out;
+}
+
+absl::Status ImageReader::VerifyAll() const {
+  for (const Vma& v : meta_.process().vmas()) {
+    for (const PageBlock& b : v.blocks()) RETURN_IF_ERROR(VerifyBlock(b));
+  }
+  for (const Fd& fd : meta_.process().fds()) {
+    if (fd.deleted()) RETURN_IF_ERROR(FileContent(fd).status());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::image

@@ -1,0 +1,84 @@
+#pragma once
+// Writing and reading checkpoint directories.
+//
+// A checkpoint is written into DIR.partial/ and renamed to DIR only after every file is
+// complete and fsynced, so DIR either holds a complete checkpoint or does not exist.
+// A reader verifies the metadata's framing and checksum on open, and each block's
+// checksum before its bytes are used.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/unique_fd.h"
+#include "image.pb.h"
+
+namespace cairn::image {
+
+class ImageWriter {
+ public:
+  // Starts a checkpoint that will become `dir`. Fails if `dir` exists and is not an empty
+  // directory. A stale `dir`.partial from an earlier failed run is removed.
+  static absl::StatusOr<std::unique_ptr<ImageWriter>> Create(const std::string& dir);
+  ~ImageWriter();  // Aborts unless Commit() succeeded.
+
+  // Appends `len` bytes (a multiple of the page size) holding the pages at `vaddr`.
+  // Not thread-safe: call from one thread at a time.
+  absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len);
+
+  // Appends `size` bytes read from `fd` at offset 0 to files.img; returns where they went.
+  struct Blob {
+    uint64_t offset = 0, size = 0, xxh3 = 0;
+  };
+  absl::StatusOr<Blob> AppendFileContent(int fd, uint64_t size, const std::string& what);
+
+  // Writes the metadata, fsyncs everything and renames DIR.partial to DIR.
+  absl::Status Commit(Checkpoint& meta);
+
+  // Removes DIR.partial. Idempotent.
+  void Abort();
+
+  uint64_t pages_bytes() const { return pages_off_ - kHeaderSizeBytes; }
+
+ private:
+  static constexpr uint64_t kHeaderSizeBytes = 4096;
+  ImageWriter(std::string dir, std::string partial) : dir_(std::move(dir)), partial_(std::move(partial)) {}
+
+  std::string dir_, partial_;
+  UniqueFd pages_, files_;
+  uint64_t pages_off_ = kHeaderSizeBytes;
+  uint64_t files_off_ = kHeaderSizeBytes;
+  bool committed_ = false;
+};
+
+class ImageReader {
+ public:
+  // Opens `dir`, checks every file's header and size, decodes and verifies the metadata.
+  static absl::StatusOr<std::unique_ptr<ImageReader>> Open(const std::string& dir);
+  ~ImageReader();
+
+  const Checkpoint& meta() const { return meta_; }
+  const std::string& dir() const { return dir_; }
+
+  // The block's bytes, mapped from pages.img. REQUIRES: VerifyBlock(b) succeeded before use.
+  const char* BlockData(const PageBlock& b) const { return pages_map_ + b.file_offset(); }
+  absl::Status VerifyBlock(const PageBlock& b) const;
+
+  // The saved content of a file deleted while open, verified.
+  absl::StatusOr<std::string> FileContent(const Fd& fd) const;
+
+  // Verifies every page block and file content; the first failure names the block.
+  absl::Status VerifyAll() const;
+
+ private:
+  ImageReader() = default;
+  std::string dir_;
+  Checkpoint meta_;
+  UniqueFd pages_fd_, files_fd_;
+  const char* pages_map_ = nullptr;
+  size_t pages_size_ = 0;
+  size_t files_size_ = 0;
+};
+
+}  // namespace cairn::image

@@ -1,0 +1,154 @@
+#include "engine/inject/injector.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/inject/ptrace.h"
+
+namespace cairn::inject {
+
+absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
+  ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
+  user_regs_struct regs = saved;
+  regs.rip = syscall_insn_;
+  regs.rax = static_cast<uint64_t>(nr);
+  regs.orig_rax = static_cast<uint64_t>(-1);
+  regs.rdi = args[0];
+  regs.rsi = args[1];
+  regs.rdx = args[2];
+  regs.r10 = args[3];
+  regs.r8 = args[4];
+  regs.r9 = args[5];
+  RETURN_IF_ERROR(SetRegs(tid_, regs));
+  RETURN_IF_ERROR(SingleStep(tid_));
+  for (;;) {
+    ASSIGN_OR_RETURN(StopInfo stop, WaitStop(tid_));
+    if (stop.kind == StopInfo::Kind::kSignalStop && stop.signal == SIGTRAP) break;
+    if (stop.kind == StopInfo::Kind::kExited || stop.kind == StopInfo::Kind::kKilled) {
+      return absl::AbortedError(
+          absl::StrCat("thread ", tid_, " died during injected syscall ", nr));
+    }
+    if (stop.kind == StopInfo::Kind::kEventStop) {
+      // A clone event (PTRACE_O_TRACECLONE) or a leftover interrupt: keep stepping.
+      RETURN_IF_ERROR(SingleStep(tid_));
+      continue;
+    }
+    return absl::InternalError(absl::StrCat("thread ", tid_, " stopped by signal ", stop.signal,
+                                            " during injected syscall ", nr,
+                                            " (signals must be blocked while injecting)"));
+  }
+  ASSIGN_OR_RETURN(user_regs_struct after, GetRegs(tid_));
+  RETURN_IF_ERROR(SetRegs(tid_, saved));
+  return static_cast<long>(after.rax);
+}
+
+absl::StatusOr<long> Injector::Call(absl::string_view what, long nr, uint64_t a0, uint64_t a1,
+                                    uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5) {
+  ASSIGN_OR_RETURN(long rc, Raw(nr, {a0, a1, a2, a3, a4, a5}));
+  if (rc < 0 && rc > -4096) {
+    return ErrnoStatus(absl::StrCat(what, " (in pid ", tid_, ")"), static_cast<int>(-rc));
+  }
+  return rc;
+}
+
+absl::StatusOr<uint64_t> FindSyscallInsn(pid_t pid, uint64_t start, uint64_t end) {
+  std::string code(end - start, '\0');
+  RETURN_IF_ERROR(ReadRemote(pid, start, code.data(), code.size()));
+  for (size_t i = 0; i + 1 < code.size(); ++i) {
+    if (static_cast<unsigned char>(code[i]) == 0x0f && static_cast<unsigned char>(code[i + 1]) == 0x05) {
+      return start + i;
+    }
+  }
+  return absl::NotFoundError(absl::StrFormat(
+      "no syscall instruction in pid %d's area %#x-%#x", pid, start, end));
+}
+
+namespace {
+
+absl::Status ProcMemIo(pid_t pid, uint64_t addr, void* buf, size_t len, bool write) {
+  std::string path = absl::StrCat("/proc/", pid, "/mem");
+  UniqueFd fd(::open(path.c_str(), (write ? O_WRONLY : O_RDONLY) | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open " + path);
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    ssize_t n = write ? ::pwrite(fd.get(), p, len, static_cast<off_t>(addr))
+                      : ::pread(fd.get(), p, len, static_cast<off_t>(addr));
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return ErrnoStatus(absl::StrFormat("%s %s at %#x", write ? "write" : "read", path, addr),
+                         n == 0 ? EIO : errno);
+    }
+    p += n;
+    addr += static_cast<uint64_t>(n);
+    len -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VmIo(pid_t pid, uint64_t addr, void* buf, size_t len, bool write) {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    iovec local{p, len};
+    iovec remote{reinterpret_cast<void*>(addr), len};
+    ssize_t n = write ? ::process_vm_writev(pid, &local, 1, &remote, 1, 0)
+                      : ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) return ProcMemIo(pid, addr, p, len, write);
+    p += n;
+    addr += static_cast<uint64_t>(n);
+    len -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadRemote(pid_t pid, uint64_t addr, void* buf, size_t len) {
+  return VmIo(pid, addr, buf, len, /*write=*/false);
+}
+
+absl::Status WriteRemote(pid_t pid, uint64_t addr, const void* buf, size_t len) {
+  return VmIo(pid, addr, const_cast<void*>(buf), len, /*write=*/true);
+}
+
+absl::StatusOr<RemoteScratch> RemoteScratch::Map(Injector& inj) {
+  ASSIGN_OR_RETURN(long addr, inj.Call("mmap scratch", SYS_mmap, 0, kSize, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS, static_cast<uint64_t>(-1), 0));
+  return RemoteScratch(inj.tid(), static_cast<uint64_t>(addr), kSize, /*owned=*/true);
+}
+
+absl::StatusOr<uint64_t> RemoteScratch::Put(size_t off, const void* data, size_t len) {
+  if (off + len > size_) {
+    return absl::OutOfRangeError(absl::StrCat("scratch write of ", len, " bytes at ", off,
+                                              " exceeds the ", size_, "-byte scratch area"));
+  }
+  RETURN_IF_ERROR(WriteRemote(pid_, addr_ + off, data, len));
+  return addr_ + off;
+}
+
+absl::StatusOr<uint64_t> RemoteScratch::PutString(size_t off, absl::string_view s) {
+  std::string z(s);
+  return Put(off, z.c_str(), z.size() + 1);
+}
+
+absl::Status RemoteScratch::Get(size_t off, void* out, size_t len) {
+  if (off + len > size_) return absl::OutOfRangeError("scratch read out of range");
+  return ReadRemote(pid_, addr_ + off, out, len);
+}
+
+absl::Status RemoteScratch::Unmap(Injector& inj) {
+  if (!owned_ || addr_ == 0) return absl::OkStatus();
+  auto rc = inj.Call("munmap scratch", SYS_munmap, addr_, size_);
+  addr_ = 0;
+  return rc.status();
+}
+
+}  // namespace cairn::inject

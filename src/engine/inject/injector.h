@@ -1,0 +1,85 @@
+#pragma once
+// Syscall injection: run a system call inside a ptrace-stopped thread as if the thread
+// had made it itself. This is how the engine learns and sets state that only the task
+// can tell or change (signal handlers, brk, timers, mappings, descriptors...).
+//
+// Mechanism: save the thread's registers, point rip at a `syscall` instruction (0f 05)
+// that exists in the thread's address space, load the number and arguments, single-step
+// over the instruction (the kernel reports the step at syscall exit), read rax, and put
+// the registers back exactly. orig_rax is set to -1 so the kernel applies no
+// syscall-restart fixup to the injected call.
+//
+// REQUIRES: the thread is in a ptrace stop and has every catchable signal blocked (set
+// with PTRACE_SETSIGMASK) so that no signal is dequeued between steps.
+// Not thread-safe: one Injector per traced thread, used from the tracer thread only.
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+
+namespace cairn::inject {
+
+class Injector {
+ public:
+  // `syscall_insn` is the address of a `syscall` instruction in `tid`'s address space.
+  Injector(pid_t tid, uint64_t syscall_insn) : tid_(tid), syscall_insn_(syscall_insn) {}
+
+  pid_t tid() const { return tid_; }
+  uint64_t syscall_insn() const { return syscall_insn_; }
+
+  // Runs syscall `nr`; returns the kernel's raw return value (a negative errno on
+  // failure). A status error means the injection itself failed (thread vanished...).
+  absl::StatusOr<long> Raw(long nr, std::array<uint64_t, 6> args = {});
+
+  // Like Raw, but a negative return becomes an error naming `what`.
+  absl::StatusOr<long> Call(absl::string_view what, long nr, uint64_t a0 = 0, uint64_t a1 = 0,
+                            uint64_t a2 = 0, uint64_t a3 = 0, uint64_t a4 = 0, uint64_t a5 = 0);
+
+ private:
+  pid_t tid_;
+  uint64_t syscall_insn_;
+};
+
+// Finds a `syscall` instruction inside [start, end) of `pid`'s memory (typically the vDSO).
+absl::StatusOr<uint64_t> FindSyscallInsn(pid_t pid, uint64_t start, uint64_t end);
+
+// Reads/writes another process's memory: process_vm_readv/writev, falling back to
+// /proc/PID/mem for areas without the needed permission.
+absl::Status ReadRemote(pid_t pid, uint64_t addr, void* buf, size_t len);
+absl::Status WriteRemote(pid_t pid, uint64_t addr, const void* buf, size_t len);
+
+// A scratch area mapped inside a stopped process with injected mmap, for syscall
+// arguments that live in memory. Unmap() before the process runs again.
+class RemoteScratch {
+ public:
+  static constexpr size_t kSize = 64 * 1024;
+
+  // Maps kSize bytes read/write anywhere in the process.
+  static absl::StatusOr<RemoteScratch> Map(Injector& inj);
+  // Uses an existing area the caller owns (e.g. a page the restorer mapped itself).
+  RemoteScratch(pid_t pid, uint64_t addr, size_t size, bool owned)
+      : pid_(pid), addr_(addr), size_(size), owned_(owned) {}
+
+  uint64_t addr() const { return addr_; }
+  size_t size() const { return size_; }
+
+  // Copies `data` to offset `off` of the area; returns its remote address.
+  absl::StatusOr<uint64_t> Put(size_t off, const void* data, size_t len);
+  absl::StatusOr<uint64_t> PutString(size_t off, absl::string_view s);  // NUL-terminated
+  absl::Status Get(size_t off, void* out, size_t len);
+
+  absl::Status Unmap(Injector& inj);
+
+ private:
+  pid_t pid_;
+  uint64_t addr_;
+  size_t size_;
+  bool owned_;
+};
+
+}  // namespace cairn::inject

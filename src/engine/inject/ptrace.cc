@@ -1,0 +1,147 @@
+#include "engine/inject/ptrace.h"
+
+#include <elf.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+
+#include <vector>
+
+#include "common/status.h"
+
+namespace cairn::inject {
+namespace {
+
+constexpr long kGetRseqConfiguration = 0x420f;
+
+long Ptrace(int request, pid_t tid, void* addr, void* data) {
+  return ::ptrace(static_cast<__ptrace_request>(request), tid, addr, data);
+}
+
+absl::Status Check(long rc, const char* what, pid_t tid) {
+  if (rc == -1) return ErrnoStatus(absl::StrCat(what, " tid ", tid));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<StopInfo> WaitStop(pid_t tid) {
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(tid, &status, __WALL);
+    if (r == tid) break;
+    if (r < 0 && errno == EINTR) continue;
+    return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
+  }
+  StopInfo info;
+  if (WIFEXITED(status)) {
+    info.kind = StopInfo::Kind::kExited;
+    info.signal = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    info.kind = StopInfo::Kind::kKilled;
+    info.signal = WTERMSIG(status);
+  } else if (WIFSTOPPED(status)) {
+    info.signal = WSTOPSIG(status);
+    info.event = (status >> 16) & 0xff;
+    info.kind = info.event != 0 ? StopInfo::Kind::kEventStop : StopInfo::Kind::kSignalStop;
+  }
+  return info;
+}
+
+absl::Status Seize(pid_t tid, long options) {
+  return Check(Ptrace(PTRACE_SEIZE, tid, nullptr, reinterpret_cast<void*>(options)),
+               "ptrace(SEIZE)", tid);
+}
+
+absl::Status Interrupt(pid_t tid) {
+  return Check(Ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr), "ptrace(INTERRUPT)", tid);
+}
+
+absl::Status Detach(pid_t tid, int signal) {
+  return Check(Ptrace(PTRACE_DETACH, tid, nullptr, reinterpret_cast<void*>(static_cast<long>(signal))),
+               "ptrace(DETACH)", tid);
+}
+
+absl::Status Cont(pid_t tid, int signal) {
+  return Check(Ptrace(PTRACE_CONT, tid, nullptr, reinterpret_cast<void*>(static_cast<long>(signal))),
+               "ptrace(CONT)", tid);
+}
+
+absl::Status SingleStep(pid_t tid) {
+  return Check(Ptrace(PTRACE_SINGLESTEP, tid, nullptr, nullptr), "ptrace(SINGLESTEP)", tid);
+}
+
+absl::StatusOr<user_regs_struct> GetRegs(pid_t tid) {
+  user_regs_struct regs{};
+  RETURN_IF_ERROR(Check(Ptrace(PTRACE_GETREGS, tid, nullptr, &regs), "ptrace(GETREGS)", tid));
+  return regs;
+}
+
+absl::Status SetRegs(pid_t tid, const user_regs_struct& regs) {
+  return Check(Ptrace(PTRACE_SETREGS, tid, nullptr, const_cast<user_regs_struct*>(&regs)),
+               "ptrace(SETREGS)", tid);
+}
+
+absl::StatusOr<std::string> GetXstate(pid_t tid) {
+  // Large enough for every xsave layout the kernel exposes (AVX-512 + AMX tiles fit in 16 KiB).
+  std::string buf(16384, '\0');
+  iovec iov{buf.data(), buf.size()};
+  RETURN_IF_ERROR(Check(Ptrace(PTRACE_GETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &iov),
+                        "ptrace(GETREGSET xstate)", tid));
+  buf.resize(iov.iov_len);
+  return buf;
+}
+
+absl::Status SetXstate(pid_t tid, const std::string& xstate) {
+  std::string buf = xstate;
+  iovec iov{buf.data(), buf.size()};
+  return Check(Ptrace(PTRACE_SETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &iov),
+               "ptrace(SETREGSET xstate)", tid);
+}
+
+absl::StatusOr<uint64_t> GetSigmask(pid_t tid) {
+  uint64_t mask = 0;
+  RETURN_IF_ERROR(Check(Ptrace(PTRACE_GETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask),
+                        "ptrace(GETSIGMASK)", tid));
+  return mask;
+}
+
+absl::Status SetSigmask(pid_t tid, uint64_t mask) {
+  return Check(Ptrace(PTRACE_SETSIGMASK, tid, reinterpret_cast<void*>(sizeof mask), &mask),
+               "ptrace(SETSIGMASK)", tid);
+}
+
+absl::StatusOr<std::vector<std::string>> PeekPendingSignals(pid_t tid, bool shared) {
+  std::vector<std::string> out;
+  constexpr int kBatch = 32;
+  siginfo_t infos[kBatch];
+  for (;;) {
+    __ptrace_peeksiginfo_args args{};
+    args.off = out.size();
+    args.flags = shared ? PTRACE_PEEKSIGINFO_SHARED : 0;
+    args.nr = kBatch;
+    long n = Ptrace(PTRACE_PEEKSIGINFO, tid, &args, infos);
+    RETURN_IF_ERROR(Check(n, "ptrace(PEEKSIGINFO)", tid));
+    for (long i = 0; i < n; ++i) {
+      out.emplace_back(reinterpret_cast<const char*>(&infos[i]), sizeof(siginfo_t));
+    }
+    if (n < kBatch) break;
+  }
+  return out;
+}
+
+absl::StatusOr<RseqConfig> GetRseq(pid_t tid) {
+  struct {
+    uint64_t rseq_abi_pointer;
+    uint32_t rseq_abi_size;
+    uint32_t signature;
+    uint32_t flags;
+    uint32_t pad;
+  } conf{};
+  RETURN_IF_ERROR(Check(Ptrace(kGetRseqConfiguration, tid, reinterpret_cast<void*>(sizeof conf), &conf),
+                        "ptrace(GET_RSEQ_CONFIGURATION)", tid));
+  return RseqConfig{conf.rseq_abi_pointer, conf.rseq_abi_size, conf.signature};
+}
+
+}  // namespace cairn::inject

@@ -1,0 +1,50 @@
+#pragma once
+// Readers for /proc/PID/stat, /proc/PID/status and /proc/PID/task.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::proc {
+
+struct Stat {
+  pid_t pid = 0;
+  std::string comm;
+  char state = '?';
+  pid_t ppid = 0;
+  pid_t pgrp = 0;
+  pid_t session = 0;
+  uint64_t flags = 0;        // PF_* (PF_KTHREAD = 0x00200000)
+  int64_t num_threads = 0;
+  uint64_t start_code = 0, end_code = 0, start_stack = 0;
+  uint64_t start_data = 0, end_data = 0, start_brk = 0;
+  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
+
+  bool IsKernelThread() const { return (flags & 0x00200000) != 0; }
+};
+
+// Parses the text of /proc/PID/stat (comm may contain spaces and parentheses).
+absl::StatusOr<Stat> ParseStat(absl::string_view text);
+absl::StatusOr<Stat> ReadStat(pid_t pid);
+
+struct Status {
+  uint32_t uid[4] = {};  // real, effective, saved, fs
+  uint32_t gid[4] = {};
+  std::vector<uint32_t> groups;
+  uint64_t cap_inh = 0, cap_prm = 0, cap_eff = 0, cap_bnd = 0, cap_amb = 0;
+  bool no_new_privs = false;
+  int seccomp = 0;
+};
+
+absl::StatusOr<Status> ParseStatus(absl::string_view text);
+absl::StatusOr<Status> ReadStatus(pid_t pid);
+
+// Thread ids listed in /proc/PID/task, ascending.
+absl::StatusOr<std::vector<pid_t>> ListTasks(pid_t pid);
+
+}  // namespace cairn::proc

@@ -1,0 +1,258 @@
+#include "engine/restore/memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "engine/image/format.h"
+#include "engine/proc/maps.h"
+
+namespace cairn::restore {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+bool Overlaps(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < b1 && b0 < a1; }
+
+bool IsKernelArea(const std::string& path) {
+  return path == "[vdso]" || path == "[vvar]" || path == "[vvar_vclock]" || path == "[vsyscall]";
+}
+
+absl::Status CheckSameFile(pid_t pid, int remote_fd, const image::FileId& want, const std::string& path,
+                           bool check_content) {
+  std::string link = absl::StrCat("/proc/", pid, "/fd/", remote_fd);
+  struct stat st {};
+  if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + path + ")");
+  bool same = st.st_dev == want.dev() && st.st_ino == want.ino();
+  if (check_content) {
+    same = same && static_cast<uint64_t>(st.st_size) == want.size() &&
+           st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec == want.mtime_ns();
+  }
+  if (!same) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is not the file the checkpoint was taken with (it was replaced or modified since); "
+              "restore needs the same file"));
+  }
+  return absl::OkStatus();
+}
+
+int MadviseFor(const std::string& flag) {
+  if (flag == "dd") return MADV_DONTDUMP;
+  if (flag == "dc") return MADV_DONTFORK;
+  if (flag == "wf") return MADV_WIPEONFORK;
+  if (flag == "hg") return MADV_HUGEPAGE;
+  if (flag == "nh") return MADV_NOHUGEPAGE;
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::vector<Range>& avoid, uint64_t len) {
+  std::vector<Range> used = avoid;
+  for (const image::Vma& v : proc.vmas()) used.push_back({v.start(), v.end()});
+  // Keep a guard page on each side so the kernel never merges our area with a saved one.
+  std::sort(used.begin(), used.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  uint64_t cand = 1 << 20;
+  for (const Range& r : used) {
+    if (r.end <= cand) continue;
+    if (r.start >= cand + len + kPage) return cand;
+    cand = std::max(cand, r.end + kPage);
+  }
+  if (cand + len < (1ULL << 47)) return cand;
+  return absl::ResourceExhaustedError("no free address range for the restorer's work area");
+}
+
+absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep) {
+  pid_t pid = inj.tid();
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+  std::map<std::string, Range> cur_kernel;
+  for (const proc::MapEntry& m : maps) {
+    if (IsKernelArea(m.path)) {
+      cur_kernel[m.path] = {m.start, m.end};
+      continue;
+    }
+    if (Overlaps(m.start, m.end, keep.start, keep.end)) continue;
+    RETURN_IF_ERROR(inj.Call(absl::StrFormat("munmap restorer area %#x-%#x", m.start, m.end), SYS_munmap,
+                             m.start, m.end - m.start).status());
+  }
+  // Saved kernel areas, keyed by name.
+  std::map<std::string, Range> saved;
+  for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) saved[v.path()] = {v.start(), v.end()};
+  }
+  for (const auto& [name, r] : cur_kernel) {
+    if (name == "[vsyscall]") continue;
+    if (!saved.count(name)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this kernel has a ", name, " area the checkpointed process did not have: the checkpoint comes from "
+          "a different kernel; restore it on a machine running the same kernel"));
+    }
+  }
+  for (const auto& [name, r] : saved) {
+    if (!cur_kernel.count(name) || cur_kernel[name].end - cur_kernel[name].start != r.end - r.start) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint's ", name, " area does not match this kernel's: the checkpoint comes from a different "
+          "kernel; restore it on a machine running the same kernel"));
+    }
+  }
+  // Move each kernel area to its saved place. If a destination overlaps a current kernel
+  // area, park everything out of the way first.
+  bool clash = false;
+  for (const auto& [name, dst] : saved) {
+    for (const auto& [n2, src] : cur_kernel) {
+      if (Overlaps(dst.start, dst.end, src.start, src.end) && dst.start != src.start) clash = true;
+    }
+  }
+  if (clash) {
+    uint64_t total = 0;
+    for (const auto& [name, r] : cur_kernel) total += r.end - r.start + kPage;
+    std::vector<Range> avoid = {keep};
+    for (const auto& [name, r] : cur_kernel) avoid.push_back(r);
+    ASSIGN_OR_RETURN(uint64_t park, FindFreeRange(proc, avoid, total));
+    for (auto& [name, r] : cur_kernel) {
+      if (name == "[vsyscall]") continue;
+      RETURN_IF_ERROR(inj.Call("mremap " + name, SYS_mremap, r.start, r.end - r.start, r.end - r.start,
+                               MREMAP_MAYMOVE | MREMAP_FIXED, park).status());
+      r = {park, park + (r.end - r.start)};
+      park = r.end + kPage;
+    }
+  }
+  for (const auto& [name, dst] : saved) {
+    Range src = cur_kernel[name];
+    if (src.start == dst.start) continue;
+    RETURN_IF_ERROR(inj.Call("mremap " + name + " to its saved address", SYS_mremap, src.start,
+                             src.end - src.start, src.end - src.start, MREMAP_MAYMOVE | MREMAP_FIXED, dst.start)
+                        .status());
+  }
+  // The vDSO code must be the one the process was using.
+  for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() != image::Vma::VDSO) continue;
+    std::string bytes(v.end() - v.start(), '\0');
+    RETURN_IF_ERROR(inject::ReadRemote(pid, v.start(), bytes.data(), bytes.size()));
+    if (image::Checksum(bytes.data(), bytes.size()) != proc.vdso_xxh3()) {
+      return absl::FailedPreconditionError(
+          "this kernel's vDSO differs from the checkpointed process's: restore it on a machine running the "
+          "same kernel build");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
+                        int threads) {
+  pid_t pid = inj.tid();
+  const image::Process& proc = img.meta().process();
+  // 1. Map every area, writable while it is filled.
+  std::map<std::string, long> open_files;  // path+mode -> remote fd
+  for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
+    uint64_t len = v.end() - v.start();
+    uint32_t prot = v.prot();
+    if (v.blocks_size() > 0) prot |= PROT_WRITE;
+    int flags = MAP_FIXED;
+    long fd = -1;
+    uint64_t off = 0;
+    switch (v.kind()) {
+      case image::Vma::ANON:
+        flags |= MAP_PRIVATE | MAP_ANONYMOUS;
+        if (std::find(v.vm_flags().begin(), v.vm_flags().end(), "gd") != v.vm_flags().end()) flags |= MAP_GROWSDOWN;
+        break;
+      case image::Vma::SHARED_ANON:
+        flags |= MAP_SHARED | MAP_ANONYMOUS;
+        break;
+      case image::Vma::FILE_PRIVATE:
+      case image::Vma::FILE_SHARED: {
+        bool shared_write = v.kind() == image::Vma::FILE_SHARED && (v.prot() & PROT_WRITE);
+        int oflags = (shared_write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
+        std::string key = absl::StrCat(oflags, ":", v.path());
+        auto it = open_files.find(key);
+        if (it == open_files.end()) {
+          ASSIGN_OR_RETURN(uint64_t path_addr, scratch.PutString(0, v.path()));
+          ASSIGN_OR_RETURN(long rfd, inj.Call("open " + v.path(), SYS_openat, static_cast<uint64_t>(AT_FDCWD),
+                                              path_addr, static_cast<uint64_t>(oflags), 0));
+          // Content must match for private mappings (their clean pages come from the file).
+          RETURN_IF_ERROR(CheckSameFile(pid, static_cast<int>(rfd), v.file(), v.path(),
+                                        v.kind() == image::Vma::FILE_PRIVATE));
+          it = open_files.emplace(key, rfd).first;
+        }
+        fd = it->second;
+        flags |= v.kind() == image::Vma::FILE_SHARED ? MAP_SHARED : MAP_PRIVATE;
+        off = v.pgoff();
+        break;
+      }
+      default:
+        break;
+    }
+    ASSIGN_OR_RETURN(long addr, inj.Call(absl::StrFormat("mmap %#x-%#x (%s)", v.start(), v.end(), v.path()),
+                                         SYS_mmap, v.start(), len, prot, static_cast<uint64_t>(flags),
+                                         static_cast<uint64_t>(fd), off));
+    if (static_cast<uint64_t>(addr) != v.start()) {
+      return absl::InternalError(absl::StrFormat("mmap placed %#x at %#x", v.start(), addr));
+    }
+  }
+  for (const auto& [key, rfd] : open_files) {
+    RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(rfd)).status());
+  }
+
+  // 2. Fill pages, verifying every block, with parallel writers.
+  std::vector<const image::PageBlock*> blocks;
+  for (const image::Vma& v : proc.vmas()) {
+    for (const image::PageBlock& b : v.blocks()) {
+      if (b.vaddr() < v.start() || b.length() > v.end() - b.vaddr() || b.length() % kPage != 0) {
+        return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area %#x-%#x (corrupt image)",
+                                                   img.dir(), b.vaddr(), v.start(), v.end()));
+      }
+      blocks.push_back(&b);
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  absl::Status fill_status;  // GUARDED_BY(mu)
+  auto worker = [&] {
+    for (;;) {
+      size_t i = next.fetch_add(1);
+      if (i >= blocks.size()) return;
+      const image::PageBlock& b = *blocks[i];
+      absl::Status s = img.VerifyBlock(b);
+      if (s.ok()) s = inject::WriteRemote(pid, b.vaddr(), img.BlockData(b), b.length());
+      if (!s.ok()) {
+        std::lock_guard lock(mu);
+        if (fill_status.ok()) fill_status = s;
+        next = blocks.size();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  RETURN_IF_ERROR(fill_status);
+
+  // 3. Final protections and advice.
+  for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
+    if (v.blocks_size() > 0 && !(v.prot() & PROT_WRITE)) {
+      RETURN_IF_ERROR(inj.Call("mprotect", SYS_mprotect, v.start(), v.end() - v.start(), v.prot()).status());
+    }
+    for (const std::string& f : v.vm_flags()) {
+      int advice = MadviseFor(f);
+      if (advice < 0) continue;
+      RETURN_IF_ERROR(inj.Call(absl::StrCat("madvise ", f), SYS_madvise, v.start(), v.end() - v.start(),
+                               static_cast<uint64_t>(advice)).status());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::restore

@@ -1,0 +1,33 @@
+#pragma once
+// Rebuilding a process's address space inside a stopped task created by the restorer:
+// unmap the restorer's own areas, move the vDSO to where it was, map every saved area,
+// fill the saved pages, then set the final protections.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/image/image.h"
+#include "engine/inject/injector.h"
+
+namespace cairn::restore {
+
+struct Range {
+  uint64_t start = 0, end = 0;
+};
+
+// Finds `len` bytes free in both the saved layout and `avoid` (page-aligned, above 1 MiB).
+absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::vector<Range>& avoid, uint64_t len);
+
+// Unmaps everything in `pid` except `keep` and the vDSO/vvar areas, then moves those to
+// their saved addresses. Fails clearly when the vDSO differs from the dumped one.
+absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep);
+
+// Maps every saved area, writes the saved pages (verifying each block), sets protections
+// and advice. Pages are written with `threads` parallel writers.
+absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
+                        int threads);
+
+}  // namespace cairn::restore

@@ -1,0 +1,29 @@
+#pragma once
+// The restore driver: rebuilds a checkpointed process, with its PID and thread IDs, from
+// a checkpoint directory, and lets it run.
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::restore {
+
+struct RestoreOptions {
+  std::string dir;
+  int fill_threads = 2;  // parallel page writers
+};
+
+struct RestoreResult {
+  pid_t pid = 0;
+  uint64_t bytes = 0;     // page data written
+  double seconds = 0;     // from start until the process runs
+};
+
+// Rebuilds the process and lets it run. The process is a child of the caller, so the
+// caller may wait for it. On failure nothing is left behind: the half-built process is
+// killed and reaped, and temporary files are removed.
+absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts);
+
+}  // namespace cairn::restore

@@ -1,0 +1,291 @@
+#include "engine/restore/task_state.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/user.h>
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "engine/inject/ptrace.h"
+
+namespace cairn::restore {
+namespace {
+
+constexpr int kPrTimerCreateRestoreIds = 77;  // linux 6.15+, not in Debian 12's headers
+
+struct KernelSigaction {
+  uint64_t handler, flags, restorer, mask;
+};
+
+struct PrctlMmMap {
+  uint64_t start_code, end_code, start_data, end_data, start_brk, brk, start_stack;
+  uint64_t arg_start, arg_end, env_start, env_end;
+  uint64_t auxv;
+  uint32_t auxv_size;
+  uint32_t exe_fd;
+};
+static_assert(sizeof(PrctlMmMap) == 104);
+
+// Scratch offsets: strings at 0, structures at 1 KiB, auxv at 8 KiB.
+constexpr size_t kStructOff = 1024;
+constexpr size_t kAuxvOff = 8192;
+
+}  // namespace
+
+absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& scratch,
+                                 const image::Process& proc) {
+  pid_t pid = inj.tid();
+  const image::MmLayout& mm = proc.mm();
+
+  // mm layout, auxv and the exe link in one call.
+  ASSIGN_OR_RETURN(uint64_t exe_path, scratch.PutString(0, mm.exe()));
+  ASSIGN_OR_RETURN(long exe_fd, inj.Call("open exe " + mm.exe(), SYS_openat, static_cast<uint64_t>(AT_FDCWD),
+                                         exe_path, O_RDONLY | O_CLOEXEC, 0));
+  {
+    std::string link = absl::StrCat("/proc/", pid, "/fd/", exe_fd);
+    struct stat st {};
+    if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
+    if (st.st_dev != mm.exe_id().dev() || st.st_ino != mm.exe_id().ino()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the executable ", mm.exe(), " was replaced since the checkpoint; restore needs the same file"));
+    }
+  }
+  ASSIGN_OR_RETURN(uint64_t auxv_addr, scratch.Put(kAuxvOff, mm.auxv().data(), mm.auxv().size()));
+  PrctlMmMap m{mm.start_code(), mm.end_code(), mm.start_data(), mm.end_data(), mm.start_brk(), mm.brk(),
+               mm.start_stack(), mm.arg_start(), mm.arg_end(), mm.env_start(), mm.env_end(), auxv_addr,
+               static_cast<uint32_t>(mm.auxv().size()), static_cast<uint32_t>(exe_fd)};
+  ASSIGN_OR_RETURN(uint64_t m_addr, scratch.Put(kStructOff, &m, sizeof m));
+  RETURN_IF_ERROR(inj.Call("prctl(PR_SET_MM_MAP)", SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, m_addr, sizeof m).status());
+  RETURN_IF_ERROR(inj.Call("close exe", SYS_close, static_cast<uint64_t>(exe_fd)).status());
+
+  // cwd, umask, personality.
+  ASSIGN_OR_RETURN(uint64_t cwd, scratch.PutString(0, proc.cwd()));
+  RETURN_IF_ERROR(inj.Call("chdir " + proc.cwd(), SYS_chdir, cwd).status());
+  RETURN_IF_ERROR(inj.Call("umask", SYS_umask, proc.umask()).status());
+  RETURN_IF_ERROR(inj.Call("personality", SYS_personality, proc.personality()).status());
+
+  // Session and process group: a session leader gets its own session again; a group
+  // leader its own group. Joining a foreign session is impossible by design.
+  if (proc.sid() == proc.pid()) {
+    RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
+  } else if (proc.pgid() == proc.pid()) {
+    RETURN_IF_ERROR(inj.Call("setpgid", SYS_setpgid, 0, 0).status());
+  }
+
+  // Resource limits, from outside. Without CAP_SYS_RESOURCE a hard limit cannot rise.
+  for (const image::Rlimit& r : proc.rlimits()) {
+    rlimit want{r.cur(), r.max()};
+    if (::prlimit(pid, static_cast<__rlimit_resource>(r.resource()), &want, nullptr) != 0) {
+      rlimit cur{};
+      if (errno == EPERM && ::prlimit(pid, static_cast<__rlimit_resource>(r.resource()), nullptr, &cur) == 0) {
+        rlimit capped{std::min(r.cur(), cur.rlim_max), std::min(r.max(), cur.rlim_max)};
+        CAIRN_LOG_WARN("event=rlimit_capped resource={} want_max={} have_max={}", r.resource(), r.max(),
+                       cur.rlim_max);
+        if (::prlimit(pid, static_cast<__rlimit_resource>(r.resource()), &capped, nullptr) == 0) continue;
+      }
+      return ErrnoStatus(absl::StrCat("prlimit resource ", r.resource(), " of pid ", pid));
+    }
+  }
+
+  // Signal handlers: every catchable signal gets its saved disposition or the default.
+  std::map<int, const image::SigAction*> saved;
+  for (const image::SigAction& a : proc.sigactions()) saved[a.signo()] = &a;
+  for (int sig = 1; sig <= 64; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    KernelSigaction ka{};
+    if (auto it = saved.find(sig); it != saved.end()) {
+      ka = {it->second->handler(), it->second->flags(), it->second->restorer(), it->second->mask()};
+    }
+    ASSIGN_OR_RETURN(uint64_t ka_addr, scratch.Put(kStructOff, &ka, sizeof ka));
+    RETURN_IF_ERROR(inj.Call(absl::StrCat("rt_sigaction(", sig, ")"), SYS_rt_sigaction, sig, ka_addr, 0, 8).status());
+  }
+
+  // Interval timers.
+  for (const image::Itimer& t : proc.itimers()) {
+    itimerval it{};
+    it.it_interval = {static_cast<time_t>(t.interval_us() / 1000000), static_cast<suseconds_t>(t.interval_us() % 1000000)};
+    it.it_value = {static_cast<time_t>(t.value_us() / 1000000), static_cast<suseconds_t>(t.value_us() % 1000000)};
+    if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0) it.it_value.tv_usec = 1;  // armed: fire soon
+    ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(kStructOff, &it, sizeof it));
+    RETURN_IF_ERROR(inj.Call("setitimer", SYS_setitimer, static_cast<uint64_t>(t.which()), addr, 0).status());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratch, const image::Process& proc,
+                           std::map<pid_t, inject::Injector>* injectors) {
+  injectors->emplace(main.tid(), main);
+  for (const image::Thread& t : proc.threads()) {
+    if (t.tid() == proc.pid()) continue;
+    pid_t tid = t.tid();
+    ASSIGN_OR_RETURN(uint64_t tid_addr, scratch.Put(kStructOff + 512, &tid, sizeof tid));
+    clone_args args{};
+    args.flags = CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM;
+    args.set_tid = tid_addr;
+    args.set_tid_size = 1;
+    ASSIGN_OR_RETURN(uint64_t args_addr, scratch.Put(kStructOff, &args, sizeof args));
+    auto rc = main.Call(absl::StrCat("clone3 thread ", tid), SYS_clone3, args_addr, sizeof args);
+    if (!rc.ok()) {
+      if (absl::IsAlreadyExists(rc.status())) {
+        return absl::AlreadyExistsError(absl::StrCat("thread id ", tid, " is in use by another process; it must be "
+                                                     "free to restore the checkpoint"));
+      }
+      return rc.status();
+    }
+    // The new thread is traced from birth (PTRACE_O_TRACECLONE) and starts stopped.
+    for (;;) {
+      ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(tid));
+      if (stop.kind == inject::StopInfo::Kind::kSignalStop || stop.kind == inject::StopInfo::Kind::kEventStop) break;
+      return absl::InternalError(absl::StrCat("new thread ", tid, " did not stop"));
+    }
+    injectors->emplace(tid, inject::Injector(tid, main.syscall_insn()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, inject::RemoteScratch& scratch,
+                                 const image::Process& proc) {
+  pid_t pid = proc.pid();
+  inject::Injector& main = injectors.at(pid);
+  for (const image::Thread& t : proc.threads()) {
+    inject::Injector& inj = injectors.at(t.tid());
+    RETURN_IF_ERROR(inj.Call("set_robust_list", SYS_set_robust_list, t.robust_list(), t.robust_list_len()).status());
+    RETURN_IF_ERROR(inj.Call("set_tid_address", SYS_set_tid_address, t.clear_child_tid()).status());
+    if (t.rseq().addr() != 0) {
+      RETURN_IF_ERROR(inj.Call("rseq", SYS_rseq, t.rseq().addr(), t.rseq().size(), 0, t.rseq().signature()).status());
+    }
+    stack_t ss{};
+    ss.ss_sp = reinterpret_cast<void*>(t.altstack().sp());
+    ss.ss_flags = t.altstack().flags() & ~SS_ONSTACK;
+    ss.ss_size = t.altstack().size();
+    if (!(ss.ss_flags & SS_DISABLE)) {
+      ASSIGN_OR_RETURN(uint64_t ss_addr, scratch.Put(kStructOff, &ss, sizeof ss));
+      RETURN_IF_ERROR(inj.Call("sigaltstack", SYS_sigaltstack, ss_addr, 0).status());
+    }
+    ASSIGN_OR_RETURN(uint64_t name, scratch.PutString(0, t.comm().substr(0, 15)));
+    RETURN_IF_ERROR(inj.Call("prctl(PR_SET_NAME)", SYS_prctl, PR_SET_NAME, name).status());
+    for (const image::SigInfo& si : t.pending()) {
+      siginfo_t info{};
+      std::memcpy(&info, si.raw().data(), std::min(si.raw().size(), sizeof info));
+      ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(kStructOff, &info, sizeof info));
+      RETURN_IF_ERROR(inj.Call("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo, pid, t.tid(),
+                               static_cast<uint64_t>(info.si_signo), addr).status());
+    }
+  }
+  for (const image::SigInfo& si : proc.shared_pending()) {
+    siginfo_t info{};
+    std::memcpy(&info, si.raw().data(), std::min(si.raw().size(), sizeof info));
+    ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(kStructOff, &info, sizeof info));
+    RETURN_IF_ERROR(main.Call("rt_sigqueueinfo", SYS_rt_sigqueueinfo, pid, static_cast<uint64_t>(info.si_signo), addr)
+                        .status());
+  }
+
+  // POSIX timers keep their ids (PR_TIMER_CREATE_RESTORE_IDS, Linux 6.15+).
+  if (proc.posix_timers_size() > 0) {
+    RETURN_IF_ERROR(main.Call("prctl(PR_TIMER_CREATE_RESTORE_IDS, on)", SYS_prctl, kPrTimerCreateRestoreIds, 1)
+                        .status());
+    for (const image::PosixTimer& pt : proc.posix_timers()) {
+      sigevent sev{};
+      sev.sigev_notify = pt.notify();
+      sev.sigev_signo = pt.signo();
+      sev.sigev_value.sival_ptr = reinterpret_cast<void*>(pt.sigval());
+      if (pt.notify() == SIGEV_THREAD_ID) sev._sigev_un._tid = pt.notify_tid();
+      ASSIGN_OR_RETURN(uint64_t sev_addr, scratch.Put(kStructOff, &sev, sizeof sev));
+      int id = pt.id();
+      ASSIGN_OR_RETURN(uint64_t id_addr, scratch.Put(kStructOff + 256, &id, sizeof id));
+      RETURN_IF_ERROR(main.Call(absl::StrCat("timer_create id ", pt.id()), SYS_timer_create,
+                                static_cast<uint64_t>(pt.clock()), sev_addr, id_addr).status());
+      itimerspec its{};
+      its.it_interval = {static_cast<time_t>(pt.interval_ns() / 1000000000), static_cast<long>(pt.interval_ns() % 1000000000)};
+      its.it_value = {static_cast<time_t>(pt.value_ns() / 1000000000), static_cast<long>(pt.value_ns() % 1000000000)};
+      if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0 && (pt.interval_ns() != 0)) its.it_value.tv_nsec = 1;
+      ASSIGN_OR_RETURN(uint64_t its_addr, scratch.Put(kStructOff + 512, &its, sizeof its));
+      RETURN_IF_ERROR(main.Call("timer_settime", SYS_timer_settime, static_cast<uint64_t>(pt.id()), 0, its_addr, 0)
+                          .status());
+    }
+    RETURN_IF_ERROR(main.Call("prctl(PR_TIMER_CREATE_RESTORE_IDS, off)", SYS_prctl, kPrTimerCreateRestoreIds, 0)
+                        .status());
+  }
+
+  // Credentials last: they may take away the rights the steps above needed. Credentials
+  // are per thread in the kernel, so every thread sets its own.
+  const image::Creds& c = proc.creds();
+  bool root_full = c.uids_size() == 4 && c.gids_size() == 4;
+  for (int i = 0; i < 4 && root_full; ++i) root_full = c.uids(i) == 0 && c.gids(i) == 0;
+  for (auto& [tid, inj] : injectors) {
+    std::vector<uint32_t> groups(c.groups().begin(), c.groups().end());
+    ASSIGN_OR_RETURN(uint64_t gaddr, scratch.Put(kStructOff, groups.data(), groups.size() * sizeof(uint32_t)));
+    RETURN_IF_ERROR(inj.Call("setgroups", SYS_setgroups, groups.size(), gaddr).status());
+    for (int cap = 0; cap < 64; ++cap) {
+      if (!(c.cap_bnd() & (1ULL << cap)) && cap <= CAP_LAST_CAP) {
+        RETURN_IF_ERROR(inj.Call("prctl(PR_CAPBSET_DROP)", SYS_prctl, PR_CAPBSET_DROP, cap).status());
+      }
+    }
+    if (c.uids_size() == 4 && c.gids_size() == 4 && !root_full) {
+      RETURN_IF_ERROR(inj.Call("prctl(PR_SET_KEEPCAPS)", SYS_prctl, PR_SET_KEEPCAPS, 1).status());
+      RETURN_IF_ERROR(inj.Call("setresgid", SYS_setresgid, c.gids(0), c.gids(1), c.gids(2)).status());
+      RETURN_IF_ERROR(inj.Call("setfsgid", SYS_setfsgid, c.gids(3)).status());
+      RETURN_IF_ERROR(inj.Call("setresuid", SYS_setresuid, c.uids(0), c.uids(1), c.uids(2)).status());
+      RETURN_IF_ERROR(inj.Call("setfsuid", SYS_setfsuid, c.uids(3)).status());
+      RETURN_IF_ERROR(inj.Call("prctl(PR_SET_KEEPCAPS)", SYS_prctl, PR_SET_KEEPCAPS, 0).status());
+    }
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    data[0] = {static_cast<uint32_t>(c.cap_eff()), static_cast<uint32_t>(c.cap_prm()), static_cast<uint32_t>(c.cap_inh())};
+    data[1] = {static_cast<uint32_t>(c.cap_eff() >> 32), static_cast<uint32_t>(c.cap_prm() >> 32),
+               static_cast<uint32_t>(c.cap_inh() >> 32)};
+    ASSIGN_OR_RETURN(uint64_t haddr, scratch.Put(kStructOff, &hdr, sizeof hdr));
+    ASSIGN_OR_RETURN(uint64_t daddr, scratch.Put(kStructOff + 64, data, sizeof data));
+    RETURN_IF_ERROR(inj.Call("capset", SYS_capset, haddr, daddr).status());
+  }
+  if (c.no_new_privs()) {
+    RETURN_IF_ERROR(main.Call("prctl(PR_SET_NO_NEW_PRIVS)", SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).status());
+  }
+  RETURN_IF_ERROR(main.Call("prctl(PR_SET_DUMPABLE)", SYS_prctl, PR_SET_DUMPABLE,
+                            static_cast<uint64_t>(c.dumpable())).status());
+  RETURN_IF_ERROR(main.Call("prctl(PR_SET_PDEATHSIG)", SYS_prctl, PR_SET_PDEATHSIG,
+                            static_cast<uint64_t>(proc.pdeathsig())).status());
+  return absl::OkStatus();
+}
+
+absl::Status SetFinalRegisters(const image::Process& proc) {
+  for (const image::Thread& t : proc.threads()) {
+    user_regs_struct regs{};
+    if (t.regs().raw().size() != sizeof regs) {
+      return absl::DataLossError(absl::StrCat("thread ", t.tid(), ": saved registers have the wrong size"));
+    }
+    std::memcpy(&regs, t.regs().raw().data(), sizeof regs);
+    if (static_cast<int64_t>(regs.orig_rax) >= 0) {
+      switch (static_cast<int64_t>(regs.rax)) {
+        case -512:  // ERESTARTSYS
+        case -513:  // ERESTARTNOINTR
+        case -514:  // ERESTARTNOHAND
+          regs.rax = regs.orig_rax;
+          regs.rip -= 2;
+          break;
+        case -516:  // ERESTART_RESTARTBLOCK: its remaining time lived in the kernel
+          regs.rax = static_cast<uint64_t>(-EINTR);
+          break;
+        default:
+          break;
+      }
+      regs.orig_rax = static_cast<uint64_t>(-1);
+    }
+    RETURN_IF_ERROR(inject::SetXstate(t.tid(), t.xstate()));
+    RETURN_IF_ERROR(inject::SetRegs(t.tid(), regs));
+    RETURN_IF_ERROR(inject::SetSigmask(t.tid(), t.blocked_mask()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::restore

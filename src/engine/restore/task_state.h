@@ -1,0 +1,34 @@
+#pragma once
+// Restoring the non-memory state of a process being rebuilt: process-wide values
+// (mm layout, cwd, umask, personality, session, rlimits, signal handlers, timers),
+// threads, and each thread's own state; then the final registers and credentials.
+
+#include <sys/types.h>
+
+#include <map>
+
+#include "absl/status/status.h"
+#include "engine/image/image.h"
+#include "engine/inject/injector.h"
+
+namespace cairn::restore {
+
+// Process-wide state, injected in the main thread. REQUIRES: the address space is rebuilt.
+absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& scratch,
+                                 const image::Process& proc);
+
+// Creates every saved thread but the main one with its saved TID; fills `injectors`
+// (tid -> injector) including the main thread's.
+absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratch, const image::Process& proc,
+                           std::map<pid_t, inject::Injector>* injectors);
+
+// Per-thread state (robust list, clear-child-tid, rseq, alternate stack, name, pending
+// signals), then POSIX timers, then shared pending signals and credentials.
+absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, inject::RemoteScratch& scratch,
+                                 const image::Process& proc);
+
+// Sets every thread's final registers, xstate and signal mask. Converts a syscall that
+// was interrupted into its restart (or into EINTR when its kernel-held state is lost).
+absl::Status SetFinalRegisters(const image::Process& proc);
+
+}  // namespace cairn::restore
