@@ -2,6 +2,11 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -19,11 +24,78 @@ absl::string_view KindOf(absl::string_view target) {
   return "an unsupported file";
 }
 
+struct PipeContent {
+  std::string data;
+  uint32_t capacity = 0;
+};
+
+// Copies the bytes queued in the pipe behind `pid`'s descriptor `fd` without consuming
+// them: a duplicate of the read end (pidfd_getfd) is tee(2)d into a pipe of our own.
+absl::StatusOr<PipeContent> PeekPipe(pid_t pid, int fd) {
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return ErrnoStatus(absl::StrCat("pidfd_open pid ", pid));
+  UniqueFd theirs(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
+  if (!theirs.valid()) return ErrnoStatus(absl::StrCat("pidfd_getfd pid ", pid, " fd ", fd));
+  PipeContent pc;
+  int cap = ::fcntl(theirs.get(), F_GETPIPE_SZ);
+  if (cap < 0) return ErrnoStatus(absl::StrCat("F_GETPIPE_SZ on pid ", pid, " fd ", fd));
+  pc.capacity = static_cast<uint32_t>(cap);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoStatus("pipe2");
+  UniqueFd r(p[0]), w(p[1]);
+  if (::fcntl(w.get(), F_SETPIPE_SZ, cap) < cap) return ErrnoStatus("F_SETPIPE_SZ");
+  ssize_t n = ::tee(theirs.get(), w.get(), static_cast<size_t>(cap), SPLICE_F_NONBLOCK);
+  if (n < 0 && errno != EAGAIN) return ErrnoStatus(absl::StrCat("tee from pid ", pid, " fd ", fd));
+  if (n > 0) {
+    pc.data.resize(static_cast<size_t>(n));
+    if (::read(r.get(), pc.data.data(), pc.data.size()) != n) return ErrnoStatus("read pipe copy");
+  }
+  return pc;
+}
+
 }  // namespace
 
 absl::Status CaptureFds(pid_t pid, image::ImageWriter* writer, image::Process* out) {
   ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(pid));
+  // Pipes are supported when both ends are inside the process (the self-pipe pattern).
+  std::map<uint64_t, int> pipe_ends;  // inode -> bit 1: read end seen, bit 2: write end seen
   for (const proc::FdInfo& info : fds) {
+    if (!absl::StartsWith(info.target, "pipe:")) continue;
+    std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
+    struct stat st {};
+    if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
+    pipe_ends[st.st_ino] |= (info.flags & O_ACCMODE) == O_RDONLY ? 1 : 2;
+  }
+  std::set<uint64_t> pipe_saved;
+  for (const proc::FdInfo& info : fds) {
+    if (absl::StartsWith(info.target, "pipe:")) {
+      std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
+      struct stat st {};
+      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
+      if (pipe_ends[st.st_ino] != 3) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d fd %d is a pipe (%s) whose other end is outside the process; single-process checkpoints "
+            "support pipes only between the process's own descriptors — redirect it to a file",
+            pid, info.fd, info.target));
+      }
+      image::Fd fd;
+      fd.set_fd(info.fd);
+      fd.set_kind(image::Fd::PIPE);
+      fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
+      fd.set_flags(info.flags & ~O_CLOEXEC);
+      fd.set_path(info.target);
+      fd.set_pipe_id(st.st_ino);
+      if (writer != nullptr && (info.flags & O_ACCMODE) == O_RDONLY && pipe_saved.insert(st.st_ino).second) {
+        ASSIGN_OR_RETURN(PipeContent pc, PeekPipe(pid, info.fd));
+        ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(pc.data));
+        fd.set_pipe_size(pc.capacity);
+        fd.set_content_offset(blob.offset);
+        fd.set_content_size(blob.size);
+        fd.set_content_xxh3(blob.xxh3);
+      }
+      if (out != nullptr) *out->add_fds() = std::move(fd);
+      continue;
+    }
     auto unsupported = [&](absl::string_view kind) {
       return absl::UnimplementedError(absl::StrFormat(
           "pid %d fd %d is %s (%s); single-process checkpoints support regular files, directories and "

@@ -100,7 +100,10 @@ absl::Status FrozenProcess::Thaw() {
 absl::Status FrozenProcess::Kill() {
   done_ = true;
   if (::kill(pid_, SIGKILL) != 0) return ErrnoStatus(absl::StrCat("kill pid ", pid_));
-  for (const ThreadState& t : threads_) {
+  // The kernel reports the group leader's death only after every other thread's has been
+  // collected, so collect the leader (first in the list) last.
+  for (auto it = threads_.rbegin(); it != threads_.rend(); ++it) {
+    const ThreadState& t = *it;
     for (;;) {
       auto stop = inject::WaitStop(t.tid);
       if (!stop.ok()) break;  // ECHILD: already reaped

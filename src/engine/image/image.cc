@@ -146,6 +146,16 @@ absl::StatusOr<ImageWriter::Blob> ImageWriter::AppendFileContent(int fd, uint64_
   return blob;
 }
 
+absl::StatusOr<ImageWriter::Blob> ImageWriter::AppendBytes(absl::string_view data) {
+  Blob blob{files_off_, data.size(), Checksum(data.data(), data.size())};
+  if (!data.empty() && ::pwrite(files_.get(), data.data(), data.size(), static_cast<off_t>(files_off_)) !=
+                           static_cast<ssize_t>(data.size())) {
+    return ErrnoStatus(absl::StrCat("write ", partial_, "/", kFilesFile));
+  }
+  files_off_ += data.size();
+  return blob;
+}
+
 absl::Status ImageWriter::Commit(Checkpoint& meta) {
   meta.set_format_version(WriterFormatVersion());
   meta.set_pages_bytes(pages_off_);
@@ -243,6 +253,7 @@ absl::Status ImageReader::VerifyBlock(const PageBlock& b) const {
 }
 
 absl::StatusOr<std::string> ImageReader::FileContent(const Fd& fd) const {
+  if (fd.content_size() == 0 && !fd.deleted()) return std::string();
   if (fd.content_offset() < kHeaderSize || fd.content_size() > files_size_ ||
       fd.content_offset() > files_size_ - fd.content_size()) {
     return absl::DataLossError(absl::StrCat(dir_, "/", kFilesFile, ": content of fd ", fd.fd(),
@@ -263,7 +274,7 @@ absl::Status ImageReader::VerifyAll() const {
     for (const PageBlock& b : v.blocks()) RETURN_IF_ERROR(VerifyBlock(b));
   }
   for (const Fd& fd : meta_.process().fds()) {
-    if (fd.deleted()) RETURN_IF_ERROR(FileContent(fd).status());
+    if (fd.deleted() || fd.content_size() > 0) RETURN_IF_ERROR(FileContent(fd).status());
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/string_view.h"
+
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
 #include "image.pb.h"
@@ -32,6 +34,8 @@ class ImageWriter {
     uint64_t offset = 0, size = 0, xxh3 = 0;
   };
   absl::StatusOr<Blob> AppendFileContent(int fd, uint64_t size, const std::string& what);
+  // Appends `data` to files.img (e.g. the bytes queued in a pipe).
+  absl::StatusOr<Blob> AppendBytes(absl::string_view data);
 
   // Writes the metadata, fsyncs everything and renames DIR.partial to DIR.
   absl::Status Commit(Checkpoint& meta);

@@ -5,7 +5,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "absl/strings/str_format.h"
@@ -42,7 +44,48 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::
 absl::Status RestoreFds(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         std::vector<std::string>* temp_paths) {
   pid_t pid = inj.tid();
+  // Pipes are created once per pipe, parked above every saved descriptor number so the
+  // dup3s into place never clobber them, and closed at the end.
+  int max_fd = 0;
+  for (const image::Fd& fd : img.meta().process().fds()) max_fd = std::max(max_fd, fd.fd());
+  std::map<uint64_t, std::pair<long, long>> pipes;  // pipe_id -> parked (read, write) ends
   for (const image::Fd& fd : img.meta().process().fds()) {
+    if (fd.kind() != image::Fd::PIPE) continue;
+    auto it = pipes.find(fd.pipe_id());
+    if (it == pipes.end()) {
+      RETURN_IF_ERROR(inj.Call("pipe2", SYS_pipe2, scratch.addr(), 0).status());
+      int ends[2];
+      RETURN_IF_ERROR(scratch.Get(0, ends, sizeof ends));
+      long parked[2];
+      for (int e = 0; e < 2; ++e) {
+        ASSIGN_OR_RETURN(parked[e], inj.Call("fcntl(F_DUPFD_CLOEXEC)", SYS_fcntl, static_cast<uint64_t>(ends[e]),
+                                             F_DUPFD_CLOEXEC, static_cast<uint64_t>(max_fd + 1)));
+        RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(ends[e])).status());
+      }
+      it = pipes.emplace(fd.pipe_id(), std::make_pair(parked[0], parked[1])).first;
+    }
+    if (fd.pipe_size() != 0) {
+      RETURN_IF_ERROR(inj.Call("fcntl(F_SETPIPE_SZ)", SYS_fcntl, static_cast<uint64_t>(it->second.first),
+                               F_SETPIPE_SZ, fd.pipe_size()).status());
+    }
+    if (fd.content_size() > 0) {
+      ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
+      std::string w = absl::StrCat("/proc/", pid, "/fd/", it->second.second);
+      UniqueFd wfd(::open(w.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+      if (!wfd.valid()) return ErrnoStatus("open " + w);
+      RETURN_IF_ERROR(WriteAll(wfd.get(), content, "pipe of fd " + std::to_string(fd.fd())));
+    }
+  }
+  for (const image::Fd& fd : img.meta().process().fds()) {
+    if (fd.kind() == image::Fd::PIPE) {
+      const auto& ends = pipes.at(fd.pipe_id());
+      long src = (fd.flags() & O_ACCMODE) == O_RDONLY ? ends.first : ends.second;
+      RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 pipe to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(src),
+                               static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0).status());
+      RETURN_IF_ERROR(inj.Call("fcntl(F_SETFL)", SYS_fcntl, static_cast<uint64_t>(fd.fd()), F_SETFL,
+                               static_cast<uint64_t>(fd.flags())).status());
+      continue;
+    }
     std::string open_path = fd.path();
     if (fd.deleted()) {
       ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
@@ -81,6 +124,10 @@ absl::Status RestoreFds(inject::Injector& inj, inject::RemoteScratch& scratch, c
     } else if (fd.cloexec()) {
       RETURN_IF_ERROR(inj.Call("fcntl(F_SETFD)", SYS_fcntl, static_cast<uint64_t>(rfd), F_SETFD, FD_CLOEXEC).status());
     }
+  }
+  for (const auto& [id, ends] : pipes) {
+    RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(ends.first)).status());
+    RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(ends.second)).status());
   }
   return absl::OkStatus();
 }

@@ -54,6 +54,18 @@ constexpr uint64_t kWorkAreaSize = 4096 + inject::RemoteScratch::kSize;
 absl::Status CheckIdsFree(const image::Process& proc) {
   for (const image::Thread& t : proc.threads()) {
     auto st = proc::ReadStat(t.tid());
+    // A process killed by `cairn dump` stays a zombie until its parent reaps it; give
+    // the parent a moment, as a restore right after a dump is the common case.
+    for (int i = 0; i < 40 && st.ok() && st->state == 'Z'; ++i) {
+      ::usleep(50000);
+      st = proc::ReadStat(t.tid());
+    }
+    if (st.ok() && st->state == 'Z') {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "pid %d is still taken by the exited process '%s', which its parent (pid %d) has not reaped; the "
+          "parent must wait() for it before the checkpoint can be restored with this pid",
+          t.tid(), st->comm, st->ppid));
+    }
     if (st.ok()) {
       return absl::AlreadyExistsError(absl::StrFormat(
           "%s %d is in use by process '%s' (pid %d): it must be free to restore the checkpoint; stop that process "
