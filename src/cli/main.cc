@@ -3,7 +3,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -64,6 +66,7 @@ int RunDump(int pid, const std::string& dir, bool leave_running) {
 int RunRestore(const std::string& dir, bool detach) {
   restore::RestoreOptions opts;
   opts.dir = dir;
+  if (const char* t = std::getenv("CAIRN_FILL_THREADS")) opts.fill_threads = std::max(1, std::atoi(t));
   auto r = restore::Restore(opts);
   if (!r.ok()) return Fail(r.status());
   std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %s in %.3f s\n", r->pid, dir.c_str(),

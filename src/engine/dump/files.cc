@@ -24,6 +24,8 @@ absl::string_view KindOf(absl::string_view target) {
   return "an unsupported file";
 }
 
+constexpr int kKcmpFile = 0;  // KCMP_FILE
+
 struct PipeContent {
   std::string data;
   uint32_t capacity = 0;
@@ -67,7 +69,32 @@ absl::Status CaptureFds(pid_t pid, image::ImageWriter* writer, image::Process* o
     pipe_ends[st.st_ino] |= (info.flags & O_ACCMODE) == O_RDONLY ? 1 : 2;
   }
   std::set<uint64_t> pipe_saved;
+  std::vector<std::pair<int, uint64_t>> seen;  // (fd, inode) of descriptors recorded so far
   for (const proc::FdInfo& info : fds) {
+    // Same open file description as a lower descriptor (dup, 2>&1)? kcmp tells exactly.
+    {
+      std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
+      struct stat st {};
+      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
+      int dup_of = -1;
+      for (const auto& [other, ino] : seen) {
+        if (ino == st.st_ino && ::syscall(SYS_kcmp, pid, pid, kKcmpFile, other, info.fd) == 0) {
+          dup_of = other;
+          break;
+        }
+      }
+      seen.emplace_back(info.fd, st.st_ino);
+      if (dup_of >= 0) {
+        image::Fd fd;
+        fd.set_fd(info.fd);
+        fd.set_is_dup(true);
+        fd.set_dup_of(dup_of);
+        fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
+        fd.set_path(info.target);
+        if (out != nullptr) *out->add_fds() = std::move(fd);
+        continue;
+      }
+    }
     if (absl::StartsWith(info.target, "pipe:")) {
       std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
       struct stat st {};

@@ -228,23 +228,25 @@ absl::StatusOr<std::unique_ptr<ImageReader>> ImageReader::Open(const std::string
                                               r->meta_.pages_bytes(), &r->pages_size_));
   ASSIGN_OR_RETURN(r->files_fd_, OpenDataFile(dir + "/" + kFilesFile, kFilesMagic,
                                               r->meta_.files_bytes(), &r->files_size_));
-  void* m = ::mmap(nullptr, r->pages_size_, PROT_READ, MAP_SHARED, r->pages_fd_.get(), 0);
-  if (m == MAP_FAILED) return ErrnoStatus("mmap " + dir + "/" + kPagesFile);
-  r->pages_map_ = static_cast<const char*>(m);
   return r;
 }
 
-ImageReader::~ImageReader() {
-  if (pages_map_ != nullptr) ::munmap(const_cast<char*>(pages_map_), pages_size_);
-}
+ImageReader::~ImageReader() = default;
 
 absl::Status ImageReader::VerifyBlock(const PageBlock& b) const {
+  std::vector<char> buf(b.length() <= pages_size_ ? b.length() : 0);
+  return ReadBlock(b, buf.data());
+}
+
+absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
   if (b.file_offset() < kHeaderSize || b.length() > pages_size_ ||
       b.file_offset() > pages_size_ - b.length() || b.file_offset() % kPageSize != 0) {
     return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_,
                                                kPagesFile, b.vaddr()));
   }
-  if (Checksum(pages_map_ + b.file_offset(), b.length()) != b.xxh3()) {
+  RETURN_IF_ERROR(PreadAll(pages_fd_.get(), buf, b.length(), static_cast<off_t>(b.file_offset()),
+                           dir_ + "/" + kPagesFile));
+  if (Checksum(buf, b.length()) != b.xxh3()) {
     return absl::DataLossError(absl::StrFormat(
         "%s/%s: checksum mismatch in the block at file offset %d (memory at %#x, %d bytes): the image is corrupt",
         dir_, kPagesFile, b.file_offset(), b.vaddr(), b.length()));

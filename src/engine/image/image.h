@@ -65,8 +65,9 @@ class ImageReader {
   const Checkpoint& meta() const { return meta_; }
   const std::string& dir() const { return dir_; }
 
-  // The block's bytes, mapped from pages.img. REQUIRES: VerifyBlock(b) succeeded before use.
-  const char* BlockData(const PageBlock& b) const { return pages_map_ + b.file_offset(); }
+  // Reads the block's bytes into `buf` (at least b.length() bytes) and verifies them.
+  // Thread-safe.
+  absl::Status ReadBlock(const PageBlock& b, char* buf) const;
   absl::Status VerifyBlock(const PageBlock& b) const;
 
   // The saved content of a file deleted while open, verified.
@@ -80,7 +81,6 @@ class ImageReader {
   std::string dir_;
   Checkpoint meta_;
   UniqueFd pages_fd_, files_fd_;
-  const char* pages_map_ = nullptr;
   size_t pages_size_ = 0;
   size_t files_size_ = 0;
 };

@@ -50,7 +50,7 @@ absl::Status RestoreFds(inject::Injector& inj, inject::RemoteScratch& scratch, c
   for (const image::Fd& fd : img.meta().process().fds()) max_fd = std::max(max_fd, fd.fd());
   std::map<uint64_t, std::pair<long, long>> pipes;  // pipe_id -> parked (read, write) ends
   for (const image::Fd& fd : img.meta().process().fds()) {
-    if (fd.kind() != image::Fd::PIPE) continue;
+    if (fd.kind() != image::Fd::PIPE || fd.is_dup()) continue;
     auto it = pipes.find(fd.pipe_id());
     if (it == pipes.end()) {
       RETURN_IF_ERROR(inj.Call("pipe2", SYS_pipe2, scratch.addr(), 0).status());
@@ -77,6 +77,13 @@ absl::Status RestoreFds(inject::Injector& inj, inject::RemoteScratch& scratch, c
     }
   }
   for (const image::Fd& fd : img.meta().process().fds()) {
+    if (fd.is_dup()) {
+      // Its original is lower, hence already in place: the saved list is ascending.
+      RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 fd ", fd.dup_of(), " to fd ", fd.fd()), SYS_dup3,
+                               static_cast<uint64_t>(fd.dup_of()), static_cast<uint64_t>(fd.fd()),
+                               fd.cloexec() ? O_CLOEXEC : 0).status());
+      continue;
+    }
     if (fd.kind() == image::Fd::PIPE) {
       const auto& ends = pipes.at(fd.pipe_id());
       long src = (fd.flags() & O_ACCMODE) == O_RDONLY ? ends.first : ends.second;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "engine/image/format.h"
 #include "engine/proc/maps.h"
@@ -204,6 +205,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
     RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(rfd)).status());
   }
 
+  CAIRN_LOG_DEBUG("event=restore_stage stage=areas_mapped pid={}", pid);
   // 2. Fill pages, verifying every block, with parallel writers.
   std::vector<const image::PageBlock*> blocks;
   for (const image::Vma& v : proc.vmas()) {
@@ -218,13 +220,20 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   std::atomic<size_t> next{0};
   std::mutex mu;
   absl::Status fill_status;  // GUARDED_BY(mu)
+  uint64_t max_block = 0;
+  for (const image::PageBlock* b : blocks) max_block = std::max<uint64_t>(max_block, b->length());
+  if (max_block > (64u << 20)) {
+    return absl::DataLossError(absl::StrCat(img.dir(), ": a page block of ", max_block, " bytes is larger than any "
+                                            "cairn writes (corrupt image)"));
+  }
   auto worker = [&] {
+    std::vector<char> buf(max_block);
     for (;;) {
       size_t i = next.fetch_add(1);
       if (i >= blocks.size()) return;
       const image::PageBlock& b = *blocks[i];
-      absl::Status s = img.VerifyBlock(b);
-      if (s.ok()) s = inject::WriteRemote(pid, b.vaddr(), img.BlockData(b), b.length());
+      absl::Status s = img.ReadBlock(b, buf.data());
+      if (s.ok()) s = inject::WriteRemote(pid, b.vaddr(), buf.data(), b.length());
       if (!s.ok()) {
         std::lock_guard lock(mu);
         if (fill_status.ok()) fill_status = s;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
@@ -108,7 +109,11 @@ absl::Status Build(const image::ImageReader& img, const RestoreOptions& opts, ui
   }
   RETURN_IF_ERROR(inj.Call("close_range", SYS_close_range, 0, ~0U, 0).status());
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}));
-  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, opts.fill_threads));
+  CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
+  int threads = opts.fill_threads > 0 ? opts.fill_threads
+                                      : std::min(8, static_cast<int>(std::thread::hardware_concurrency()) + 1);
+  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, threads));
+  CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(RestoreFds(inj, scratch, img, temp_paths));
   std::map<pid_t, inject::Injector> injectors;
@@ -117,19 +122,20 @@ absl::Status Build(const image::ImageReader& img, const RestoreOptions& opts, ui
   // The last injected call removes the work area itself: single-stepping stops at the
   // syscall's exit, before the (now unmapped) next instruction would run.
   RETURN_IF_ERROR(inj.Call("munmap work area", SYS_munmap, work_area, kWorkAreaSize).status());
+  CAIRN_LOG_DEBUG("event=restore_stage stage=state_restored pid={}", pid);
   return SetFinalRegisters(proc);
 }
 
 }  // namespace
 
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
-  auto t0 = Clock::now();
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageReader> img, image::ImageReader::Open(opts.dir));
   const image::Process& proc = img->meta().process();
   if (proc.threads_size() == 0 || proc.threads(0).tid() != proc.pid()) {
     return absl::DataLossError(opts.dir + ": the checkpoint has no main thread (corrupt image)");
   }
   RETURN_IF_ERROR(CheckIdsFree(proc));
+  auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
 
   // A work area free both in the saved layout and in our own.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> own, proc::ReadSmaps(::getpid()));

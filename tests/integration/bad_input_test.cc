@@ -1,0 +1,337 @@
+// What cairn does with input it cannot or must not handle: processes it may not dump, checkpoints
+// that are missing, truncated, corrupted or from a newer format, and a PID that is already taken.
+// Every case must end with a non-zero exit (not a crash), a message on stderr that names the cause,
+// no half-written checkpoint, and — for a failed dump — a target that still runs and still PASSes.
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A small workload with threads, signal state and a few memory areas: its checkpoint has a bit of
+// everything and restores quickly.
+constexpr char kTarget[] = "wl_sigmask";
+
+class BadInput : public CairnTest {
+ protected:
+  // A failed command: non-zero exit, not a signal or a hang, and stderr matching `cause` (an
+  // extended regular expression, matched case-insensitively).
+  static ::testing::AssertionResult FailedWith(const CommandResult& r, const std::string& cause) {
+    if (!r.FailedCleanly()) return ::testing::AssertionFailure() << "want a clean non-zero exit, got " << r.Describe();
+    if (!Matches(r.err, cause)) {
+      return ::testing::AssertionFailure() << "stderr does not name the cause (/" << cause << "/) " << r.Describe();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // After a failed dump into `dir`: nothing that looks like a checkpoint was left behind.
+  ::testing::AssertionResult NoCheckpointLeft(const std::string& dir) {
+    if (Exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
+      return ::testing::AssertionFailure() << dir << " exists after a failed dump";
+    }
+    if (Exists(dir + ".partial")) {
+      CommandResult inspect = Inspect(dir + ".partial");
+      if (inspect.Exited(0)) return ::testing::AssertionFailure() << dir << ".partial is left and passes inspect";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // After a failed dump of `w`: it still runs (not stopped, not traced) and PASSes after go.
+  ::testing::AssertionResult TargetUnharmed(Workload& w) {
+    auto state = ProcessState(w.pid());
+    if (!state || !(*state == 'R' || *state == 'S' || *state == 'D')) {
+      return ::testing::AssertionFailure() << "target is in state '" << (state ? *state : '-') << "' after a failed dump";
+    }
+    std::string status = ReadFile("/proc/" + std::to_string(w.pid()) + "/status");
+    if (LineStartingWith(status, "TracerPid:") != "TracerPid:\t0") {
+      return ::testing::AssertionFailure() << "target is still traced: " << LineStartingWith(status, "TracerPid:");
+    }
+    w.Go();
+    Ending end = WaitGone(w.pid(), 30s);
+    if (!end.ExitedWith(0)) return ::testing::AssertionFailure() << "target " << end.Describe() << "\n" << w.Describe();
+    return OutputPasses(w);
+  }
+
+  // After a failed restore: nothing runs under `pid`. Kills and reaps whatever does.
+  ::testing::AssertionResult NothingRunsAs(pid_t pid) {
+    auto state = ProcessState(pid);
+    if (!state) return ::testing::AssertionSuccess();
+    std::string argv0 = ProcessArgv0(pid);
+    bool alive = IsAlive(pid);
+    KillAndWait(pid);
+    if (!alive) return ::testing::AssertionSuccess();  // a zombie on its way out
+    return ::testing::AssertionFailure() << "pid " << pid << " (" << argv0 << ") runs after a failed restore";
+  }
+
+  // Dumps a fresh kTarget into `ckpt`; returns the PID it had (now free).
+  ::testing::AssertionResult MakeCheckpoint(const std::string& ckpt, pid_t* pid) {
+    Workload w = MakeWorkload(kTarget, "target");
+    auto ready = StartReady(w);
+    if (!ready) return ready;
+    CommandResult dump = Dump(w.pid(), ckpt);
+    if (!dump.Exited(0)) return ::testing::AssertionFailure() << "cairn dump failed " << dump.Describe();
+    Ending end = WaitGone(w.pid(), 10s);
+    if (!end.gone) return ::testing::AssertionFailure() << "target survived cairn dump";
+    *pid = w.pid();
+    CommandResult inspect = Inspect(ckpt);
+    if (!inspect.Exited(0)) return ::testing::AssertionFailure() << "intact checkpoint fails inspect " << inspect.Describe();
+    return ::testing::AssertionSuccess();
+  }
+
+  // The intact checkpoint still restores and the workload PASSes: the failures above were about the
+  // damage, not about the checkpoint.
+  void ExpectIntactRestores(const std::string& ckpt, pid_t pid) {
+    CommandResult restore = Restore(ckpt);
+    ASSERT_TRUE(restore.Exited(0)) << "intact checkpoint does not restore " << restore.Describe();
+    Track(pid, WorkloadPath(kTarget));
+    WriteFileAtomic(*temp_ / "target/go", "");
+    Ending end = WaitGone(pid, 30s);
+    ASSERT_TRUE(end.gone) << "restored target did not finish";
+    EXPECT_EQ(LastLine(ReadFile(*temp_ / "target/stdout")), "PASS");
+  }
+
+  // Copies the checkpoint `ckpt` to a new directory for one damage case.
+  std::string CopyOf(const std::string& ckpt, int n) {
+    std::string copy = *temp_ / ("case-" + std::to_string(n));
+    fs::copy(ckpt, copy, fs::copy_options::recursive);
+    return copy;
+  }
+};
+
+// ---- dump: targets cairn must refuse
+
+TEST_F(BadInput, DumpOfMissingPid) {
+  // A PID that was just used and reaped, so it is free.
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  std::string dir = *temp_ / "ckpt";
+  CommandResult r = Dump(pid, dir);
+  EXPECT_TRUE(FailedWith(r, "no such process|not exist|not found|no process|esrch|gone"));
+  EXPECT_TRUE(Matches(r.err, std::to_string(pid))) << "stderr should name pid " << pid << ": " << r.err;
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+}
+
+TEST_F(BadInput, DumpOfZombie) {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 1000 && ProcessState(pid) != 'Z'; i++) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(ProcessState(pid), 'Z');
+  std::string dir = *temp_ / "ckpt";
+  CommandResult r = Dump(pid, dir);
+  EXPECT_TRUE(FailedWith(r, "zombie|exited|dead|defunct"));
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  int status;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid) << "the zombie must still be there for its parent to reap";
+}
+
+TEST_F(BadInput, DumpOfKernelThread) {
+  // kthreadd is PID 2 on a normal system; otherwise take any kernel thread (PF_KTHREAD in stat).
+  pid_t kthread = 0;
+  if (ReadFile("/proc/2/comm") == "kthreadd\n") {
+    kthread = 2;
+  } else {
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      std::string name = entry.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string stat = ReadFile(entry.path() / "stat");
+      size_t paren = stat.rfind(')');
+      if (paren == std::string::npos) continue;
+      std::istringstream fields(stat.substr(paren + 2));
+      std::string f;
+      unsigned long flags = 0;
+      for (int i = 3; i <= 9 && fields >> f; i++) {
+        if (i == 9) flags = std::stoul(f);
+      }
+      if (flags & 0x00200000) {
+        kthread = std::stoi(name);
+        break;
+      }
+    }
+  }
+  ASSERT_GT(kthread, 0) << "no kernel thread visible in /proc";
+  std::string dir = *temp_ / "ckpt";
+  CommandResult r = Dump(kthread, dir);
+  EXPECT_TRUE(FailedWith(r, "kernel"));
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  EXPECT_TRUE(ProcessState(kthread).has_value());
+}
+
+TEST_F(BadInput, DumpOfItself) {
+  std::string dir = *temp_ / "ckpt";
+  // The shell's PID becomes cairn's through exec.
+  CommandResult r = RunCommand({"/bin/sh", "-c", "exec \"$0\" dump --pid $$ --dir \"$1\"", CairnBinary(), dir},
+                               temp_->path(), WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(r, "itself|own|self"));
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+}
+
+TEST_F(BadInput, DumpWithoutPermissionLeavesTargetRunning) {
+  Workload w = MakeWorkload(kTarget);
+  ASSERT_TRUE(StartReady(w));
+  // nobody needs to reach the binary and write the directory, so that only ptrace can fail.
+  std::string out = *temp_ / "nobody";
+  fs::create_directories(out);
+  ::chmod(out.c_str(), 0777);
+  CommandResult can_run = RunCommand({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                                      "test -x \"$0\"", CairnBinary()},
+                                     temp_->path());
+  ASSERT_TRUE(can_run.Exited(0)) << "user nobody cannot execute " << CairnBinary() << can_run.Describe();
+
+  std::string dir = out + "/ckpt";
+  CommandResult r = RunCommand({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", CairnBinary(), "dump",
+                                "--pid", std::to_string(w.pid()), "--dir", dir},
+                               temp_->path(), WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(r, "permission|not permitted|eperm|eacces|privilege|access"));
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  EXPECT_TRUE(TargetUnharmed(w));
+}
+
+TEST_F(BadInput, DumpIntoNonEmptyDirLeavesItAlone) {
+  Workload w = MakeWorkload(kTarget);
+  ASSERT_TRUE(StartReady(w));
+  std::string dir = *temp_ / "ckpt";
+  fs::create_directories(dir);
+  WriteFile(dir + "/precious", "do not touch");
+  CommandResult r = Dump(w.pid(), dir);
+  EXPECT_TRUE(FailedWith(r, "exist|not empty|non-empty"));
+  EXPECT_EQ(ListFilesRecursive(dir), std::vector<std::string>{"precious"});
+  EXPECT_EQ(ReadFile(dir + "/precious"), "do not touch");
+  EXPECT_TRUE(TargetUnharmed(w));
+}
+
+TEST_F(BadInput, DumpThatCannotWriteLeavesTargetRunning) {
+  // wl_heap holds over 64 MiB of incompressible data; cairn may write at most 1 MiB per file.
+  Workload w = MakeWorkload("wl_heap");
+  ASSERT_TRUE(StartReady(w));
+  std::string dir = *temp_ / "ckpt";
+  CommandResult r = Dump(w.pid(), dir, false, WithFileSizeLimit(1ul << 20));
+  EXPECT_TRUE(FailedWith(r, "too large|efbig|write|space"));
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  EXPECT_TRUE(TargetUnharmed(w));
+}
+
+// ---- restore: checkpoints cairn must refuse
+
+TEST_F(BadInput, RestoreFromMissingDir) {
+  std::string dir = *temp_ / "no-such-checkpoint";
+  CommandResult r = Restore(dir);
+  EXPECT_TRUE(FailedWith(r, "no such|not exist|not found|missing|enoent|cannot open"));
+  EXPECT_TRUE(Matches(r.err, "no-such-checkpoint")) << "stderr should name the directory: " << r.err;
+  CommandResult i = Inspect(dir);
+  EXPECT_TRUE(FailedWith(i, "no such|not exist|not found|missing|enoent|cannot open"));
+}
+
+constexpr char kDamaged[] =
+    "checksum|corrupt|truncat|short|size|mismatch|invalid|unexpected|magic|parse|decode|eof|damaged|bad|length";
+
+TEST_F(BadInput, TruncatedFilesAreRejected) {
+  std::string ckpt = *temp_ / "ckpt";
+  pid_t pid = 0;
+  ASSERT_TRUE(MakeCheckpoint(ckpt, &pid));
+  std::vector<std::string> files = ListFilesRecursive(ckpt);
+  ASSERT_FALSE(files.empty());
+  int n = 0;
+  for (const std::string& file : files) {
+    uintmax_t size = fs::file_size(fs::path(ckpt) / file);
+    if (size < 2) continue;
+    SCOPED_TRACE("truncated " + file + " from " + std::to_string(size) + " to " + std::to_string(size / 2) + " bytes");
+    std::string copy = CopyOf(ckpt, n++);
+    fs::resize_file(fs::path(copy) / file, size / 2);
+    EXPECT_TRUE(FailedWith(Inspect(copy), kDamaged));
+    EXPECT_TRUE(FailedWith(Restore(copy), kDamaged));
+    EXPECT_TRUE(NothingRunsAs(pid));
+    fs::remove_all(copy);
+  }
+  ASSERT_GT(n, 0) << "no checkpoint file could be truncated";
+  ExpectIntactRestores(ckpt, pid);
+}
+
+TEST_F(BadInput, FlippedBytesAreDetected) {
+  std::string ckpt = *temp_ / "ckpt";
+  pid_t pid = 0;
+  ASSERT_TRUE(MakeCheckpoint(ckpt, &pid));
+  std::vector<std::string> files = ListFilesRecursive(ckpt);
+  ASSERT_FALSE(files.empty());
+  int n = 0;
+  for (const std::string& file : files) {
+    uintmax_t size = fs::file_size(fs::path(ckpt) / file);
+    if (size == 0) continue;
+    // Start, middle and end, plus a few spots in the first bytes where headers and records live.
+    std::set<uintmax_t> offsets = {0, size / 4, size / 2, 3 * size / 4, size - 1};
+    for (uintmax_t early : {8u, 64u, 200u}) {
+      if (early < size) offsets.insert(early);
+    }
+    for (uintmax_t offset : offsets) {
+      SCOPED_TRACE("flipped byte " + std::to_string(offset) + " of " + file + " (" + std::to_string(size) + " bytes)");
+      std::string copy = CopyOf(ckpt, n++);
+      {
+        std::fstream f(fs::path(copy) / file, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(static_cast<std::streamoff>(offset));
+        char c = 0;
+        f.get(c);
+        f.seekp(static_cast<std::streamoff>(offset));
+        f.put(static_cast<char>(c ^ 0xff));
+      }
+      EXPECT_TRUE(FailedWith(Inspect(copy), kDamaged));
+      EXPECT_TRUE(FailedWith(Restore(copy), kDamaged));
+      EXPECT_TRUE(NothingRunsAs(pid));
+      fs::remove_all(copy);
+    }
+  }
+  ASSERT_GT(n, 0);
+  ExpectIntactRestores(ckpt, pid);
+}
+
+TEST_F(BadInput, NewerFormatVersionIsRefused) {
+  std::string ckpt = *temp_ / "ckpt";
+  Workload w = MakeWorkload(kTarget, "target");
+  ASSERT_TRUE(StartReady(w));
+  // Test hook: the dumper writes this format version instead of its own.
+  CommandResult dump = Dump(w.pid(), ckpt, false, WithEnv({"CAIRN_TEST_FORMAT_VERSION=999"}));
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(WaitGone(w.pid(), 10s).gone);
+  EXPECT_TRUE(FailedWith(Inspect(ckpt), "version"));
+  EXPECT_TRUE(Matches(Inspect(ckpt).err, "999")) << "inspect should name the version it found";
+  CommandResult restore = Restore(ckpt);
+  EXPECT_TRUE(FailedWith(restore, "version"));
+  EXPECT_TRUE(Matches(restore.err, "999")) << "restore should name the version it found: " << restore.err;
+  EXPECT_TRUE(NothingRunsAs(w.pid()));
+}
+
+TEST_F(BadInput, RestoreWhilePidIsTaken) {
+  Workload w = MakeWorkload(kTarget);
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = *temp_ / "ckpt";
+  CommandResult dump = Dump(w.pid(), ckpt, /*leave_running=*/true);
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  CommandResult restore = Restore(ckpt);
+  EXPECT_TRUE(FailedWith(restore, std::to_string(w.pid())));
+  EXPECT_TRUE(Matches(restore.err, "in use|taken|exists|busy|running|already")) << restore.Describe();
+  // The original is untouched.
+  auto state = ProcessState(w.pid());
+  ASSERT_TRUE(state && (*state == 'S' || *state == 'R')) << "original is in state " << (state ? *state : '-');
+  EXPECT_EQ(ProcessArgv0(w.pid()), WorkloadPath(kTarget));
+  w.Go();
+  Ending end = WaitGone(w.pid(), 30s);
+  EXPECT_TRUE(end.ExitedWith(0)) << end.Describe();
+  EXPECT_TRUE(OutputPasses(w));
+}
+
+}  // namespace
+}  // namespace cairn::testing

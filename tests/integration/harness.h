@@ -1,0 +1,185 @@
+// Test harness for the cairn integration tests: runs the `cairn` binary and the test workloads as
+// real processes, and waits for them without pipes.
+//
+// Paths come from compile definitions: CAIRN_BIN (the cairn executable) and WORKLOAD_DIR (where the
+// wl_* programs are built).
+//
+// Processes: the test process makes itself a child subreaper, so a process restored by
+// `cairn restore --detach` is re-parented to it when cairn exits and its exit status can be collected
+// with waitpid. WaitGone() also copes with a process that is not (or not yet) its child by polling
+// /proc. Not thread-safe except where stated: tests drive it from one thread, plus RunCommand() from
+// a background thread for attached restores.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace cairn::testing {
+
+using namespace std::chrono_literals;
+
+// The cairn binary under test.
+std::string CairnBinary();
+
+// Full path of workload `name` (e.g. "wl_threads").
+std::string WorkloadPath(const std::string& name);
+
+// Names of every wl_* executable in WORKLOAD_DIR, sorted.
+std::vector<std::string> BuiltWorkloads();
+
+struct CommandOptions {
+  std::vector<std::string> env;  // extra "NAME=value" entries added to the test's environment
+  std::chrono::milliseconds timeout = 60s;
+  std::optional<unsigned long> rlimit_fsize;  // RLIMIT_FSIZE for the command, with SIGXFSZ ignored
+};
+
+// Shorthands for the common option sets.
+CommandOptions WithTimeout(std::chrono::milliseconds timeout);
+CommandOptions WithEnv(std::vector<std::string> env);
+CommandOptions WithFileSizeLimit(unsigned long bytes);
+
+struct CommandResult {
+  pid_t pid = -1;
+  bool timed_out = false;  // killed by the harness after CommandOptions::timeout
+  int exit_code = -1;      // when it exited normally
+  int term_signal = 0;     // when a signal killed it
+  std::string out;
+  std::string err;
+
+  bool Exited(int code) const { return exit_code == code; }
+  bool FailedCleanly() const { return !timed_out && exit_code > 0 && exit_code < 126; }
+  // One line for failure messages: how it ended, then stdout and stderr.
+  std::string Describe() const;
+};
+
+// Runs argv[0] (a path) with stdin from /dev/null and stdout/stderr captured through files in
+// `scratch_dir` (not pipes: a restored process that inherited them must not keep a reader waiting).
+// Thread-safe.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& scratch_dir,
+                         const CommandOptions& options = {});
+
+// Creates /tmp/cairn-test-XXXXXX; removes it on destruction unless CAIRN_TEST_KEEP=1 is set.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// File helpers. ReadFile returns "" for a missing file.
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& content);
+// Writes path.tmp, then renames it to path.
+void WriteFileAtomic(const std::string& path, const std::string& content);
+bool Exists(const std::string& path);
+// Regular files under `dir`, recursively, as paths relative to it, sorted.
+std::vector<std::string> ListFilesRecursive(const std::string& dir);
+
+// State letter of `pid` from /proc/PID/stat ('R', 'S', 'Z', 't', ...), or std::nullopt if it is gone.
+std::optional<char> ProcessState(pid_t pid);
+// True while `pid` exists and is not a zombie.
+bool IsAlive(pid_t pid);
+// argv[0] of `pid` from /proc/PID/cmdline ("" if unreadable).
+std::string ProcessArgv0(pid_t pid);
+// Number of threads of `pid` (entries of /proc/PID/task), 0 if gone.
+int ThreadCount(pid_t pid);
+
+// How a process ended, if the harness could see it.
+struct Ending {
+  bool gone = false;             // the process no longer runs (exited, killed, or a zombie of another)
+  std::optional<int> status;     // wait status, when this process reaped it
+  std::string Describe() const;  // "exited 0", "killed by signal 9", "gone (status unknown)"
+  bool ExitedWith(int code) const;
+};
+
+// Waits until `pid` is gone: reaps it when it is (or becomes) this process's child, otherwise polls
+// /proc/PID until it disappears or is a zombie. Returns gone=false on timeout.
+Ending WaitGone(pid_t pid, std::chrono::milliseconds timeout);
+
+// Sends SIGKILL to `pid` if it is still alive and waits for it to go.
+void KillAndWait(pid_t pid);
+
+// Marks the calling process as a child subreaper (idempotent).
+void BecomeSubreaper();
+
+// Starts argv[0] (a path) as a child with stdin, stdout and stderr redirected to the given regular
+// files (stdout and stderr truncated). Returns its PID, or -1 if fork failed.
+pid_t SpawnProgram(const std::vector<std::string>& argv, const std::string& stdin_path, const std::string& stdout_path,
+                   const std::string& stderr_path, const std::vector<std::string>& env = {});
+
+// A test workload started as `wl_<name> WORKDIR`, stdin from an empty regular file, stdout
+// (O_TRUNC) and stderr (O_APPEND) into WORKDIR/stdout and WORKDIR/stderr.
+class Workload {
+ public:
+  Workload(std::string name, std::string workdir) : name_(std::move(name)), workdir_(std::move(workdir)) {}
+
+  // Forks and execs the workload (as a child of the calling process, in its session).
+  void Start();
+  // Waits for WORKDIR/ready; fails if the process exits first or the timeout passes.
+  ::testing::AssertionResult WaitReady(std::chrono::milliseconds timeout = 20s);
+  // Creates WORKDIR/go atomically with `content` (the workload's instructions, usually none).
+  void Go(const std::string& content = "");
+  void RemoveGo();
+
+  pid_t pid() const { return pid_; }
+  const std::string& name() const { return name_; }
+  const std::string& workdir() const { return workdir_; }
+  std::string Stdout() const { return ReadFile(workdir_ + "/stdout"); }
+  std::string Stderr() const { return ReadFile(workdir_ + "/stderr"); }
+  // Everything a failure message needs about this workload.
+  std::string Describe() const;
+
+ private:
+  std::string name_;
+  std::string workdir_;
+  pid_t pid_ = -1;
+};
+
+// The last non-empty line of `text`.
+std::string LastLine(const std::string& text);
+// The first line starting with `prefix` ("" if none).
+std::string LineStartingWith(const std::string& text, const std::string& prefix);
+// True when `text` (case-insensitively) matches the extended regular expression `pattern`.
+bool Matches(const std::string& text, const std::string& pattern);
+
+// Checks the workload's output says PASS and nothing says FAIL.
+::testing::AssertionResult OutputPasses(const Workload& w);
+
+// Base fixture: a fresh temp dir per test; every process the test registers is killed in TearDown.
+class CairnTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // Registers a PID to kill after the test if it still runs `argv0` (checked so that a PID reused
+  // by an unrelated process is left alone).
+  void Track(pid_t pid, const std::string& argv0) { tracked_.emplace_back(pid, argv0); }
+
+  // Runs `cairn ARGS...`; its output files go to the temp dir.
+  CommandResult Cairn(const std::vector<std::string>& args, const CommandOptions& options = {});
+  CommandResult Dump(pid_t pid, const std::string& dir, bool leave_running = false, const CommandOptions& options = {});
+  CommandResult Restore(const std::string& dir, bool detach = true, const CommandOptions& options = {});
+  CommandResult Inspect(const std::string& dir);
+
+  // Makes a Workload for `name` in a new directory under the temp dir (not started yet).
+  Workload MakeWorkload(const std::string& name, const std::string& subdir = "work");
+  // Starts `w`, tracks its PID and waits until it is ready.
+  ::testing::AssertionResult StartReady(Workload& w);
+
+  std::unique_ptr<TempDir> temp_;
+  std::vector<std::pair<pid_t, std::string>> tracked_;
+};
+
+}  // namespace cairn::testing

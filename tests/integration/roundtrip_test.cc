@@ -1,0 +1,289 @@
+// Round trips through `cairn dump` and `cairn restore` for every workload in tests/workloads: each
+// workload must PASS when run uninterrupted, and again after being checkpointed, killed and restored.
+// A few also go through `dump --leave-running` (the original carries on and the checkpoint restores
+// too) and through an attached `cairn restore` (which must exit with the workload's status).
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "harness.h"
+
+namespace cairn::testing {
+namespace {
+
+struct Spec {
+  const char* name;
+  bool waits_for_go = true;    // false: runs to completion by itself once ready (wl_compute)
+  bool deterministic = false;  // prints "RESULT ..." that a round trip must reproduce exactly
+  bool leave_running = false;  // also tested with dump --leave-running
+  bool attached = false;       // also restored without --detach
+};
+
+// Every workload built in tests/workloads, with what else is tested on it. Workloads that change
+// files outside their memory after go (files, shared mappings, stdio with O_APPEND stderr...) are
+// not in the leave-running set: the original's phase 2 would already have changed what the restored
+// copy expects to find.
+const Spec kSpecs[] = {
+    {"wl_brk"},
+    {"wl_clear_tid"},
+    {"wl_comm"},
+    {"wl_compute", /*waits_for_go=*/false, /*deterministic=*/true, /*leave_running=*/true, /*attached=*/true},
+    {"wl_condvar"},
+    {"wl_cwd_umask"},
+    {"wl_deleted_file"},
+    {"wl_devices"},
+    {"wl_exe_auxv"},
+    {"wl_exit_status", true, false, true, true},
+    {"wl_files", true, false, false, true},
+    {"wl_fpu", true, false, true, false},
+    {"wl_futex"},
+    {"wl_guard_pages"},
+    {"wl_heap", true, false, true, false},
+    {"wl_itimer"},
+    {"wl_mmap_anon"},
+    {"wl_mmap_private_file"},
+    {"wl_mmap_shared_file"},
+    {"wl_nanosleep"},
+    {"wl_personality"},
+    {"wl_poll"},
+    {"wl_posix_timers", true, false, true, false},
+    {"wl_rlimits"},
+    {"wl_robust_futex"},
+    {"wl_rseq"},
+    {"wl_setsid", true, false, false, true},
+    {"wl_sighandlers", true, false, true, false},
+    {"wl_sigmask"},
+    {"wl_sigpending", true, false, true, true},
+    {"wl_stdio", true, false, false, true},
+    {"wl_threads", true, false, true, true},
+    {"wl_vdso"},
+};
+
+// So that gtest names the workload in failure messages instead of dumping the struct's bytes.
+void PrintTo(const Spec& spec, std::ostream* os) { *os << spec.name; }
+
+std::vector<Spec> Select(bool (*pred)(const Spec&)) {
+  std::vector<Spec> out;
+  for (const Spec& s : kSpecs) {
+    if (pred(s)) out.push_back(s);
+  }
+  return out;
+}
+
+std::string SpecName(const ::testing::TestParamInfo<Spec>& info) { return info.param.name; }
+
+class RoundTrip : public CairnTest, public ::testing::WithParamInterface<Spec> {
+ protected:
+  // Runs workload `w` from start to end without a checkpoint; returns its stdout.
+  ::testing::AssertionResult RunUninterrupted(Workload& w) {
+    auto ready = StartReady(w);
+    if (!ready) return ready;
+    w.Go();
+    Ending end = WaitGone(w.pid(), 60s);
+    if (!end.ExitedWith(0)) return ::testing::AssertionFailure() << "uninterrupted run " << end.Describe() << "\n" << w.Describe();
+    return OutputPasses(w);
+  }
+
+  // Dumps `w` into `ckpt` (killing it) and checks what the contract promises about that.
+  ::testing::AssertionResult DumpAndKill(Workload& w, const std::string& ckpt) {
+    CommandResult dump = Dump(w.pid(), ckpt);
+    if (!dump.Exited(0)) return ::testing::AssertionFailure() << "cairn dump failed " << dump.Describe() << "\n" << w.Describe();
+    Ending end = WaitGone(w.pid(), 10s);
+    if (!end.gone) return ::testing::AssertionFailure() << "pid " << w.pid() << " still runs after cairn dump";
+    if (!end.status || !WIFSIGNALED(*end.status) || WTERMSIG(*end.status) != SIGKILL) {
+      return ::testing::AssertionFailure() << "after dump the workload " << end.Describe() << ", want killed by SIGKILL\n"
+                                           << w.Describe();
+    }
+    if (!std::filesystem::is_directory(ckpt)) return ::testing::AssertionFailure() << ckpt << " is not a directory";
+    if (Exists(ckpt + ".partial")) return ::testing::AssertionFailure() << ckpt << ".partial left behind";
+    CommandResult inspect = Inspect(ckpt);
+    if (!inspect.Exited(0)) return ::testing::AssertionFailure() << "cairn inspect of a fresh checkpoint failed " << inspect.Describe();
+    return ::testing::AssertionSuccess();
+  }
+
+  // After `cairn restore --detach`: the PID must run the workload again.
+  ::testing::AssertionResult RestoredAndRunning(const Workload& w) {
+    if (!IsAlive(w.pid())) {
+      Ending end = WaitGone(w.pid(), 1s);
+      return ::testing::AssertionFailure() << "pid " << w.pid() << " is not running after restore (" << end.Describe() << ")\n"
+                                           << w.Describe();
+    }
+    std::string argv0 = ProcessArgv0(w.pid());
+    if (argv0 != WorkloadPath(w.name())) {
+      return ::testing::AssertionFailure() << "pid " << w.pid() << " runs '" << argv0 << "', not the restored workload";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // Waits for the restored workload to finish and checks its output: PASS, and the output from
+  // before the checkpoint still at the start of each file.
+  ::testing::AssertionResult FinishedWithPass(const Workload& w, const std::string& out_before, const std::string& err_before) {
+    Ending end = WaitGone(w.pid(), 30s);
+    if (!end.gone) return ::testing::AssertionFailure() << "restored workload did not finish within 30 s\n" << w.Describe();
+    if (end.status && !end.ExitedWith(0)) return ::testing::AssertionFailure() << "restored workload " << end.Describe() << "\n" << w.Describe();
+    auto pass = OutputPasses(w);
+    if (!pass) return pass;
+    std::string out = w.Stdout(), err = w.Stderr();
+    if (out.compare(0, out_before.size(), out_before) != 0) {
+      return ::testing::AssertionFailure() << "stdout from before the checkpoint was overwritten:\nbefore: " << out_before
+                                           << "\nafter: " << out;
+    }
+    if (err.compare(0, err_before.size(), err_before) != 0) {
+      return ::testing::AssertionFailure() << "stderr from before the checkpoint was overwritten";
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+TEST_P(RoundTrip, Uninterrupted) {
+  const Spec& spec = GetParam();
+  Workload w = MakeWorkload(spec.name);
+  ASSERT_TRUE(RunUninterrupted(w));
+  if (spec.deterministic) {
+    EXPECT_NE(LineStartingWith(w.Stdout(), "RESULT "), "") << w.Describe();
+  }
+}
+
+TEST_P(RoundTrip, DumpKillRestoreDetached) {
+  const Spec& spec = GetParam();
+  std::string reference;
+  if (spec.deterministic) {
+    Workload plain = MakeWorkload(spec.name, "plain");
+    ASSERT_TRUE(RunUninterrupted(plain));
+    reference = LineStartingWith(plain.Stdout(), "RESULT ");
+  }
+
+  Workload w = MakeWorkload(spec.name);
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = *temp_ / "ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+
+  CommandResult restore = Restore(ckpt, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach failed " << restore.Describe();
+  if (spec.waits_for_go) {
+    ASSERT_TRUE(RestoredAndRunning(w));
+  }
+  w.Go();
+  ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+  if (spec.deterministic) {
+    EXPECT_EQ(LineStartingWith(w.Stdout(), "RESULT "), reference) << "the round trip changed the computation's result";
+  }
+}
+
+class LeaveRunning : public RoundTrip {};
+
+TEST_P(LeaveRunning, OriginalContinuesAndCheckpointRestores) {
+  const Spec& spec = GetParam();
+  Workload w = MakeWorkload(spec.name);
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = *temp_ / "ckpt";
+
+  CommandResult dump = Dump(w.pid(), ckpt, /*leave_running=*/true);
+  ASSERT_TRUE(dump.Exited(0)) << "cairn dump --leave-running failed " << dump.Describe();
+  auto state = ProcessState(w.pid());
+  ASSERT_TRUE(state && (*state == 'R' || *state == 'S' || *state == 'D'))
+      << "after dump --leave-running the workload is in state '" << (state ? *state : '?') << "', want running or sleeping";
+
+  // The original finishes as if nothing happened.
+  w.Go();
+  Ending original = WaitGone(w.pid(), 30s);
+  ASSERT_TRUE(original.ExitedWith(0)) << "original " << original.Describe() << "\n" << w.Describe();
+  ASSERT_TRUE(OutputPasses(w));
+  std::string original_out = w.Stdout();
+
+  // The checkpoint, restored into the now free PID, writes the same bytes at the same offsets.
+  w.RemoveGo();
+  CommandResult restore = Restore(ckpt, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach failed " << restore.Describe();
+  if (spec.waits_for_go) {
+    ASSERT_TRUE(RestoredAndRunning(w));
+  }
+  w.Go();
+  ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+  EXPECT_EQ(w.Stdout(), original_out) << "the restored copy did not reproduce the original's output at the same offsets";
+}
+
+class Attached : public RoundTrip {
+ protected:
+  // Runs `cairn restore` (attached) on `ckpt` in the background, sends go with `go_content` once the
+  // workload's PID runs again, and returns cairn's result.
+  CommandResult RestoreAttached(Workload& w, const std::string& ckpt, const std::string& go_content) {
+    std::atomic<bool> done{false};
+    auto restore = std::async(std::launch::async, [&] {
+      CommandResult r = Restore(ckpt, /*detach=*/false, WithTimeout(90s));
+      done = true;
+      return r;
+    });
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!done && std::chrono::steady_clock::now() < deadline &&
+           !(IsAlive(w.pid()) && ProcessArgv0(w.pid()) == WorkloadPath(w.name()))) {
+      std::this_thread::sleep_for(5ms);
+    }
+    w.Go(go_content);
+    return restore.get();
+  }
+};
+
+TEST_P(Attached, RestoreWaitsAndReportsExit) {
+  Workload w = MakeWorkload(GetParam().name);
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = *temp_ / "ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  CommandResult restore = RestoreAttached(w, ckpt, "");
+  EXPECT_TRUE(restore.Exited(0)) << "cairn restore (attached) " << restore.Describe() << "\n" << w.Describe();
+  EXPECT_TRUE(FinishedWithPass(w, out_before, err_before));
+}
+
+// wl_exit_status ends as WORKDIR/go tells it; attached restore must pass its status on.
+class ExitStatus : public Attached {};
+
+TEST_F(ExitStatus, RestoreExitsWithTheProcessExitCode) {
+  Workload w = MakeWorkload("wl_exit_status");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = *temp_ / "ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  CommandResult restore = RestoreAttached(w, ckpt, "exit 7");
+  EXPECT_TRUE(restore.Exited(7)) << "cairn restore must exit with the restored process's status " << restore.Describe();
+  EXPECT_EQ(LastLine(w.Stdout()), "EXIT 7") << w.Describe();
+}
+
+TEST_F(ExitStatus, RestoreExits128PlusSignal) {
+  Workload w = MakeWorkload("wl_exit_status");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = *temp_ / "ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  CommandResult restore = RestoreAttached(w, ckpt, "signal " + std::to_string(SIGTERM));
+  EXPECT_TRUE(restore.Exited(128 + SIGTERM)) << "a restored process killed by SIGTERM must give 128+15 " << restore.Describe();
+  EXPECT_EQ(LastLine(w.Stdout()), "SIGNAL " + std::to_string(SIGTERM)) << w.Describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, RoundTrip, ::testing::ValuesIn(kSpecs), SpecName);
+INSTANTIATE_TEST_SUITE_P(Workloads, LeaveRunning,
+                         ::testing::ValuesIn(Select([](const Spec& s) { return s.leave_running; })), SpecName);
+INSTANTIATE_TEST_SUITE_P(Workloads, Attached, ::testing::ValuesIn(Select([](const Spec& s) { return s.attached; })),
+                         SpecName);
+
+// A workload added to tests/workloads without an entry here would silently go untested.
+TEST(WorkloadList, EveryBuiltWorkloadIsTested) {
+  std::set<std::string> specs;
+  for (const Spec& s : kSpecs) specs.insert(s.name);
+  std::vector<std::string> built = BuiltWorkloads();
+  ASSERT_FALSE(built.empty()) << "no workloads in " << WORKLOAD_DIR;
+  for (const auto& name : built) EXPECT_TRUE(specs.count(name)) << name << " is built but has no entry in kSpecs";
+  for (const auto& name : specs) {
+    EXPECT_TRUE(std::find(built.begin(), built.end(), name) != built.end()) << name << " is in kSpecs but not built";
+  }
+}
+
+}  // namespace
+}  // namespace cairn::testing

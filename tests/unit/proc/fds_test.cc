@@ -1,0 +1,207 @@
+#include "engine/proc/fds.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/unique_fd.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/temp_dir.h"
+
+namespace cairn::proc {
+namespace {
+
+using ::testing::IsEmpty;
+
+TEST(ParseFdInfoTest, OctalFlagsPosAndMount) {
+  auto info = ParseFdInfo("pos:\t42\nflags:\t02102002\nmnt_id:\t27\nino:\t1234\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->pos, 42);
+  EXPECT_EQ(info->flags, 02102002);  // O_CLOEXEC | O_LARGEFILE | O_APPEND | O_RDWR
+  EXPECT_EQ(info->flags & O_ACCMODE, O_RDWR);
+  EXPECT_NE(info->flags & O_APPEND, 0);
+  EXPECT_NE(info->flags & O_CLOEXEC, 0);
+  EXPECT_EQ(info->flags & O_NONBLOCK, 0);
+  EXPECT_EQ(info->mnt_id, 27u);
+}
+
+TEST(ParseFdInfoTest, LargePositionAndReadOnly) {
+  auto info = ParseFdInfo("pos:\t8589934592\nflags:\t0100000\nmnt_id:\t1\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->pos, int64_t{8589934592});
+  EXPECT_EQ(info->flags & O_ACCMODE, O_RDONLY);
+}
+
+TEST(ParseFdInfoTest, ExtraLinesAreIgnored) {
+  // eventfd/epoll/inotify fdinfo carries object-specific lines after the common ones.
+  auto info = ParseFdInfo(
+      "pos:\t0\nflags:\t02004002\nmnt_id:\t15\nino:\t1057\neventfd-count:                0\n"
+      "eventfd-id: 3\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->flags, 02004002);
+  EXPECT_NE(info->flags & O_NONBLOCK, 0);
+}
+
+TEST(ParseFdInfoTest, MalformedIsDataLoss) {
+  for (const char* text : {"", "mnt_id:\t1\n", "pos:\t0\n", "flags:\t02\n",
+                           "pos:\tx\nflags:\t02\n", "pos:\t0\nflags:\t0289\n",
+                           "pos:\t0\nflags:\t\n"}) {
+    SCOPED_TRACE(text);
+    auto info = ParseFdInfo(text);
+    ASSERT_FALSE(info.ok());
+    EXPECT_EQ(info.status().code(), absl::StatusCode::kDataLoss);
+  }
+}
+
+constexpr char kTimers[] =
+    "ID: 5\n"
+    "signal: 10/0000000000001234\n"
+    "notify: signal/pid.3112\n"
+    "ClockID: 0\n"
+    "ID: 9\n"
+    "signal: 36/000000000000004d\n"
+    "notify: signal/tid.3112\n"
+    "ClockID: 7\n";
+
+TEST(ParseTimersTest, KernelFormat) {
+  auto timers = ParseTimers(kTimers);
+  ASSERT_TRUE(timers.ok()) << timers.status();
+  ASSERT_EQ(timers->size(), 2u);
+
+  const TimerInfo& a = (*timers)[0];
+  EXPECT_EQ(a.id, 5);
+  EXPECT_EQ(a.signo, 10);
+  EXPECT_EQ(a.sigval, 0x1234u);
+  EXPECT_EQ(a.notify, "signal");
+  EXPECT_FALSE(a.to_thread);
+  EXPECT_EQ(a.notify_tid, 3112);
+  EXPECT_EQ(a.clock, 0);
+
+  const TimerInfo& b = (*timers)[1];
+  EXPECT_EQ(b.id, 9);
+  EXPECT_EQ(b.signo, 36);
+  EXPECT_EQ(b.sigval, 0x4du);
+  EXPECT_EQ(b.notify, "signal");
+  EXPECT_TRUE(b.to_thread);
+  EXPECT_EQ(b.notify_tid, 3112);
+  EXPECT_EQ(b.clock, 7);
+}
+
+TEST(ParseTimersTest, NoneNotification) {
+  auto timers = ParseTimers("ID: 0\nsignal: 14/0000000000000000\nnotify: none/pid.77\nClockID: 1\n");
+  ASSERT_TRUE(timers.ok()) << timers.status();
+  ASSERT_EQ(timers->size(), 1u);
+  EXPECT_EQ((*timers)[0].notify, "none");
+  EXPECT_EQ((*timers)[0].notify_tid, 77);
+  EXPECT_EQ((*timers)[0].clock, 1);
+}
+
+TEST(ParseTimersTest, EmptyIsNoTimers) {
+  auto timers = ParseTimers("");
+  ASSERT_TRUE(timers.ok()) << timers.status();
+  EXPECT_THAT(*timers, IsEmpty());
+}
+
+TEST(ParseTimersTest, MalformedIsDataLoss) {
+  for (const char* text : {
+           "signal: 10/0000000000001234\n",                    // before any ID
+           "ID: five\n",                                        // id not numeric
+           "ID: 1\nsignal: ten/0000000000001234\n",             // signo not numeric
+           "ID: 1\nsignal: 10/zz\n",                            // sigval not hex
+           "ID: 1\nnotify: signal\n",                           // no target
+           "ID: 1\nnotify: signal/pid.x\n",                     // target not numeric
+           "ID: 1\nClockID: mono\n",
+       }) {
+    SCOPED_TRACE(text);
+    auto timers = ParseTimers(text);
+    ASSERT_FALSE(timers.ok());
+    EXPECT_EQ(timers.status().code(), absl::StatusCode::kDataLoss);
+  }
+}
+
+TEST(ReadFdsTest, SelfReportsPositionAndFlags) {
+  testing::TempDir tmp;
+  std::string path = tmp.Sub("log file.txt");
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  ASSERT_TRUE(fd.valid());
+  ASSERT_EQ(::write(fd.get(), "0123456789", 10), 10);
+  ASSERT_EQ(::lseek(fd.get(), 3, SEEK_SET), 3);
+  UniqueFd ro(::open(path.c_str(), O_RDONLY | O_NONBLOCK));
+  ASSERT_TRUE(ro.valid());
+  ASSERT_EQ(::lseek(ro.get(), 7, SEEK_SET), 7);
+
+  auto fds = ReadFds(::getpid());
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  const FdInfo* rw_info = nullptr;
+  const FdInfo* ro_info = nullptr;
+  int prev = -1;
+  for (const FdInfo& f : *fds) {
+    EXPECT_GT(f.fd, prev) << "descriptors must be ascending";
+    prev = f.fd;
+    if (f.fd == fd.get()) rw_info = &f;
+    if (f.fd == ro.get()) ro_info = &f;
+  }
+  ASSERT_NE(rw_info, nullptr);
+  EXPECT_EQ(rw_info->target, path);
+  EXPECT_EQ(rw_info->pos, 3);
+  EXPECT_EQ(rw_info->flags & O_ACCMODE, O_RDWR);
+  EXPECT_NE(rw_info->flags & O_APPEND, 0);
+  EXPECT_NE(rw_info->flags & O_CLOEXEC, 0);
+  EXPECT_EQ(rw_info->flags & O_NONBLOCK, 0);
+  EXPECT_NE(rw_info->mnt_id, 0u);
+
+  ASSERT_NE(ro_info, nullptr);
+  EXPECT_EQ(ro_info->target, path);
+  EXPECT_EQ(ro_info->pos, 7);
+  EXPECT_EQ(ro_info->flags & O_ACCMODE, O_RDONLY);
+  EXPECT_EQ(ro_info->flags & O_APPEND, 0);
+  EXPECT_EQ(ro_info->flags & O_CLOEXEC, 0);
+  EXPECT_NE(ro_info->flags & O_NONBLOCK, 0);
+
+  // After the file is unlinked the kernel reports it as deleted.
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  auto after = ReadFds(::getpid());
+  ASSERT_TRUE(after.ok()) << after.status();
+  bool seen = false;
+  for (const FdInfo& f : *after) {
+    if (f.fd == fd.get()) {
+      seen = true;
+      EXPECT_EQ(f.target, path + " (deleted)");
+    }
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST(ReadFdsTest, MissingProcessIsNotFound) {
+  EXPECT_EQ(ReadFds(INT_MAX).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ReadTimersTest, SelfSeesItsPosixTimer) {
+  sigevent sev{};
+  sev.sigev_notify = SIGEV_SIGNAL;
+  sev.sigev_signo = SIGUSR2;
+  sev.sigev_value.sival_ptr = reinterpret_cast<void*>(uintptr_t{0xabcd});
+  timer_t timer;
+  ASSERT_EQ(::timer_create(CLOCK_MONOTONIC, &sev, &timer), 0);
+  auto timers = ReadTimers(::getpid());
+  ::timer_delete(timer);
+  ASSERT_TRUE(timers.ok()) << timers.status();
+  ASSERT_EQ(timers->size(), 1u);
+  const TimerInfo& t = (*timers)[0];
+  EXPECT_EQ(t.id, static_cast<int>(reinterpret_cast<intptr_t>(timer)));
+  EXPECT_EQ(t.signo, SIGUSR2);
+  EXPECT_EQ(t.sigval, 0xabcdu);
+  EXPECT_EQ(t.notify, "signal");
+  EXPECT_FALSE(t.to_thread);
+  EXPECT_EQ(t.notify_tid, ::getpid());
+  EXPECT_EQ(t.clock, CLOCK_MONOTONIC);
+}
+
+}  // namespace
+}  // namespace cairn::proc
