@@ -212,6 +212,9 @@ TEST_F(BadInput, DumpIntoNonEmptyDirLeavesItAlone) {
   EXPECT_TRUE(FailedWith(r, "exist|not empty|non-empty"));
   EXPECT_EQ(ListFilesRecursive(dir), std::vector<std::string>{"precious"});
   EXPECT_EQ(ReadFile(dir + "/precious"), "do not touch");
+  if (Exists(dir + ".partial")) {
+    EXPECT_FALSE(Inspect(dir + ".partial").Exited(0)) << dir << ".partial passes inspect";
+  }
   EXPECT_TRUE(TargetUnharmed(w));
 }
 

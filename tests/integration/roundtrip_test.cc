@@ -163,7 +163,7 @@ TEST_P(RoundTrip, DumpKillRestoreDetached) {
   Workload w = MakeWorkload(spec.name);
   ASSERT_TRUE(StartReady(w));
   std::string out_before = w.Stdout(), err_before = w.Stderr();
-  std::string ckpt = *temp_ / "ckpt";
+  std::string ckpt = w.workdir() + "/ckpt";
   ASSERT_TRUE(DumpAndKill(w, ckpt));
 
   CommandResult restore = Restore(ckpt, /*detach=*/true);
@@ -185,7 +185,7 @@ TEST_P(LeaveRunning, OriginalContinuesAndCheckpointRestores) {
   Workload w = MakeWorkload(spec.name);
   ASSERT_TRUE(StartReady(w));
   std::string out_before = w.Stdout(), err_before = w.Stderr();
-  std::string ckpt = *temp_ / "ckpt";
+  std::string ckpt = w.workdir() + "/ckpt";
 
   CommandResult dump = Dump(w.pid(), ckpt, /*leave_running=*/true);
   ASSERT_TRUE(dump.Exited(0)) << "cairn dump --leave-running failed " << dump.Describe();
@@ -237,7 +237,7 @@ TEST_P(Attached, RestoreWaitsAndReportsExit) {
   Workload w = MakeWorkload(GetParam().name);
   ASSERT_TRUE(StartReady(w));
   std::string out_before = w.Stdout(), err_before = w.Stderr();
-  std::string ckpt = *temp_ / "ckpt";
+  std::string ckpt = w.workdir() + "/ckpt";
   ASSERT_TRUE(DumpAndKill(w, ckpt));
   CommandResult restore = RestoreAttached(w, ckpt, "");
   EXPECT_TRUE(restore.Exited(0)) << "cairn restore (attached) " << restore.Describe() << "\n" << w.Describe();
@@ -250,7 +250,7 @@ class ExitStatus : public Attached {};
 TEST_F(ExitStatus, RestoreExitsWithTheProcessExitCode) {
   Workload w = MakeWorkload("wl_exit_status");
   ASSERT_TRUE(StartReady(w));
-  std::string ckpt = *temp_ / "ckpt";
+  std::string ckpt = w.workdir() + "/ckpt";
   ASSERT_TRUE(DumpAndKill(w, ckpt));
   CommandResult restore = RestoreAttached(w, ckpt, "exit 7");
   EXPECT_TRUE(restore.Exited(7)) << "cairn restore must exit with the restored process's status " << restore.Describe();
@@ -260,7 +260,7 @@ TEST_F(ExitStatus, RestoreExitsWithTheProcessExitCode) {
 TEST_F(ExitStatus, RestoreExits128PlusSignal) {
   Workload w = MakeWorkload("wl_exit_status");
   ASSERT_TRUE(StartReady(w));
-  std::string ckpt = *temp_ / "ckpt";
+  std::string ckpt = w.workdir() + "/ckpt";
   ASSERT_TRUE(DumpAndKill(w, ckpt));
   CommandResult restore = RestoreAttached(w, ckpt, "signal " + std::to_string(SIGTERM));
   EXPECT_TRUE(restore.Exited(128 + SIGTERM)) << "a restored process killed by SIGTERM must give 128+15 " << restore.Describe();

@@ -29,13 +29,22 @@ absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
   regs.r8 = args[4];
   regs.r9 = args[5];
   RETURN_IF_ERROR(SetRegs(tid_, regs));
+  absl::StatusOr<long> result = StepOverSyscall(nr);
+  // Put the thread back as it was on every path, so that a failed injection never leaves
+  // a process that would crash when it is let go.
+  absl::Status restored = SetRegs(tid_, saved);
+  if (!result.ok()) return result;
+  RETURN_IF_ERROR(restored);
+  return result;
+}
+
+absl::StatusOr<long> Injector::StepOverSyscall(long nr) {
   RETURN_IF_ERROR(SingleStep(tid_));
   for (;;) {
     ASSIGN_OR_RETURN(StopInfo stop, WaitStop(tid_));
     if (stop.kind == StopInfo::Kind::kSignalStop && stop.signal == SIGTRAP) break;
     if (stop.kind == StopInfo::Kind::kExited || stop.kind == StopInfo::Kind::kKilled) {
-      return absl::AbortedError(
-          absl::StrCat("thread ", tid_, " died during injected syscall ", nr));
+      return absl::AbortedError(absl::StrCat("thread ", tid_, " died during injected syscall ", nr));
     }
     if (stop.kind == StopInfo::Kind::kEventStop) {
       // A clone event (PTRACE_O_TRACECLONE) or a leftover interrupt: keep stepping.
@@ -47,7 +56,6 @@ absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
                                             " (signals must be blocked while injecting)"));
   }
   ASSIGN_OR_RETURN(user_regs_struct after, GetRegs(tid_));
-  RETURN_IF_ERROR(SetRegs(tid_, saved));
   return static_cast<long>(after.rax);
 }
 

@@ -41,6 +41,9 @@ class Injector {
                             uint64_t a2 = 0, uint64_t a3 = 0, uint64_t a4 = 0, uint64_t a5 = 0);
 
  private:
+  // Single-steps over the syscall instruction and returns rax at the syscall's exit.
+  absl::StatusOr<long> StepOverSyscall(long nr);
+
   pid_t tid_;
   uint64_t syscall_insn_;
 };

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Dump and restore throughput of one process holding SIZE MiB of random data, beside a
+# plain sequential write of the same size to the same place in the same run (the
+# physical limit). Prints a markdown table for docs/performance.md.
+#
+#   sudo bash bench/dump_restore.sh [SIZES_MIB...]    (default: 256 1024 4096)
+#   BENCH_DIRS="/var/tmp /dev/shm" selects where images go (disk, tmpfs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build-bench}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
+ninja -C "$build" cairn mem_holder plain_write >/dev/null
+sizes=("$@")
+((${#sizes[@]})) || sizes=(256 1024 4096)
+dirs=(${BENCH_DIRS:-/var/tmp /dev/shm})
+reps=${REPS:-3}
+
+now() { date +%s.%N; }
+rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+
+echo "| where | size | plain write GB/s | dump GB/s | dump/plain | restore GB/s | dumper max RSS MiB |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+for where in "${dirs[@]}"; do
+  for mib in "${sizes[@]}"; do
+    bytes=$((mib << 20))
+    for ((rep = 0; rep < reps; rep++)); do
+      work=$(mktemp -d "$where/cairn-bench.XXXXXX")
+      ready="$work/ready"
+      (
+        for fd in $(ls /proc/$BASHPID/fd); do if ((fd > 2)); then eval "exec $fd>&-"; fi; done
+        exec "$build/bench/mem_holder" "$mib" "$ready" </dev/null >/dev/null 2>&1
+      ) &
+      pid=$!
+      while [[ ! -f $ready ]]; do sleep 0.05; done
+      sync
+      plain_s=$("$build/bench/plain_write" "$mib" "$work/plain")
+      rm -f "$work/plain"
+      sync
+      t0=$(now)
+      rss=$( { /usr/bin/time -f "%M" "$build/cairn" dump --pid "$pid" --dir "$work/ckpt" >/dev/null; } 2>&1 | tail -n 1)
+      t1=$(now)
+      wait "$pid" 2>/dev/null || true
+      sync
+      echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+      # Restore from a warm page cache, as right after a dump or a transfer.
+      cat "$work/ckpt/pages.img" >/dev/null
+      t2=$(now)
+      "$build/cairn" restore --dir "$work/ckpt" --detach >/dev/null
+      t3=$(now)
+      kill -9 "$pid" 2>/dev/null || true
+      while [[ -e /proc/$pid ]]; do sleep 0.02; done
+      rm -rf "$work"
+      dump_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+      restore_s=$(awk -v a="$t2" -v b="$t3" 'BEGIN { print b - a }')
+      pw=$(rate "$bytes" "$plain_s")
+      dw=$(rate "$bytes" "$dump_s")
+      rw=$(rate "$bytes" "$restore_s")
+      ratio=$(awk -v d="$dw" -v p="$pw" 'BEGIN { printf "%.0f%%", 100 * d / p }')
+      echo "| $where | $mib MiB | $pw | $dw | $ratio | $rw | $((rss / 1024)) |"
+    done
+  done
+done
