@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/image/format.h"
 #include "engine/inject/injector.h"
 
 namespace cairn::dump {
@@ -89,14 +90,38 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
   return runs;
 }
 
+// A run of non-zero pages inside a filled buffer, with its checksum.
+struct Segment {
+  uint64_t offset = 0;  // in the buffer
+  uint64_t len = 0;
+  uint64_t xxh3 = 0;
+};
+
 // A filled buffer waiting to be written: pages of one area at `addr`.
 struct Batch {
   size_t vma = 0;
   uint64_t addr = 0;
-  uint64_t len = 0;
-  bool skip_zero = false;
+  std::vector<Segment> segments;
   std::vector<char>* buf = nullptr;
 };
+
+// Splits a buffer into runs of pages to save, dropping zero pages when `skip_zero`
+// (a missing anonymous page reads back as zeros), and checksums each run.
+std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero) {
+  std::vector<Segment> out;
+  uint64_t i = 0;
+  while (i < len) {
+    if (skip_zero && IsZeroPage(data + i)) {
+      i += kPage;
+      continue;
+    }
+    uint64_t j = i + kPage;
+    while (j < len && !(skip_zero && IsZeroPage(data + j))) j += kPage;
+    out.push_back({i, j - i, image::Checksum(data + i, j - i)});
+    i = j;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -168,7 +193,8 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   MemoryStats stats;
   std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
 
-  // The writer: drops zero pages of anonymous areas, checksums and appends the rest.
+  // The writer appends what the reader prepared; reading, zero detection and checksums
+  // happen on the reader's side so the two threads carry about equal work.
   std::thread writer_thread([&] {
     for (;;) {
       Batch b;
@@ -176,28 +202,20 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return !full.empty() || reader_done; });
         if (full.empty()) return;
-        b = full.front();
+        b = std::move(full.front());
         full.pop_front();
       }
       absl::Status s;
       const char* data = b.buf->data();
-      uint64_t i = 0;
-      while (i < b.len && s.ok()) {
-        if (b.skip_zero && IsZeroPage(data + i)) {
-          i += kPage;
-          continue;
-        }
-        uint64_t j = i + kPage;
-        while (j < b.len && !(b.skip_zero && IsZeroPage(data + j))) j += kPage;
-        auto block = writer.AppendPages(b.addr + i, data + i, j - i);
+      for (const Segment& seg : b.segments) {
+        auto block = writer.AppendPages(b.addr + seg.offset, data + seg.offset, seg.len, seg.xxh3);
         if (!block.ok()) {
           s = block.status();
           break;
         }
         blocks[b.vma].push_back(*block);
-        stats.pages += (j - i) / kPage;
-        stats.bytes += j - i;
-        i = j;
+        stats.pages += seg.len / kPage;
+        stats.bytes += seg.len;
       }
       std::lock_guard lock(mu);
       free_bufs.push_back(b.buf);
@@ -227,9 +245,10 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         break;
       }
       const image::Vma& v = vmas[r.vma];
+      Batch batch{r.vma, r.start + off, Segments(buf->data(), len, v.kind() != image::Vma::FILE_PRIVATE), buf};
       {
         std::lock_guard lock(mu);
-        full.push_back({r.vma, r.start + off, len, v.kind() != image::Vma::FILE_PRIVATE, buf});
+        full.push_back(std::move(batch));
       }
       cv.notify_all();
       off += len;

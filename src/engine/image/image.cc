@@ -94,12 +94,16 @@ void ImageWriter::Abort() {
 }
 
 absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len) {
+  return AppendPages(vaddr, data, len, Checksum(data, len));
+}
+
+absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3) {
   const char* p = static_cast<const char*>(data);
   PageBlock b;
   b.set_vaddr(vaddr);
   b.set_length(len);
   b.set_file_offset(pages_off_);
-  b.set_xxh3(Checksum(data, len));
+  b.set_xxh3(xxh3);
   size_t left = len;
   uint64_t off = pages_off_;
   while (left > 0) {

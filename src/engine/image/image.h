@@ -28,6 +28,8 @@ class ImageWriter {
   // Appends `len` bytes (a multiple of the page size) holding the pages at `vaddr`.
   // Not thread-safe: call from one thread at a time.
   absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len);
+  // Same, with the block's XXH3-64 already computed by the caller (Checksum()).
+  absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3);
 
   // Appends `size` bytes read from `fd` at offset 0 to files.img; returns where they went.
   struct Blob {
