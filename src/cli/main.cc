@@ -37,9 +37,10 @@ std::string HumanBytes(double b) {
   return absl::StrFormat("%.1f %s", b, units[u]);
 }
 
-int RunDump(int pid, const std::string& dir, bool leave_running) {
+int RunDump(int pid, const std::string& dir, bool leave_running, bool tree) {
   dump::DumpOptions opts;
   opts.pid = pid;
+  opts.tree = tree;
   opts.dir = dir;
   opts.leave_running = leave_running;
   bool tty = ::isatty(STDERR_FILENO);
@@ -56,8 +57,8 @@ int RunDump(int pid, const std::string& dir, bool leave_running) {
   }
   auto r = dump::Dump(opts);
   if (!r.ok()) return Fail(r.status());
-  std::printf("dumped pid %d to %s: %d threads, %d areas, %llu pages (%s) in %.3f s (frozen %.3f s), %s\n", pid,
-              dir.c_str(), r->threads, r->areas, static_cast<unsigned long long>(r->pages),
+  std::printf("dumped pid %d to %s: %d process%s, %d threads, %d areas, %llu pages (%s) in %.3f s (frozen %.3f s), %s\n",
+              pid, dir.c_str(), r->processes, r->processes == 1 ? "" : "es", r->threads, r->areas, static_cast<unsigned long long>(r->pages),
               HumanBytes(static_cast<double>(r->bytes)).c_str(), r->total_seconds, r->frozen_seconds,
               leave_running ? "left running" : "killed");
   return 0;
@@ -69,8 +70,9 @@ int RunRestore(const std::string& dir, bool detach) {
   if (const char* t = std::getenv("CAIRN_FILL_THREADS")) opts.fill_threads = std::max(1, std::atoi(t));
   auto r = restore::Restore(opts);
   if (!r.ok()) return Fail(r.status());
-  std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %s in %.3f s\n", r->pid, dir.c_str(),
-               HumanBytes(static_cast<double>(r->bytes)).c_str(), r->seconds);
+  std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %d process%s, %s in %.3f s\n", r->pid, dir.c_str(),
+               r->processes, r->processes == 1 ? "" : "es", HumanBytes(static_cast<double>(r->bytes)).c_str(),
+               r->seconds);
   std::fflush(nullptr);
   if (detach) return 0;
   int status = 0;
@@ -126,6 +128,17 @@ int RunInspect(const std::string& dir, bool json) {
     }
     std::printf("signals: %d handlers, %d shared pending\n", p.sigactions_size(), p.shared_pending_size());
     std::printf("timers: %d interval, %d POSIX\n", p.itimers_size(), p.posix_timers_size());
+    for (const auto& d : c.descendants()) {
+      uint64_t b = 0;
+      for (const auto& v : d.vmas()) {
+        for (const auto& blk : v.blocks()) b += blk.length();
+      }
+      std::printf("descendant process %d (%s), parent %d, group %d, session %d: %s%d threads, %d areas (%s saved), "
+                  "%d files\n",
+                  d.pid(), d.comm().c_str(), d.ppid(), d.pgid(), d.sid(),
+                  d.zombie() ? absl::StrFormat("zombie (wait status %#x), ", d.exit_code()).c_str() : "",
+                  d.threads_size(), d.vmas_size(), HumanBytes(static_cast<double>(b)).c_str(), d.fds_size());
+    }
     std::printf("checksums: %s\n", verified.ok() ? "all verified" : "FAILED");
   }
   if (!verified.ok()) return Fail(verified);
@@ -153,11 +166,12 @@ int main(int argc, char** argv) {
 
   int pid = 0;
   std::string dir;
-  bool leave_running = false, detach = false, json = false;
+  bool leave_running = false, detach = false, json = false, tree = false;
   auto* dump = app.add_subcommand("dump", "Checkpoint a running process into a directory");
   dump->add_option("--pid", pid, "Process to checkpoint")->required();
   dump->add_option("--dir", dir, "Checkpoint directory to create")->required();
   dump->add_flag("--leave-running", leave_running, "Let the process carry on after the dump instead of killing it");
+  dump->add_flag("--tree", tree, "Checkpoint the process and all its descendants");
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
   restore->add_option("--dir", dir, "Checkpoint directory")->required();
@@ -171,7 +185,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
   if (check->parsed()) return cairn::RunCheck();

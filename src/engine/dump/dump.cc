@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <deque>
+#include <map>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -39,22 +42,11 @@ absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& 
   return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO; cannot inject syscalls"));
 }
 
-// Everything that happens while the process is frozen. Leaves the process frozen.
-absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenProcess& fp, image::ImageWriter& writer) {
-  pid_t pid = opts.pid;
-  DumpResult result;
-  image::Checkpoint ckpt;
-  ckpt.set_cairn_version(CAIRN_VERSION);
-  utsname uts{};
-  if (::uname(&uts) == 0) {
-    ckpt.set_hostname(uts.nodename);
-    ckpt.set_kernel(absl::StrCat(uts.release, " ", uts.version));
-  }
-  ckpt.set_created_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count());
-  image::Process* proc = ckpt.mutable_process();
-
+// Captures one frozen process's memory areas and task state into `proc` (not its
+// descriptors, which are captured tree-wide). Leaves the process frozen.
+absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const DumpOptions& opts,
+                            image::Process* proc, MemoryStats* mem) {
+  pid_t pid = fp.pid();
   // Memory areas are read before the engine maps its scratch area into the process.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
@@ -70,13 +62,121 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenProcess& fp
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
 
-  RETURN_IF_ERROR(CaptureFds(pid, &writer, proc));
-  ASSIGN_OR_RETURN(MemoryStats mem, DumpPages(pid, vmas, writer, opts.progress));
+  ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress));
   for (auto& v : vmas) *proc->add_vmas() = std::move(v);
+  mem->pages += m.pages;
+  mem->bytes += m.bytes;
+  return absl::OkStatus();
+}
 
+// The processes of a checkpoint: frozen ones, and zombies (which cannot be traced).
+struct FrozenTree {
+  std::vector<FrozenProcess> frozen;   // tree order: parents before children
+  std::vector<pid_t> order;            // every pid, frozen or zombie, in tree order
+  std::map<pid_t, proc::Stat> zombies;
+
+  absl::Status Thaw() {
+    absl::Status first;
+    for (auto& fp : frozen) {
+      absl::Status s = fp.Thaw();
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+  absl::Status Kill() {
+    absl::Status first;
+    for (auto& fp : frozen) {
+      absl::Status s = fp.Kill();
+      if (!s.ok() && first.ok()) first = s;
+    }
+    return first;
+  }
+};
+
+// Freezes `root` and, with `tree`, every descendant. A process is frozen before its
+// children are listed, so children forked meanwhile are found in the next round.
+absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree) {
+  FrozenTree ft;
+  std::deque<pid_t> queue = {root};
+  std::set<pid_t> known = {root};
+  while (!queue.empty()) {
+    pid_t pid = queue.front();
+    queue.pop_front();
+    ASSIGN_OR_RETURN(proc::Stat st, proc::ReadStat(pid));
+    if (st.state == 'Z' || st.state == 'X') {
+      if (pid == root) return CheckTarget(pid);
+      ft.zombies[pid] = st;
+      ft.order.push_back(pid);
+      continue;
+    }
+    auto fp = FrozenProcess::Freeze(pid);
+    if (!fp.ok()) {
+      absl::Status thaw = ft.Thaw();
+      (void)thaw;
+      return fp.status();
+    }
+    ft.frozen.push_back(std::move(*fp));
+    ft.order.push_back(pid);
+    if (!tree) continue;
+    ASSIGN_OR_RETURN(std::vector<pid_t> children, proc::ListChildren(pid));
+    for (pid_t c : children) {
+      if (known.insert(c).second) queue.push_back(c);
+    }
+  }
+  return ft;
+}
+
+// Lists the tree without stopping it, for checks made before anything is frozen.
+absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
+  std::vector<pid_t> out = {root};
+  for (size_t i = 0; tree && i < out.size(); ++i) {
+    auto children = proc::ListChildren(out[i]);
+    if (!children.ok()) continue;  // exited meanwhile
+    out.insert(out.end(), children->begin(), children->end());
+  }
+  return out;
+}
+
+absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer) {
+  DumpResult result;
+  image::Checkpoint ckpt;
+  ckpt.set_cairn_version(CAIRN_VERSION);
+  utsname uts{};
+  if (::uname(&uts) == 0) {
+    ckpt.set_hostname(uts.nodename);
+    ckpt.set_kernel(absl::StrCat(uts.release, " ", uts.version));
+  }
+  ckpt.set_created_unix_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count());
+  std::map<pid_t, FrozenProcess*> by_pid;
+  for (auto& fp : ft.frozen) by_pid[fp.pid()] = &fp;
+  std::vector<image::Process*> procs;
+  std::vector<pid_t> live;
+  std::vector<image::Process*> live_procs;
+  MemoryStats mem;
+  for (pid_t pid : ft.order) {
+    image::Process* p = procs.empty() ? ckpt.mutable_process() : ckpt.add_descendants();
+    procs.push_back(p);
+    if (auto z = ft.zombies.find(pid); z != ft.zombies.end()) {
+      p->set_pid(pid);
+      p->set_ppid(z->second.ppid);
+      p->set_pgid(z->second.pgrp);
+      p->set_sid(z->second.session);
+      p->set_comm(z->second.comm);
+      p->set_zombie(true);
+      p->set_exit_code(static_cast<int32_t>(z->second.exit_code));
+      continue;
+    }
+    RETURN_IF_ERROR(Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem), absl::StrCat("pid ", pid)));
+    live.push_back(pid);
+    live_procs.push_back(p);
+    result.threads += p->threads_size();
+    result.areas += p->vmas_size();
+  }
+  RETURN_IF_ERROR(CaptureFds(live, &writer, live_procs));
   RETURN_IF_ERROR(writer.Commit(ckpt));
-  result.threads = proc->threads_size();
-  result.areas = proc->vmas_size();
+  result.processes = static_cast<int>(procs.size());
   result.pages = mem.pages;
   result.bytes = mem.bytes;
   return result;
@@ -120,25 +220,38 @@ absl::Status CheckTarget(pid_t pid) {
 absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   auto t0 = Clock::now();
   RETURN_IF_ERROR(CheckTarget(opts.pid));
-  // Refuse what cannot be saved before stopping the process at all.
-  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(opts.pid));
-  RETURN_IF_ERROR(DescribeAreas(opts.pid, maps).status());
-  RETURN_IF_ERROR(CheckFdsSupported(opts.pid));
+  // Refuse what cannot be saved before stopping anything.
+  ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
+  std::vector<pid_t> live;
+  for (pid_t pid : pids) {
+    auto st = proc::ReadStat(pid);
+    if (!st.ok() || st->state == 'Z' || st->state == 'X') continue;
+    if (pid != opts.pid) {
+      absl::Status ok = CheckTarget(pid);
+      if (absl::IsFailedPrecondition(ok) || absl::IsNotFound(ok)) continue;  // exited meanwhile
+      RETURN_IF_ERROR(ok);
+    }
+    ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+    RETURN_IF_ERROR(DescribeAreas(pid, maps).status());
+    live.push_back(pid);
+  }
+  RETURN_IF_ERROR(CheckFdsSupported(live));
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
   auto t_freeze = Clock::now();
-  ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(opts.pid));
-  absl::StatusOr<DumpResult> result = DumpFrozen(opts, fp, *writer);
+  ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
+  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer);
   if (!result.ok()) {
     writer->Abort();
-    absl::Status thaw = fp.Thaw();
+    absl::Status thaw = ft.Thaw();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
-    return Annotate(result.status(), absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process was left running)"));
+    return Annotate(result.status(), absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
+                                                  opts.tree ? "es were" : " was", " left running)"));
   }
   if (opts.leave_running) {
-    RETURN_IF_ERROR(fp.Thaw());
+    RETURN_IF_ERROR(ft.Thaw());
   } else {
-    RETURN_IF_ERROR(fp.Kill());
+    RETURN_IF_ERROR(ft.Kill());
   }
   result->frozen_seconds = Since(t_freeze);
   result->total_seconds = Since(t0);

@@ -15,11 +15,13 @@ struct DumpOptions {
   pid_t pid = 0;
   std::string dir;
   bool leave_running = false;
+  bool tree = false;  // the process and all its descendants
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;
 };
 
 struct DumpResult {
+  int processes = 0;
   int threads = 0;
   int areas = 0;
   uint64_t pages = 0;
@@ -28,9 +30,11 @@ struct DumpResult {
   double total_seconds = 0;
 };
 
-// Freezes the process, writes a complete checkpoint to `dir` (atomically: DIR.partial,
-// fsync, rename), then kills it, or thaws it with leave_running.
-// On any failure the process is thawed untouched and no checkpoint directory is left.
+// Freezes the process (with `tree`, it and every descendant: each process is frozen
+// before its children are listed, so a fork during the freeze is caught), writes a
+// complete checkpoint to `dir` (atomically: DIR.partial, fsync, rename), then kills the
+// processes, or thaws them with leave_running.
+// On any failure every process is thawed untouched and no checkpoint directory is left.
 absl::StatusOr<DumpResult> Dump(const DumpOptions& opts);
 
 // Checks that `pid` names a process the engine can checkpoint (exists, not a zombie,

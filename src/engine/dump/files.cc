@@ -57,43 +57,57 @@ absl::StatusOr<PipeContent> PeekPipe(pid_t pid, int fd) {
 
 }  // namespace
 
-absl::Status CaptureFds(pid_t pid, image::ImageWriter* writer, image::Process* out) {
-  ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(pid));
-  // Pipes are supported when both ends are inside the process (the self-pipe pattern).
+absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writer,
+                        const std::vector<image::Process*>& outs) {
+  std::vector<std::vector<proc::FdInfo>> all(pids.size());
+  // Pipes are supported when both ends are inside the tree.
   std::map<uint64_t, int> pipe_ends;  // inode -> bit 1: read end seen, bit 2: write end seen
-  for (const proc::FdInfo& info : fds) {
-    if (!absl::StartsWith(info.target, "pipe:")) continue;
-    std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
-    struct stat st {};
-    if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
-    pipe_ends[st.st_ino] |= (info.flags & O_ACCMODE) == O_RDONLY ? 1 : 2;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    ASSIGN_OR_RETURN(all[i], proc::ReadFds(pids[i]));
+    for (const proc::FdInfo& info : all[i]) {
+      if (!absl::StartsWith(info.target, "pipe:")) continue;
+      std::string link = absl::StrCat("/proc/", pids[i], "/fd/", info.fd);
+      struct stat st {};
+      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
+      pipe_ends[st.st_ino] |= (info.flags & O_ACCMODE) == O_RDONLY ? 1 : 2;
+    }
   }
   std::set<uint64_t> pipe_saved;
-  std::vector<std::pair<int, uint64_t>> seen;  // (fd, inode) of descriptors recorded so far
-  for (const proc::FdInfo& info : fds) {
-    // Same open file description as a lower descriptor (dup, 2>&1)? kcmp tells exactly.
+  struct Seen {
+    pid_t pid;
+    int fd;
+    uint64_t ino;
+  };
+  std::vector<Seen> seen;  // descriptors recorded so far, across the tree
+  for (size_t pi = 0; pi < pids.size(); ++pi) {
+  pid_t pid = pids[pi];
+  image::Process* out = outs.empty() ? nullptr : outs[pi];
+  for (const proc::FdInfo& info : all[pi]) {
+    // Same open file description as an earlier descriptor (dup, 2>&1, inherited by fork)?
+    // kcmp tells exactly.
     {
       std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
       struct stat st {};
       if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
-      int dup_of = -1;
-      for (const auto& [other, ino] : seen) {
-        if (ino == st.st_ino && ::syscall(SYS_kcmp, pid, pid, kKcmpFile, other, info.fd) == 0) {
-          dup_of = other;
+      const Seen* dup_of = nullptr;
+      for (const Seen& other : seen) {
+        if (other.ino == st.st_ino && ::syscall(SYS_kcmp, other.pid, pid, kKcmpFile, other.fd, info.fd) == 0) {
+          dup_of = &other;
           break;
         }
       }
-      seen.emplace_back(info.fd, st.st_ino);
-      if (dup_of >= 0) {
+      if (dup_of != nullptr) {
         image::Fd fd;
         fd.set_fd(info.fd);
         fd.set_is_dup(true);
-        fd.set_dup_of(dup_of);
+        fd.set_dup_of(dup_of->fd);
+        fd.set_dup_of_pid(dup_of->pid);
         fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
         fd.set_path(info.target);
         if (out != nullptr) *out->add_fds() = std::move(fd);
         continue;
       }
+      seen.push_back({pid, info.fd, st.st_ino});
     }
     if (absl::StartsWith(info.target, "pipe:")) {
       std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
@@ -101,9 +115,9 @@ absl::Status CaptureFds(pid_t pid, image::ImageWriter* writer, image::Process* o
       if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
       if (pipe_ends[st.st_ino] != 3) {
         return absl::UnimplementedError(absl::StrFormat(
-            "pid %d fd %d is a pipe (%s) whose other end is outside the process; single-process checkpoints "
-            "support pipes only between the process's own descriptors — redirect it to a file",
-            pid, info.fd, info.target));
+            "pid %d fd %d is a pipe (%s) whose other end is outside the checkpointed process%s; redirect it to a "
+            "file, or checkpoint the whole tree that holds both ends (--tree)",
+            pid, info.fd, info.target, pids.size() > 1 ? "s" : ""));
       }
       image::Fd fd;
       fd.set_fd(info.fd);
@@ -125,8 +139,8 @@ absl::Status CaptureFds(pid_t pid, image::ImageWriter* writer, image::Process* o
     }
     auto unsupported = [&](absl::string_view kind) {
       return absl::UnimplementedError(absl::StrFormat(
-          "pid %d fd %d is %s (%s); single-process checkpoints support regular files, directories and "
-          "character devices only — close it or redirect it to a file before checkpointing",
+          "pid %d fd %d is %s (%s); checkpoints support regular files, directories and "
+          "character devices, pipes and dups of these — close it or redirect it to a file before checkpointing",
           pid, info.fd, kind, info.target));
     };
     if (info.target.empty() || info.target[0] != '/') return unsupported(KindOf(info.target));
@@ -173,9 +187,10 @@ absl::Status CaptureFds(pid_t pid, image::ImageWriter* writer, image::Process* o
     fd.set_path(path);
     if (out != nullptr) *out->add_fds() = std::move(fd);
   }
+  }
   return absl::OkStatus();
 }
 
-absl::Status CheckFdsSupported(pid_t pid) { return CaptureFds(pid, nullptr, nullptr); }
+absl::Status CheckFdsSupported(const std::vector<pid_t>& pids) { return CaptureFds(pids, nullptr, {}); }
 
 }  // namespace cairn::dump

@@ -4,18 +4,23 @@
 
 #include <sys/types.h>
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "engine/image/image.h"
 #include "image.pb.h"
 
 namespace cairn::dump {
 
-// Checks every descriptor of `pid` is of a kind the engine can save, without saving
-// anything. The error names the descriptor and its object.
-absl::Status CheckFdsSupported(pid_t pid);
+// Checks every descriptor of the processes `pids` (a tree) is of a kind the engine can
+// save, without saving anything. The error names the process, the descriptor and its object.
+absl::Status CheckFdsSupported(const std::vector<pid_t>& pids);
 
-// Records every descriptor in `out`; deleted files' contents go to `writer` (may be
-// null for a check-only pass).
-absl::Status CaptureFds(pid_t pid, image::ImageWriter* writer, image::Process* out);
+// Records every descriptor of `pids` in `out` (one Process per pid, same order).
+// Descriptors sharing an open file description, within a process or across the tree,
+// are recorded as dups of the first. Deleted files' contents and the bytes queued in
+// pipes go to `writer` (null for a check-only pass).
+absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writer,
+                        const std::vector<image::Process*>& out);
 
 }  // namespace cairn::dump

@@ -45,6 +45,7 @@ absl::StatusOr<Stat> ParseStat(absl::string_view text) {
       !u64(51, &st.env_end)) {
     return bad("numeric field");
   }
+  if (f.size() >= 52 - 2) (void)absl::SimpleAtoi(f[52 - 3], &st.exit_code);
   return st;
 }
 
@@ -107,6 +108,24 @@ absl::StatusOr<std::vector<pid_t>> ListTasks(pid_t pid) {
   ::closedir(dir);
   std::sort(tids.begin(), tids.end());
   return tids;
+}
+
+absl::StatusOr<std::vector<pid_t>> ListChildren(pid_t pid) {
+  ASSIGN_OR_RETURN(std::vector<pid_t> tids, ListTasks(pid));
+  std::vector<pid_t> out;
+  for (pid_t tid : tids) {
+    auto text = ReadFile(absl::StrCat("/proc/", pid, "/task/", tid, "/children"));
+    if (!text.ok()) {
+      if (absl::IsNotFound(text.status())) continue;  // the thread exited
+      return text.status();
+    }
+    for (absl::string_view t : absl::StrSplit(*text, ' ', absl::SkipWhitespace())) {
+      pid_t child = 0;
+      if (absl::SimpleAtoi(t, &child)) out.push_back(child);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace cairn::proc

@@ -24,6 +24,7 @@ struct Stat {
   uint64_t start_code = 0, end_code = 0, start_stack = 0;
   uint64_t start_data = 0, end_data = 0, start_brk = 0;
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
+  int64_t exit_code = 0;     // field 52: the wait status a zombie will report
 
   bool IsKernelThread() const { return (flags & 0x00200000) != 0; }
 };
@@ -46,5 +47,8 @@ absl::StatusOr<Status> ReadStatus(pid_t pid);
 
 // Thread ids listed in /proc/PID/task, ascending.
 absl::StatusOr<std::vector<pid_t>> ListTasks(pid_t pid);
+
+// Children of every thread of `pid` (/proc/PID/task/TID/children), ascending.
+absl::StatusOr<std::vector<pid_t>> ListChildren(pid_t pid);
 
 }  // namespace cairn::proc

@@ -150,9 +150,8 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
 }
 
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                        int threads) {
+                        const image::Process& proc, int threads) {
   pid_t pid = inj.tid();
-  const image::Process& proc = img.meta().process();
   // 1. Map every area, writable while it is filled.
   std::map<std::string, long> open_files;  // path+mode -> remote fd
   for (const image::Vma& v : proc.vmas()) {

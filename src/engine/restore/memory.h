@@ -28,6 +28,6 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
 // Maps every saved area, writes the saved pages (verifying each block), sets protections
 // and advice. Pages are written with `threads` parallel writers.
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                        int threads);
+                        const image::Process& proc, int threads);
 
 }  // namespace cairn::restore

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,11 +32,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The restorer's work area in the new task: one page holding a `syscall` instruction,
+// The restorer's work area in every new task: one page holding a `syscall` instruction,
 // then scratch space for syscall arguments.
 constexpr uint64_t kWorkAreaSize = 4096 + inject::RemoteScratch::kSize;
 
-// Runs in the new task, a copy of the restorer: raw syscalls only (no locks, no malloc).
+// Runs in the first new task, a copy of the restorer: raw syscalls only (no locks, no malloc).
 [[noreturn]] void ChildMain(uint64_t work_area) {
   ::syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   void* p = reinterpret_cast<void*>(
@@ -52,70 +53,154 @@ constexpr uint64_t kWorkAreaSize = 4096 + inject::RemoteScratch::kSize;
   __builtin_unreachable();
 }
 
-absl::Status CheckIdsFree(const image::Process& proc) {
-  for (const image::Thread& t : proc.threads()) {
-    auto st = proc::ReadStat(t.tid());
-    // A process killed by `cairn dump` stays a zombie until its parent reaps it; give
-    // the parent a moment, as a restore right after a dump is the common case.
-    for (int i = 0; i < 40 && st.ok() && st->state == 'Z'; ++i) {
-      ::usleep(50000);
-      st = proc::ReadStat(t.tid());
+absl::Status CheckIdsFree(const std::vector<const image::Process*>& procs) {
+  for (const image::Process* p : procs) {
+    std::vector<pid_t> ids = {p->pid()};
+    for (const image::Thread& t : p->threads()) {
+      if (t.tid() != p->pid()) ids.push_back(t.tid());
     }
-    if (st.ok() && st->state == 'Z') {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "pid %d is still taken by the exited process '%s', which its parent (pid %d) has not reaped; the "
-          "parent must wait() for it before the checkpoint can be restored with this pid",
-          t.tid(), st->comm, st->ppid));
-    }
-    if (st.ok()) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "%s %d is in use by process '%s' (pid %d): it must be free to restore the checkpoint; stop that process "
-          "or restore on another machine",
-          t.tid() == proc.pid() ? "pid" : "thread id", t.tid(), st->comm, st->pid));
+    for (pid_t id : ids) {
+      auto st = proc::ReadStat(id);
+      // A process killed by `cairn dump` stays a zombie until its parent reaps it; give
+      // the parent a moment, as a restore right after a dump is the common case.
+      for (int i = 0; i < 40 && st.ok() && st->state == 'Z'; ++i) {
+        ::usleep(50000);
+        st = proc::ReadStat(id);
+      }
+      if (st.ok() && st->state == 'Z') {
+        return absl::AlreadyExistsError(absl::StrFormat(
+            "pid %d is still taken by the exited process '%s', which its parent (pid %d) has not reaped; the "
+            "parent must wait() for it before the checkpoint can be restored with this pid",
+            id, st->comm, st->ppid));
+      }
+      if (st.ok()) {
+        return absl::AlreadyExistsError(absl::StrFormat(
+            "%s %d is in use by process '%s' (pid %d): it must be free to restore the checkpoint; stop that "
+            "process or restore on another machine",
+            id == p->pid() ? "pid" : "thread id", id, st->comm, st->pid));
+      }
     }
   }
   return absl::OkStatus();
 }
 
-// A half-built task: killed and reaped unless released.
-class Child {
+// The tasks created so far: killed and reaped unless released.
+class Tasks {
  public:
-  explicit Child(pid_t pid) : pid_(pid) {}
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
+  ~Tasks() {
+    if (released_) return;
+    for (pid_t pid : pids_) ::kill(pid, SIGKILL);
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
       int status;
-      while (::waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
+      while (::waitpid(*it, &status, __WALL) < 0 && errno == EINTR) {
       }
     }
   }
-  void Release() { pid_ = -1; }
+  void Add(pid_t pid) { pids_.push_back(pid); }
+  void Release() { released_ = true; }
 
  private:
-  pid_t pid_;
+  std::vector<pid_t> pids_;
+  bool released_ = false;
 };
 
-absl::Status Build(const image::ImageReader& img, const RestoreOptions& opts, uint64_t work_area,
-                   std::vector<std::string>* temp_paths) {
-  const image::Process& proc = img.meta().process();
+// Checks the tree's shape: the root first, every other process after its parent.
+absl::Status CheckTreeOrder(const std::vector<const image::Process*>& procs, const std::string& dir) {
+  std::map<pid_t, const image::Process*> seen;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    const image::Process* p = procs[i];
+    if (p->pid() <= 0 || seen.count(p->pid())) {
+      return absl::DataLossError(absl::StrCat(dir, ": invalid or repeated pid ", p->pid(), " (corrupt image)"));
+    }
+    if (i > 0 && !seen.count(p->ppid())) {
+      return absl::DataLossError(absl::StrCat(dir, ": pid ", p->pid(), " comes before its parent ", p->ppid(),
+                                              " (corrupt image)"));
+    }
+    if (!p->zombie() && (p->threads_size() == 0 || p->threads(0).tid() != p->pid())) {
+      return absl::DataLossError(absl::StrCat(dir, ": pid ", p->pid(), " has no main thread (corrupt image)"));
+    }
+    seen[p->pid()] = p;
+  }
+  return absl::OkStatus();
+}
+
+// Creates the tree's skeleton top-down: each process is forked (with its saved pid) by
+// its restored parent, which is still a copy of the restorer, so every task inherits the
+// work area and the master descriptors. Sessions are created before the children that
+// belong to them are forked; process groups are joined once every group exists.
+absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint64_t work_area, Tasks& tasks) {
+  inject::Injector root(procs[0]->pid(), work_area);
+  inject::RemoteScratch scratch(procs[0]->pid(), work_area + 4096, inject::RemoteScratch::kSize, false);
+  for (const image::Process* p : procs) {
+    inject::Injector inj(p->pid(), work_area);
+    inject::RemoteScratch sc(p->pid(), work_area + 4096, inject::RemoteScratch::kSize, false);
+    // The copy of the restorer has glibc's rseq area registered; drop it before its
+    // memory goes (children forked below then inherit none).
+    ASSIGN_OR_RETURN(inject::RseqConfig rseq, inject::GetRseq(p->pid()));
+    if (rseq.addr != 0) {
+      RETURN_IF_ERROR(inj.Call("rseq unregister", SYS_rseq, rseq.addr, rseq.size, 1, rseq.signature).status());
+    }
+    if (p->sid() == p->pid()) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
+    for (const image::Process* c : procs) {
+      if (c->ppid() != p->pid() || c == procs[0]) continue;
+      pid_t want = c->pid();
+      ASSIGN_OR_RETURN(uint64_t tid_addr, sc.Put(512, &want, sizeof want));
+      clone_args args{};
+      args.exit_signal = SIGCHLD;
+      args.set_tid = tid_addr;
+      args.set_tid_size = 1;
+      ASSIGN_OR_RETURN(uint64_t args_addr, sc.Put(0, &args, sizeof args));
+      auto rc = inj.Call(absl::StrCat("clone3 pid ", want), SYS_clone3, args_addr, sizeof args);
+      if (!rc.ok()) {
+        if (absl::IsAlreadyExists(rc.status())) {
+          return absl::AlreadyExistsError(absl::StrCat("pid ", want, " is in use: it must be free to restore"));
+        }
+        return rc.status();
+      }
+      tasks.Add(want);
+      ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(want));
+      if (stop.kind != inject::StopInfo::Kind::kSignalStop && stop.kind != inject::StopInfo::Kind::kEventStop) {
+        return absl::InternalError(absl::StrCat("new process ", want, " did not stop"));
+      }
+    }
+  }
+  // Process groups: leaders first, then members (a group must exist to be joined).
+  std::map<pid_t, const image::Process*> by_pid;
+  for (const image::Process* p : procs) by_pid[p->pid()] = p;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const image::Process* p : procs) {
+      bool leader = p->pgid() == p->pid();
+      if (p->sid() == p->pid() || leader != (pass == 0)) continue;
+      inject::Injector inj(p->pid(), work_area);
+      if (leader) {
+        RETURN_IF_ERROR(inj.Call("setpgid (group leader)", SYS_setpgid, 0, 0).status());
+      } else if (auto g = by_pid.find(p->pgid()); g != by_pid.end() && g->second->sid() == p->sid()) {
+        RETURN_IF_ERROR(inj.Call(absl::StrCat("setpgid to group ", p->pgid()), SYS_setpgid, 0,
+                                 static_cast<uint64_t>(p->pgid())).status());
+      } else {
+        CAIRN_LOG_WARN("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader is not in the checkpoint\"",
+                       p->pid(), p->pgid());
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
+// registers set.
+absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
+                          uint64_t work_area, int fill_threads) {
   pid_t pid = proc.pid();
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
-
-  // The copy of the restorer registered glibc's rseq area; drop it before its memory goes.
-  ASSIGN_OR_RETURN(inject::RseqConfig rseq, inject::GetRseq(pid));
-  if (rseq.addr != 0) {
-    RETURN_IF_ERROR(inj.Call("rseq unregister", SYS_rseq, rseq.addr, rseq.size, 1, rseq.signature).status());
-  }
-  RETURN_IF_ERROR(inj.Call("close_range", SYS_close_range, 0, ~0U, 0).status());
+  RETURN_IF_ERROR(inj.Call("close_range (restorer's descriptors)", SYS_close_range, 0,
+                           static_cast<uint64_t>(masters.base - 1), 0).status());
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
-  int threads = opts.fill_threads > 0 ? opts.fill_threads
-                                      : std::min(8, static_cast<int>(std::thread::hardware_concurrency()) + 1);
-  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, threads));
+  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
-  RETURN_IF_ERROR(RestoreFds(inj, scratch, img, temp_paths));
+  RETURN_IF_ERROR(InstallFds(inj, proc, masters));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
@@ -126,70 +211,126 @@ absl::Status Build(const image::ImageReader& img, const RestoreOptions& opts, ui
   return SetFinalRegisters(proc);
 }
 
+// Makes a zombie's task exit with its saved wait status; it then waits, unreaped, for
+// its parent as before.
+absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area) {
+  pid_t pid = proc.pid();
+  int status = proc.exit_code();
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    rlimit no_core{0, 0};
+    ::prlimit(pid, RLIMIT_CORE, &no_core, nullptr);
+    inject::Injector inj(pid, work_area);
+    RETURN_IF_ERROR(inj.Call("tgkill", SYS_tgkill, pid, pid, sig).status());
+    RETURN_IF_ERROR(inject::SetSigmask(pid, 0));
+    // Handlers were cleared when the restorer was copied: the default action ends it.
+    return inject::Detach(pid, 0);
+  }
+  ASSIGN_OR_RETURN(user_regs_struct regs, inject::GetRegs(pid));
+  regs.rip = work_area;
+  regs.rax = SYS_exit_group;
+  regs.orig_rax = static_cast<uint64_t>(-1);
+  regs.rdi = static_cast<uint64_t>(WEXITSTATUS(status));
+  RETURN_IF_ERROR(inject::SetRegs(pid, regs));
+  return inject::Detach(pid, 0);
+}
+
 }  // namespace
 
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageReader> img, image::ImageReader::Open(opts.dir));
-  const image::Process& proc = img->meta().process();
-  if (proc.threads_size() == 0 || proc.threads(0).tid() != proc.pid()) {
-    return absl::DataLossError(opts.dir + ": the checkpoint has no main thread (corrupt image)");
-  }
-  RETURN_IF_ERROR(CheckIdsFree(proc));
+  std::vector<const image::Process*> procs = {&img->meta().process()};
+  for (const image::Process& p : img->meta().descendants()) procs.push_back(&p);
+  RETURN_IF_ERROR(CheckTreeOrder(procs, opts.dir));
+  if (procs[0]->zombie()) return absl::DataLossError(opts.dir + ": the root process is a zombie (corrupt image)");
+  RETURN_IF_ERROR(CheckIdsFree(procs));
   auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
 
-  // A work area free both in the saved layout and in our own.
+  // Masters may need many descriptors: use the hard limit.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  std::vector<std::string> temp_paths;
+  auto masters = OpenMasters(*img, procs, &temp_paths);
+  if (!masters.ok()) {
+    for (const std::string& p : temp_paths) ::unlink(p.c_str());
+    return Annotate(masters.status(), absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
+  }
+
+  // A work area free in every saved layout and in our own.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> own, proc::ReadSmaps(::getpid()));
   std::vector<Range> avoid;
   for (const auto& m : own) avoid.push_back({m.start, m.end});
-  ASSIGN_OR_RETURN(uint64_t work_area, FindFreeRange(proc, avoid, kWorkAreaSize));
+  for (const image::Process* p : procs) {
+    for (const image::Vma& v : p->vmas()) avoid.push_back({v.start(), v.end()});
+  }
+  ASSIGN_OR_RETURN(uint64_t work_area, FindFreeRange(*procs[0], avoid, kWorkAreaSize));
 
-  pid_t want = proc.pid();
+  pid_t root = procs[0]->pid();
   clone_args args{};
   args.flags = CLONE_CLEAR_SIGHAND;
   args.exit_signal = SIGCHLD;
-  args.set_tid = reinterpret_cast<uint64_t>(&want);
+  args.set_tid = reinterpret_cast<uint64_t>(&root);
   args.set_tid_size = 1;
   long rc = ::syscall(SYS_clone3, &args, sizeof args);
   if (rc == 0) ChildMain(work_area);
   if (rc < 0) {
     if (errno == EEXIST) {
-      return absl::AlreadyExistsError(absl::StrCat("pid ", want, " is in use: it must be free to restore the checkpoint"));
+      return absl::AlreadyExistsError(absl::StrCat("pid ", root, " is in use: it must be free to restore the checkpoint"));
     }
     if (errno == EPERM) {
       return absl::PermissionDeniedError(absl::StrCat(
-          "cannot create a process with pid ", want, ": restore needs root (CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN)"));
+          "cannot create a process with pid ", root, ": restore needs root (CAP_CHECKPOINT_RESTORE or CAP_SYS_ADMIN)"));
     }
-    return ErrnoStatus(absl::StrCat("clone3 with pid ", want));
+    return ErrnoStatus(absl::StrCat("clone3 with pid ", root));
   }
-  Child child(want);
-  ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(want));
+  Tasks tasks;
+  tasks.Add(root);
+  ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(root));
   if (stop.kind != inject::StopInfo::Kind::kSignalStop || stop.signal != SIGSTOP) {
-    return absl::InternalError(absl::StrCat("new task ", want, " did not start as expected (state ",
+    return absl::InternalError(absl::StrCat("new task ", root, " did not start as expected (state ",
                                             static_cast<int>(stop.kind), ", code ", stop.signal, ")"));
   }
-  if (::ptrace(PTRACE_SETOPTIONS, want, nullptr,
-               reinterpret_cast<void*>(PTRACE_O_TRACECLONE | PTRACE_O_EXITKILL)) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETOPTIONS) pid ", want));
+  if (::ptrace(PTRACE_SETOPTIONS, root, nullptr,
+               reinterpret_cast<void*>(PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK | PTRACE_O_EXITKILL)) != 0) {
+    return ErrnoStatus(absl::StrCat("ptrace(SETOPTIONS) pid ", root));
   }
-  RETURN_IF_ERROR(inject::SetSigmask(want, ~0ULL));
+  RETURN_IF_ERROR(inject::SetSigmask(root, ~0ULL));
 
-  std::vector<std::string> temp_paths;
-  absl::Status built = Build(*img, opts, work_area, &temp_paths);
+  int threads = opts.fill_threads > 0 ? opts.fill_threads
+                                      : std::min(8, static_cast<int>(std::thread::hardware_concurrency()) + 1);
+  absl::Status built = BuildSkeleton(procs, work_area, tasks);
+  masters->owned.clear();  // every task holds its own copies now
+  for (const image::Process* p : procs) {
+    if (!built.ok()) break;
+    if (p->zombie()) continue;
+    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads), absl::StrCat("pid ", p->pid()));
+  }
   if (!built.ok()) {
-    for (const std::string& p : temp_paths) ::unlink(p.c_str());
-    return Annotate(built, absl::StrCat("restore of pid ", want, " from ", opts.dir, " failed (nothing was left running)"));
+    return Annotate(built, absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
   }
-  for (const image::Thread& t : proc.threads()) {
-    RETURN_IF_ERROR(inject::Detach(t.tid(), 0));
+  // Let every process go at once, then turn zombies back into zombies.
+  for (const image::Process* p : procs) {
+    if (p->zombie()) continue;
+    for (const image::Thread& t : p->threads()) RETURN_IF_ERROR(inject::Detach(t.tid(), 0));
   }
-  child.Release();
+  tasks.Release();
+  for (const image::Process* p : procs) {
+    if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area), absl::StrCat("zombie ", p->pid())));
+  }
   RestoreResult result;
-  result.pid = want;
-  for (const image::Vma& v : proc.vmas()) {
-    for (const image::PageBlock& b : v.blocks()) result.bytes += b.length();
+  result.pid = root;
+  result.processes = static_cast<int>(procs.size());
+  for (const image::Process* p : procs) {
+    for (const image::Vma& v : p->vmas()) {
+      for (const image::PageBlock& b : v.blocks()) result.bytes += b.length();
+    }
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  CAIRN_LOG_INFO("event=restore pid={} dir={} bytes={} seconds={:.3f}", want, opts.dir, result.bytes, result.seconds);
+  CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, opts.dir,
+                 result.bytes, result.seconds);
   return result;
 }
 

@@ -16,7 +16,8 @@ struct RestoreOptions {
 };
 
 struct RestoreResult {
-  pid_t pid = 0;
+  pid_t pid = 0;           // the root process
+  int processes = 0;
   uint64_t bytes = 0;     // page data written
   double seconds = 0;     // from start until the process runs
 };

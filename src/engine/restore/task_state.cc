@@ -74,14 +74,6 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
   RETURN_IF_ERROR(inj.Call("umask", SYS_umask, proc.umask()).status());
   RETURN_IF_ERROR(inj.Call("personality", SYS_personality, proc.personality()).status());
 
-  // Session and process group: a session leader gets its own session again; a group
-  // leader its own group. Joining a foreign session is impossible by design.
-  if (proc.sid() == proc.pid()) {
-    RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
-  } else if (proc.pgid() == proc.pid()) {
-    RETURN_IF_ERROR(inj.Call("setpgid", SYS_setpgid, 0, 0).status());
-  }
-
   // Resource limits, from outside. Without CAP_SYS_RESOURCE a hard limit cannot rise.
   for (const image::Rlimit& r : proc.rlimits()) {
     rlimit want{r.cur(), r.max()};
