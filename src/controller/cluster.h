@@ -110,6 +110,7 @@ struct JobSpec {
   CheckpointPolicy checkpoint;
   double budget_usd = 0;              // 0 = unlimited.
   double work_s = 0;                  // batch: total work in seconds on a reference (factor 1.0) GPU.
+  double submit_time = 0;             // when it was submitted (the start of its deadline window).
   double downtime_cost_per_hour = 0;  // what an hour of this job not running costs its owner.
   std::string gpu_type;               // required GPU type; empty = any.
   std::map<std::string, std::string> node_selector;  // required node labels.
@@ -121,6 +122,8 @@ struct CheckpointRecord {
 };
 
 enum class JobState { kPending, kRunning, kSuspended, kDone };
+// Why a suspended job is off the cluster: it decides where it may be resumed.
+enum class SuspendReason { kNone, kWaitingForCheapCapacity, kScaleDown };
 absl::string_view JobStateName(JobState s);
 
 struct Job {
@@ -130,6 +133,7 @@ struct Job {
   double work_done_s = 0;    // as of progress_time.
   double progress_time = 0;  // last time progress was observed.
   double spent_usd = 0;
+  SuspendReason suspended_for = SuspendReason::kNone;
   std::vector<CheckpointRecord> checkpoints;  // ascending time.
 
   double RemainingWork() const {
@@ -211,6 +215,11 @@ class Cluster {
     }
   }
   const Node& NodeAt(size_t slot) const { return *slots_[slot].node; }
+  // Registration order of a node (the placement tie-break); 0 when unknown.
+  uint64_t OrderOf(absl::string_view node_id) const {
+    auto it = index_.find(node_id);
+    return it == index_.end() ? 0 : slots_[it->second].order;
+  }
   uint64_t OrderAt(size_t slot) const { return slots_[slot].order; }
 
  private:

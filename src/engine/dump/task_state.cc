@@ -179,6 +179,10 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, in
   RETURN_IF_ERROR(scratch.Get(0, &pdeathsig, sizeof pdeathsig));
   out->set_pdeathsig(pdeathsig);
   ASSIGN_OR_RETURN(long dumpable, inj.Call("prctl(PR_GET_DUMPABLE)", SYS_prctl, PR_GET_DUMPABLE));
+  RETURN_IF_ERROR(inj.Call("prctl(PR_GET_CHILD_SUBREAPER)", SYS_prctl, PR_GET_CHILD_SUBREAPER, scratch.addr()).status());
+  int subreaper = 0;
+  RETURN_IF_ERROR(scratch.Get(0, &subreaper, sizeof subreaper));
+  out->set_child_subreaper(subreaper != 0);
 
   for (int r = 0; r < RLIMIT_NLIMITS; ++r) {
     rlimit rl{};

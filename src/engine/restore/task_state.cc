@@ -245,6 +245,9 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
   }
   RETURN_IF_ERROR(main.Call("prctl(PR_SET_DUMPABLE)", SYS_prctl, PR_SET_DUMPABLE,
                             static_cast<uint64_t>(c.dumpable())).status());
+  if (proc.child_subreaper()) {
+    RETURN_IF_ERROR(main.Call("prctl(PR_SET_CHILD_SUBREAPER)", SYS_prctl, PR_SET_CHILD_SUBREAPER, 1).status());
+  }
   RETURN_IF_ERROR(main.Call("prctl(PR_SET_PDEATHSIG)", SYS_prctl, PR_SET_PDEATHSIG,
                             static_cast<uint64_t>(proc.pdeathsig())).status());
   return absl::OkStatus();
