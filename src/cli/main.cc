@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <ctime>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
@@ -17,6 +19,7 @@
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
 #include "engine/image/image.h"
+#include "engine/job/job.h"
 #include "engine/restore/restore.h"
 
 namespace cairn {
@@ -37,8 +40,18 @@ std::string HumanBytes(double b) {
   return absl::StrFormat("%.1f %s", b, units[u]);
 }
 
-int RunDump(int pid, const std::string& dir, bool leave_running, bool tree) {
+int RunDump(int pid, std::string dir, bool leave_running, bool tree, const std::string& job_name) {
   dump::DumpOptions opts;
+  if (!job_name.empty()) {
+    auto rec = job::Load(job_name);
+    if (!rec.ok()) return Fail(rec.status());
+    pid = rec->host_pid;
+    tree = true;
+    opts.job_name = job_name;
+    if (dir.empty()) dir = absl::StrCat(rec->dir, "/checkpoint-", ::time(nullptr));
+  }
+  if (pid == 0) return Fail(absl::InvalidArgumentError("cairn dump: give --pid PID or --job NAME"));
+  if (dir.empty()) return Fail(absl::InvalidArgumentError("cairn dump: give --dir DIR"));
   opts.pid = pid;
   opts.tree = tree;
   opts.dir = dir;
@@ -73,6 +86,13 @@ int RunRestore(const std::string& dir, bool detach) {
   std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %d process%s, %s in %.3f s\n", r->pid, dir.c_str(),
                r->processes, r->processes == 1 ? "" : "es", HumanBytes(static_cast<double>(r->bytes)).c_str(),
                r->seconds);
+  if (!r->job_name.empty()) {
+    auto rec = job::Load(r->job_name);
+    job::JobRecord updated = rec.ok() ? *rec : job::JobRecord{r->job_name, dir, 0, "", "cairn/" + r->job_name};
+    updated.host_pid = r->pid;
+    absl::Status saved = job::Save(updated);
+    if (!saved.ok()) std::fprintf(stderr, "cairn: warning: job record not updated: %s\n", std::string(saved.message()).c_str());
+  }
   std::fflush(nullptr);
   if (detach) return 0;
   int status = 0;
@@ -145,6 +165,15 @@ int RunInspect(const std::string& dir, bool json) {
   return 0;
 }
 
+int RunJob(const std::string& name, const std::string& dir, const std::vector<std::string>& argv) {
+  job::RunOptions opts{name, dir, argv};
+  auto rec = job::Run(opts);
+  if (!rec.ok()) return Fail(rec.status());
+  std::printf("job %s pid %d\nlogs %s/stdout.log %s/stderr.log\n", rec->name.c_str(), rec->host_pid, rec->dir.c_str(),
+              rec->dir.c_str());
+  return 0;
+}
+
 int RunCheck() {
   bool all = true;
   for (const auto& f : check::ProbeFeatures()) {
@@ -167,9 +196,11 @@ int main(int argc, char** argv) {
   int pid = 0;
   std::string dir;
   bool leave_running = false, detach = false, json = false, tree = false;
-  auto* dump = app.add_subcommand("dump", "Checkpoint a running process into a directory");
-  dump->add_option("--pid", pid, "Process to checkpoint")->required();
-  dump->add_option("--dir", dir, "Checkpoint directory to create")->required();
+  std::string job_name;
+  auto* dump = app.add_subcommand("dump", "Checkpoint a running process (or tree, or job) into a directory");
+  auto* pid_opt = dump->add_option("--pid", pid, "Process to checkpoint");
+  dump->add_option("--job", job_name, "Job (started by cairn run) to checkpoint, with its whole tree")->excludes(pid_opt);
+  dump->add_option("--dir", dir, "Checkpoint directory to create (for a job: default JOBDIR/checkpoint-TIME)");
   dump->add_flag("--leave-running", leave_running, "Let the process carry on after the dump instead of killing it");
   dump->add_flag("--tree", tree, "Checkpoint the process and all its descendants");
 
@@ -181,11 +212,18 @@ int main(int argc, char** argv) {
   inspect->add_option("dir", dir, "Checkpoint directory")->required();
   inspect->add_flag("--json", json, "Print the metadata as JSON");
 
+  std::vector<std::string> command;
+  auto* run = app.add_subcommand("run", "Start a job in its own PID and mount namespaces and cgroup, restorable anywhere");
+  run->add_option("--name", job_name, "Job name (default: generated)");
+  run->add_option("--dir", dir, "Job directory for logs and checkpoints (default: /var/lib/cairn/jobs/NAME)");
+  run->add_option("command", command, "The command and its arguments, after --")->required();
+
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, job_name);
+  if (run->parsed()) return cairn::RunJob(job_name, dir, command);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
   if (check->parsed()) return cairn::RunCheck();

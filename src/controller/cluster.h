@@ -133,6 +133,7 @@ struct Job {
   double work_done_s = 0;    // as of progress_time.
   double progress_time = 0;  // last time progress was observed.
   double spent_usd = 0;
+  double downtime_s = 0;  // services: time not serving since first start.
   SuspendReason suspended_for = SuspendReason::kNone;
   std::vector<CheckpointRecord> checkpoints;  // ascending time.
 

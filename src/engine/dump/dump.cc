@@ -15,6 +15,7 @@
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
 #include "engine/dump/memory.h"
+#include "engine/dump/namespaces.h"
 #include "engine/dump/task_state.h"
 #include "engine/image/format.h"
 #include "engine/image/image.h"
@@ -86,9 +87,10 @@ struct FrozenTree {
   absl::Status Kill() {
     absl::Status first;
     for (auto& fp : frozen) {
-      absl::Status s = fp.Kill();
+      absl::Status s = fp.SendKill();
       if (!s.ok() && first.ok()) first = s;
     }
+    for (auto it = frozen.rbegin(); it != frozen.rend(); ++it) it->ReapKilled();
     return first;
   }
 };
@@ -141,6 +143,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   DumpResult result;
   image::Checkpoint ckpt;
   ckpt.set_cairn_version(CAIRN_VERSION);
+  ckpt.set_job_name(opts.job_name);
   utsname uts{};
   if (::uname(&uts) == 0) {
     ckpt.set_hostname(uts.nodename);
@@ -175,6 +178,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     result.areas += p->vmas_size();
   }
   RETURN_IF_ERROR(CaptureFds(live, &writer, live_procs));
+  RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(writer.Commit(ckpt));
   result.processes = static_cast<int>(procs.size());
   result.pages = mem.pages;
@@ -220,6 +224,7 @@ absl::Status CheckTarget(pid_t pid) {
 absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   auto t0 = Clock::now();
   RETURN_IF_ERROR(CheckTarget(opts.pid));
+  RETURN_IF_ERROR(CheckNamespaces(opts.pid));
   // Refuse what cannot be saved before stopping anything.
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
   std::vector<pid_t> live;

@@ -16,6 +16,7 @@ struct DumpOptions {
   std::string dir;
   bool leave_running = false;
   bool tree = false;  // the process and all its descendants
+  std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;
 };

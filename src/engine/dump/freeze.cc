@@ -98,8 +98,18 @@ absl::Status FrozenProcess::Thaw() {
 }
 
 absl::Status FrozenProcess::Kill() {
+  RETURN_IF_ERROR(SendKill());
+  ReapKilled();
+  return absl::OkStatus();
+}
+
+absl::Status FrozenProcess::SendKill() {
   done_ = true;
   if (::kill(pid_, SIGKILL) != 0) return ErrnoStatus(absl::StrCat("kill pid ", pid_));
+  return absl::OkStatus();
+}
+
+void FrozenProcess::ReapKilled() {
   // The kernel reports the group leader's death only after every other thread's has been
   // collected, so collect the leader (first in the list) last.
   for (auto it = threads_.rbegin(); it != threads_.rend(); ++it) {
@@ -111,7 +121,6 @@ absl::Status FrozenProcess::Kill() {
       (void)inject::Cont(t.tid, 0);
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace cairn::dump

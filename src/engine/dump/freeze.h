@@ -34,6 +34,10 @@ class FrozenProcess {
   absl::Status Thaw();
   // SIGKILLs the process and reaps the tracer's notifications of its threads.
   absl::Status Kill();
+  // Kill() in two halves, for trees: send SIGKILL to every process first, then reap each,
+  // children before parents (a PID namespace's init waits for its children to be gone).
+  absl::Status SendKill();
+  void ReapKilled();
 
  private:
   explicit FrozenProcess(pid_t pid) : pid_(pid) {}

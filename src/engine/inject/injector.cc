@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
@@ -47,7 +48,12 @@ absl::StatusOr<long> Injector::StepOverSyscall(long nr) {
       return absl::AbortedError(absl::StrCat("thread ", tid_, " died during injected syscall ", nr));
     }
     if (stop.kind == StopInfo::Kind::kEventStop) {
-      // A clone event (PTRACE_O_TRACECLONE) or a leftover interrupt: keep stepping.
+      // A fork/clone event (PTRACE_O_TRACEFORK/TRACECLONE) or a leftover interrupt: note
+      // the new task's id and keep stepping.
+      if (stop.event == PTRACE_EVENT_FORK || stop.event == PTRACE_EVENT_CLONE) {
+        unsigned long msg = 0;
+        if (::ptrace(PTRACE_GETEVENTMSG, tid_, nullptr, &msg) == 0) last_new_task_ = static_cast<pid_t>(msg);
+      }
       RETURN_IF_ERROR(SingleStep(tid_));
       continue;
     }

@@ -32,6 +32,10 @@ class Injector {
   pid_t tid() const { return tid_; }
   uint64_t syscall_insn() const { return syscall_insn_; }
 
+  // The message of the last PTRACE_EVENT_FORK/CLONE seen while injecting: the new task's
+  // id as the tracer sees it (its host id, even when the caller lives in a PID namespace).
+  pid_t last_new_task() const { return last_new_task_; }
+
   // Runs syscall `nr`; returns the kernel's raw return value (a negative errno on
   // failure). A status error means the injection itself failed (thread vanished...).
   absl::StatusOr<long> Raw(long nr, std::array<uint64_t, 6> args = {});
@@ -46,6 +50,7 @@ class Injector {
 
   pid_t tid_;
   uint64_t syscall_insn_;
+  pid_t last_new_task_ = 0;
 };
 
 // Finds a `syscall` instruction inside [start, end) of `pid`'s memory (typically the vDSO).

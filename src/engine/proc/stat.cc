@@ -86,6 +86,13 @@ absl::StatusOr<Status> ParseStatus(absl::string_view text) {
     else if (key == "CapAmb") ok = cap(&st.cap_amb);
     else if (key == "NoNewPrivs") st.no_new_privs = val == "1";
     else if (key == "Seccomp") ok = absl::SimpleAtoi(val, &st.seccomp);
+    else if (key == "NSpid") {
+      for (absl::string_view t : absl::StrSplit(val, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+        pid_t id = 0;
+        if (!absl::SimpleAtoi(t, &id)) ok = false;
+        st.nspids.push_back(id);
+      }
+    }
     if (!ok) return absl::DataLossError(absl::StrCat("malformed /proc status line: '", line, "'"));
   }
   return st;
@@ -93,6 +100,11 @@ absl::StatusOr<Status> ParseStatus(absl::string_view text) {
 
 absl::StatusOr<Status> ReadStatus(pid_t pid) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat("/proc/", pid, "/status")));
+  return ParseStatus(text);
+}
+
+absl::StatusOr<Status> ReadTaskStatus(pid_t pid, pid_t tid) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat("/proc/", pid, "/task/", tid, "/status")));
   return ParseStatus(text);
 }
 

@@ -40,10 +40,13 @@ struct Status {
   uint64_t cap_inh = 0, cap_prm = 0, cap_eff = 0, cap_bnd = 0, cap_amb = 0;
   bool no_new_privs = false;
   int seccomp = 0;
+  std::vector<pid_t> nspids;  // "NSpid": the id in each nested PID namespace, outermost first
 };
 
 absl::StatusOr<Status> ParseStatus(absl::string_view text);
 absl::StatusOr<Status> ReadStatus(pid_t pid);
+// /proc/PID/task/TID/status.
+absl::StatusOr<Status> ReadTaskStatus(pid_t pid, pid_t tid);
 
 // Thread ids listed in /proc/PID/task, ascending.
 absl::StatusOr<std::vector<pid_t>> ListTasks(pid_t pid);

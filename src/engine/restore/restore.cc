@@ -2,7 +2,10 @@
 
 #include <linux/sched.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
@@ -23,7 +26,9 @@
 #include "engine/inject/ptrace.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
+#include "common/unique_fd.h"
 #include "engine/restore/files.h"
+#include "engine/restore/ids.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
 
@@ -128,19 +133,28 @@ absl::Status CheckTreeOrder(const std::vector<const image::Process*>& procs, con
 // its restored parent, which is still a copy of the restorer, so every task inherits the
 // work area and the master descriptors. Sessions are created before the children that
 // belong to them are forked; process groups are joined once every group exists.
-absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint64_t work_area, Tasks& tasks) {
-  inject::Injector root(procs[0]->pid(), work_area);
-  inject::RemoteScratch scratch(procs[0]->pid(), work_area + 4096, inject::RemoteScratch::kSize, false);
+absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint64_t work_area, bool mount_proc,
+                           Tasks& tasks, IdMap& ids) {
   for (const image::Process* p : procs) {
-    inject::Injector inj(p->pid(), work_area);
-    inject::RemoteScratch sc(p->pid(), work_area + 4096, inject::RemoteScratch::kSize, false);
+    pid_t host = ids.Host(p->pid());
+    inject::Injector inj(host, work_area);
+    inject::RemoteScratch sc(host, work_area + 4096, inject::RemoteScratch::kSize, false);
     // The copy of the restorer has glibc's rseq area registered; drop it before its
     // memory goes (children forked below then inherit none).
-    ASSIGN_OR_RETURN(inject::RseqConfig rseq, inject::GetRseq(p->pid()));
+    ASSIGN_OR_RETURN(inject::RseqConfig rseq, inject::GetRseq(host));
     if (rseq.addr != 0) {
       RETURN_IF_ERROR(inj.Call("rseq unregister", SYS_rseq, rseq.addr, rseq.size, 1, rseq.signature).status());
     }
     if (p->sid() == p->pid()) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
+    if (p == procs[0] && mount_proc) {
+      // The job's own mount namespace: private propagation, and a /proc that shows its
+      // own PID namespace.
+      ASSIGN_OR_RETURN(uint64_t root_path, sc.PutString(1024, "/"));
+      RETURN_IF_ERROR(inj.Call("mount --make-rprivate /", SYS_mount, 0, root_path, 0, MS_REC | MS_PRIVATE, 0).status());
+      ASSIGN_OR_RETURN(uint64_t proc_str, sc.PutString(1024, "proc"));
+      ASSIGN_OR_RETURN(uint64_t proc_path, sc.PutString(1100, "/proc"));
+      RETURN_IF_ERROR(inj.Call("mount /proc", SYS_mount, proc_str, proc_path, proc_str, 0, 0).status());
+    }
     for (const image::Process* c : procs) {
       if (c->ppid() != p->pid() || c == procs[0]) continue;
       pid_t want = c->pid();
@@ -157,8 +171,10 @@ absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint
         }
         return rc.status();
       }
-      tasks.Add(want);
-      ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(want));
+      pid_t child_host = inj.last_new_task() != 0 ? inj.last_new_task() : want;
+      ids.Set(want, child_host);
+      tasks.Add(child_host);
+      ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(child_host));
       if (stop.kind != inject::StopInfo::Kind::kSignalStop && stop.kind != inject::StopInfo::Kind::kEventStop) {
         return absl::InternalError(absl::StrCat("new process ", want, " did not stop"));
       }
@@ -171,9 +187,11 @@ absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint
     for (const image::Process* p : procs) {
       bool leader = p->pgid() == p->pid();
       if (p->sid() == p->pid() || leader != (pass == 0)) continue;
-      inject::Injector inj(p->pid(), work_area);
+      inject::Injector inj(ids.Host(p->pid()), work_area);
       if (leader) {
         RETURN_IF_ERROR(inj.Call("setpgid (group leader)", SYS_setpgid, 0, 0).status());
+      } else if (p->pgid() == 0) {
+        // The group lies outside the job's PID namespace: the process stays in the restorer's.
       } else if (auto g = by_pid.find(p->pgid()); g != by_pid.end() && g->second->sid() == p->sid()) {
         RETURN_IF_ERROR(inj.Call(absl::StrCat("setpgid to group ", p->pgid()), SYS_setpgid, 0,
                                  static_cast<uint64_t>(p->pgid())).status());
@@ -189,8 +207,8 @@ absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
-                          uint64_t work_area, int fill_threads) {
-  pid_t pid = proc.pid();
+                          uint64_t work_area, int fill_threads, IdMap& ids) {
+  pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
   RETURN_IF_ERROR(inj.Call("close_range (restorer's descriptors)", SYS_close_range, 0,
@@ -202,26 +220,26 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
   std::map<pid_t, inject::Injector> injectors;
-  RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors));
+  RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
   // The last injected call removes the work area itself: single-stepping stops at the
   // syscall's exit, before the (now unmapped) next instruction would run.
   RETURN_IF_ERROR(inj.Call("munmap work area", SYS_munmap, work_area, kWorkAreaSize).status());
   CAIRN_LOG_DEBUG("event=restore_stage stage=state_restored pid={}", pid);
-  return SetFinalRegisters(proc);
+  return SetFinalRegisters(proc, ids);
 }
 
 // Makes a zombie's task exit with its saved wait status; it then waits, unreaped, for
 // its parent as before.
-absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area) {
-  pid_t pid = proc.pid();
+absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area, const IdMap& ids) {
+  pid_t pid = ids.Host(proc.pid());
   int status = proc.exit_code();
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     rlimit no_core{0, 0};
     ::prlimit(pid, RLIMIT_CORE, &no_core, nullptr);
     inject::Injector inj(pid, work_area);
-    RETURN_IF_ERROR(inj.Call("tgkill", SYS_tgkill, pid, pid, sig).status());
+    RETURN_IF_ERROR(inj.Call("tgkill", SYS_tgkill, proc.pid(), proc.pid(), sig).status());
     RETURN_IF_ERROR(inject::SetSigmask(pid, 0));
     // Handlers were cleared when the restorer was copied: the default action ends it.
     return inject::Detach(pid, 0);
@@ -235,6 +253,22 @@ absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area) {
   return inject::Detach(pid, 0);
 }
 
+// Puts `pid` (before it forks anything) into the job's cgroup in every v1 hierarchy that
+// has it, creating the cgroups if needed.
+absl::Status JoinCgroups(const std::string& cgroup, pid_t pid) {
+  for (const char* controller : {"freezer", "memory", "cpu", "pids"}) {
+    std::string dir = absl::StrCat("/sys/fs/cgroup/", controller, "/", cgroup);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      if (errno == ENOENT) continue;  // this hierarchy is not mounted here
+      return ErrnoStatus("mkdir " + dir);
+    }
+    UniqueFd f(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!f.valid()) return ErrnoStatus("open " + dir + "/cgroup.procs");
+    RETURN_IF_ERROR(WriteAll(f.get(), std::to_string(pid), dir + "/cgroup.procs"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
@@ -243,7 +277,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   for (const image::Process& p : img->meta().descendants()) procs.push_back(&p);
   RETURN_IF_ERROR(CheckTreeOrder(procs, opts.dir));
   if (procs[0]->zombie()) return absl::DataLossError(opts.dir + ": the root process is a zombie (corrupt image)");
-  RETURN_IF_ERROR(CheckIdsFree(procs));
+  const image::Checkpoint& meta = img->meta();
+  if (!meta.own_pid_ns()) RETURN_IF_ERROR(CheckIdsFree(procs));  // a fresh namespace has every id free
   auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
 
   // Masters may need many descriptors: use the hard limit.
@@ -271,6 +306,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   pid_t root = procs[0]->pid();
   clone_args args{};
   args.flags = CLONE_CLEAR_SIGHAND;
+  if (meta.own_pid_ns()) args.flags |= CLONE_NEWPID;
+  if (meta.own_mount_ns()) args.flags |= CLONE_NEWNS;
   args.exit_signal = SIGCHLD;
   args.set_tid = reinterpret_cast<uint64_t>(&root);
   args.set_tid_size = 1;
@@ -286,27 +323,31 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
     return ErrnoStatus(absl::StrCat("clone3 with pid ", root));
   }
+  IdMap ids;
+  pid_t root_host = static_cast<pid_t>(rc);
+  ids.Set(root, root_host);
   Tasks tasks;
-  tasks.Add(root);
-  ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(root));
+  tasks.Add(root_host);
+  ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(root_host));
   if (stop.kind != inject::StopInfo::Kind::kSignalStop || stop.signal != SIGSTOP) {
     return absl::InternalError(absl::StrCat("new task ", root, " did not start as expected (state ",
                                             static_cast<int>(stop.kind), ", code ", stop.signal, ")"));
   }
-  if (::ptrace(PTRACE_SETOPTIONS, root, nullptr,
+  if (::ptrace(PTRACE_SETOPTIONS, root_host, nullptr,
                reinterpret_cast<void*>(PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK | PTRACE_O_EXITKILL)) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETOPTIONS) pid ", root));
+    return ErrnoStatus(absl::StrCat("ptrace(SETOPTIONS) pid ", root_host));
   }
-  RETURN_IF_ERROR(inject::SetSigmask(root, ~0ULL));
+  RETURN_IF_ERROR(inject::SetSigmask(root_host, ~0ULL));
+  if (!meta.cgroup().empty()) RETURN_IF_ERROR(JoinCgroups(meta.cgroup(), root_host));
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, static_cast<int>(std::thread::hardware_concurrency()) + 1);
-  absl::Status built = BuildSkeleton(procs, work_area, tasks);
+  absl::Status built = BuildSkeleton(procs, work_area, meta.own_mount_ns(), tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
-    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads), absl::StrCat("pid ", p->pid()));
+    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, ids), absl::StrCat("pid ", p->pid()));
   }
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
@@ -314,14 +355,15 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // Let every process go at once, then turn zombies back into zombies.
   for (const image::Process* p : procs) {
     if (p->zombie()) continue;
-    for (const image::Thread& t : p->threads()) RETURN_IF_ERROR(inject::Detach(t.tid(), 0));
+    for (const image::Thread& t : p->threads()) RETURN_IF_ERROR(inject::Detach(ids.Host(t.tid()), 0));
   }
   tasks.Release();
   for (const image::Process* p : procs) {
-    if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area), absl::StrCat("zombie ", p->pid())));
+    if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area, ids), absl::StrCat("zombie ", p->pid())));
   }
   RestoreResult result;
-  result.pid = root;
+  result.pid = root_host;
+  result.job_name = meta.job_name();
   result.processes = static_cast<int>(procs.size());
   for (const image::Process* p : procs) {
     for (const image::Vma& v : p->vmas()) {

@@ -16,7 +16,8 @@ struct RestoreOptions {
 };
 
 struct RestoreResult {
-  pid_t pid = 0;           // the root process
+  pid_t pid = 0;           // the root process, as this machine sees it
+  std::string job_name;    // set when the checkpoint is of a job started by `cairn run`
   int processes = 0;
   uint64_t bytes = 0;     // page data written
   double seconds = 0;     // from start until the process runs

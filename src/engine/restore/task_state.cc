@@ -115,8 +115,8 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
 }
 
 absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratch, const image::Process& proc,
-                           std::map<pid_t, inject::Injector>* injectors) {
-  injectors->emplace(main.tid(), main);
+                           std::map<pid_t, inject::Injector>* injectors, IdMap* ids) {
+  injectors->emplace(proc.pid(), main);
   for (const image::Thread& t : proc.threads()) {
     if (t.tid() == proc.pid()) continue;
     pid_t tid = t.tid();
@@ -135,12 +135,13 @@ absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratc
       return rc.status();
     }
     // The new thread is traced from birth (PTRACE_O_TRACECLONE) and starts stopped.
-    for (;;) {
-      ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(tid));
-      if (stop.kind == inject::StopInfo::Kind::kSignalStop || stop.kind == inject::StopInfo::Kind::kEventStop) break;
+    pid_t host_tid = main.last_new_task() != 0 ? main.last_new_task() : tid;
+    ids->Set(tid, host_tid);
+    ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(host_tid));
+    if (stop.kind != inject::StopInfo::Kind::kSignalStop && stop.kind != inject::StopInfo::Kind::kEventStop) {
       return absl::InternalError(absl::StrCat("new thread ", tid, " did not stop"));
     }
-    injectors->emplace(tid, inject::Injector(tid, main.syscall_insn()));
+    injectors->emplace(tid, inject::Injector(host_tid, main.syscall_insn()));
   }
   return absl::OkStatus();
 }
@@ -253,7 +254,7 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
   return absl::OkStatus();
 }
 
-absl::Status SetFinalRegisters(const image::Process& proc) {
+absl::Status SetFinalRegisters(const image::Process& proc, const IdMap& ids) {
   for (const image::Thread& t : proc.threads()) {
     user_regs_struct regs{};
     if (t.regs().raw().size() != sizeof regs) {
@@ -276,9 +277,10 @@ absl::Status SetFinalRegisters(const image::Process& proc) {
       }
       regs.orig_rax = static_cast<uint64_t>(-1);
     }
-    RETURN_IF_ERROR(inject::SetXstate(t.tid(), t.xstate()));
-    RETURN_IF_ERROR(inject::SetRegs(t.tid(), regs));
-    RETURN_IF_ERROR(inject::SetSigmask(t.tid(), t.blocked_mask()));
+    pid_t tid = ids.Host(t.tid());
+    RETURN_IF_ERROR(inject::SetXstate(tid, t.xstate()));
+    RETURN_IF_ERROR(inject::SetRegs(tid, regs));
+    RETURN_IF_ERROR(inject::SetSigmask(tid, t.blocked_mask()));
   }
   return absl::OkStatus();
 }

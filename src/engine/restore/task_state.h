@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
+#include "engine/restore/ids.h"
 
 namespace cairn::restore {
 
@@ -18,9 +19,9 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
                                  const image::Process& proc);
 
 // Creates every saved thread but the main one with its saved TID; fills `injectors`
-// (tid -> injector) including the main thread's.
+// (saved tid -> injector) including the main thread's, and records host ids in `ids`.
 absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratch, const image::Process& proc,
-                           std::map<pid_t, inject::Injector>* injectors);
+                           std::map<pid_t, inject::Injector>* injectors, IdMap* ids);
 
 // Per-thread state (robust list, clear-child-tid, rseq, alternate stack, name, pending
 // signals), then POSIX timers, then shared pending signals and credentials.
@@ -29,6 +30,6 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
 
 // Sets every thread's final registers, xstate and signal mask. Converts a syscall that
 // was interrupted into its restart (or into EINTR when its kernel-held state is lost).
-absl::Status SetFinalRegisters(const image::Process& proc);
+absl::Status SetFinalRegisters(const image::Process& proc, const IdMap& ids);
 
 }  // namespace cairn::restore

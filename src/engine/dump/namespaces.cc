@@ -1,0 +1,105 @@
+#include "engine/dump/namespaces.h"
+
+#include <unistd.h>
+
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "engine/proc/stat.h"
+
+namespace cairn::dump {
+namespace {
+
+absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
+  std::string link = absl::StrCat("/proc/", pid, "/ns/", ns);
+  char buf[256];
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+  if (n < 0) return ErrnoStatus("readlink " + link);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// "cairn/NAME" when `pid` runs in a cgroup cairn made for a job, else "".
+std::string JobCgroup(pid_t pid) {
+  auto text = ReadFile(absl::StrCat("/proc/", pid, "/cgroup"));
+  if (!text.ok()) return "";
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() == 3 && f[1] == "freezer" && absl::StartsWith(f[2], "/cairn/")) return std::string(f[2].substr(1));
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::Status CheckNamespaces(pid_t root) {
+  ASSIGN_OR_RETURN(proc::Status st, proc::ReadStatus(root));
+  bool nested = st.nspids.size() > 1;
+  if (nested && st.nspids.size() > 2) {
+    return absl::UnimplementedError(absl::StrCat("pid ", root, " is in a nested PID namespace; not supported"));
+  }
+  if (nested && st.nspids.back() != 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "pid ", root, " lives in a PID namespace (as pid ", st.nspids.back(),
+        ") but is not its init; checkpoint the namespace's init with --tree (for a job: cairn dump --job NAME)"));
+  }
+  ASSIGN_OR_RETURN(std::string mine, NsLink(::getpid(), "mnt"));
+  ASSIGN_OR_RETURN(std::string theirs, NsLink(root, "mnt"));
+  if (mine != theirs && !nested) {
+    return absl::UnimplementedError(absl::StrCat(
+        "pid ", root, " lives in another mount namespace; only jobs started with `cairn run` can be checkpointed "
+        "with their namespaces"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
+  ASSIGN_OR_RETURN(proc::Status rs, proc::ReadStatus(root));
+  if (rs.nspids.size() < 2) return absl::OkStatus();
+  ckpt->set_own_pid_ns(true);
+  ASSIGN_OR_RETURN(std::string mine, NsLink(::getpid(), "mnt"));
+  ASSIGN_OR_RETURN(std::string theirs, NsLink(root, "mnt"));
+  ckpt->set_own_mount_ns(mine != theirs);
+  ckpt->set_cgroup(JobCgroup(root));
+
+  std::vector<image::Process*> procs = {ckpt->mutable_process()};
+  for (auto& d : *ckpt->mutable_descendants()) procs.push_back(&d);
+  std::map<pid_t, pid_t> local;  // host id -> id inside the namespace
+  for (image::Process* p : procs) {
+    if (p->zombie()) {
+      // A zombie's status file still shows its ids.
+      auto zs = proc::ReadStatus(p->pid());
+      if (zs.ok() && !zs->nspids.empty()) local[p->pid()] = zs->nspids.back();
+      continue;
+    }
+    for (const image::Thread& t : p->threads()) {
+      ASSIGN_OR_RETURN(proc::Status ts, proc::ReadTaskStatus(p->pid(), t.tid()));
+      if (ts.nspids.size() != 2) {
+        return absl::FailedPreconditionError(absl::StrCat("thread ", t.tid(), " is not in the job's PID namespace"));
+      }
+      local[t.tid()] = ts.nspids.back();
+    }
+  }
+  auto map = [&](int32_t host) -> int32_t {
+    auto it = local.find(host);
+    return it == local.end() ? 0 : it->second;  // outside the namespace: no id inside it
+  };
+  for (image::Process* p : procs) {
+    p->set_pid(map(p->pid()));
+    p->set_ppid(map(p->ppid()));
+    p->set_pgid(map(p->pgid()));
+    p->set_sid(map(p->sid()));
+    for (auto& t : *p->mutable_threads()) t.set_tid(map(t.tid()));
+    for (auto& fd : *p->mutable_fds()) {
+      if (fd.dup_of_pid() != 0) fd.set_dup_of_pid(map(fd.dup_of_pid()));
+    }
+    for (auto& pt : *p->mutable_posix_timers()) {
+      if (pt.notify_tid() != 0) pt.set_notify_tid(map(pt.notify_tid()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::dump

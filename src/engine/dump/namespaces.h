@@ -1,0 +1,23 @@
+#pragma once
+// Namespaces and cgroup of a checkpointed tree. A job started by `cairn run` is the init
+// (PID 1) of its own PID namespace with its own mount namespace: its checkpoint records
+// ids as the job sees them, so that it can be restored into a fresh namespace anywhere
+// without clashing with the ids in use there.
+
+#include <sys/types.h>
+
+#include "absl/status/status.h"
+#include "image.pb.h"
+
+namespace cairn::dump {
+
+// Refuses trees whose namespaces the engine cannot rebuild (a process inside a PID
+// namespace that is not its init, a foreign mount namespace without its own PID namespace).
+absl::Status CheckNamespaces(pid_t root);
+
+// When the root (host id `root`) is the init of its own PID namespace, rewrites every id
+// in `ckpt` to the namespace's view and records the namespaces and the job's cgroup.
+// REQUIRES: every process of the checkpoint is alive (frozen).
+absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt);
+
+}  // namespace cairn::dump

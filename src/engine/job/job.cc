@@ -1,0 +1,195 @@
+#include "engine/job/job.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn::job {
+namespace {
+
+std::string StateDir() {
+  const char* d = std::getenv("CAIRN_STATE_DIR");
+  return d != nullptr && *d != '\0' ? d : "/var/lib/cairn";
+}
+
+std::string RegistryPath(const std::string& name) { return StateDir() + "/jobs/" + name + ".job"; }
+
+pid_t g_command = 0;  // the job's command, as the init sees it (only used inside the init)
+
+void Forward(int sig) {
+  if (g_command > 0) ::kill(g_command, sig);
+}
+
+// The job's init: PID 1 of the new namespace. Never returns.
+[[noreturn]] void InitMain(int go_fd, int out_fd, int err_fd, const std::vector<std::string>& argv) {
+  ::prctl(PR_SET_NAME, "cairn-init", 0, 0, 0);
+  ::prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+  char go = 0;
+  if (::read(go_fd, &go, 1) != 1) ::_exit(125);  // the parent failed to set us up
+  ::close(go_fd);
+  // Own mount namespace with a /proc that shows our PID namespace.
+  if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      ::mount("proc", "/proc", "proc", 0, nullptr) != 0) {
+    ::dprintf(err_fd, "cairn-init: cannot set up the mount namespace: %s\n", std::strerror(errno));
+    ::_exit(125);
+  }
+  pid_t cmd = ::fork();
+  if (cmd == 0) {
+    ::setsid();
+    int null_fd = ::open("/dev/null", O_RDONLY);
+    ::dup2(null_fd, 0);
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    ::close_range(3, ~0U, 0);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::dprintf(2, "cairn-init: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close_range(0, ~0U, 0);
+  g_command = cmd;
+  struct sigaction sa {};
+  sa.sa_handler = Forward;
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(-1, &status, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      ::_exit(125);
+    }
+    if (r == cmd) ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+}
+
+absl::Status JoinCgroup(const std::string& cgroup, pid_t pid) {
+  for (const char* controller : {"freezer", "memory", "cpu", "pids"}) {
+    std::string dir = absl::StrCat("/sys/fs/cgroup/", controller, "/", cgroup);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      if (!std::filesystem::exists(absl::StrCat("/sys/fs/cgroup/", controller))) continue;
+      return absl::InternalError(absl::StrCat("create cgroup ", dir, ": ", ec.message()));
+    }
+    UniqueFd f(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!f.valid()) return ErrnoStatus("open " + dir + "/cgroup.procs");
+    RETURN_IF_ERROR(WriteAll(f.get(), std::to_string(pid), dir + "/cgroup.procs"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckName(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64 && name[0] != '.';
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid job name '", name,
+                                                   "': use 1-64 letters, digits, '.', '_' or '-', not starting with '.'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Save(const JobRecord& rec) {
+  std::string path = RegistryPath(rec.name);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  std::string tmp = path + ".tmp";
+  UniqueFd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!f.valid()) return ErrnoStatus("create " + tmp);
+  std::string text = absl::StrCat("name=", rec.name, "\ndir=", rec.dir, "\nhost_pid=", rec.host_pid,
+                                  "\ncgroup=", rec.cgroup, "\ncommand=", rec.command, "\n");
+  RETURN_IF_ERROR(WriteAll(f.get(), text, tmp));
+  if (::fsync(f.get()) != 0) return ErrnoStatus("fsync " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename " + tmp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobRecord> Load(const std::string& name) {
+  RETURN_IF_ERROR(CheckName(name));
+  auto text = ReadFile(RegistryPath(name));
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status())) {
+      return absl::NotFoundError(absl::StrCat("no job named '", name, "' (", RegistryPath(name), " does not exist)"));
+    }
+    return text.status();
+  }
+  JobRecord rec;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
+    if (kv.first == "name") rec.name = std::string(kv.second);
+    if (kv.first == "dir") rec.dir = std::string(kv.second);
+    if (kv.first == "host_pid" && !absl::SimpleAtoi(kv.second, &rec.host_pid)) {
+      return absl::DataLossError("malformed job record " + RegistryPath(name));
+    }
+    if (kv.first == "cgroup") rec.cgroup = std::string(kv.second);
+    if (kv.first == "command") rec.command = std::string(kv.second);
+  }
+  return rec;
+}
+
+absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
+  if (opts.argv.empty()) return absl::InvalidArgumentError("cairn run: no command given (use: cairn run -- CMD ARGS...)");
+  JobRecord rec;
+  rec.name = opts.name;
+  if (rec.name.empty()) rec.name = absl::StrCat("job-", ::time(nullptr), "-", ::getpid());
+  RETURN_IF_ERROR(CheckName(rec.name));
+  if (auto old = Load(rec.name); old.ok() && old->host_pid > 0 && ::kill(old->host_pid, 0) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat("job '", rec.name, "' already exists and runs as pid ", old->host_pid));
+  }
+  rec.dir = opts.dir.empty() ? StateDir() + "/jobs/" + rec.name : opts.dir;
+  rec.command = absl::StrJoin(opts.argv, " ");
+  rec.cgroup = "cairn/" + rec.name;
+  std::error_code ec;
+  std::filesystem::create_directories(rec.dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("create job directory ", rec.dir, ": ", ec.message()));
+  UniqueFd out(::open((rec.dir + "/stdout.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  UniqueFd err(::open((rec.dir + "/stderr.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!out.valid() || !err.valid()) return ErrnoStatus("open the logs in " + rec.dir);
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
+  UniqueFd go_r(go[0]), go_w(go[1]);
+
+  // The next child becomes PID 1 of a new PID namespace.
+  if (::unshare(CLONE_NEWPID) != 0) return ErrnoStatus("unshare(CLONE_NEWPID): cairn run needs root");
+  pid_t init = ::fork();
+  if (init < 0) return ErrnoStatus("fork");
+  if (init == 0) {
+    go_w.Reset();
+    InitMain(go_r.get(), out.get(), err.get(), opts.argv);
+  }
+  go_r.Reset();
+  absl::Status st = JoinCgroup(rec.cgroup, init);
+  if (!st.ok()) {
+    ::kill(init, SIGKILL);
+    ::waitpid(init, nullptr, 0);
+    return st;
+  }
+  char one = 1;
+  if (::write(go_w.get(), &one, 1) != 1) return ErrnoStatus("start the job's init");
+  rec.host_pid = init;
+  RETURN_IF_ERROR(Save(rec));
+  return rec;
+}
+
+}  // namespace cairn::job

@@ -1,0 +1,43 @@
+#pragma once
+// Jobs: work started by `cairn run` so that it can be checkpointed and restored anywhere
+// with the same PIDs. A job's first process is a small init (PID 1 of the job's own PID
+// namespace, in its own mount namespace and cgroup) that starts the command as PID 2,
+// forwards SIGTERM/SIGINT/SIGHUP to it, reaps orphans, and exits with its status.
+//
+// Jobs are recorded in a registry directory (/var/lib/cairn/jobs by default, or
+// CAIRN_STATE_DIR/jobs), one NAME.job file each.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::job {
+
+struct JobRecord {
+  std::string name;
+  std::string dir;       // stdout.log, stderr.log and default checkpoints live here
+  pid_t host_pid = 0;    // the job's init, as this machine sees it
+  std::string command;   // for display
+  std::string cgroup;    // "cairn/NAME"
+};
+
+struct RunOptions {
+  std::string name;               // empty: generated
+  std::string dir;                // empty: <state dir>/jobs/NAME
+  std::vector<std::string> argv;  // the command
+};
+
+// Starts a job; returns once its command has been started.
+absl::StatusOr<JobRecord> Run(const RunOptions& opts);
+
+// The registry.
+absl::StatusOr<JobRecord> Load(const std::string& name);
+absl::Status Save(const JobRecord& rec);
+
+// Checks a job name: letters, digits, '.', '_', '-'; 1 to 64 characters; not starting with '.'.
+absl::Status CheckName(const std::string& name);
+
+}  // namespace cairn::job

@@ -1,0 +1,115 @@
+#include "sim/trace.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace cairn::sim {
+
+absl::string_view ReadingName(TraceReading r) {
+  switch (r) {
+    case TraceReading::kAuto: return "auto";
+    case TraceReading::kCount: return "count";
+    case TraceReading::kPreemptedFlag: return "preempted-flag";
+  }
+  return "?";
+}
+
+absl::StatusOr<TraceReading> ParseReading(absl::string_view s) {
+  if (s == "auto") return TraceReading::kAuto;
+  if (s == "count") return TraceReading::kCount;
+  if (s == "preempted-flag" || s == "flag") return TraceReading::kPreemptedFlag;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown trace reading '", s, "' (use auto, count or preempted-flag)"));
+}
+
+int SpotTrace::Units(size_t k) const {
+  if (k >= values.size()) return 0;
+  int v = values[k];
+  if (reading == TraceReading::kPreemptedFlag) return v == 0 ? 1 : 0;
+  return std::max(0, v);
+}
+
+namespace {
+
+InstanceType InstanceFromName(absl::string_view stem) {
+  // <zone>_<gpu>_<count>: v100_1 = p3.2xlarge, v100_8 = p3.16xlarge, k80_1 = p2.xlarge,
+  // k80_8 = p2.8xlarge. Prices: AWS on-demand list prices, us-east-1.
+  InstanceType t;
+  std::vector<std::string> parts = absl::StrSplit(stem, '_');
+  if (parts.size() < 3) return t;
+  std::string gpu = parts[1];
+  int count = std::atoi(parts[2].c_str());
+  if (gpu == "k80") {
+    t.gpu_type = "K80";
+    t.gpus = count == 8 ? 8 : 1;
+    t.name = count == 8 ? "p2.8xlarge" : "p2.xlarge";
+    t.on_demand_price = count == 8 ? 7.20 : 0.90;
+  } else {
+    t.gpu_type = "V100";
+    t.gpus = count == 8 ? 8 : 1;
+    t.name = count == 8 ? "p3.16xlarge" : "p3.2xlarge";
+    t.on_demand_price = count == 8 ? 24.48 : 3.06;
+  }
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading reading) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("trace ", path, ": cannot open"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": not JSON: ", e.what()));
+  }
+  SpotTrace t;
+  t.path = path;
+  try {
+    if (!j.contains("metadata") || !j["metadata"].contains("gap_seconds") || !j.contains("data")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace ", path, ": expected {\"metadata\":{\"gap_seconds\":G},\"data\":[...]}"));
+    }
+    t.gap_s = j["metadata"]["gap_seconds"].get<double>();
+    for (const auto& v : j["data"]) t.values.push_back(static_cast<int>(v.get<double>()));
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": bad field: ", e.what()));
+  }
+  if (t.gap_s <= 0 || t.values.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": empty, or gap_seconds <= 0"));
+  }
+  std::string stem = std::filesystem::path(path).stem().string();
+  t.zone = stem.substr(0, stem.find('_'));
+  t.instance = InstanceFromName(stem);
+  if (reading == TraceReading::kAuto) {
+    reading = absl::StrContains(path, "preemption") ? TraceReading::kPreemptedFlag
+                                                     : TraceReading::kCount;
+  }
+  t.reading = reading;
+  int max_v = *std::max_element(t.values.begin(), t.values.end());
+  t.nominal_pool = absl::StrContains(path, "16-node") ? 16 : std::max(1, max_v);
+  if (reading == TraceReading::kPreemptedFlag) t.nominal_pool = 1;
+  return t;
+}
+
+SpotTrace SyntheticTrace(double gap_s, std::vector<int> values, int nominal_pool) {
+  SpotTrace t;
+  t.path = "synthetic";
+  t.zone = "synthetic";
+  t.gap_s = gap_s;
+  t.values = std::move(values);
+  t.reading = TraceReading::kCount;
+  t.nominal_pool = nominal_pool;
+  return t;
+}
+
+}  // namespace cairn::sim

@@ -1,0 +1,54 @@
+#pragma once
+// Spot capacity traces (skypilot-org/spot-traces, collected for "Can't Be Late", NSDI'24):
+// {"metadata": {"gap_seconds": G}, "data": [v0, v1, ...]}, one value per G seconds.
+//
+// Two readings of a value exist and the folder decides which one applies (kAuto):
+//  - availability/...: v is how many instances of the type could be obtained at that tick
+//    (0/1 in the 1-node sets, 0..16 in the 16-node set). Spot is usable iff v > 0, and at
+//    most v * scale instances run at once (scale: see Simulator).
+//  - preemption/...: v is a 0/1 flag from one instance kept running: 1 = preempted (not
+//    running) at that tick, 0 = running. Spot is usable iff v == 0. This is how the authors'
+//    own simulator reads its traces (spot available = not trace[tick]).
+// docs/scheduling.md explains the choice; --reading overrides it.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace cairn::sim {
+
+enum class TraceReading { kAuto, kCount, kPreemptedFlag };
+absl::string_view ReadingName(TraceReading r);
+absl::StatusOr<TraceReading> ParseReading(absl::string_view s);
+
+// The instance a trace file is about, from its name ("us-west-2a_v100_1.json").
+struct InstanceType {
+  std::string name = "p3.2xlarge";
+  std::string gpu_type = "V100";
+  int gpus = 1;
+  double on_demand_price = 3.06;  // $/h, AWS us-east-1 list price.
+};
+
+struct SpotTrace {
+  std::string path;
+  std::string zone;
+  InstanceType instance;
+  double gap_s = 300;
+  std::vector<int> values;
+  TraceReading reading = TraceReading::kCount;  // resolved, never kAuto.
+  int nominal_pool = 1;  // instances the trace's value counts out of (16 for the 16-node set).
+
+  double duration_s() const { return gap_s * static_cast<double>(values.size()); }
+  // Spot units usable during tick k under the reading (0 after the end of the trace).
+  int Units(size_t k) const;
+};
+
+// Reads and validates a trace. Errors: NotFound/InvalidArgument naming the file and the fault.
+absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading reading = TraceReading::kAuto);
+
+// A trace built in memory (tests): count reading, one zone "synthetic".
+SpotTrace SyntheticTrace(double gap_s, std::vector<int> values, int nominal_pool = 1);
+
+}  // namespace cairn::sim

@@ -1,0 +1,181 @@
+#include "sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "sim/report.h"
+#include "sim/trace.h"
+#include "sim/workload.h"
+
+namespace cairn::sim {
+namespace {
+
+// Four days in 5-minute ticks: spot for 6 hours, gone for 2, repeating.
+SpotTrace Synthetic() {
+  std::vector<int> v;
+  for (int k = 0; k < 4 * 24 * 12; ++k) v.push_back((k % 96) < 72 ? 1 : 0);
+  return SyntheticTrace(300, std::move(v));
+}
+
+std::vector<SimJobSpec> Batch(int n, double work_h, double factor) {
+  std::vector<SimJobSpec> jobs;
+  for (int i = 0; i < n; ++i) {
+    SimJobSpec j;
+    j.id = "b" + std::to_string(i);
+    j.arrival_s = 1800.0 * i;
+    j.work_s = work_h * 3600;
+    j.deadline_s = j.arrival_s + j.work_s * factor;
+    j.state_gb = 20;
+    jobs.push_back(j);
+  }
+  return jobs;
+}
+
+const SimResult* Of(const std::vector<SimResult>& rs, Strategy s) {
+  for (const SimResult& r : rs) {
+    if (r.strategy == StrategyName(s)) return &r;
+  }
+  return nullptr;
+}
+
+std::vector<SimResult> RunAll(const SpotTrace& t, const std::vector<SimJobSpec>& jobs,
+                              const SimOptions& opt = {}) {
+  std::vector<SimResult> rs;
+  for (Strategy s : AllStrategies()) rs.push_back(Simulate(t, jobs, s, opt));
+  return rs;
+}
+
+TEST(SimulatorTest, DeterministicForASeed) {
+  SpotTrace t = Synthetic();
+  WorkloadOptions wl;
+  wl.jobs = 30;
+  wl.seed = 7;
+  auto jobs = GenerateJobs(wl, t.duration_s(), 1);
+  SimOptions opt;
+  opt.seed = 7;
+  opt.node_failures_per_hour = 0.01;
+  for (Strategy s : AllStrategies()) {
+    SimResult a = Simulate(t, jobs, s, opt), b = Simulate(t, jobs, s, opt);
+    EXPECT_EQ(a.cost_usd, b.cost_usd) << StrategyName(s);
+    EXPECT_EQ(a.deadlines_met, b.deadlines_met);
+    EXPECT_EQ(a.lost_work_h, b.lost_work_h);
+    EXPECT_EQ(a.service_downtime_h, b.service_downtime_h);
+    EXPECT_EQ(a.events, b.events);
+    EXPECT_EQ(a.decisions_by_rule, b.decisions_by_rule);
+  }
+  // A different seed draws a different mix.
+  wl.seed = 8;
+  auto other = GenerateJobs(wl, t.duration_s(), 1);
+  EXPECT_NE(other[0].arrival_s, jobs[0].arrival_s);
+}
+
+TEST(SimulatorTest, OnDemandNeverLosesWorkAndRestartLosesMoreThanCheckpointing) {
+  SpotTrace t = Synthetic();
+  auto jobs = Batch(8, 10, 2.0);
+  auto rs = RunAll(t, jobs);
+  const SimResult* od = Of(rs, Strategy::kOnDemand);
+  const SimResult* restart = Of(rs, Strategy::kSpotRestart);
+  const SimResult* ckpt = Of(rs, Strategy::kSpotCheckpoint);
+  const SimResult* cairn = Of(rs, Strategy::kCairn);
+  EXPECT_EQ(od->lost_work_h, 0);
+  EXPECT_EQ(od->preemptions, 0);
+  EXPECT_EQ(od->deadlines_met, 8);
+  EXPECT_NEAR(od->cost_usd, 8 * (10 * 3.06 + (180 + 60) / 3600.0 * 3.06), 1e-6);
+  EXPECT_GT(restart->preemptions, 0);
+  EXPECT_GT(restart->lost_work_h, ckpt->lost_work_h);
+  EXPECT_GT(ckpt->lost_work_h, 0);
+  EXPECT_LT(cairn->lost_work_h, ckpt->lost_work_h);  // it checkpoints on the notice
+  EXPECT_EQ(cairn->deadlines_met, 8);
+  EXPECT_LT(cairn->cost_usd, od->cost_usd);
+  for (const SimResult& r : rs) {
+    EXPECT_GT(r.goodput(), 0) << r.strategy;
+    EXPECT_LE(r.goodput(), 1.0) << r.strategy;
+  }
+}
+
+TEST(SimulatorTest, CapacityLossArrivesWithANoticeFirst) {
+  // Spot for one hour, then never again: every spot job gets a notice, and cairn loses nothing.
+  std::vector<int> v(12, 1);
+  v.resize(12 * 30, 0);
+  SpotTrace t = SyntheticTrace(300, v);
+  auto jobs = Batch(2, 4, 3.0);
+  SimResult cairn = Simulate(t, jobs, Strategy::kCairn, {});
+  EXPECT_EQ(cairn.preemptions, 2);
+  EXPECT_EQ(cairn.lost_work_h, 0);
+  EXPECT_EQ(cairn.decisions_by_rule.at("spot-notice"), 2);
+  EXPECT_EQ(cairn.deadlines_met, 2);
+}
+
+TEST(TraceTest, LoadErrorsNameTheFile) {
+  auto missing = LoadTrace("/nonexistent/trace.json");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  std::string path = ::testing::TempDir() + "/bad_trace.json";
+  std::ofstream(path) << "{\"data\": [1, 0]}";
+  auto bad = LoadTrace(path);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find(path), std::string::npos);
+  std::ofstream(path) << "not json";
+  EXPECT_EQ(LoadTrace(path).status().code(), absl::StatusCode::kInvalidArgument);
+  std::remove(path.c_str());
+}
+
+TEST(TraceTest, ReadingFollowsTheFolder) {
+  std::string dir = ::testing::TempDir() + "/preemption/1-node";
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/us-east-1c_v100_1.json";
+  std::ofstream(path) << R"({"metadata": {"gap_seconds": 32}, "data": [0, 1, 1, 0]})";
+  auto t = LoadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->reading, TraceReading::kPreemptedFlag);
+  EXPECT_EQ(t->Units(0), 1);  // 0 = not preempted: spot usable
+  EXPECT_EQ(t->Units(1), 0);
+  EXPECT_EQ(t->instance.name, "p3.2xlarge");
+  EXPECT_EQ(t->zone, "us-east-1c");
+  auto as_count = LoadTrace(path, TraceReading::kCount);
+  ASSERT_TRUE(as_count.ok());
+  EXPECT_EQ(as_count->Units(1), 1);
+  std::filesystem::remove_all(::testing::TempDir() + "/preemption");
+}
+
+// The real traces live outside the repository (../shared/traces; public copy:
+// github.com/skypilot-org/spot-traces).
+class RealTraceTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RealTraceTest, CairnCostsNoMoreThanTheBestBaselineAtLeastAsReliably) {
+  std::string path = std::string(CAIRN_TRACES_DIR) + "/" + GetParam();
+  if (!std::filesystem::exists(CAIRN_TRACES_DIR)) {
+    GTEST_SKIP() << "spot traces not found at " << CAIRN_TRACES_DIR
+                 << " (get them from https://github.com/skypilot-org/spot-traces)";
+  }
+  auto t = LoadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  WorkloadOptions wl;
+  wl.jobs = 60;
+  TraceReport report;
+  report.trace = &*t;
+  report.jobs = GenerateJobs(wl, t->duration_s(), t->instance.gpus);
+  report.results = RunAll(*t, report.jobs);
+  const SimResult* cairn = Of(report.results, Strategy::kCairn);
+  for (const SimResult& r : report.results) {
+    if (r.strategy == "cairn") continue;
+    EXPECT_GE(cairn->deadlines_met, r.deadlines_met) << r.strategy;
+    EXPECT_GE(cairn->services_sla_met, r.services_sla_met) << r.strategy;
+  }
+  const SimResult* best = BestComparableBaseline(report);
+  ASSERT_NE(best, nullptr);
+  EXPECT_LE(cairn->cost_usd, best->cost_usd) << FormatTable(report, "test");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Traces, RealTraceTest,
+    ::testing::Values("availability/1-node/aws-02-15-2023/us-west-2b_v100_1.json",
+                      "availability/1-node/aws-02-15-2023/us-east-1a_v100_1.json",
+                      "preemption/1-node/aws-04-22-2023/us-east-1c_v100_1.json",
+                      "availability/16-node/aws-08-27-2023/us-west-2a_v100_1.json"));
+
+}  // namespace
+}  // namespace cairn::sim
