@@ -46,7 +46,7 @@ absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& 
 // Captures one frozen process's memory areas and task state into `proc` (not its
 // descriptors, which are captured tree-wide). Leaves the process frozen.
 absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const DumpOptions& opts,
-                            image::Process* proc, MemoryStats* mem) {
+                            image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem) {
   pid_t pid = fp.pid();
   // Memory areas are read before the engine maps its scratch area into the process.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
@@ -63,7 +63,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
 
-  ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress));
+  ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem));
   for (auto& v : vmas) *proc->add_vmas() = std::move(v);
   mem->pages += m.pages;
   mem->bytes += m.bytes;
@@ -158,6 +158,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   std::vector<pid_t> live;
   std::vector<image::Process*> live_procs;
   MemoryStats mem;
+  std::set<uint64_t> saved_shmem;
   for (pid_t pid : ft.order) {
     image::Process* p = procs.empty() ? ckpt.mutable_process() : ckpt.add_descendants();
     procs.push_back(p);
@@ -171,7 +172,8 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
       p->set_exit_code(static_cast<int32_t>(z->second.exit_code));
       continue;
     }
-    RETURN_IF_ERROR(Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem), absl::StrCat("pid ", pid)));
+    RETURN_IF_ERROR(
+        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem), absl::StrCat("pid ", pid)));
     live.push_back(pid);
     live_procs.push_back(p);
     result.threads += p->threads_size();
@@ -228,6 +230,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // Refuse what cannot be saved before stopping anything.
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
   std::vector<pid_t> live;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> shmem_at;  // shared anonymous object -> its range
   for (pid_t pid : pids) {
     auto st = proc::ReadStat(pid);
     if (!st.ok() || st->state == 'Z' || st->state == 'X') continue;
@@ -237,7 +240,17 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       RETURN_IF_ERROR(ok);
     }
     ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
-    RETURN_IF_ERROR(DescribeAreas(pid, maps).status());
+    ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
+    for (const image::Vma& v : vmas) {
+      if (v.kind() != image::Vma::SHARED_ANON) continue;
+      auto [it, fresh] = shmem_at.emplace(v.shmem_id(), std::make_pair(v.start(), v.end()));
+      if (!fresh && it->second != std::make_pair(v.start(), v.end())) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d maps shared anonymous memory at %#x-%#x that another process of the tree maps at %#x-%#x; "
+            "shared memory mapped at different places is not supported yet",
+            pid, v.start(), v.end(), it->second.first, it->second.second));
+      }
+    }
     live.push_back(pid);
   }
   RETURN_IF_ERROR(CheckFdsSupported(live));

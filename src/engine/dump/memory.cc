@@ -58,7 +58,8 @@ bool NeedsPage(image::Vma::Kind kind, uint64_t pm) {
   }
 }
 
-absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vma>& vmas) {
+absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vma>& vmas,
+                                          std::set<uint64_t>* saved_shmem) {
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!pm.valid()) return ErrnoStatus("open " + path);
@@ -70,6 +71,7 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
         v.kind() != image::Vma::FILE_PRIVATE) {
       continue;
     }
+    if (v.kind() == image::Vma::SHARED_ANON && !saved_shmem->insert(v.shmem_id()).second) continue;
     for (uint64_t addr = v.start(); addr < v.end();) {
       uint64_t n = std::min<uint64_t>((v.end() - addr) / kPage, kPagemapBatch);
       entries.resize(n);
@@ -151,6 +153,8 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
       v.set_kind(image::Vma::ANON);
     } else if (m.shared && absl::StartsWith(p, "/dev/zero")) {
       v.set_kind(image::Vma::SHARED_ANON);
+      v.set_shmem_id(m.inode);
+      if (m.offset != 0) return unsupported("a part of a shared anonymous object (mapped at an offset)");
     } else if (absl::StartsWith(p, "/SYSV")) {
       return unsupported("System V shared memory");
     } else if (absl::StartsWith(p, "/memfd:")) {
@@ -176,8 +180,8 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
 }
 
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
-                                      const ProgressFn& progress) {
-  ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas));
+                                      const ProgressFn& progress, std::set<uint64_t>* saved_shmem) {
+  ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem));
   uint64_t total = 0;
   for (const Run& r : runs) total += r.len;
 

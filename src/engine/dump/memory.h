@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,7 +31,10 @@ using ProgressFn = std::function<void(uint64_t, uint64_t)>;
 // Writes every page of `vmas` that cannot be rebuilt without the image, and records
 // the blocks in each Vma. Reads memory with process_vm_readv (or /proc/PID/mem for
 // unreadable areas) while a second thread checksums and writes, in bounded buffers.
+// Shared anonymous objects whose pages are already in the image (`saved_shmem`, by id)
+// are skipped; the ones this call saves are added to it.
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas,
-                                      image::ImageWriter& writer, const ProgressFn& progress);
+                                      image::ImageWriter& writer, const ProgressFn& progress,
+                                      std::set<uint64_t>* saved_shmem);
 
 }  // namespace cairn::dump

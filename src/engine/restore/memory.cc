@@ -1,6 +1,8 @@
 #include "engine/restore/memory.h"
 
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -10,11 +12,13 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "engine/image/format.h"
 #include "engine/proc/maps.h"
 
@@ -22,6 +26,7 @@ namespace cairn::restore {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+constexpr size_t kScratchStructs = 1024;  // where syscall structures go in the scratch area
 
 bool Overlaps(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < b1 && b0 < a1; }
 
@@ -56,6 +61,72 @@ int MadviseFor(const std::string& flag) {
   return -1;
 }
 
+bool UffdFillable(const image::Vma& v) { return v.kind() == image::Vma::ANON && v.blocks_size() > 0; }
+
+// A userfaultfd created inside the task (so that it belongs to the task's address
+// space), with the anonymous areas to fill registered in missing mode; returns the
+// restorer's copy of it (pidfd_getfd). UFFDIO_COPY then allocates each page and copies
+// into it directly, where a write through process_vm_writev would first fault the page
+// in zeroed. Nothing is left behind: the task's descriptor is closed after the fill,
+// which unregisters every range.
+absl::StatusOr<UniqueFd> OpenFillUffd(inject::Injector& inj, inject::RemoteScratch& scratch,
+                                      const image::Process& proc, long* remote_fd) {
+  bool any = false;
+  for (const image::Vma& v : proc.vmas()) any = any || UffdFillable(v);
+  if (!any) return absl::NotFoundError("no anonymous area to fill");
+  ASSIGN_OR_RETURN(long rfd, inj.Call("userfaultfd", SYS_userfaultfd, O_CLOEXEC));
+  *remote_fd = rfd;
+  auto fail = [&](absl::Status s) {
+    (void)inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(rfd));
+    *remote_fd = -1;
+    return s;
+  };
+  uffdio_api api{};
+  api.api = UFFD_API;
+  auto addr = scratch.Put(kScratchStructs, &api, sizeof api);
+  if (!addr.ok()) return fail(addr.status());
+  if (auto rc = inj.Call("ioctl(UFFDIO_API)", SYS_ioctl, static_cast<uint64_t>(rfd), UFFDIO_API, *addr); !rc.ok()) {
+    return fail(rc.status());
+  }
+  for (const image::Vma& v : proc.vmas()) {
+    if (!UffdFillable(v)) continue;
+    uffdio_register reg{};
+    reg.range.start = v.start();
+    reg.range.len = v.end() - v.start();
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    addr = scratch.Put(kScratchStructs, &reg, sizeof reg);
+    if (!addr.ok()) return fail(addr.status());
+    auto rc = inj.Call("ioctl(UFFDIO_REGISTER)", SYS_ioctl, static_cast<uint64_t>(rfd), UFFDIO_REGISTER, *addr);
+    if (!rc.ok()) return fail(rc.status());
+  }
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, inj.tid(), 0)));
+  if (!pidfd.valid()) return fail(ErrnoStatus(absl::StrCat("pidfd_open ", inj.tid())));
+  UniqueFd local(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), rfd, 0)));
+  if (!local.valid()) return fail(ErrnoStatus(absl::StrCat("pidfd_getfd ", inj.tid())));
+  return local;
+}
+
+absl::Status UffdCopy(int uffd, uint64_t dst, const char* src, uint64_t len) {
+  uint64_t done = 0;
+  while (done < len) {
+    uffdio_copy c{};
+    c.dst = dst + done;
+    c.src = reinterpret_cast<uint64_t>(src + done);
+    c.len = len - done;
+    if (::ioctl(uffd, UFFDIO_COPY, &c) == 0) {
+      done = len;
+      break;
+    }
+    if (c.copy > 0) {
+      done += static_cast<uint64_t>(c.copy);
+      continue;
+    }
+    if (errno == EAGAIN || errno == EINTR) continue;
+    return ErrnoStatus(absl::StrFormat("UFFDIO_COPY to %#x", dst + done));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::vector<Range>& avoid, uint64_t len) {
@@ -73,9 +144,15 @@ absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::ve
   return absl::ResourceExhaustedError("no free address range for the restorer's work area");
 }
 
-absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep) {
+absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep, bool keep_shared) {
   pid_t pid = inj.tid();
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+  std::vector<Range> own_shared;
+  if (keep_shared) {
+    for (const image::Vma& v : proc.vmas()) {
+      if (v.kind() == image::Vma::SHARED_ANON) own_shared.push_back({v.start(), v.end()});
+    }
+  }
   std::map<std::string, Range> cur_kernel;
   for (const proc::MapEntry& m : maps) {
     if (IsKernelArea(m.path)) {
@@ -83,6 +160,9 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
       continue;
     }
     if (Overlaps(m.start, m.end, keep.start, keep.end)) continue;
+    bool shared_kept = false;
+    for (const Range& r : own_shared) shared_kept = shared_kept || (m.start == r.start && m.end == r.end && m.shared);
+    if (shared_kept) continue;
     RETURN_IF_ERROR(inj.Call(absl::StrFormat("munmap restorer area %#x-%#x", m.start, m.end), SYS_munmap,
                              m.start, m.end - m.start).status());
   }
@@ -149,6 +229,32 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
   return absl::OkStatus();
 }
 
+absl::Status CreateSharedAnon(inject::Injector& inj, const image::ImageReader& img,
+                              const std::vector<const image::Process*>& procs) {
+  std::set<uint64_t> created;
+  std::vector<char> buf;
+  for (const image::Process* p : procs) {
+    for (const image::Vma& v : p->vmas()) {
+      if (v.kind() != image::Vma::SHARED_ANON || !created.insert(v.shmem_id()).second) continue;
+      ASSIGN_OR_RETURN(long addr, inj.Call(absl::StrFormat("mmap shared anonymous %#x-%#x", v.start(), v.end()),
+                                           SYS_mmap, v.start(), v.end() - v.start(), PROT_READ | PROT_WRITE,
+                                           MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, static_cast<uint64_t>(-1), 0));
+      if (static_cast<uint64_t>(addr) != v.start()) return absl::InternalError("shared mapping placed elsewhere");
+      for (const image::PageBlock& b : v.blocks()) {
+        if (b.vaddr() < v.start() || b.length() > v.end() - b.vaddr() || b.length() % kPage != 0 ||
+            b.length() > (64u << 20)) {
+          return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area (corrupt image)",
+                                                     img.dir(), b.vaddr()));
+        }
+        buf.resize(b.length());
+        RETURN_IF_ERROR(img.ReadBlock(b, buf.data()));
+        RETURN_IF_ERROR(inject::WriteRemote(inj.tid(), b.vaddr(), buf.data(), b.length()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads) {
   pid_t pid = inj.tid();
@@ -156,6 +262,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   std::map<std::string, long> open_files;  // path+mode -> remote fd
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
+    if (v.kind() == image::Vma::SHARED_ANON) continue;  // inherited from the root, filled there
     uint64_t len = v.end() - v.start();
     uint32_t prot = v.prot();
     if (v.blocks_size() > 0) prot |= PROT_WRITE;
@@ -205,15 +312,25 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   }
 
   CAIRN_LOG_DEBUG("event=restore_stage stage=areas_mapped pid={}", pid);
-  // 2. Fill pages, verifying every block, with parallel writers.
+  // 2. Fill pages, verifying every block, with parallel writers. Anonymous areas are
+  // filled with UFFDIO_COPY where possible (see OpenFillUffd), the rest with
+  // process_vm_writev.
+  long remote_uffd = -1;
+  auto uffd = OpenFillUffd(inj, scratch, proc, &remote_uffd);
+  if (!uffd.ok()) {
+    CAIRN_LOG_DEBUG("event=uffd_fill_unavailable pid={} error=\"{}\"", pid, uffd.status().ToString());
+  }
   std::vector<const image::PageBlock*> blocks;
+  std::vector<bool> by_uffd;
   for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() == image::Vma::SHARED_ANON) continue;
     for (const image::PageBlock& b : v.blocks()) {
       if (b.vaddr() < v.start() || b.length() > v.end() - b.vaddr() || b.length() % kPage != 0) {
         return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area %#x-%#x (corrupt image)",
                                                    img.dir(), b.vaddr(), v.start(), v.end()));
       }
       blocks.push_back(&b);
+      by_uffd.push_back(uffd.ok() && UffdFillable(v));
     }
   }
   std::atomic<size_t> next{0};
@@ -232,7 +349,10 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
       if (i >= blocks.size()) return;
       const image::PageBlock& b = *blocks[i];
       absl::Status s = img.ReadBlock(b, buf.data());
-      if (s.ok()) s = inject::WriteRemote(pid, b.vaddr(), buf.data(), b.length());
+      if (s.ok()) {
+        s = by_uffd[i] ? UffdCopy(uffd->get(), b.vaddr(), buf.data(), b.length())
+                       : inject::WriteRemote(pid, b.vaddr(), buf.data(), b.length());
+      }
       if (!s.ok()) {
         std::lock_guard lock(mu);
         if (fill_status.ok()) fill_status = s;
@@ -245,12 +365,16 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
+  if (remote_uffd >= 0) {
+    // Closing the last reference unregisters every range.
+    RETURN_IF_ERROR(inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(remote_uffd)).status());
+  }
   RETURN_IF_ERROR(fill_status);
 
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
-    if (v.blocks_size() > 0 && !(v.prot() & PROT_WRITE)) {
+    if ((v.blocks_size() > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) {
       RETURN_IF_ERROR(inj.Call("mprotect", SYS_mprotect, v.start(), v.end() - v.start(), v.prot()).status());
     }
     for (const std::string& f : v.vm_flags()) {

@@ -21,9 +21,17 @@ struct Range {
 // Finds `len` bytes free in both the saved layout and `avoid` (page-aligned, above 1 MiB).
 absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::vector<Range>& avoid, uint64_t len);
 
-// Unmaps everything in `pid` except `keep` and the vDSO/vvar areas, then moves those to
-// their saved addresses. Fails clearly when the vDSO differs from the dumped one.
-absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep);
+// Unmaps everything in `pid` except `keep` (the work area), the process's own shared
+// anonymous areas when `keep_shared` (created earlier by CreateSharedAnon) and the
+// vDSO/vvar areas, then moves those to their saved addresses. Fails clearly when the
+// vDSO differs from the dumped one.
+absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep, bool keep_shared);
+
+// Creates every shared anonymous object of the checkpoint (MAP_SHARED|MAP_ANONYMOUS,
+// possibly shared between processes) in the task `inj` drives — the tree's root, before
+// it forks the others, so that they inherit the same objects — and fills its pages.
+absl::Status CreateSharedAnon(inject::Injector& inj, const image::ImageReader& img,
+                              const std::vector<const image::Process*>& procs);
 
 // Maps every saved area, writes the saved pages (verifying each block), sets protections
 // and advice. Pages are written with `threads` parallel writers.

@@ -133,8 +133,8 @@ absl::Status CheckTreeOrder(const std::vector<const image::Process*>& procs, con
 // its restored parent, which is still a copy of the restorer, so every task inherits the
 // work area and the master descriptors. Sessions are created before the children that
 // belong to them are forked; process groups are joined once every group exists.
-absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint64_t work_area, bool mount_proc,
-                           Tasks& tasks, IdMap& ids) {
+absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
+                           uint64_t work_area, bool mount_proc, Tasks& tasks, IdMap& ids) {
   for (const image::Process* p : procs) {
     pid_t host = ids.Host(p->pid());
     inject::Injector inj(host, work_area);
@@ -146,6 +146,12 @@ absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint
       RETURN_IF_ERROR(inj.Call("rseq unregister", SYS_rseq, rseq.addr, rseq.size, 1, rseq.signature).status());
     }
     if (p->sid() == p->pid()) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
+    if (p == procs[0]) {
+      // Shared anonymous memory is created in the root, on an address space emptied of the
+      // restorer's areas, before anything is forked: every process inherits it.
+      RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/false));
+      RETURN_IF_ERROR(CreateSharedAnon(inj, img, procs));
+    }
     if (p == procs[0] && mount_proc) {
       // The job's own mount namespace: private propagation, and a /proc that shows its
       // own PID namespace.
@@ -196,7 +202,7 @@ absl::Status BuildSkeleton(const std::vector<const image::Process*>& procs, uint
         RETURN_IF_ERROR(inj.Call(absl::StrCat("setpgid to group ", p->pgid()), SYS_setpgid, 0,
                                  static_cast<uint64_t>(p->pgid())).status());
       } else {
-        CAIRN_LOG_WARN("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader is not in the checkpoint\"",
+        CAIRN_LOG_INFO("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader is not in the checkpoint\"",
                        p->pid(), p->pgid());
       }
     }
@@ -213,7 +219,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
   RETURN_IF_ERROR(inj.Call("close_range (restorer's descriptors)", SYS_close_range, 0,
                            static_cast<uint64_t>(masters.base - 1), 0).status());
-  RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}));
+  RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/true));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
   RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
@@ -342,7 +348,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, static_cast<int>(std::thread::hardware_concurrency()) + 1);
-  absl::Status built = BuildSkeleton(procs, work_area, meta.own_mount_ns(), tasks, ids);
+  absl::Status built = BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
