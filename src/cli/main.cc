@@ -40,6 +40,24 @@ std::string HumanBytes(double b) {
   return absl::StrFormat("%.1f %s", b, units[u]);
 }
 
+// What `inspect` shows of a kernel object's saved state ("" for files).
+std::string KernelObjectDetail(const image::Fd& f) {
+  switch (f.kind()) {
+    case image::Fd::EVENTFD:
+      return absl::StrFormat(" count %u%s", f.eventfd().count(), f.eventfd().semaphore() ? " semaphore" : "");
+    case image::Fd::TIMERFD:
+      return absl::StrFormat(" clock %d left %.3f s period %.3f s unread %u", f.timerfd().clock(),
+                             static_cast<double>(f.timerfd().value_ns()) / 1e9,
+                             static_cast<double>(f.timerfd().interval_ns()) / 1e9, f.timerfd().ticks());
+    case image::Fd::SIGNALFD:
+      return absl::StrFormat(" mask %#x", f.signalfd_mask());
+    case image::Fd::EPOLL:
+      return absl::StrFormat(" watching %d", f.epoll_size());
+    default:
+      return "";
+  }
+}
+
 int RunDump(int pid, std::string dir, bool leave_running, bool tree, const std::string& job_name) {
   dump::DumpOptions opts;
   if (!job_name.empty()) {
@@ -143,8 +161,9 @@ int RunInspect(const std::string& dir, bool json) {
     std::printf("  page data: %s\n", HumanBytes(static_cast<double>(saved)).c_str());
     std::printf("files: %d\n", p.fds_size());
     for (const auto& f : p.fds()) {
-      std::printf("  fd %d %s flags %#o pos %lld%s%s\n", f.fd(), f.path().c_str(), f.flags(),
-                  static_cast<long long>(f.pos()), f.cloexec() ? " cloexec" : "", f.deleted() ? " (deleted, content saved)" : "");
+      std::printf("  fd %d %s flags %#o pos %lld%s%s%s\n", f.fd(), f.path().c_str(), f.flags(),
+                  static_cast<long long>(f.pos()), f.cloexec() ? " cloexec" : "", f.deleted() ? " (deleted, content saved)" : "",
+                  KernelObjectDetail(f).c_str());
     }
     std::printf("signals: %d handlers, %d shared pending\n", p.sigactions_size(), p.shared_pending_size());
     std::printf("timers: %d interval, %d POSIX\n", p.itimers_size(), p.posix_timers_size());

@@ -336,5 +336,35 @@ TEST_F(BadInput, RestoreWhilePidIsTaken) {
   EXPECT_TRUE(OutputPasses(w));
 }
 
+// ---- dump --tree: trees holding what cairn cannot checkpoint yet
+
+// Root and child talk over a socketpair (tests/workloads/wl_tree_socketpair.c), with a message queued
+// in it. `dump --tree` must refuse before it changes anything: a message naming the process and the
+// socket, a non-zero exit, no checkpoint, and every process of the tree running untraced, so that
+// the conversation still completes after go.
+TEST_F(BadInput, TreeDumpWithSocketpairIsRefusedAndTreeRunsOn) {
+  Workload w = MakeWorkload("tree/wl_tree_socketpair");
+  ASSERT_TRUE(StartReady(w));
+  pid_t child = std::stoi(ReadFile(w.workdir() + "/proc-C"));
+  Track(child, WorkloadPath(w.name()));
+  std::string dir = *temp_ / "ckpt";
+  CommandResult r = Cairn({"dump", "--pid", std::to_string(w.pid()), "--tree", "--dir", dir}, WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(r, "socket"));
+  EXPECT_TRUE(Matches(r.err, "pid (" + std::to_string(w.pid()) + "|" + std::to_string(child) + ")([^0-9]|$)"))
+      << "stderr should name the process holding the socket: " << r.err;
+  EXPECT_TRUE(Matches(r.err, "socket:\\[[0-9]+\\]")) << "stderr should name the socket: " << r.err;
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  EXPECT_FALSE(Exists(dir + ".partial")) << dir << ".partial left behind";
+  for (pid_t pid : {w.pid(), child}) {
+    auto state = ProcessState(pid);
+    EXPECT_TRUE(state && (*state == 'R' || *state == 'S')) << "pid " << pid << " is in state '" << state.value_or('-')
+                                                           << "' after a refused dump";
+    EXPECT_EQ(LineStartingWith(ReadFile("/proc/" + std::to_string(pid) + "/status"), "TracerPid:"), "TracerPid:\t0")
+        << "pid " << pid << " is still traced after a refused dump";
+  }
+  EXPECT_TRUE(TargetUnharmed(w));
+  EXPECT_TRUE(WaitGone(child, 10s).gone) << "the child did not finish";
+}
+
 }  // namespace
 }  // namespace cairn::testing

@@ -169,5 +169,187 @@ TEST_F(RealPrograms, ZstdMultiThreadedMidCompression) {
   EXPECT_TRUE(ReadFile(out) == ReadFile(plain + "/out.zst")) << "restored zstd wrote different bytes";
 }
 
+// ---- Process trees: python3 multiprocessing (fork start method), checkpointed with `dump --tree`
+// while its worker processes compute. The results must be exactly those of an uninterrupted run.
+
+// Pool(2) maps a hash chain over 16 tasks while a separate Process sends 4 more results through a
+// one-way multiprocessing.Pipe (os.pipe underneath; a duplex Pipe would be a socketpair). The Pool's
+// queues are pipes too, guarded by multiprocessing Locks: POSIX semaphores in /dev/shm, mapped shared
+// by every process of the tree.
+constexpr char kPythonPoolScript[] = R"(
+import hashlib, multiprocessing as mp, os, sys
+
+def chain(args):
+    i, rounds = args
+    h = hashlib.sha256(b"cairn-%d" % i).digest()
+    for _ in range(rounds):
+        h = hashlib.sha256(h).digest()
+    return i, h.hex()
+
+def producer(conn, n, rounds):
+    for i in range(n):
+        conn.send(chain((1000 + i, rounds)))
+    conn.close()
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    out, tasks, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    r, w = mp.Pipe(duplex=False)
+    p = mp.Process(target=producer, args=(w, 4, rounds))
+    p.start()
+    w.close()
+    with mp.Pool(2) as pool:
+        results = pool.map(chain, [(i, rounds) for i in range(tasks)], chunksize=1)
+    piped = [r.recv() for _ in range(4)]
+    p.join()
+    with open(out + ".tmp", "w") as f:
+        for i, h in results + piped:
+            f.write("%d %s\n" % (i, h))
+        f.write("producer exit code %s\n" % p.exitcode)
+    os.rename(out + ".tmp", out)
+    print("done")
+)";
+
+// Two Processes, each sending its share of the results through its own one-way Pipe; no Pool, so no
+// semaphores: only processes, pipes and regular files.
+constexpr char kPythonProcessesScript[] = R"(
+import hashlib, multiprocessing as mp, os, sys
+
+def chain(i, rounds):
+    h = hashlib.sha256(b"cairn-%d" % i).digest()
+    for _ in range(rounds):
+        h = hashlib.sha256(h).digest()
+    return h.hex()
+
+def worker(conn, ids, rounds):
+    for i in ids:
+        conn.send((i, chain(i, rounds)))
+    conn.close()
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    out, tasks, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    procs, conns = [], []
+    for k in range(2):
+        r, w = mp.Pipe(duplex=False)
+        p = mp.Process(target=worker, args=(w, range(k, tasks, 2), rounds))
+        p.start()
+        w.close()
+        procs.append(p)
+        conns.append(r)
+    results = []
+    for r in conns:
+        while True:
+            try:
+                results.append(r.recv())
+            except EOFError:
+                break
+    for p in procs:
+        p.join()
+    with open(out + ".tmp", "w") as f:
+        for i, h in sorted(results):
+            f.write("%d %s\n" % (i, h))
+        f.write("exit codes %s\n" % [p.exitcode for p in procs])
+    os.rename(out + ".tmp", out)
+    print("done")
+)";
+
+// 16 tasks of this many rounds take about 1.5 s on two cores.
+constexpr char kPythonTreeTasks[] = "16";
+constexpr char kPythonTreeRounds[] = "400000";
+
+class RealProgramTrees : public RealPrograms {
+ protected:
+  // Direct children of `pid` (from /proc/PID/task/PID/children; python's helper threads fork none).
+  static std::vector<pid_t> Children(pid_t pid) {
+    std::vector<pid_t> out;
+    std::string text = ReadFile("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t end = text.find(' ', pos);
+      if (end == std::string::npos) end = text.size();
+      if (end > pos) out.push_back(std::stoi(text.substr(pos, end - pos)));
+      pos = end + 1;
+    }
+    return out;
+  }
+
+  // The pids `cairn inspect` lists for a checkpoint: the root and every "descendant process N".
+  static std::vector<pid_t> CheckpointPids(const std::string& inspect_out) {
+    std::vector<pid_t> out;
+    for (const char* prefix : {"process ", "descendant process "}) {
+      size_t pos = 0;
+      while ((pos = inspect_out.find(prefix, pos)) != std::string::npos) {
+        bool line_start = pos == 0 || inspect_out[pos - 1] == '\n';
+        pos += strlen(prefix);
+        if (line_start) out.push_back(std::stoi(inspect_out.substr(pos)));
+      }
+    }
+    return out;
+  }
+
+  // Runs `script` to completion as a reference, then again, checkpointing the tree with --tree
+  // (killing it) once `min_children` children compute, restoring it and letting it finish; the
+  // result files must be identical.
+  void RoundTripTree(const char* script, size_t min_children) {
+    ASSERT_TRUE(fs::exists(kPython)) << kPython << " is required (scripts/install-deps.sh installs it)";
+    const std::vector<std::string> env = {"PYTHONHASHSEED=0"};
+    std::string plain = *temp_ / "plain";
+    ASSERT_TRUE(RunToEnd({kPython, "-I", "-c", script, plain + "/result", kPythonTreeTasks, kPythonTreeRounds}, plain, env));
+    std::string expected = ReadFile(plain + "/result");
+    ASSERT_FALSE(expected.empty());
+
+    std::string dir = *temp_ / "work";
+    fs::create_directories(dir);
+    WriteFile(dir + "/stdin", "");
+    pid_t pid = SpawnProgram({kPython, "-I", "-c", script, dir + "/result", kPythonTreeTasks, kPythonTreeRounds},
+                             dir + "/stdin", dir + "/stdout", dir + "/stderr", env);
+    ASSERT_GT(pid, 0);
+    Track(pid, kPython);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (Children(pid).size() < min_children && IsAlive(pid) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    std::vector<pid_t> children = Children(pid);
+    for (pid_t c : children) Track(c, kPython);
+    ASSERT_GE(children.size(), min_children) << "python3 did not start its workers: " << ReadFile(dir + "/stderr");
+    std::this_thread::sleep_for(500ms);  // into the computation
+    ASSERT_TRUE(IsAlive(pid)) << "python3 ended early: " << ReadFile(dir + "/stderr");
+    ASSERT_FALSE(Exists(dir + "/result")) << "python3 already finished; the checkpoint would not be mid-computation";
+
+    std::string ckpt = *temp_ / "ckpt";
+    CommandResult dump = Cairn({"dump", "--pid", std::to_string(pid), "--tree", "--dir", ckpt}, WithTimeout(60s));
+    ASSERT_TRUE(dump.Exited(0)) << "cairn dump --tree of python3 multiprocessing failed " << dump.Describe();
+    CommandResult inspect = Inspect(ckpt);
+    ASSERT_TRUE(inspect.Exited(0)) << inspect.Describe();
+    std::vector<pid_t> pids = CheckpointPids(inspect.out);
+    ASSERT_GT(pids.size(), min_children) << "the checkpoint lacks the workers:\n" << inspect.out;
+    // The killed tree is re-parented to this process (the subreaper): reap it so its pids are free.
+    for (pid_t p : pids) {
+      Ending end = WaitGone(p, 10s);
+      ASSERT_TRUE(end.gone) << "pid " << p << " survived cairn dump";
+    }
+    CommandResult restore = Restore(ckpt, /*detach=*/true, WithTimeout(120s));
+    ASSERT_TRUE(restore.Exited(0)) << "cairn restore failed " << restore.Describe();
+    Ending end = WaitGone(pid, 60s);
+    ASSERT_TRUE(end.gone) << "restored python3 did not finish in 60 s";
+    if (end.status) {
+      EXPECT_TRUE(end.ExitedWith(0)) << end.Describe() << "; stderr: " << ReadFile(dir + "/stderr");
+    }
+    EXPECT_EQ(ReadFile(dir + "/result"), expected);
+    EXPECT_EQ(ReadFile(dir + "/stdout"), "done\n");
+    for (pid_t p : pids) EXPECT_TRUE(WaitGone(p, 10s).gone) << "pid " << p << " of the restored tree is left behind";
+  }
+};
+
+TEST_F(RealProgramTrees, Python3MultiprocessingPoolAndPipeMidComputation) {
+  // The producer Process and the Pool's two workers.
+  RoundTripTree(kPythonPoolScript, 3);
+}
+
+TEST_F(RealProgramTrees, Python3MultiprocessingProcessesAndPipesMidComputation) {
+  RoundTripTree(kPythonProcessesScript, 2);
+}
+
 }  // namespace
 }  // namespace cairn::testing

@@ -64,6 +64,10 @@ const Spec kSpecs[] = {
     {"wl_stdio", true, false, false, true},
     {"wl_threads", true, false, true, true},
     {"wl_vdso"},
+    {"wl_eventfd", true, false, true, false},
+    {"wl_timerfd", true, false, true, false},
+    {"wl_signalfd", true, false, true, false},
+    {"wl_epoll", true, false, true, false},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

@@ -46,7 +46,8 @@ absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& 
 // Captures one frozen process's memory areas and task state into `proc` (not its
 // descriptors, which are captured tree-wide). Leaves the process frozen.
 absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const DumpOptions& opts,
-                            image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem) {
+                            image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem,
+                            std::set<std::pair<uint64_t, uint64_t>>* saved_files) {
   pid_t pid = fp.pid();
   // Memory areas are read before the engine maps its scratch area into the process.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
@@ -63,6 +64,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
 
+  RETURN_IF_ERROR(SaveDeletedMappedFiles(pid, vmas, writer, saved_files));
   ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem));
   for (auto& v : vmas) *proc->add_vmas() = std::move(v);
   mem->pages += m.pages;
@@ -112,6 +114,16 @@ absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree) {
       continue;
     }
     auto fp = FrozenProcess::Freeze(pid);
+    if (!fp.ok() && pid != root && absl::IsNotFound(fp.status())) {
+      // A child that exited while its parent was being frozen: keep it as the zombie it
+      // now is, or drop it if it is gone (auto-reaped).
+      auto now = proc::ReadStat(pid);
+      if (now.ok() && (now->state == 'Z' || now->state == 'X')) {
+        ft.zombies[pid] = *now;
+        ft.order.push_back(pid);
+      }
+      continue;
+    }
     if (!fp.ok()) {
       absl::Status thaw = ft.Thaw();
       (void)thaw;
@@ -159,6 +171,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   std::vector<image::Process*> live_procs;
   MemoryStats mem;
   std::set<uint64_t> saved_shmem;
+  std::set<std::pair<uint64_t, uint64_t>> saved_files;
   for (pid_t pid : ft.order) {
     image::Process* p = procs.empty() ? ckpt.mutable_process() : ckpt.add_descendants();
     procs.push_back(p);
@@ -173,7 +186,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
       continue;
     }
     RETURN_IF_ERROR(
-        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem), absl::StrCat("pid ", pid)));
+        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files), absl::StrCat("pid ", pid)));
     live.push_back(pid);
     live_procs.push_back(p);
     result.threads += p->threads_size();
@@ -186,6 +199,37 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   result.pages = mem.pages;
   result.bytes = mem.bytes;
   return result;
+}
+
+// The checks made before anything is frozen: every process's areas and descriptors can
+// be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
+absl::Status PrecheckTree(const DumpOptions& opts) {
+  ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
+  std::vector<pid_t> live;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> shmem_at;  // shared anonymous object -> its range
+  for (pid_t pid : pids) {
+    auto st = proc::ReadStat(pid);
+    if (!st.ok() || st->state == 'Z' || st->state == 'X') continue;
+    if (pid != opts.pid) {
+      absl::Status ok = CheckTarget(pid);
+      if (absl::IsFailedPrecondition(ok) || absl::IsNotFound(ok)) continue;  // exited meanwhile
+      RETURN_IF_ERROR(ok);
+    }
+    ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+    ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
+    for (const image::Vma& v : vmas) {
+      if (v.kind() != image::Vma::SHARED_ANON) continue;
+      auto [it, fresh] = shmem_at.emplace(v.shmem_id(), std::make_pair(v.start(), v.end()));
+      if (!fresh && it->second != std::make_pair(v.start(), v.end())) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d maps shared anonymous memory at %#x-%#x that another process of the tree maps at %#x-%#x; "
+            "shared memory mapped at different places is not supported yet",
+            pid, v.start(), v.end(), it->second.first, it->second.second));
+      }
+    }
+    live.push_back(pid);
+  }
+  return CheckFdsSupported(live);
 }
 
 }  // namespace
@@ -227,33 +271,15 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   auto t0 = Clock::now();
   RETURN_IF_ERROR(CheckTarget(opts.pid));
   RETURN_IF_ERROR(CheckNamespaces(opts.pid));
-  // Refuse what cannot be saved before stopping anything.
-  ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
-  std::vector<pid_t> live;
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> shmem_at;  // shared anonymous object -> its range
-  for (pid_t pid : pids) {
-    auto st = proc::ReadStat(pid);
-    if (!st.ok() || st->state == 'Z' || st->state == 'X') continue;
-    if (pid != opts.pid) {
-      absl::Status ok = CheckTarget(pid);
-      if (absl::IsFailedPrecondition(ok) || absl::IsNotFound(ok)) continue;  // exited meanwhile
-      RETURN_IF_ERROR(ok);
-    }
-    ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
-    ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
-    for (const image::Vma& v : vmas) {
-      if (v.kind() != image::Vma::SHARED_ANON) continue;
-      auto [it, fresh] = shmem_at.emplace(v.shmem_id(), std::make_pair(v.start(), v.end()));
-      if (!fresh && it->second != std::make_pair(v.start(), v.end())) {
-        return absl::UnimplementedError(absl::StrFormat(
-            "pid %d maps shared anonymous memory at %#x-%#x that another process of the tree maps at %#x-%#x; "
-            "shared memory mapped at different places is not supported yet",
-            pid, v.start(), v.end(), it->second.first, it->second.second));
-      }
-    }
-    live.push_back(pid);
+  // Refuse what cannot be saved before stopping anything. Processes of a tree may exit
+  // while they are looked at: then look again.
+  absl::Status checked;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    checked = PrecheckTree(opts);
+    if (!absl::IsNotFound(checked)) break;
+    RETURN_IF_ERROR(CheckTarget(opts.pid));  // the root itself is gone: say so
   }
-  RETURN_IF_ERROR(CheckFdsSupported(live));
+  RETURN_IF_ERROR(checked);
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
   auto t_freeze = Clock::now();

@@ -1,15 +1,21 @@
 #include "engine/dump/files.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/proc/fds.h"
@@ -24,7 +30,23 @@ absl::string_view KindOf(absl::string_view target) {
   return "an unsupported file";
 }
 
-constexpr int kKcmpFile = 0;  // KCMP_FILE
+constexpr int kKcmpFile = 0;      // KCMP_FILE
+constexpr int kKcmpEpollTfd = 7;  // KCMP_EPOLL_TFD
+
+// struct kcmp_epoll_slot (linux/kcmp.h): names registration number `toff` of descriptor
+// number `tfd` in the epoll instance at descriptor `efd`.
+struct KcmpEpollSlot {
+  uint32_t efd, tfd, toff;
+};
+
+// The dumper's own copy of `pid`'s descriptor `fd` (same open file description).
+absl::StatusOr<UniqueFd> TheirFd(pid_t pid, int fd) {
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return ErrnoStatus(absl::StrCat("pidfd_open pid ", pid));
+  UniqueFd theirs(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
+  if (!theirs.valid()) return ErrnoStatus(absl::StrCat("pidfd_getfd pid ", pid, " fd ", fd));
+  return theirs;
+}
 
 struct PipeContent {
   std::string data;
@@ -34,10 +56,7 @@ struct PipeContent {
 // Copies the bytes queued in the pipe behind `pid`'s descriptor `fd` without consuming
 // them: a duplicate of the read end (pidfd_getfd) is tee(2)d into a pipe of our own.
 absl::StatusOr<PipeContent> PeekPipe(pid_t pid, int fd) {
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!pidfd.valid()) return ErrnoStatus(absl::StrCat("pidfd_open pid ", pid));
-  UniqueFd theirs(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
-  if (!theirs.valid()) return ErrnoStatus(absl::StrCat("pidfd_getfd pid ", pid, " fd ", fd));
+  ASSIGN_OR_RETURN(UniqueFd theirs, TheirFd(pid, fd));
   PipeContent pc;
   int cap = ::fcntl(theirs.get(), F_GETPIPE_SZ);
   if (cap < 0) return ErrnoStatus(absl::StrCat("F_GETPIPE_SZ on pid ", pid, " fd ", fd));
@@ -53,6 +72,124 @@ absl::StatusOr<PipeContent> PeekPipe(pid_t pid, int fd) {
     if (::read(r.get(), pc.data.data(), pc.data.size()) != n) return ErrnoStatus("read pipe copy");
   }
   return pc;
+}
+
+// The kernel objects behind "anon_inode:[...]" that restore can rebuild.
+std::optional<image::Fd::Kind> KernelObjectKind(absl::string_view target) {
+  if (target == "anon_inode:[eventfd]") return image::Fd::EVENTFD;
+  if (target == "anon_inode:[timerfd]") return image::Fd::TIMERFD;
+  if (target == "anon_inode:[signalfd]") return image::Fd::SIGNALFD;
+  if (target == "anon_inode:[eventpoll]") return image::Fd::EPOLL;
+  return std::nullopt;
+}
+
+// A timerfd's setting as the process would see it now. fdinfo alone is not enough: an
+// expired periodic timer is only re-armed (and its missed expirations counted) when the
+// process reads it or calls timerfd_gettime, so its fdinfo shows it_value (0, 0) and too
+// few ticks. timerfd_gettime on our copy of the description does that catching up,
+// exactly as the process's next read would, and gives the time left; fdinfo read after
+// it gives the counted ticks.
+absl::Status CaptureTimerfd(pid_t pid, int fd, image::TimerfdState* out) {
+  ASSIGN_OR_RETURN(UniqueFd theirs, TheirFd(pid, fd));
+  itimerspec cur{};
+  if (::timerfd_gettime(theirs.get(), &cur) != 0) {
+    return ErrnoStatus(absl::StrCat("timerfd_gettime on a copy of fd ", fd, " of pid ", pid));
+  }
+  std::string path = absl::StrCat("/proc/", pid, "/fdinfo/", fd);
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(proc::FdInfo info, proc::ParseFdInfo(text));
+  info.fd = fd;
+  info.target = "anon_inode:[timerfd]";
+  ASSIGN_OR_RETURN(proc::TimerfdInfo t, proc::ParseTimerfd(info));
+  timespec now{};
+  if (::clock_gettime(t.clock, &now) != 0) {
+    return ErrnoStatus(absl::StrCat("clock_gettime(", t.clock, ") for the timerfd at fd ", fd, " of pid ", pid));
+  }
+  auto ns = [](const timespec& ts) { return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec; };
+  out->set_clock(t.clock);
+  out->set_settime_flags(t.settime_flags);
+  out->set_value_ns(static_cast<uint64_t>(ns(cur.it_value)));
+  out->set_interval_ns(static_cast<uint64_t>(ns(cur.it_interval)));
+  out->set_ticks(t.ticks);
+  out->set_clock_ns(ns(now));
+  return absl::OkStatus();
+}
+
+// Checks that registration `target` (the `toff`-th with its descriptor number) of the
+// epoll instance at `pid`'s descriptor `efd` watches the file `pid` holds at that number:
+// restore re-registers it from inside `pid` by number. kcmp(KCMP_EPOLL_TFD) compares the
+// registered file with a process's descriptor.
+absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd, const proc::EpollTarget& target,
+                              uint32_t toff) {
+  KcmpEpollSlot slot{static_cast<uint32_t>(efd), static_cast<uint32_t>(target.tfd), toff};
+  auto same = [&](pid_t holder) -> absl::StatusOr<bool> {
+    long r = ::syscall(SYS_kcmp, holder, pid, kKcmpEpollTfd, target.tfd, &slot);
+    if (r == 0) return true;
+    if (r > 0 || errno == EBADF || errno == ENOENT) return false;
+    return ErrnoStatus(absl::StrFormat("kcmp(KCMP_EPOLL_TFD) of fd %d of pid %d with the epoll at fd %d of pid %d",
+                                       target.tfd, holder, efd, pid));
+  };
+  ASSIGN_OR_RETURN(bool own, same(pid));
+  if (own) return absl::OkStatus();
+  for (pid_t other : pids) {
+    if (other == pid) continue;
+    ASSIGN_OR_RETURN(bool theirs, same(other));
+    if (theirs) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d fd %d is an epoll instance watching fd %d of pid %d, another process that shares the epoll "
+          "instance; checkpoints support epoll registrations made by the process that holds the epoll first "
+          "(pid %d) on its own descriptors — register the descriptor in pid %d, or give each process its own epoll",
+          pid, efd, target.tfd, other, pid, pid));
+    }
+  }
+  return absl::UnimplementedError(absl::StrFormat(
+      "pid %d fd %d is an epoll instance watching a file registered as fd %d, which the process no longer holds at "
+      "that number (it was closed or moved with dup2 while another descriptor kept it open); epoll registrations "
+      "can only be restored by descriptor number — remove it with EPOLL_CTL_DEL before closing the descriptor",
+      pid, efd, target.tfd));
+}
+
+// Records the kernel object behind `pid`'s descriptor `info` in `fd` (kind already set).
+// `capture`: also read the state that only a copy of the descriptor gives (a check-only
+// pass only validates).
+absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info, bool capture,
+                                 image::Fd* fd) {
+  switch (fd->kind()) {
+    case image::Fd::EVENTFD: {
+      ASSIGN_OR_RETURN(proc::EventfdInfo e, proc::ParseEventfd(info));
+      if (!e.semaphore_reported) {
+        CAIRN_LOG_WARN("event=eventfd_mode_unknown pid={} fd={} reason=\"the kernel does not report "
+                       "eventfd-semaphore; restored as a counter\"",
+                       pid, info.fd);
+      }
+      fd->mutable_eventfd()->set_count(e.count);
+      fd->mutable_eventfd()->set_semaphore(e.semaphore);
+      return absl::OkStatus();
+    }
+    case image::Fd::TIMERFD:
+      // Validated here; the exact values come from a copy of the descriptor.
+      RETURN_IF_ERROR(proc::ParseTimerfd(info).status());
+      return capture ? CaptureTimerfd(pid, info.fd, fd->mutable_timerfd()) : absl::OkStatus();
+    case image::Fd::SIGNALFD: {
+      ASSIGN_OR_RETURN(uint64_t mask, proc::ParseSignalfdMask(info));
+      fd->set_signalfd_mask(mask);
+      return absl::OkStatus();
+    }
+    case image::Fd::EPOLL: {
+      ASSIGN_OR_RETURN(std::vector<proc::EpollTarget> targets, proc::ParseEpollTargets(info));
+      std::map<int, uint32_t> seen_tfd;  // registrations so far per descriptor number
+      for (const proc::EpollTarget& t : targets) {
+        RETURN_IF_ERROR(CheckEpollTarget(pids, pid, info.fd, t, seen_tfd[t.tfd]++));
+        image::EpollEntry* e = fd->add_epoll();
+        e->set_tfd(t.tfd);
+        e->set_events(t.events);
+        e->set_data(t.data);
+      }
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InternalError(absl::StrCat("pid ", pid, " fd ", info.fd, ": not a kernel object kind"));
+  }
 }
 
 }  // namespace
@@ -114,10 +251,19 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       struct stat st {};
       if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
       if (pipe_ends[st.st_ino] != 3) {
-        return absl::UnimplementedError(absl::StrFormat(
-            "pid %d fd %d is a pipe (%s) whose other end is outside the checkpointed process%s; redirect it to a "
-            "file, or checkpoint the whole tree that holds both ends (--tree)",
-            pid, info.fd, info.target, pids.size() > 1 ? "s" : ""));
+        // Only one end is in the checkpoint. That is fine when the other end is closed
+        // everywhere (a finished stage of a pipeline): poll on a copy of ours says so.
+        // The restore then holds both ends only in the restorer, which closes the unused one.
+        ASSIGN_OR_RETURN(UniqueFd copy, TheirFd(pid, info.fd));
+        pollfd pfd{copy.get(), 0, 0};
+        bool reader = (info.flags & O_ACCMODE) == O_RDONLY;
+        bool other_end_gone = ::poll(&pfd, 1, 0) == 1 && (pfd.revents & (reader ? POLLHUP : POLLERR)) != 0;
+        if (!other_end_gone) {
+          return absl::UnimplementedError(absl::StrFormat(
+              "pid %d fd %d is a pipe (%s) whose other end is held outside the checkpointed process%s; redirect it "
+              "to a file, or checkpoint the whole tree that holds both ends (--tree)",
+              pid, info.fd, info.target, pids.size() > 1 ? "es" : ""));
+        }
       }
       image::Fd fd;
       fd.set_fd(info.fd);
@@ -137,10 +283,22 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       if (out != nullptr) *out->add_fds() = std::move(fd);
       continue;
     }
+    if (std::optional<image::Fd::Kind> kind = KernelObjectKind(info.target)) {
+      image::Fd fd;
+      fd.set_fd(info.fd);
+      fd.set_kind(*kind);
+      fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
+      fd.set_flags(info.flags & ~O_CLOEXEC);
+      fd.set_path(info.target);
+      RETURN_IF_ERROR(CaptureKernelObject(pids, pid, info, out != nullptr, &fd));
+      if (out != nullptr) *out->add_fds() = std::move(fd);
+      continue;
+    }
     auto unsupported = [&](absl::string_view kind) {
       return absl::UnimplementedError(absl::StrFormat(
-          "pid %d fd %d is %s (%s); checkpoints support regular files, directories and "
-          "character devices, pipes and dups of these — close it or redirect it to a file before checkpointing",
+          "pid %d fd %d is %s (%s); checkpoints support regular files, directories, character devices, pipes, "
+          "eventfd, timerfd, signalfd and epoll descriptors, and dups of these — close it or redirect it to a file "
+          "before checkpointing",
           pid, info.fd, kind, info.target));
     };
     if (info.target.empty() || info.target[0] != '/') return unsupported(KindOf(info.target));

@@ -30,8 +30,11 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
       if (seized.count(tid)) continue;
       absl::Status s = inject::Seize(tid, PTRACE_O_TRACESYSGOOD);
       if (!s.ok()) {
-        if (errno == ESRCH) continue;  // the thread exited between listing and seizing
-        if (errno == EPERM) {
+        if (absl::IsNotFound(s)) continue;  // the thread exited between listing and seizing
+        // A thread that is exiting (or a zombie) cannot be traced either: skip it.
+        auto ts = proc::ReadStat(tid);
+        if (!ts.ok() || ts->state == 'Z' || ts->state == 'X') continue;
+        if (absl::IsPermissionDenied(s)) {
           return absl::PermissionDeniedError(absl::StrCat(
               "cannot trace pid ", pid, " (ptrace: Operation not permitted): run cairn as root, or as the "
               "process's owner with CAP_SYS_PTRACE and CAP_CHECKPOINT_RESTORE"));

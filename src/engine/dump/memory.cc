@@ -159,10 +159,17 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
       return unsupported("System V shared memory");
     } else if (absl::StartsWith(p, "/memfd:")) {
       return unsupported("a memfd");
-    } else if (absl::EndsWith(p, " (deleted)")) {
-      return unsupported("a file that was deleted");
+    } else if (absl::EndsWith(p, " (deleted)") && !(m.shared && !p.empty() && p[0] == '/')) {
+      return unsupported("a file that was deleted (mapped privately)");
     } else if (!p.empty() && p[0] == '/') {
       v.set_kind(m.shared ? image::Vma::FILE_SHARED : image::Vma::FILE_PRIVATE);
+      if (absl::EndsWith(p, " (deleted)")) {
+        // A shared mapping of a deleted file (a POSIX semaphore or shm object unlinked
+        // after opening): the file's content is saved and the file recreated on restore.
+        v.set_file_deleted(true);
+        v.set_path(p.substr(0, p.size() - 10));
+        v.set_shmem_id(m.inode);
+      }
       std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, m.start, m.end);
       struct stat st {};
       if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + p + ")");
@@ -177,6 +184,23 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
     out.push_back(std::move(v));
   }
   return out;
+}
+
+absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
+                                    std::set<std::pair<uint64_t, uint64_t>>* saved) {
+  for (image::Vma& v : vmas) {
+    if (!v.file_deleted() || !saved->insert({v.file().dev(), v.file().ino()}).second) continue;
+    std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, v.start(), v.end());
+    UniqueFd f(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f.valid()) return ErrnoStatus("open " + link + " (" + v.path() + ", deleted)");
+    struct stat st {};
+    if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat " + link);
+    ASSIGN_OR_RETURN(auto blob, writer.AppendFileContent(f.get(), static_cast<uint64_t>(st.st_size), v.path()));
+    v.set_content_offset(blob.offset);
+    v.set_content_size(blob.size);
+    v.set_content_xxh3(blob.xxh3);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,

@@ -31,6 +31,11 @@ using ProgressFn = std::function<void(uint64_t, uint64_t)>;
 // Writes every page of `vmas` that cannot be rebuilt without the image, and records
 // the blocks in each Vma. Reads memory with process_vm_readv (or /proc/PID/mem for
 // unreadable areas) while a second thread checksums and writes, in bounded buffers.
+// Saves the content of every deleted file that `vmas` map shared, once per file across
+// calls (`saved` holds (dev, inode) of the files already saved).
+absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
+                                    std::set<std::pair<uint64_t, uint64_t>>* saved);
+
 // Shared anonymous objects whose pages are already in the image (`saved_shmem`, by id)
 // are skipped; the ones this call saves are added to it.
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas,

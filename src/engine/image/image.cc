@@ -258,29 +258,42 @@ absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ImageReader::FileContent(const Fd& fd) const {
-  if (fd.content_size() == 0 && !fd.deleted()) return std::string();
-  if (fd.content_offset() < kHeaderSize || fd.content_size() > files_size_ ||
-      fd.content_offset() > files_size_ - fd.content_size()) {
-    return absl::DataLossError(absl::StrCat(dir_, "/", kFilesFile, ": content of fd ", fd.fd(),
+absl::StatusOr<std::string> ImageReader::Blob(uint64_t offset, uint64_t size, uint64_t xxh3,
+                                              const std::string& what) const {
+  if (offset < kHeaderSize || size > files_size_ || offset > files_size_ - size) {
+    return absl::DataLossError(absl::StrCat(dir_, "/", kFilesFile, ": the saved content of ", what,
                                             " lies outside the file"));
   }
-  std::string out(fd.content_size(), '\0');
-  RETURN_IF_ERROR(PreadAll(files_fd_.get(), out.data(), out.size(),
-                           static_cast<off_t>(fd.content_offset()), dir_ + "/" + kFilesFile));
-  if (Checksum(out.data(), out.size()) != fd.content_xxh3()) {
-    return absl::DataLossError(absl::StrCat(dir_, "/", kFilesFile, ": checksum mismatch in the saved content of fd ",
-                                            fd.fd(), " (", fd.path(), "): the image is corrupt"));
+  std::string out(size, '\0');
+  RETURN_IF_ERROR(PreadAll(files_fd_.get(), out.data(), out.size(), static_cast<off_t>(offset), dir_ + "/" + kFilesFile));
+  if (Checksum(out.data(), out.size()) != xxh3) {
+    return absl::DataLossError(absl::StrCat(dir_, "/", kFilesFile, ": checksum mismatch in the saved content of ",
+                                            what, ": the image is corrupt"));
   }
   return out;
 }
 
+absl::StatusOr<std::string> ImageReader::FileContent(const Fd& fd) const {
+  if (fd.content_size() == 0 && !fd.deleted()) return std::string();
+  return Blob(fd.content_offset(), fd.content_size(), fd.content_xxh3(),
+              absl::StrCat("fd ", fd.fd(), " (", fd.path(), ")"));
+}
+
+absl::StatusOr<std::string> ImageReader::FileContent(const Vma& v) const {
+  return Blob(v.content_offset(), v.content_size(), v.content_xxh3(), absl::StrCat("mapped file ", v.path()));
+}
+
 absl::Status ImageReader::VerifyAll() const {
-  for (const Vma& v : meta_.process().vmas()) {
-    for (const PageBlock& b : v.blocks()) RETURN_IF_ERROR(VerifyBlock(b));
-  }
-  for (const Fd& fd : meta_.process().fds()) {
-    if (fd.deleted() || fd.content_size() > 0) RETURN_IF_ERROR(FileContent(fd).status());
+  std::vector<const Process*> procs = {&meta_.process()};
+  for (const Process& d : meta_.descendants()) procs.push_back(&d);
+  for (const Process* p : procs) {
+    for (const Vma& v : p->vmas()) {
+      for (const PageBlock& b : v.blocks()) RETURN_IF_ERROR(VerifyBlock(b));
+      if (v.file_deleted() && v.content_size() > 0) RETURN_IF_ERROR(FileContent(v).status());
+    }
+    for (const Fd& fd : p->fds()) {
+      if (fd.deleted() || fd.content_size() > 0) RETURN_IF_ERROR(FileContent(fd).status());
+    }
   }
   return absl::OkStatus();
 }

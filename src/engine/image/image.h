@@ -74,12 +74,15 @@ class ImageReader {
 
   // The saved content of a file deleted while open, verified.
   absl::StatusOr<std::string> FileContent(const Fd& fd) const;
+  // The saved content of a deleted file mapped shared, verified.
+  absl::StatusOr<std::string> FileContent(const Vma& v) const;
 
   // Verifies every page block and file content; the first failure names the block.
   absl::Status VerifyAll() const;
 
  private:
   ImageReader() = default;
+  absl::StatusOr<std::string> Blob(uint64_t offset, uint64_t size, uint64_t xxh3, const std::string& what) const;
   std::string dir_;
   Checkpoint meta_;
   UniqueFd pages_fd_, files_fd_;

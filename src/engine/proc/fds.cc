@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <functional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -14,6 +17,49 @@
 #include "common/status.h"
 
 namespace cairn::proc {
+
+namespace {
+
+// Octal digits only, as the kernel prints open and settime flags.
+bool ParseOctal(absl::string_view text, int* out) {
+  if (text.empty()) return false;
+  int v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '7') return false;
+    v = v * 8 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+// "(SEC, NSEC)", as timerfd's it_value and it_interval.
+bool ParseSecNsec(absl::string_view text, int64_t* ns) {
+  if (!absl::ConsumePrefix(&text, "(") || !absl::ConsumeSuffix(&text, ")")) return false;
+  std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(text, absl::MaxSplits(',', 1));
+  uint64_t sec = 0, nsec = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(parts.first), &sec) ||
+      !absl::SimpleAtoi(absl::StripAsciiWhitespace(parts.second), &nsec) || nsec >= 1000000000 ||
+      sec > static_cast<uint64_t>(INT64_MAX / 1000000000 - 1)) {
+    return false;
+  }
+  *ns = static_cast<int64_t>(sec) * 1000000000 + static_cast<int64_t>(nsec);
+  return true;
+}
+
+// The value of the first `key` line, or null.
+const std::string* Find(const FdInfo& info, absl::string_view key) {
+  for (const auto& [k, v] : info.extra) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+absl::Status Malformed(const FdInfo& info, absl::string_view what, absl::string_view line) {
+  return absl::DataLossError(absl::StrCat("malformed fdinfo of fd ", info.fd, " (", info.target, "): ", what, " '",
+                                          line.substr(0, 120), "'"));
+}
+
+}  // namespace
 
 absl::StatusOr<FdInfo> ParseFdInfo(absl::string_view text) {
   FdInfo info;
@@ -26,22 +72,87 @@ absl::StatusOr<FdInfo> ParseFdInfo(absl::string_view text) {
     if (key == "pos") {
       have_pos = absl::SimpleAtoi(val, &info.pos);
     } else if (key == "flags") {
-      // Octal.
-      int flags = 0;
-      have_flags = !val.empty();
-      for (char c : val) {
-        if (c < '0' || c > '7') have_flags = false;
-        flags = flags * 8 + (c - '0');
-      }
-      info.flags = flags;
+      have_flags = ParseOctal(val, &info.flags);
     } else if (key == "mnt_id") {
       (void)absl::SimpleAtoi(val, &info.mnt_id);
+    } else {
+      info.extra.emplace_back(std::string(key), std::string(val));
     }
   }
   if (!have_pos || !have_flags) {
     return absl::DataLossError(absl::StrCat("malformed fdinfo: '", text.substr(0, 80), "'"));
   }
   return info;
+}
+
+absl::StatusOr<EventfdInfo> ParseEventfd(const FdInfo& info) {
+  EventfdInfo out;
+  const std::string* count = Find(info, "eventfd-count");
+  if (count == nullptr || !absl::SimpleHexAtoi(*count, &out.count)) {
+    return Malformed(info, "eventfd-count", count != nullptr ? *count : "(missing)");
+  }
+  if (const std::string* sem = Find(info, "eventfd-semaphore"); sem != nullptr) {
+    if (*sem != "0" && *sem != "1") return Malformed(info, "eventfd-semaphore", *sem);
+    out.semaphore = *sem == "1";
+    out.semaphore_reported = true;
+  }
+  return out;
+}
+
+absl::StatusOr<TimerfdInfo> ParseTimerfd(const FdInfo& info) {
+  TimerfdInfo out;
+  struct Field {
+    const char* key;
+    std::function<bool(absl::string_view)> parse;
+  };
+  const Field fields[] = {
+      {"clockid", [&](absl::string_view v) { return absl::SimpleAtoi(v, &out.clock); }},
+      {"ticks", [&](absl::string_view v) { return absl::SimpleAtoi(v, &out.ticks); }},
+      {"settime flags", [&](absl::string_view v) { return ParseOctal(v, &out.settime_flags); }},
+      {"it_value", [&](absl::string_view v) { return ParseSecNsec(v, &out.value_ns); }},
+      {"it_interval", [&](absl::string_view v) { return ParseSecNsec(v, &out.interval_ns); }},
+  };
+  for (const Field& f : fields) {
+    const std::string* v = Find(info, f.key);
+    if (v == nullptr || !f.parse(*v)) return Malformed(info, f.key, v != nullptr ? *v : "(missing)");
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> ParseSignalfdMask(const FdInfo& info) {
+  const std::string* mask = Find(info, "sigmask");
+  uint64_t out = 0;
+  if (mask == nullptr || !absl::SimpleHexAtoi(*mask, &out)) {
+    return Malformed(info, "sigmask", mask != nullptr ? *mask : "(missing)");
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<EpollTarget>> ParseEpollTargets(const FdInfo& info) {
+  // "tfd:        3 events:       19 data:                1  pos:0 ino:40f sdev:10"
+  std::vector<EpollTarget> out;
+  for (const auto& [key, val] : info.extra) {
+    if (key != "tfd") continue;
+    std::vector<absl::string_view> tok = absl::StrSplit(val, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    EpollTarget t;
+    bool ok = !tok.empty() && absl::SimpleAtoi(tok[0], &t.tfd) && t.tfd >= 0;
+    bool have_events = false, have_data = false;
+    for (size_t i = 1; ok && i < tok.size(); ++i) {
+      absl::string_view v = tok[i];
+      if (v == "events:" && i + 1 < tok.size()) {
+        have_events = absl::SimpleHexAtoi(tok[++i], &t.events);
+      } else if (v == "data:" && i + 1 < tok.size()) {
+        have_data = absl::SimpleHexAtoi(tok[++i], &t.data);
+      } else if (absl::ConsumePrefix(&v, "ino:")) {
+        ok = absl::SimpleHexAtoi(v, &t.ino);
+      } else if (absl::ConsumePrefix(&v, "sdev:")) {
+        ok = absl::SimpleHexAtoi(v, &t.sdev);
+      }
+    }
+    if (!ok || !have_events || !have_data) return Malformed(info, "epoll target", absl::StrCat("tfd: ", val));
+    out.push_back(t);
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {

@@ -6,10 +6,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace cairn::proc {
 
@@ -19,10 +20,49 @@ struct FdInfo {
   int64_t pos = 0;
   int flags = 0;        // open flags including O_CLOEXEC as the kernel reports them
   uint64_t mnt_id = 0;
+  // Every other line, in order, as (text before the first ':', the rest trimmed): the
+  // object-specific lines ("eventfd-count", "clockid", "sigmask", one "tfd" per epoll
+  // registration...), which the typed parsers below read. Keys may repeat.
+  std::vector<std::pair<std::string, std::string>> extra;
 };
 
-// Parses the text of /proc/PID/fdinfo/N (the common lines: pos, flags, mnt_id).
+// Parses the text of /proc/PID/fdinfo/N: the common lines (pos, flags, mnt_id), which
+// must be well-formed, and the rest kept verbatim in `extra`.
 absl::StatusOr<FdInfo> ParseFdInfo(absl::string_view text);
+
+// The object-specific fdinfo of the kernel objects the engine saves. Each parser reads
+// `info.extra` and returns DataLoss when a line it needs is missing or malformed.
+
+struct EventfdInfo {
+  uint64_t count = 0;
+  // From "eventfd-semaphore", which only recent (6.x) kernels print; false where absent.
+  bool semaphore = false;
+  bool semaphore_reported = false;
+};
+absl::StatusOr<EventfdInfo> ParseEventfd(const FdInfo& info);
+
+struct TimerfdInfo {
+  int clock = 0;
+  uint64_t ticks = 0;       // expirations counted but not yet read
+  int settime_flags = 0;    // TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET
+  int64_t value_ns = 0;     // time left; 0 while disarmed, and while an expired periodic
+                            // timer waits for a read or timerfd_gettime to re-arm it
+  int64_t interval_ns = 0;
+};
+absl::StatusOr<TimerfdInfo> ParseTimerfd(const FdInfo& info);
+
+// The signals a signalfd reads: bit N-1 for signal N.
+absl::StatusOr<uint64_t> ParseSignalfdMask(const FdInfo& info);
+
+struct EpollTarget {
+  int tfd = -1;          // descriptor number the registering process used
+  uint32_t events = 0;
+  uint64_t data = 0;
+  uint64_t ino = 0;      // the watched file's inode and device (as the kernel encodes it)
+  uint32_t sdev = 0;
+};
+// An epoll instance's interest list, in the kernel's order (by file, then descriptor).
+absl::StatusOr<std::vector<EpollTarget>> ParseEpollTargets(const FdInfo& info);
 
 // Every open descriptor of `pid`, ascending.
 absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid);

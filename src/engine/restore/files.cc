@@ -1,8 +1,14 @@
 #include "engine/restore/files.h"
 
 #include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,12 +17,14 @@
 
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
+#include "common/log.h"
 #include "common/status.h"
 
 namespace cairn::restore {
 namespace {
 
-// Creates a file holding `content` under a name near `path` that does not exist yet.
+}  // namespace
+
 absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::string& content, uint32_t mode) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   std::error_code ec;
@@ -36,6 +44,8 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::
   }
   return absl::AlreadyExistsError("cannot find a free name to recreate deleted file " + path);
 }
+
+namespace {
 
 // Opens one saved description (not a pipe) in the restorer.
 absl::StatusOr<UniqueFd> OpenDescription(const image::ImageReader& img, const image::Fd& fd, pid_t pid,
@@ -71,6 +81,96 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::ImageReader& img, const im
   return f;
 }
 
+// Linux 3.17+ with CONFIG_CHECKPOINT_RESTORE. Defined in <linux/timerfd.h>, which cannot
+// be included together with glibc's <sys/timerfd.h>.
+#ifndef TFD_IOC_SET_TICKS
+#define TFD_IOC_SET_TICKS _IOW('T', 0, uint64_t)
+#endif
+
+bool IsKernelObject(image::Fd::Kind kind) {
+  return kind == image::Fd::EVENTFD || kind == image::Fd::TIMERFD || kind == image::Fd::SIGNALFD ||
+         kind == image::Fd::EPOLL;
+}
+
+timespec ToTimespec(uint64_t ns) {
+  return {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+// Arms the new timerfd `f` as the saved one was, and gives it its unread expirations.
+absl::Status SetTimerfd(int f, const image::Fd& fd, pid_t pid) {
+  const image::TimerfdState& t = fd.timerfd();
+  auto where = [&] { return absl::StrFormat("the timerfd at fd %d of pid %d", fd.fd(), pid); };
+  itimerspec its{ToTimespec(t.interval_ns()), ToTimespec(t.value_ns())};
+  int flags = 0;
+  // A TFD_TIMER_ABSTIME timer on a wall clock keeps its wall-clock expiry across the
+  // checkpoint (and may fire at once if that passed meanwhile). Other clocks do not
+  // carry over between boots or machines: their timers resume with the time they had left.
+  bool wall = t.clock() == CLOCK_REALTIME || t.clock() == CLOCK_REALTIME_ALARM;
+  if (t.value_ns() != 0 && wall && (t.settime_flags() & TFD_TIMER_ABSTIME) != 0) {
+    its.it_value = ToTimespec(static_cast<uint64_t>(t.clock_ns()) + t.value_ns());
+    flags = t.settime_flags() & (TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET);
+  }
+  if ((t.value_ns() != 0 || t.interval_ns() != 0) && ::timerfd_settime(f, flags, &its, nullptr) != 0) {
+    return ErrnoStatus("timerfd_settime on " + where());
+  }
+  if (t.ticks() == 0) return absl::OkStatus();
+  uint64_t ticks = t.ticks();
+  if (::ioctl(f, TFD_IOC_SET_TICKS, &ticks) == 0) return absl::OkStatus();
+  if (errno != ENOTTY) return ErrnoStatus(absl::StrCat("ioctl(TFD_IOC_SET_TICKS, ", ticks, ") on ", where()));
+  // A kernel without CONFIG_CHECKPOINT_RESTORE cannot set the count. A one-shot timer has
+  // at most one expiration to deliver: arming it to fire now gives exactly that. A
+  // periodic one delivers a single expiration at once, and its next ones follow at its
+  // period from now: the other ticks-1 unread expirations and its phase are lost.
+  CAIRN_LOG_WARN("event=timerfd_ticks_approximated pid={} fd={} saved_ticks={} restored_ticks=1 "
+                 "reason=\"the kernel has no TFD_IOC_SET_TICKS\"",
+                 pid, fd.fd(), ticks);
+  itimerspec now{ToTimespec(t.interval_ns()), {0, 1}};
+  if (::timerfd_settime(f, 0, &now, nullptr) != 0) return ErrnoStatus("timerfd_settime (fire now) on " + where());
+  return absl::OkStatus();
+}
+
+// Creates one saved kernel object (eventfd, timerfd, signalfd, empty epoll) in the restorer.
+absl::StatusOr<UniqueFd> CreateKernelObject(const image::Fd& fd, pid_t pid) {
+  std::string what;
+  UniqueFd f;
+  switch (fd.kind()) {
+    case image::Fd::EVENTFD: {
+      what = "eventfd";
+      f = UniqueFd(::eventfd(0, EFD_CLOEXEC | (fd.eventfd().semaphore() ? EFD_SEMAPHORE : 0)));
+      // eventfd(2) takes an unsigned int; the counter is 64-bit.
+      uint64_t count = fd.eventfd().count();
+      if (f.valid() && count != 0 && ::write(f.get(), &count, sizeof count) != sizeof count) {
+        return ErrnoStatus(absl::StrFormat("write count %u to the eventfd for fd %d of pid %d", count, fd.fd(), pid));
+      }
+      break;
+    }
+    case image::Fd::TIMERFD:
+      what = "timerfd_create";
+      f = UniqueFd(::timerfd_create(fd.timerfd().clock(), TFD_CLOEXEC));
+      if (f.valid()) RETURN_IF_ERROR(SetTimerfd(f.get(), fd, pid));
+      break;
+    case image::Fd::SIGNALFD: {
+      what = "signalfd";
+      uint64_t mask = fd.signalfd_mask();  // the kernel's sigset_t: 8 bytes on x86-64
+      f = UniqueFd(static_cast<int>(::syscall(SYS_signalfd4, -1, &mask, sizeof mask, SFD_CLOEXEC)));
+      break;
+    }
+    case image::Fd::EPOLL:
+      what = "epoll_create1";
+      f = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+      break;
+    default:
+      return absl::InternalError(absl::StrFormat("fd %d of pid %d is not a kernel object", fd.fd(), pid));
+  }
+  if (!f.valid()) return ErrnoStatus(absl::StrFormat("%s (fd %d of pid %d)", what, fd.fd(), pid));
+  // O_NONBLOCK (and any other status flag the process set with F_SETFL).
+  if (::fcntl(f.get(), F_SETFL, fd.flags()) != 0) {
+    return ErrnoStatus(absl::StrFormat("fcntl(F_SETFL, %#o) on the %s for fd %d of pid %d", fd.flags(), what,
+                                       fd.fd(), pid));
+  }
+  return f;
+}
+
 }  // namespace
 
 absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
@@ -90,6 +190,11 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
       if (fd.is_dup()) continue;
+      if (IsKernelObject(fd.kind())) {
+        ASSIGN_OR_RETURN(UniqueFd f, CreateKernelObject(fd, p->pid()));
+        RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
+        continue;
+      }
       if (fd.kind() != image::Fd::PIPE) {
         ASSIGN_OR_RETURN(UniqueFd f, OpenDescription(img, fd, p->pid(), temp_paths));
         RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
@@ -138,6 +243,24 @@ absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const
                         .status());
   }
   return inj.Call("close_range (masters)", SYS_close_range, static_cast<uint64_t>(masters.base), ~0U, 0).status();
+}
+
+absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
+  for (const image::Fd& fd : proc.fds()) {
+    if (fd.kind() != image::Fd::EPOLL || fd.is_dup()) continue;
+    for (const image::EpollEntry& e : fd.epoll()) {
+      epoll_event ev{};  // packed on x86-64, as the kernel reads it
+      ev.events = e.events();
+      ev.data.u64 = e.data();
+      ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(0, &ev, sizeof ev));
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("epoll_ctl(EPOLL_CTL_ADD) of fd %d (events %#x) to the epoll at fd %d",
+                                               e.tfd(), e.events(), fd.fd()),
+                               SYS_epoll_ctl, static_cast<uint64_t>(fd.fd()), EPOLL_CTL_ADD,
+                               static_cast<uint64_t>(e.tfd()), addr)
+                          .status());
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cairn::restore

@@ -8,6 +8,12 @@
 // was one), so it inherits all masters; it then dup3s the ones it had into place and
 // closes the rest. Descriptors that shared a description — within a process or between
 // processes — come out sharing it again, offsets and flags included.
+//
+// Kernel objects: eventfds (counter, semaphore mode), timerfds (clock, time left,
+// period, unread expirations) and signalfds (mask) are masters created by the restorer.
+// An epoll instance is created empty as a master; its interest list is rebuilt inside
+// the process by RestoreEpollInterest once its descriptors are in place, because the
+// kernel keys each registration by the registering process's descriptor number.
 
 #include <sys/types.h>
 
@@ -35,8 +41,25 @@ struct Masters {
 absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
                                     std::vector<std::string>* temp_paths);
 
+// Creates a file holding `content` at `path` if that name is free, else under a fresh
+// name next to it (or in /tmp); returns the name used. The caller unlinks it.
+absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::string& content, uint32_t mode);
+
 // In the task `inj` drives, which holds copies of all masters: dup3s its saved
 // descriptors into place, then closes every master.
 absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters);
+
+// Creates a file holding `content` at `path` if that name is free, else under a fresh
+// name next to it (or in /tmp); returns the name used. The caller unlinks it.
+absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::string& content, uint32_t mode);
+
+// In the task `inj` drives, after InstallFds: registers every saved epoll entry of the
+// process's epoll instances again (epoll_ctl EPOLL_CTL_ADD with the saved events and
+// data), passing each epoll_event through `scratch`. Dups of an epoll instance add
+// nothing: the registrations belong to the instance, restored once through its first
+// holder. Readiness is recomputed by the kernel on registration, so an edge-triggered
+// entry whose file is ready reports one edge again, and a one-shot entry that had fired
+// comes back disarmed but, like any registration, still watching EPOLLERR and EPOLLHUP.
+absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
 
 }  // namespace cairn::restore

@@ -6,6 +6,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,7 +38,10 @@ absl::Status CreateSharedAnon(inject::Injector& inj, const image::ImageReader& i
 
 // Maps every saved area, writes the saved pages (verifying each block), sets protections
 // and advice. Pages are written with `threads` parallel writers.
+// Deleted files mapped shared, recreated for the restore: (dev, inode) -> temporary path.
+using DeletedFiles = std::map<std::pair<uint64_t, uint64_t>, std::string>;
+
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                        const image::Process& proc, int threads);
+                        const image::Process& proc, int threads, const DeletedFiles& deleted_files);
 
 }  // namespace cairn::restore

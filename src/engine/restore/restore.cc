@@ -129,6 +129,33 @@ absl::Status CheckTreeOrder(const std::vector<const image::Process*>& procs, con
   return absl::OkStatus();
 }
 
+// Forks `c` with its saved pid from the task `inj` drives (its restored parent).
+absl::Status ForkChild(inject::Injector& inj, inject::RemoteScratch& sc, const image::Process& c, Tasks& tasks,
+                       IdMap& ids) {
+  pid_t want = c.pid();
+  ASSIGN_OR_RETURN(uint64_t tid_addr, sc.Put(512, &want, sizeof want));
+  clone_args args{};
+  args.exit_signal = SIGCHLD;
+  args.set_tid = tid_addr;
+  args.set_tid_size = 1;
+  ASSIGN_OR_RETURN(uint64_t args_addr, sc.Put(0, &args, sizeof args));
+  auto rc = inj.Call(absl::StrCat("clone3 pid ", want), SYS_clone3, args_addr, sizeof args);
+  if (!rc.ok()) {
+    if (absl::IsAlreadyExists(rc.status())) {
+      return absl::AlreadyExistsError(absl::StrCat("pid ", want, " is in use: it must be free to restore"));
+    }
+    return rc.status();
+  }
+  pid_t child_host = inj.last_new_task() != 0 ? inj.last_new_task() : want;
+  ids.Set(want, child_host);
+  tasks.Add(child_host);
+  ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(child_host));
+  if (stop.kind != inject::StopInfo::Kind::kSignalStop && stop.kind != inject::StopInfo::Kind::kEventStop) {
+    return absl::InternalError(absl::StrCat("new process ", want, " did not stop"));
+  }
+  return absl::OkStatus();
+}
+
 // Creates the tree's skeleton top-down: each process is forked (with its saved pid) by
 // its restored parent, which is still a copy of the restorer, so every task inherits the
 // work area and the master descriptors. Sessions are created before the children that
@@ -145,7 +172,6 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     if (rseq.addr != 0) {
       RETURN_IF_ERROR(inj.Call("rseq unregister", SYS_rseq, rseq.addr, rseq.size, 1, rseq.signature).status());
     }
-    if (p->sid() == p->pid()) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
     if (p == procs[0]) {
       // Shared anonymous memory is created in the root, on an address space emptied of the
       // restorer's areas, before anything is forked: every process inherits it.
@@ -161,28 +187,16 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
       ASSIGN_OR_RETURN(uint64_t proc_path, sc.PutString(1100, "/proc"));
       RETURN_IF_ERROR(inj.Call("mount /proc", SYS_mount, proc_str, proc_path, proc_str, 0, 0).status());
     }
-    for (const image::Process* c : procs) {
-      if (c->ppid() != p->pid() || c == procs[0]) continue;
-      pid_t want = c->pid();
-      ASSIGN_OR_RETURN(uint64_t tid_addr, sc.Put(512, &want, sizeof want));
-      clone_args args{};
-      args.exit_signal = SIGCHLD;
-      args.set_tid = tid_addr;
-      args.set_tid_size = 1;
-      ASSIGN_OR_RETURN(uint64_t args_addr, sc.Put(0, &args, sizeof args));
-      auto rc = inj.Call(absl::StrCat("clone3 pid ", want), SYS_clone3, args_addr, sizeof args);
-      if (!rc.ok()) {
-        if (absl::IsAlreadyExists(rc.status())) {
-          return absl::AlreadyExistsError(absl::StrCat("pid ", want, " is in use: it must be free to restore"));
-        }
-        return rc.status();
-      }
-      pid_t child_host = inj.last_new_task() != 0 ? inj.last_new_task() : want;
-      ids.Set(want, child_host);
-      tasks.Add(child_host);
-      ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(child_host));
-      if (stop.kind != inject::StopInfo::Kind::kSignalStop && stop.kind != inject::StopInfo::Kind::kEventStop) {
-        return absl::InternalError(absl::StrCat("new process ", want, " did not stop"));
+    // A session leader may have children still in the session it left when it called
+    // setsid: fork those first, then create its session, then fork the others.
+    bool leader = p->sid() == p->pid();
+    for (int phase = 0; phase < 2; ++phase) {
+      if (phase == 1 && leader) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
+      for (const image::Process* c : procs) {
+        if (c->ppid() != p->pid() || c == procs[0]) continue;
+        bool in_old_session = leader && c->sid() != p->pid();
+        if (in_old_session != (phase == 0)) continue;
+        RETURN_IF_ERROR(ForkChild(inj, sc, *c, tasks, ids));
       }
     }
   }
@@ -202,8 +216,18 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
         RETURN_IF_ERROR(inj.Call(absl::StrCat("setpgid to group ", p->pgid()), SYS_setpgid, 0,
                                  static_cast<uint64_t>(p->pgid())).status());
       } else {
-        CAIRN_LOG_INFO("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader is not in the checkpoint\"",
-                       p->pid(), p->pgid());
+        // Expected for a lone process whose group belongs to its shell; a loss when other
+        // processes of the tree were in that group too (its leader had exited).
+        int members = 0;
+        for (const image::Process* o : procs) members += o->pgid() == p->pgid();
+        if (members > 1) {
+          CAIRN_LOG_WARN("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader had exited; groups "
+                         "without a leader are not rebuilt yet: the process stays in the restorer's group\"",
+                         p->pid(), p->pgid());
+        } else {
+          CAIRN_LOG_INFO("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader is not in the "
+                         "checkpoint\"", p->pid(), p->pgid());
+        }
       }
     }
   }
@@ -213,7 +237,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
-                          uint64_t work_area, int fill_threads, IdMap& ids) {
+                          const DeletedFiles& deleted_files, uint64_t work_area, int fill_threads, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
@@ -221,10 +245,11 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
                            static_cast<uint64_t>(masters.base - 1), 0).status());
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/true));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
-  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads));
+  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, deleted_files));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
+  RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
@@ -299,6 +324,23 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const std::string& p : temp_paths) ::unlink(p.c_str());
     return Annotate(masters.status(), absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
   }
+  // Deleted files mapped shared are recreated for the time of the restore.
+  DeletedFiles deleted_files;
+  struct Unlinker {
+    DeletedFiles* files;
+    ~Unlinker() {
+      for (const auto& [id, path] : *files) ::unlink(path.c_str());
+    }
+  } unlinker{&deleted_files};
+  for (const image::Process* p : procs) {
+    for (const image::Vma& v : p->vmas()) {
+      if (!v.file_deleted()) continue;
+      if (deleted_files.count({v.file().dev(), v.file().ino()})) continue;
+      ASSIGN_OR_RETURN(std::string content, img->FileContent(v));
+      ASSIGN_OR_RETURN(std::string path, RecreateDeleted(v.path(), content, 0600));
+      deleted_files[{v.file().dev(), v.file().ino()}] = path;
+    }
+  }
 
   // A work area free in every saved layout and in our own.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> own, proc::ReadSmaps(::getpid()));
@@ -353,7 +395,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
-    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, ids), absl::StrCat("pid ", p->pid()));
+    built = Annotate(BuildProcess(*img, *p, *masters, deleted_files, work_area, threads, ids),
+                     absl::StrCat("pid ", p->pid()));
   }
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));

@@ -2,6 +2,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,6 +205,189 @@ TEST(ReadTimersTest, SelfSeesItsPosixTimer) {
   EXPECT_FALSE(t.to_thread);
   EXPECT_EQ(t.notify_tid, ::getpid());
   EXPECT_EQ(t.clock, CLOCK_MONOTONIC);
+}
+
+
+// Object-specific fdinfo, as Linux 6.18 prints it (checked with probes on this machine).
+
+TEST(ParseFdInfoTest, KeepsObjectLinesInOrder) {
+  auto info = ParseFdInfo(
+      "pos:\t0\nflags:\t02\nmnt_id:\t17\nino:\t1039\ntfd:        3 events: 19 data: 1  pos:0 ino:40f sdev:10\n"
+      "tfd:        3 events: 19 data: 2  pos:0 ino:40f sdev:10\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_EQ(info->extra.size(), 3u);
+  EXPECT_EQ(info->extra[0], std::make_pair(std::string("ino"), std::string("1039")));
+  EXPECT_EQ(info->extra[1].first, "tfd");
+  EXPECT_EQ(info->extra[2].second, "3 events: 19 data: 2  pos:0 ino:40f sdev:10");
+}
+
+TEST(ParseEventfdTest, CountAndSemaphore) {
+  auto info = ParseFdInfo(
+      "pos:\t0\nflags:\t02004002\nmnt_id:\t17\nino:\t1039\neventfd-count:        12345678e\neventfd-id: 1\n"
+      "eventfd-semaphore: 1\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto e = ParseEventfd(*info);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->count, 0x12345678eu);
+  EXPECT_TRUE(e->semaphore);
+  EXPECT_TRUE(e->semaphore_reported);
+}
+
+TEST(ParseEventfdTest, OlderKernelWithoutSemaphoreLine) {
+  auto info = ParseFdInfo("pos:\t0\nflags:\t02\nmnt_id:\t15\neventfd-count:                0\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto e = ParseEventfd(*info);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->count, 0u);
+  EXPECT_FALSE(e->semaphore);
+  EXPECT_FALSE(e->semaphore_reported);
+}
+
+TEST(ParseTimerfdTest, KernelFormat) {
+  auto info = ParseFdInfo(
+      "pos:\t0\nflags:\t02\nmnt_id:\t17\nino:\t1039\nclockid: 0\nticks: 6\nsettime flags: 03\n"
+      "it_value: (99, 845801252)\nit_interval: (1000, 500)\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto t = ParseTimerfd(*info);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->clock, 0);
+  EXPECT_EQ(t->ticks, 6u);
+  EXPECT_EQ(t->settime_flags, 03);  // TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET
+  EXPECT_EQ(t->value_ns, int64_t{99845801252});
+  EXPECT_EQ(t->interval_ns, int64_t{1000000000500});
+}
+
+TEST(ParseSignalfdTest, HexMask) {
+  auto info = ParseFdInfo("pos:\t0\nflags:\t04002\nmnt_id:\t17\nino:\t1039\nsigmask:\t0000000800000200\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto mask = ParseSignalfdMask(*info);
+  ASSERT_TRUE(mask.ok()) << mask.status();
+  EXPECT_EQ(*mask, (1ull << (SIGUSR1 - 1)) | (1ull << 35));  // SIGUSR1 and signal 36
+}
+
+TEST(ParseEpollTargetsTest, KernelFormat) {
+  auto info = ParseFdInfo(
+      "pos:\t0\nflags:\t02\nmnt_id:\t17\nino:\t1039\n"
+      "tfd:        3 events: 80000019 data:     deadbeefcafe  pos:0 ino:40f sdev:10\n"
+      "tfd:       11 events:       19 data:                1  pos:0 ino:40f sdev:10\n"
+      "tfd:        5 events: 4000001c data:                7  pos:12 ino:1234 sdev:800001\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto targets = ParseEpollTargets(*info);
+  ASSERT_TRUE(targets.ok()) << targets.status();
+  ASSERT_EQ(targets->size(), 3u);
+  EXPECT_EQ((*targets)[0].tfd, 3);
+  EXPECT_EQ((*targets)[0].events, 0x80000019u);  // EPOLLET | EPOLLHUP | EPOLLERR | EPOLLIN
+  EXPECT_EQ((*targets)[0].data, 0xdeadbeefcafeu);
+  EXPECT_EQ((*targets)[0].ino, 0x40fu);
+  EXPECT_EQ((*targets)[1].tfd, 11);
+  EXPECT_EQ((*targets)[1].data, 1u);
+  EXPECT_EQ((*targets)[2].events, 0x4000001cu);
+  EXPECT_EQ((*targets)[2].sdev, 0x800001u);
+}
+
+TEST(ParseEpollTargetsTest, EmptyInterestList) {
+  auto info = ParseFdInfo("pos:\t0\nflags:\t02\nmnt_id:\t17\nino:\t1039\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto targets = ParseEpollTargets(*info);
+  ASSERT_TRUE(targets.ok()) << targets.status();
+  EXPECT_THAT(*targets, IsEmpty());
+}
+
+TEST(ParseObjectFdInfoTest, MalformedIsDataLoss) {
+  const std::string common = "pos:\t0\nflags:\t02\nmnt_id:\t17\n";
+  for (const char* text : {"", "eventfd-count: xyz\n", "eventfd-count: 1\neventfd-semaphore: 2\n"}) {
+    SCOPED_TRACE(text);
+    auto info = ParseFdInfo(common + text);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(ParseEventfd(*info).status().code(), absl::StatusCode::kDataLoss);
+  }
+  for (const char* text : {"", "clockid: 1\nticks: 0\nsettime flags: 08\nit_value: (0, 0)\nit_interval: (0, 0)\n",
+                           "clockid: 1\nticks: 0\nsettime flags: 00\nit_value: 0, 0\nit_interval: (0, 0)\n",
+                           "clockid: 1\nticks: 0\nsettime flags: 00\nit_value: (0, 1000000000)\nit_interval: (0, 0)\n",
+                           "clockid: 1\nticks: -1\nsettime flags: 00\nit_value: (0, 0)\nit_interval: (0, 0)\n",
+                           "clockid: 1\nticks: 0\nsettime flags: 00\nit_value: (0, 0)\n"}) {
+    SCOPED_TRACE(text);
+    auto info = ParseFdInfo(common + text);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(ParseTimerfd(*info).status().code(), absl::StatusCode::kDataLoss);
+  }
+  for (const char* text : {"", "sigmask:\tzz\n"}) {
+    SCOPED_TRACE(text);
+    auto info = ParseFdInfo(common + text);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(ParseSignalfdMask(*info).status().code(), absl::StatusCode::kDataLoss);
+  }
+  for (const char* text : {"tfd: x events: 19 data: 1\n", "tfd: 3 events: 19\n", "tfd: 3 data: 1\n",
+                           "tfd: 3 events: zz data: 1\n", "tfd: 3 events: 19 data: 1 ino:qq\n"}) {
+    SCOPED_TRACE(text);
+    auto info = ParseFdInfo(common + text);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(ParseEpollTargets(*info).status().code(), absl::StatusCode::kDataLoss);
+  }
+}
+
+// The typed parsers against this kernel's own output for objects of each kind.
+TEST(ReadFdsTest, SelfKernelObjects) {
+  UniqueFd efd(::eventfd(7, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC));
+  ASSERT_TRUE(efd.valid());
+  UniqueFd tfd(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
+  ASSERT_TRUE(tfd.valid());
+  itimerspec its{{3, 0}, {100, 0}};
+  ASSERT_EQ(::timerfd_settime(tfd.get(), 0, &its, nullptr), 0);
+  sigset_t m;
+  sigemptyset(&m);
+  sigaddset(&m, SIGUSR2);
+  UniqueFd sfd(::signalfd(-1, &m, SFD_CLOEXEC));
+  ASSERT_TRUE(sfd.valid());
+  UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+  ASSERT_TRUE(ep.valid());
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.u64 = 0xfeedface12345678;
+  ASSERT_EQ(::epoll_ctl(ep.get(), EPOLL_CTL_ADD, efd.get(), &ev), 0);
+
+  auto fds = ReadFds(::getpid());
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  int seen = 0;
+  for (const FdInfo& f : *fds) {
+    if (f.fd == efd.get()) {
+      ++seen;
+      EXPECT_EQ(f.target, "anon_inode:[eventfd]");
+      auto e = ParseEventfd(f);
+      ASSERT_TRUE(e.ok()) << e.status();
+      EXPECT_EQ(e->count, 7u);
+      if (e->semaphore_reported) {
+        EXPECT_TRUE(e->semaphore);
+      }
+      EXPECT_NE(f.flags & O_NONBLOCK, 0);
+    } else if (f.fd == tfd.get()) {
+      ++seen;
+      EXPECT_EQ(f.target, "anon_inode:[timerfd]");
+      auto t = ParseTimerfd(f);
+      ASSERT_TRUE(t.ok()) << t.status();
+      EXPECT_EQ(t->clock, CLOCK_MONOTONIC);
+      EXPECT_EQ(t->ticks, 0u);
+      EXPECT_EQ(t->interval_ns, int64_t{3000000000});
+      EXPECT_GT(t->value_ns, int64_t{90} * 1000000000);
+      EXPECT_LE(t->value_ns, int64_t{100} * 1000000000);
+    } else if (f.fd == sfd.get()) {
+      ++seen;
+      EXPECT_EQ(f.target, "anon_inode:[signalfd]");
+      auto mask = ParseSignalfdMask(f);
+      ASSERT_TRUE(mask.ok()) << mask.status();
+      EXPECT_EQ(*mask, 1ull << (SIGUSR2 - 1));
+    } else if (f.fd == ep.get()) {
+      ++seen;
+      EXPECT_EQ(f.target, "anon_inode:[eventpoll]");
+      auto targets = ParseEpollTargets(f);
+      ASSERT_TRUE(targets.ok()) << targets.status();
+      ASSERT_EQ(targets->size(), 1u);
+      EXPECT_EQ((*targets)[0].tfd, efd.get());
+      EXPECT_EQ((*targets)[0].events, static_cast<uint32_t>(EPOLLIN | EPOLLET | EPOLLERR | EPOLLHUP));
+      EXPECT_EQ((*targets)[0].data, 0xfeedface12345678u);
+    }
+  }
+  EXPECT_EQ(seen, 4);
 }
 
 }  // namespace

@@ -1,0 +1,216 @@
+// Capturing kernel-object descriptors (eventfd, timerfd, signalfd, epoll) of live child
+// processes, and refusing epoll registrations that restore could not make again.
+
+#include "engine/dump/files.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cairn::dump {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kReportFd = 100;
+
+// A child process that closes every descriptor, runs `setup` (raw syscalls only: it is a
+// fork of the test), and then waits to be killed. Descriptors `setup` creates get the
+// lowest numbers first: 0, 1, 2... `setup` may write pids (int) to kReportFd; they are
+// returned in `reported`. The constructor returns once no process holds kReportFd
+// any more, so the descriptor tables are final.
+class Child {
+ public:
+  explicit Child(const std::function<void()>& setup) {
+    int p[2];
+    if (::pipe(p) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::dup2(p[1], kReportFd);
+      ::syscall(SYS_close_range, 0, kReportFd - 1, 0);
+      ::syscall(SYS_close_range, kReportFd + 1, ~0U, 0);
+      setup();
+      ::close(kReportFd);
+      for (;;) ::pause();
+    }
+    ::close(p[1]);
+    int pid = 0;
+    while (::read(p[0], &pid, sizeof pid) == sizeof pid) reported.push_back(pid);
+    ::close(p[0]);
+  }
+  ~Child() {
+    for (pid_t r : reported) ::kill(r, SIGKILL);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  std::vector<pid_t> reported;
+
+ private:
+  pid_t pid_ = -1;
+};
+
+void AddWatch(int ep, int fd, uint32_t events, uint64_t data) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = data;
+  if (::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) ::_exit(3);
+}
+
+TEST(CaptureFdsTest, KernelObjectsAreRecorded) {
+  Child child([] {
+    ::eventfd(5, EFD_SEMAPHORE | EFD_NONBLOCK);  // 0
+    int t = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);  // 1
+    itimerspec its{{3, 0}, {100, 0}};
+    ::timerfd_settime(t, 0, &its, nullptr);
+    uint64_t mask = 1ull << (SIGUSR1 - 1);
+    ::syscall(SYS_signalfd4, -1, &mask, sizeof mask, SFD_NONBLOCK);  // 2
+    int ep = ::epoll_create1(EPOLL_CLOEXEC);  // 3
+    AddWatch(ep, 0, EPOLLIN, 42);
+    AddWatch(ep, 1, EPOLLIN | EPOLLET, 43);
+    ::dup(ep);  // 4
+  });
+  ASSERT_GT(child.pid(), 0);
+  image::Process proc;
+  absl::Status st = CaptureFds({child.pid()}, nullptr, {&proc});
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(proc.fds_size(), 5);
+
+  const image::Fd& e = proc.fds(0);
+  EXPECT_EQ(e.kind(), image::Fd::EVENTFD);
+  EXPECT_EQ(e.eventfd().count(), 5u);
+  EXPECT_TRUE(e.eventfd().semaphore());
+  EXPECT_NE(e.flags() & O_NONBLOCK, 0);
+  EXPECT_FALSE(e.cloexec());
+
+  const image::Fd& t = proc.fds(1);
+  EXPECT_EQ(t.kind(), image::Fd::TIMERFD);
+  EXPECT_TRUE(t.cloexec());
+  EXPECT_EQ(t.timerfd().clock(), CLOCK_MONOTONIC);
+  EXPECT_EQ(t.timerfd().interval_ns(), 3000000000u);
+  EXPECT_GT(t.timerfd().value_ns(), 90000000000u);
+  EXPECT_LE(t.timerfd().value_ns(), 100000000000u);
+  EXPECT_EQ(t.timerfd().ticks(), 0u);
+  EXPECT_GT(t.timerfd().clock_ns(), 0);
+
+  const image::Fd& s = proc.fds(2);
+  EXPECT_EQ(s.kind(), image::Fd::SIGNALFD);
+  EXPECT_EQ(s.signalfd_mask(), 1ull << (SIGUSR1 - 1));
+  EXPECT_NE(s.flags() & O_NONBLOCK, 0);
+
+  const image::Fd& ep = proc.fds(3);
+  EXPECT_EQ(ep.kind(), image::Fd::EPOLL);
+  EXPECT_TRUE(ep.cloexec());
+  ASSERT_EQ(ep.epoll_size(), 2);
+  for (const image::EpollEntry& entry : ep.epoll()) {
+    if (entry.tfd() == 0) {
+      EXPECT_EQ(entry.data(), 42u);
+      EXPECT_EQ(entry.events(), static_cast<uint32_t>(EPOLLIN | EPOLLERR | EPOLLHUP));
+    } else {
+      EXPECT_EQ(entry.tfd(), 1);
+      EXPECT_EQ(entry.data(), 43u);
+      EXPECT_EQ(entry.events(), static_cast<uint32_t>(EPOLLIN | EPOLLET | EPOLLERR | EPOLLHUP));
+    }
+  }
+  const image::Fd& dup = proc.fds(4);
+  EXPECT_TRUE(dup.is_dup());
+  EXPECT_EQ(dup.dup_of(), 3);
+  EXPECT_EQ(dup.epoll_size(), 0) << "a dup's registrations belong to the instance, recorded once";
+
+  EXPECT_TRUE(CheckFdsSupported({child.pid()}).ok());
+}
+
+TEST(CaptureFdsTest, ExpiredPeriodicTimerfdCountsMissedExpirations) {
+  // Started 10.5 periods ago: 11 expirations wait unread, the next is half a period away.
+  Child child([] {
+    int t = ::timerfd_create(CLOCK_REALTIME, 0);  // 0
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    itimerspec its{{1000, 0}, {now.tv_sec - 10500, now.tv_nsec}};
+    ::timerfd_settime(t, TFD_TIMER_ABSTIME, &its, nullptr);
+  });
+  ASSERT_GT(child.pid(), 0);
+  image::Process proc;
+  absl::Status st = CaptureFds({child.pid()}, nullptr, {&proc});
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(proc.fds_size(), 1);
+  const image::TimerfdState& t = proc.fds(0).timerfd();
+  EXPECT_EQ(t.ticks(), 11u);
+  EXPECT_EQ(t.settime_flags(), TFD_TIMER_ABSTIME);
+  EXPECT_GT(t.value_ns(), 499000000000u);
+  EXPECT_LE(t.value_ns(), 500000000000u);
+}
+
+TEST(CheckFdsSupportedTest, EpollWatchingAClosedDescriptorIsRefused) {
+  Child child([] {
+    ::eventfd(0, 0);                    // 0
+    int ep = ::epoll_create1(0);        // 1
+    AddWatch(ep, 0, EPOLLIN, 1);
+    ::dup2(0, 2);                       // the file stays open, as fd 2 only
+    ::close(0);
+  });
+  ASSERT_GT(child.pid(), 0);
+  absl::Status st = CheckFdsSupported({child.pid()});
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 1 is an epoll instance")));
+  EXPECT_THAT(st.message(), HasSubstr("registered as fd 0"));
+}
+
+TEST(CheckFdsSupportedTest, EpollWatchingAReusedDescriptorNumberIsRefused) {
+  Child child([] {
+    ::eventfd(0, 0);                    // 0
+    int ep = ::epoll_create1(0);        // 1
+    AddWatch(ep, 0, EPOLLIN, 1);
+    ::dup2(0, 2);
+    ::close(0);
+    ::eventfd(0, 0);                    // 0 again, another file
+  });
+  ASSERT_GT(child.pid(), 0);
+  absl::Status st = CheckFdsSupported({child.pid()});
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr("no longer holds at that number"));
+}
+
+TEST(CheckFdsSupportedTest, EpollWatchingAnotherProcessDescriptorIsRefused) {
+  // The parent creates the epoll instance; its child, which inherits it, registers a
+  // descriptor of its own that the parent does not have.
+  Child child([] {
+    int ep = ::epoll_create1(0);  // 0
+    pid_t b = static_cast<pid_t>(::syscall(SYS_fork));
+    if (b == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int e = ::eventfd(0, 0);  // 1
+      AddWatch(ep, e, EPOLLIN, 7);
+      ::close(kReportFd);
+      for (;;) ::pause();
+    }
+    ::write(kReportFd, &b, sizeof b);
+  });
+  ASSERT_GT(child.pid(), 0);
+  ASSERT_EQ(child.reported.size(), 1u);
+  pid_t b = child.reported[0];
+  absl::Status st = CheckFdsSupported({child.pid(), b});
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 0 is an epoll instance watching fd 1 of pid ", b)));
+}
+
+}  // namespace
+}  // namespace cairn::dump
