@@ -82,6 +82,8 @@ void Forward(int sig) {
   }
 }
 
+}  // namespace
+
 absl::Status JoinCgroup(const std::string& cgroup, pid_t pid) {
   for (const char* controller : {"freezer", "memory", "cpu", "pids"}) {
     std::string dir = absl::StrCat("/sys/fs/cgroup/", controller, "/", cgroup);
@@ -97,8 +99,6 @@ absl::Status JoinCgroup(const std::string& cgroup, pid_t pid) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status CheckName(const std::string& name) {
   bool ok = !name.empty() && name.size() <= 64 && name[0] != '.';

@@ -37,6 +37,10 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts);
 absl::StatusOr<JobRecord> Load(const std::string& name);
 absl::Status Save(const JobRecord& rec);
 
+// Puts `pid` (before it forks anything) into `cgroup` (e.g. "cairn/NAME") in every
+// mounted v1 hierarchy cairn uses (freezer, memory, cpu, pids), creating it if needed.
+absl::Status JoinCgroup(const std::string& cgroup, pid_t pid);
+
 // Checks a job name: letters, digits, '.', '_', '-'; 1 to 64 characters; not starting with '.'.
 absl::Status CheckName(const std::string& name);
 

@@ -24,6 +24,7 @@
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
+#include "engine/job/job.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
 #include "common/unique_fd.h"
@@ -284,22 +285,6 @@ absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area, const 
   return inject::Detach(pid, 0);
 }
 
-// Puts `pid` (before it forks anything) into the job's cgroup in every v1 hierarchy that
-// has it, creating the cgroups if needed.
-absl::Status JoinCgroups(const std::string& cgroup, pid_t pid) {
-  for (const char* controller : {"freezer", "memory", "cpu", "pids"}) {
-    std::string dir = absl::StrCat("/sys/fs/cgroup/", controller, "/", cgroup);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      if (errno == ENOENT) continue;  // this hierarchy is not mounted here
-      return ErrnoStatus("mkdir " + dir);
-    }
-    UniqueFd f(::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
-    if (!f.valid()) return ErrnoStatus("open " + dir + "/cgroup.procs");
-    RETURN_IF_ERROR(WriteAll(f.get(), std::to_string(pid), dir + "/cgroup.procs"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
@@ -386,7 +371,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     return ErrnoStatus(absl::StrCat("ptrace(SETOPTIONS) pid ", root_host));
   }
   RETURN_IF_ERROR(inject::SetSigmask(root_host, ~0ULL));
-  if (!meta.cgroup().empty()) RETURN_IF_ERROR(JoinCgroups(meta.cgroup(), root_host));
+  if (!meta.cgroup().empty()) RETURN_IF_ERROR(job::JoinCgroup(meta.cgroup(), root_host));
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, static_cast<int>(std::thread::hardware_concurrency()) + 1);
