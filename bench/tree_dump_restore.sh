@@ -27,6 +27,8 @@ for n in 1 8 64; do
     "$build/cairn" dump --tree --pid "$pid" --dir "$work/ckpt" >/dev/null
     t1=$(now)
     { wait "$pid"; } 2>/dev/null || true
+    # The killed children are reaped by init; restore needs their pids free.
+    while pgrep -x tree_holder >/dev/null; do sleep 0.05; done
     t2=$(now)
     "$build/cairn" restore --dir "$work/ckpt" --detach >/dev/null
     t3=$(now)
