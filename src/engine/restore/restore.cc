@@ -374,7 +374,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (!meta.cgroup().empty()) RETURN_IF_ERROR(job::JoinCgroup(meta.cgroup(), root_host));
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads
-                                      : std::min(8, static_cast<int>(std::thread::hardware_concurrency()) + 1);
+                                      : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   absl::Status built = BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
   for (const image::Process* p : procs) {

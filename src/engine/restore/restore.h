@@ -12,7 +12,7 @@ namespace cairn::restore {
 
 struct RestoreOptions {
   std::string dir;
-  int fill_threads = 0;  // parallel page writers; 0: one more than the CPUs (measured best)
+  int fill_threads = 0;  // parallel page writers; 0: twice the CPUs (measured best on 2 cores)
 };
 
 struct RestoreResult {
