@@ -65,6 +65,7 @@ const Spec kSpecs[] = {
     {"wl_threads", true, false, true, true},
     {"wl_vdso"},
     {"wl_eventfd", true, false, true, false},
+    {"wl_locks"},
     {"wl_timerfd", true, false, true, false},
     {"wl_signalfd", true, false, true, false},
     {"wl_epoll", true, false, true, false},

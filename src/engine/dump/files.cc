@@ -13,6 +13,8 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/log.h"
@@ -192,6 +194,50 @@ absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, cons
   }
 }
 
+// Parses the "lock:" lines of a regular file's fdinfo into `fd`. A lock line reads
+// "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters ("1: -> ...") are skipped, as the
+// waiting process is inside a syscall that restarts.
+absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
+                          std::set<std::pair<pid_t, uint64_t>>* posix_locked, image::Fd* fd) {
+  bool posix_new = !posix_locked->count({pid, ino});
+  for (const auto& [key, value] : info.extra) {
+    if (key != "lock") continue;
+    std::vector<absl::string_view> f = absl::StrSplit(value, ' ', absl::SkipWhitespace());
+    if (f.size() >= 2 && f[1] == "->") continue;
+    auto bad = [&] {
+      return absl::DataLossError(absl::StrFormat("pid %d fd %d: malformed lock line '%s'", pid, info.fd, value));
+    };
+    if (f.size() < 8) return bad();
+    image::FileLock lock;
+    if (f[1] == "FLOCK") {
+      lock.set_kind(image::FileLock::FLOCK);
+    } else if (f[1] == "OFDLCK") {
+      lock.set_kind(image::FileLock::OFD);
+    } else if (f[1] == "POSIX") {
+      if (!posix_new) continue;  // listed again for each descriptor of the same file
+      lock.set_kind(image::FileLock::POSIX);
+    } else {
+      return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock (%s); not supported", pid, info.fd,
+                                                      f[1], info.target));
+    }
+    if (f[2] != "ADVISORY") {
+      return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock; not supported", pid, info.fd, f[2]));
+    }
+    lock.set_write(f[3] == "WRITE");
+    int64_t start = 0, end = -1;
+    if (!absl::SimpleAtoi(f[6], &start) || (f[7] != "EOF" && !absl::SimpleAtoi(f[7], &end))) return bad();
+    lock.set_start(start);
+    lock.set_end(end);
+    *fd->add_locks() = lock;
+  }
+  if (posix_new) {
+    for (const auto& l : fd->locks()) {
+      if (l.kind() == image::FileLock::POSIX) posix_locked->insert({pid, ino});
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writer,
@@ -210,6 +256,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
     }
   }
   std::set<uint64_t> pipe_saved;
+  std::set<std::pair<pid_t, uint64_t>> posix_locked;  // (pid, inode) whose POSIX locks are recorded
   struct Seen {
     pid_t pid;
     int fd;
@@ -318,6 +365,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
     std::string path = info.target;
     if (S_ISREG(st.st_mode)) {
       fd.set_kind(image::Fd::REGULAR);
+      RETURN_IF_ERROR(CaptureLocks(pid, info, st.st_ino, &posix_locked, &fd));
       if (st.st_nlink == 0) {
         fd.set_deleted(true);
         if (absl::EndsWith(path, " (deleted)")) path.resize(path.size() - 10);

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -171,7 +172,51 @@ absl::StatusOr<UniqueFd> CreateKernelObject(const image::Fd& fd, pid_t pid) {
   return f;
 }
 
+struct flock LockRange(const image::FileLock& l) {
+  struct flock fl{};
+  fl.l_type = l.write() ? F_WRLCK : F_RDLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = l.start();
+  fl.l_len = l.end() < 0 ? 0 : l.end() - l.start() + 1;
+  return fl;
+}
+
+absl::Status TakeDescriptionLocks(int master, const image::Fd& fd, pid_t pid) {
+  for (const image::FileLock& l : fd.locks()) {
+    int rc = 0;
+    if (l.kind() == image::FileLock::FLOCK) {
+      rc = ::flock(master, (l.write() ? LOCK_EX : LOCK_SH) | LOCK_NB);
+    } else if (l.kind() == image::FileLock::OFD) {
+      struct flock fl = LockRange(l);
+      rc = ::fcntl(master, F_OFD_SETLK, &fl);
+    } else {
+      continue;  // POSIX locks are taken by the process itself (RestorePosixLocks)
+    }
+    if (rc != 0) {
+      return ErrnoStatus(absl::StrFormat("take the %s lock of fd %d of pid %d on %s (another process may hold a "
+                                         "conflicting lock now)",
+                                         l.kind() == image::FileLock::FLOCK ? "flock" : "OFD", fd.fd(), pid, fd.path()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status RestorePosixLocks(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
+  for (const image::Fd& fd : proc.fds()) {
+    for (const image::FileLock& l : fd.locks()) {
+      if (l.kind() != image::FileLock::POSIX) continue;
+      struct flock fl = LockRange(l);
+      ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(0, &fl, sizeof fl));
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("fcntl(F_SETLK) on fd %d (%s): another process may hold a "
+                                               "conflicting lock now", fd.fd(), fd.path()),
+                               SYS_fcntl, static_cast<uint64_t>(fd.fd()), F_SETLK, addr)
+                          .status());
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
                                     std::vector<std::string>* temp_paths) {
@@ -197,6 +242,9 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
       }
       if (fd.kind() != image::Fd::PIPE) {
         ASSIGN_OR_RETURN(UniqueFd f, OpenDescription(img, fd, p->pid(), temp_paths));
+        // flock and OFD locks belong to the open file description: taken here on the
+        // master, they are held by the process once it holds the description.
+        RETURN_IF_ERROR(TakeDescriptionLocks(f.get(), fd, p->pid()));
         RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
         continue;
       }

@@ -60,6 +60,10 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::
 // holder. Readiness is recomputed by the kernel on registration, so an edge-triggered
 // entry whose file is ready reports one edge again, and a one-shot entry that had fired
 // comes back disarmed but, like any registration, still watching EPOLLERR and EPOLLHUP.
+// Takes the process's POSIX record locks, as the process itself (they belong to it, not
+// to a descriptor). flock and OFD locks come with the descriptions (OpenMasters).
+absl::Status RestorePosixLocks(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
+
 absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
 
 }  // namespace cairn::restore

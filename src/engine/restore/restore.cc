@@ -251,6 +251,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
   RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
+  RETURN_IF_ERROR(RestorePosixLocks(inj, scratch, proc));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
