@@ -290,5 +290,27 @@ TEST(WorkloadList, EveryBuiltWorkloadIsTested) {
   }
 }
 
+// A process stopped by SIGSTOP is checkpointed as stopped and comes back stopped; SIGCONT
+// lets it carry on.
+TEST_F(RoundTrip, StoppedProcessComesBackStopped) {
+  Workload w = MakeWorkload("wl_threads");
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  ASSERT_EQ(::kill(w.pid(), SIGSTOP), 0);
+  for (int i = 0; i < 100 && ProcessState(w.pid()) != std::optional<char>('T'); ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(ProcessState(w.pid()), std::optional<char>('T'));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  CommandResult restore = Restore(ckpt, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(ProcessState(w.pid()), std::optional<char>('T')) << "the restored process is not stopped";
+  ASSERT_EQ(::kill(w.pid(), SIGCONT), 0);
+  w.Go();
+  ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+}
+
 }  // namespace
 }  // namespace cairn::testing

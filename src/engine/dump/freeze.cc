@@ -21,6 +21,7 @@ constexpr uint64_t kAllSignals = ~0ULL;
 
 absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
   FrozenProcess fp(pid);
+  if (auto st = proc::ReadStat(pid); st.ok()) fp.was_stopped_ = st->state == 'T';
   std::set<pid_t> seized;
   for (int round = 0;; ++round) {
     if (round > 1000) return absl::UnavailableError(absl::StrCat("pid ", pid, " keeps creating threads; cannot freeze it"));
@@ -78,7 +79,7 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
 }
 
 FrozenProcess::FrozenProcess(FrozenProcess&& other) noexcept
-    : pid_(other.pid_), threads_(std::move(other.threads_)), done_(other.done_) {
+    : pid_(other.pid_), threads_(std::move(other.threads_)), done_(other.done_), was_stopped_(other.was_stopped_) {
   other.done_ = true;
 }
 

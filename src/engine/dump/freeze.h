@@ -28,6 +28,8 @@ class FrozenProcess {
   ~FrozenProcess();  // Thaws if neither Thaw() nor Kill() was called.
 
   pid_t pid() const { return pid_; }
+  // The process was in a group stop (stopped by SIGSTOP, SIGTSTP...) before it was frozen.
+  bool was_stopped() const { return was_stopped_; }
   const std::vector<ThreadState>& threads() const { return threads_; }
 
   // Restores each thread's signal mask and detaches, letting the process carry on.
@@ -44,6 +46,7 @@ class FrozenProcess {
   pid_t pid_;
   std::vector<ThreadState> threads_;
   bool done_ = false;
+  bool was_stopped_ = false;
 };
 
 }  // namespace cairn::dump

@@ -143,6 +143,7 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, in
   out->set_pgid(st.pgrp);
   out->set_sid(st.session);
   out->set_comm(st.comm);
+  out->set_stopped(fp.was_stopped());
 
   for (const auto& ts : fp.threads()) {
     RETURN_IF_ERROR(Annotate(CaptureThread(pid, ts, syscall_insn, scratch, out->add_threads()),

@@ -395,6 +395,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   tasks.Release();
   for (const image::Process* p : procs) {
     if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area, ids), absl::StrCat("zombie ", p->pid())));
+    // A process that was stopped (SIGSTOP, SIGTSTP...) stops again, as it was.
+    if (p->stopped() && ::kill(ids.Host(p->pid()), SIGSTOP) != 0) {
+      return ErrnoStatus(absl::StrCat("stop pid ", p->pid(), " again as it was"));
+    }
   }
   RestoreResult result;
   result.pid = root_host;
