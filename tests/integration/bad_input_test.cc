@@ -338,18 +338,18 @@ TEST_F(BadInput, RestoreWhilePidIsTaken) {
 
 // ---- dump --tree: trees holding what cairn cannot checkpoint yet
 
-// Root and child talk over a socketpair (tests/workloads/wl_tree_socketpair.c), with a message queued
-// in it. `dump --tree` must refuse before it changes anything: a message naming the process and the
-// socket, a non-zero exit, no checkpoint, and every process of the tree running untraced, so that
-// the conversation still completes after go.
-TEST_F(BadInput, TreeDumpWithSocketpairIsRefusedAndTreeRunsOn) {
-  Workload w = MakeWorkload("tree/wl_tree_socketpair");
+// Root and child share a UDP socket (tests/workloads/wl_tree_inet.c). `dump --tree` must refuse
+// before it changes anything: a message naming the process and the socket, a non-zero exit, no
+// checkpoint, and every process of the tree running untraced, so that the socket still works
+// after go.
+TEST_F(BadInput, TreeDumpWithNetworkSocketIsRefusedAndTreeRunsOn) {
+  Workload w = MakeWorkload("tree/wl_tree_inet");
   ASSERT_TRUE(StartReady(w));
   pid_t child = std::stoi(ReadFile(w.workdir() + "/proc-C"));
   Track(child, WorkloadPath(w.name()));
   std::string dir = *temp_ / "ckpt";
   CommandResult r = Cairn({"dump", "--pid", std::to_string(w.pid()), "--tree", "--dir", dir}, WithTimeout(60s));
-  EXPECT_TRUE(FailedWith(r, "socket"));
+  EXPECT_TRUE(FailedWith(r, "network socket"));
   EXPECT_TRUE(Matches(r.err, "pid (" + std::to_string(w.pid()) + "|" + std::to_string(child) + ")([^0-9]|$)"))
       << "stderr should name the process holding the socket: " << r.err;
   EXPECT_TRUE(Matches(r.err, "socket:\\[[0-9]+\\]")) << "stderr should name the socket: " << r.err;

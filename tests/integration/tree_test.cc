@@ -41,7 +41,8 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_session_split"},
     {"wl_tree_sessions"},
     {"wl_tree_shared_fd", true, true, /*leave_running=*/true},
-    {"wl_tree_socketpair", /*dumpable=*/false},
+    {"wl_tree_socketpair"},
+    {"wl_tree_inet", /*dumpable=*/false},
     {"wl_tree_subreaper_pdeathsig"},
     {"wl_tree_zombie"},
 };

@@ -1,8 +1,6 @@
-// A tree that cairn must refuse to checkpoint (sockets are not supported yet): root and its child
-// talk over a socketpair(AF_UNIX, SOCK_STREAM), and a message sits queued in it at checkpoint time.
-// The workload itself just checks the conversation, so that a refused dump can be shown to have left
-// the tree running untouched: after go, the child reads the queued "ping 1", answers "pong 1", and
-// root checks the answer and the child's exit status.
+// Root and its child talk over a socketpair(AF_UNIX, SOCK_STREAM), and a message sits queued in it
+// at checkpoint time: after go, the child reads the queued "ping 1", answers "pong 1", and root
+// checks the answer and the child's exit status.
 #include "wl_tree.h"
 
 #include <sys/socket.h>

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
@@ -21,6 +22,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/proc/fds.h"
+#include "engine/proc/unix_sockets.h"
 
 namespace cairn::dump {
 namespace {
@@ -255,6 +257,21 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       pipe_ends[st.st_ino] |= (info.flags & O_ACCMODE) == O_RDONLY ? 1 : 2;
     }
   }
+  // Unix socket pairs are supported when both sockets are inside the tree.
+  std::set<uint64_t> tree_sockets;
+  std::map<uint64_t, proc::UnixSocket> unix_sockets;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    for (const proc::FdInfo& info : all[i]) {
+      if (!absl::StartsWith(info.target, "socket:[")) continue;
+      uint64_t ino = 0;
+      if (absl::SimpleAtoi(absl::string_view(info.target).substr(8, info.target.size() - 9), &ino)) {
+        tree_sockets.insert(ino);
+      }
+    }
+  }
+  if (!tree_sockets.empty()) {
+    ASSIGN_OR_RETURN(unix_sockets, proc::ReadUnixSockets());
+  }
   std::set<uint64_t> pipe_saved;
   std::set<std::pair<pid_t, uint64_t>> posix_locked;  // (pid, inode) whose POSIX locks are recorded
   struct Seen {
@@ -323,6 +340,51 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
         ASSIGN_OR_RETURN(PipeContent pc, PeekPipe(pid, info.fd));
         ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(pc.data));
         fd.set_pipe_size(pc.capacity);
+        fd.set_content_offset(blob.offset);
+        fd.set_content_size(blob.size);
+        fd.set_content_xxh3(blob.xxh3);
+      }
+      if (out != nullptr) *out->add_fds() = std::move(fd);
+      continue;
+    }
+    if (absl::StartsWith(info.target, "socket:[")) {
+      uint64_t ino = 0;
+      (void)absl::SimpleAtoi(absl::string_view(info.target).substr(8, info.target.size() - 9), &ino);
+      auto it = unix_sockets.find(ino);
+      auto refuse = [&](absl::string_view what) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d fd %d is %s (%s); checkpoints support connected unix socket pairs whose both ends are "
+            "in the checkpoint — close it before checkpointing",
+            pid, info.fd, what, info.target));
+      };
+      if (it == unix_sockets.end()) return refuse("a network socket (TCP, UDP or other non-unix socket)");
+      const proc::UnixSocket& us = it->second;
+      if (!us.name.empty()) return refuse("a named (bound) unix socket");
+      if (us.peer == 0 || (us.type != SOCK_DGRAM && us.state != 1 /*TCP_ESTABLISHED*/)) {
+        return refuse("an unconnected unix socket");
+      }
+      if (!tree_sockets.count(us.peer)) return refuse("a unix socket connected to a process outside the checkpoint");
+      if (us.shutdown != 0) return refuse("a unix socket that was shut down");
+      if (us.type != SOCK_STREAM && us.rqueue != 0) {
+        return refuse("a datagram or seqpacket unix socket with messages waiting to be read");
+      }
+      image::Fd fd;
+      fd.set_fd(info.fd);
+      fd.set_kind(image::Fd::UNIX_SOCKET);
+      fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
+      fd.set_flags(info.flags & ~O_CLOEXEC);
+      fd.set_path(info.target);
+      fd.set_sock_type(us.type);
+      fd.set_sock_ino(us.ino);
+      fd.set_peer_ino(us.peer);
+      if (writer != nullptr && us.rqueue > 0) {
+        // The bytes waiting to be read here, peeked without consuming them.
+        ASSIGN_OR_RETURN(UniqueFd copy, TheirFd(pid, info.fd));
+        std::string data(us.rqueue, '\0');
+        ssize_t n = ::recv(copy.get(), data.data(), data.size(), MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0) return ErrnoStatus(absl::StrFormat("peek the queue of pid %d fd %d", pid, info.fd));
+        data.resize(static_cast<size_t>(n));
+        ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
         fd.set_content_offset(blob.offset);
         fd.set_content_size(blob.size);
         fd.set_content_xxh3(blob.xxh3);

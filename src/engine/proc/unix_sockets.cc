@@ -1,0 +1,90 @@
+#include "engine/proc/unix_sockets.h"
+
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn::proc {
+
+absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets() {
+  UniqueFd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (!nl.valid()) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)");
+  struct {
+    nlmsghdr hdr;
+    unix_diag_req req;
+  } msg{};
+  msg.hdr.nlmsg_len = sizeof msg;
+  msg.hdr.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  msg.hdr.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  msg.req.sdiag_family = AF_UNIX;
+  msg.req.udiag_states = ~0U;
+  msg.req.udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN;
+  if (::send(nl.get(), &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) {
+    return ErrnoStatus("send sock_diag request");
+  }
+  std::map<uint64_t, UnixSocket> out;
+  std::vector<char> buf(1 << 16);
+  for (;;) {
+    ssize_t n = ::recv(nl.get(), buf.data(), buf.size(), 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("recv sock_diag reply");
+    }
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, static_cast<unsigned>(n));
+         h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type == NLMSG_DONE) return out;
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(h));
+        return ErrnoStatus("sock_diag for unix sockets", -e->error);
+      }
+      auto* m = static_cast<unix_diag_msg*>(NLMSG_DATA(h));
+      UnixSocket s;
+      s.ino = m->udiag_ino;
+      s.type = m->udiag_type;
+      s.state = m->udiag_state;
+      int len = static_cast<int>(h->nlmsg_len - NLMSG_LENGTH(sizeof *m));
+      for (auto* a = reinterpret_cast<nlattr*>(m + 1); len >= static_cast<int>(sizeof(nlattr)) &&
+                                                      a->nla_len >= sizeof(nlattr) && a->nla_len <= len;
+           len -= NLA_ALIGN(a->nla_len), a = reinterpret_cast<nlattr*>(reinterpret_cast<char*>(a) + NLA_ALIGN(a->nla_len))) {
+        const char* data = reinterpret_cast<const char*>(a) + NLA_HDRLEN;
+        size_t dlen = a->nla_len - NLA_HDRLEN;
+        switch (a->nla_type) {
+          case UNIX_DIAG_NAME:
+            s.name.assign(data, dlen);
+            break;
+          case UNIX_DIAG_PEER:
+            if (dlen >= 4) {
+              uint32_t peer;
+              std::memcpy(&peer, data, 4);
+              s.peer = peer;
+            }
+            break;
+          case UNIX_DIAG_RQLEN:
+            if (dlen >= sizeof(unix_diag_rqlen)) {
+              unix_diag_rqlen q;
+              std::memcpy(&q, data, sizeof q);
+              s.rqueue = q.udiag_rqueue;
+              s.wqueue = q.udiag_wqueue;
+            }
+            break;
+          case UNIX_DIAG_SHUTDOWN:
+            if (dlen >= 1) s.shutdown = static_cast<uint8_t>(data[0]);
+            break;
+          default:
+            break;
+        }
+      }
+      out[s.ino] = s;
+    }
+  }
+}
+
+}  // namespace cairn::proc

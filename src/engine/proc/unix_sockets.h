@@ -1,0 +1,27 @@
+#pragma once
+// Unix domain sockets as the kernel's sock_diag netlink interface describes them: type,
+// state, peer, bound name and queue lengths, keyed by inode. Covers the caller's network
+// namespace.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::proc {
+
+struct UnixSocket {
+  uint64_t ino = 0;
+  int type = 0;         // SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET
+  int state = 0;        // TCP_ESTABLISHED (1), TCP_LISTEN (10), TCP_CLOSE (7)...
+  uint64_t peer = 0;    // the connected peer's inode, 0 if none
+  std::string name;     // bound address (abstract names start with '\0'), empty if unbound
+  uint32_t rqueue = 0;  // bytes queued for reading (stream), or the first datagram's size
+  uint32_t wqueue = 0;
+  uint8_t shutdown = 0; // RCV_SHUTDOWN (1) | SEND_SHUTDOWN (2)
+};
+
+absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets();
+
+}  // namespace cairn::proc
