@@ -240,6 +240,17 @@ absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
   return absl::OkStatus();
 }
 
+// The record every kind of descriptor starts from: number, kind, flags, what it points at.
+image::Fd Describe(const proc::FdInfo& info, image::Fd::Kind kind) {
+  image::Fd fd;
+  fd.set_fd(info.fd);
+  fd.set_kind(kind);
+  fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
+  fd.set_flags(info.flags & ~O_CLOEXEC);
+  fd.set_path(info.target);
+  return fd;
+}
+
 }  // namespace
 
 absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writer,
@@ -329,12 +340,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
               pid, info.fd, info.target, pids.size() > 1 ? "es" : ""));
         }
       }
-      image::Fd fd;
-      fd.set_fd(info.fd);
-      fd.set_kind(image::Fd::PIPE);
-      fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
-      fd.set_flags(info.flags & ~O_CLOEXEC);
-      fd.set_path(info.target);
+      image::Fd fd = Describe(info, image::Fd::PIPE);
       fd.set_pipe_id(st.st_ino);
       if (writer != nullptr && (info.flags & O_ACCMODE) == O_RDONLY && pipe_saved.insert(st.st_ino).second) {
         ASSIGN_OR_RETURN(PipeContent pc, PeekPipe(pid, info.fd));
@@ -368,12 +374,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       if (us.type != SOCK_STREAM && us.rqueue != 0) {
         return refuse("a datagram or seqpacket unix socket with messages waiting to be read");
       }
-      image::Fd fd;
-      fd.set_fd(info.fd);
-      fd.set_kind(image::Fd::UNIX_SOCKET);
-      fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
-      fd.set_flags(info.flags & ~O_CLOEXEC);
-      fd.set_path(info.target);
+      image::Fd fd = Describe(info, image::Fd::UNIX_SOCKET);
       fd.set_sock_type(us.type);
       fd.set_sock_ino(us.ino);
       fd.set_peer_ino(us.peer);
@@ -393,12 +394,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       continue;
     }
     if (std::optional<image::Fd::Kind> kind = KernelObjectKind(info.target)) {
-      image::Fd fd;
-      fd.set_fd(info.fd);
-      fd.set_kind(*kind);
-      fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
-      fd.set_flags(info.flags & ~O_CLOEXEC);
-      fd.set_path(info.target);
+      image::Fd fd = Describe(info, *kind);
       RETURN_IF_ERROR(CaptureKernelObject(pids, pid, info, out != nullptr, &fd));
       if (out != nullptr) *out->add_fds() = std::move(fd);
       continue;
