@@ -1,5 +1,9 @@
 #pragma once
-// The dump driver: checkpoints one running process (all its threads) into a directory.
+// The dump driver: checkpoints a running process (all its threads) or a whole process
+// tree into a directory. Stages: check the target and refuse what cannot be saved while
+// nothing is stopped; freeze (parents before their children are listed); capture each
+// process's memory areas, task state and pages; capture descriptors tree-wide; rewrite
+// ids for a job's PID namespace; commit the image atomically; kill or thaw.
 
 #include <sys/types.h>
 

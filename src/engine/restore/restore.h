@@ -1,6 +1,13 @@
 #pragma once
-// The restore driver: rebuilds a checkpointed process, with its PID and thread IDs, from
-// a checkpoint directory, and lets it run.
+// The restore driver: rebuilds a checkpointed process or process tree, with its PIDs and
+// thread IDs (inside a fresh PID namespace for a job), from a checkpoint directory, and
+// lets it run.
+//
+// Stages: open and verify the image; open the "master" descriptors in the restorer
+// (restore/files.h); create the root as a copy of the restorer that stops itself; fork
+// the tree's skeleton top-down from it (sessions, groups, shared memory); rebuild each
+// process by injected syscalls (address space, memory, state, descriptors, threads);
+// set final registers; let every task go at once; turn zombies back into zombies.
 
 #include <sys/types.h>
 
@@ -23,8 +30,8 @@ struct RestoreResult {
   double seconds = 0;     // from start until the process runs
 };
 
-// Rebuilds the process and lets it run. The process is a child of the caller, so the
-// caller may wait for it. On failure nothing is left behind: the half-built process is
+// Rebuilds the process (tree) and lets it run. The root is a child of the caller, so the
+// caller may wait for it. On failure nothing is left behind: every half-built process is
 // killed and reaped, and temporary files are removed.
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts);
 
