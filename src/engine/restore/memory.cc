@@ -61,8 +61,6 @@ int MadviseFor(const std::string& flag) {
   return -1;
 }
 
-bool UffdFillable(const image::Vma& v) { return v.kind() == image::Vma::ANON && v.blocks_size() > 0; }
-
 // A userfaultfd created inside the task (so that it belongs to the task's address
 // space), with the anonymous areas to fill registered in missing mode; returns the
 // restorer's copy of it (pidfd_getfd). UFFDIO_COPY then allocates each page and copies
@@ -70,10 +68,8 @@ bool UffdFillable(const image::Vma& v) { return v.kind() == image::Vma::ANON && 
 // in zeroed. Nothing is left behind: the task's descriptor is closed after the fill,
 // which unregisters every range.
 absl::StatusOr<UniqueFd> OpenFillUffd(inject::Injector& inj, inject::RemoteScratch& scratch,
-                                      const image::Process& proc, long* remote_fd) {
-  bool any = false;
-  for (const image::Vma& v : proc.vmas()) any = any || UffdFillable(v);
-  if (!any) return absl::NotFoundError("no anonymous area to fill");
+                                      const std::vector<const image::Vma*>& areas, long* remote_fd) {
+  if (areas.empty()) return absl::NotFoundError("no anonymous area to fill");
   ASSIGN_OR_RETURN(long rfd, inj.Call("userfaultfd", SYS_userfaultfd, O_CLOEXEC));
   *remote_fd = rfd;
   auto fail = [&](absl::Status s) {
@@ -88,11 +84,10 @@ absl::StatusOr<UniqueFd> OpenFillUffd(inject::Injector& inj, inject::RemoteScrat
   if (auto rc = inj.Call("ioctl(UFFDIO_API)", SYS_ioctl, static_cast<uint64_t>(rfd), UFFDIO_API, *addr); !rc.ok()) {
     return fail(rc.status());
   }
-  for (const image::Vma& v : proc.vmas()) {
-    if (!UffdFillable(v)) continue;
+  for (const image::Vma* v : areas) {
     uffdio_register reg{};
-    reg.range.start = v.start();
-    reg.range.len = v.end() - v.start();
+    reg.range.start = v->start();
+    reg.range.len = v->end() - v->start();
     reg.mode = UFFDIO_REGISTER_MODE_MISSING;
     addr = scratch.Put(kScratchStructs, &reg, sizeof reg);
     if (!addr.ok()) return fail(addr.status());
@@ -125,6 +120,73 @@ absl::Status UffdCopy(int uffd, uint64_t dst, const char* src, uint64_t len) {
     return ErrnoStatus(absl::StrFormat("UFFDIO_COPY to %#x", dst + done));
   }
   return absl::OkStatus();
+}
+
+// Writes the saved pages of `areas` into the task, verifying every block, with `threads`
+// parallel workers. Anonymous memory (private or shared) is filled with UFFDIO_COPY
+// where the kernel allows it (see OpenFillUffd), the rest with process_vm_writev.
+absl::Status FillAreas(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
+                       const std::vector<const image::Vma*>& areas, int threads) {
+  pid_t pid = inj.tid();
+  std::vector<const image::Vma*> uffd_areas;
+  for (const image::Vma* v : areas) {
+    if (v->kind() == image::Vma::ANON || v->kind() == image::Vma::SHARED_ANON) uffd_areas.push_back(v);
+  }
+  long remote_uffd = -1;
+  auto uffd = OpenFillUffd(inj, scratch, uffd_areas, &remote_uffd);
+  if (!uffd.ok()) {
+    CAIRN_LOG_DEBUG("event=uffd_fill_unavailable pid={} error=\"{}\"", pid, uffd.status().ToString());
+  }
+  std::vector<const image::PageBlock*> blocks;
+  std::vector<bool> by_uffd;
+  for (const image::Vma* v : areas) {
+    bool anon = v->kind() == image::Vma::ANON || v->kind() == image::Vma::SHARED_ANON;
+    for (const image::PageBlock& b : v->blocks()) {
+      if (b.vaddr() < v->start() || b.length() > v->end() - b.vaddr() || b.length() % kPage != 0) {
+        return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area %#x-%#x (corrupt image)",
+                                                   img.dir(), b.vaddr(), v->start(), v->end()));
+      }
+      blocks.push_back(&b);
+      by_uffd.push_back(uffd.ok() && anon);
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  absl::Status fill_status;  // GUARDED_BY(mu)
+  uint64_t max_block = 0;
+  for (const image::PageBlock* b : blocks) max_block = std::max<uint64_t>(max_block, b->length());
+  if (max_block > (64u << 20)) {
+    return absl::DataLossError(absl::StrCat(img.dir(), ": a page block of ", max_block, " bytes is larger than any "
+                                            "cairn writes (corrupt image)"));
+  }
+  auto worker = [&] {
+    std::vector<char> buf(max_block);
+    for (;;) {
+      size_t i = next.fetch_add(1);
+      if (i >= blocks.size()) return;
+      const image::PageBlock& b = *blocks[i];
+      absl::Status s = img.ReadBlock(b, buf.data());
+      if (s.ok()) {
+        s = by_uffd[i] ? UffdCopy(uffd->get(), b.vaddr(), buf.data(), b.length())
+                       : inject::WriteRemote(pid, b.vaddr(), buf.data(), b.length());
+      }
+      if (!s.ok()) {
+        std::lock_guard lock(mu);
+        if (fill_status.ok()) fill_status = s;
+        next = blocks.size();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (remote_uffd >= 0) {
+    // Closing the last reference unregisters every range.
+    RETURN_IF_ERROR(inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(remote_uffd)).status());
+  }
+  return fill_status;
 }
 
 }  // namespace
@@ -229,10 +291,10 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
   return absl::OkStatus();
 }
 
-absl::Status CreateSharedAnon(inject::Injector& inj, const image::ImageReader& img,
-                              const std::vector<const image::Process*>& procs) {
+absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
+                              const std::vector<const image::Process*>& procs, int threads) {
   std::set<uint64_t> created;
-  std::vector<char> buf;
+  std::vector<const image::Vma*> areas;
   for (const image::Process* p : procs) {
     for (const image::Vma& v : p->vmas()) {
       if (v.kind() != image::Vma::SHARED_ANON || !created.insert(v.shmem_id()).second) continue;
@@ -240,19 +302,10 @@ absl::Status CreateSharedAnon(inject::Injector& inj, const image::ImageReader& i
                                            SYS_mmap, v.start(), v.end() - v.start(), PROT_READ | PROT_WRITE,
                                            MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, static_cast<uint64_t>(-1), 0));
       if (static_cast<uint64_t>(addr) != v.start()) return absl::InternalError("shared mapping placed elsewhere");
-      for (const image::PageBlock& b : v.blocks()) {
-        if (b.vaddr() < v.start() || b.length() > v.end() - b.vaddr() || b.length() % kPage != 0 ||
-            b.length() > (64u << 20)) {
-          return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area (corrupt image)",
-                                                     img.dir(), b.vaddr()));
-        }
-        buf.resize(b.length());
-        RETURN_IF_ERROR(img.ReadBlock(b, buf.data()));
-        RETURN_IF_ERROR(inject::WriteRemote(inj.tid(), b.vaddr(), buf.data(), b.length()));
-      }
+      if (v.blocks_size() > 0) areas.push_back(&v);
     }
   }
-  return absl::OkStatus();
+  return FillAreas(inj, scratch, img, areas, threads);
 }
 
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
@@ -323,64 +376,12 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   }
 
   CAIRN_LOG_DEBUG("event=restore_stage stage=areas_mapped pid={}", pid);
-  // 2. Fill pages, verifying every block, with parallel writers. Anonymous areas are
-  // filled with UFFDIO_COPY where possible (see OpenFillUffd), the rest with
-  // process_vm_writev.
-  long remote_uffd = -1;
-  auto uffd = OpenFillUffd(inj, scratch, proc, &remote_uffd);
-  if (!uffd.ok()) {
-    CAIRN_LOG_DEBUG("event=uffd_fill_unavailable pid={} error=\"{}\"", pid, uffd.status().ToString());
-  }
-  std::vector<const image::PageBlock*> blocks;
-  std::vector<bool> by_uffd;
+  // 2. Fill pages, verifying every block, with parallel writers.
+  std::vector<const image::Vma*> areas;
   for (const image::Vma& v : proc.vmas()) {
-    if (v.kind() == image::Vma::SHARED_ANON) continue;
-    for (const image::PageBlock& b : v.blocks()) {
-      if (b.vaddr() < v.start() || b.length() > v.end() - b.vaddr() || b.length() % kPage != 0) {
-        return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area %#x-%#x (corrupt image)",
-                                                   img.dir(), b.vaddr(), v.start(), v.end()));
-      }
-      blocks.push_back(&b);
-      by_uffd.push_back(uffd.ok() && UffdFillable(v));
-    }
+    if (v.kind() != image::Vma::SHARED_ANON && v.blocks_size() > 0) areas.push_back(&v);
   }
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  absl::Status fill_status;  // GUARDED_BY(mu)
-  uint64_t max_block = 0;
-  for (const image::PageBlock* b : blocks) max_block = std::max<uint64_t>(max_block, b->length());
-  if (max_block > (64u << 20)) {
-    return absl::DataLossError(absl::StrCat(img.dir(), ": a page block of ", max_block, " bytes is larger than any "
-                                            "cairn writes (corrupt image)"));
-  }
-  auto worker = [&] {
-    std::vector<char> buf(max_block);
-    for (;;) {
-      size_t i = next.fetch_add(1);
-      if (i >= blocks.size()) return;
-      const image::PageBlock& b = *blocks[i];
-      absl::Status s = img.ReadBlock(b, buf.data());
-      if (s.ok()) {
-        s = by_uffd[i] ? UffdCopy(uffd->get(), b.vaddr(), buf.data(), b.length())
-                       : inject::WriteRemote(pid, b.vaddr(), buf.data(), b.length());
-      }
-      if (!s.ok()) {
-        std::lock_guard lock(mu);
-        if (fill_status.ok()) fill_status = s;
-        next = blocks.size();
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (remote_uffd >= 0) {
-    // Closing the last reference unregisters every range.
-    RETURN_IF_ERROR(inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(remote_uffd)).status());
-  }
-  RETURN_IF_ERROR(fill_status);
+  RETURN_IF_ERROR(FillAreas(inj, scratch, img, areas, threads));
 
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {

@@ -33,8 +33,8 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
 // Creates every shared anonymous object of the checkpoint (MAP_SHARED|MAP_ANONYMOUS,
 // possibly shared between processes) in the task `inj` drives — the tree's root, before
 // it forks the others, so that they inherit the same objects — and fills its pages.
-absl::Status CreateSharedAnon(inject::Injector& inj, const image::ImageReader& img,
-                              const std::vector<const image::Process*>& procs);
+absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
+                              const std::vector<const image::Process*>& procs, int threads);
 
 // Maps every saved area, writes the saved pages (verifying each block), sets protections
 // and advice. Pages are written with `threads` parallel writers.

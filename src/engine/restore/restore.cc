@@ -162,7 +162,7 @@ absl::Status ForkChild(inject::Injector& inj, inject::RemoteScratch& sc, const i
 // work area and the master descriptors. Sessions are created before the children that
 // belong to them are forked; process groups are joined once every group exists.
 absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
-                           uint64_t work_area, bool mount_proc, Tasks& tasks, IdMap& ids) {
+                           uint64_t work_area, bool mount_proc, int fill_threads, Tasks& tasks, IdMap& ids) {
   for (const image::Process* p : procs) {
     pid_t host = ids.Host(p->pid());
     inject::Injector inj(host, work_area);
@@ -177,7 +177,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
       // Shared anonymous memory is created in the root, on an address space emptied of the
       // restorer's areas, before anything is forked: every process inherits it.
       RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/false));
-      RETURN_IF_ERROR(CreateSharedAnon(inj, img, procs));
+      RETURN_IF_ERROR(CreateSharedAnon(inj, sc, img, procs, fill_threads));
     }
     if (p == procs[0] && mount_proc) {
       // The job's own mount namespace: private propagation, and a /proc that shows its
@@ -376,7 +376,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
-  absl::Status built = BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), tasks, ids);
+  absl::Status built = BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), threads, tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
