@@ -1,6 +1,7 @@
 #include "engine/job/job.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -170,10 +171,13 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
   UniqueFd go_r(go[0]), go_w(go[1]);
 
-  // The next child becomes PID 1 of a new PID namespace.
-  if (::unshare(CLONE_NEWPID) != 0) return ErrnoStatus("unshare(CLONE_NEWPID): cairn run needs root");
-  pid_t init = ::fork();
-  if (init < 0) return ErrnoStatus("fork");
+  // The init is PID 1 of a new PID namespace. clone3 rather than unshare + fork, so that
+  // cairn itself stays able to create threads (unshare(CLONE_NEWPID) would forbid it).
+  clone_args args{};
+  args.flags = CLONE_NEWPID;
+  args.exit_signal = SIGCHLD;
+  pid_t init = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+  if (init < 0) return ErrnoStatus("clone3(CLONE_NEWPID): cairn run needs root");
   if (init == 0) {
     go_w.Reset();
     InitMain(go_r.get(), out.get(), err.get(), opts.argv);

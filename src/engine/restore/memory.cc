@@ -364,6 +364,8 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
       default:
         break;
     }
+    // A reservation made with MAP_NORESERVE (smaps "nr") must not count against overcommit now either.
+    if (std::find(v.vm_flags().begin(), v.vm_flags().end(), "nr") != v.vm_flags().end()) flags |= MAP_NORESERVE;
     ASSIGN_OR_RETURN(long addr, inj.Call(absl::StrFormat("mmap %#x-%#x (%s)", v.start(), v.end(), v.path()),
                                          SYS_mmap, v.start(), len, prot, static_cast<uint64_t>(flags),
                                          static_cast<uint64_t>(fd), off));
