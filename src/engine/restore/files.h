@@ -14,6 +14,11 @@
 // An epoll instance is created empty as a master; its interest list is rebuilt inside
 // the process by RestoreEpollInterest once its descriptors are in place, because the
 // kernel keys each registration by the registering process's descriptor number.
+//
+// Unix socket pairs are recreated with socketpair(2) as masters; the bytes that waited to
+// be read on a socket are sent again from its peer. flock and OFD locks are taken on the
+// masters (they belong to the description); POSIX record locks are taken by the process
+// itself (RestorePosixLocks).
 
 #include <sys/types.h>
 
@@ -48,10 +53,6 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::
 // In the task `inj` drives, which holds copies of all masters: dup3s its saved
 // descriptors into place, then closes every master.
 absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters);
-
-// Creates a file holding `content` at `path` if that name is free, else under a fresh
-// name next to it (or in /tmp); returns the name used. The caller unlinks it.
-absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::string& content, uint32_t mode);
 
 // In the task `inj` drives, after InstallFds: registers every saved epoll entry of the
 // process's epoll instances again (epoll_ctl EPOLL_CTL_ADD with the saved events and
