@@ -1,8 +1,9 @@
 #pragma once
 // Capturing a process's open descriptors: regular files (offset, flags, identity; the
-// content of files deleted while open), character devices, directories, pipes, and the
-// kernel objects eventfd (counter, mode), timerfd (clock, time left, period, unread
-// expirations), signalfd (mask) and epoll (interest list). An epoll registration is
+// content of files deleted while open; flock, OFD and POSIX locks), character devices,
+// directories, pipes, connected unix socket pairs (peers found through sock_diag, stream
+// queues peeked), and the kernel objects eventfd (counter, mode), timerfd (clock, time
+// left, period, unread expirations), signalfd (mask) and epoll (interest list). An epoll registration is
 // accepted only when it watches the file the epoll's first holder has at the registered
 // descriptor number, since restore re-registers it by number from inside that process.
 

@@ -17,7 +17,7 @@
 namespace cairn::dump {
 
 // Classifies the areas of `pid` into image Vma records (no pages yet). Fails with a clear
-// message for areas the engine cannot save (System V shm, memfd, deleted files...).
+// message for areas the engine cannot save (System V shm, memfd, deleted files mapped privately...).
 absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vector<proc::MapEntry>& maps);
 
 struct MemoryStats {
