@@ -465,4 +465,22 @@ Workload CairnTest::MakeWorkload(const std::string& name, const std::string& sub
   return w.WaitReady();
 }
 
+::testing::AssertionResult FinishedWithPass(const Workload& w, const std::string& out_before,
+                                            const std::string& err_before, const std::string& who) {
+  Ending end = WaitGone(w.pid(), 30s);
+  if (!end.gone) return ::testing::AssertionFailure() << who << " did not finish within 30 s\n" << w.Describe();
+  if (end.status && !end.ExitedWith(0)) return ::testing::AssertionFailure() << who << " " << end.Describe() << "\n" << w.Describe();
+  auto pass = OutputPasses(w);
+  if (!pass) return pass;
+  std::string out = w.Stdout(), err = w.Stderr();
+  if (out.compare(0, out_before.size(), out_before) != 0) {
+    return ::testing::AssertionFailure() << "stdout from before the checkpoint was overwritten:\nbefore: " << out_before
+                                         << "\nafter: " << out;
+  }
+  if (err.compare(0, err_before.size(), err_before) != 0) {
+    return ::testing::AssertionFailure() << "stderr from before the checkpoint was overwritten";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace cairn::testing

@@ -157,6 +157,12 @@ bool Matches(const std::string& text, const std::string& pattern);
 // Checks the workload's output says PASS and nothing says FAIL.
 ::testing::AssertionResult OutputPasses(const Workload& w);
 
+// Waits for a restored workload (`who`, for messages: "restored workload", "root"...) to
+// finish, then checks it exited 0 with PASS, and that the stdout and stderr it wrote before
+// the checkpoint are still at the start of each file.
+::testing::AssertionResult FinishedWithPass(const Workload& w, const std::string& out_before,
+                                            const std::string& err_before, const std::string& who);
+
 // Base fixture: a fresh temp dir per test; every process the test registers is killed in TearDown.
 class CairnTest : public ::testing::Test {
  protected:

@@ -130,20 +130,7 @@ class RoundTrip : public CairnTest, public ::testing::WithParamInterface<Spec> {
   // Waits for the restored workload to finish and checks its output: PASS, and the output from
   // before the checkpoint still at the start of each file.
   ::testing::AssertionResult FinishedWithPass(const Workload& w, const std::string& out_before, const std::string& err_before) {
-    Ending end = WaitGone(w.pid(), 30s);
-    if (!end.gone) return ::testing::AssertionFailure() << "restored workload did not finish within 30 s\n" << w.Describe();
-    if (end.status && !end.ExitedWith(0)) return ::testing::AssertionFailure() << "restored workload " << end.Describe() << "\n" << w.Describe();
-    auto pass = OutputPasses(w);
-    if (!pass) return pass;
-    std::string out = w.Stdout(), err = w.Stderr();
-    if (out.compare(0, out_before.size(), out_before) != 0) {
-      return ::testing::AssertionFailure() << "stdout from before the checkpoint was overwritten:\nbefore: " << out_before
-                                           << "\nafter: " << out;
-    }
-    if (err.compare(0, err_before.size(), err_before) != 0) {
-      return ::testing::AssertionFailure() << "stderr from before the checkpoint was overwritten";
-    }
-    return ::testing::AssertionSuccess();
+    return cairn::testing::FinishedWithPass(w, out_before, err_before, "restored workload");
   }
 };
 

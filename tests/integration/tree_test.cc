@@ -276,20 +276,7 @@ class TreeTest : public CairnTest {
   // Waits for the root to finish and checks its output: PASS, with what it printed before the
   // checkpoint still in front.
   ::testing::AssertionResult FinishedWithPass(const Workload& w, const std::string& out_before, const std::string& err_before) {
-    Ending end = WaitGone(w.pid(), 30s);
-    if (!end.gone) return ::testing::AssertionFailure() << "root did not finish within 30 s\n" << w.Describe();
-    if (end.status && !end.ExitedWith(0)) return ::testing::AssertionFailure() << "root " << end.Describe() << "\n" << w.Describe();
-    auto pass = OutputPasses(w);
-    if (!pass) return pass;
-    std::string out = w.Stdout(), err = w.Stderr();
-    if (out.compare(0, out_before.size(), out_before) != 0) {
-      return ::testing::AssertionFailure() << "stdout from before the checkpoint was overwritten:\nbefore: " << out_before
-                                           << "\nafter: " << out;
-    }
-    if (err.compare(0, err_before.size(), err_before) != 0) {
-      return ::testing::AssertionFailure() << "stderr from before the checkpoint was overwritten";
-    }
-    return ::testing::AssertionSuccess();
+    return cairn::testing::FinishedWithPass(w, out_before, err_before, "root");
   }
 
   // Runs the tree from start to end without a checkpoint.

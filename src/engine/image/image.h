@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
+#include "engine/image/format.h"
 #include "image.pb.h"
 
 namespace cairn::image {
@@ -45,16 +46,13 @@ class ImageWriter {
   // Removes DIR.partial. Idempotent.
   void Abort();
 
-  uint64_t pages_bytes() const { return pages_off_ - kHeaderSizeBytes; }
-
  private:
-  static constexpr uint64_t kHeaderSizeBytes = 4096;
   ImageWriter(std::string dir, std::string partial) : dir_(std::move(dir)), partial_(std::move(partial)) {}
 
   std::string dir_, partial_;
   UniqueFd pages_, files_;
-  uint64_t pages_off_ = kHeaderSizeBytes;
-  uint64_t files_off_ = kHeaderSizeBytes;
+  uint64_t pages_off_ = kHeaderSize;
+  uint64_t files_off_ = kHeaderSize;
   bool committed_ = false;
 };
 
