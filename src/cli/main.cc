@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/sockaddr.h"
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
 #include "engine/image/image.h"
@@ -53,12 +54,24 @@ std::string KernelObjectDetail(const image::Fd& f) {
       return absl::StrFormat(" mask %#x", f.signalfd_mask());
     case image::Fd::EPOLL:
       return absl::StrFormat(" watching %d", f.epoll_size());
+    case image::Fd::UNIX_SOCKET:
+    case image::Fd::INET_SOCKET: {
+      if (!f.has_socket()) return absl::StrFormat(" pair with socket:[%u]", f.peer_ino());
+      const image::SocketState& s = f.socket();
+      if (s.reset()) return " reset (was " + s.reset_from() + ")";
+      std::string out;
+      if (!s.bound().empty()) out += " bound " + FormatSockaddr(s.bound());
+      if (s.listening()) out += absl::StrFormat(" listening (backlog %d)", s.backlog());
+      if (!s.peer().empty()) out += " connected to " + FormatSockaddr(s.peer());
+      if (s.options_size() > 0) out += absl::StrFormat(" %d option%s", s.options_size(), s.options_size() == 1 ? "" : "s");
+      return out.empty() ? " unused" : out;
+    }
     default:
       return "";
   }
 }
 
-int RunDump(int pid, std::string dir, bool leave_running, bool tree, const std::string& job_name) {
+int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name) {
   dump::DumpOptions opts;
   if (!job_name.empty()) {
     auto rec = job::Load(job_name);
@@ -74,6 +87,7 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, const std::
   opts.tree = tree;
   opts.dir = dir;
   opts.leave_running = leave_running;
+  opts.tcp_close = tcp_close;
   bool tty = ::isatty(STDERR_FILENO);
   if (tty) {
     opts.progress = [last = -1](uint64_t done, uint64_t total) mutable {
@@ -214,7 +228,7 @@ int main(int argc, char** argv) {
 
   int pid = 0;
   std::string dir;
-  bool leave_running = false, detach = false, json = false, tree = false;
+  bool leave_running = false, detach = false, json = false, tree = false, tcp_close = false;
   std::string job_name;
   auto* dump = app.add_subcommand("dump", "Checkpoint a running process (or tree, or job) into a directory");
   auto* pid_opt = dump->add_option("--pid", pid, "Process to checkpoint");
@@ -222,6 +236,9 @@ int main(int argc, char** argv) {
   dump->add_option("--dir", dir, "Checkpoint directory to create (for a job: default JOBDIR/checkpoint-TIME)");
   dump->add_flag("--leave-running", leave_running, "Let the process carry on after the dump instead of killing it");
   dump->add_flag("--tree", tree, "Checkpoint the process and all its descendants");
+  dump->add_flag("--tcp-close", tcp_close,
+                 "Save established TCP connections as reset (the program sees ECONNRESET and reconnects) "
+                 "instead of refusing them");
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
   restore->add_option("--dir", dir, "Checkpoint directory")->required();
@@ -241,7 +258,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, job_name);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);

@@ -69,6 +69,8 @@ const Spec kSpecs[] = {
     {"wl_timerfd", true, false, true, false},
     {"wl_signalfd", true, false, true, false},
     {"wl_epoll", true, false, true, false},
+    {"wl_sockets_inet"},
+    {"wl_sockets_unix"},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

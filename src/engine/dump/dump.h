@@ -20,6 +20,9 @@ struct DumpOptions {
   std::string dir;
   bool leave_running = false;
   bool tree = false;  // the process and all its descendants
+  // Established TCP connections come back reset (the program sees ECONNRESET) instead of
+  // making the dump fail.
+  bool tcp_close = false;
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;

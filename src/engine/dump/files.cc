@@ -22,7 +22,8 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/proc/fds.h"
-#include "engine/proc/unix_sockets.h"
+#include "engine/dump/sockets.h"
+#include "engine/proc/pidfd.h"
 
 namespace cairn::dump {
 namespace {
@@ -43,15 +44,6 @@ struct KcmpEpollSlot {
   uint32_t efd, tfd, toff;
 };
 
-// The dumper's own copy of `pid`'s descriptor `fd` (same open file description).
-absl::StatusOr<UniqueFd> TheirFd(pid_t pid, int fd) {
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  if (!pidfd.valid()) return ErrnoStatus(absl::StrCat("pidfd_open pid ", pid));
-  UniqueFd theirs(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), fd, 0)));
-  if (!theirs.valid()) return ErrnoStatus(absl::StrCat("pidfd_getfd pid ", pid, " fd ", fd));
-  return theirs;
-}
-
 struct PipeContent {
   std::string data;
   uint32_t capacity = 0;
@@ -60,7 +52,7 @@ struct PipeContent {
 // Copies the bytes queued in the pipe behind `pid`'s descriptor `fd` without consuming
 // them: a duplicate of the read end (pidfd_getfd) is tee(2)d into a pipe of our own.
 absl::StatusOr<PipeContent> PeekPipe(pid_t pid, int fd) {
-  ASSIGN_OR_RETURN(UniqueFd theirs, TheirFd(pid, fd));
+  ASSIGN_OR_RETURN(UniqueFd theirs, proc::CopyFd(pid, fd));
   PipeContent pc;
   int cap = ::fcntl(theirs.get(), F_GETPIPE_SZ);
   if (cap < 0) return ErrnoStatus(absl::StrCat("F_GETPIPE_SZ on pid ", pid, " fd ", fd));
@@ -94,7 +86,7 @@ std::optional<image::Fd::Kind> KernelObjectKind(absl::string_view target) {
 // exactly as the process's next read would, and gives the time left; fdinfo read after
 // it gives the counted ticks.
 absl::Status CaptureTimerfd(pid_t pid, int fd, image::TimerfdState* out) {
-  ASSIGN_OR_RETURN(UniqueFd theirs, TheirFd(pid, fd));
+  ASSIGN_OR_RETURN(UniqueFd theirs, proc::CopyFd(pid, fd));
   itimerspec cur{};
   if (::timerfd_gettime(theirs.get(), &cur) != 0) {
     return ErrnoStatus(absl::StrCat("timerfd_gettime on a copy of fd ", fd, " of pid ", pid));
@@ -253,7 +245,7 @@ image::Fd Describe(const proc::FdInfo& info, image::Fd::Kind kind) {
 
 }  // namespace
 
-absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writer,
+absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
                         const std::vector<image::Process*>& outs) {
   std::vector<std::vector<proc::FdInfo>> all(pids.size());
   // Pipes are supported when both ends are inside the tree.
@@ -268,9 +260,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       pipe_ends[st.st_ino] |= (info.flags & O_ACCMODE) == O_RDONLY ? 1 : 2;
     }
   }
-  // Unix socket pairs are supported when both sockets are inside the tree.
-  std::set<uint64_t> tree_sockets;
-  std::map<uint64_t, proc::UnixSocket> unix_sockets;
+  std::set<uint64_t> tree_sockets;  // every socket inode the tree holds
   for (size_t i = 0; i < pids.size(); ++i) {
     for (const proc::FdInfo& info : all[i]) {
       if (!absl::StartsWith(info.target, "socket:[")) continue;
@@ -280,9 +270,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       }
     }
   }
-  if (!tree_sockets.empty()) {
-    ASSIGN_OR_RETURN(unix_sockets, proc::ReadUnixSockets());
-  }
+  ASSIGN_OR_RETURN(TreeSockets sockets, TreeSockets::Load(std::move(tree_sockets), opts.tcp_close));
   std::set<uint64_t> pipe_saved;
   std::set<std::pair<pid_t, uint64_t>> posix_locked;  // (pid, inode) whose POSIX locks are recorded
   struct Seen {
@@ -329,7 +317,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
         // Only one end is in the checkpoint. That is fine when the other end is closed
         // everywhere (a finished stage of a pipeline): poll on a copy of ours says so.
         // The restore then holds both ends only in the restorer, which closes the unused one.
-        ASSIGN_OR_RETURN(UniqueFd copy, TheirFd(pid, info.fd));
+        ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
         pollfd pfd{copy.get(), 0, 0};
         bool reader = (info.flags & O_ACCMODE) == O_RDONLY;
         bool other_end_gone = ::poll(&pfd, 1, 0) == 1 && (pfd.revents & (reader ? POLLHUP : POLLERR)) != 0;
@@ -354,42 +342,8 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
       continue;
     }
     if (absl::StartsWith(info.target, "socket:[")) {
-      uint64_t ino = 0;
-      (void)absl::SimpleAtoi(absl::string_view(info.target).substr(8, info.target.size() - 9), &ino);
-      auto it = unix_sockets.find(ino);
-      auto refuse = [&](absl::string_view what) {
-        return absl::UnimplementedError(absl::StrFormat(
-            "pid %d fd %d is %s (%s); checkpoints support connected unix socket pairs whose both ends are "
-            "in the checkpoint — close it before checkpointing",
-            pid, info.fd, what, info.target));
-      };
-      if (it == unix_sockets.end()) return refuse("a network socket (TCP, UDP or other non-unix socket)");
-      const proc::UnixSocket& us = it->second;
-      if (!us.name.empty()) return refuse("a named (bound) unix socket");
-      if (us.peer == 0 || (us.type != SOCK_DGRAM && us.state != 1 /*TCP_ESTABLISHED*/)) {
-        return refuse("an unconnected unix socket");
-      }
-      if (!tree_sockets.count(us.peer)) return refuse("a unix socket connected to a process outside the checkpoint");
-      if (us.shutdown != 0) return refuse("a unix socket that was shut down");
-      if (us.type != SOCK_STREAM && us.rqueue != 0) {
-        return refuse("a datagram or seqpacket unix socket with messages waiting to be read");
-      }
       image::Fd fd = Describe(info, image::Fd::UNIX_SOCKET);
-      fd.set_sock_type(us.type);
-      fd.set_sock_ino(us.ino);
-      fd.set_peer_ino(us.peer);
-      if (writer != nullptr && us.rqueue > 0) {
-        // The bytes waiting to be read here, peeked without consuming them.
-        ASSIGN_OR_RETURN(UniqueFd copy, TheirFd(pid, info.fd));
-        std::string data(us.rqueue, '\0');
-        ssize_t n = ::recv(copy.get(), data.data(), data.size(), MSG_PEEK | MSG_DONTWAIT);
-        if (n < 0) return ErrnoStatus(absl::StrFormat("peek the queue of pid %d fd %d", pid, info.fd));
-        data.resize(static_cast<size_t>(n));
-        ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
-        fd.set_content_offset(blob.offset);
-        fd.set_content_size(blob.size);
-        fd.set_content_xxh3(blob.xxh3);
-      }
+      RETURN_IF_ERROR(sockets.Capture(pid, info, writer, &fd));
       if (out != nullptr) *out->add_fds() = std::move(fd);
       continue;
     }
@@ -402,7 +356,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
     auto unsupported = [&](absl::string_view kind) {
       return absl::UnimplementedError(absl::StrFormat(
           "pid %d fd %d is %s (%s); checkpoints support regular files, directories, character devices, pipes, "
-          "eventfd, timerfd, signalfd and epoll descriptors, and dups of these — close it or redirect it to a file "
+          "sockets, eventfd, timerfd, signalfd and epoll descriptors, and dups of these — close it or redirect it to a file "
           "before checkpointing",
           pid, info.fd, kind, info.target));
     };
@@ -455,6 +409,8 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writ
   return absl::OkStatus();
 }
 
-absl::Status CheckFdsSupported(const std::vector<pid_t>& pids) { return CaptureFds(pids, nullptr, {}); }
+absl::Status CheckFdsSupported(const std::vector<pid_t>& pids, const FdOptions& opts) {
+  return CaptureFds(pids, opts, nullptr, {});
+}
 
 }  // namespace cairn::dump

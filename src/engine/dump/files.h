@@ -1,8 +1,7 @@
 #pragma once
 // Capturing a process's open descriptors: regular files (offset, flags, identity; the
 // content of files deleted while open; flock, OFD and POSIX locks), character devices,
-// directories, pipes, connected unix socket pairs (peers found through sock_diag, stream
-// queues peeked), and the kernel objects eventfd (counter, mode), timerfd (clock, time
+// directories, pipes, sockets (sockets.h), and the kernel objects eventfd (counter, mode), timerfd (clock, time
 // left, period, unread expirations), signalfd (mask) and epoll (interest list). An epoll registration is
 // accepted only when it watches the file the epoll's first holder has at the registered
 // descriptor number, since restore re-registers it by number from inside that process.
@@ -17,15 +16,20 @@
 
 namespace cairn::dump {
 
+struct FdOptions {
+  // Established TCP connections are recorded to come back reset instead of refused.
+  bool tcp_close = false;
+};
+
 // Checks every descriptor of the processes `pids` (a tree) is of a kind the engine can
 // save, without saving anything. The error names the process, the descriptor and its object.
-absl::Status CheckFdsSupported(const std::vector<pid_t>& pids);
+absl::Status CheckFdsSupported(const std::vector<pid_t>& pids, const FdOptions& opts);
 
 // Records every descriptor of `pids` in `out` (one Process per pid, same order).
 // Descriptors sharing an open file description, within a process or across the tree,
 // are recorded as dups of the first. Deleted files' contents and the bytes queued in
 // pipes go to `writer` (null for a check-only pass).
-absl::Status CaptureFds(const std::vector<pid_t>& pids, image::ImageWriter* writer,
+absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
                         const std::vector<image::Process*>& out);
 
 }  // namespace cairn::dump

@@ -1,6 +1,8 @@
 #pragma once
 // Unix domain sockets as the kernel's sock_diag netlink interface describes them: type,
-// state, peer, bound name and queue lengths, keyed by inode. Covers the caller's network
+// state, peer, bound name (and its socket file) and queue lengths, keyed by inode. For a
+// listening socket, rqueue is the number of connections waiting to be accepted and wqueue
+// the backlog. Covers the caller's network
 // namespace.
 
 #include <cstdint>
@@ -20,6 +22,8 @@ struct UnixSocket {
   uint32_t rqueue = 0;  // bytes queued for reading (stream), or the first datagram's size
   uint32_t wqueue = 0;
   uint8_t shutdown = 0; // RCV_SHUTDOWN (1) | SEND_SHUTDOWN (2)
+  // A name in the file system: the inode of the socket file bind(2) created (0 otherwise).
+  uint64_t vfs_ino = 0;
 };
 
 absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets();

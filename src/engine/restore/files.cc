@@ -21,11 +21,9 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/restore/sockets.h"
 
 namespace cairn::restore {
-namespace {
-
-}  // namespace
 
 absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::string& content, uint32_t mode) {
   std::string dir = std::filesystem::path(path).parent_path().string();
@@ -233,33 +231,10 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
     return absl::OkStatus();
   };
   std::map<uint64_t, std::pair<int, int>> pipes;  // pipe_id -> restorer's (read, write) ends
-  std::map<uint64_t, int> sockets;                 // socket inode -> master of the recreated socket
-  // Bytes queued for reading on a socket are sent again from its peer, once both exist.
-  std::vector<std::pair<const image::Fd*, pid_t>> socket_queues;
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
       if (fd.is_dup()) continue;
-      if (fd.kind() == image::Fd::UNIX_SOCKET) {
-        if (!sockets.count(fd.sock_ino())) {
-          int sv[2];
-          if (::socketpair(AF_UNIX, fd.sock_type() | SOCK_CLOEXEC, 0, sv) != 0) {
-            return ErrnoStatus(absl::StrFormat("socketpair for fd %d of pid %d", fd.fd(), p->pid()));
-          }
-          UniqueFd a(sv[0]), b(sv[1]);
-          int an = ::fcntl(a.get(), F_DUPFD_CLOEXEC, m.base);
-          int bn = ::fcntl(b.get(), F_DUPFD_CLOEXEC, m.base);
-          if (an < 0 || bn < 0) return ErrnoStatus("fcntl(F_DUPFD) for a socket pair");
-          m.owned.emplace_back(an);
-          m.owned.emplace_back(bn);
-          sockets[fd.sock_ino()] = an;
-          sockets[fd.peer_ino()] = bn;
-        }
-        int master = sockets.at(fd.sock_ino());
-        if (::fcntl(master, F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on a socket");
-        m.fds[{p->pid(), fd.fd()}] = master;
-        if (fd.content_size() > 0) socket_queues.emplace_back(&fd, p->pid());
-        continue;
-      }
+      if (IsSocket(fd)) continue;  // OpenSocketMasters
       if (IsKernelObject(fd.kind())) {
         ASSIGN_OR_RETURN(UniqueFd f, CreateKernelObject(fd, p->pid()));
         RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
@@ -298,24 +273,7 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
       m.fds[{p->pid(), fd.fd()}] = end;
     }
   }
-  for (const auto& [fd, pid] : socket_queues) {
-    auto peer = sockets.find(fd->peer_ino());
-    if (peer == sockets.end()) {
-      return absl::DataLossError(absl::StrFormat("fd %d of pid %d: its socket's peer is not in the checkpoint "
-                                                 "(corrupt image)", fd->fd(), pid));
-    }
-    ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
-    size_t done = 0;
-    while (done < content.size()) {
-      ssize_t n = ::send(peer->second, content.data() + done, content.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus(absl::StrFormat("queue %d bytes again on the socket of fd %d of pid %d", content.size(),
-                                           fd->fd(), pid));
-      }
-      done += static_cast<size_t>(n);
-    }
-  }
+  RETURN_IF_ERROR(OpenSocketMasters(img, procs, &m));
   return m;
 }
 

@@ -15,8 +15,7 @@
 // the process by RestoreEpollInterest once its descriptors are in place, because the
 // kernel keys each registration by the registering process's descriptor number.
 //
-// Unix socket pairs are recreated with socketpair(2) as masters; the bytes that waited to
-// be read on a socket are sent again from its peer. flock and OFD locks are taken on the
+// Sockets are masters too (sockets.h). flock and OFD locks are taken on the
 // masters (they belong to the description); POSIX record locks are taken by the process
 // itself (RestorePosixLocks).
 

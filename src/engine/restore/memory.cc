@@ -21,6 +21,7 @@
 #include "common/unique_fd.h"
 #include "engine/image/format.h"
 #include "engine/proc/maps.h"
+#include "engine/proc/pidfd.h"
 
 namespace cairn::restore {
 namespace {
@@ -94,10 +95,8 @@ absl::StatusOr<UniqueFd> OpenFillUffd(inject::Injector& inj, inject::RemoteScrat
     auto rc = inj.Call("ioctl(UFFDIO_REGISTER)", SYS_ioctl, static_cast<uint64_t>(rfd), UFFDIO_REGISTER, *addr);
     if (!rc.ok()) return fail(rc.status());
   }
-  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, inj.tid(), 0)));
-  if (!pidfd.valid()) return fail(ErrnoStatus(absl::StrCat("pidfd_open ", inj.tid())));
-  UniqueFd local(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), rfd, 0)));
-  if (!local.valid()) return fail(ErrnoStatus(absl::StrCat("pidfd_getfd ", inj.tid())));
+  auto local = proc::CopyFd(inj.tid(), rfd);
+  if (!local.ok()) return fail(local.status());
   return local;
 }
 

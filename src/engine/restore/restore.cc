@@ -29,6 +29,7 @@
 #include "engine/proc/stat.h"
 #include "common/unique_fd.h"
 #include "engine/restore/files.h"
+#include "engine/restore/sockets.h"
 #include "engine/restore/ids.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
@@ -250,6 +251,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
+  RETURN_IF_ERROR(ListenSockets(inj, proc));
   RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
   RETURN_IF_ERROR(RestorePosixLocks(inj, scratch, proc));
   std::map<pid_t, inject::Injector> injectors;

@@ -1,11 +1,17 @@
-// Capturing kernel-object descriptors (eventfd, timerfd, signalfd, epoll) of live child
-// processes, and refusing epoll registrations that restore could not make again.
+// Capturing kernel-object descriptors (eventfd, timerfd, signalfd, epoll) and sockets of
+// live child processes, and refusing what restore could not make again: epoll
+// registrations by another process or number, established TCP connections (without
+// --tcp-close), listeners with connections waiting, netlink sockets.
 
 #include "engine/dump/files.h"
 
 #include <fcntl.h>
 #include <signal.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -14,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -90,7 +98,7 @@ TEST(CaptureFdsTest, KernelObjectsAreRecorded) {
   });
   ASSERT_GT(child.pid(), 0);
   image::Process proc;
-  absl::Status st = CaptureFds({child.pid()}, nullptr, {&proc});
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 5);
 
@@ -135,7 +143,7 @@ TEST(CaptureFdsTest, KernelObjectsAreRecorded) {
   EXPECT_EQ(dup.dup_of(), 3);
   EXPECT_EQ(dup.epoll_size(), 0) << "a dup's registrations belong to the instance, recorded once";
 
-  EXPECT_TRUE(CheckFdsSupported({child.pid()}).ok());
+  EXPECT_TRUE(CheckFdsSupported({child.pid()}, {}).ok());
 }
 
 TEST(CaptureFdsTest, ExpiredPeriodicTimerfdCountsMissedExpirations) {
@@ -149,7 +157,7 @@ TEST(CaptureFdsTest, ExpiredPeriodicTimerfdCountsMissedExpirations) {
   });
   ASSERT_GT(child.pid(), 0);
   image::Process proc;
-  absl::Status st = CaptureFds({child.pid()}, nullptr, {&proc});
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 1);
   const image::TimerfdState& t = proc.fds(0).timerfd();
@@ -168,7 +176,7 @@ TEST(CheckFdsSupportedTest, EpollWatchingAClosedDescriptorIsRefused) {
     ::close(0);
   });
   ASSERT_GT(child.pid(), 0);
-  absl::Status st = CheckFdsSupported({child.pid()});
+  absl::Status st = CheckFdsSupported({child.pid()}, {});
   ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 1 is an epoll instance")));
   EXPECT_THAT(st.message(), HasSubstr("registered as fd 0"));
@@ -184,7 +192,7 @@ TEST(CheckFdsSupportedTest, EpollWatchingAReusedDescriptorNumberIsRefused) {
     ::eventfd(0, 0);                    // 0 again, another file
   });
   ASSERT_GT(child.pid(), 0);
-  absl::Status st = CheckFdsSupported({child.pid()});
+  absl::Status st = CheckFdsSupported({child.pid()}, {});
   ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_THAT(st.message(), HasSubstr("no longer holds at that number"));
 }
@@ -207,9 +215,154 @@ TEST(CheckFdsSupportedTest, EpollWatchingAnotherProcessDescriptorIsRefused) {
   ASSERT_GT(child.pid(), 0);
   ASSERT_EQ(child.reported.size(), 1u);
   pid_t b = child.reported[0];
-  absl::Status st = CheckFdsSupported({child.pid(), b});
+  absl::Status st = CheckFdsSupported({child.pid(), b}, {});
   ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 0 is an epoll instance watching fd 1 of pid ", b)));
+}
+
+// ---- sockets
+
+int Loopback4(int type, sockaddr_in* a) {
+  int s = ::socket(AF_INET, type, 0);
+  *a = sockaddr_in{};
+  a->sin_family = AF_INET;
+  a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof *a;
+  if (::bind(s, reinterpret_cast<sockaddr*>(a), len) != 0) ::_exit(4);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(a), &len);
+  return s;
+}
+
+bool HasOption(const image::SocketState& s, int level, int name) {
+  for (const auto& o : s.options()) {
+    if (o.level() == level && o.name() == name) return true;
+  }
+  return false;
+}
+
+TEST(CaptureFdsTest, ListeningTcpSocketKeepsAddressBacklogAndOptions) {
+  Child child([] {
+    int s = ::socket(AF_INET, SOCK_STREAM, 0);  // 0
+    int one = 1;
+    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 7) != 0) ::_exit(4);
+  });
+  ASSERT_GT(child.pid(), 0);
+  image::Process proc;
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(proc.fds_size(), 1);
+  const image::Fd& f = proc.fds(0);
+  EXPECT_EQ(f.kind(), image::Fd::INET_SOCKET);
+  const image::SocketState& s = f.socket();
+  EXPECT_EQ(s.family(), AF_INET);
+  EXPECT_TRUE(s.listening());
+  EXPECT_EQ(s.backlog(), 7);
+  ASSERT_EQ(s.bound().size(), sizeof(sockaddr_in));
+  sockaddr_in a;
+  std::memcpy(&a, s.bound().data(), sizeof a);
+  EXPECT_EQ(ntohl(a.sin_addr.s_addr), INADDR_LOOPBACK);
+  EXPECT_NE(a.sin_port, 0);
+  EXPECT_TRUE(HasOption(s, SOL_SOCKET, SO_REUSEADDR));
+  EXPECT_TRUE(HasOption(s, IPPROTO_TCP, TCP_NODELAY));
+  EXPECT_FALSE(HasOption(s, SOL_SOCKET, SO_KEEPALIVE)) << "an option left at its default is not recorded";
+}
+
+TEST(CaptureFdsTest, ConnectedUdpSocketKeepsItsPeer) {
+  Child child([] {
+    sockaddr_in a, b;
+    Loopback4(SOCK_DGRAM, &a);      // 0
+    int s = Loopback4(SOCK_DGRAM, &b);  // 1
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ::_exit(4);
+  });
+  ASSERT_GT(child.pid(), 0);
+  image::Process proc;
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(proc.fds_size(), 2);
+  EXPECT_TRUE(proc.fds(0).socket().peer().empty());
+  ASSERT_EQ(proc.fds(1).socket().peer().size(), sizeof(sockaddr_in));
+  sockaddr_in peer, first;
+  std::memcpy(&peer, proc.fds(1).socket().peer().data(), sizeof peer);
+  std::memcpy(&first, proc.fds(0).socket().bound().data(), sizeof first);
+  EXPECT_EQ(peer.sin_port, first.sin_port);
+}
+
+TEST(CaptureFdsTest, EstablishedTcpConnectionIsRefusedOrResetWithTcpClose) {
+  Child child([] {
+    sockaddr_in a;
+    int l = Loopback4(SOCK_STREAM, &a);  // 0
+    ::listen(l, 1);
+    int c = ::socket(AF_INET, SOCK_STREAM, 0);  // 1
+    if (::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ::_exit(4);
+    ::accept(l, nullptr, nullptr);  // 2
+  });
+  ASSERT_GT(child.pid(), 0);
+  absl::Status st = CheckFdsSupported({child.pid()}, {});
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 1 is an established TCP connection 127.0.0.1:")));
+  EXPECT_THAT(st.message(), HasSubstr("--tcp-close"));
+
+  image::Process proc;
+  st = CaptureFds({child.pid()}, FdOptions{.tcp_close = true}, nullptr, {&proc});
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(proc.fds_size(), 3);
+  EXPECT_TRUE(proc.fds(0).socket().listening());
+  EXPECT_TRUE(proc.fds(1).socket().reset());
+  EXPECT_TRUE(proc.fds(2).socket().reset());
+  EXPECT_THAT(proc.fds(1).socket().reset_from(), HasSubstr(" -> 127.0.0.1:"));
+}
+
+TEST(CaptureFdsTest, ListenerWithConnectionsWaitingIsRefused) {
+  Child child([] {
+    sockaddr_in a;
+    int l = Loopback4(SOCK_STREAM, &a);  // 0
+    ::listen(l, 4);
+    int c = ::socket(AF_INET, SOCK_STREAM, 0);  // 1
+    if (::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) ::_exit(4);
+    ::close(c);  // the connection still waits in the accept queue
+  });
+  ASSERT_GT(child.pid(), 0);
+  absl::Status st = CheckFdsSupported({child.pid()}, {});
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr("with 1 connection waiting to be accepted"));
+}
+
+TEST(CaptureFdsTest, NetlinkSocketIsRefused) {
+  Child child([] { ::socket(AF_NETLINK, SOCK_RAW, 0); });
+  ASSERT_GT(child.pid(), 0);
+  absl::Status st = CheckFdsSupported({child.pid()}, {});
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 0 is a netlink socket (socket:[")));
+}
+
+TEST(CaptureFdsTest, NamedUnixListenerKeepsItsNameAndFile) {
+  std::string path = absl::StrCat(::testing::TempDir(), "/cairn-unit-", ::getpid(), ".sock");
+  ::unlink(path.c_str());
+  Child child([path] {
+    int s = ::socket(AF_UNIX, SOCK_STREAM, 0);  // 0
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(s, 3) != 0) ::_exit(4);
+  });
+  ASSERT_GT(child.pid(), 0);
+  image::Process proc;
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  ::unlink(path.c_str());
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(proc.fds_size(), 1);
+  const image::Fd& f = proc.fds(0);
+  EXPECT_EQ(f.kind(), image::Fd::UNIX_SOCKET);
+  ASSERT_TRUE(f.has_socket());
+  EXPECT_TRUE(f.socket().listening());
+  EXPECT_EQ(f.socket().backlog(), 3);
+  EXPECT_NE(f.socket().bound_ino(), 0u);
+  EXPECT_THAT(f.socket().bound(), HasSubstr(path));
 }
 
 }  // namespace

@@ -1,0 +1,335 @@
+#include "engine/dump/sockets.h"
+
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/sockaddr.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/proc/pidfd.h"
+
+namespace cairn::dump {
+namespace {
+
+constexpr int kTcpEstablished = 1;  // TCP_ESTABLISHED, as sock_diag reports unix socket states
+constexpr int kTcpListen = 10;      // TCP_LISTEN
+
+absl::Status Refuse(pid_t pid, const proc::FdInfo& info, absl::string_view what, absl::string_view advice) {
+  return absl::UnimplementedError(
+      absl::StrFormat("pid %d fd %d is %s (%s); %s", pid, info.fd, what, info.target, advice));
+}
+
+constexpr absl::string_view kUnixAdvice =
+    "checkpoints support unix sockets connected in pairs inside the checkpoint, bound or listening sockets, "
+    "and datagram sockets connected to a named socket of the checkpoint — close it before checkpointing";
+
+std::string UnixSockaddr(absl::string_view name) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::string out(reinterpret_cast<const char*>(&a), offsetof(sockaddr_un, sun_path));
+  out.append(name.data(), name.size());
+  return out;
+}
+
+absl::StatusOr<int> IntOption(int fd, int level, int name, absl::string_view what) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  if (::getsockopt(fd, level, name, &v, &len) != 0) return ErrnoStatus(absl::StrCat("getsockopt ", what));
+  return v;
+}
+
+absl::StatusOr<std::string> Sockname(int fd, bool peer) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (rc != 0) {
+    if (peer && errno == ENOTCONN) return std::string();
+    return ErrnoStatus(peer ? "getpeername" : "getsockname");
+  }
+  return std::string(reinterpret_cast<const char*>(&a), len);
+}
+
+// Whether an inet address names a port (bound) rather than the unbound any-address.
+bool BoundInet(const std::string& a) {
+  if (a.size() >= sizeof(sockaddr_in6) && reinterpret_cast<const sockaddr*>(a.data())->sa_family == AF_INET6) {
+    sockaddr_in6 s;
+    std::memcpy(&s, a.data(), sizeof s);
+    return s.sin6_port != 0;
+  }
+  if (a.size() >= sizeof(sockaddr_in)) {
+    sockaddr_in s;
+    std::memcpy(&s, a.data(), sizeof s);
+    return s.sin_port != 0;
+  }
+  return false;
+}
+
+const char* FamilyName(int family) {
+  switch (family) {
+    case AF_NETLINK: return "a netlink socket";
+    case AF_PACKET: return "a packet socket";
+    case AF_VSOCK: return "a vsock socket";
+    case AF_BLUETOOTH: return "a bluetooth socket";
+    case AF_ALG: return "a crypto (AF_ALG) socket";
+    default: return "a network socket of a family checkpoints do not support";
+  }
+}
+
+struct OptionSpec {
+  int level;
+  int name;
+  const char* text;
+  bool tcp_only;
+};
+
+// The options a program sets on a socket that restore sets again. Only those whose value
+// differs from a fresh socket's are recorded, so a system default (a sysctl) is not frozen
+// into the checkpoint.
+constexpr OptionSpec kOptions[] = {
+    {SOL_SOCKET, SO_REUSEADDR, "SO_REUSEADDR", false},
+    {SOL_SOCKET, SO_REUSEPORT, "SO_REUSEPORT", false},
+    {SOL_SOCKET, SO_KEEPALIVE, "SO_KEEPALIVE", false},
+    {SOL_SOCKET, SO_BROADCAST, "SO_BROADCAST", false},
+    {SOL_SOCKET, SO_LINGER, "SO_LINGER", false},
+    {SOL_SOCKET, SO_OOBINLINE, "SO_OOBINLINE", false},
+    {SOL_SOCKET, SO_PRIORITY, "SO_PRIORITY", false},
+    {SOL_SOCKET, SO_RCVLOWAT, "SO_RCVLOWAT", false},
+    {SOL_SOCKET, SO_MARK, "SO_MARK", false},
+    {IPPROTO_TCP, TCP_NODELAY, "TCP_NODELAY", true},
+    {IPPROTO_TCP, TCP_KEEPIDLE, "TCP_KEEPIDLE", true},
+    {IPPROTO_TCP, TCP_KEEPINTVL, "TCP_KEEPINTVL", true},
+    {IPPROTO_TCP, TCP_KEEPCNT, "TCP_KEEPCNT", true},
+    {IPPROTO_TCP, TCP_DEFER_ACCEPT, "TCP_DEFER_ACCEPT", true},
+    {IPPROTO_TCP, TCP_USER_TIMEOUT, "TCP_USER_TIMEOUT", true},
+    {IPPROTO_TCP, TCP_FASTOPEN, "TCP_FASTOPEN", true},
+    {IPPROTO_IP, IP_TOS, "IP_TOS", false},
+    {IPPROTO_IP, IP_FREEBIND, "IP_FREEBIND", false},
+};
+
+absl::Status CaptureOptions(int theirs, int family, int type, int protocol, image::SocketState* s) {
+  UniqueFd fresh(::socket(family, type | SOCK_CLOEXEC, protocol));
+  if (!fresh.valid()) return ErrnoStatus("socket (a fresh one, to compare options with)");
+  auto record = [&](int level, int name, const char* text) -> absl::Status {
+    char a[64] = {}, b[64] = {};
+    socklen_t alen = sizeof a, blen = sizeof b;
+    if (::getsockopt(theirs, level, name, a, &alen) != 0) {
+      if (errno == ENOPROTOOPT || errno == EOPNOTSUPP) return absl::OkStatus();
+      return ErrnoStatus(absl::StrCat("getsockopt ", text));
+    }
+    if (::getsockopt(fresh.get(), level, name, b, &blen) == 0 && alen == blen && std::memcmp(a, b, alen) == 0) {
+      return absl::OkStatus();
+    }
+    image::SocketOption* o = s->add_options();
+    o->set_level(level);
+    o->set_name(name);
+    o->set_value(std::string(a, alen));
+    return absl::OkStatus();
+  };
+  // IPV6_V6ONLY first: it must be set before the socket is bound.
+  if (family == AF_INET6) RETURN_IF_ERROR(record(IPPROTO_IPV6, IPV6_V6ONLY, "IPV6_V6ONLY"));
+  for (const OptionSpec& o : kOptions) {
+    if (o.tcp_only && protocol != IPPROTO_TCP) continue;
+    int level = o.level == IPPROTO_IP && family == AF_INET6 ? IPPROTO_IPV6 : o.level;
+    int name = level == IPPROTO_IPV6 && o.name == IP_TOS ? IPV6_TCLASS : o.name;
+    if (level == IPPROTO_IPV6 && o.name == IP_FREEBIND) continue;  // IPV6_FREEBIND: not in older headers
+    RETURN_IF_ERROR(record(level, name, o.text));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, bool tcp_close) {
+  TreeSockets t;
+  t.tcp_close_ = tcp_close;
+  if (!inodes.empty()) {
+    ASSIGN_OR_RETURN(t.unix_, proc::ReadUnixSockets());
+  }
+  t.inodes_ = std::move(inodes);
+  return t;
+}
+
+absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer,
+                                  image::Fd* fd) const {
+  uint64_t ino = 0;
+  if (info.target.size() < 10 ||
+      !absl::SimpleAtoi(absl::string_view(info.target).substr(8, info.target.size() - 9), &ino)) {
+    return absl::DataLossError(absl::StrFormat("pid %d fd %d: malformed socket link '%s'", pid, info.fd, info.target));
+  }
+  fd->set_sock_ino(ino);
+  auto it = unix_.find(ino);
+  if (it != unix_.end()) return CaptureUnix(pid, info, it->second, writer, fd);
+  return CaptureInet(pid, info, fd);
+}
+
+absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
+                                      image::ImageWriter* writer, image::Fd* fd) const {
+  fd->set_kind(image::Fd::UNIX_SOCKET);
+  fd->set_sock_type(us.type);
+  if (us.shutdown != 0) return Refuse(pid, info, "a unix socket that was shut down", kUnixAdvice);
+  auto peer = us.peer != 0 ? unix_.find(us.peer) : unix_.end();
+  bool pair = peer != unix_.end() && peer->second.peer == us.ino;
+  if (pair || (us.type != SOCK_DGRAM && us.peer != 0)) {
+    if (!inodes_.count(us.peer)) {
+      return Refuse(pid, info,
+                    "a unix socket connected to a socket no process of the checkpoint holds (a process outside it, "
+                    "or a connection not accepted yet)",
+                    kUnixAdvice);
+    }
+    if (us.type != SOCK_STREAM && us.rqueue != 0) {
+      return Refuse(pid, info, "a datagram or seqpacket unix socket with messages waiting to be read", kUnixAdvice);
+    }
+    fd->set_peer_ino(us.peer);
+    if (writer != nullptr && us.rqueue > 0) {
+      // The bytes waiting to be read here, peeked without consuming them.
+      ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+      std::string data(us.rqueue, '\0');
+      ssize_t n = ::recv(copy.get(), data.data(), data.size(), MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0) return ErrnoStatus(absl::StrFormat("peek the queue of pid %d fd %d", pid, info.fd));
+      data.resize(static_cast<size_t>(n));
+      ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
+      fd->set_content_offset(blob.offset);
+      fd->set_content_size(blob.size);
+      fd->set_content_xxh3(blob.xxh3);
+    }
+    return absl::OkStatus();
+  }
+  // A socket rebuilt on its own.
+  image::SocketState* s = fd->mutable_socket();
+  s->set_family(AF_UNIX);
+  s->set_type(us.type);
+  if (us.state == kTcpListen) {
+    if (us.rqueue != 0) {
+      return Refuse(pid, info,
+                    absl::StrFormat("a listening unix socket with %u connection%s waiting to be accepted", us.rqueue,
+                                    us.rqueue == 1 ? "" : "s"),
+                    "accept or refuse them before checkpointing");
+    }
+    s->set_listening(true);
+    s->set_backlog(static_cast<int32_t>(us.wqueue));
+  } else if (us.rqueue != 0) {
+    return Refuse(pid, info, "a datagram unix socket with messages waiting to be read", kUnixAdvice);
+  }
+  if (us.peer != 0) {
+    // A datagram socket connected (one way) to a named socket.
+    if (peer == unix_.end() || !inodes_.count(us.peer) || peer->second.name.empty()) {
+      return Refuse(pid, info, "a datagram unix socket connected to a socket outside the checkpoint", kUnixAdvice);
+    }
+    const std::string& name = peer->second.name;
+    if (name[0] != '\0' && name[0] != '/') {
+      return Refuse(pid, info,
+                    absl::StrFormat("a datagram unix socket connected to '%s', a name relative to another process's "
+                                    "directory",
+                                    name),
+                    "bind the server socket to an absolute path");
+    }
+    s->set_peer(UnixSockaddr(name));
+  }
+  if (us.name.empty()) return absl::OkStatus();
+  if (us.name[0] == '\0') {  // abstract: no file to account for
+    s->set_bound(UnixSockaddr(us.name));
+    return absl::OkStatus();
+  }
+  std::string path = us.name;
+  if (path[0] != '/') {
+    // bind(2) resolved it against the cwd of the process that bound it; that is most
+    // likely this process's cwd. The socket file's inode below confirms it.
+    char cwd[4096];
+    std::string link = absl::StrCat("/proc/", pid, "/cwd");
+    ssize_t n = ::readlink(link.c_str(), cwd, sizeof cwd - 1);
+    if (n <= 0) return ErrnoStatus("readlink " + link);
+    path = absl::StrCat(absl::string_view(cwd, static_cast<size_t>(n)), "/", path);
+  }
+  // The file as the process sees it (its mount namespace).
+  std::string seen = absl::StrCat("/proc/", pid, "/root", path);
+  struct stat st {};
+  if (::lstat(seen.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != us.vfs_ino) {
+    return Refuse(pid, info,
+                  absl::StrFormat("a unix socket bound to %s, whose socket file was removed or replaced since", path),
+                  "restore could not give the name back; keep the socket file in place while the socket is open");
+  }
+  s->set_bound(UnixSockaddr(path));
+  s->set_bound_ino(us.vfs_ino);
+  s->set_bound_mode(st.st_mode & 07777);
+  s->set_bound_uid(st.st_uid);
+  s->set_bound_gid(st.st_gid);
+  return absl::OkStatus();
+}
+
+absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const {
+  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+  int c = copy.get();
+  ASSIGN_OR_RETURN(int family, IntOption(c, SOL_SOCKET, SO_DOMAIN, "SO_DOMAIN"));
+  ASSIGN_OR_RETURN(int type, IntOption(c, SOL_SOCKET, SO_TYPE, "SO_TYPE"));
+  ASSIGN_OR_RETURN(int protocol, IntOption(c, SOL_SOCKET, SO_PROTOCOL, "SO_PROTOCOL"));
+  constexpr absl::string_view kAdvice =
+      "checkpoints support TCP and UDP sockets (listening, bound, or connected UDP) and unix sockets — close it "
+      "before checkpointing";
+  if (family != AF_INET && family != AF_INET6) return Refuse(pid, info, FamilyName(family), kAdvice);
+  bool tcp = type == SOCK_STREAM && protocol == IPPROTO_TCP;
+  bool udp = type == SOCK_DGRAM && protocol == IPPROTO_UDP;
+  if (!tcp && !udp) return Refuse(pid, info, "a raw or non-TCP/UDP internet socket", kAdvice);
+  fd->set_kind(image::Fd::INET_SOCKET);
+  image::SocketState* s = fd->mutable_socket();
+  s->set_family(family);
+  s->set_type(type);
+  s->set_protocol(protocol);
+  ASSIGN_OR_RETURN(std::string local, Sockname(c, false));
+  ASSIGN_OR_RETURN(std::string remote, Sockname(c, true));
+  if (tcp) {
+    tcp_info ti{};
+    socklen_t len = sizeof ti;
+    if (::getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return ErrnoStatus("getsockopt TCP_INFO");
+    if (ti.tcpi_state == kTcpListen) {
+      // For a listener the kernel reports the accept queue's length and limit here.
+      if (ti.tcpi_unacked != 0) {
+        if (!tcp_close_) {
+          return Refuse(pid, info,
+                        absl::StrFormat("a TCP socket listening on %s with %u connection%s waiting to be accepted",
+                                        FormatSockaddr(local), ti.tcpi_unacked, ti.tcpi_unacked == 1 ? "" : "s"),
+                        "accept them first, or pass --tcp-close to drop them (their clients see a reset)");
+        }
+        CAIRN_LOG_WARN("event=tcp_pending_dropped pid={} fd={} listen={} connections={}", pid, info.fd,
+                       FormatSockaddr(local), ti.tcpi_unacked);
+      }
+      s->set_listening(true);
+      s->set_backlog(static_cast<int32_t>(ti.tcpi_sacked));
+    } else if (ti.tcpi_state != TCP_CLOSE) {
+      std::string conn = absl::StrCat(FormatSockaddr(local), " -> ", FormatSockaddr(remote));
+      if (!tcp_close_) {
+        return Refuse(pid, info, absl::StrCat("an established TCP connection ", conn),
+                      "live TCP connections cannot be checkpointed yet; pass --tcp-close to restore it as a "
+                      "connection reset by its peer (the program sees ECONNRESET and can reconnect), or close it");
+      }
+      s->set_reset(true);
+      s->set_reset_from(conn);
+      return absl::OkStatus();
+    }
+  } else {
+    int queued = 0;
+    if (::ioctl(c, SIOCINQ, &queued) == 0 && queued > 0) {
+      CAIRN_LOG_WARN("event=udp_queue_dropped pid={} fd={} bound={} reason=\"datagrams waiting to be read are not "
+                     "saved; UDP may lose them\"",
+                     pid, info.fd, FormatSockaddr(local));
+    }
+    s->set_peer(remote);
+  }
+  if (BoundInet(local)) s->set_bound(local);
+  return CaptureOptions(c, family, type, protocol, s);
+}
+
+}  // namespace cairn::dump

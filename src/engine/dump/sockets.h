@@ -1,0 +1,55 @@
+#pragma once
+// Capturing sockets.
+//
+// Unix sockets (found through sock_diag):
+// - a connected pair whose both ends are in the checkpoint: type, both inodes, and the
+//   bytes queued for reading on a stream socket (peeked);
+// - a socket on its own: bound to a name (in the file system, relative names resolved
+//   against the process's cwd, or abstract), listening (with its backlog; no connection
+//   may be waiting to be accepted), a datagram socket connected to a named socket of the
+//   checkpoint, or one created and not used yet.
+// TCP and UDP over IPv4 and IPv6 (read from a copy of the descriptor): bound address,
+// listening state and backlog, the peer of a connected UDP socket, and the options a
+// server sets (SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, TCP_NODELAY, IPV6_V6ONLY...).
+// An established TCP connection, or a listening socket with connections waiting to be
+// accepted, is refused naming the connection, unless `tcp_close` is set: then it is
+// recorded to come back as a connection the peer reset.
+// Everything else (netlink, packet, raw sockets, unix sockets connected to a process
+// outside the checkpoint, shut-down sockets, datagrams waiting on a unix socket) is
+// refused with the reason.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/image/image.h"
+#include "engine/proc/fds.h"
+#include "engine/proc/unix_sockets.h"
+#include "image.pb.h"
+
+namespace cairn::dump {
+
+class TreeSockets {
+ public:
+  // `inodes`: the socket inodes every descriptor of the checkpointed processes refers to.
+  static absl::StatusOr<TreeSockets> Load(std::set<uint64_t> inodes, bool tcp_close);
+
+  // Fills `fd` (number, flags and cloexec already set) for `pid`'s socket descriptor
+  // `info`. With a null `writer` only checks that it can be saved.
+  absl::Status Capture(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer, image::Fd* fd) const;
+
+ private:
+  absl::Status CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
+                           image::ImageWriter* writer, image::Fd* fd) const;
+  absl::Status CaptureInet(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const;
+
+  std::set<uint64_t> inodes_;
+  std::map<uint64_t, proc::UnixSocket> unix_;
+  bool tcp_close_ = false;
+};
+
+}  // namespace cairn::dump

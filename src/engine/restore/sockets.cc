@@ -1,0 +1,227 @@
+#include "engine/restore/sockets.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/sockaddr.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn::restore {
+namespace {
+
+std::string Where(const image::Fd& fd, pid_t pid) { return absl::StrFormat("fd %d of pid %d", fd.fd(), pid); }
+
+absl::Status Park(UniqueFd f, const image::Fd& fd, pid_t pid, Masters* m) {
+  int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, m->base);
+  if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) above %d for %s", m->base, Where(fd, pid)));
+  m->owned.emplace_back(n);
+  m->fds[{pid, fd.fd()}] = n;
+  return absl::OkStatus();
+}
+
+// A TCP connection whose peer has reset it: connected over loopback to a listener of our
+// own, whose accepted end is closed with a zero linger (which sends RST). The socket
+// keeps the error for the program's next call.
+absl::StatusOr<UniqueFd> ResetConnection(int family, const image::Fd& fd, pid_t pid) {
+  auto fail = [&](absl::string_view what) {
+    return ErrnoStatus(absl::StrFormat("%s (making the reset connection for %s, was %s)", what, Where(fd, pid),
+                                       fd.socket().reset_from()));
+  };
+  UniqueFd listener(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listener.valid()) return fail("socket");
+  sockaddr_storage a{};
+  socklen_t len = 0;
+  if (family == AF_INET6) {
+    auto* s6 = reinterpret_cast<sockaddr_in6*>(&a);
+    s6->sin6_family = AF_INET6;
+    s6->sin6_addr = in6addr_loopback;
+    len = sizeof *s6;
+  } else {
+    auto* s4 = reinterpret_cast<sockaddr_in*>(&a);
+    s4->sin_family = AF_INET;
+    s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof *s4;
+  }
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) return fail("bind to loopback");
+  if (::listen(listener.get(), 1) != 0) return fail("listen");
+  if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) return fail("getsockname");
+  UniqueFd conn(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!conn.valid()) return fail("socket");
+  if (::connect(conn.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) return fail("connect over loopback");
+  UniqueFd accepted(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!accepted.valid()) return fail("accept");
+  linger lg{1, 0};
+  if (::setsockopt(accepted.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0) return fail("SO_LINGER");
+  accepted.Reset();
+  pollfd p{conn.get(), POLLIN, 0};
+  if (::poll(&p, 1, 2000) != 1 || (p.revents & (POLLERR | POLLHUP)) == 0) {
+    return absl::InternalError(absl::StrFormat("the reset connection for %s did not see its reset", Where(fd, pid)));
+  }
+  return conn;
+}
+
+// Frees a unix socket name in the file system that a stale socket file still holds: a
+// socket file nobody listens on (connect is refused). Anything else at that path is left
+// alone and the restore fails.
+absl::Status FreeUnixName(const std::string& path, int type, const image::Fd& fd, pid_t pid) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus("lstat " + path);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s, the name of the unix socket at %s, is taken by a file that is not a socket; move it away and restore "
+        "again",
+        path, Where(fd, pid)));
+  }
+  UniqueFd probe(::socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!probe.valid()) return ErrnoStatus("socket (to probe " + path + ")");
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (::connect(probe.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 || errno != ECONNREFUSED) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s, the name of the unix socket at %s, is in use by a running process (the original, if it was "
+        "checkpointed with --leave-running?); stop it, or restore where that name is free",
+        path, Where(fd, pid)));
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink the stale socket file " + path);
+  return absl::OkStatus();
+}
+
+// A socket rebuilt on its own: options, then bind. listen and connect come later.
+absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid) {
+  const image::SocketState& s = fd.socket();
+  if (s.reset()) return ResetConnection(s.family(), fd, pid);
+  UniqueFd sock(::socket(s.family(), s.type() | SOCK_CLOEXEC, s.protocol()));
+  if (!sock.valid()) {
+    return ErrnoStatus(absl::StrFormat("socket(%d, %d, %d) for %s", s.family(), s.type(), s.protocol(), Where(fd, pid)));
+  }
+  for (const image::SocketOption& o : s.options()) {
+    if (::setsockopt(sock.get(), o.level(), o.name(), o.value().data(), static_cast<socklen_t>(o.value().size())) !=
+        0) {
+      return ErrnoStatus(absl::StrFormat("setsockopt(level %d, option %d) on %s", o.level(), o.name(), Where(fd, pid)));
+    }
+  }
+  if (!s.bound().empty()) {
+    const std::string& b = s.bound();
+    bool file_name = s.family() == AF_UNIX && b.size() > offsetof(sockaddr_un, sun_path) &&
+                     b[offsetof(sockaddr_un, sun_path)] != '\0';
+    std::string path = file_name ? FormatSockaddr(b) : "";
+    if (file_name) RETURN_IF_ERROR(FreeUnixName(path, s.type(), fd, pid));
+    if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(b.data()), static_cast<socklen_t>(b.size())) != 0) {
+      if (errno == EADDRINUSE) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "bind %s for %s: the address is in use on this machine (by the original process, if it was "
+            "checkpointed with --leave-running?); free it, or restore on another machine",
+            FormatSockaddr(b), Where(fd, pid)));
+      }
+      return ErrnoStatus(absl::StrFormat("bind %s for %s", FormatSockaddr(b), Where(fd, pid)));
+    }
+    if (file_name && (::lchown(path.c_str(), s.bound_uid(), s.bound_gid()) != 0 ||
+                      ::chmod(path.c_str(), s.bound_mode()) != 0)) {
+      return ErrnoStatus("give the socket file " + path + " its owner and permissions back");
+    }
+  }
+  if (::fcntl(sock.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, pid));
+  return sock;
+}
+
+// Both ends of a unix socket pair, parked as masters for the sockets `fd` and its peer.
+absl::Status CreatePair(const image::Fd& fd, pid_t pid, Masters* m, std::map<uint64_t, int>* pairs) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, fd.sock_type() | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoStatus("socketpair for " + Where(fd, pid));
+  }
+  UniqueFd a(sv[0]), b(sv[1]);
+  int an = ::fcntl(a.get(), F_DUPFD_CLOEXEC, m->base);
+  int bn = ::fcntl(b.get(), F_DUPFD_CLOEXEC, m->base);
+  if (an < 0 || bn < 0) return ErrnoStatus("fcntl(F_DUPFD) for a socket pair");
+  m->owned.emplace_back(an);
+  m->owned.emplace_back(bn);
+  (*pairs)[fd.sock_ino()] = an;
+  (*pairs)[fd.peer_ino()] = bn;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsSocket(const image::Fd& fd) {
+  return !fd.is_dup() && (fd.kind() == image::Fd::UNIX_SOCKET || fd.kind() == image::Fd::INET_SOCKET);
+}
+
+absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
+                               Masters* m) {
+  std::map<uint64_t, int> pairs;  // socket inode -> master of the recreated pair end
+  std::vector<std::pair<const image::Fd*, pid_t>> queues, connects;
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (!IsSocket(fd)) continue;
+      if (fd.has_socket()) {
+        ASSIGN_OR_RETURN(UniqueFd sock, CreateSocket(fd, p->pid()));
+        RETURN_IF_ERROR(Park(std::move(sock), fd, p->pid(), m));
+        if (!fd.socket().peer().empty() && !fd.socket().reset()) connects.emplace_back(&fd, p->pid());
+        continue;
+      }
+      if (!pairs.count(fd.sock_ino())) RETURN_IF_ERROR(CreatePair(fd, p->pid(), m, &pairs));
+      int master = pairs.at(fd.sock_ino());
+      if (::fcntl(master, F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, p->pid()));
+      m->fds[{p->pid(), fd.fd()}] = master;
+      if (fd.content_size() > 0) queues.emplace_back(&fd, p->pid());
+    }
+  }
+  // Datagram sockets connect to their peers once every name is bound.
+  for (const auto& [fd, pid] : connects) {
+    const std::string& peer = fd->socket().peer();
+    int master = m->fds.at({pid, fd->fd()});
+    if (::connect(master, reinterpret_cast<const sockaddr*>(peer.data()), static_cast<socklen_t>(peer.size())) != 0) {
+      return ErrnoStatus(absl::StrFormat("connect %s to %s", Where(*fd, pid), FormatSockaddr(peer)));
+    }
+  }
+  for (const auto& [fd, pid] : queues) {
+    auto peer = pairs.find(fd->peer_ino());
+    if (peer == pairs.end()) {
+      return absl::DataLossError(absl::StrFormat("%s: its socket's peer is not in the checkpoint (corrupt image)",
+                                                 Where(*fd, pid)));
+    }
+    ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
+    size_t done = 0;
+    while (done < content.size()) {
+      ssize_t n = ::send(peer->second, content.data() + done, content.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(absl::StrFormat("queue %d bytes again on the socket of %s", content.size(), Where(*fd, pid)));
+      }
+      done += static_cast<size_t>(n);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ListenSockets(inject::Injector& inj, const image::Process& proc) {
+  for (const image::Fd& fd : proc.fds()) {
+    if (!IsSocket(fd) || !fd.has_socket() || !fd.socket().listening()) continue;
+    RETURN_IF_ERROR(inj.Call(absl::StrFormat("listen(fd %d, backlog %d) on %s", fd.fd(), fd.socket().backlog(),
+                                             fd.socket().bound().empty() ? "an unbound socket"
+                                                                         : FormatSockaddr(fd.socket().bound())),
+                             SYS_listen, static_cast<uint64_t>(fd.fd()), static_cast<uint64_t>(fd.socket().backlog()))
+                        .status());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::restore
