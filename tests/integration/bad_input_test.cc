@@ -338,32 +338,54 @@ TEST_F(BadInput, RestoreWhilePidIsTaken) {
 
 // ---- dump --tree: trees holding what cairn cannot checkpoint yet
 
-// Root and child share a UDP socket (tests/workloads/wl_tree_inet.c). `dump --tree` must refuse
-// before it changes anything: a message naming the process and the socket, a non-zero exit, no
-// checkpoint, and every process of the tree running untraced, so that the socket still works
-// after go.
-TEST_F(BadInput, TreeDumpWithNetworkSocketIsRefusedAndTreeRunsOn) {
-  Workload w = MakeWorkload("tree/wl_tree_inet");
-  ASSERT_TRUE(StartReady(w));
-  pid_t child = std::stoi(ReadFile(w.workdir() + "/proc-C"));
-  Track(child, WorkloadPath(w.name()));
-  std::string dir = *temp_ / "ckpt";
-  CommandResult r = Cairn({"dump", "--pid", std::to_string(w.pid()), "--tree", "--dir", dir}, WithTimeout(60s));
-  EXPECT_TRUE(FailedWith(r, "network socket"));
-  EXPECT_TRUE(Matches(r.err, "pid (" + std::to_string(w.pid()) + "|" + std::to_string(child) + ")([^0-9]|$)"))
-      << "stderr should name the process holding the socket: " << r.err;
-  EXPECT_TRUE(Matches(r.err, "socket:\\[[0-9]+\\]")) << "stderr should name the socket: " << r.err;
-  EXPECT_TRUE(NoCheckpointLeft(dir));
-  EXPECT_FALSE(Exists(dir + ".partial")) << dir << ".partial left behind";
-  for (pid_t pid : {w.pid(), child}) {
-    auto state = ProcessState(pid);
-    EXPECT_TRUE(state && (*state == 'R' || *state == 'S')) << "pid " << pid << " is in state '" << state.value_or('-')
-                                                           << "' after a refused dump";
-    EXPECT_EQ(LineStartingWith(ReadFile("/proc/" + std::to_string(pid) + "/status"), "TracerPid:"), "TracerPid:\t0")
-        << "pid " << pid << " is still traced after a refused dump";
+// `dump --tree` of a tree holding what cairn refuses must stop before it changes anything: a
+// message naming the process and the object, a non-zero exit, no checkpoint, and every process
+// of the tree running untraced. The workloads check after go that what they hold still works.
+class RefusedTree : public BadInput {
+ protected:
+  // Starts tree workload `name` (root plus the child it announces as C), dumps it with
+  // `flags`, and checks the refusal; `object` must match the object the message names.
+  void ExpectRefused(const std::string& name, const std::string& why, const std::string& object,
+                     std::vector<std::string> flags = {}) {
+    Workload w = MakeWorkload("tree/" + name);
+    ASSERT_TRUE(StartReady(w));
+    pid_t child = std::stoi(ReadFile(w.workdir() + "/proc-C"));
+    Track(child, WorkloadPath(w.name()));
+    std::string dir = *temp_ / "ckpt";
+    std::vector<std::string> args = {"dump", "--pid", std::to_string(w.pid()), "--tree", "--dir", dir};
+    args.insert(args.end(), flags.begin(), flags.end());
+    CommandResult r = Cairn(args, WithTimeout(60s));
+    EXPECT_TRUE(FailedWith(r, why));
+    EXPECT_TRUE(Matches(r.err, "pid (" + std::to_string(w.pid()) + "|" + std::to_string(child) + ") fd [0-9]+ is"))
+        << "stderr should name the process holding it: " << r.err;
+    EXPECT_TRUE(Matches(r.err, object)) << "stderr should name the object: " << r.err;
+    EXPECT_TRUE(NoCheckpointLeft(dir));
+    EXPECT_FALSE(Exists(dir + ".partial")) << dir << ".partial left behind";
+    for (pid_t pid : {w.pid(), child}) {
+      auto state = ProcessState(pid);
+      EXPECT_TRUE(state && (*state == 'R' || *state == 'S')) << "pid " << pid << " is in state '"
+                                                             << state.value_or('-') << "' after a refused dump";
+      EXPECT_EQ(LineStartingWith(ReadFile("/proc/" + std::to_string(pid) + "/status"), "TracerPid:"), "TracerPid:\t0")
+          << "pid " << pid << " is still traced after a refused dump";
+    }
+    EXPECT_TRUE(TargetUnharmed(w));
+    EXPECT_TRUE(WaitGone(child, 10s).gone) << "the child did not finish";
+    output_ = w.Stdout();
   }
-  EXPECT_TRUE(TargetUnharmed(w));
-  EXPECT_TRUE(WaitGone(child, 10s).gone) << "the child did not finish";
+  std::string output_;
+};
+
+// Root and child share an io_uring instance (tests/workloads/wl_tree_io_uring.c).
+TEST_F(RefusedTree, IoUringIsRefusedAndTreeRunsOn) {
+  ExpectRefused("wl_tree_io_uring", "io_uring", "anon_inode:\\[io_uring\\]");
+}
+
+// Root and child hold both ends of a TCP connection (tests/workloads/wl_tree_tcp_close.c):
+// without --tcp-close the dump names the connection; the tree keeps it and finishes with it.
+TEST_F(RefusedTree, EstablishedTcpConnectionIsRefusedAndTreeRunsOn) {
+  ExpectRefused("wl_tree_tcp_close", "--tcp-close",
+                "established TCP connection 127\\.0\\.0\\.1:[0-9]+ -> 127\\.0\\.0\\.1:[0-9]+");
+  EXPECT_TRUE(Matches(output_, "CONNECTION kept")) << output_;
 }
 
 }  // namespace

@@ -31,6 +31,9 @@ struct TreeSpec {
   bool dumpable = true;        // false: cairn must refuse it (tested in bad_input_test.cc); here only run plainly
   bool static_tree = true;     // false: processes come and go between ready and go (wl_tree_fork_during)
   bool leave_running = false;  // also tested with dump --leave-running
+  const char* dump_flag = nullptr;        // an extra `cairn dump` flag for the round trip
+  const char* says_uninterrupted = "";    // a line its output must hold when run plainly
+  const char* says_restored = "";         // ... and after the round trip
 };
 
 // Every workload built in tests/workloads/tree.
@@ -42,7 +45,8 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_sessions"},
     {"wl_tree_shared_fd", true, true, /*leave_running=*/true},
     {"wl_tree_socketpair"},
-    {"wl_tree_inet", /*dumpable=*/false},
+    {"wl_tree_io_uring", /*dumpable=*/false},
+    {"wl_tree_tcp_close", true, true, false, "--tcp-close", "CONNECTION kept", "CONNECTION reset"},
     {"wl_tree_subreaper_pdeathsig"},
     {"wl_tree_zombie"},
 };
@@ -148,9 +152,11 @@ class TreeTest : public CairnTest {
     return MakeWorkload(TreeWorkloadName(name), subdir);
   }
 
-  CommandResult DumpTree(pid_t pid, const std::string& dir, bool leave_running = false) {
+  CommandResult DumpTree(pid_t pid, const std::string& dir, bool leave_running = false,
+                         const char* flag = nullptr) {
     std::vector<std::string> args = {"dump", "--pid", std::to_string(pid), "--tree", "--dir", dir};
     if (leave_running) args.push_back("--leave-running");
+    if (flag != nullptr) args.push_back(flag);
     return Cairn(args, WithTimeout(60s));
   }
 
@@ -216,9 +222,9 @@ class TreeTest : public CairnTest {
   // checkpoint holds the tree as /proc showed it, and no process of it is left. Returns the
   // checkpoint's processes in *saved.
   ::testing::AssertionResult DumpTreeAndKill(Workload& w, const std::string& ckpt, bool static_tree,
-                                             std::vector<ProcInfo>* saved) {
+                                             std::vector<ProcInfo>* saved, const char* flag = nullptr) {
     std::vector<ProcInfo> before = ProcTree(w.pid());
-    CommandResult dump = DumpTree(w.pid(), ckpt);
+    CommandResult dump = DumpTree(w.pid(), ckpt, false, flag);
     if (!dump.Exited(0)) return ::testing::AssertionFailure() << "cairn dump --tree failed " << dump.Describe() << "\n" << w.Describe();
     Ending end = WaitGone(w.pid(), 10s);
     if (!end.gone) return ::testing::AssertionFailure() << "root pid " << w.pid() << " still runs after cairn dump";
@@ -299,6 +305,7 @@ class TreeRoundTrip : public TreeTest, public ::testing::WithParamInterface<Tree
 TEST_P(TreeRoundTrip, Uninterrupted) {
   Workload w = MakeTreeWorkload(GetParam().name);
   EXPECT_TRUE(RunUninterrupted(w));
+  EXPECT_TRUE(Matches(w.Stdout(), GetParam().says_uninterrupted)) << w.Describe();
 }
 
 TEST_P(TreeRoundTrip, DumpKillRestoreDetached) {
@@ -309,7 +316,7 @@ TEST_P(TreeRoundTrip, DumpKillRestoreDetached) {
   std::string out_before = w.Stdout(), err_before = w.Stderr();
   std::string ckpt = w.workdir() + "/ckpt";
   std::vector<ProcInfo> saved;
-  ASSERT_TRUE(DumpTreeAndKill(w, ckpt, spec.static_tree, &saved));
+  ASSERT_TRUE(DumpTreeAndKill(w, ckpt, spec.static_tree, &saved, spec.dump_flag));
 
   CommandResult restore = Restore(ckpt, /*detach=*/true);
   ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach failed " << restore.Describe();
@@ -317,6 +324,7 @@ TEST_P(TreeRoundTrip, DumpKillRestoreDetached) {
   ASSERT_TRUE(TreeRestored(w, saved, spec.static_tree));
   w.Go();
   ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+  EXPECT_TRUE(Matches(w.Stdout(), spec.says_restored)) << w.Describe();
   EXPECT_TRUE(AllGone(Pids(saved), 5s)) << "the restored tree left processes behind";
 }
 
