@@ -13,6 +13,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps util-linux zstd xz-utils
+  redis-server redis-tools
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,12 +1,15 @@
 // Round trips of real programs from Debian, checkpointed in the middle of their work: python3
-// computing a hash chain, and a multi-threaded zstd compressing 200 MiB. Each restored run must
-// produce exactly what an uninterrupted run produces.
+// computing a hash chain, a multi-threaded zstd compressing 200 MiB, python3 multiprocessing trees,
+// and redis-server holding keys. Each restored run must produce exactly what an uninterrupted run
+// produces.
 //
 // zstd rather than xz: xz 5.4 keeps a self-pipe open (its signal handling), and pipes are outside
 // what a single-process dump covers; zstd -T2 holds only regular files and gives the same bytes for
 // the same input whatever the timing of its threads.
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -24,6 +27,8 @@ namespace fs = std::filesystem;
 
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kZstd[] = "/usr/bin/zstd";
+constexpr char kRedisServer[] = "/usr/bin/redis-server";
+constexpr char kRedisCli[] = "/usr/bin/redis-cli";
 
 // About 3 s of CPU on the reference machine (2 million rounds a second); writes "<digest> <acc> ..."
 // to argv[1] via a rename, so a partial result never shows.
@@ -61,8 +66,8 @@ class RealPrograms : public CairnTest {
     return ::testing::AssertionSuccess();
   }
 
-  // Dumps `pid` (killing it), restores it detached and waits for it to finish.
-  ::testing::AssertionResult DumpRestoreFinish(pid_t pid, const std::string& ckpt, const std::string& dir) {
+  // Dumps `pid` (killing it) and restores it detached.
+  ::testing::AssertionResult DumpRestoreStart(pid_t pid, const std::string& ckpt) {
     CommandResult dump = Dump(pid, ckpt);
     if (!dump.Exited(0)) return ::testing::AssertionFailure() << "cairn dump failed " << dump.Describe();
     Ending killed = WaitGone(pid, 10s);
@@ -71,6 +76,13 @@ class RealPrograms : public CairnTest {
     }
     CommandResult restore = Restore(ckpt, /*detach=*/true, WithTimeout(120s));
     if (!restore.Exited(0)) return ::testing::AssertionFailure() << "cairn restore failed " << restore.Describe();
+    return ::testing::AssertionSuccess();
+  }
+
+  // Dumps `pid` (killing it), restores it detached and waits for it to finish.
+  ::testing::AssertionResult DumpRestoreFinish(pid_t pid, const std::string& ckpt, const std::string& dir) {
+    auto started = DumpRestoreStart(pid, ckpt);
+    if (!started) return started;
     Ending end = WaitGone(pid, 120s);
     if (!end.gone) return ::testing::AssertionFailure() << "restored program did not finish in 120 s";
     if (end.status && !end.ExitedWith(0)) {
@@ -349,6 +361,93 @@ TEST_F(RealProgramTrees, Python3MultiprocessingPoolAndPipeMidComputation) {
 
 TEST_F(RealProgramTrees, Python3MultiprocessingProcessesAndPipesMidComputation) {
   RoundTripTree(kPythonProcessesScript, 2);
+}
+
+// redis-server (threads, epoll, a listening TCP socket, pipes) holding 1,000 keys written by a
+// client before the checkpoint. After the restore it must answer on the same port with the same
+// data, and accept new clients that read and change it, exactly as the uninterrupted server would.
+class RealRedis : public RealPrograms {
+ protected:
+  static int FreePort() {
+    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
+        ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+    ::close(s);
+    return port;
+  }
+
+  // `redis-cli -p PORT args...`: its stdout without the trailing newline, or "ERROR: ..." if it failed.
+  std::string Cli(int port, std::vector<std::string> args) {
+    std::vector<std::string> argv = {kRedisCli, "-h", "127.0.0.1", "-p", std::to_string(port)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = RunCommand(argv, temp_->path(), WithTimeout(10s));
+    if (!r.Exited(0)) return "ERROR: " + r.Describe();
+    std::string out = r.out;
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  }
+
+  // The number of sockets `pid` holds (its listener, plus one per connected client).
+  static int Sockets(pid_t pid) {
+    int n = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      std::error_code lec;
+      if (fs::read_symlink(e.path(), lec).string().rfind("socket:", 0) == 0) ++n;
+    }
+    return n;
+  }
+};
+
+TEST_F(RealRedis, ServesTheSameDataOnTheSamePortAfterRestore) {
+  if (!fs::exists(kRedisServer) || !fs::exists(kRedisCli)) {
+    GTEST_SKIP() << kRedisServer << " or " << kRedisCli << " is not installed (scripts/install-deps.sh installs them)";
+  }
+  int port = FreePort();
+  ASSERT_GT(port, 0);
+  std::string dir = *temp_ / "redis";
+  fs::create_directories(dir);
+  WriteFile(dir + "/stdin", "");
+  pid_t pid = SpawnProgram({kRedisServer, "--port", std::to_string(port), "--bind", "127.0.0.1", "--save", "",
+                            "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--protected-mode", "no"},
+                           dir + "/stdin", dir + "/stdout", dir + "/stderr");
+  ASSERT_GT(pid, 0);
+  Track(pid, kRedisServer);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (Cli(port, {"PING"}) != "PONG" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(Cli(port, {"PING"}), "PONG") << "redis-server did not start: " << ReadFile(dir + "/stdout");
+  int idle_sockets = Sockets(pid);
+  ASSERT_EQ(Cli(port, {"EVAL", "for i=1,1000 do redis.call('SET','key:'..i,'value:'..i) end return 1", "0"}), "1");
+  ASSERT_EQ(Cli(port, {"SET", "counter", "41"}), "OK");
+  ASSERT_EQ(Cli(port, {"DBSIZE"}), "1001");
+  // The clients are gone once redis has closed their connections.
+  deadline = std::chrono::steady_clock::now() + 5s;
+  while (Sockets(pid) != idle_sockets && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(Sockets(pid), idle_sockets) << "redis still holds client connections";
+
+  std::string ckpt = *temp_ / "ckpt";
+  ASSERT_TRUE(DumpRestoreStart(pid, ckpt));
+  EXPECT_EQ(Cli(port, {"DBSIZE"}), "1001");
+  EXPECT_EQ(Cli(port, {"GET", "key:500"}), "value:500");
+  EXPECT_EQ(Cli(port, {"INCR", "counter"}), "42");
+  EXPECT_EQ(Cli(port, {"SET", "after", "restore"}), "OK");
+  EXPECT_EQ(Cli(port, {"EVAL", "local n=0 for i=1,1000 do n=n+#redis.call('GET','key:'..i) end return n", "0"}),
+            "8893");
+  EXPECT_EQ(Cli(port, {"DBSIZE"}), "1002");
+  Cli(port, {"SHUTDOWN", "NOSAVE"});
+  Ending end = WaitGone(pid, 10s);
+  EXPECT_TRUE(end.gone) << "the restored redis-server did not shut down";
 }
 
 }  // namespace
