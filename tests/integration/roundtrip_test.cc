@@ -71,6 +71,7 @@ const Spec kSpecs[] = {
     {"wl_epoll", true, false, true, false},
     {"wl_sockets_inet"},
     {"wl_sockets_unix"},
+    {"wl_memfd", true, false, true, false},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

@@ -192,7 +192,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     result.threads += p->threads_size();
     result.areas += p->vmas_size();
   }
-  RETURN_IF_ERROR(CaptureFds(live, FdOptions{opts.tcp_close}, &writer, live_procs));
+  RETURN_IF_ERROR(CaptureFds(live, FdOptions{opts.tcp_close}, &writer, live_procs, &saved_files));
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(writer.Commit(ckpt));
   result.processes = static_cast<int>(procs.size());

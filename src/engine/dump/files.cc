@@ -246,7 +246,7 @@ image::Fd Describe(const proc::FdInfo& info, image::Fd::Kind kind) {
 }  // namespace
 
 absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
-                        const std::vector<image::Process*>& outs) {
+                        const std::vector<image::Process*>& outs, FileSet* saved_files) {
   std::vector<std::vector<proc::FdInfo>> all(pids.size());
   // Pipes are supported when both ends are inside the tree.
   std::map<uint64_t, int> pipe_ends;  // inode -> bit 1: read end seen, bit 2: write end seen
@@ -381,7 +381,15 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       if (st.st_nlink == 0) {
         fd.set_deleted(true);
         if (absl::EndsWith(path, " (deleted)")) path.resize(path.size() - 10);
-        if (writer != nullptr) {
+        if (absl::StartsWith(path, "/memfd:")) {
+          fd.set_memfd(true);
+          ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+          int seals = ::fcntl(copy.get(), F_GET_SEALS);
+          if (seals < 0) return ErrnoStatus(absl::StrFormat("F_GET_SEALS on pid %d fd %d (%s)", pid, info.fd, path));
+          fd.set_seals(static_cast<uint32_t>(seals));
+        }
+        // The content is saved once per file, for descriptors and mapped areas alike.
+        if (writer != nullptr && saved_files->insert({st.st_dev, st.st_ino}).second) {
           UniqueFd src(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
           if (!src.valid()) return ErrnoStatus("open deleted file " + link + " (" + path + ")");
           ASSIGN_OR_RETURN(auto blob, writer->AppendFileContent(src.get(), static_cast<uint64_t>(st.st_size),
@@ -410,7 +418,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
 }
 
 absl::Status CheckFdsSupported(const std::vector<pid_t>& pids, const FdOptions& opts) {
-  return CaptureFds(pids, opts, nullptr, {});
+  return CaptureFds(pids, opts, nullptr, {}, nullptr);
 }
 
 }  // namespace cairn::dump

@@ -8,6 +8,9 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,11 +28,16 @@ struct FdOptions {
 // save, without saving anything. The error names the process, the descriptor and its object.
 absl::Status CheckFdsSupported(const std::vector<pid_t>& pids, const FdOptions& opts);
 
+// Files by (dev, inode).
+using FileSet = std::set<std::pair<uint64_t, uint64_t>>;
+
 // Records every descriptor of `pids` in `out` (one Process per pid, same order).
 // Descriptors sharing an open file description, within a process or across the tree,
-// are recorded as dups of the first. Deleted files' contents and the bytes queued in
-// pipes go to `writer` (null for a check-only pass).
+// are recorded as dups of the first. Deleted files' contents (memfds' with their seals)
+// and the bytes queued in pipes go to `writer` (null for a check-only pass); a deleted
+// file whose content is in `saved_files` already (saved with a mapped area) is not saved
+// again, and every one saved here is added.
 absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
-                        const std::vector<image::Process*>& out);
+                        const std::vector<image::Process*>& out, FileSet* saved_files);
 
 }  // namespace cairn::dump

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -218,18 +219,18 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
       if (m.offset != 0) return unsupported("a part of a shared anonymous object (mapped at an offset)");
     } else if (absl::StartsWith(p, "/SYSV")) {
       return unsupported("System V shared memory");
-    } else if (absl::StartsWith(p, "/memfd:")) {
-      return unsupported("a memfd");
-    } else if (absl::EndsWith(p, " (deleted)") && !(m.shared && !p.empty() && p[0] == '/')) {
-      return unsupported("a file that was deleted (mapped privately)");
+    } else if (absl::StartsWith(p, "/memfd:") &&
+               std::find(m.vm_flags.begin(), m.vm_flags.end(), "ht") != m.vm_flags.end()) {
+      return unsupported("a hugetlb memfd");
     } else if (!p.empty() && p[0] == '/') {
       v.set_kind(m.shared ? image::Vma::FILE_SHARED : image::Vma::FILE_PRIVATE);
       if (absl::EndsWith(p, " (deleted)")) {
-        // A shared mapping of a deleted file (a POSIX semaphore or shm object unlinked
-        // after opening): the file's content is saved and the file recreated on restore.
+        // A mapping of a deleted file (a POSIX semaphore or shm object unlinked after
+        // opening, a memfd): the file's content is saved and the file made again on restore.
         v.set_file_deleted(true);
         v.set_path(p.substr(0, p.size() - 10));
         v.set_shmem_id(m.inode);
+        v.set_memfd(absl::StartsWith(p, "/memfd:"));
       }
       std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, m.start, m.end);
       struct stat st {};
@@ -250,10 +251,16 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
 absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
                                     std::set<std::pair<uint64_t, uint64_t>>* saved) {
   for (image::Vma& v : vmas) {
-    if (!v.file_deleted() || !saved->insert({v.file().dev(), v.file().ino()}).second) continue;
+    if (!v.file_deleted()) continue;
     std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, v.start(), v.end());
     UniqueFd f(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
     if (!f.valid()) return ErrnoStatus("open " + link + " (" + v.path() + ", deleted)");
+    if (v.memfd()) {
+      int seals = ::fcntl(f.get(), F_GET_SEALS);
+      if (seals < 0) return ErrnoStatus("F_GET_SEALS on " + link + " (" + v.path() + ")");
+      v.set_seals(static_cast<uint32_t>(seals));
+    }
+    if (!saved->insert({v.file().dev(), v.file().ino()}).second) continue;
     struct stat st {};
     if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat " + link);
     ASSIGN_OR_RETURN(auto blob, writer.AppendFileContent(f.get(), static_cast<uint64_t>(st.st_size), v.path()));

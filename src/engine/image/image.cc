@@ -274,7 +274,7 @@ absl::StatusOr<std::string> ImageReader::Blob(uint64_t offset, uint64_t size, ui
 }
 
 absl::StatusOr<std::string> ImageReader::FileContent(const Fd& fd) const {
-  if (fd.content_size() == 0 && !fd.deleted()) return std::string();
+  if (fd.content_xxh3() == 0 && fd.content_size() == 0) return std::string();  // nothing saved with this record
   return Blob(fd.content_offset(), fd.content_size(), fd.content_xxh3(),
               absl::StrCat("fd ", fd.fd(), " (", fd.path(), ")"));
 }
@@ -289,10 +289,10 @@ absl::Status ImageReader::VerifyAll() const {
   for (const Process* p : procs) {
     for (const Vma& v : p->vmas()) {
       for (const PageBlock& b : v.blocks()) RETURN_IF_ERROR(VerifyBlock(b));
-      if (v.file_deleted() && v.content_size() > 0) RETURN_IF_ERROR(FileContent(v).status());
+      if (v.content_xxh3() != 0 || v.content_size() != 0) RETURN_IF_ERROR(FileContent(v).status());
     }
     for (const Fd& fd : p->fds()) {
-      if (fd.deleted() || fd.content_size() > 0) RETURN_IF_ERROR(FileContent(fd).status());
+      if (fd.content_xxh3() != 0 || fd.content_size() != 0) RETURN_IF_ERROR(FileContent(fd).status());
     }
   }
   return absl::OkStatus();

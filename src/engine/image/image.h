@@ -70,7 +70,9 @@ class ImageReader {
   absl::Status ReadBlock(const PageBlock& b, char* buf) const;
   absl::Status VerifyBlock(const PageBlock& b) const;
 
-  // The saved content of a file deleted while open, verified.
+  // The saved content of a file deleted while open (or of a pipe's or socket's queue),
+  // verified; "" when this record holds none (a file's content is saved with only one of
+  // the records that refer to it).
   absl::StatusOr<std::string> FileContent(const Fd& fd) const;
   // The saved content of a deleted file mapped shared, verified.
   absl::StatusOr<std::string> FileContent(const Vma& v) const;

@@ -4,6 +4,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -47,23 +48,23 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::
 
 namespace {
 
-// Opens one saved description (not a pipe) in the restorer.
-absl::StatusOr<UniqueFd> OpenDescription(const image::ImageReader& img, const image::Fd& fd, pid_t pid,
-                                         std::vector<std::string>* temp_paths) {
+// Opens one saved description (not a pipe) in the restorer. A deleted file's description
+// is a new one of the file made again (`objects`), with the saved flags and offset.
+absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const Masters& m) {
   std::string open_path = fd.path();
   if (fd.deleted()) {
-    ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
-    ASSIGN_OR_RETURN(open_path, RecreateDeleted(fd.path(), content, fd.mode()));
-    temp_paths->push_back(open_path);
+    auto obj = m.objects.find({fd.file().dev(), fd.file().ino()});
+    if (obj == m.objects.end()) {
+      return absl::DataLossError(absl::StrFormat("fd %d of pid %d: the deleted file %s is not in the checkpoint "
+                                                 "(corrupt image)", fd.fd(), pid, fd.path()));
+    }
+    open_path = absl::StrCat("/proc/self/fd/", obj->second);
   }
   int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
   if (fd.kind() == image::Fd::DIRECTORY) flags |= O_DIRECTORY;
   UniqueFd f(::open(open_path.c_str(), flags));
-  if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", open_path, fd.fd(), pid));
-  if (fd.deleted()) {
-    if (::unlink(open_path.c_str()) != 0) return ErrnoStatus("unlink " + open_path);
-    temp_paths->pop_back();
-  } else {
+  if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
+  if (!fd.deleted()) {
     struct stat st {};
     if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat " + open_path);
     bool same = fd.kind() == image::Fd::CHAR_DEVICE ? st.st_rdev == fd.rdev()
@@ -79,6 +80,78 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::ImageReader& img, const im
     return ErrnoStatus(absl::StrFormat("lseek %s to %d", open_path, fd.pos()));
   }
   return f;
+}
+
+// A deleted file or memfd as the checkpoint describes it: where its content is, and how
+// to make it again.
+struct FileObject {
+  std::string path;
+  bool memfd = false;
+  uint32_t seals = 0;
+  uint32_t mode = 0;  // from a descriptor's record; areas do not keep it
+  const image::Fd* fd_content = nullptr;
+  const image::Vma* vma_content = nullptr;
+};
+
+// Makes one deleted file or memfd again, with its content, as a descriptor of the restorer.
+absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const FileObject& o) {
+  std::string content;
+  if (o.fd_content != nullptr) {
+    ASSIGN_OR_RETURN(content, img.FileContent(*o.fd_content));
+  } else if (o.vma_content != nullptr) {
+    ASSIGN_OR_RETURN(content, img.FileContent(*o.vma_content));
+  } else {
+    return absl::DataLossError(absl::StrCat(img.dir(), ": no saved content for deleted file ", o.path,
+                                            " (corrupt image)"));
+  }
+  if (o.memfd) {
+    std::string name = o.path.substr(std::string("/memfd:").size());
+    UniqueFd f(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (!f.valid()) return ErrnoStatus("memfd_create " + name);
+    RETURN_IF_ERROR(WriteAll(f.get(), content, o.path));
+    if (o.mode != 0 && ::fchmod(f.get(), o.mode & 07777) != 0) return ErrnoStatus("fchmod " + o.path);
+    return f;
+  }
+  ASSIGN_OR_RETURN(std::string path, RecreateDeleted(o.path, content, o.mode != 0 ? o.mode : 0600));
+  UniqueFd f(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  int open_errno = errno;
+  ::unlink(path.c_str());
+  if (!f.valid()) return ErrnoStatus("open " + path + " (recreated for deleted file " + o.path + ")", open_errno);
+  return f;
+}
+
+// Makes every deleted file and memfd of the checkpoint again, once each, as masters.
+absl::Status OpenFileObjects(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
+                             Masters* m) {
+  std::map<std::pair<uint64_t, uint64_t>, FileObject> objects;
+  for (const image::Process* p : procs) {
+    for (const image::Vma& v : p->vmas()) {
+      if (!v.file_deleted()) continue;
+      FileObject& o = objects[{v.file().dev(), v.file().ino()}];
+      o.path = v.path();
+      o.memfd = v.memfd();
+      o.seals = v.seals();
+      if (o.vma_content == nullptr && v.content_xxh3() != 0) o.vma_content = &v;
+    }
+    for (const image::Fd& fd : p->fds()) {
+      if (fd.is_dup() || !fd.deleted()) continue;
+      FileObject& o = objects[{fd.file().dev(), fd.file().ino()}];
+      o.path = fd.path();
+      o.memfd = fd.memfd();
+      o.seals = fd.seals();
+      o.mode = fd.mode();
+      if (o.fd_content == nullptr && fd.content_xxh3() != 0) o.fd_content = &fd;
+    }
+  }
+  for (const auto& [key, o] : objects) {
+    ASSIGN_OR_RETURN(UniqueFd f, MakeFileObject(img, o));
+    int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, m->base);
+    if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) above %d for %s", m->base, o.path));
+    m->owned.emplace_back(n);
+    m->objects[key] = n;
+    if (o.memfd && o.seals != 0) m->seals.emplace_back(std::move(f), o.seals);
+  }
+  return absl::OkStatus();
 }
 
 // Linux 3.17+ with CONFIG_CHECKPOINT_RESTORE. Defined in <linux/timerfd.h>, which cannot
@@ -217,12 +290,12 @@ absl::Status RestorePosixLocks(inject::Injector& inj, inject::RemoteScratch& scr
   return absl::OkStatus();
 }
 
-absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
-                                    std::vector<std::string>* temp_paths) {
+absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs) {
   Masters m;
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) m.base = std::max(m.base, fd.fd() + 1);
   }
+  RETURN_IF_ERROR(OpenFileObjects(img, procs, &m));
   auto park = [&](UniqueFd f, pid_t pid, int fd) -> absl::Status {
     int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, m.base);
     if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) above %d for fd %d of pid %d", m.base, fd, pid));
@@ -241,7 +314,7 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
         continue;
       }
       if (fd.kind() != image::Fd::PIPE) {
-        ASSIGN_OR_RETURN(UniqueFd f, OpenDescription(img, fd, p->pid(), temp_paths));
+        ASSIGN_OR_RETURN(UniqueFd f, OpenDescription(fd, p->pid(), m));
         // flock and OFD locks belong to the open file description: taken here on the
         // master, they are held by the process once it holds the description.
         RETURN_IF_ERROR(TakeDescriptionLocks(f.get(), fd, p->pid()));
@@ -275,6 +348,16 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
   }
   RETURN_IF_ERROR(OpenSocketMasters(img, procs, &m));
   return m;
+}
+
+absl::Status ApplySeals(Masters& masters) {
+  for (auto& [f, seals] : masters.seals) {
+    if (::fcntl(f.get(), F_ADD_SEALS, seals) != 0) {
+      return ErrnoStatus(absl::StrFormat("F_ADD_SEALS %#x on a memfd", seals));
+    }
+  }
+  masters.seals.clear();
+  return absl::OkStatus();
 }
 
 absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters) {

@@ -36,14 +36,23 @@ namespace cairn::restore {
 struct Masters {
   int base = 3;  // lowest master number; every saved descriptor number is below it
   std::map<std::pair<pid_t, int>, int> fds;  // (pid, fd) of a description's first holder -> master
+  // Files deleted while open or mapped, and memfds, made again once each: (dev, inode) at
+  // checkpoint time -> master. Their descriptors are new descriptions of these files, and
+  // their mapped areas map them.
+  std::map<std::pair<uint64_t, uint64_t>, int> objects;
   std::vector<UniqueFd> owned;
+  // Memfds and the seals to add once every process has mapped them (ApplySeals).
+  std::vector<std::pair<UniqueFd, uint32_t>> seals;
 };
 
-// Opens the masters for every process of the checkpoint (`procs`). Files deleted while
-// open are recreated from the image under a temporary name, opened and unlinked again;
-// names not yet unlinked when this fails are in `temp_paths`.
-absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
-                                    std::vector<std::string>* temp_paths);
+// Opens the masters for every process of the checkpoint (`procs`). A file deleted while
+// open or mapped is recreated from the image under a temporary name next to where it was,
+// opened and unlinked at once; a memfd is created again with memfd_create.
+absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs);
+
+// Adds their seals to the memfds, once every area that maps them is in place (a seal
+// may forbid mapping them writable).
+absl::Status ApplySeals(Masters& masters);
 
 // Creates a file holding `content` at `path` if that name is free, else under a fresh
 // name next to it (or in /tmp); returns the name used. The caller unlinks it.

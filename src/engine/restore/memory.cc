@@ -308,7 +308,8 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 }
 
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                        const image::Process& proc, int threads, const DeletedFiles& deleted_files) {
+                        const image::Process& proc, int threads,
+                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects) {
   pid_t pid = inj.tid();
   // 1. Map every area, writable while it is filled.
   std::map<std::string, long> open_files;  // path+mode -> remote fd
@@ -333,29 +334,28 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
       case image::Vma::FILE_SHARED: {
         bool shared_write = v.kind() == image::Vma::FILE_SHARED && (v.prot() & PROT_WRITE);
         int oflags = (shared_write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
-        std::string path = v.path();
+        const std::string& path = v.path();
         if (v.file_deleted()) {
-          auto d = deleted_files.find({v.file().dev(), v.file().ino()});
-          if (d == deleted_files.end()) {
+          auto d = file_objects.find({v.file().dev(), v.file().ino()});
+          if (d == file_objects.end()) {
             return absl::DataLossError(absl::StrCat(img.dir(), ": no saved content for deleted mapped file ", v.path(),
                                                     " (corrupt image)"));
           }
-          path = d->second;
-        }
-        std::string key = absl::StrCat(oflags, ":", path);
-        auto it = open_files.find(key);
-        if (it == open_files.end()) {
-          ASSIGN_OR_RETURN(uint64_t path_addr, scratch.PutString(0, path));
-          ASSIGN_OR_RETURN(long rfd, inj.Call("open " + path, SYS_openat, static_cast<uint64_t>(AT_FDCWD),
-                                              path_addr, static_cast<uint64_t>(oflags), 0));
-          // Content must match for private mappings (their clean pages come from the file).
-          if (!v.file_deleted()) {
+          fd = d->second;
+        } else {
+          std::string key = absl::StrCat(oflags, ":", path);
+          auto it = open_files.find(key);
+          if (it == open_files.end()) {
+            ASSIGN_OR_RETURN(uint64_t path_addr, scratch.PutString(0, path));
+            ASSIGN_OR_RETURN(long rfd, inj.Call("open " + path, SYS_openat, static_cast<uint64_t>(AT_FDCWD),
+                                                path_addr, static_cast<uint64_t>(oflags), 0));
+            // Content must match for private mappings (their clean pages come from the file).
             RETURN_IF_ERROR(CheckSameFile(pid, static_cast<int>(rfd), v.file(), v.path(),
                                           v.kind() == image::Vma::FILE_PRIVATE));
+            it = open_files.emplace(key, rfd).first;
           }
-          it = open_files.emplace(key, rfd).first;
+          fd = it->second;
         }
-        fd = it->second;
         flags |= v.kind() == image::Vma::FILE_SHARED ? MAP_SHARED : MAP_PRIVATE;
         off = v.pgoff();
         break;

@@ -38,10 +38,10 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 
 // Maps every saved area, writes the saved pages (verifying each block), sets protections
 // and advice. Pages are written with `threads` parallel writers.
-// Deleted files mapped shared, recreated for the restore: (dev, inode) -> temporary path.
-using DeletedFiles = std::map<std::pair<uint64_t, uint64_t>, std::string>;
-
+// Deleted files and memfds are mapped from `file_objects`: (dev, inode) at checkpoint
+// time -> the descriptor of the file made again, which the task holds (a master).
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                        const image::Process& proc, int threads, const DeletedFiles& deleted_files);
+                        const image::Process& proc, int threads,
+                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects);
 
 }  // namespace cairn::restore

@@ -239,7 +239,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
-                          const DeletedFiles& deleted_files, uint64_t work_area, int fill_threads, IdMap& ids) {
+                          uint64_t work_area, int fill_threads, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
@@ -247,7 +247,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
                            static_cast<uint64_t>(masters.base - 1), 0).status());
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/true));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
-  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, deleted_files));
+  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
@@ -306,28 +306,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
-  std::vector<std::string> temp_paths;
-  auto masters = OpenMasters(*img, procs, &temp_paths);
+  auto masters = OpenMasters(*img, procs);
   if (!masters.ok()) {
-    for (const std::string& p : temp_paths) ::unlink(p.c_str());
     return Annotate(masters.status(), absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
-  }
-  // Deleted files mapped shared are recreated for the time of the restore.
-  DeletedFiles deleted_files;
-  struct Unlinker {
-    DeletedFiles* files;
-    ~Unlinker() {
-      for (const auto& [id, path] : *files) ::unlink(path.c_str());
-    }
-  } unlinker{&deleted_files};
-  for (const image::Process* p : procs) {
-    for (const image::Vma& v : p->vmas()) {
-      if (!v.file_deleted()) continue;
-      if (deleted_files.count({v.file().dev(), v.file().ino()})) continue;
-      ASSIGN_OR_RETURN(std::string content, img->FileContent(v));
-      ASSIGN_OR_RETURN(std::string path, RecreateDeleted(v.path(), content, 0600));
-      deleted_files[{v.file().dev(), v.file().ino()}] = path;
-    }
   }
 
   // A work area free in every saved layout and in our own.
@@ -383,9 +364,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
-    built = Annotate(BuildProcess(*img, *p, *masters, deleted_files, work_area, threads, ids),
-                     absl::StrCat("pid ", p->pid()));
+    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, ids), absl::StrCat("pid ", p->pid()));
   }
+  if (built.ok()) built = ApplySeals(*masters);
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
   }

@@ -98,7 +98,7 @@ TEST(CaptureFdsTest, KernelObjectsAreRecorded) {
   });
   ASSERT_GT(child.pid(), 0);
   image::Process proc;
-  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 5);
 
@@ -157,7 +157,7 @@ TEST(CaptureFdsTest, ExpiredPeriodicTimerfdCountsMissedExpirations) {
   });
   ASSERT_GT(child.pid(), 0);
   image::Process proc;
-  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 1);
   const image::TimerfdState& t = proc.fds(0).timerfd();
@@ -253,7 +253,7 @@ TEST(CaptureFdsTest, ListeningTcpSocketKeepsAddressBacklogAndOptions) {
   });
   ASSERT_GT(child.pid(), 0);
   image::Process proc;
-  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 1);
   const image::Fd& f = proc.fds(0);
@@ -281,7 +281,7 @@ TEST(CaptureFdsTest, ConnectedUdpSocketKeepsItsPeer) {
   });
   ASSERT_GT(child.pid(), 0);
   image::Process proc;
-  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 2);
   EXPECT_TRUE(proc.fds(0).socket().peer().empty());
@@ -308,7 +308,7 @@ TEST(CaptureFdsTest, EstablishedTcpConnectionIsRefusedOrResetWithTcpClose) {
   EXPECT_THAT(st.message(), HasSubstr("--tcp-close"));
 
   image::Process proc;
-  st = CaptureFds({child.pid()}, FdOptions{.tcp_close = true}, nullptr, {&proc});
+  st = CaptureFds({child.pid()}, FdOptions{.tcp_close = true}, nullptr, {&proc}, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 3);
   EXPECT_TRUE(proc.fds(0).socket().listening());
@@ -352,7 +352,7 @@ TEST(CaptureFdsTest, NamedUnixListenerKeepsItsNameAndFile) {
   });
   ASSERT_GT(child.pid(), 0);
   image::Process proc;
-  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc});
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr);
   ::unlink(path.c_str());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(proc.fds_size(), 1);
