@@ -54,6 +54,8 @@ std::string KernelObjectDetail(const image::Fd& f) {
       return absl::StrFormat(" mask %#x", f.signalfd_mask());
     case image::Fd::EPOLL:
       return absl::StrFormat(" watching %d", f.epoll_size());
+    case image::Fd::INOTIFY:
+      return absl::StrFormat(" %d watch%s", f.inotify_size(), f.inotify_size() == 1 ? "" : "es");
     case image::Fd::UNIX_SOCKET:
     case image::Fd::INET_SOCKET: {
       if (!f.has_socket()) return absl::StrFormat(" pair with socket:[%u]", f.peer_ino());

@@ -72,6 +72,8 @@ const Spec kSpecs[] = {
     {"wl_sockets_inet"},
     {"wl_sockets_unix"},
     {"wl_memfd", true, false, true, false},
+    {"wl_fifo"},
+    {"wl_inotify"},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/proc/fds.h"
+#include "engine/dump/inotify.h"
 #include "engine/dump/sockets.h"
 #include "engine/proc/pidfd.h"
 
@@ -76,6 +77,7 @@ std::optional<image::Fd::Kind> KernelObjectKind(absl::string_view target) {
   if (target == "anon_inode:[timerfd]") return image::Fd::TIMERFD;
   if (target == "anon_inode:[signalfd]") return image::Fd::SIGNALFD;
   if (target == "anon_inode:[eventpoll]") return image::Fd::EPOLL;
+  if (target == "anon_inode:inotify") return image::Fd::INOTIFY;
   return std::nullopt;
 }
 
@@ -183,6 +185,8 @@ absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, cons
       }
       return absl::OkStatus();
     }
+    case image::Fd::INOTIFY:
+      return CaptureInotify(pid, info, fd);
     default:
       return absl::InternalError(absl::StrCat("pid ", pid, " fd ", info.fd, ": not a kernel object kind"));
   }
@@ -253,11 +257,14 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
   for (size_t i = 0; i < pids.size(); ++i) {
     ASSIGN_OR_RETURN(all[i], proc::ReadFds(pids[i]));
     for (const proc::FdInfo& info : all[i]) {
-      if (!absl::StartsWith(info.target, "pipe:")) continue;
+      bool pipe = absl::StartsWith(info.target, "pipe:");
+      if (!pipe && !absl::StartsWith(info.target, "/")) continue;
       std::string link = absl::StrCat("/proc/", pids[i], "/fd/", info.fd);
       struct stat st {};
       if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
-      pipe_ends[st.st_ino] |= (info.flags & O_ACCMODE) == O_RDONLY ? 1 : 2;
+      if (!pipe && !S_ISFIFO(st.st_mode)) continue;
+      int mode = info.flags & O_ACCMODE;
+      pipe_ends[st.st_ino] |= mode == O_RDONLY ? 1 : mode == O_WRONLY ? 2 : 3;
     }
   }
   std::set<uint64_t> tree_sockets;  // every socket inode the tree holds
@@ -285,10 +292,10 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
   for (const proc::FdInfo& info : all[pi]) {
     // Same open file description as an earlier descriptor (dup, 2>&1, inherited by fork)?
     // kcmp tells exactly.
+    std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
+    struct stat st {};
+    if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + info.target + ")");
     {
-      std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
-      struct stat st {};
-      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
       const Seen* dup_of = nullptr;
       for (const Seen& other : seen) {
         if (other.ino == st.st_ino && ::syscall(SYS_kcmp, other.pid, pid, kKcmpFile, other.fd, info.fd) == 0) {
@@ -309,11 +316,17 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       }
       seen.push_back({pid, info.fd, st.st_ino});
     }
-    if (absl::StartsWith(info.target, "pipe:")) {
-      std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
-      struct stat st {};
-      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
-      if (pipe_ends[st.st_ino] != 3) {
+    bool fifo = absl::StartsWith(info.target, "/") && S_ISFIFO(st.st_mode);
+    if (absl::StartsWith(info.target, "pipe:") || fifo) {
+      if (fifo && absl::EndsWith(info.target, " (deleted)")) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d fd %d is a FIFO whose name was removed (%s); restore could not open it again — keep the FIFO's "
+            "name while it is open",
+            pid, info.fd, info.target));
+      }
+      // A FIFO is found by its name: a process outside the checkpoint that holds the other
+      // end stays connected to the one restored, as both open the same inode.
+      if (!fifo && pipe_ends[st.st_ino] != 3) {
         // Only one end is in the checkpoint. That is fine when the other end is closed
         // everywhere (a finished stage of a pipeline): poll on a copy of ours says so.
         // The restore then holds both ends only in the restorer, which closes the unused one.
@@ -328,9 +341,14 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
               pid, info.fd, info.target, pids.size() > 1 ? "es" : ""));
         }
       }
-      image::Fd fd = Describe(info, image::Fd::PIPE);
+      image::Fd fd = Describe(info, fifo ? image::Fd::FIFO : image::Fd::PIPE);
       fd.set_pipe_id(st.st_ino);
-      if (writer != nullptr && (info.flags & O_ACCMODE) == O_RDONLY && pipe_saved.insert(st.st_ino).second) {
+      if (fifo) {
+        fd.set_mode(st.st_mode);
+        fd.mutable_file()->set_dev(st.st_dev);
+        fd.mutable_file()->set_ino(st.st_ino);
+      }
+      if (writer != nullptr && (info.flags & O_ACCMODE) != O_WRONLY && pipe_saved.insert(st.st_ino).second) {
         ASSIGN_OR_RETURN(PipeContent pc, PeekPipe(pid, info.fd));
         ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(pc.data));
         fd.set_pipe_size(pc.capacity);
@@ -356,14 +374,11 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     auto unsupported = [&](absl::string_view kind) {
       return absl::UnimplementedError(absl::StrFormat(
           "pid %d fd %d is %s (%s); checkpoints support regular files, directories, character devices, pipes, "
-          "sockets, eventfd, timerfd, signalfd and epoll descriptors, and dups of these — close it or redirect it to a file "
+          "FIFOs, sockets, memfds, eventfd, timerfd, signalfd, epoll and inotify descriptors, and dups of these — close it or redirect it to a file "
           "before checkpointing",
           pid, info.fd, kind, info.target));
     };
     if (info.target.empty() || info.target[0] != '/') return unsupported(KindOf(info.target));
-    std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
-    struct stat st {};
-    if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + info.target + ")");
     image::Fd fd;
     fd.set_fd(info.fd);
     fd.set_cloexec((info.flags & O_CLOEXEC) != 0);
@@ -405,7 +420,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     } else if (S_ISDIR(st.st_mode)) {
       fd.set_kind(image::Fd::DIRECTORY);
     } else {
-      return unsupported(S_ISFIFO(st.st_mode) ? "a FIFO" : "a special file");
+      return unsupported("a special file");
     }
     if (absl::EndsWith(path, " (deleted)") && !fd.deleted()) {
       return unsupported("a file whose name was removed but which still has other links");

@@ -155,6 +155,48 @@ absl::StatusOr<std::vector<EpollTarget>> ParseEpollTargets(const FdInfo& info) {
   return out;
 }
 
+absl::StatusOr<std::vector<InotifyWatch>> ParseInotifyWatches(const FdInfo& info) {
+  // "inotify wd:2 ino:2dd sdev:fe00000 mask:80000002 ignored_mask:0 fhandle-bytes:8
+  //  fhandle-type:1 f_handle:dd02000000000000" (key "inotify wd", as split at the first ':')
+  std::vector<InotifyWatch> out;
+  for (const auto& [key, val] : info.extra) {
+    if (key != "inotify wd") continue;
+    std::vector<absl::string_view> tok = absl::StrSplit(val, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    InotifyWatch w;
+    bool ok = !tok.empty() && absl::SimpleAtoi(tok[0], &w.wd) && w.wd > 0;
+    bool have_mask = false, have_handle = false;
+    size_t handle_bytes = 0;
+    for (size_t i = 1; ok && i < tok.size(); ++i) {
+      absl::string_view v = tok[i];
+      if (absl::ConsumePrefix(&v, "ino:")) {
+        ok = absl::SimpleHexAtoi(v, &w.ino);
+      } else if (absl::ConsumePrefix(&v, "sdev:")) {
+        ok = absl::SimpleHexAtoi(v, &w.sdev);
+      } else if (absl::ConsumePrefix(&v, "ignored_mask:")) {
+        ok = absl::SimpleHexAtoi(v, &w.ignored_mask);
+      } else if (absl::ConsumePrefix(&v, "mask:")) {
+        ok = have_mask = absl::SimpleHexAtoi(v, &w.mask);
+      } else if (absl::ConsumePrefix(&v, "fhandle-bytes:")) {
+        ok = absl::SimpleHexAtoi(v, &handle_bytes);
+      } else if (absl::ConsumePrefix(&v, "fhandle-type:")) {
+        ok = absl::SimpleHexAtoi(v, &w.handle_type);
+      } else if (absl::ConsumePrefix(&v, "f_handle:")) {
+        ok = have_handle = v.size() % 2 == 0;
+        for (size_t j = 0; ok && j < v.size(); j += 2) {
+          uint32_t byte = 0;
+          ok = absl::SimpleHexAtoi(v.substr(j, 2), &byte);
+          w.handle.push_back(static_cast<char>(byte));
+        }
+      }
+    }
+    if (!ok || !have_mask || !have_handle || w.handle.size() != handle_bytes) {
+      return Malformed(info, "inotify watch", absl::StrCat("inotify wd: ", val));
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {
   std::string dir_path = absl::StrCat("/proc/", pid, "/fd");
   DIR* dir = ::opendir(dir_path.c_str());

@@ -64,6 +64,18 @@ struct EpollTarget {
 // An epoll instance's interest list, in the kernel's order (by file, then descriptor).
 absl::StatusOr<std::vector<EpollTarget>> ParseEpollTargets(const FdInfo& info);
 
+struct InotifyWatch {
+  int wd = 0;
+  uint64_t ino = 0;
+  uint32_t sdev = 0;        // the watched file's device, as the kernel encodes it (major << 20 | minor)
+  uint32_t mask = 0;        // events and flags (IN_ONESHOT, IN_EXCL_UNLINK...) as given to inotify_add_watch
+  uint32_t ignored_mask = 0;
+  int handle_type = 0;      // the file's handle, for open_by_handle_at
+  std::string handle;       // raw bytes
+};
+// An inotify instance's watches, in the kernel's order.
+absl::StatusOr<std::vector<InotifyWatch>> ParseInotifyWatches(const FdInfo& info);
+
 // Every open descriptor of `pid`, ascending.
 absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid);
 

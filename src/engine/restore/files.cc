@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
@@ -162,7 +163,60 @@ absl::Status OpenFileObjects(const image::ImageReader& img, const std::vector<co
 
 bool IsKernelObject(image::Fd::Kind kind) {
   return kind == image::Fd::EVENTFD || kind == image::Fd::TIMERFD || kind == image::Fd::SIGNALFD ||
-         kind == image::Fd::EPOLL;
+         kind == image::Fd::EPOLL || kind == image::Fd::INOTIFY;
+}
+
+// Adds the saved watches to the new inotify instance `f`, each with the watch descriptor
+// the process knows it by. The kernel hands out watch descriptors in increasing order, so
+// the numbers before each saved one are used up by a watch on a scratch directory, added
+// and removed again; the IN_IGNORED events that leaves are read off at the end.
+absl::Status AddInotifyWatches(int f, const image::Fd& fd, pid_t pid) {
+  std::vector<image::InotifyWatch> watches(fd.inotify().begin(), fd.inotify().end());
+  std::sort(watches.begin(), watches.end(), [](const auto& a, const auto& b) { return a.wd() < b.wd(); });
+  std::string scratch;
+  auto cleanup = [&] {
+    if (!scratch.empty()) ::rmdir(scratch.c_str());
+  };
+  int next = 1;
+  for (const image::InotifyWatch& w : watches) {
+    auto where = [&] { return absl::StrFormat("watch %d (%s) of the inotify at fd %d of pid %d", w.wd(), w.path(), fd.fd(), pid); };
+    struct stat st {};
+    if (::stat(w.path().c_str(), &st) != 0 || st.st_ino != w.file().ino() || st.st_dev != w.file().dev()) {
+      cleanup();
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s is not the file the process watched at checkpoint time (it is missing or was replaced); restore "
+          "needs the same file",
+          where()));
+    }
+    while (next < w.wd()) {
+      if (scratch.empty()) {
+        char tmpl[] = "/tmp/.cairn-inotify-XXXXXX";
+        if (::mkdtemp(tmpl) == nullptr) return ErrnoStatus("mkdtemp (to number the watches of " + where() + ")");
+        scratch = tmpl;
+      }
+      int wd = ::inotify_add_watch(f, scratch.c_str(), IN_ATTRIB);
+      if (wd < 0 || ::inotify_rm_watch(f, wd) != 0) {
+        int err = errno;
+        cleanup();
+        return ErrnoStatus("inotify_add_watch on a scratch directory (to number the watches of " + where() + ")", err);
+      }
+      next = wd + 1;
+    }
+    int wd = ::inotify_add_watch(f, w.path().c_str(), w.mask());
+    if (wd != w.wd()) {
+      int err = errno;
+      cleanup();
+      if (wd < 0) return ErrnoStatus(absl::StrFormat("inotify_add_watch(%s, %#x) for %s", w.path(), w.mask(), where()), err);
+      return absl::InternalError(absl::StrFormat("%s came back as watch %d (two watches on one file?)", where(), wd));
+    }
+    next = wd + 1;
+  }
+  cleanup();
+  // The scratch watches' IN_IGNORED events.
+  char buf[4096];
+  while (::read(f, buf, sizeof buf) > 0) {
+  }
+  return absl::OkStatus();
 }
 
 timespec ToTimespec(uint64_t ns) {
@@ -232,6 +286,11 @@ absl::StatusOr<UniqueFd> CreateKernelObject(const image::Fd& fd, pid_t pid) {
       what = "epoll_create1";
       f = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
       break;
+    case image::Fd::INOTIFY:
+      what = "inotify_init1";
+      f = UniqueFd(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+      if (f.valid()) RETURN_IF_ERROR(AddInotifyWatches(f.get(), fd, pid));
+      break;
     default:
       return absl::InternalError(absl::StrFormat("fd %d of pid %d is not a kernel object", fd.fd(), pid));
   }
@@ -241,6 +300,39 @@ absl::StatusOr<UniqueFd> CreateKernelObject(const image::Fd& fd, pid_t pid) {
     return ErrnoStatus(absl::StrFormat("fcntl(F_SETFL, %#o) on the %s for fd %d of pid %d", fd.flags(), what,
                                        fd.fd(), pid));
   }
+  return f;
+}
+
+// Opens one end of a named FIFO. The first time a FIFO is met, the restorer opens it for
+// reading and writing (which never blocks), checks it is the same FIFO, and puts back the
+// bytes that waited in it; with that hold, each saved end opens without blocking, and
+// takes its saved status flags after. The holds are dropped once every end is open.
+absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd& fd, pid_t pid,
+                                  std::map<uint64_t, UniqueFd>* holds) {
+  auto where = [&] { return absl::StrFormat("the FIFO %s (fd %d of pid %d)", fd.path(), fd.fd(), pid); };
+  auto hold = holds->find(fd.pipe_id());
+  if (hold == holds->end()) {
+    UniqueFd h(::open(fd.path().c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    if (!h.valid()) return ErrnoStatus("open " + where());
+    struct stat st {};
+    if (::fstat(h.get(), &st) != 0) return ErrnoStatus("stat " + where());
+    if (!S_ISFIFO(st.st_mode) || st.st_dev != fd.file().dev() || st.st_ino != fd.file().ino()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s is not the FIFO the process had open at checkpoint time: it was replaced since; restore needs the "
+          "same FIFO",
+          where()));
+    }
+    hold = holds->emplace(fd.pipe_id(), std::move(h)).first;
+  }
+  if (fd.pipe_size() != 0 && ::fcntl(hold->second.get(), F_SETPIPE_SZ, fd.pipe_size()) < 0) {
+    return ErrnoStatus(absl::StrFormat("F_SETPIPE_SZ %d on %s", fd.pipe_size(), where()));
+  }
+  ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
+  if (!content.empty()) RETURN_IF_ERROR(WriteAll(hold->second.get(), content, where()));
+  int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NONBLOCK | O_CLOEXEC;
+  UniqueFd f(::open(fd.path().c_str(), flags));
+  if (!f.valid()) return ErrnoStatus("open " + where());
+  if (::fcntl(f.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + where());
   return f;
 }
 
@@ -304,12 +396,18 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
     return absl::OkStatus();
   };
   std::map<uint64_t, std::pair<int, int>> pipes;  // pipe_id -> restorer's (read, write) ends
+  std::map<uint64_t, UniqueFd> fifos;              // pipe_id -> the restorer's hold on a FIFO while its ends open
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
       if (fd.is_dup()) continue;
       if (IsSocket(fd)) continue;  // OpenSocketMasters
       if (IsKernelObject(fd.kind())) {
         ASSIGN_OR_RETURN(UniqueFd f, CreateKernelObject(fd, p->pid()));
+        RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
+        continue;
+      }
+      if (fd.kind() == image::Fd::FIFO) {
+        ASSIGN_OR_RETURN(UniqueFd f, OpenFifo(img, fd, p->pid(), &fifos));
         RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
         continue;
       }

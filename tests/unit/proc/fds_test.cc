@@ -293,6 +293,40 @@ TEST(ParseEpollTargetsTest, EmptyInterestList) {
   EXPECT_THAT(*targets, IsEmpty());
 }
 
+TEST(ParseInotifyWatchesTest, KernelFormat) {
+  // As Linux 6.18 prints it.
+  auto info = ParseFdInfo(
+      "pos:\t0\nflags:\t00\nmnt_id:\t17\nino:\t1039\n"
+      "inotify wd:2 ino:2dd sdev:fe00000 mask:80000002 ignored_mask:0 fhandle-bytes:8 fhandle-type:1 "
+      "f_handle:dd02000000000000\n"
+      "inotify wd:1 ino:abe083 sdev:fe00000 mask:300 ignored_mask:0 fhandle-bytes:8 fhandle-type:1 "
+      "f_handle:83e0ab00f457f6cb\n");
+  ASSERT_TRUE(info.ok()) << info.status();
+  auto watches = ParseInotifyWatches(*info);
+  ASSERT_TRUE(watches.ok()) << watches.status();
+  ASSERT_EQ(watches->size(), 2u);
+  const InotifyWatch& w = (*watches)[0];
+  EXPECT_EQ(w.wd, 2);
+  EXPECT_EQ(w.ino, 0x2ddu);
+  EXPECT_EQ(w.sdev, 0xfe00000u);
+  EXPECT_EQ(w.mask, 0x80000002u);  // IN_MASK_ADD is not kept; IN_ONESHOT is
+  EXPECT_EQ(w.handle_type, 1);
+  EXPECT_EQ(w.handle, std::string("\xdd\x02\0\0\0\0\0\0", 8));
+  EXPECT_EQ((*watches)[1].wd, 1);
+  EXPECT_EQ((*watches)[1].mask, 0x300u);
+}
+
+TEST(ParseInotifyWatchesTest, MalformedIsDataLoss) {
+  for (const char* line : {"inotify wd:x ino:1 sdev:0 mask:1 f_handle:00 fhandle-bytes:1\n",
+                           "inotify wd:1 ino:1 sdev:0 fhandle-bytes:1 f_handle:00\n",
+                           "inotify wd:1 ino:1 sdev:0 mask:1 fhandle-bytes:2 f_handle:00\n"}) {
+    SCOPED_TRACE(line);
+    auto info = ParseFdInfo(std::string("pos:\t0\nflags:\t00\nmnt_id:\t17\n") + line);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(ParseInotifyWatches(*info).status().code(), absl::StatusCode::kDataLoss);
+  }
+}
+
 TEST(ParseObjectFdInfoTest, MalformedIsDataLoss) {
   const std::string common = "pos:\t0\nflags:\t02\nmnt_id:\t17\n";
   for (const char* text : {"", "eventfd-count: xyz\n", "eventfd-count: 1\neventfd-semaphore: 2\n"}) {
