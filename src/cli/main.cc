@@ -194,6 +194,14 @@ int RunInspect(const std::string& dir, bool json) {
                   d.zombie() ? absl::StrFormat("zombie (wait status %#x), ", d.exit_code()).c_str() : "",
                   d.threads_size(), d.vmas_size(), HumanBytes(static_cast<double>(b)).c_str(), d.fds_size());
     }
+    if (c.own_ipc_ns()) {
+      uint64_t b = 0;
+      for (const auto& shm : c.ipc().shm()) b += shm.size();
+      std::printf("System V IPC (own namespace): %d segment%s (%s), %d semaphore set%s, %d message queue%s\n",
+                  c.ipc().shm_size(), c.ipc().shm_size() == 1 ? "" : "s", HumanBytes(static_cast<double>(b)).c_str(),
+                  c.ipc().sem_size(), c.ipc().sem_size() == 1 ? "" : "s", c.ipc().msg_size(),
+                  c.ipc().msg_size() == 1 ? "" : "s");
+    }
     std::printf("checksums: %s\n", verified.ok() ? "all verified" : "FAILED");
   }
   if (!verified.ok()) return Fail(verified);

@@ -36,25 +36,28 @@ bool WaitForFile(const std::string& path, std::chrono::milliseconds timeout) {
   return false;
 }
 
-TEST(JobTest, RunDumpRestoreCarriesOnInAFreshNamespace) {
+// Runs `workload` as job `name` under `cairn run`, dumps it with `dump --job` once it is
+// ready, restores it into a fresh namespace and lets it finish: it must PASS. `inspect_says`:
+// a line `cairn inspect` must show for the checkpoint.
+void RoundTripJob(const std::string& name, const std::string& workload, const std::string& inspect_says = "") {
   TempDir tmp;
   std::string state = tmp / "state";
   std::string work = tmp / "work";
   ::mkdir(work.c_str(), 0755);
   CommandOptions env = WithEnv({"CAIRN_STATE_DIR=" + state});
+  std::string comm = workload.substr(workload.rfind('/') + 1).substr(0, 15);
 
-  // wl_threads: four threads holding registers and TLS across the checkpoint.
-  CommandResult run = RunCommand({CairnBinary(), "run", "--name", "t1", "--dir", tmp / "job", "--",
-                                  WorkloadPath("wl_threads"), work},
+  CommandResult run = RunCommand({CairnBinary(), "run", "--name", name, "--dir", tmp / "job", "--",
+                                  WorkloadPath(workload), work},
                                  tmp.path(), env);
   ASSERT_TRUE(run.Exited(0)) << run.Describe();
-  ASSERT_TRUE(Matches(run.out, "job t1 pid [0-9]+")) << run.out;
-  pid_t init = std::stoi(RecordField(state, "t1", "host_pid"));
+  ASSERT_TRUE(Matches(run.out, "job " + name + " pid [0-9]+")) << run.out;
+  pid_t init = std::stoi(RecordField(state, name, "host_pid"));
   ASSERT_TRUE(WaitForFile(work + "/ready", 20s)) << ReadFile(tmp / "job/stderr.log");
   // The job's init is PID 1 of its own namespace.
   EXPECT_TRUE(Matches(NsPids(init), "NSpid:[[:space:]]+[0-9]+[[:space:]]+1$")) << NsPids(init);
 
-  CommandResult dump = RunCommand({CairnBinary(), "dump", "--job", "t1", "--dir", tmp / "ckpt"}, tmp.path(), env);
+  CommandResult dump = RunCommand({CairnBinary(), "dump", "--job", name, "--dir", tmp / "ckpt"}, tmp.path(), env);
   ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
   EXPECT_TRUE(Matches(dump.out, "2 processes")) << dump.out;
   Ending gone = WaitGone(init, 10s);
@@ -63,21 +66,55 @@ TEST(JobTest, RunDumpRestoreCarriesOnInAFreshNamespace) {
   CommandResult inspect = RunCommand({CairnBinary(), "inspect", tmp / "ckpt"}, tmp.path(), env);
   ASSERT_TRUE(inspect.Exited(0)) << inspect.Describe();
   EXPECT_TRUE(Matches(inspect.out, "process 1 \\(cairn-init\\)")) << inspect.out;
-  EXPECT_TRUE(Matches(inspect.out, "descendant process 2 \\(wl_threads\\), parent 1")) << inspect.out;
+  EXPECT_TRUE(Matches(inspect.out, "descendant process 2 \\(" + comm + "\\), parent 1")) << inspect.out;
+  EXPECT_TRUE(Matches(inspect.out, inspect_says)) << inspect.out;
 
   CommandResult restore = RunCommand({CairnBinary(), "restore", "--dir", tmp / "ckpt", "--detach"}, tmp.path(), env);
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
-  pid_t new_init = std::stoi(RecordField(state, "t1", "host_pid"));
+  pid_t new_init = std::stoi(RecordField(state, name, "host_pid"));
   ASSERT_GT(new_init, 0);
   EXPECT_TRUE(IsAlive(new_init));
   EXPECT_TRUE(Matches(NsPids(new_init), "NSpid:[[:space:]]+[0-9]+[[:space:]]+1$")) << NsPids(new_init);
-  EXPECT_TRUE(Matches(ReadFile("/proc/" + std::to_string(new_init) + "/cgroup"), "freezer:/cairn/t1"));
+  EXPECT_TRUE(Matches(ReadFile("/proc/" + std::to_string(new_init) + "/cgroup"), "freezer:/cairn/" + name));
 
   WriteFileAtomic(work + "/go", "");
   Ending end = WaitGone(new_init, 30s);
   EXPECT_TRUE(end.gone) << "the restored job did not finish";
   std::string out = ReadFile(tmp / "job/stdout.log");
   EXPECT_EQ(LastLine(out), "PASS") << out << ReadFile(tmp / "job/stderr.log");
+}
+
+// wl_threads: four threads holding registers and TLS across the checkpoint.
+TEST(JobTest, RunDumpRestoreCarriesOnInAFreshNamespace) { RoundTripJob("t1", "wl_threads"); }
+
+// System V shared memory, semaphores and message queues in the job's IPC namespace.
+TEST(JobTest, SysvIpcObjectsComeBackWithTheirIds) {
+  RoundTripJob("ipc1", "job/wl_job_sysv_ipc",
+               "System V IPC \\(own namespace\\): 3 segments \\(1\\.0 MiB\\), 1 semaphore set, 1 message queue");
+}
+
+// A process attached to a System V segment of the machine's own IPC namespace is refused.
+TEST(JobTest, SysvSegmentOutsideAJobIsRefused) {
+  TempDir tmp;
+  std::string work = tmp / "work";
+  ::mkdir(work.c_str(), 0755);
+  pid_t pid = SpawnProgram({WorkloadPath("job/wl_job_sysv_ipc"), work}, "/dev/null", tmp / "out", tmp / "err");
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(WaitForFile(work + "/ready", 20s)) << ReadFile(tmp / "err");
+  CommandResult dump = RunCommand({CairnBinary(), "dump", "--pid", std::to_string(pid), "--dir", tmp / "ckpt"},
+                                  tmp.path());
+  EXPECT_TRUE(dump.FailedCleanly()) << dump.Describe();
+  EXPECT_TRUE(Matches(dump.err, "System V shared memory segment [0-9]+ attached")) << dump.err;
+  EXPECT_TRUE(Matches(dump.err, "cairn run")) << dump.err;
+  EXPECT_FALSE(Exists(tmp / "ckpt"));
+  EXPECT_TRUE(IsAlive(pid)) << "the refused process does not run any more";
+  WriteFileAtomic(work + "/go", "");
+  Ending end = WaitGone(pid, 10s);
+  EXPECT_TRUE(end.ExitedWith(0)) << end.Describe() << ReadFile(tmp / "out");
+  // Its objects live in the machine's namespace: remove them.
+  for (const char* key : {"0x4341", "0x4342"}) RunCommand({"/usr/bin/ipcrm", "-M", key}, tmp.path());
+  RunCommand({"/usr/bin/ipcrm", "-S", "0x4343"}, tmp.path());
+  RunCommand({"/usr/bin/ipcrm", "-Q", "0x4344"}, tmp.path());
 }
 
 TEST(JobTest, DumpOfAnUnknownJobFailsClearly) {

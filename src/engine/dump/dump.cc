@@ -16,6 +16,7 @@
 #include "engine/dump/freeze.h"
 #include "engine/dump/memory.h"
 #include "engine/dump/namespaces.h"
+#include "engine/dump/sysv_ipc.h"
 #include "engine/dump/task_state.h"
 #include "engine/image/format.h"
 #include "engine/image/image.h"
@@ -193,6 +194,11 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     result.areas += p->vmas_size();
   }
   RETURN_IF_ERROR(CaptureFds(live, FdOptions{opts.tcp_close}, &writer, live_procs, &saved_files));
+  ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
+  if (own_ipc) {
+    ckpt.set_own_ipc_ns(true);
+    RETURN_IF_ERROR(CaptureSysvIpc(opts.pid, writer, ckpt.mutable_ipc()));
+  }
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(writer.Commit(ckpt));
   result.processes = static_cast<int>(procs.size());
@@ -207,6 +213,7 @@ absl::Status PrecheckTree(const DumpOptions& opts) {
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
   std::vector<pid_t> live;
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> shmem_at;  // shared anonymous object -> its range
+  ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
   for (pid_t pid : pids) {
     auto st = proc::ReadStat(pid);
     if (!st.ok() || st->state == 'Z' || st->state == 'X') continue;
@@ -218,6 +225,13 @@ absl::Status PrecheckTree(const DumpOptions& opts) {
     ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
     ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
     for (const image::Vma& v : vmas) {
+      if (v.kind() == image::Vma::SYSV_SHM && !own_ipc) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d has System V shared memory segment %d attached at %#x-%#x, in the machine's own IPC namespace; "
+            "checkpoints keep System V objects only for work in an IPC namespace of its own — start it with "
+            "`cairn run`",
+            pid, v.shmem_id(), v.start(), v.end()));
+      }
       if (v.kind() != image::Vma::SHARED_ANON) continue;
       auto [it, fresh] = shmem_at.emplace(v.shmem_id(), std::make_pair(v.start(), v.end()));
       if (!fresh && it->second != std::make_pair(v.start(), v.end())) {

@@ -218,7 +218,17 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
       v.set_shmem_id(m.inode);
       if (m.offset != 0) return unsupported("a part of a shared anonymous object (mapped at an offset)");
     } else if (absl::StartsWith(p, "/SYSV")) {
-      return unsupported("System V shared memory");
+      // An attached System V segment (the inode is its id). Its content is saved with the
+      // segment; restore attaches it whole, so the area must be the whole segment.
+      v.set_kind(image::Vma::SYSV_SHM);
+      v.set_shmem_id(m.inode);
+      std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, m.start, m.end);
+      struct stat st {};
+      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + p + ")");
+      uint64_t size = (static_cast<uint64_t>(st.st_size) + kPage - 1) / kPage * kPage;
+      if (m.offset != 0 || m.end - m.start != size) {
+        return unsupported("a part of a System V shared memory segment (partly unmapped or with mixed protections)");
+      }
     } else if (absl::StartsWith(p, "/memfd:") &&
                std::find(m.vm_flags.begin(), m.vm_flags.end(), "ht") != m.vm_flags.end()) {
       return unsupported("a hugetlb memfd");

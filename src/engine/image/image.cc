@@ -283,6 +283,11 @@ absl::StatusOr<std::string> ImageReader::FileContent(const Vma& v) const {
   return Blob(v.content_offset(), v.content_size(), v.content_xxh3(), absl::StrCat("mapped file ", v.path()));
 }
 
+absl::StatusOr<std::string> ImageReader::FileContent(const SysvShm& s) const {
+  return Blob(s.content_offset(), s.content_size(), s.content_xxh3(),
+              absl::StrCat("System V segment ", s.perm().id()));
+}
+
 absl::Status ImageReader::VerifyAll() const {
   std::vector<const Process*> procs = {&meta_.process()};
   for (const Process& d : meta_.descendants()) procs.push_back(&d);
@@ -295,6 +300,7 @@ absl::Status ImageReader::VerifyAll() const {
       if (fd.content_xxh3() != 0 || fd.content_size() != 0) RETURN_IF_ERROR(FileContent(fd).status());
     }
   }
+  for (const SysvShm& s : meta_.ipc().shm()) RETURN_IF_ERROR(FileContent(s).status());
   return absl::OkStatus();
 }
 

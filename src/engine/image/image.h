@@ -76,6 +76,8 @@ class ImageReader {
   absl::StatusOr<std::string> FileContent(const Fd& fd) const;
   // The saved content of a deleted file mapped shared, verified.
   absl::StatusOr<std::string> FileContent(const Vma& v) const;
+  // The saved content of a System V shared memory segment, verified.
+  absl::StatusOr<std::string> FileContent(const SysvShm& s) const;
 
   // Verifies every page block and file content; the first failure names the block.
   absl::Status VerifyAll() const;

@@ -174,7 +174,7 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   // The init is PID 1 of a new PID namespace. clone3 rather than unshare + fork, so that
   // cairn itself stays able to create threads (unshare(CLONE_NEWPID) would forbid it).
   clone_args args{};
-  args.flags = CLONE_NEWPID;
+  args.flags = CLONE_NEWPID | CLONE_NEWIPC;
   args.exit_signal = SIGCHLD;
   pid_t init = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
   if (init < 0) return ErrnoStatus("clone3(CLONE_NEWPID): cairn run needs root");

@@ -4,6 +4,7 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -316,6 +317,16 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
     if (v.kind() == image::Vma::SHARED_ANON) continue;  // inherited from the root, filled there
+    if (v.kind() == image::Vma::SYSV_SHM) {
+      // Attached again by id, in the job's IPC namespace where the segment was made again.
+      uint64_t shmflg = (v.prot() & PROT_WRITE ? 0 : SHM_RDONLY) | (v.prot() & PROT_EXEC ? SHM_EXEC : 0);
+      ASSIGN_OR_RETURN(long addr, inj.Call(absl::StrFormat("shmat System V segment %d at %#x", v.shmem_id(), v.start()),
+                                           SYS_shmat, v.shmem_id(), v.start(), shmflg));
+      if (static_cast<uint64_t>(addr) != v.start()) {
+        return absl::InternalError(absl::StrFormat("shmat placed %#x at %#x", v.start(), addr));
+      }
+      continue;
+    }
     uint64_t len = v.end() - v.start();
     uint32_t prot = v.prot();
     if (v.blocks_size() > 0) prot |= PROT_WRITE;
@@ -387,7 +398,10 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
-    if ((v.blocks_size() > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) {
+    bool sysv_other = v.kind() == image::Vma::SYSV_SHM && (v.prot() & (PROT_READ | PROT_WRITE)) != PROT_READ &&
+                      (v.prot() & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE);
+    if (((v.blocks_size() > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) ||
+        sysv_other) {
       RETURN_IF_ERROR(inj.Call("mprotect", SYS_mprotect, v.start(), v.end() - v.start(), v.prot()).status());
     }
     for (const std::string& f : v.vm_flags()) {

@@ -30,6 +30,7 @@
 #include "common/unique_fd.h"
 #include "engine/restore/files.h"
 #include "engine/restore/sockets.h"
+#include "engine/restore/sysv_ipc.h"
 #include "engine/restore/ids.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
@@ -325,6 +326,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   args.flags = CLONE_CLEAR_SIGHAND;
   if (meta.own_pid_ns()) args.flags |= CLONE_NEWPID;
   if (meta.own_mount_ns()) args.flags |= CLONE_NEWNS;
+  if (meta.own_ipc_ns()) args.flags |= CLONE_NEWIPC;
   args.exit_signal = SIGCHLD;
   args.set_tid = reinterpret_cast<uint64_t>(&root);
   args.set_tid_size = 1;
@@ -356,6 +358,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   RETURN_IF_ERROR(inject::SetSigmask(root_host, ~0ULL));
   if (!meta.cgroup().empty()) RETURN_IF_ERROR(job::JoinCgroup(meta.cgroup(), root_host));
+  if (meta.own_ipc_ns()) RETURN_IF_ERROR(CreateSysvIpc(root_host, *img, meta.ipc()));
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
@@ -367,6 +370,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, ids), absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);
+  if (built.ok() && meta.own_ipc_ns()) built = RemoveDestroyedSegments(root_host, meta.ipc());
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
   }
