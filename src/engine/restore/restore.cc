@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -159,6 +160,64 @@ absl::Status ForkChild(inject::Injector& inj, inject::RemoteScratch& sc, const i
   return absl::OkStatus();
 }
 
+// A stand-in leader for a process group whose leader had exited: a child of the group's
+// first member, with the group's id as its pid, made leader of a new group of that id.
+struct StandIn {
+  pid_t group = 0;
+  pid_t host = 0;    // the stand-in as the restorer sees it
+  pid_t parent = 0;  // host pid of the member that forked it, which reaps it
+};
+
+// Forks the stand-in from `member` (clone3 with the group's id as pid and no exit signal,
+// so the parent gets no SIGCHLD) and makes it a group leader. Returns nothing when the id
+// is taken (by a live process outside the checkpoint, such as the shell whose group it is).
+absl::StatusOr<std::optional<StandIn>> MakeStandInLeader(const image::Process& member, uint64_t work_area,
+                                                         IdMap& ids) {
+  pid_t parent = ids.Host(member.pid());
+  inject::Injector inj(parent, work_area);
+  inject::RemoteScratch sc(parent, work_area + 4096, inject::RemoteScratch::kSize, false);
+  pid_t want = member.pgid();
+  ASSIGN_OR_RETURN(uint64_t tid_addr, sc.Put(512, &want, sizeof want));
+  clone_args args{};
+  args.exit_signal = 0;
+  args.set_tid = tid_addr;
+  args.set_tid_size = 1;
+  ASSIGN_OR_RETURN(uint64_t args_addr, sc.Put(0, &args, sizeof args));
+  auto rc = inj.Call(absl::StrCat("clone3 pid ", want, " (stand-in leader of group ", want, ")"), SYS_clone3,
+                     args_addr, sizeof args);
+  if (!rc.ok()) {
+    if (absl::IsAlreadyExists(rc.status())) return std::nullopt;
+    return rc.status();
+  }
+  StandIn s{want, inj.last_new_task() != 0 ? inj.last_new_task() : want, parent};
+  ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(s.host));
+  if (stop.kind != inject::StopInfo::Kind::kSignalStop && stop.kind != inject::StopInfo::Kind::kEventStop) {
+    return absl::InternalError(absl::StrCat("stand-in leader of group ", want, " did not stop"));
+  }
+  inject::Injector stand_in(s.host, work_area);
+  RETURN_IF_ERROR(stand_in.Call(absl::StrCat("setpgid (stand-in leader of group ", want, ")"), SYS_setpgid, 0, 0)
+                      .status());
+  return s;
+}
+
+// Kills the stand-in leaders once their groups have members, and has each one reaped by
+// the member that forked it (after the restorer, its tracer, has seen it exit).
+absl::Status EndStandIns(std::vector<StandIn>& stand_ins, uint64_t work_area) {
+  absl::Status result;
+  for (const StandIn& s : stand_ins) {
+    ::kill(s.host, SIGKILL);
+    int status;
+    while (::waitpid(s.host, &status, __WALL) < 0 && errno == EINTR) {
+    }
+    inject::Injector parent(s.parent, work_area);
+    auto rc = parent.Call(absl::StrCat("wait4 for the stand-in leader of group ", s.group), SYS_wait4,
+                          static_cast<uint64_t>(s.group), 0, __WALL, 0);
+    if (result.ok() && !rc.ok()) result = rc.status();
+  }
+  stand_ins.clear();
+  return result;
+}
+
 // Creates the tree's skeleton top-down: each process is forked (with its saved pid) by
 // its restored parent, which is still a copy of the restorer, so every task inherits the
 // work area and the master descriptors. Sessions are created before the children that
@@ -206,6 +265,24 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
   // Process groups: leaders first, then members (a group must exist to be joined).
   std::map<pid_t, const image::Process*> by_pid;
   for (const image::Process* p : procs) by_pid[p->pid()] = p;
+  // A group whose leader had exited gets a stand-in leader with its id, from its first
+  // member, for as long as the members take to join it.
+  std::vector<StandIn> stand_ins;
+  struct KillStandIns {
+    std::vector<StandIn>* s;
+    uint64_t work_area;
+    ~KillStandIns() { (void)EndStandIns(*s, work_area); }
+  } kill_stand_ins{&stand_ins, work_area};
+  for (const image::Process* p : procs) {
+    if (p->zombie() || p->pgid() == 0 || p->pgid() == p->pid() || p->sid() == p->pid() || by_pid.count(p->pgid())) {
+      continue;
+    }
+    bool have = false;
+    for (const StandIn& s : stand_ins) have = have || s.group == p->pgid();
+    if (have) continue;
+    ASSIGN_OR_RETURN(std::optional<StandIn> s, MakeStandInLeader(*p, work_area, ids));
+    if (s) stand_ins.push_back(*s);
+  }
   for (int pass = 0; pass < 2; ++pass) {
     for (const image::Process* p : procs) {
       bool leader = p->pgid() == p->pid();
@@ -215,7 +292,9 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
         RETURN_IF_ERROR(inj.Call("setpgid (group leader)", SYS_setpgid, 0, 0).status());
       } else if (p->pgid() == 0) {
         // The group lies outside the job's PID namespace: the process stays in the restorer's.
-      } else if (auto g = by_pid.find(p->pgid()); g != by_pid.end() && g->second->sid() == p->sid()) {
+      } else if (auto g = by_pid.find(p->pgid());
+                 (g != by_pid.end() && g->second->sid() == p->sid()) ||
+                 std::any_of(stand_ins.begin(), stand_ins.end(), [&](const StandIn& s) { return s.group == p->pgid(); })) {
         RETURN_IF_ERROR(inj.Call(absl::StrCat("setpgid to group ", p->pgid()), SYS_setpgid, 0,
                                  static_cast<uint64_t>(p->pgid())).status());
       } else {
@@ -224,8 +303,8 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
         int members = 0;
         for (const image::Process* o : procs) members += o->pgid() == p->pgid();
         if (members > 1) {
-          CAIRN_LOG_WARN("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader had exited; groups "
-                         "without a leader are not rebuilt yet: the process stays in the restorer's group\"",
+          CAIRN_LOG_WARN("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader had exited and its id "
+                         "is taken on this machine: the process stays in the restorer's group\"",
                          p->pid(), p->pgid());
         } else {
           CAIRN_LOG_INFO("event=pgid_not_restored pid={} pgid={} reason=\"the group's leader is not in the "
@@ -234,7 +313,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
       }
     }
   }
-  return absl::OkStatus();
+  return EndStandIns(stand_ins, work_area);
 }
 
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
