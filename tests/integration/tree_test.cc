@@ -50,6 +50,7 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_tcp_close", true, true, false, "--tcp-close", "CONNECTION kept", "CONNECTION reset"},
     {"wl_tree_unix_server"},
     {"wl_tree_orphaned_group"},
+    {"wl_tree_orphaned_session"},
     {"wl_tree_subreaper_pdeathsig"},
     {"wl_tree_zombie"},
 };

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -160,30 +161,30 @@ absl::Status ForkChild(inject::Injector& inj, inject::RemoteScratch& sc, const i
   return absl::OkStatus();
 }
 
-// A stand-in leader for a process group whose leader had exited: a child of the group's
-// first member, with the group's id as its pid, made leader of a new group of that id.
+// A stand-in leader for a process group or session whose leader had exited: a process
+// with the group's (or session's) id as its pid, made leader of a new group (or session)
+// of that id, for as long as the members take to join it (or to be forked from it).
 struct StandIn {
-  pid_t group = 0;
+  pid_t group = 0;   // the group's or session's id
   pid_t host = 0;    // the stand-in as the restorer sees it
-  pid_t parent = 0;  // host pid of the member that forked it, which reaps it
+  pid_t parent = 0;  // host pid of the process that forked it, which reaps it
 };
 
-// Forks the stand-in from `member` (clone3 with the group's id as pid and no exit signal,
-// so the parent gets no SIGCHLD) and makes it a group leader. Returns nothing when the id
-// is taken (by a live process outside the checkpoint, such as the shell whose group it is).
-absl::StatusOr<std::optional<StandIn>> MakeStandInLeader(const image::Process& member, uint64_t work_area,
-                                                         IdMap& ids) {
-  pid_t parent = ids.Host(member.pid());
+// Forks the stand-in for `id` from the task `parent` (clone3 with `id` as pid and no exit
+// signal, so the parent gets no SIGCHLD) and makes it a group leader, or with `session` a
+// session leader. Returns nothing when the id is taken (by a live process outside the
+// checkpoint, such as the shell whose group it is).
+absl::StatusOr<std::optional<StandIn>> MakeStandIn(pid_t parent, pid_t want, bool session, uint64_t work_area) {
   inject::Injector inj(parent, work_area);
   inject::RemoteScratch sc(parent, work_area + 4096, inject::RemoteScratch::kSize, false);
-  pid_t want = member.pgid();
   ASSIGN_OR_RETURN(uint64_t tid_addr, sc.Put(512, &want, sizeof want));
   clone_args args{};
   args.exit_signal = 0;
   args.set_tid = tid_addr;
   args.set_tid_size = 1;
   ASSIGN_OR_RETURN(uint64_t args_addr, sc.Put(0, &args, sizeof args));
-  auto rc = inj.Call(absl::StrCat("clone3 pid ", want, " (stand-in leader of group ", want, ")"), SYS_clone3,
+  const char* what = session ? "session" : "group";
+  auto rc = inj.Call(absl::StrCat("clone3 pid ", want, " (stand-in leader of ", what, " ", want, ")"), SYS_clone3,
                      args_addr, sizeof args);
   if (!rc.ok()) {
     if (absl::IsAlreadyExists(rc.status())) return std::nullopt;
@@ -195,8 +196,12 @@ absl::StatusOr<std::optional<StandIn>> MakeStandInLeader(const image::Process& m
     return absl::InternalError(absl::StrCat("stand-in leader of group ", want, " did not stop"));
   }
   inject::Injector stand_in(s.host, work_area);
-  RETURN_IF_ERROR(stand_in.Call(absl::StrCat("setpgid (stand-in leader of group ", want, ")"), SYS_setpgid, 0, 0)
-                      .status());
+  if (session) {
+    RETURN_IF_ERROR(stand_in.Call(absl::StrCat("setsid (stand-in leader of session ", want, ")"), SYS_setsid).status());
+  } else {
+    RETURN_IF_ERROR(stand_in.Call(absl::StrCat("setpgid (stand-in leader of group ", want, ")"), SYS_setpgid, 0, 0)
+                        .status());
+  }
   return s;
 }
 
@@ -210,7 +215,7 @@ absl::Status EndStandIns(std::vector<StandIn>& stand_ins, uint64_t work_area) {
     while (::waitpid(s.host, &status, __WALL) < 0 && errno == EINTR) {
     }
     inject::Injector parent(s.parent, work_area);
-    auto rc = parent.Call(absl::StrCat("wait4 for the stand-in leader of group ", s.group), SYS_wait4,
+    auto rc = parent.Call(absl::StrCat("wait4 for the stand-in leader of ", s.group), SYS_wait4,
                           static_cast<uint64_t>(s.group), 0, __WALL, 0);
     if (result.ok() && !rc.ok()) result = rc.status();
   }
@@ -223,7 +228,8 @@ absl::Status EndStandIns(std::vector<StandIn>& stand_ins, uint64_t work_area) {
 // work area and the master descriptors. Sessions are created before the children that
 // belong to them are forked; process groups are joined once every group exists.
 absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
-                           uint64_t work_area, bool mount_proc, int fill_threads, Tasks& tasks, IdMap& ids) {
+                           uint64_t work_area, bool mount_proc, bool own_pid_ns, int fill_threads, Tasks& tasks,
+                           IdMap& ids) {
   for (const image::Process* p : procs) {
     pid_t host = ids.Host(p->pid());
     inject::Injector inj(host, work_area);
@@ -252,15 +258,50 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     // A session leader may have children still in the session it left when it called
     // setsid: fork those first, then create its session, then fork the others.
     bool leader = p->sid() == p->pid();
+    // Children in a session whose leader had exited (re-parented to this process, a child
+    // subreaper or the namespace's init) are forked by a stand-in leader of that session,
+    // which then exits, so that they are re-parented here again.
+    std::vector<StandIn> sessions;
+    struct EndSessions {
+      std::vector<StandIn>* s;
+      uint64_t work_area;
+      ~EndSessions() { (void)EndStandIns(*s, work_area); }
+    } end_sessions{&sessions, work_area};
+    bool reaper = p->child_subreaper() || (p == procs[0] && own_pid_ns);
     for (int phase = 0; phase < 2; ++phase) {
       if (phase == 1 && leader) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
       for (const image::Process* c : procs) {
         if (c->ppid() != p->pid() || c == procs[0]) continue;
         bool in_old_session = leader && c->sid() != p->pid();
         if (in_old_session != (phase == 0)) continue;
-        RETURN_IF_ERROR(ForkChild(inj, sc, *c, tasks, ids));
+        bool orphaned_session = !in_old_session && c->sid() != p->sid() && c->sid() != c->pid() && c->sid() != 0 &&
+                                !std::any_of(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == c->sid(); });
+        if (!orphaned_session) {
+          RETURN_IF_ERROR(ForkChild(inj, sc, *c, tasks, ids));
+          continue;
+        }
+        auto s = std::find_if(sessions.begin(), sessions.end(), [&](const StandIn& x) { return x.group == c->sid(); });
+        if (s == sessions.end() && reaper) {
+          // Children come back here when the stand-in exits only if this process reaps orphans.
+          if (p->child_subreaper()) {
+            RETURN_IF_ERROR(inj.Call("prctl(PR_SET_CHILD_SUBREAPER)", SYS_prctl, PR_SET_CHILD_SUBREAPER, 1).status());
+          }
+          ASSIGN_OR_RETURN(std::optional<StandIn> made, MakeStandIn(host, c->sid(), true, work_area));
+          if (made) s = sessions.insert(sessions.end(), *made);
+        }
+        if (s == sessions.end()) {
+          CAIRN_LOG_WARN("event=sid_not_restored pid={} sid={} reason=\"the session's leader had exited and {}\"",
+                         c->pid(), c->sid(),
+                         reaper ? "its id is taken on this machine" : "the parent is not a child subreaper");
+          RETURN_IF_ERROR(ForkChild(inj, sc, *c, tasks, ids));
+          continue;
+        }
+        inject::Injector stand_in(s->host, work_area);
+        inject::RemoteScratch stand_in_sc(s->host, work_area + 4096, inject::RemoteScratch::kSize, false);
+        RETURN_IF_ERROR(ForkChild(stand_in, stand_in_sc, *c, tasks, ids));
       }
     }
+    RETURN_IF_ERROR(EndStandIns(sessions, work_area));
   }
   // Process groups: leaders first, then members (a group must exist to be joined).
   std::map<pid_t, const image::Process*> by_pid;
@@ -280,7 +321,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     bool have = false;
     for (const StandIn& s : stand_ins) have = have || s.group == p->pgid();
     if (have) continue;
-    ASSIGN_OR_RETURN(std::optional<StandIn> s, MakeStandInLeader(*p, work_area, ids));
+    ASSIGN_OR_RETURN(std::optional<StandIn> s, MakeStandIn(ids.Host(p->pid()), p->pgid(), false, work_area));
     if (s) stand_ins.push_back(*s);
   }
   for (int pass = 0; pass < 2; ++pass) {
@@ -441,7 +482,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
-  absl::Status built = BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), threads, tasks, ids);
+  absl::Status built =
+      BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
