@@ -151,6 +151,44 @@ absl::Status CaptureOptions(int theirs, int family, int type, int protocol, imag
   return absl::OkStatus();
 }
 
+// The messages waiting on a datagram or seqpacket socket, copied without taking them off
+// the queue: with a peek offset set (SO_PEEK_OFF), each MSG_PEEK returns the next message.
+// The socket's own peek offset is put back after. Their sizes go to `fd`.
+absl::StatusOr<std::string> PeekMessages(pid_t pid, int fd_num, image::Fd* fd) {
+  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, fd_num));
+  auto where = [&] { return absl::StrFormat("the queue of pid %d fd %d", pid, fd_num); };
+  int saved_off = -1;
+  socklen_t len = sizeof saved_off;
+  if (::getsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &saved_off, &len) != 0) {
+    return ErrnoStatus("getsockopt(SO_PEEK_OFF) on " + where());
+  }
+  int zero = 0;
+  if (::setsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &zero, sizeof zero) != 0) {
+    return ErrnoStatus("setsockopt(SO_PEEK_OFF) on " + where());
+  }
+  std::string out;
+  std::vector<char> buf(1 << 20);
+  absl::Status st;
+  for (;;) {
+    ssize_t n = ::recv(copy.get(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) st = ErrnoStatus("peek " + where());
+      break;
+    }
+    if (static_cast<size_t>(n) > buf.size()) {
+      st = absl::UnimplementedError(absl::StrFormat("%s holds a message of %d bytes, more than 1 MiB", where(), n));
+      break;
+    }
+    out.append(buf.data(), static_cast<size_t>(n));
+    fd->add_message_sizes(static_cast<uint32_t>(n));
+  }
+  if (::setsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &saved_off, sizeof saved_off) != 0 && st.ok()) {
+    st = ErrnoStatus("put back SO_PEEK_OFF on " + where());
+  }
+  RETURN_IF_ERROR(st);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, bool tcp_close) {
@@ -190,11 +228,14 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
                     "or a connection not accepted yet)",
                     kUnixAdvice);
     }
-    if (us.type != SOCK_STREAM && us.rqueue != 0) {
-      return Refuse(pid, info, "a datagram or seqpacket unix socket with messages waiting to be read", kUnixAdvice);
-    }
     fd->set_peer_ino(us.peer);
-    if (writer != nullptr && us.rqueue > 0) {
+    if (writer != nullptr && us.type != SOCK_STREAM && us.rqueue > 0) {
+      ASSIGN_OR_RETURN(std::string data, PeekMessages(pid, info.fd, fd));
+      ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
+      fd->set_content_offset(blob.offset);
+      fd->set_content_size(blob.size);
+      fd->set_content_xxh3(blob.xxh3);
+    } else if (writer != nullptr && us.rqueue > 0) {
       // The bytes waiting to be read here, peeked without consuming them.
       ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
       std::string data(us.rqueue, '\0');

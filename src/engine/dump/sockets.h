@@ -2,8 +2,9 @@
 // Capturing sockets.
 //
 // Unix sockets (found through sock_diag):
-// - a connected pair whose both ends are in the checkpoint: type, both inodes, and the
-//   bytes queued for reading on a stream socket (peeked);
+// - a connected pair whose both ends are in the checkpoint: type, both inodes, and what
+//   waits to be read: a stream's bytes (peeked), a datagram or seqpacket socket's messages
+//   (peeked one by one with a peek offset, the socket's own offset put back after);
 // - a socket on its own: bound to a name (in the file system, relative names resolved
 //   against the process's cwd, or abstract), listening (with its backlog; no connection
 //   may be waiting to be accepted), a datagram socket connected to a named socket of the
@@ -15,7 +16,7 @@
 // accepted, is refused naming the connection, unless `tcp_close` is set: then it is
 // recorded to come back as a connection the peer reset.
 // Everything else (netlink, packet, raw sockets, unix sockets connected to a process
-// outside the checkpoint, shut-down sockets, datagrams waiting on a unix socket) is
+// outside the checkpoint, shut-down sockets, datagrams waiting on a bound unix socket) is
 // refused with the reason.
 
 #include <sys/types.h>

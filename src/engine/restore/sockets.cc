@@ -199,6 +199,21 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
                                                  Where(*fd, pid)));
     }
     ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
+    if (fd->message_sizes_size() > 0) {
+      // Datagrams and seqpackets: each message sent again on its own, in order.
+      size_t at = 0;
+      for (uint32_t len : fd->message_sizes()) {
+        if (at + len > content.size()) {
+          return absl::DataLossError(absl::StrFormat("%s: its queued messages overrun their content (corrupt image)",
+                                                     Where(*fd, pid)));
+        }
+        if (::send(peer->second, content.data() + at, len, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(len)) {
+          return ErrnoStatus(absl::StrFormat("queue a %u-byte message again on the socket of %s", len, Where(*fd, pid)));
+        }
+        at += len;
+      }
+      continue;
+    }
     size_t done = 0;
     while (done < content.size()) {
       ssize_t n = ::send(peer->second, content.data() + done, content.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
