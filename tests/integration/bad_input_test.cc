@@ -336,6 +336,24 @@ TEST_F(BadInput, RestoreWhilePidIsTaken) {
   EXPECT_TRUE(OutputPasses(w));
 }
 
+// A process holding a device whose state cannot be saved (a tun interface) is refused by name and
+// keeps running.
+TEST_F(BadInput, DumpOfAStatefulDeviceIsRefused) {
+  if (!Exists("/dev/net/tun")) GTEST_SKIP() << "/dev/net/tun does not exist on this machine";
+  std::string dir = *temp_ / "ckpt";
+  pid_t pid = SpawnProgram({"/bin/sleep", "30"}, "/dev/net/tun", *temp_ / "out", *temp_ / "err");
+  ASSERT_GT(pid, 0);
+  Track(pid, "/bin/sleep");
+  for (int i = 0; i < 200 && ProcessArgv0(pid) != "/bin/sleep"; ++i) std::this_thread::sleep_for(5ms);
+  CommandResult r = Cairn({"dump", "--pid", std::to_string(pid), "--dir", dir}, WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(r, "tun/tap interface"));
+  EXPECT_TRUE(Matches(r.err, "pid " + std::to_string(pid) + " fd 0 is a tun/tap interface \\(/dev/net/tun\\)"))
+      << r.err;
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  auto state = ProcessState(pid);
+  EXPECT_TRUE(state && (*state == 'S' || *state == 'R')) << "sleep is in state " << state.value_or('-');
+}
+
 // ---- dump --tree: trees holding what cairn cannot checkpoint yet
 
 // `dump --tree` of a tree holding what cairn refuses must stop before it changes anything: a

@@ -52,6 +52,7 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_unix_server"},
     {"wl_tree_orphaned_group"},
     {"wl_tree_orphaned_session"},
+    {"wl_tree_posix_shm"},
     {"wl_tree_subreaper_pdeathsig"},
     {"wl_tree_zombie"},
 };

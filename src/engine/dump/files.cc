@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -34,6 +35,25 @@ absl::string_view KindOf(absl::string_view target) {
   if (absl::StartsWith(target, "socket:")) return "a socket";
   if (absl::StartsWith(target, "anon_inode:")) return "a kernel object";
   return "an unsupported file";
+}
+
+// Character devices that reopening by path does not give back: each open is a new
+// object (a pseudo-terminal pair, a tun interface, a KVM or FUSE instance...) or holds
+// device state (GPUs, RDMA, VFIO). Returns what it is, or null for a device that can be
+// reopened (/dev/null, /dev/zero, /dev/urandom, a terminal...).
+const char* StatefulDevice(dev_t rdev, absl::string_view path) {
+  unsigned major = ::major(rdev), minor = ::minor(rdev);
+  if (major == 5 && minor == 2) return "a pseudo-terminal master (/dev/ptmx)";
+  if (major == 10 && minor == 200) return "a tun/tap interface";
+  if (major == 10 && minor == 229) return "a FUSE connection";
+  if (major == 10 && minor == 232) return "a KVM instance";
+  if (major == 10 && minor == 238) return "a vhost-net instance";
+  if (major == 195 || absl::StartsWith(path, "/dev/nvidia")) return "an NVIDIA GPU device";
+  if (major == 226 || absl::StartsWith(path, "/dev/dri/")) return "a GPU (DRM) device";
+  if (absl::StartsWith(path, "/dev/vfio/")) return "a VFIO device";
+  if (absl::StartsWith(path, "/dev/infiniband/")) return "an RDMA device";
+  if (absl::StartsWith(path, "/dev/kfd")) return "an AMD GPU compute device";
+  return nullptr;
 }
 
 constexpr int kKcmpFile = 0;      // KCMP_FILE
@@ -415,6 +435,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         }
       }
     } else if (S_ISCHR(st.st_mode)) {
+      if (const char* what = StatefulDevice(st.st_rdev, path)) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d fd %d is %s (%s), a device whose state lives in the kernel or the hardware and cannot be "
+            "saved; opening it again would give the process a different one — close it before checkpointing",
+            pid, info.fd, what, path));
+      }
       fd.set_kind(image::Fd::CHAR_DEVICE);
       fd.set_rdev(st.st_rdev);
     } else if (S_ISDIR(st.st_mode)) {

@@ -63,6 +63,8 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   }
   int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
   if (fd.kind() == image::Fd::DIRECTORY) flags |= O_DIRECTORY;
+  // /proc/self/fd/N is a link to follow (shm_open, for one, opens with O_NOFOLLOW).
+  if (fd.deleted()) flags &= ~O_NOFOLLOW;
   UniqueFd f(::open(open_path.c_str(), flags));
   if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
   if (!fd.deleted()) {
