@@ -161,7 +161,10 @@ void NodeAgent::StartHeartbeats(std::chrono::milliseconds every) {
         api::HeartbeatResponse resp;
         return stub.Heartbeat(&ctx, req, &resp);
       });
-      if (s.ok()) acked_.fetch_add(1);
+      if (s.ok()) {
+        acked_.fetch_add(1);
+        last_ack_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+      }
       std::this_thread::sleep_for(every);
     }
   });
@@ -211,6 +214,11 @@ std::string EtcdCluster::Binary() {
 
 EtcdCluster::~EtcdCluster() {
   for (pid_t p : pids_) KillAndWait(p);
+}
+
+void EtcdCluster::KillMember(int i) {
+  KillAndWait(pids_[i]);
+  pids_[i] = -1;
 }
 
 std::string EtcdCluster::StoreSpec() const {

@@ -64,8 +64,11 @@ class NodeAgent {
   ::testing::AssertionResult Register(std::chrono::milliseconds timeout = 10s);
   void StartHeartbeats(std::chrono::milliseconds every);
   void Stop();
-  // Heartbeats acknowledged so far.
+  // Heartbeats acknowledged so far, and when the last one was (steady clock).
   int acked() const { return acked_.load(); }
+  std::chrono::steady_clock::time_point last_ack() const {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last_ack_.load()));
+  }
 
  private:
   grpc::Status CallAny(const std::function<grpc::Status(api::Controller::Stub&)>& f);
@@ -75,6 +78,7 @@ class NodeAgent {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int> acked_{0};
+  std::atomic<std::chrono::steady_clock::rep> last_ack_{0};
 };
 
 api::NodeSpec MakeNode(const std::string& id, double price, bool spot, int gpus, const std::string& gpu_type,
@@ -96,6 +100,8 @@ class EtcdCluster {
   ::testing::AssertionResult Start(int members = 3, std::chrono::milliseconds timeout = 30s);
   // "etcd://127.0.0.1:C1,127.0.0.1:C2,..."
   std::string StoreSpec() const;
+  // SIGKILLs member i (the cluster keeps its quorum with one of three gone).
+  void KillMember(int i);
 
  private:
   std::string dir_;
