@@ -319,6 +319,18 @@ TEST_F(ControllerSqliteTest, BadInputIsRefusedClearly) {
   ::testing::AssertionResult reg = bad.Register(2s);
   EXPECT_FALSE(reg);
   EXPECT_TRUE(absl::StrContains(reg.message(), "gpu_type")) << reg.message();
+
+  // Stores that cannot be opened stop the controller before it serves, naming the store.
+  ControllerProcess no_dir(dir_.path(), "c2", "sqlite:" + dir_ / "missing/parent/x.db");
+  EXPECT_FALSE(no_dir.Start(5s));
+  EXPECT_TRUE(absl::StrContains(no_dir.Log(), "missing/parent")) << no_dir.Log();
+  EXPECT_FALSE(Exists(no_dir.socket()));
+  ControllerProcess no_etcd(dir_.path(), "c3", "etcd://127.0.0.1:" + std::to_string(FreePort()));
+  EXPECT_FALSE(no_etcd.Start(10s));
+  EXPECT_TRUE(absl::StrContains(no_etcd.Log(), "no endpoint answered")) << no_etcd.Log();
+  ControllerProcess bad_spec(dir_.path(), "c4", "mysql://x");
+  EXPECT_FALSE(bad_spec.Start(5s));
+  EXPECT_TRUE(absl::StrContains(bad_spec.Log(), "not a store")) << bad_spec.Log();
 }
 
 }  // namespace

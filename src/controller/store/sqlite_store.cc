@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 
 #include "common/status.h"
 
@@ -18,6 +19,14 @@ struct Stmt {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  if (size_t slash = path.find_last_of('/'); slash != std::string::npos && slash > 0) {
+    std::string dir = path.substr(0, slash);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      absl::Status s = ErrnoStatus("mkdir " + dir);
+      return absl::Status(s.code(), absl::StrCat("store ", path, ": ", s.message(),
+                                                 " (create its parent directory, or pick another --store)"));
+    }
+  }
   std::string lock_path = path + ".lock";
   UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) return ErrnoStatus("open " + lock_path);

@@ -17,7 +17,7 @@ namespace cairn::controller {
 
 class SqliteStore : public Store {
  public:
-  // Creates the database (and its directory's last component) if needed.
+  // Creates the database, and its directory (0700) if that is missing but its parent exists.
   // Errors: FailedPrecondition (another controller holds it), Internal (SQLite errors).
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
   ~SqliteStore() override;
