@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <google/protobuf/util/json_util.h>
@@ -32,6 +33,8 @@ struct ControllerCommands::Options {
 
   CLI::App* submit = nullptr;
   CLI::App* cluster_status = nullptr;
+  CLI::App* scale_down = nullptr;
+  int scale_gpus = 0;
   CLI::App* job_explain = nullptr;
   CLI::App* events = nullptr;
 
@@ -82,28 +85,45 @@ class Client {
     }
   }
 
+  // Tries every address in turn. When a controller answers that it does not lead (or cannot reach
+  // its store), tries them all again shortly, until the timeout: a leader change takes a lease.
   template <typename Req, typename Resp>
   grpc::Status Call(grpc::Status (api::Controller::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
                     const Req& req, Resp* resp) {
-    std::vector<std::string> errors;
-    for (const std::string& addr : addresses_) {
-      auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
-      auto stub = api::Controller::NewStub(channel);
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
-      if (!token_.empty() && !absl::StartsWith(addr, "unix:")) {
-        ctx.AddMetadata("authorization", "Bearer " + token_);
+    auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+    std::vector<std::string> errors, waited;  // waited: the last round in which a controller said "retry"
+    for (;;) {
+      errors.clear();
+      bool retry = false;
+      for (const std::string& addr : addresses_) {
+        auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+        auto stub = api::Controller::NewStub(channel);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(deadline);
+        if (!token_.empty() && !absl::StartsWith(addr, "unix:")) {
+          ctx.AddMetadata("authorization", "Bearer " + token_);
+        }
+        resp->Clear();
+        grpc::Status s = ((*stub).*method)(&ctx, req, resp);
+        if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+          if (!s.ok()) return grpc::Status(s.error_code(), absl::StrCat("controller ", addr, ": ", s.error_message()));
+          return s;
+        }
+        retry = retry || ctx.GetServerTrailingMetadata().count("cairn-retry") > 0;
+        errors.push_back(absl::StrCat(addr, ": ", s.error_message()));
       }
-      resp->Clear();
-      grpc::Status s = ((*stub).*method)(&ctx, req, resp);
-      if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-        if (!s.ok()) return grpc::Status(s.error_code(), absl::StrCat("controller ", addr, ": ", s.error_message()));
-        return s;
-      }
-      errors.push_back(absl::StrCat(addr, ": ", s.error_message()));
+      if (addresses_.empty()) errors.push_back("no address given");
+      if (retry) waited = errors;
+      auto now = std::chrono::system_clock::now();
+      if (!retry || now >= deadline) break;
+      std::this_thread::sleep_for(std::min<std::chrono::system_clock::duration>(std::chrono::milliseconds(200),
+                                                                                deadline - now));
     }
-    if (addresses_.empty()) errors.push_back("no address given");
+    if (!waited.empty()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrFormat("no controller led within --timeout %.1f s (%s)", timeout_s_,
+                                          absl::StrJoin(waited, "; ")));
+    }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         absl::StrCat("no leading controller answered (", absl::StrJoin(errors, "; "),
                                      "); is cairn-controller running? (--controller ADDR or CAIRN_CONTROLLER)"));
@@ -136,6 +156,18 @@ std::string TimeString(double unix_s) {
   return buf;
 }
 
+void PrintEvent(const api::Event& e) {
+  std::string what = e.kind();
+  if (!e.rule().empty()) what = absl::StrCat(e.kind(), " ", e.rule(), " -> ", e.action());
+  std::string subject;
+  if (!e.job_id().empty()) absl::StrAppend(&subject, " job ", e.job_id());
+  if (!e.node_id().empty()) absl::StrAppend(&subject, " node ", e.node_id());
+  if (!e.target_node_id().empty()) absl::StrAppend(&subject, " target ", e.target_node_id());
+  std::printf("%6llu %s %s%s: %s%s\n", static_cast<unsigned long long>(e.seq()), TimeString(e.time()).c_str(),
+              what.c_str(), subject.c_str(), e.reason().c_str(),
+              e.dispatch().empty() ? "" : absl::StrCat(" [", e.dispatch(), "]").c_str());
+}
+
 }  // namespace
 
 ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Options>()) {
@@ -148,7 +180,8 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
                   "comma-separated (default $CAIRN_CONTROLLER or unix:/run/cairn/controller.sock)");
     c->add_option("--token-file", o.token_file, "File with the token for TCP addresses (default $CAIRN_TOKEN)");
     c->add_flag("--json", o.json, "Print the controller's reply as JSON");
-    c->add_option("--timeout", o.timeout_s, "Seconds to wait for each controller")->capture_default_str();
+    c->add_option("--timeout", o.timeout_s,
+                  "Seconds to wait for an answer, including for a leader to be elected")->capture_default_str();
   };
 
   o.submit = app.add_subcommand("submit", "Submit a job to the controller; it places the job on the best node");
@@ -177,6 +210,9 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   CLI::App* cluster = app.add_subcommand("cluster", "The controller's view of the cluster");
   o.cluster_status = cluster->add_subcommand("status", "Nodes, their health and free resources; jobs and where they run");
   common(o.cluster_status);
+  o.scale_down = cluster->add_subcommand("scale-down", "Free GPUs: the scale-down rule suspends the lowest-priority jobs");
+  common(o.scale_down);
+  o.scale_down->add_option("--gpus", o.scale_gpus, "GPUs to free")->required();
 
   CLI::App* job = app.add_subcommand("job", "Jobs known to the controller");
   o.job_explain = job->add_subcommand("explain", "Why a job runs where it does, with every node's score");
@@ -194,8 +230,8 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
 ControllerCommands::~ControllerCommands() = default;
 
 bool ControllerCommands::Parsed() const {
-  return o_->submit->parsed() || o_->cluster_status->parsed() || o_->job_explain->parsed() ||
-         o_->events->parsed();
+  return o_->submit->parsed() || o_->cluster_status->parsed() || o_->scale_down->parsed() ||
+         o_->job_explain->parsed() || o_->events->parsed();
 }
 
 int ControllerCommands::Run() {
@@ -288,6 +324,17 @@ int ControllerCommands::Run() {
     return 0;
   }
 
+  if (o.scale_down->parsed()) {
+    api::ScaleDownRequest req;
+    req.set_gpus(o.scale_gpus);
+    api::ScaleDownResponse resp;
+    grpc::Status st = client.Call(&Stub::ScaleDown, req, &resp);
+    if (!st.ok()) return Fail(st.error_message());
+    if (o.json) return PrintJson(resp);
+    for (const api::Event& e : resp.events()) PrintEvent(e);
+    return 0;
+  }
+
   if (o.job_explain->parsed()) {
     api::ExplainJobRequest req;
     req.set_job_id(o.job);
@@ -309,17 +356,7 @@ int ControllerCommands::Run() {
     grpc::Status st = client.Call(&Stub::ListEvents, req, &resp);
     if (!st.ok()) return Fail(st.error_message());
     if (o.json) return PrintJson(resp);
-    for (const api::Event& e : resp.events()) {
-      std::string what = e.kind();
-      if (!e.rule().empty()) what = absl::StrCat(e.kind(), " ", e.rule(), " -> ", e.action());
-      std::string subject;
-      if (!e.job_id().empty()) absl::StrAppend(&subject, " job ", e.job_id());
-      if (!e.node_id().empty()) absl::StrAppend(&subject, " node ", e.node_id());
-      if (!e.target_node_id().empty()) absl::StrAppend(&subject, " target ", e.target_node_id());
-      std::printf("%6llu %s %s%s: %s%s\n", static_cast<unsigned long long>(e.seq()), TimeString(e.time()).c_str(),
-                  what.c_str(), subject.c_str(), e.reason().c_str(),
-                  e.dispatch().empty() ? "" : absl::StrCat(" [", e.dispatch(), "]").c_str());
-    }
+    for (const api::Event& e : resp.events()) PrintEvent(e);
     return 0;
   }
   return 2;

@@ -1,6 +1,6 @@
 #pragma once
 // The `cairn` commands that talk to cairn-controller: `submit`, `cluster status`,
-// `job explain JOB` and `events`. Kept apart from main.cc, which holds the engine's commands.
+// `cluster scale-down`, `job explain JOB` and `events`. Kept apart from main.cc, which holds the engine's commands.
 
 #include <memory>
 

@@ -25,6 +25,7 @@ class MemoryStore : public Store {
   absl::Status Put(absl::string_view key, absl::string_view value) override {
     std::lock_guard<std::mutex> l(mu_);
     if (deposed_) return absl::FailedPreconditionError("leader key names someone else");
+    if (failing_) return absl::UnavailableError("disk unplugged");
     kv_[std::string(key)] = std::string(value);
     return absl::OkStatus();
   }
@@ -52,11 +53,16 @@ class MemoryStore : public Store {
     std::lock_guard<std::mutex> l(mu_);
     deposed_ = true;
   }
+  void FailWrites(bool f) {
+    std::lock_guard<std::mutex> l(mu_);
+    failing_ = f;
+  }
 
  private:
   std::mutex mu_;
   std::map<std::string, std::string> kv_;
   bool deposed_ = false;
+  bool failing_ = false;
 };
 
 class DoingDispatcher : public ActionDispatcher {
@@ -179,6 +185,71 @@ TEST_F(ControllerCoreTest, SpotNoticeSignalRunsTheRule) {
   absl::Status s = controller_.ReportSignal(sig, &resp);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(absl::StrContains(s.message(), "ghost"));
+}
+
+// Scale-down suspends the lowest-priority GPU job first; carried out, it releases the node.
+TEST_F(ControllerCoreTest, ScaleDownSuspendsLowestPriority) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
+  api::SubmitJobResponse sr;
+  api::SubmitJobRequest low = Job1("low"), high = Job1("high");
+  low.mutable_spec()->set_priority(1);
+  high.mutable_spec()->set_priority(9);
+  ASSERT_TRUE(controller_.SubmitJob(high, &sr).ok());
+  ASSERT_TRUE(controller_.SubmitJob(low, &sr).ok());
+  api::ScaleDownRequest req;
+  req.set_gpus(1);
+  api::ScaleDownResponse resp;
+  ASSERT_TRUE(controller_.ScaleDown(req, &resp).ok());
+  ASSERT_EQ(dispatcher_.carried.size(), 1u);
+  EXPECT_EQ(dispatcher_.carried[0].action, Action::kSuspend);
+  EXPECT_EQ(dispatcher_.carried[0].job_id, "low");
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(controller_.ClusterStatus(&st).ok());
+  for (const auto& j : st.jobs()) {
+    EXPECT_EQ(j.state(), j.spec().id() == "low" ? "suspended" : "running");
+  }
+  req.set_gpus(0);
+  EXPECT_EQ(controller_.ScaleDown(req, &resp).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A submit whose store write fails leaves no job behind, so the same submit can be retried; a
+// repeated identical submit answers with the job as it is; a different one under the id is refused.
+TEST_F(ControllerCoreTest, SubmitIsAllOrNothingAndRetrySafe) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  api::SubmitJobRequest job = Job1("j");
+  job.mutable_spec()->add_command("python3");
+  job.mutable_spec()->add_command("train.py");
+  store_.FailWrites(true);
+  api::SubmitJobResponse sr;
+  EXPECT_EQ(controller_.SubmitJob(job, &sr).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(dispatcher_.started.empty());  // nothing asked of the node before the store had it
+  store_.FailWrites(false);
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(controller_.ClusterStatus(&st).ok());
+  EXPECT_EQ(st.jobs_size(), 0);
+  EXPECT_EQ(st.nodes(0).free_gpus(), 1);
+
+  ASSERT_TRUE(controller_.SubmitJob(job, &sr).ok());
+  EXPECT_EQ(sr.node_id(), "a");
+  api::SubmitJobResponse again;
+  ASSERT_TRUE(controller_.SubmitJob(job, &again).ok());
+  EXPECT_EQ(again.node_id(), "a");
+  EXPECT_EQ(dispatcher_.started.size(), 1u);  // not started twice
+  api::SubmitJobRequest other = job;
+  other.mutable_spec()->set_cpus(2);
+  EXPECT_EQ(controller_.SubmitJob(other, &again).code(), absl::StatusCode::kAlreadyExists);
+
+  // The command is kept for the node daemon, also across a reload from the store.
+  DoingDispatcher d2;
+  Controller reloaded(&store_, &d2, Options());
+  reloaded.Tick();
+  ASSERT_TRUE(reloaded.ClusterStatus(&st).ok());
+  ASSERT_EQ(st.jobs_size(), 1);
+  ASSERT_EQ(st.jobs(0).spec().command_size(), 2);
+  EXPECT_EQ(st.jobs(0).spec().command(1), "train.py");
 }
 
 // A controller whose store write is refused because another controller now leads steps down at

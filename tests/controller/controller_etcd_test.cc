@@ -71,9 +71,12 @@ TEST_F(ControllerEtcdTest, LeaderKilledAnotherTakesOverWithoutLosingJobs) {
   // Followers refuse work and name the leader.
   for (auto& c : controllers_) {
     if (c.get() == leader) continue;
-    CommandResult r = RunCairn({"cluster", "status", "--controller", c->address()}, dir_.path());
+    // (The CLI waits up to --timeout for a leader to appear at the addresses it was given.)
+    auto t0 = std::chrono::steady_clock::now();
+    CommandResult r = RunCairn({"cluster", "status", "--timeout", "1", "--controller", c->address()}, dir_.path());
     EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
     EXPECT_TRUE(absl::StrContains(r.err, "does not lead")) << r.Describe();
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, 900ms);
   }
 
   NodeAgent spot(AddressList(), MakeNode("spot-1", 0.9, true, 1, "V100"));

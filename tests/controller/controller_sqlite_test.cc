@@ -128,6 +128,12 @@ TEST_F(ControllerSqliteTest, SubmitPlacesOnCheapestFittingNodeAndExplains) {
   ASSERT_TRUE(r.Exited(0)) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.out, "pending")) << r.out;
 
+  // Scale-down through the CLI: the rule picks a job and the decision is recorded, not carried out.
+  r = Cairn(c, {"cluster", "scale-down", "--gpus", "1"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.out, "decision scale-down -> suspend")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "not carried out")) << r.out;
+
   // Every placement is an event with its reason.
   json placed = WaitEvent(c, [](const json& e) { return e["kind"] == "job-placed" && e["job_id"] == "train-1"; }, 2s);
   ASSERT_FALSE(placed.is_null());

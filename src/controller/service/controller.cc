@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -111,6 +113,7 @@ void Controller::DropLocked() {
   pending_action_.clear();
   started_.clear();
   registered_seq_.clear();
+  specs_.clear();
 }
 
 absl::Status Controller::RequireLeaderLocked() const {
@@ -140,6 +143,7 @@ absl::Status Controller::LoadLocked() {
   pending_action_.clear();
   started_.clear();
   registered_seq_.clear();
+  specs_.clear();
   ASSIGN_OR_RETURN(auto nodes, store_->List(kNodes));
   std::vector<api::StoredNode> stored_nodes;
   for (const auto& [key, value] : nodes) {
@@ -175,6 +179,7 @@ absl::Status Controller::LoadLocked() {
     job->suspended_for = SuspendReasonFromName(sj.suspended_for());
     job->progress_time = sj.submit_time();
     if (!sj.pending_action().empty()) pending_action_[id] = sj.pending_action();
+    specs_[id] = sj.spec();
     started_[id] = sj.started();
   }
   for (const api::StoredNode& sn : stored_nodes) {
@@ -204,7 +209,9 @@ absl::Status Controller::SaveJobLocked(const std::string& id) {
   const Job* j = cluster_->FindJob(id);
   if (j == nullptr) return absl::InternalError(absl::StrCat("save job ", id, ": not in the model"));
   api::StoredJob sj;
-  *sj.mutable_spec() = ToApi(j->spec);
+  // The spec as submitted (with the command, which only the node daemon reads).
+  auto given = specs_.find(id);
+  *sj.mutable_spec() = given != specs_.end() ? given->second : ToApi(j->spec);
   sj.set_state(std::string(JobStateName(j->state)));
   sj.set_node_id(j->node_id);
   sj.set_submit_time(j->spec.submit_time);
@@ -230,7 +237,8 @@ absl::Status Controller::RecordLocked(api::Event ev, std::vector<api::Event>* ou
 
 // ---- Placement and policies ----
 
-absl::Status Controller::PlaceLocked(const std::string& job_id, std::string* node_id, std::string* reason) {
+absl::Status Controller::PlaceLocked(const std::string& job_id, std::string* node_id, std::string* reason,
+                                     api::Event* event) {
   const Job* job = cluster_->FindJob(job_id);
   Placer placer(*cluster_);
   PlacementRequest req;
@@ -239,14 +247,13 @@ absl::Status Controller::PlaceLocked(const std::string& job_id, std::string* nod
   int feasible = 0;
   for (const CandidateScore& c : all.candidates) feasible += c.feasible ? 1 : 0;
   absl::StatusOr<Placement> p = placer.Place(req);
-  api::Event ev;
-  ev.set_job_id(job_id);
+  event->set_job_id(job_id);
   if (!p.ok()) {
-    ev.set_kind("job-pending");
+    event->set_kind("job-pending");
     *reason = absl::StrFormat("no feasible node among %d; the job waits for capacity (`cairn job explain %s` "
                               "gives each node's reason)", cluster_->node_count(), job_id);
-    ev.set_reason(*reason);
-    return RecordLocked(std::move(ev));
+    event->set_reason(*reason);
+    return SaveJobLocked(job_id);
   }
   const CandidateScore& c = p->chosen;
   *reason = absl::StrFormat(
@@ -262,16 +269,23 @@ absl::Status Controller::PlaceLocked(const std::string& job_id, std::string* nod
   RETURN_IF_ERROR(cluster_->Bind(job_id, p->node_id));
   Job* bound = cluster_->MutableJob(job_id);
   bound->progress_time = Now();
-  DispatchResult r = dispatcher_->StartJob(*bound, *cluster_->FindNode(p->node_id));
-  started_[job_id] = r.done;
-  if (!r.done) pending_action_[job_id] = absl::StrCat("start on ", p->node_id);
+  // The binding is stored before anything is asked of the node, so a failed write leaves nothing
+  // started that the store does not know about.
+  started_[job_id] = false;
+  pending_action_[job_id] = absl::StrCat("start on ", p->node_id);
   RETURN_IF_ERROR(SaveJobLocked(job_id));
+  DispatchResult r = dispatcher_->StartJob(*bound, *cluster_->FindNode(p->node_id));
+  if (r.done) {
+    started_[job_id] = true;
+    pending_action_.erase(job_id);
+    RETURN_IF_ERROR(SaveJobLocked(job_id));
+  }
   *node_id = p->node_id;
-  ev.set_kind("job-placed");
-  ev.set_node_id(p->node_id);
-  ev.set_reason(*reason);
-  ev.set_dispatch(r.note);
-  return RecordLocked(std::move(ev));
+  event->set_kind("job-placed");
+  event->set_node_id(p->node_id);
+  event->set_reason(*reason);
+  event->set_dispatch(r.note);
+  return absl::OkStatus();
 }
 
 absl::Status Controller::PlacePendingLocked() {
@@ -287,7 +301,10 @@ absl::Status Controller::PlacePendingLocked() {
   for (const Job* j : pending) ids.push_back(j->spec.id);
   for (const std::string& id : ids) {
     std::string node, reason;
-    RETURN_IF_ERROR(PlaceLocked(id, &node, &reason));
+    api::Event ev;
+    RETURN_IF_ERROR(PlaceLocked(id, &node, &reason, &ev));
+    // A job that still does not fit was told so when it was submitted.
+    if (!node.empty()) RETURN_IF_ERROR(RecordLocked(std::move(ev)));
   }
   return absl::OkStatus();
 }
@@ -505,13 +522,24 @@ absl::Status Controller::ReportSignal(const api::NodeSignal& req, api::ReportSig
 absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::SubmitJobResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(RequireLeaderLocked());
-  ASSIGN_OR_RETURN(JobSpec spec, FromApi(req.spec()));
-  if (spec.id.empty()) {
-    do spec.id = NewJobId();
-    while (cluster_->FindJob(spec.id) != nullptr);
-  } else if (cluster_->FindJob(spec.id) != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat("submit ", spec.id, ": a job with this id exists; pick another id"));
+  api::JobSpec given = req.spec();
+  if (given.id().empty()) {
+    do given.set_id(NewJobId());
+    while (cluster_->FindJob(given.id()) != nullptr);
+  } else if (const Job* old = cluster_->FindJob(given.id()); old != nullptr) {
+    // The same submission again (a client retrying after a lost reply or a leader change) gets
+    // the job as it is; a different one under the same id is refused.
+    if (!google::protobuf::util::MessageDifferencer::Equals(specs_[given.id()], given)) {
+      return absl::AlreadyExistsError(absl::StrCat("submit ", given.id(),
+                                                   ": a different job with this id exists; pick another id"));
+    }
+    resp->set_job_id(given.id());
+    resp->set_node_id(old->node_id);
+    resp->set_reason(old->node_id.empty() ? "already submitted; still waiting for a node"
+                                          : absl::StrCat("already submitted; placed on ", old->node_id));
+    return absl::OkStatus();
   }
+  ASSIGN_OR_RETURN(JobSpec spec, FromApi(given));
   spec.submit_time = Now();
   if (spec.sla.deadline > 0 && spec.sla.deadline <= spec.submit_time) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -520,14 +548,23 @@ absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::Submit
   const std::string id = spec.id;
   std::string what = Describe(spec);
   RETURN_IF_ERROR(cluster_->AddJob(std::move(spec)));
-  RETURN_IF_ERROR(SaveJobLocked(id));
+  specs_[id] = given;
+  // Placement stores the job (bound or pending) in one write: until it succeeds the job does
+  // not exist, so a failed submit can be retried as it was.
+  std::string node, reason;
+  api::Event placed;
+  absl::Status s = PlaceLocked(id, &node, &reason, &placed);
+  if (!s.ok()) {
+    // Whatever failed, the model goes back to what the store holds.
+    if (leader_ && !LoadLocked().ok()) DropLocked();
+    return s;
+  }
   api::Event ev;
   ev.set_kind("job-submitted");
   ev.set_job_id(id);
   ev.set_reason(what);
   RETURN_IF_ERROR(RecordLocked(std::move(ev)));
-  std::string node, reason;
-  RETURN_IF_ERROR(PlaceLocked(id, &node, &reason));
+  RETURN_IF_ERROR(RecordLocked(std::move(placed)));
   resp->set_job_id(id);
   resp->set_node_id(node);
   resp->set_reason(reason);
@@ -536,7 +573,8 @@ absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::Submit
 
 api::JobStatus Controller::JobStatusLocked(const Job& job) const {
   api::JobStatus s;
-  *s.mutable_spec() = ToApi(job.spec);
+  auto given = specs_.find(job.spec.id);
+  *s.mutable_spec() = given != specs_.end() ? given->second : ToApi(job.spec);
   std::string state(JobStateName(job.state));
   if (job.state == JobState::kRunning) {
     auto it = started_.find(job.spec.id);
@@ -621,6 +659,26 @@ absl::Status Controller::ListEvents(const api::ListEventsRequest& req, api::List
   }
   size_t first = req.limit() > 0 && out.size() > req.limit() ? out.size() - req.limit() : 0;
   for (size_t i = first; i < out.size(); ++i) *resp->add_events() = std::move(out[i]);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ScaleDown(const api::ScaleDownRequest& req, api::ScaleDownResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  if (req.gpus() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("scale-down: ", req.gpus(), " GPUs; give a number > 0"));
+  }
+  std::vector<api::Event> out;
+  api::Event ev;
+  ev.set_kind("scale-down-requested");
+  ev.set_reason(absl::StrCat("free ", req.gpus(), " GPU(s)"));
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
+  Event e;
+  e.trigger = Trigger::kScaleDown;
+  e.time = Now();
+  e.gpus_to_free = req.gpus();
+  RETURN_IF_ERROR(HandleLocked(e, &out));
+  for (api::Event& o : out) *resp->add_events() = std::move(o);
   return absl::OkStatus();
 }
 

@@ -55,6 +55,7 @@ class Controller {
   absl::Status ClusterStatus(api::ClusterStatusResponse* resp);
   absl::Status ExplainJob(const api::ExplainJobRequest& req, api::ExplainJobResponse* resp);
   absl::Status ListEvents(const api::ListEventsRequest& req, api::ListEventsResponse* resp);
+  absl::Status ScaleDown(const api::ScaleDownRequest& req, api::ScaleDownResponse* resp);
   api::LeaderResponse Leader();
 
  private:
@@ -70,8 +71,10 @@ class Controller {
   absl::Status SaveJobLocked(const std::string& id);
   // Assigns the event its sequence number and time, and persists it.
   absl::Status RecordLocked(api::Event ev, std::vector<api::Event>* out = nullptr);
-  // Tries to place one pending job; records the outcome. Sets *node_id when placed.
-  absl::Status PlaceLocked(const std::string& job_id, std::string* node_id, std::string* reason);
+  // Tries to place one pending job and stores it (bound, or pending); fills the event that says
+  // what happened for the caller to record. Sets *node_id when placed.
+  absl::Status PlaceLocked(const std::string& job_id, std::string* node_id, std::string* reason,
+                           api::Event* event);
   // Places every pending job (highest priority first) after capacity appeared.
   absl::Status PlacePendingLocked();
   // Runs the policy rules on `event`, records each decision and dispatches it.
@@ -95,6 +98,7 @@ class Controller {
   std::map<std::string, std::string> pending_action_;        // job -> decision text
   std::map<std::string, bool> started_;                      // job -> dispatcher confirmed
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order
+  std::map<std::string, api::JobSpec> specs_;                // job -> the spec as submitted
   uint64_t next_seq_ = 1;
 };
 

@@ -20,6 +20,13 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
+// UNAVAILABLE from the controller (not the leader, or its store unreachable) is worth retrying
+// shortly; the trailing metadata tells clients apart from a controller that is not there at all.
+grpc::Status Reply(grpc::ServerContext* ctx, const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kUnavailable) ctx->AddTrailingMetadata("cairn-retry", "1");
+  return ToGrpc(s);
+}
+
 }  // namespace
 
 grpc::Status GrpcService::Authorize(const grpc::ServerContext& ctx) const {
@@ -47,43 +54,49 @@ grpc::Status GrpcService::Authorize(const grpc::ServerContext& ctx) const {
 grpc::Status GrpcService::RegisterNode(grpc::ServerContext* ctx, const api::RegisterNodeRequest* req,
                                        api::RegisterNodeResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(controller_->RegisterNode(*req, resp));
+  return Reply(ctx, controller_->RegisterNode(*req, resp));
 }
 
 grpc::Status GrpcService::Heartbeat(grpc::ServerContext* ctx, const api::HeartbeatRequest* req,
                                     api::HeartbeatResponse*) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(controller_->Heartbeat(*req));
+  return Reply(ctx, controller_->Heartbeat(*req));
 }
 
 grpc::Status GrpcService::ReportSignal(grpc::ServerContext* ctx, const api::NodeSignal* req,
                                        api::ReportSignalResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(controller_->ReportSignal(*req, resp));
+  return Reply(ctx, controller_->ReportSignal(*req, resp));
 }
 
 grpc::Status GrpcService::SubmitJob(grpc::ServerContext* ctx, const api::SubmitJobRequest* req,
                                     api::SubmitJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(controller_->SubmitJob(*req, resp));
+  return Reply(ctx, controller_->SubmitJob(*req, resp));
 }
 
 grpc::Status GrpcService::ClusterStatus(grpc::ServerContext* ctx, const api::ClusterStatusRequest*,
                                         api::ClusterStatusResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(controller_->ClusterStatus(resp));
+  return Reply(ctx, controller_->ClusterStatus(resp));
 }
 
 grpc::Status GrpcService::ExplainJob(grpc::ServerContext* ctx, const api::ExplainJobRequest* req,
                                      api::ExplainJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(controller_->ExplainJob(*req, resp));
+  return Reply(ctx, controller_->ExplainJob(*req, resp));
 }
 
 grpc::Status GrpcService::ListEvents(grpc::ServerContext* ctx, const api::ListEventsRequest* req,
                                      api::ListEventsResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(controller_->ListEvents(*req, resp));
+  return Reply(ctx, controller_->ListEvents(*req, resp));
+}
+
+grpc::Status GrpcService::ScaleDown(grpc::ServerContext* ctx, const api::ScaleDownRequest* req,
+                                    api::ScaleDownResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  return Reply(ctx, controller_->ScaleDown(*req, resp));
 }
 
 grpc::Status GrpcService::Leader(grpc::ServerContext* ctx, const api::LeaderRequest*,

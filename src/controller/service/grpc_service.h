@@ -33,6 +33,8 @@ class GrpcService final : public api::Controller::Service {
                           api::ExplainJobResponse* resp) override;
   grpc::Status ListEvents(grpc::ServerContext* ctx, const api::ListEventsRequest* req,
                           api::ListEventsResponse* resp) override;
+  grpc::Status ScaleDown(grpc::ServerContext* ctx, const api::ScaleDownRequest* req,
+                         api::ScaleDownResponse* resp) override;
   grpc::Status Leader(grpc::ServerContext* ctx, const api::LeaderRequest* req,
                       api::LeaderResponse* resp) override;
 

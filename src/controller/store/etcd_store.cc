@@ -212,9 +212,24 @@ absl::StatusOr<Leadership> EtcdStore::CampaignRound(const std::string& id) {
     auto body = Post("/v3/lease/keepalive", req.dump());
     if (!body.ok()) return body.status();
     ASSIGN_OR_RETURN(Json j, Parse(*body, "keepalive"));
-    if (Int(j.value("result", Json::object()), "TTL") <= 0) {
+    // The gateway streams keepalives: a failure (e.g. "etcdserver: no leader" while etcd elects
+    // a new leader after losing a member) arrives as HTTP 200 with {"error": ...}. That says
+    // nothing about the lease; only a result with no TTL means it expired.
+    if (!j.contains("result")) {
+      return absl::UnavailableError(absl::StrCat("etcd lease keepalive: ", body->substr(0, 300)));
+    }
+    if (Int(j["result"], "TTL") <= 0) {
+      // A keepalive answered by a member while etcd changes leader can say TTL 0 for a lease
+      // that lives; ask for the lease's time to live before giving the leadership up.
+      auto ttl_body = Post("/v3/lease/timetolive", req.dump());
+      if (!ttl_body.ok()) return ttl_body.status();
+      ASSIGN_OR_RETURN(Json ttl, Parse(*ttl_body, "lease timetolive"));
+      if (Int(ttl, "TTL") > 0) {
+        return absl::UnavailableError(absl::StrCat("etcd lease keepalive said ", body->substr(0, 300),
+                                                   " but the lease lives: ", ttl_body->substr(0, 200)));
+      }
       std::lock_guard<std::mutex> l(lead_mu_);
-      if (leader_) CAIRN_LOG_WARN("etcd: lease {} expired; leadership lost", lease);
+      if (leader_) CAIRN_LOG_WARN("etcd: lease {} expired; leadership lost ({})", lease, body->substr(0, 300));
       leader_ = false;
       lease_id_ = lease = 0;
     } else {
