@@ -45,7 +45,9 @@ class Store {
   // One round of leader election for the controller `id`: takes the leadership when nobody
   // holds it, renews it when this controller holds it. Call it at least every ttl/3 seconds
   // (the implementation's lease). Returns who leads after the round; leader=false also when
-  // this controller's leadership lapsed, in which case it must stop acting at once.
+  // this controller's leadership lapsed, in which case it must stop acting at once. When the
+  // store does not answer, the etcd store keeps a leader leading until most of its lease has
+  // passed without a renewal, then says leader=false; errors are for malformed replies.
   virtual absl::StatusOr<Leadership> Campaign(const std::string& id) = 0;
   // Gives up leadership (on a clean shutdown), so a follower takes over without waiting for
   // the lease to expire. Best effort.
