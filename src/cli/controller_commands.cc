@@ -208,6 +208,7 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.submit->add_option("command", o.command, "The command the node runs, after --");
 
   CLI::App* cluster = app.add_subcommand("cluster", "The controller's view of the cluster");
+  cluster->require_subcommand(1);
   o.cluster_status = cluster->add_subcommand("status", "Nodes, their health and free resources; jobs and where they run");
   common(o.cluster_status);
   o.scale_down = cluster->add_subcommand("scale-down", "Free GPUs: the scale-down rule suspends the lowest-priority jobs");
@@ -215,6 +216,7 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.scale_down->add_option("--gpus", o.scale_gpus, "GPUs to free")->required();
 
   CLI::App* job = app.add_subcommand("job", "Jobs known to the controller");
+  job->require_subcommand(1);
   o.job_explain = job->add_subcommand("explain", "Why a job runs where it does, with every node's score");
   common(o.job_explain);
   o.job_explain->add_option("job", o.job, "Job id")->required();
