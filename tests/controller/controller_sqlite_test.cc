@@ -141,6 +141,43 @@ TEST_F(ControllerSqliteTest, SubmitPlacesOnCheapestFittingNodeAndExplains) {
   for (auto& a : agents) a->Stop();
 }
 
+// Required GPU types and node labels outrank price; explain names the mismatch.
+TEST_F(ControllerSqliteTest, GpuTypeAndNodeLabelsAreHonoured) {
+  ControllerProcess c(dir_.path(), "c1", Store());
+  ASSERT_TRUE(c.Start());
+  api::NodeSpec cheap = MakeNode("cheap-v100", 0.9, true, 2, "V100");
+  api::NodeSpec a100 = MakeNode("a100", 4.1, false, 2, "A100");
+  api::NodeSpec team = MakeNode("team-v100", 3.0, false, 2, "V100");
+  (*team.mutable_labels())["team"] = "ml";
+  for (const auto& n : {cheap, a100, team}) {
+    NodeAgent a({c.address()}, n);
+    ASSERT_TRUE(a.Register());
+  }
+  CommandResult r = Cairn(c, {"submit", "--id", "needs-a100", "--gpus", "1", "--cpus", "4", "--memory-mb", "8000",
+                              "--gpu-type", "A100", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "a100") << r.out;
+  r = Cairn(c, {"submit", "--id", "team-job", "--gpus", "1", "--cpus", "4", "--memory-mb", "8000", "--node-label",
+                "team=ml", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "team-v100") << r.out;
+  r = Cairn(c, {"submit", "--id", "any", "--gpus", "1", "--cpus", "4", "--memory-mb", "8000", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "cheap-v100") << r.out;
+  r = Cairn(c, {"job", "explain", "needs-a100", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  json ex = ParseJson(r);
+  for (const json& cand : ex["candidates"]) {
+    if (cand["node_id"] != "a100") {
+      EXPECT_FALSE(cand["feasible"].get<bool>()) << cand.dump();
+      EXPECT_TRUE(absl::StrContains(cand["rejected_because"].get<std::string>(), "A100")) << cand.dump();
+    }
+  }
+  r = Cairn(c, {"submit", "--id", "bad-label", "--cpus", "1", "--node-label", "novalue"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "KEY=VALUE")) << r.Describe();
+}
+
 // A node that stops heartbeating is declared lost with the reason, and the node-lost rule decides
 // to restore its job elsewhere; the decision is an event that says it was not carried out.
 TEST_F(ControllerSqliteTest, MissedHeartbeatsMakeNodeLostWithReason) {
