@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_format.h"
 #include "cli/controller_commands.h"
+#include "cli/daemon_commands.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
 #include "engine/check/check.h"
@@ -268,6 +269,7 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
 
   cairn::cli::ControllerCommands controller_commands(app);
+  cairn::cli::DaemonCommands daemon_commands(app);  // after the controller's: shares its `job`
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
@@ -277,5 +279,6 @@ int main(int argc, char** argv) {
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
   if (check->parsed()) return cairn::RunCheck();
   if (controller_commands.Parsed()) return controller_commands.Run();
+  if (daemon_commands.Parsed()) return daemon_commands.Run();
   return 2;
 }

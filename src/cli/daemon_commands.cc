@@ -1,0 +1,508 @@
+#include "cli/daemon_commands.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "daemon.grpc.pb.h"
+
+namespace cairn::cli {
+
+namespace dapi = cairn::daemon::api;
+
+struct DaemonCommands::Options {
+  std::string socket;      // unix socket of the daemon
+  std::string address;     // or TCP HOST:PORT
+  std::string token_file;
+  bool json = false;
+  double timeout_s = 120;
+
+  std::vector<CLI::App*> all;
+  CLI::App *run = nullptr, *list = nullptr, *show = nullptr, *logs = nullptr, *kill = nullptr, *checkpoint = nullptr,
+           *restore = nullptr, *del = nullptr, *watch = nullptr;
+  CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
+
+  std::string job, id, memory;
+  std::vector<std::string> command;
+  double cpus = 0, every = 0, hang_after = 0, pressure = 0;
+  unsigned keep = 0;
+  bool no_shutdown_checkpoint = false;
+  std::string heartbeat_file;
+  bool err = false;
+  int64_t tail = 0;
+  int signal = 0;
+  bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false;
+  unsigned count = 0;
+  uint64_t after = 0;
+};
+
+namespace {
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "cairn: error: %s\n", msg.c_str());
+  return 1;
+}
+
+int PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.add_whitespace = true;
+  jo.preserve_proto_field_names = true;
+  jo.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, jo).ok()) return Fail("cannot encode the reply as JSON");
+  std::printf("%s", out.c_str());
+  return 0;
+}
+
+std::string TimeString(double unix_s) {
+  if (unix_s <= 0) return "-";
+  time_t t = static_cast<time_t>(unix_s);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", b, units[u]);
+}
+
+// "512M", "2G", "1048576" -> bytes; -1 when malformed.
+int64_t ParseSize(std::string s) {
+  s = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(s));
+  int64_t mult = 1;
+  if (!s.empty() && (s.back() == 'B')) s.pop_back();
+  if (!s.empty() && s.back() == 'I') s.pop_back();
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': mult = int64_t{1} << 10; break;
+      case 'M': mult = int64_t{1} << 20; break;
+      case 'G': mult = int64_t{1} << 30; break;
+      case 'T': mult = int64_t{1} << 40; break;
+      default: break;
+    }
+    if (mult != 1) s.pop_back();
+  }
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v < 0) return -1;
+  return v * mult;
+}
+
+std::string HealthLine(const dapi::Health& h) {
+  if (h.state().empty()) return "-";
+  return absl::StrCat(h.state(), h.detail().empty() ? "" : ": " + h.detail());
+}
+
+void PrintCheckpointRow(const dapi::Checkpoint& c) {
+  std::printf("%-40s %-16s %-9s %10s %8.3f %8.3f %-9s %s%s\n", c.id().c_str(), c.job().c_str(), c.state().c_str(),
+              HumanBytes(static_cast<double>(c.size_bytes())).c_str(), c.frozen_s(), c.total_s(), c.reason().c_str(),
+              TimeString(c.created()).c_str(), c.pinned() ? " pinned" : "");
+}
+
+void PrintEvent(const dapi::Event& e) {
+  std::printf("%6llu %s %-20s %-18s %s\n", static_cast<unsigned long long>(e.seq()), TimeString(e.time()).c_str(),
+              e.job().c_str(), e.kind().c_str(), e.detail().c_str());
+}
+
+}  // namespace
+
+DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) {
+  Options& o = *o_;
+  const char* env = std::getenv("CAIRND_SOCKET");
+  o.socket = env != nullptr ? env : "/run/cairn/cairnd.sock";
+  auto common = [&o](CLI::App* c) {
+    c->add_option("--socket", o.socket, "The daemon's unix socket (default $CAIRND_SOCKET or /run/cairn/cairnd.sock)");
+    c->add_option("--daemon", o.address, "Reach the daemon over TCP at HOST:PORT instead (needs the token)");
+    c->add_option("--token-file", o.token_file, "File with the daemon's TCP token (default $CAIRN_TOKEN)");
+    c->add_flag("--json", o.json, "Print the daemon's reply as JSON");
+    c->add_option("--timeout", o.timeout_s, "Seconds to wait for the daemon")->capture_default_str();
+    o.all.push_back(c);
+  };
+
+  // `job` may already exist (the controller's `job explain`): share it.
+  CLI::App* job = nullptr;
+  try {
+    job = app.get_subcommand("job");
+    job->description("Jobs: on this node's daemon (run, list, show, ...) and in the controller (explain)");
+  } catch (const CLI::OptionNotFound&) {
+    job = app.add_subcommand("job", "Jobs on this node's daemon");
+    job->require_subcommand(1);
+  }
+  o.run = job->add_subcommand("run", "Start a managed job on the daemon (own namespaces and cgroup, checkpointable)");
+  common(o.run);
+  o.run->add_option("--name", o.job, "Job name (default: generated)");
+  o.run->add_option("--cpus", o.cpus, "CPU limit, in CPUs (cgroup cpu quota)");
+  o.run->add_option("--memory", o.memory, "Memory limit, e.g. 512M, 2G (cgroup memory.limit_in_bytes)");
+  o.run->add_option("--checkpoint-every", o.every, "Checkpoint every this many seconds (0: only on demand)");
+  o.run->add_option("--keep", o.keep, "Keep the last N complete checkpoints, plus pinned ones (0: all)");
+  o.run->add_flag("--no-shutdown-checkpoint", o.no_shutdown_checkpoint,
+                  "Do not checkpoint this job when the daemon is stopped (SIGTERM)");
+  o.run->add_option("--hang-after", o.hang_after, "Report the job hung after this many seconds without progress");
+  o.run->add_option("--heartbeat-file", o.heartbeat_file, "A file the job touches to show progress");
+  o.run->add_option("--memory-pressure", o.pressure, "Report memory pressure at this usage/limit ratio (default 0.9)");
+  o.run->add_option("command", o.command, "The command and its arguments, after --")->required();
+
+  o.list = job->add_subcommand("list", "Jobs on the daemon");
+  common(o.list);
+  o.show = job->add_subcommand("show", "A job: state, health, checkpoints, recent events");
+  common(o.show);
+  o.show->add_option("job", o.job, "Job name")->required();
+  o.logs = job->add_subcommand("logs", "A job's output");
+  common(o.logs);
+  o.logs->add_option("job", o.job, "Job name")->required();
+  o.logs->add_flag("--stderr", o.err, "stderr instead of stdout");
+  o.logs->add_option("--tail", o.tail, "Only the last N bytes");
+  o.kill = job->add_subcommand("kill", "Send a job a signal (default SIGKILL, which waits until it is gone)");
+  common(o.kill);
+  o.kill->add_option("job", o.job, "Job name")->required();
+  o.kill->add_option("--signal", o.signal, "Signal number");
+  o.checkpoint = job->add_subcommand("checkpoint", "Checkpoint a running job now (it keeps running)");
+  common(o.checkpoint);
+  o.checkpoint->add_option("job", o.job, "Job name")->required();
+  o.checkpoint->add_flag("--pin", o.pin, "Keep this checkpoint whatever the retention says");
+  o.checkpoint->add_flag("--kill", o.stop, "Stop the job once the checkpoint is complete");
+  o.checkpoint->add_flag("--incremental", o.incremental, "Incremental checkpoint (needs the engine's issue 4)");
+  o.checkpoint->add_flag("--pre-copy", o.pre_copy, "Pre-copy checkpoint (needs the engine's issue 4)");
+  o.restore = job->add_subcommand("restore", "Restore a job that does not run from a checkpoint");
+  common(o.restore);
+  o.restore->add_option("job", o.job, "Job name")->required();
+  o.restore->add_option("--checkpoint", o.id, "Checkpoint id (default: the newest complete one)");
+  o.del = job->add_subcommand("delete", "Remove a job that does not run, with its checkpoints and logs");
+  common(o.del);
+  o.del->add_option("job", o.job, "Job name")->required();
+  o.watch = job->add_subcommand("watch", "Follow health changes and other events as they happen");
+  common(o.watch);
+  o.watch->add_option("job", o.job, "Only this job's events");
+  o.watch->add_option("--count", o.count, "Stop after N events");
+  o.watch->add_option("--after", o.after, "Replay stored events after this sequence number first");
+
+  CLI::App* ck = app.add_subcommand("checkpoint", "Checkpoints kept by the node daemon");
+  ck->require_subcommand(1);
+  o.ck_list = ck->add_subcommand("list", "Checkpoints, oldest first");
+  common(o.ck_list);
+  o.ck_list->add_option("--job", o.job, "Only this job's");
+  o.ck_show = ck->add_subcommand("show", "One checkpoint");
+  common(o.ck_show);
+  o.ck_show->add_option("id", o.id, "Checkpoint id")->required();
+  o.ck_delete = ck->add_subcommand("delete", "Remove a checkpoint and its files");
+  common(o.ck_delete);
+  o.ck_delete->add_option("id", o.id, "Checkpoint id")->required();
+  o.ck_pin = ck->add_subcommand("pin", "Pin a checkpoint (kept whatever the retention says)");
+  common(o.ck_pin);
+  o.ck_pin->add_option("id", o.id, "Checkpoint id")->required();
+  o.ck_pin->add_flag("--unpin", o.unpin, "Unpin instead");
+}
+
+DaemonCommands::~DaemonCommands() = default;
+
+bool DaemonCommands::Parsed() const {
+  for (CLI::App* c : o_->all) {
+    if (c->parsed()) return true;
+  }
+  return false;
+}
+
+int DaemonCommands::Run() {
+  Options& o = *o_;
+  std::string token;
+  if (!o.token_file.empty()) {
+    std::ifstream in(o.token_file);
+    if (!in) return Fail(absl::StrCat("--token-file ", o.token_file, ": cannot read it"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    token = std::string(absl::StripAsciiWhitespace(ss.str()));
+  } else if (const char* t = std::getenv("CAIRN_TOKEN")) {
+    token = t;
+  }
+  std::string target = o.address.empty() ? "unix:" + o.socket : o.address;
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = dapi::Daemon::NewStub(channel);
+  auto ctx = [&](grpc::ClientContext& c) {
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+    if (!o.address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
+  };
+  auto failed = [&](const grpc::Status& s) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return Fail(absl::StrCat("cairnd at ", target, " does not answer (", s.error_message(),
+                               "); is it running? (--socket PATH or CAIRND_SOCKET)"));
+    }
+    return Fail(absl::StrCat("cairnd at ", target, ": ", s.error_message()));
+  };
+
+  if (o.run->parsed()) {
+    dapi::RunJobRequest req;
+    dapi::JobSpec* s = req.mutable_spec();
+    s->set_name(o.job);
+    for (const auto& a : o.command) s->add_command(a);
+    s->mutable_limits()->set_cpus(o.cpus);
+    if (!o.memory.empty()) {
+      int64_t m = ParseSize(o.memory);
+      if (m <= 0) return Fail(absl::StrCat("--memory ", o.memory, ": not a size; write e.g. 512M or 2G"));
+      s->mutable_limits()->set_memory_bytes(m);
+    }
+    s->mutable_checkpoint()->set_interval_s(o.every);
+    s->mutable_checkpoint()->set_keep_last(o.keep);
+    s->mutable_checkpoint()->set_on_shutdown(!o.no_shutdown_checkpoint);
+    s->mutable_health()->set_hang_after_s(o.hang_after);
+    s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
+    s->mutable_health()->set_memory_pressure_ratio(o.pressure);
+    dapi::RunJobResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->RunJob(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::printf("job %s pid %d on %s\nlogs: cairn job logs %s\n", resp.job().name().c_str(), resp.job().host_pid(),
+                resp.job().node().c_str(), resp.job().name().c_str());
+    return 0;
+  }
+  if (o.list->parsed()) {
+    dapi::ListJobsResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->ListJobs(&c, dapi::ListJobsRequest(), &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::printf("%-24s %-9s %8s %-16s %6s  %s\n", "JOB", "STATE", "PID", "HEALTH", "CKPTS", "COMMAND");
+    for (const auto& j : resp.jobs()) {
+      std::printf("%-24s %-9s %8d %-16s %6u  %s\n", j.name().c_str(), j.state().c_str(), j.host_pid(),
+                  j.health().state().c_str(), j.checkpoints(), absl::StrJoin(j.spec().command(), " ").c_str());
+    }
+    return 0;
+  }
+  if (o.show->parsed()) {
+    dapi::GetJobRequest req;
+    req.set_name(o.job);
+    dapi::GetJobResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->GetJob(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    const dapi::Job& j = resp.job();
+    const dapi::Health& h = j.health();
+    std::printf("job %s on %s: %s\n", j.name().c_str(), j.node().c_str(), j.state().c_str());
+    std::printf("  command   %s\n", absl::StrJoin(j.spec().command(), " ").c_str());
+    std::printf("  pid       %d (start time %llu), restored %u time%s\n", j.host_pid(),
+                static_cast<unsigned long long>(j.start_time()), j.restores(), j.restores() == 1 ? "" : "s");
+    std::printf("  created   %s%s\n", TimeString(j.created()).c_str(),
+                j.ended() > 0 ? absl::StrCat(", ended ", TimeString(j.ended())).c_str() : "");
+    std::printf("  health    %s\n", HealthLine(h).c_str());
+    if (j.state() == "running") {
+      std::printf("  cpu       %.2f s, %.1f s since progress\n", h.cpu_seconds(), h.seconds_since_progress());
+      std::printf("  memory    %s%s%s\n", HumanBytes(static_cast<double>(h.memory_bytes())).c_str(),
+                  h.memory_limit_bytes() > 0
+                      ? absl::StrFormat(" of %s (%.0f%%)", HumanBytes(static_cast<double>(h.memory_limit_bytes())),
+                                        h.memory_ratio() * 100).c_str()
+                      : " (no limit)",
+                  absl::StrFormat(", node PSI some avg10 %.2f", h.psi_some_avg10()).c_str());
+    } else if (j.state() == "exited" || j.state() == "killed") {
+      std::printf("  ended     %s\n", !h.exit_known() ? "status unknown"
+                                      : h.signal() ? absl::StrCat("signal ", h.signal()).c_str()
+                                                   : absl::StrCat("exit code ", h.exit_code()).c_str());
+    }
+    const auto& p = j.spec().checkpoint();
+    std::printf("  policy    every %s, keep %s, %s on shutdown\n",
+                p.interval_s() > 0 ? absl::StrFormat("%.0f s", p.interval_s()).c_str() : "- (on demand)",
+                p.keep_last() > 0 ? absl::StrCat("last ", p.keep_last(), " + pinned").c_str() : "all",
+                p.on_shutdown() ? "checkpoint" : "no checkpoint");
+    std::printf("  limits    cpus %s, memory %s\n",
+                j.spec().limits().cpus() > 0 ? absl::StrFormat("%.2f", j.spec().limits().cpus()).c_str() : "-",
+                j.spec().limits().memory_bytes() > 0
+                    ? HumanBytes(static_cast<double>(j.spec().limits().memory_bytes())).c_str()
+                    : "-");
+    std::printf("checkpoints:\n");
+    for (const auto& ck : resp.checkpoints()) {
+      std::printf("  ");
+      PrintCheckpointRow(ck);
+    }
+    std::printf("events:\n");
+    for (const auto& e : resp.events()) PrintEvent(e);
+    return 0;
+  }
+  if (o.logs->parsed()) {
+    dapi::JobLogsRequest req;
+    req.set_name(o.job);
+    req.set_stderr(o.err);
+    req.set_tail_bytes(o.tail);
+    dapi::JobLogsResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->JobLogs(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::fwrite(resp.data().data(), 1, resp.data().size(), stdout);
+    return 0;
+  }
+  if (o.kill->parsed()) {
+    dapi::KillJobRequest req;
+    req.set_name(o.job);
+    req.set_signal(o.signal);
+    dapi::KillJobResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->KillJob(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::printf("job %s: %s\n", resp.job().name().c_str(), resp.job().state().c_str());
+    return 0;
+  }
+  if (o.checkpoint->parsed()) {
+    dapi::CheckpointJobRequest req;
+    req.set_name(o.job);
+    req.set_pin(o.pin);
+    req.set_kill(o.stop);
+    req.set_incremental(o.incremental);
+    req.set_pre_copy(o.pre_copy);
+    dapi::CheckpointJobResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->CheckpointJob(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    const auto& ck = resp.checkpoint();
+    std::printf("checkpoint %s of job %s: %s, frozen %.3f s, total %.3f s, %s\n", ck.id().c_str(), ck.job().c_str(),
+                HumanBytes(static_cast<double>(ck.size_bytes())).c_str(), ck.frozen_s(), ck.total_s(),
+                ck.checksum().c_str());
+    return 0;
+  }
+  if (o.restore->parsed()) {
+    dapi::RestoreJobRequest req;
+    req.set_name(o.job);
+    req.set_checkpoint(o.id);
+    dapi::RestoreJobResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->RestoreJob(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::printf("job %s restored as pid %d in %.3f s\n", resp.job().name().c_str(), resp.job().host_pid(), resp.seconds());
+    return 0;
+  }
+  if (o.del->parsed()) {
+    dapi::DeleteJobRequest req;
+    req.set_name(o.job);
+    dapi::DeleteJobResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->DeleteJob(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::printf("job %s deleted\n", o.job.c_str());
+    return 0;
+  }
+  if (o.watch->parsed()) {
+    dapi::WatchRequest req;
+    req.set_job(o.job);
+    req.set_after_seq(o.after);
+    grpc::ClientContext c;
+    ctx(c);
+    auto reader = stub->Watch(&c, req);
+    dapi::Event e;
+    unsigned n = 0;
+    while (reader->Read(&e)) {
+      if (o.json) {
+        std::string out;
+        google::protobuf::util::JsonPrintOptions jo;
+        jo.preserve_proto_field_names = true;
+        jo.always_print_primitive_fields = true;
+        (void)google::protobuf::util::MessageToJsonString(e, &out, jo);
+        std::printf("%s\n", out.c_str());
+      } else {
+        PrintEvent(e);
+      }
+      std::fflush(stdout);
+      if (o.count > 0 && ++n >= o.count) {
+        c.TryCancel();
+        return 0;
+      }
+    }
+    grpc::Status st = reader->Finish();
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return 0;  // watched until --timeout
+    if (!st.ok()) return failed(st);
+    return 0;
+  }
+  if (o.ck_list->parsed()) {
+    dapi::ListCheckpointsRequest req;
+    req.set_job(o.job);
+    dapi::ListCheckpointsResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->ListCheckpoints(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::printf("%-40s %-16s %-9s %10s %8s %8s %-9s %s\n", "ID", "JOB", "STATE", "SIZE", "FROZEN", "TOTAL", "REASON",
+                "CREATED");
+    for (const auto& ck : resp.checkpoints()) PrintCheckpointRow(ck);
+    return 0;
+  }
+  if (o.ck_show->parsed() || o.ck_pin->parsed()) {
+    dapi::Checkpoint ck;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st;
+    if (o.ck_show->parsed()) {
+      dapi::GetCheckpointRequest req;
+      req.set_id(o.id);
+      dapi::GetCheckpointResponse resp;
+      st = stub->GetCheckpoint(&c, req, &resp);
+      ck = resp.checkpoint();
+    } else {
+      dapi::PinCheckpointRequest req;
+      req.set_id(o.id);
+      req.set_pinned(!o.unpin);
+      dapi::PinCheckpointResponse resp;
+      st = stub->PinCheckpoint(&c, req, &resp);
+      ck = resp.checkpoint();
+    }
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(ck);
+    std::printf("checkpoint %s of job %s: %s%s\n  location %s\n  size     %s (%lld bytes)\n  checksum %s\n"
+                "  parent   %s\n  reason   %s, created %s\n  frozen   %.3f s, total %.3f s\n%s",
+                ck.id().c_str(), ck.job().c_str(), ck.state().c_str(), ck.pinned() ? ", pinned" : "",
+                ck.location().c_str(), HumanBytes(static_cast<double>(ck.size_bytes())).c_str(),
+                static_cast<long long>(ck.size_bytes()), ck.checksum().empty() ? "-" : ck.checksum().c_str(),
+                ck.parent().empty() ? "- (full)" : ck.parent().c_str(), ck.reason().c_str(),
+                TimeString(ck.created()).c_str(), ck.frozen_s(), ck.total_s(),
+                ck.error().empty() ? "" : absl::StrCat("  error    ", ck.error(), "\n").c_str());
+    return 0;
+  }
+  if (o.ck_delete->parsed()) {
+    dapi::DeleteCheckpointRequest req;
+    req.set_id(o.id);
+    dapi::DeleteCheckpointResponse resp;
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = stub->DeleteCheckpoint(&c, req, &resp);
+    if (!st.ok()) return failed(st);
+    if (o.json) return PrintJson(resp);
+    std::printf("checkpoint %s deleted\n", o.id.c_str());
+    return 0;
+  }
+  return 2;
+}
+
+}  // namespace cairn::cli

@@ -1,0 +1,34 @@
+#pragma once
+// A job's cgroup (v1 hierarchies, "cairn/NAME" as engine/job makes it): its CPU and memory
+// limits and what it uses. Where a hierarchy is not mounted, its limit cannot be set (an error
+// naming it) and its usage reads as absent.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace cairn::daemon {
+
+// Creates the job's cgroup in the cpu and memory hierarchies and writes its limits, before any
+// process joins it. cpus <= 0 or memory_bytes <= 0: that limit is lifted.
+absl::Status SetLimits(const std::string& cgroup, double cpus, int64_t memory_bytes);
+
+struct CgroupUsage {
+  std::optional<double> cpu_seconds;        // cpuacct.usage
+  std::optional<int64_t> memory_bytes;      // memory.usage_in_bytes
+  std::optional<int64_t> memory_limit;      // memory.limit_in_bytes, unset when unlimited
+};
+CgroupUsage ReadUsage(const std::string& cgroup);
+
+// "some avg10" of /proc/pressure/memory (the node's memory pressure), when the kernel has PSI.
+std::optional<double> NodeMemoryPsi();
+
+// Removes the job's (empty) cgroup directories. Best effort.
+void RemoveCgroup(const std::string& cgroup);
+
+// Thaws the cgroup's v1 freezer if it is FROZEN (a dump interrupted by a crash could leave it so).
+void ThawFreezer(const std::string& cgroup);
+
+}  // namespace cairn::daemon

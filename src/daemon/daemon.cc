@@ -1,0 +1,809 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "daemon/cgroup.h"
+#include "daemon/proc_identity.h"
+#include "engine/dump/dump.h"
+#include "engine/image/format.h"
+#include "engine/job/job.h"
+#include "engine/restore/restore.h"
+
+namespace cairn::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+double MonoNow() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+std::string CgroupOf(const std::string& job) { return "cairn/" + job; }
+
+int64_t DirBytes(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) total += static_cast<int64_t>(it->file_size(ec));
+  }
+  return total;
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  fs::remove_all(path + ".partial", ec);
+}
+
+// Kills processes left in a job's cgroup after its init is gone (e.g. half-built by a restore
+// the daemon's crash interrupted).
+void KillStrays(const std::string& cgroup) {
+  auto procs = ReadFile("/sys/fs/cgroup/freezer/" + cgroup + "/cgroup.procs");
+  if (!procs.ok()) return;
+  for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
+    int pid = 0;
+    if (absl::SimpleAtoi(p, &pid) && pid > 1) ::kill(pid, SIGKILL);
+  }
+}
+
+std::string Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return "NaN";
+  std::sort(v.begin(), v.end());
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0));
+  return absl::StrFormat("%.6f", v[i]);
+}
+
+}  // namespace
+
+// `cairn run` does the starting, in its own single-threaded process: the job's init is forked
+// from it, not from this multi-threaded daemon (a fork here could copy a lock another thread
+// holds). When `cairn run` exits, the init is re-parented to the daemon, a child subreaper, so
+// the daemon still learns the job's exit status.
+absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name, const api::JobSpec& spec) {
+  std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", name, "--dir", JobDir(name), "--"};
+  args.insert(args.end(), spec.command().begin(), spec.command().end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::string out_path = opts_.state_dir + "/jobs/." + name + ".start";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, opts_.cairn_bin.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return ErrnoStatus("run " + opts_.cairn_bin + " (--cairn-bin)", rc);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string out = ReadFile(out_path).value_or("");
+  ::unlink(out_path.c_str());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", name, ": cairn run failed: ",
+                                                      absl::StripAsciiWhitespace(out)));
+  }
+  return job::Load(name);
+}
+
+Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
+    : opts_(std::move(opts)), catalog_(std::move(catalog)), started_(UnixNow()) {}
+
+Daemon::~Daemon() = default;
+
+std::string Daemon::CheckpointDir(const std::string& job) const { return opts_.state_dir + "/checkpoints/" + job; }
+std::string Daemon::JobDir(const std::string& job) const { return opts_.state_dir + "/jobs/" + job; }
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Open(const DaemonOptions& opts) {
+  for (const std::string& d : {opts.state_dir, opts.state_dir + "/jobs", opts.state_dir + "/checkpoints"}) {
+    if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Annotate(ErrnoStatus("mkdir " + d), "--state-dir");
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, Catalog::Open(opts.state_dir + "/catalog.db"));
+  std::unique_ptr<Daemon> d(new Daemon(opts, std::move(catalog)));
+  RETURN_IF_ERROR(d->Recover());
+  return d;
+}
+
+absl::Status Daemon::Recover() {
+  ASSIGN_OR_RETURN(last_seq_, catalog_->LastSeq());
+  ASSIGN_OR_RETURN(std::vector<api::Checkpoint> all, catalog_->ListCheckpoints(""));
+  for (api::Checkpoint& c : all) {
+    if (c.state() != "writing") continue;
+    RemoveTree(c.location());
+    c.set_state("failed");
+    c.set_error("interrupted: the daemon stopped while writing it; its files were removed on restart");
+    RETURN_IF_ERROR(catalog_->PutCheckpoint(c));
+    Event(c.job(), "checkpoint-cleaned", absl::StrCat("checkpoint ", c.id(), " was left half-written by a crash: removed"));
+  }
+  ASSIGN_OR_RETURN(std::vector<api::Job> jobs, catalog_->ListJobs());
+  std::lock_guard<std::mutex> l(mu_);
+  double now = MonoNow();
+  for (api::Job& j : jobs) {
+    JobState s;
+    s.tracker = std::make_unique<HealthTracker>(j.spec().health());
+    bool was_running = j.state() == "running" || j.state() == "checkpointing" || j.state() == "restoring";
+    if (was_running) {
+      // A dump the crash interrupted may have left the job's freezer frozen.
+      ThawFreezer(CgroupOf(j.name()));
+      if (j.host_pid() > 0 && SameProcess(j.host_pid(), j.start_time())) {
+        j.set_state("running");
+        Event(j.name(), "adopted", absl::StrFormat("still running as pid %d; adopted after a daemon restart", j.host_pid()));
+      } else {
+        KillStrays(CgroupOf(j.name()));
+        j.set_state("exited");
+        j.set_ended(UnixNow());
+        *j.mutable_health() = HealthTracker::Exited(false, 0, 0);
+        Event(j.name(), "exited", "gone when the daemon restarted: " + j.health().detail());
+      }
+      RETURN_IF_ERROR(catalog_->PutJob(j));
+    }
+    if (j.spec().checkpoint().interval_s() > 0) s.next_checkpoint = now + j.spec().checkpoint().interval_s();
+    s.job = std::move(j);
+    std::string name = s.job.name();
+    jobs_.emplace(name, std::move(s));
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::Event(const std::string& job, const std::string& kind, const std::string& detail) {
+  auto e = catalog_->AddEvent(job, kind, detail);
+  if (!e.ok()) {
+    CAIRN_LOG_WARN("event not recorded job={} kind={} error=\"{}\"", job, kind, std::string(e.status().message()));
+    return;
+  }
+  spdlog::info("event seq={} node={} job={} kind={} detail=\"{}\"", e->seq(), opts_.node, job, kind, absl::CEscape(detail));
+  {
+    std::lock_guard<std::mutex> l(ev_mu_);
+    last_seq_ = std::max<uint64_t>(last_seq_, e->seq());
+  }
+  events_cv_.notify_all();
+}
+
+absl::Status Daemon::Persist(const api::Job& job) { return catalog_->PutJob(job); }
+
+absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
+  api::JobSpec spec = spec_in;
+  if (spec.command().empty()) {
+    return absl::InvalidArgumentError("job run: no command given (cairn job run [--name NAME] -- CMD ARGS...)");
+  }
+  static std::atomic<int> counter{0};
+  if (spec.name().empty()) spec.set_name(absl::StrCat("job-", ::time(nullptr), "-", counter++));
+  RETURN_IF_ERROR(job::CheckName(spec.name()));
+  if (spec.limits().cpus() < 0 || spec.limits().memory_bytes() < 0) {
+    return absl::InvalidArgumentError("job run: limits cannot be negative");
+  }
+  if (spec.checkpoint().interval_s() < 0) return absl::InvalidArgumentError("job run: --checkpoint-every cannot be negative");
+  const std::string name = spec.name();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (jobs_.count(name)) {
+      return absl::AlreadyExistsError(absl::StrCat("job '", name, "' already exists on node ", opts_.node,
+                                                   " (cairn job delete ", name, " first, or pick another --name)"));
+    }
+    JobState placeholder;
+    placeholder.busy = true;
+    placeholder.job.set_name(name);
+    placeholder.job.set_state("starting");
+    jobs_.emplace(name, std::move(placeholder));
+  }
+  auto give_up = [&](absl::Status st) {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs_.erase(name);
+    return st;
+  };
+  if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
+    return give_up(Annotate(st, "job " + name + ": set limits"));
+  }
+  auto rec = StartWithCairnRun(name, spec);
+  if (!rec.ok()) return give_up(rec.status());
+  api::Job j;
+  j.set_name(name);
+  *j.mutable_spec() = spec;
+  j.set_state("running");
+  j.set_host_pid(rec->host_pid);
+  j.set_start_time(ProcessStartTime(rec->host_pid).value_or(0));
+  j.set_created(UnixNow());
+  j.set_dir(rec->dir);
+  j.set_node(opts_.node);
+  j.mutable_health()->set_state("running");
+  if (absl::Status st = Persist(j); !st.ok()) {
+    ::kill(rec->host_pid, SIGKILL);
+    ::waitpid(rec->host_pid, nullptr, 0);
+    return give_up(st);
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[name];
+    s.job = j;
+    s.tracker = std::make_unique<HealthTracker>(spec.health());
+    s.child = true;
+    s.busy = false;
+    if (spec.checkpoint().interval_s() > 0) s.next_checkpoint = MonoNow() + spec.checkpoint().interval_s();
+  }
+  Event(name, "started", absl::StrFormat("pid %d: %s", j.host_pid(), absl::StrJoin(spec.command(), " ")));
+  return j;
+}
+
+std::vector<api::Job> Daemon::ListJobs() {
+  std::vector<api::Job> out;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [name, s] : jobs_) {
+      if (s.job.state() != "starting") out.push_back(s.job);
+    }
+  }
+  for (api::Job& j : out) {
+    auto cps = catalog_->ListCheckpoints(j.name());
+    uint32_t n = 0;
+    if (cps.ok()) {
+      for (const auto& c : *cps) n += c.state() == "complete";
+    }
+    j.set_checkpoints(n);
+  }
+  return out;
+}
+
+absl::StatusOr<api::GetJobResponse> Daemon::GetJob(const std::string& name) {
+  api::GetJobResponse resp;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || it->second.job.state() == "starting") {
+      return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node, " (cairn job list)"));
+    }
+    *resp.mutable_job() = it->second.job;
+  }
+  ASSIGN_OR_RETURN(std::vector<api::Checkpoint> cps, catalog_->ListCheckpoints(name));
+  uint32_t n = 0;
+  for (auto& c : cps) {
+    n += c.state() == "complete";
+    *resp.add_checkpoints() = std::move(c);
+  }
+  resp.mutable_job()->set_checkpoints(n);
+  ASSIGN_OR_RETURN(std::vector<api::Event> events, catalog_->Events(name, 0, 100000));
+  size_t from = events.size() > 50 ? events.size() - 50 : 0;
+  for (size_t i = from; i < events.size(); ++i) *resp.add_events() = std::move(events[i]);
+  return resp;
+}
+
+absl::StatusOr<std::string> Daemon::Logs(const std::string& name, bool stderr_log, int64_t tail_bytes) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!jobs_.count(name)) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
+  }
+  std::string path = JobDir(name) + (stderr_log ? "/stderr.log" : "/stdout.log");
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  constexpr int64_t kMax = 4 << 20;
+  int64_t keep = tail_bytes > 0 ? std::min(tail_bytes, kMax) : kMax;
+  if (static_cast<int64_t>(text->size()) > keep) return text->substr(text->size() - static_cast<size_t>(keep));
+  return *text;
+}
+
+void Daemon::ReapLocked(JobState& s) {
+  if (s.job.state() != "running" || s.busy) return;
+  pid_t pid = s.job.host_pid();
+  bool ended = false, known = false;
+  int code = 0, sig = 0;
+  if (s.child) {
+    siginfo_t info{};
+    int r = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG);
+    if (r == 0 && info.si_pid == pid) {
+      ended = known = true;
+      if (info.si_code == CLD_EXITED) {
+        code = info.si_status;
+      } else {
+        sig = info.si_status;
+      }
+    } else if (r != 0 && errno == ECHILD) {
+      s.child = false;  // reaped elsewhere (the engine reaps a job it killed after a dump)
+    }
+  }
+  if (!ended && !s.child && !SameProcess(pid, s.job.start_time())) {
+    ended = true;
+    if (s.stop_after_checkpoint) {
+      known = true;
+      sig = SIGKILL;
+    }
+  }
+  if (!ended) return;
+  bool stopped = s.stop_after_checkpoint || s.job.state() == "killing";
+  s.job.set_state(stopped || s.killed_by_user ? "killed" : "exited");
+  s.job.set_ended(UnixNow());
+  *s.job.mutable_health() = HealthTracker::Exited(known, code, sig);
+  if (s.stop_after_checkpoint) s.job.mutable_health()->set_detail("stopped after its checkpoint");
+  s.stop_after_checkpoint = false;
+  s.killed_by_user = false;
+  if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", s.job.name(), st.ToString());
+  Event(s.job.name(), s.job.state(), s.job.health().detail());
+}
+
+void Daemon::SampleLocked(JobState& s, double now) {
+  if (s.job.state() != "running" || s.busy || !s.tracker) return;
+  std::string cgroup = CgroupOf(s.job.name());
+  CgroupUsage u = ReadUsage(cgroup);
+  HealthSample hs;
+  hs.now = now;
+  hs.cpu_seconds = u.cpu_seconds;
+  hs.memory_bytes = u.memory_bytes;
+  hs.memory_limit = u.memory_limit;
+  hs.psi_some_avg10 = NodeMemoryPsi();
+  if (!s.job.spec().health().heartbeat_file().empty()) {
+    struct stat st;
+    if (::stat(s.job.spec().health().heartbeat_file().c_str(), &st) == 0) {
+      hs.heartbeat_mtime = static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) / 1e9;
+    }
+  }
+  api::Health h = s.tracker->Update(hs);
+  std::string before = s.job.health().state();
+  *s.job.mutable_health() = h;
+  if (h.state() != before) {
+    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", s.job.name(), st.ToString());
+    Event(s.job.name(), h.state() == "running" ? "healthy" : h.state(), h.detail());
+  }
+}
+
+absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
+  if (sig == 0) sig = SIGKILL;
+  if (sig < 1 || sig > 64) return absl::InvalidArgumentError(absl::StrCat("job kill: no signal ", sig));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
+    JobState& s = it->second;
+    if (s.busy) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", name, " is being checkpointed or restored; try again"));
+    }
+    if (s.job.state() != "running") {
+      return absl::FailedPreconditionError(absl::StrCat("job ", name, " does not run (", s.job.state(), ")"));
+    }
+    if (!SameProcess(s.job.host_pid(), s.job.start_time())) {
+      ReapLocked(s);
+      return s.job;
+    }
+    if (::kill(s.job.host_pid(), sig) != 0) return ErrnoStatus(absl::StrCat("kill job ", name, " pid ", s.job.host_pid()));
+    s.killed_by_user = sig == SIGKILL;
+  }
+  Event(name, "signal", absl::StrCat("sent signal ", sig));
+  for (int i = 0; i < 100; ++i) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      JobState& s = jobs_[name];
+      ReapLocked(s);
+      if (s.job.state() != "running" || sig != SIGKILL) return s.job;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("job ", name, " still runs 5 s after SIGKILL"));
+}
+
+absl::Status Daemon::DeleteJob(const std::string& name) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
+    ReapLocked(it->second);
+    if (it->second.busy || it->second.job.state() == "running") {
+      return absl::FailedPreconditionError(absl::StrCat("job ", name, " still runs: cairn job kill ", name, " first"));
+    }
+    jobs_.erase(it);
+  }
+  ASSIGN_OR_RETURN(std::vector<api::Checkpoint> cps, catalog_->ListCheckpoints(name));
+  for (const auto& c : cps) RemoveTree(c.location());
+  std::error_code ec;
+  fs::remove_all(CheckpointDir(name), ec);
+  fs::remove_all(JobDir(name), ec);
+  fs::remove(JobDir(name) + ".job", ec);
+  RemoveCgroup(CgroupOf(name));
+  RETURN_IF_ERROR(catalog_->DeleteJob(name));
+  Event(name, "deleted", absl::StrFormat("with %d checkpoint record(s)", cps.size()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason) {
+  if (req.incremental() || req.pre_copy()) {
+    return absl::UnimplementedError(
+        "incremental and pre-copy checkpoints need the engine's low-downtime modes (issue 4), which this daemon "
+        "does not pass through yet; take a full checkpoint (without --incremental/--pre-copy)");
+  }
+  const std::string& name = req.name();
+  pid_t pid = 0;
+  uint32_t keep = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
+    JobState& s = it->second;
+    ReapLocked(s);
+    if (s.busy) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a checkpoint or restore of job ", name, " is already in progress; try again when it ends"));
+    }
+    if (s.job.state() != "running") {
+      return absl::FailedPreconditionError(absl::StrCat("job ", name, " does not run (", s.job.state(),
+                                                        "): only a running job can be checkpointed"));
+    }
+    s.busy = true;
+    pid = s.job.host_pid();
+    keep = s.job.spec().checkpoint().keep_last();
+  }
+  auto done = [&](bool stop) {
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[name];
+    s.busy = false;
+    if (stop) s.stop_after_checkpoint = true;
+  };
+
+  api::Checkpoint c;
+  absl::Time now = absl::Now();
+  c.set_id(absl::StrCat(name, "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone())));
+  c.set_id(absl::StrReplaceAll(c.id(), {{".", ""}}));
+  c.set_job(name);
+  c.set_state("writing");
+  c.set_location(CheckpointDir(name) + "/" + c.id());
+  c.set_pinned(req.pin());
+  c.set_reason(reason);
+  c.set_created(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  std::error_code ec;
+  fs::create_directories(CheckpointDir(name), ec);
+  if (ec) {
+    done(false);
+    return absl::InternalError(absl::StrCat("create ", CheckpointDir(name), ": ", ec.message()));
+  }
+  if (absl::Status st = catalog_->PutCheckpoint(c); !st.ok()) {
+    done(false);
+    return st;
+  }
+  Event(name, "checkpoint-writing", absl::StrCat("checkpoint ", c.id(), " (", reason, ")"));
+
+  dump::DumpOptions d;
+  d.pid = pid;
+  d.dir = c.location();
+  d.tree = true;
+  d.leave_running = !req.kill();
+  d.job_name = name;
+  if (opts_.pause_in_checkpoint_s > 0) {
+    double pause = opts_.pause_in_checkpoint_s;
+    d.progress = [pause, paused = false](uint64_t, uint64_t) mutable {
+      if (paused) return;
+      paused = true;
+      std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+    };
+  }
+  auto r = dump::Dump(d);
+  if (!r.ok()) {
+    RemoveTree(c.location());
+    c.set_state("failed");
+    c.set_error(std::string(r.status().message()));
+    (void)catalog_->PutCheckpoint(c);
+    checkpoints_failed_++;
+    done(false);
+    Event(name, "checkpoint-failed", absl::StrCat("checkpoint ", c.id(), ": ", r.status().message()));
+    return Annotate(r.status(), absl::StrCat("checkpoint of job ", name));
+  }
+  // Committed by the engine (DIR.partial renamed to DIR): now, and only now, complete.
+  (void)SyncDir(CheckpointDir(name));
+  c.set_size_bytes(DirBytes(c.location()));
+  if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
+    c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+  }
+  c.set_frozen_s(r->frozen_seconds);
+  c.set_total_s(r->total_seconds);
+  c.set_state("complete");
+  absl::Status saved = catalog_->PutCheckpoint(c);
+  done(req.kill());
+  if (!saved.ok()) {
+    RemoveTree(c.location());
+    return saved;
+  }
+  checkpoints_ok_++;
+  checkpoint_bytes_ += static_cast<uint64_t>(c.size_bytes());
+  {
+    std::lock_guard<std::mutex> l(lat_mu_);
+    checkpoint_seconds_.push_back(r->total_seconds);
+    frozen_seconds_.push_back(r->frozen_seconds);
+    if (checkpoint_seconds_.size() > 1000) checkpoint_seconds_.erase(checkpoint_seconds_.begin());
+    if (frozen_seconds_.size() > 1000) frozen_seconds_.erase(frozen_seconds_.begin());
+  }
+  Event(name, "checkpoint", absl::StrFormat("checkpoint %s complete: %d bytes, frozen %.3f s, total %.3f s%s", c.id(),
+                                            c.size_bytes(), c.frozen_s(), c.total_s(), req.kill() ? ", job stopped" : ""));
+  if (keep > 0) ApplyRetention(name);
+  if (req.kill()) {
+    std::lock_guard<std::mutex> l(mu_);
+    ReapLocked(jobs_[name]);
+  }
+  return c;
+}
+
+void Daemon::ApplyRetention(const std::string& job) {
+  uint32_t keep = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(job);
+    if (it == jobs_.end()) return;
+    keep = it->second.job.spec().checkpoint().keep_last();
+  }
+  auto cps = catalog_->ListCheckpoints(job);
+  if (!cps.ok() || keep == 0) return;
+  std::vector<api::Checkpoint> unpinned;
+  for (const auto& c : *cps) {
+    if (c.state() == "complete" && !c.pinned()) unpinned.push_back(c);
+  }
+  if (unpinned.size() <= keep) return;
+  for (size_t i = 0; i + keep < unpinned.size(); ++i) {
+    RemoveTree(unpinned[i].location());
+    if (catalog_->DeleteCheckpoint(unpinned[i].id()).ok()) {
+      Event(job, "checkpoint-expired", absl::StrCat("checkpoint ", unpinned[i].id(), " removed (keep last ", keep, ")"));
+    }
+  }
+}
+
+absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name, const std::string& checkpoint) {
+  api::JobSpec spec;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
+    JobState& s = it->second;
+    ReapLocked(s);
+    if (s.busy) return absl::FailedPreconditionError(absl::StrCat("job ", name, " is being checkpointed or restored"));
+    if (s.job.state() == "running") {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "job %s still runs (pid %d): kill it first (cairn job kill %s), or checkpoint it with --kill", name,
+          s.job.host_pid(), name));
+    }
+    s.busy = true;
+    spec = s.job.spec();
+  }
+  auto fail = [&](absl::Status st) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      jobs_[name].busy = false;
+    }
+    Event(name, "restore-failed", std::string(st.message()));
+    return st;
+  };
+  auto cps = catalog_->ListCheckpoints(name);
+  if (!cps.ok()) return fail(cps.status());
+  const api::Checkpoint* chosen = nullptr;
+  for (const auto& c : *cps) {
+    if (c.state() != "complete") continue;
+    if (checkpoint.empty() || c.id() == checkpoint) chosen = &c;
+  }
+  if (chosen == nullptr) {
+    return fail(absl::NotFoundError(
+        checkpoint.empty() ? absl::StrCat("job ", name, " has no complete checkpoint to restore (cairn job checkpoint ", name, ")")
+                           : absl::StrCat("job ", name, " has no complete checkpoint ", checkpoint,
+                                          " (cairn checkpoint list --job ", name, ")")));
+  }
+  if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
+    return fail(st);
+  }
+  restore::RestoreOptions ro;
+  ro.dir = chosen->location();
+  auto r = restore::Restore(ro);
+  if (!r.ok()) return fail(Annotate(r.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
+  restores_++;
+  api::RestoreJobResponse resp;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[name];
+    s.job.set_state("running");
+    s.job.set_host_pid(r->pid);
+    s.job.set_start_time(ProcessStartTime(r->pid).value_or(0));
+    s.job.set_ended(0);
+    s.job.set_restores(s.job.restores() + 1);
+    s.job.mutable_health()->Clear();
+    s.job.mutable_health()->set_state("running");
+    s.tracker = std::make_unique<HealthTracker>(spec.health());
+    s.child = true;
+    s.busy = false;
+    s.killed_by_user = s.stop_after_checkpoint = false;
+    if (spec.checkpoint().interval_s() > 0) s.next_checkpoint = MonoNow() + spec.checkpoint().interval_s();
+    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+    *resp.mutable_job() = s.job;
+  }
+  // Keep `cairn dump --job` working on the restored job.
+  if (auto rec = job::Load(name); rec.ok()) {
+    rec->host_pid = r->pid;
+    (void)job::Save(*rec);
+  }
+  resp.set_seconds(r->seconds);
+  Event(name, "restored", absl::StrFormat("from checkpoint %s as pid %d in %.3f s", chosen->id(), r->pid, r->seconds));
+  return resp;
+}
+
+std::vector<api::Checkpoint> Daemon::ListCheckpoints(const std::string& job) {
+  auto cps = catalog_->ListCheckpoints(job);
+  return cps.ok() ? *cps : std::vector<api::Checkpoint>{};
+}
+
+absl::StatusOr<api::Checkpoint> Daemon::GetCheckpoint(const std::string& id) {
+  ASSIGN_OR_RETURN(std::optional<api::Checkpoint> c, catalog_->GetCheckpoint(id));
+  if (!c) return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' on node ", opts_.node, " (cairn checkpoint list)"));
+  return *c;
+}
+
+absl::Status Daemon::DeleteCheckpoint(const std::string& id) {
+  ASSIGN_OR_RETURN(api::Checkpoint c, GetCheckpoint(id));
+  if (c.state() == "writing") {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is still being written"));
+  }
+  RemoveTree(c.location());
+  RETURN_IF_ERROR(catalog_->DeleteCheckpoint(id));
+  Event(c.job(), "checkpoint-deleted", absl::StrCat("checkpoint ", id));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<api::Checkpoint> Daemon::PinCheckpoint(const std::string& id, bool pinned) {
+  ASSIGN_OR_RETURN(api::Checkpoint c, GetCheckpoint(id));
+  c.set_pinned(pinned);
+  RETURN_IF_ERROR(catalog_->PutCheckpoint(c));
+  return c;
+}
+
+std::vector<api::Event> Daemon::WaitEvents(const std::string& job, uint64_t after_seq, int wait_ms) {
+  auto events = catalog_->Events(job, after_seq, 500);
+  if (events.ok() && !events->empty()) return *events;
+  {
+    std::unique_lock<std::mutex> l(ev_mu_);
+    events_cv_.wait_for(l, std::chrono::milliseconds(wait_ms), [&] { return last_seq_ > after_seq; });
+  }
+  events = catalog_->Events(job, after_seq, 500);
+  return events.ok() ? *events : std::vector<api::Event>{};
+}
+
+uint64_t Daemon::LastEventSeq() {
+  std::lock_guard<std::mutex> l(ev_mu_);
+  return last_seq_;
+}
+
+api::NodeInfoResponse Daemon::Info() {
+  api::NodeInfoResponse r;
+  r.set_node(opts_.node);
+  r.set_version(CAIRN_VERSION);
+  r.set_state_dir(opts_.state_dir);
+  r.set_pid(::getpid());
+  r.set_started(started_);
+  std::lock_guard<std::mutex> l(mu_);
+  uint32_t n = 0;
+  for (auto& [name, s] : jobs_) n += s.job.state() == "running";
+  r.set_jobs_running(n);
+  return r;
+}
+
+void Daemon::Tick() {
+  std::vector<std::string> due;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    double now = MonoNow();
+    for (auto& [name, s] : jobs_) {
+      ReapLocked(s);
+      SampleLocked(s, now);
+      double every = s.job.spec().checkpoint().interval_s();
+      if (every > 0 && s.job.state() == "running" && !s.busy && now >= s.next_checkpoint) {
+        due.push_back(name);
+        s.next_checkpoint = now + every;
+      }
+    }
+  }
+  for (const std::string& name : due) {
+    api::CheckpointJobRequest req;
+    req.set_name(name);
+    auto c = Checkpoint(req, "periodic");
+    if (!c.ok()) CAIRN_LOG_WARN("periodic checkpoint job={} failed: {}", name, std::string(c.status().message()));
+  }
+}
+
+void Daemon::CheckpointForShutdown() {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [name, s] : jobs_) {
+      ReapLocked(s);
+      if (s.job.state() == "running" && s.job.spec().checkpoint().on_shutdown()) names.push_back(name);
+    }
+  }
+  for (const std::string& name : names) {
+    api::CheckpointJobRequest req;
+    req.set_name(name);
+    auto c = Checkpoint(req, "shutdown");
+    if (!c.ok()) CAIRN_LOG_WARN("shutdown checkpoint job={} failed: {}", name, std::string(c.status().message()));
+  }
+}
+
+std::string Daemon::Metrics() {
+  std::string out;
+  auto line = [&out](const std::string& s) { absl::StrAppend(&out, s, "\n"); };
+  std::map<std::string, int> by_state;
+  std::vector<api::Job> jobs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [name, s] : jobs_) {
+      by_state[s.job.state()]++;
+      jobs.push_back(s.job);
+    }
+  }
+  line("# HELP cairnd_up The daemon answers.");
+  line("# TYPE cairnd_up gauge");
+  line(absl::StrCat("cairnd_up{node=\"", opts_.node, "\"} 1"));
+  line("# HELP cairnd_jobs Jobs known to the daemon, by state.");
+  line("# TYPE cairnd_jobs gauge");
+  for (const char* st : {"running", "exited", "killed"}) line(absl::StrCat("cairnd_jobs{state=\"", st, "\"} ", by_state[st]));
+  line("# HELP cairnd_checkpoints_total Checkpoints taken, by result.");
+  line("# TYPE cairnd_checkpoints_total counter");
+  line(absl::StrCat("cairnd_checkpoints_total{result=\"complete\"} ", checkpoints_ok_.load()));
+  line(absl::StrCat("cairnd_checkpoints_total{result=\"failed\"} ", checkpoints_failed_.load()));
+  line("# HELP cairnd_checkpoint_bytes_total Bytes of complete checkpoints written.");
+  line("# TYPE cairnd_checkpoint_bytes_total counter");
+  line(absl::StrCat("cairnd_checkpoint_bytes_total ", checkpoint_bytes_.load()));
+  line("# HELP cairnd_restores_total Jobs restored from a checkpoint.");
+  line("# TYPE cairnd_restores_total counter");
+  line(absl::StrCat("cairnd_restores_total ", restores_.load()));
+  {
+    std::lock_guard<std::mutex> l(lat_mu_);
+    line("# HELP cairnd_checkpoint_seconds Checkpoint latency (last 1000).");
+    line("# TYPE cairnd_checkpoint_seconds summary");
+    for (double q : {0.5, 0.99}) {
+      line(absl::StrCat("cairnd_checkpoint_seconds{quantile=\"", q, "\"} ", Percentile(checkpoint_seconds_, q)));
+    }
+    double sum = 0;
+    for (double v : checkpoint_seconds_) sum += v;
+    line(absl::StrCat("cairnd_checkpoint_seconds_sum ", absl::StrFormat("%.6f", sum)));
+    line(absl::StrCat("cairnd_checkpoint_seconds_count ", checkpoint_seconds_.size()));
+    line("# HELP cairnd_checkpoint_frozen_seconds How long jobs stood still per checkpoint (last 1000).");
+    line("# TYPE cairnd_checkpoint_frozen_seconds summary");
+    for (double q : {0.5, 0.99}) {
+      line(absl::StrCat("cairnd_checkpoint_frozen_seconds{quantile=\"", q, "\"} ", Percentile(frozen_seconds_, q)));
+    }
+  }
+  line("# HELP cairnd_job_cpu_seconds CPU time of the job's processes.");
+  line("# TYPE cairnd_job_cpu_seconds gauge");
+  for (const auto& j : jobs) {
+    if (j.state() == "running") line(absl::StrFormat("cairnd_job_cpu_seconds{job=\"%s\"} %.3f", j.name(), j.health().cpu_seconds()));
+  }
+  line("# HELP cairnd_job_memory_bytes Memory the job's cgroup uses.");
+  line("# TYPE cairnd_job_memory_bytes gauge");
+  for (const auto& j : jobs) {
+    if (j.state() == "running") line(absl::StrCat("cairnd_job_memory_bytes{job=\"", j.name(), "\"} ", j.health().memory_bytes()));
+  }
+  line("# HELP cairnd_job_healthy 1 while the job runs without a health signal (hung, memory-pressure).");
+  line("# TYPE cairnd_job_healthy gauge");
+  for (const auto& j : jobs) {
+    if (j.state() == "running") {
+      line(absl::StrCat("cairnd_job_healthy{job=\"", j.name(), "\",health=\"", j.health().state(), "\"} ",
+                        j.health().state() == "running" ? 1 : 0));
+    }
+  }
+  return out;
+}
+
+}  // namespace cairn::daemon

@@ -1,0 +1,125 @@
+#pragma once
+// cairnd's core: managed jobs, their checkpoints and their health, independent of how it is
+// reached (the gRPC service in service.h calls it). Jobs run as with `cairn run` (engine/job:
+// own PID, mount and IPC namespaces, cgroup cairn/NAME) with optional CPU and memory limits.
+//
+// Checkpoints are full dumps through dump::Dump (leave running, whole tree) into
+// STATE/checkpoints/JOB/ID; the catalog records them 'writing' first and 'complete' only after
+// the engine's atomic commit. CheckpointJobRequest already carries `incremental` and
+// `pre_copy` so the engine's low-downtime modes (issue 4) can be passed through later; today
+// they are refused with a clear message.
+//
+// Crash safety: a restarted daemon (Open) marks 'writing' checkpoints failed and removes their
+// files, thaws a freezer left frozen, and adopts every job still running by its recorded host
+// pid and start time; jobs whose process is gone are marked exited (status unknown).
+//
+// Thread safety: all public methods may be called from any thread. Engine work on a job
+// (checkpoint, restore) is exclusive per job: a second one is refused while the first runs.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon.pb.h"
+#include "daemon/catalog.h"
+#include "daemon/health.h"
+#include "engine/job/job.h"
+
+namespace cairn::daemon {
+
+struct DaemonOptions {
+  std::string node;
+  std::string state_dir;
+  // Test hook (fault injection): seconds to pause inside every checkpoint's memory copy, while
+  // the job is frozen and the checkpoint is half-written. 0 in production.
+  double pause_in_checkpoint_s = 0;
+  // The `cairn` executable that starts jobs (`cairn run`). REQUIRES: the daemon is a child
+  // subreaper (PR_SET_CHILD_SUBREAPER), so started jobs become its children.
+  std::string cairn_bin;
+};
+
+class Daemon {
+ public:
+  // Opens the catalog in the state directory and recovers from a previous run (see above).
+  static absl::StatusOr<std::unique_ptr<Daemon>> Open(const DaemonOptions& opts);
+  ~Daemon();
+
+  absl::StatusOr<api::Job> RunJob(const api::JobSpec& spec);
+  std::vector<api::Job> ListJobs();
+  absl::StatusOr<api::GetJobResponse> GetJob(const std::string& name);
+  absl::StatusOr<std::string> Logs(const std::string& name, bool stderr_log, int64_t tail_bytes);
+  // Sends `sig` (0: SIGKILL) to the job's init; with SIGKILL waits (up to 5 s) until it is gone.
+  absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);
+  // Removes a job that does not run, with its checkpoints, logs and cgroup.
+  absl::Status DeleteJob(const std::string& name);
+
+  absl::StatusOr<api::Checkpoint> Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason);
+  // Restores a job that does not run from `checkpoint` (empty: its newest complete one).
+  absl::StatusOr<api::RestoreJobResponse> Restore(const std::string& name, const std::string& checkpoint);
+
+  std::vector<api::Checkpoint> ListCheckpoints(const std::string& job);
+  absl::StatusOr<api::Checkpoint> GetCheckpoint(const std::string& id);
+  absl::Status DeleteCheckpoint(const std::string& id);
+  absl::StatusOr<api::Checkpoint> PinCheckpoint(const std::string& id, bool pinned);
+
+  // Events after `after_seq` for `job` (all when empty); waits up to `wait_ms` for one to arrive.
+  std::vector<api::Event> WaitEvents(const std::string& job, uint64_t after_seq, int wait_ms);
+  uint64_t LastEventSeq();
+
+  api::NodeInfoResponse Info();
+  // Prometheus text exposition of the daemon's and its jobs' figures.
+  std::string Metrics();
+
+  // One pass of the daemon's own work: reap ended jobs, sample health, take due periodic
+  // checkpoints. Called by the policy thread about every `tick` seconds.
+  void Tick();
+  // Planned shutdown: checkpoints every running job whose policy asks for it. Jobs keep running.
+  void CheckpointForShutdown();
+
+ private:
+  struct JobState {
+    api::Job job;
+    std::unique_ptr<HealthTracker> tracker;
+    bool child = false;          // started or restored by this daemon process: waitid works
+    bool busy = false;           // a checkpoint or restore is in progress
+    bool stop_after_checkpoint = false;
+    bool killed_by_user = false;
+    double next_checkpoint = 0;  // monotonic seconds
+  };
+
+  explicit Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog);
+  absl::Status Recover();
+  absl::StatusOr<job::JobRecord> StartWithCairnRun(const std::string& name, const api::JobSpec& spec);
+  void Event(const std::string& job, const std::string& kind, const std::string& detail);
+  absl::Status Persist(const api::Job& job);
+  // Reaps the job if it ended. REQUIRES: mu_ held.
+  void ReapLocked(JobState& s);
+  void SampleLocked(JobState& s, double now);
+  void ApplyRetention(const std::string& job);
+  std::string CheckpointDir(const std::string& job) const;
+  std::string JobDir(const std::string& job) const;
+
+  DaemonOptions opts_;
+  std::unique_ptr<Catalog> catalog_;
+  double started_ = 0;
+
+  std::mutex mu_;
+  std::map<std::string, JobState> jobs_;  // GUARDED_BY(mu_)
+  std::mutex ev_mu_;
+  std::condition_variable events_cv_;     // notified when an event is added
+  uint64_t last_seq_ = 0;                 // GUARDED_BY(ev_mu_)
+
+  // Figures for Metrics().
+  std::atomic<uint64_t> checkpoints_ok_{0}, checkpoints_failed_{0}, checkpoint_bytes_{0}, restores_{0};
+  std::mutex lat_mu_;
+  std::vector<double> checkpoint_seconds_, frozen_seconds_;  // GUARDED_BY(lat_mu_), newest 1000
+};
+
+}  // namespace cairn::daemon

@@ -1,0 +1,186 @@
+// `cairnd`: the node daemon (docs/daemon.md). Runs managed jobs, checkpoints them by policy,
+// keeps a catalog of their checkpoints and reports their health, over the gRPC API in
+// proto/daemon.proto on a root-only unix socket and, optionally, TCP with a token.
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "daemon/daemon.h"
+#include "daemon/metrics_http.h"
+#include "daemon/service.h"
+#include "daemon/socket_dir.h"
+
+namespace cairn::daemon {
+namespace {
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "cairnd: error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+// A token file holds one secret line; it must not be readable by other users.
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat token file " + path);
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "token file %s is readable by group or others (mode %o); chmod 600 it", path, st.st_mode & 0777));
+  }
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": the token must be at least 16 characters"));
+  }
+  return token;
+}
+
+}  // namespace
+}  // namespace cairn::daemon
+
+int main(int argc, char** argv) {
+  using namespace cairn::daemon;
+  CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)"};
+  DaemonOptions opts;
+  opts.state_dir = "/var/lib/cairnd";
+  std::string socket_path = "/run/cairn/cairnd.sock";
+  std::string listen, token_file;
+  int metrics_port = -1;
+  double tick = 1.0;
+  int verbose = 0;
+  app.add_option("--node", opts.node, "This node's name (default: the host name)");
+  app.add_option("--state-dir", opts.state_dir, "Catalog, job logs and checkpoints (0700)")->capture_default_str();
+  app.add_option("--socket", socket_path, "Unix socket to serve on (0600, in a root-owned directory)")
+      ->capture_default_str();
+  app.add_option("--listen", listen, "Also serve on TCP HOST:PORT; every call must carry the token");
+  app.add_option("--token-file", token_file, "File holding the TCP token (mode 0600, >= 16 characters)");
+  app.add_option("--metrics-port", metrics_port, "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port)");
+  app.add_option("--tick", tick, "Seconds between health samples and policy checks")
+      ->capture_default_str()->check(CLI::Range(0.05, 60.0));
+  app.add_option("--cairn-bin", opts.cairn_bin, "The cairn executable that starts jobs (default: next to cairnd)");
+  app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
+  CLI11_PARSE(app, argc, argv);
+  cairn::InitLogging(verbose + 1);
+
+  if (::geteuid() != 0) {
+    return Fail(absl::PermissionDeniedError("cairnd runs as root (it ptraces, creates namespaces and cgroups)"));
+  }
+  if (!listen.empty() && token_file.empty()) {
+    return Fail(absl::InvalidArgumentError("--listen needs --token-file: TCP calls must carry a token"));
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    auto t = ReadToken(token_file);
+    if (!t.ok()) return Fail(t.status());
+    token = *t;
+  }
+  if (opts.node.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    opts.node = host;
+  }
+  if (opts.cairn_bin.empty()) {
+    char self[4096] = {};
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string("/usr/bin/cairnd");
+    opts.cairn_bin = dir.substr(0, dir.find_last_of('/')) + "/cairn";
+  }
+  if (::access(opts.cairn_bin.c_str(), X_OK) != 0) {
+    return Fail(absl::NotFoundError(absl::StrCat("--cairn-bin ", opts.cairn_bin, ": not an executable; give the path of `cairn`")));
+  }
+  // Jobs are started by `cairn run`, which exits: their inits are then re-parented to us.
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) return Fail(cairn::ErrnoStatus("prctl(PR_SET_CHILD_SUBREAPER)"));
+  if (const char* p = std::getenv("CAIRND_TEST_PAUSE_IN_CHECKPOINT")) opts.pause_in_checkpoint_s = std::atof(p);
+  // engine/job keeps its registry (NAME.job) under $CAIRN_STATE_DIR/jobs: the daemon's own.
+  ::setenv("CAIRN_STATE_DIR", opts.state_dir.c_str(), 1);
+
+  // Stop requests set a flag; nothing is blocked, so jobs started from any thread inherit a
+  // clean signal mask.
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  if (absl::Status s = PrepareSocket(socket_path); !s.ok()) return Fail(s);
+  auto daemon = Daemon::Open(opts);
+  if (!daemon.ok()) return Fail(daemon.status());
+
+  GrpcService service(daemon->get(), token);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!listen.empty()) builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &tcp_port);
+  builder.RegisterService(&service);
+  mode_t old_umask = ::umask(0177);  // the socket is born 0600
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (server == nullptr) {
+    return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket_path,
+                                                    listen.empty() ? "" : " and " + listen, " (address in use?)")));
+  }
+  if (!listen.empty() && tcp_port == 0) {
+    server->Shutdown();
+    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on TCP ", listen)));
+  }
+  if (::chmod(socket_path.c_str(), 0600) != 0) {
+    server->Shutdown();
+    return Fail(cairn::ErrnoStatus("chmod 0600 " + socket_path));
+  }
+  std::unique_ptr<MetricsServer> metrics;
+  if (metrics_port >= 0) {
+    auto m = MetricsServer::Start(metrics_port, [d = daemon->get()] { return d->Metrics(); });
+    if (!m.ok()) {
+      server->Shutdown();
+      return Fail(m.status());
+    }
+    metrics = std::move(*m);
+  }
+  spdlog::info("serving node={} socket=unix:{} tcp={} metrics={} state_dir={} pid={}", opts.node, socket_path,
+               listen.empty() ? "off" : absl::StrCat(listen, " (port ", tcp_port, ")"),
+               metrics ? absl::StrCat("http://127.0.0.1:", metrics->port(), "/metrics") : "off", opts.state_dir,
+               ::getpid());
+
+  auto step = std::chrono::duration<double>(std::min(tick, 0.1));
+  auto next = std::chrono::steady_clock::now();
+  while (g_signal == 0) {
+    if (std::chrono::steady_clock::now() >= next) {
+      (*daemon)->Tick();
+      next = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                    std::chrono::duration<double>(tick));
+    }
+    std::this_thread::sleep_for(step);
+  }
+  spdlog::info("shutting down node={} signal={}: checkpointing jobs whose policy asks for it; jobs keep running",
+               opts.node, g_signal.load());
+  service.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  (*daemon)->CheckpointForShutdown();
+  metrics.reset();
+  ::unlink(socket_path.c_str());
+  spdlog::info("stopped node={}", opts.node);
+  return 0;
+}

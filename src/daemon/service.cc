@@ -1,0 +1,157 @@
+#include "daemon/service.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+
+namespace cairn::daemon {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  // absl and gRPC status codes are the same numbers.
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+// Compares without an early exit, so the time taken says nothing about the token.
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+grpc::Status GrpcService::Authorize(const grpc::ServerContext& ctx) const {
+  if (absl::StartsWith(ctx.peer(), "unix:")) return grpc::Status::OK;
+  if (token_.empty()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "this cairnd accepts TCP calls only with a token (--token-file)");
+  }
+  auto it = ctx.client_metadata().find("authorization");
+  if (it != ctx.client_metadata().end()) {
+    absl::string_view got(it->second.data(), it->second.size());
+    if (absl::ConsumePrefix(&got, "Bearer ") && SameSecret(got, token_)) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "missing or wrong token: TCP calls to cairnd need `authorization: Bearer TOKEN` "
+                      "(cairn: --token-file FILE or CAIRN_TOKEN)");
+}
+
+#define CAIRN_AUTHORIZE(ctx)                \
+  do {                                      \
+    grpc::Status _auth = Authorize(*(ctx)); \
+    if (!_auth.ok()) return _auth;          \
+  } while (0)
+
+grpc::Status GrpcService::NodeInfo(grpc::ServerContext* ctx, const api::NodeInfoRequest*, api::NodeInfoResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  *resp = daemon_->Info();
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::RunJob(grpc::ServerContext* ctx, const api::RunJobRequest* req, api::RunJobResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto j = daemon_->RunJob(req->spec());
+  if (!j.ok()) return ToGrpc(j.status());
+  *resp->mutable_job() = *j;
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ListJobs(grpc::ServerContext* ctx, const api::ListJobsRequest*, api::ListJobsResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  for (auto& j : daemon_->ListJobs()) *resp->add_jobs() = std::move(j);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::GetJob(grpc::ServerContext* ctx, const api::GetJobRequest* req, api::GetJobResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->GetJob(req->name());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::JobLogs(grpc::ServerContext* ctx, const api::JobLogsRequest* req, api::JobLogsResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->Logs(req->name(), req->stderr(), req->tail_bytes());
+  if (!r.ok()) return ToGrpc(r.status());
+  resp->set_data(std::move(*r));
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::KillJob(grpc::ServerContext* ctx, const api::KillJobRequest* req, api::KillJobResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->KillJob(req->name(), req->signal());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp->mutable_job() = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::DeleteJob(grpc::ServerContext* ctx, const api::DeleteJobRequest* req, api::DeleteJobResponse*) {
+  CAIRN_AUTHORIZE(ctx);
+  return ToGrpc(daemon_->DeleteJob(req->name()));
+}
+
+grpc::Status GrpcService::CheckpointJob(grpc::ServerContext* ctx, const api::CheckpointJobRequest* req,
+                                        api::CheckpointJobResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->Checkpoint(*req, "manual");
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp->mutable_checkpoint() = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::RestoreJob(grpc::ServerContext* ctx, const api::RestoreJobRequest* req,
+                                     api::RestoreJobResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->Restore(req->name(), req->checkpoint());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ListCheckpoints(grpc::ServerContext* ctx, const api::ListCheckpointsRequest* req,
+                                          api::ListCheckpointsResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  for (auto& c : daemon_->ListCheckpoints(req->job())) *resp->add_checkpoints() = std::move(c);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::GetCheckpoint(grpc::ServerContext* ctx, const api::GetCheckpointRequest* req,
+                                        api::GetCheckpointResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->GetCheckpoint(req->id());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp->mutable_checkpoint() = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::DeleteCheckpoint(grpc::ServerContext* ctx, const api::DeleteCheckpointRequest* req,
+                                           api::DeleteCheckpointResponse*) {
+  CAIRN_AUTHORIZE(ctx);
+  return ToGrpc(daemon_->DeleteCheckpoint(req->id()));
+}
+
+grpc::Status GrpcService::PinCheckpoint(grpc::ServerContext* ctx, const api::PinCheckpointRequest* req,
+                                        api::PinCheckpointResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->PinCheckpoint(req->id(), req->pinned());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp->mutable_checkpoint() = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::Watch(grpc::ServerContext* ctx, const api::WatchRequest* req,
+                                grpc::ServerWriter<api::Event>* writer) {
+  CAIRN_AUTHORIZE(ctx);
+  uint64_t after = req->after_seq() > 0 ? req->after_seq() : daemon_->LastEventSeq();
+  while (!ctx->IsCancelled() && !stopping_) {
+    for (const api::Event& e : daemon_->WaitEvents(req->job(), after, 500)) {
+      after = e.seq();
+      if (!writer->Write(e)) return grpc::Status::OK;
+    }
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace cairn::daemon
