@@ -50,6 +50,7 @@ struct DaemonCommands::Options {
   bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false;
   unsigned count = 0;
   uint64_t after = 0;
+  CLI::Option* watch_after = nullptr;
 };
 
 namespace {
@@ -197,7 +198,7 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   common(o.watch);
   o.watch->add_option("job", o.job, "Only this job's events");
   o.watch->add_option("--count", o.count, "Stop after N events");
-  o.watch->add_option("--after", o.after, "Replay stored events after this sequence number first");
+  o.watch_after = o.watch->add_option("--after", o.after, "Replay stored events after this sequence number first (0: all)");
 
   CLI::App* ck = app.add_subcommand("checkpoint", "Checkpoints kept by the node daemon");
   ck->require_subcommand(1);
@@ -417,7 +418,7 @@ int DaemonCommands::Run() {
   if (o.watch->parsed()) {
     dapi::WatchRequest req;
     req.set_job(o.job);
-    req.set_after_seq(o.after);
+    if (o.watch_after->count() > 0) req.set_after_seq(o.after);
     grpc::ClientContext c;
     ctx(c);
     auto reader = stub->Watch(&c, req);
@@ -460,7 +461,8 @@ int DaemonCommands::Run() {
     return 0;
   }
   if (o.ck_show->parsed() || o.ck_pin->parsed()) {
-    dapi::Checkpoint ck;
+    dapi::GetCheckpointResponse shown;  // what --json prints, for both
+    dapi::Checkpoint& ck = *shown.mutable_checkpoint();
     grpc::ClientContext c;
     ctx(c);
     grpc::Status st;
@@ -479,7 +481,7 @@ int DaemonCommands::Run() {
       ck = resp.checkpoint();
     }
     if (!st.ok()) return failed(st);
-    if (o.json) return PrintJson(ck);
+    if (o.json) return PrintJson(shown);
     std::printf("checkpoint %s of job %s: %s%s\n  location %s\n  size     %s (%lld bytes)\n  checksum %s\n"
                 "  parent   %s\n  reason   %s, created %s\n  frozen   %.3f s, total %.3f s\n%s",
                 ck.id().c_str(), ck.job().c_str(), ck.state().c_str(), ck.pinned() ? ", pinned" : "",

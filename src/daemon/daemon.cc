@@ -42,7 +42,6 @@ double MonoNow() {
 }
 double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
 
-std::string CgroupOf(const std::string& job) { return "cairn/" + job; }
 
 int64_t DirBytes(const std::string& dir) {
   int64_t total = 0;
@@ -85,7 +84,7 @@ std::string Percentile(std::vector<double> v, double q) {
 // holds). When `cairn run` exits, the init is re-parented to the daemon, a child subreaper, so
 // the daemon still learns the job's exit status.
 absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name, const api::JobSpec& spec) {
-  std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", name, "--dir", JobDir(name), "--"};
+  std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", EngineName(name), "--dir", JobDir(name), "--"};
   args.insert(args.end(), spec.command().begin(), spec.command().end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -109,13 +108,18 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
     return absl::FailedPreconditionError(absl::StrCat("job ", name, ": cairn run failed: ",
                                                       absl::StripAsciiWhitespace(out)));
   }
-  return job::Load(name);
+  return job::Load(EngineName(name));
 }
 
 Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
     : opts_(std::move(opts)), catalog_(std::move(catalog)), started_(UnixNow()) {}
 
 Daemon::~Daemon() = default;
+
+// Jobs of several daemons on one machine must not share a cgroup or a registry entry: the
+// engine knows each job as NODE.JOB.
+std::string Daemon::EngineName(const std::string& job) const { return opts_.node + "." + job; }
+std::string Daemon::CgroupOf(const std::string& job) const { return "cairn/" + EngineName(job); }
 
 std::string Daemon::CheckpointDir(const std::string& job) const { return opts_.state_dir + "/checkpoints/" + job; }
 std::string Daemon::JobDir(const std::string& job) const { return opts_.state_dir + "/jobs/" + job; }
@@ -197,6 +201,7 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
   static std::atomic<int> counter{0};
   if (spec.name().empty()) spec.set_name(absl::StrCat("job-", ::time(nullptr), "-", counter++));
   RETURN_IF_ERROR(job::CheckName(spec.name()));
+  RETURN_IF_ERROR(job::CheckName(EngineName(spec.name())));
   if (spec.limits().cpus() < 0 || spec.limits().memory_bytes() < 0) {
     return absl::InvalidArgumentError("job run: limits cannot be negative");
   }
@@ -421,7 +426,7 @@ absl::Status Daemon::DeleteJob(const std::string& name) {
   std::error_code ec;
   fs::remove_all(CheckpointDir(name), ec);
   fs::remove_all(JobDir(name), ec);
-  fs::remove(JobDir(name) + ".job", ec);
+  fs::remove(opts_.state_dir + "/jobs/" + EngineName(name) + ".job", ec);
   RemoveCgroup(CgroupOf(name));
   RETURN_IF_ERROR(catalog_->DeleteJob(name));
   Event(name, "deleted", absl::StrFormat("with %d checkpoint record(s)", cps.size()));
@@ -489,7 +494,7 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   d.dir = c.location();
   d.tree = true;
   d.leave_running = !req.kill();
-  d.job_name = name;
+  d.job_name = EngineName(name);
   if (opts_.pause_in_checkpoint_s > 0) {
     double pause = opts_.pause_in_checkpoint_s;
     d.progress = [pause, paused = false](uint64_t, uint64_t) mutable {
@@ -632,7 +637,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     *resp.mutable_job() = s.job;
   }
   // Keep `cairn dump --job` working on the restored job.
-  if (auto rec = job::Load(name); rec.ok()) {
+  if (auto rec = job::Load(EngineName(name)); rec.ok()) {
     rec->host_pid = r->pid;
     (void)job::Save(*rec);
   }

@@ -103,6 +103,8 @@ class Daemon {
   void ReapLocked(JobState& s);
   void SampleLocked(JobState& s, double now);
   void ApplyRetention(const std::string& job);
+  std::string EngineName(const std::string& job) const;
+  std::string CgroupOf(const std::string& job) const;
   std::string CheckpointDir(const std::string& job) const;
   std::string JobDir(const std::string& job) const;
 

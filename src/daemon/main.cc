@@ -28,6 +28,7 @@
 #include "daemon/metrics_http.h"
 #include "daemon/service.h"
 #include "daemon/socket_dir.h"
+#include "engine/job/job.h"
 
 namespace cairn::daemon {
 namespace {
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
     opts.node = host;
+  }
+  if (absl::Status s = cairn::job::CheckName(opts.node); !s.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--node ", opts.node, ": use 1-64 letters, digits, '.', '_' or '-'")));
   }
   if (opts.cairn_bin.empty()) {
     char self[4096] = {};

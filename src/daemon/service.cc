@@ -144,7 +144,7 @@ grpc::Status GrpcService::PinCheckpoint(grpc::ServerContext* ctx, const api::Pin
 grpc::Status GrpcService::Watch(grpc::ServerContext* ctx, const api::WatchRequest* req,
                                 grpc::ServerWriter<api::Event>* writer) {
   CAIRN_AUTHORIZE(ctx);
-  uint64_t after = req->after_seq() > 0 ? req->after_seq() : daemon_->LastEventSeq();
+  uint64_t after = req->has_after_seq() ? req->after_seq() : daemon_->LastEventSeq();
   while (!ctx->IsCancelled() && !stopping_) {
     for (const api::Event& e : daemon_->WaitEvents(req->job(), after, 500)) {
       after = e.seq();

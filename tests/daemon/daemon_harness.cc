@@ -1,0 +1,119 @@
+#include "daemon_harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace cairn::testing {
+
+DaemonProcess::DaemonProcess(std::string dir, std::string node, std::vector<std::string> extra,
+                             std::vector<std::string> env)
+    : dir_(std::move(dir)), node_(std::move(node)), extra_(std::move(extra)), env_(std::move(env)) {
+  state_ = dir_ + "/" + node_ + "-state";
+  socket_ = dir_ + "/" + node_ + ".sock";
+  log_ = dir_ + "/" + node_ + ".log";
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0 && IsAlive(pid_)) {
+    KillJobs();
+    Kill(SIGKILL);
+    Wait(10s);
+  }
+}
+
+::testing::AssertionResult DaemonProcess::Start(std::chrono::milliseconds timeout) {
+  std::vector<std::string> argv = {CAIRND_BIN, "--node", node_, "--state-dir", state_, "--socket", socket_,
+                                   "--tick", "0.2", "--cairn-bin", CAIRN_BIN};
+  argv.insert(argv.end(), extra_.begin(), extra_.end());
+  WriteFile(dir_ + "/empty", "");
+  // Appends, so the log of a restarted daemon keeps the earlier run's.
+  std::string prev = ReadFile(log_);
+  pid_ = SpawnProgram(argv, dir_ + "/empty", log_ + ".run", log_ + ".run", env_);
+  if (pid_ <= 0) return ::testing::AssertionFailure() << "cannot start cairnd";
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!IsAlive(pid_)) {
+      WriteFile(log_, prev + ReadFile(log_ + ".run"));
+      return ::testing::AssertionFailure() << "cairnd " << node_ << " exited: " << ReadFile(log_ + ".run");
+    }
+    if (Exists(socket_)) {
+      CommandResult r = Cairn({"job", "list"}, 10s);
+      if (r.Exited(0)) return ::testing::AssertionSuccess();
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return ::testing::AssertionFailure() << "cairnd " << node_ << " did not answer in time: " << ReadFile(log_ + ".run");
+}
+
+void DaemonProcess::Kill(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+Ending DaemonProcess::Wait(std::chrono::milliseconds timeout) {
+  Ending e = WaitGone(pid_, timeout);
+  WriteFile(log_, ReadFile(log_) + ReadFile(log_ + ".run"));
+  return e;
+}
+
+void DaemonProcess::KillJobs() {
+  CommandResult r = Cairn({"job", "list", "--json"}, 10s);
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  if (j.is_discarded() || !j.contains("jobs")) return;
+  for (const auto& job : j["jobs"]) {
+    if (job.value("state", "") == "running" && job.value("host_pid", 0) > 0) ::kill(job["host_pid"].get<int>(), SIGKILL);
+  }
+}
+
+CommandResult DaemonProcess::Cairn(std::vector<std::string> args, std::chrono::milliseconds timeout) const {
+  std::vector<std::string> argv = {CAIRN_BIN};
+  // Before a "--" that starts the job's command, if there is one.
+  auto dashes = std::find(args.begin(), args.end(), "--");
+  args.insert(dashes, {"--socket", socket_});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, dir_, WithTimeout(timeout));
+}
+
+nlohmann::json DaemonProcess::Json(std::vector<std::string> args) const {
+  args.insert(std::find(args.begin(), args.end(), "--"), "--json");
+  CommandResult r = Cairn(args);
+  EXPECT_TRUE(r.Exited(0)) << r.Describe();
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.Describe();
+  return j.is_discarded() ? nlohmann::json() : j;
+}
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+int64_t JsonInt(const nlohmann::json& v) {
+  if (v.is_string()) return std::stoll(v.get<std::string>());
+  if (v.is_number()) return v.get<int64_t>();
+  return 0;
+}
+
+}  // namespace cairn::testing

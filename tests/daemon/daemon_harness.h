@@ -1,0 +1,61 @@
+// Test harness for cairnd: starts real daemon processes (each with its own node name, state
+// directory and socket) and runs the real `cairn` CLI against them.
+//
+// Paths come from compile definitions: CAIRND_BIN and CAIRN_BIN. Not thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+namespace cairn::testing {
+
+// One cairnd process. SIGKILLed on destruction if still running (its jobs are killed too).
+class DaemonProcess {
+ public:
+  // State and socket live under `dir`; `extra`: more arguments; `env`: NAME=value entries.
+  DaemonProcess(std::string dir, std::string node, std::vector<std::string> extra = {},
+                std::vector<std::string> env = {});
+  ~DaemonProcess();
+
+  // Starts it and waits until `cairn job list` answers through its socket.
+  ::testing::AssertionResult Start(std::chrono::milliseconds timeout = 20s);
+  void Kill(int sig = SIGKILL);
+  Ending Wait(std::chrono::milliseconds timeout = 30s);
+  // Kills every job of this daemon that still runs (by the pids it reports).
+  void KillJobs();
+
+  // Runs `cairn ARGS... --socket SOCKET`.
+  CommandResult Cairn(std::vector<std::string> args, std::chrono::milliseconds timeout = 120s) const;
+  // Same with --json (also placed before "--"), parsed; fails the test (returning null) when the command fails.
+  nlohmann::json Json(std::vector<std::string> args) const;
+
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return socket_; }
+  const std::string& state_dir() const { return state_; }
+  const std::string& node() const { return node_; }
+  std::string Log() const { return ReadFile(log_); }
+
+ private:
+  std::string dir_, node_, state_, socket_, log_;
+  std::vector<std::string> extra_, env_;
+  pid_t pid_ = -1;
+};
+
+// A free TCP port on 127.0.0.1 a moment ago.
+int FreeTcpPort();
+
+// Polls `pred` every 50 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+
+// A JSON field that proto3 JSON may print as a string (64-bit integers) as a number.
+int64_t JsonInt(const nlohmann::json& v);
+
+}  // namespace cairn::testing

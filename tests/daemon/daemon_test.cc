@@ -1,0 +1,423 @@
+// cairnd end to end: real daemons (two, with distinct node names and state directories) on unix
+// sockets and loopback TCP in temporary directories, driven by the real `cairn` CLI.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "daemon_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A deterministic computation of a few CPU seconds; writes "<digest> <acc> ..." to argv[1]
+// through a rename, so a partial result never shows, then prints "done".
+constexpr char kPythonScript[] = R"(
+import hashlib, os, sys
+out, n = sys.argv[1], int(sys.argv[2])
+h = hashlib.sha256(b"cairn").digest()
+acc = 0
+table = {}
+for i in range(n):
+    h = hashlib.sha256(h).digest()
+    acc = (acc * 31 + h[0]) % 1000000007
+    if i % 1000 == 0:
+        table[i] = h.hex()
+with open(out + ".tmp", "w") as f:
+    f.write("%s %d %d %s\n" % (h.hex(), acc, len(table), table[max(table)]))
+os.rename(out + ".tmp", out)
+print("done")
+)";
+constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kRounds[] = "4000000";
+
+class DaemonTest : public CairnTest {
+ protected:
+  std::string Dir() const { return temp_->path(); }
+
+  // The result of an uninterrupted run of the script, computed once per test.
+  std::string Expected(const std::string& rounds = kRounds) {
+    std::string dir = Dir() + "/plain";
+    fs::create_directories(dir);
+    WriteFile(dir + "/stdin", "");
+    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonScript, dir + "/result", rounds}, dir + "/stdin",
+                             dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
+    Track(pid, kPython);
+    Ending e = WaitGone(pid, 120s);
+    EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
+    return ReadFile(dir + "/result");
+  }
+
+  json Job(const DaemonProcess& d, const std::string& name) { return d.Json({"job", "show", name})["job"]; }
+
+  // Waits until the job's state is `state`.
+  ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
+                                       std::chrono::milliseconds timeout = 60s) {
+    std::string last;
+    bool ok = WaitFor(
+        [&] {
+          CommandResult r = d.Cairn({"job", "show", name, "--json"});
+          json j = json::parse(r.out, nullptr, false);
+          if (j.is_discarded()) return false;
+          last = j["job"].value("state", "");
+          return last == state;
+        },
+        timeout);
+    if (ok) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "job " << name << " is " << last << ", not " << state << "; daemon log:\n"
+                                         << d.Log() << ReadFile(d.state_dir() + "/jobs/" + name + "/stderr.log");
+  }
+};
+
+TEST_F(DaemonTest, TwoDaemonsRunListShowLogsKillDelete) {
+  DaemonProcess a(Dir(), "node-a"), b(Dir(), "node-b");
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  // The unix socket is root-only.
+  struct stat st;
+  ASSERT_EQ(::stat(a.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  CommandResult run = a.Cairn({"job", "run", "--name", "echo3", "--", "/bin/sh", "-c", "echo hello; echo oops >&2; exit 3"});
+  ASSERT_TRUE(run.Exited(0)) << run.Describe();
+  EXPECT_TRUE(Matches(run.out, "job echo3 pid [0-9]+ on node-a")) << run.out;
+  ASSERT_TRUE(WaitState(a, "echo3", "exited"));
+  json j = Job(a, "echo3");
+  EXPECT_EQ(j["health"]["exit_code"], 3) << j.dump();
+  EXPECT_EQ(j["health"]["exit_known"], true) << j.dump();
+  EXPECT_EQ(j["node"], "node-a");
+  EXPECT_EQ(a.Cairn({"job", "logs", "echo3"}).out, "hello\n");
+  EXPECT_EQ(a.Cairn({"job", "logs", "echo3", "--stderr"}).out, "oops\n");
+
+  // Each daemon has its own jobs.
+  ASSERT_TRUE(b.Cairn({"job", "run", "--name", "sleeper", "--", "/bin/sleep", "300"}).Exited(0));
+  json la = a.Json({"job", "list"}), lb = b.Json({"job", "list"});
+  ASSERT_EQ(la["jobs"].size(), 1u) << la.dump();
+  ASSERT_EQ(lb["jobs"].size(), 1u) << lb.dump();
+  EXPECT_EQ(la["jobs"][0]["name"], "echo3");
+  EXPECT_EQ(lb["jobs"][0]["name"], "sleeper");
+  int sleeper = lb["jobs"][0]["host_pid"];
+  EXPECT_TRUE(IsAlive(sleeper));
+  CommandResult text_list = b.Cairn({"job", "list"});
+  EXPECT_TRUE(Matches(text_list.out, "sleeper +running")) << text_list.out;
+  CommandResult show = b.Cairn({"job", "show", "sleeper"});
+  EXPECT_TRUE(Matches(show.out, "health +running")) << show.out;
+
+  // Refusals: unknown job, same name twice, deleting a running job, restoring without a checkpoint.
+  CommandResult unknown = a.Cairn({"job", "show", "nope"});
+  EXPECT_TRUE(unknown.FailedCleanly()) << unknown.Describe();
+  EXPECT_TRUE(Matches(unknown.err, "no job 'nope' on node node-a")) << unknown.err;
+  CommandResult twice = b.Cairn({"job", "run", "--name", "sleeper", "--", "/bin/true"});
+  EXPECT_TRUE(twice.FailedCleanly());
+  EXPECT_TRUE(Matches(twice.err, "already exists")) << twice.err;
+  CommandResult del_running = b.Cairn({"job", "delete", "sleeper"});
+  EXPECT_TRUE(del_running.FailedCleanly());
+  EXPECT_TRUE(Matches(del_running.err, "still runs")) << del_running.err;
+  CommandResult no_ckpt = a.Cairn({"job", "restore", "echo3"});
+  EXPECT_TRUE(no_ckpt.FailedCleanly());
+  EXPECT_TRUE(Matches(no_ckpt.err, "no complete checkpoint")) << no_ckpt.err;
+  CommandResult no_cmd = a.Cairn({"job", "run", "--name", "x"});
+  EXPECT_TRUE(no_cmd.FailedCleanly()) << no_cmd.Describe();
+  CommandResult bad_name = a.Cairn({"job", "run", "--name", "../x", "--", "/bin/true"});
+  EXPECT_TRUE(bad_name.FailedCleanly());
+  EXPECT_TRUE(Matches(bad_name.err, "invalid job name")) << bad_name.err;
+
+  // kill: SIGKILL waits until the job is gone.
+  CommandResult kill = b.Cairn({"job", "kill", "sleeper"});
+  ASSERT_TRUE(kill.Exited(0)) << kill.Describe();
+  EXPECT_TRUE(Matches(kill.out, "sleeper: killed")) << kill.out;
+  EXPECT_TRUE(WaitGone(sleeper, 5s).gone);
+  EXPECT_EQ(Job(b, "sleeper")["health"]["signal"], 9);
+
+  ASSERT_TRUE(b.Cairn({"job", "delete", "sleeper"}).Exited(0));
+  EXPECT_EQ(b.Json({"job", "list"})["jobs"].size(), 0u);
+  EXPECT_FALSE(Exists(b.state_dir() + "/jobs/sleeper"));
+  ASSERT_TRUE(a.Cairn({"job", "delete", "echo3"}).Exited(0));
+
+  // Events were recorded, in order.
+  CommandResult watch = a.Cairn({"job", "watch", "--after", "0", "--count", "3", "--timeout", "10"});
+  ASSERT_TRUE(watch.Exited(0)) << watch.Describe();
+  EXPECT_TRUE(Matches(watch.out, "echo3 +started")) << watch.out;
+  EXPECT_TRUE(Matches(watch.out, "echo3 +exited +exited with code 3")) << watch.out;
+}
+
+TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  std::string out = Dir() + "/py";
+  fs::create_directories(out);
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "py", "--", "/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c",
+                       kPythonScript, out + "/result", kRounds})
+                  .Exited(0));
+  std::this_thread::sleep_for(1s);
+  ASSERT_FALSE(Exists(out + "/result")) << "python3 finished within 1 s: the checkpoint would not be mid-computation";
+  int pid = Job(a, "py")["host_pid"];
+
+  // A checkpoint that leaves the job running, then one that stops it.
+  json c1 = a.Json({"job", "checkpoint", "py", "--pin"})["checkpoint"];
+  EXPECT_EQ(c1["state"], "complete") << c1.dump();
+  EXPECT_TRUE(IsAlive(pid));
+  json c2 = a.Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
+  ASSERT_EQ(c2["state"], "complete") << c2.dump();
+  EXPECT_GT(JsonInt(c2["size_bytes"]), 1 << 20);
+  EXPECT_TRUE(Matches(c2["checksum"].get<std::string>(), "^xxh3:[0-9a-f]{16}$")) << c2.dump();
+  EXPECT_TRUE(fs::exists(c2["location"].get<std::string>() + "/checkpoint.meta"));
+  ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  ASSERT_TRUE(WaitState(a, "py", "killed"));
+  ASSERT_FALSE(Exists(out + "/result"));
+
+  // The catalog lists both; show and the text list agree.
+  json list = a.Json({"checkpoint", "list", "--job", "py"});
+  ASSERT_EQ(list["checkpoints"].size(), 2u) << list.dump();
+  EXPECT_EQ(list["checkpoints"][0]["pinned"], true);
+  json shown = a.Json({"checkpoint", "show", c2["id"]})["checkpoint"];
+  EXPECT_EQ(shown["checksum"], c2["checksum"]);
+  CommandResult text = a.Cairn({"checkpoint", "show", c2["id"]});
+  EXPECT_TRUE(Matches(text.out, "complete")) << text.out;
+
+  // Restored from the newest checkpoint, it finishes with the uninterrupted run's result.
+  CommandResult restore = a.Cairn({"job", "restore", "py"});
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << a.Log();
+  ASSERT_TRUE(WaitState(a, "py", "exited", 120s));
+  json j = Job(a, "py");
+  EXPECT_EQ(j["health"]["exit_code"], 0) << j.dump();
+  EXPECT_EQ(j["restores"], 1);
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_EQ(a.Cairn({"job", "logs", "py"}).out, "done\n");
+
+  // A checkpoint can be deleted; the job then goes with its last one.
+  ASSERT_TRUE(a.Cairn({"checkpoint", "delete", c1["id"]}).Exited(0));
+  EXPECT_FALSE(fs::exists(c1["location"].get<std::string>()));
+  EXPECT_EQ(a.Json({"checkpoint", "list"})["checkpoints"].size(), 1u);
+  ASSERT_TRUE(a.Cairn({"job", "delete", "py"}).Exited(0));
+  EXPECT_FALSE(fs::exists(c2["location"].get<std::string>()));
+  EXPECT_EQ(a.Json({"checkpoint", "list"})["checkpoints"].size(), 0u);
+}
+
+TEST_F(DaemonTest, SigkillInTheMiddleOfACheckpointThenRestart) {
+  // Long enough to outlive the frozen pause and the restart.
+  const std::string rounds = "8000000";
+  std::string expected = Expected(rounds);
+  DaemonProcess a(Dir(), "node-a", {}, {"CAIRND_TEST_PAUSE_IN_CHECKPOINT=4"});
+  ASSERT_TRUE(a.Start());
+  std::string out = Dir() + "/py";
+  fs::create_directories(out);
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "py", "--", "/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c",
+                       kPythonScript, out + "/result", rounds})
+                  .Exited(0));
+  std::this_thread::sleep_for(500ms);
+  int pid = Job(a, "py")["host_pid"];
+  std::string ckpt_dir = a.state_dir() + "/checkpoints/py";
+
+  // The checkpoint stops inside its memory copy (the test hook); the daemon dies there.
+  std::thread checkpoint([&] { a.Cairn({"job", "checkpoint", "py"}, 30s); });
+  bool writing = WaitFor(
+      [&] {
+        std::error_code ec;
+        for (auto& e : fs::directory_iterator(ckpt_dir, ec)) {
+          if (e.path().string().ends_with(".partial")) return true;
+        }
+        return false;
+      },
+      20s);
+  if (writing) {
+    json l = a.Json({"checkpoint", "list"});
+    ASSERT_EQ(l["checkpoints"].size(), 1u);
+    EXPECT_EQ(l["checkpoints"][0]["state"], "writing");
+  }
+  a.Kill(SIGKILL);
+  a.Wait();
+  checkpoint.join();
+  ASSERT_TRUE(writing) << "the checkpoint never started writing: " << a.Log();
+
+  // Restarted: the half checkpoint is gone from disk and marked failed; the job was adopted.
+  DaemonProcess again(Dir(), "node-a");
+  ASSERT_TRUE(again.Start());
+  json l = again.Json({"checkpoint", "list"});
+  ASSERT_EQ(l["checkpoints"].size(), 1u) << l.dump();
+  EXPECT_EQ(l["checkpoints"][0]["state"], "failed");
+  EXPECT_TRUE(Matches(l["checkpoints"][0]["error"].get<std::string>(), "interrupted"));
+  EXPECT_FALSE(fs::exists(l["checkpoints"][0]["location"].get<std::string>()));
+  EXPECT_TRUE(fs::is_empty(ckpt_dir)) << "left in " << ckpt_dir;
+  json j = Job(again, "py");
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["host_pid"], pid);
+  CommandResult events = again.Cairn({"job", "watch", "py", "--after", "0", "--count", "4", "--timeout", "10"});
+  EXPECT_TRUE(Matches(events.out, "checkpoint-cleaned")) << events.out;
+  EXPECT_TRUE(Matches(events.out, "adopted")) << events.out;
+
+  // The adopted job carries on and checkpoints again; it finishes with the same result.
+  json c = again.Json({"job", "checkpoint", "py"})["checkpoint"];
+  EXPECT_EQ(c["state"], "complete");
+  ASSERT_TRUE(WaitState(again, "py", "exited", 120s));
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+}
+
+TEST_F(DaemonTest, TcpNeedsTheToken) {
+  std::string token_file = Dir() + "/token";
+  WriteFile(token_file, "s3cret-token-0123456789\n");
+  ::chmod(token_file.c_str(), 0600);
+  int port = FreeTcpPort();
+  std::string addr = "127.0.0.1:" + std::to_string(port);
+  DaemonProcess a(Dir(), "node-a", {"--listen", addr, "--token-file", token_file});
+  ASSERT_TRUE(a.Start());
+  std::string wrong = Dir() + "/wrong";
+  WriteFile(wrong, "not-the-token-0123456789\n");
+
+  CommandResult none = RunCommand({CAIRN_BIN, "job", "list", "--daemon", addr}, Dir(), WithEnv({"CAIRN_TOKEN="}));
+  EXPECT_TRUE(none.FailedCleanly()) << none.Describe();
+  EXPECT_TRUE(Matches(none.err, "token")) << none.err;
+  CommandResult bad = RunCommand({CAIRN_BIN, "job", "list", "--daemon", addr, "--token-file", wrong}, Dir());
+  EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();
+  EXPECT_TRUE(Matches(bad.err, "missing or wrong token")) << bad.err;
+  CommandResult run_bad = RunCommand(
+      {CAIRN_BIN, "job", "run", "--daemon", addr, "--token-file", wrong, "--name", "x", "--", "/bin/true"}, Dir());
+  EXPECT_TRUE(run_bad.FailedCleanly());
+  EXPECT_EQ(a.Json({"job", "list"})["jobs"].size(), 0u) << "a refused call started a job";
+  CommandResult good = RunCommand({CAIRN_BIN, "job", "list", "--daemon", addr, "--token-file", token_file}, Dir());
+  EXPECT_TRUE(good.Exited(0)) << good.Describe();
+
+  // Without --token-file there is no TCP at all; a socket directory others can write is refused.
+  DaemonProcess no_token(Dir(), "node-b", {"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort())});
+  EXPECT_FALSE(no_token.Start(5s));
+  std::string open_dir = Dir() + "/open";
+  fs::create_directories(open_dir);
+  ::chmod(open_dir.c_str(), 0777);
+  CommandResult refused = RunCommand({CAIRND_BIN, "--node", "c", "--state-dir", Dir() + "/c", "--socket",
+                                      open_dir + "/c.sock", "--cairn-bin", CAIRN_BIN},
+                                     Dir(), WithTimeout(10s));
+  EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
+  EXPECT_TRUE(Matches(refused.err, "must be owned by root and writable by root only")) << refused.err;
+}
+
+TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "tick", "--checkpoint-every", "1", "--keep", "2", "--", "/bin/sh", "-c",
+                       "i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done"})
+                  .Exited(0));
+  json pinned = a.Json({"job", "checkpoint", "tick", "--pin"})["checkpoint"];
+  ASSERT_EQ(pinned["state"], "complete");
+  bool expired = WaitFor(
+      [&] {
+        CommandResult w = a.Cairn({"job", "watch", "tick", "--after", "0", "--count", "100", "--timeout", "1"});
+        return Matches(w.out, "checkpoint-expired");
+      },
+      30s);
+  ASSERT_TRUE(expired) << a.Log();
+  json l = a.Json({"checkpoint", "list", "--job", "tick"});
+  int complete_unpinned = 0, pinned_kept = 0;
+  for (const auto& c : l["checkpoints"]) {
+    if (c["state"] == "complete" && !c["pinned"].get<bool>()) ++complete_unpinned;
+    if (c["id"] == pinned["id"]) ++pinned_kept;
+    if (c["state"] == "complete") {
+      EXPECT_TRUE(fs::exists(c["location"].get<std::string>()));
+    }
+  }
+  EXPECT_LE(complete_unpinned, 2) << l.dump();
+  EXPECT_EQ(pinned_kept, 1) << l.dump();
+  EXPECT_TRUE(Matches(a.Cairn({"job", "show", "tick"}).out, "keep last 2 \\+ pinned"));
+}
+
+TEST_F(DaemonTest, HealthSignalsInTheWatchStreamAndShow) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  // Hung: no CPU and no heartbeat for 1 s.
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "idle", "--hang-after", "1", "--", "/bin/sleep", "300"}).Exited(0));
+  // Memory pressure: 48 MiB held under a 80 MiB limit, reported at half of it.
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "fat", "--memory", "80M", "--memory-pressure", "0.5", "--", kPython,
+                       "-c", "import time; b = b\"x\" * (48 << 20); time.sleep(300)"})
+                  .Exited(0));
+  // A heartbeat file keeps an idle job from being called hung.
+  std::string beat = Dir() + "/beat";
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "beating", "--hang-after", "1", "--heartbeat-file", beat, "--",
+                       "/bin/sh", "-c", "while true; do touch " + beat + "; sleep 0.2; done"})
+                  .Exited(0));
+
+  CommandResult hung = a.Cairn({"job", "watch", "idle", "--after", "0", "--count", "2", "--timeout", "20"});
+  EXPECT_TRUE(Matches(hung.out, "idle +hung +no CPU progress")) << hung.Describe();
+  CommandResult fat = a.Cairn({"job", "watch", "fat", "--after", "0", "--count", "2", "--timeout", "20"});
+  EXPECT_TRUE(Matches(fat.out, "fat +memory-pressure +memory [0-9.]+ MiB of 80.0 MiB")) << fat.Describe();
+  json f = Job(a, "fat")["health"];
+  EXPECT_EQ(f["state"], "memory-pressure") << f.dump();
+  EXPECT_EQ(JsonInt(f["memory_limit_bytes"]), 80 << 20);
+  EXPECT_TRUE(Matches(a.Cairn({"job", "show", "idle"}).out, "health +hung"));
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(Job(a, "beating")["health"]["state"], "running");
+
+  // An exit arrives on a live watch stream.
+  std::thread killer([&] {
+    std::this_thread::sleep_for(1s);
+    a.Cairn({"job", "kill", "idle"});
+  });
+  CommandResult live = a.Cairn({"job", "watch", "idle", "--count", "2", "--timeout", "20"});
+  killer.join();
+  EXPECT_TRUE(Matches(live.out, "idle +killed +killed by signal 9")) << live.Describe();
+}
+
+TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
+  DaemonProcess a(Dir(), "node-a", {"--metrics-port", "0"});
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "svc", "--", "/bin/sh", "-c", "while true; do sleep 0.1; done"}).Exited(0));
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "skip", "--no-shutdown-checkpoint", "--", "/bin/sleep", "300"}).Exited(0));
+  int svc = Job(a, "svc")["host_pid"];
+  ASSERT_TRUE(a.Json({"job", "checkpoint", "svc"})["checkpoint"]["state"] == "complete");
+
+  // Metrics on loopback, in Prometheus text format.
+  std::string log = ReadFile(Dir() + "/node-a.log.run");
+  std::string port = LineStartingWith(log.substr(log.find("metrics=http://127.0.0.1:") + 25), "");
+  port = port.substr(0, port.find('/'));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  std::string resp;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  EXPECT_TRUE(Matches(resp, "^HTTP/1.0 200")) << resp;
+  EXPECT_TRUE(Matches(resp, "cairnd_checkpoints_total\\{result=\"complete\"\\} 1")) << resp;
+  EXPECT_TRUE(Matches(resp, "cairnd_jobs\\{state=\"running\"\\} 2")) << resp;
+  EXPECT_TRUE(Matches(resp, "cairnd_job_memory_bytes\\{job=\"svc\"\\} [1-9]")) << resp;
+
+  a.Kill(SIGTERM);
+  Ending e = a.Wait();
+  ASSERT_TRUE(e.ExitedWith(0)) << e.Describe() << a.Log();
+  EXPECT_TRUE(IsAlive(svc)) << "a planned shutdown must leave jobs running";
+  DaemonProcess again(Dir(), "node-a");
+  ASSERT_TRUE(again.Start());
+  json l = again.Json({"checkpoint", "list"});
+  int shutdown_ckpts = 0;
+  for (const auto& c : l["checkpoints"]) {
+    if (c["reason"] == "shutdown") {
+      ++shutdown_ckpts;
+      EXPECT_EQ(c["job"], "svc");
+      EXPECT_EQ(c["state"], "complete");
+    }
+  }
+  EXPECT_EQ(shutdown_ckpts, 1) << l.dump();
+  EXPECT_EQ(Job(again, "svc")["state"], "running");
+  EXPECT_EQ(Job(again, "skip")["state"], "running");
+
+  // Engine modes not passed through yet are refused by name.
+  CommandResult inc = again.Cairn({"job", "checkpoint", "svc", "--incremental"});
+  EXPECT_TRUE(inc.FailedCleanly());
+  EXPECT_TRUE(Matches(inc.err, "issue 4")) << inc.err;
+}
+
+}  // namespace
+}  // namespace cairn::testing
