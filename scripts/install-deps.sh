@@ -9,11 +9,13 @@ fi
 packages=(
   cmake g++ ninja-build pkg-config make
   libabsl-dev libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libcurl4-openssl-dev
   libxxhash-dev libzstd-dev liblz4-dev
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps util-linux zstd xz-utils
   redis-server redis-tools
+  etcd-server etcd-client curl
 )
 missing=()
 for p in "${packages[@]}"; do

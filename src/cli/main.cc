@@ -15,6 +15,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_format.h"
+#include "cli/controller_commands.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
 #include "engine/check/check.h"
@@ -266,6 +267,8 @@ int main(int argc, char** argv) {
 
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
 
+  cairn::cli::ControllerCommands controller_commands(app);
+
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name);
@@ -273,5 +276,6 @@ int main(int argc, char** argv) {
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
   if (check->parsed()) return cairn::RunCheck();
+  if (controller_commands.Parsed()) return controller_commands.Run();
   return 2;
 }

@@ -1,0 +1,367 @@
+#include "cli/controller_commands.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "controller.grpc.pb.h"
+
+namespace cairn::cli {
+
+struct ControllerCommands::Options {
+  // Where and how to reach the controller (shared by every command).
+  std::string controllers;
+  std::string token_file;
+  bool json = false;
+  double timeout_s = 10;
+
+  CLI::App* submit = nullptr;
+  CLI::App* cluster_status = nullptr;
+  CLI::App* scale_down = nullptr;
+  int scale_gpus = 0;
+  CLI::App* job_explain = nullptr;
+  CLI::App* events = nullptr;
+
+  // submit
+  api::JobSpec spec;
+  double cpus = 0, work_h = 0;
+  int64_t memory_mb = 0;
+  int gpus = 0, priority = 0;
+  bool service = false, on_notice = false;
+  std::string deadline, gpu_type, id;
+  double max_downtime_s = 0, budget = 0, ckpt_interval = 0, ckpt_pause = 0, notice_ckpt = 0, restore_s = 0;
+  double downtime_cost = 0;
+  int64_t ckpt_bytes = 0;
+  std::vector<std::string> selector, command;
+
+  // job explain / events
+  std::string job;
+  std::string node;
+  unsigned limit = 0;
+  uint64_t after = 0;
+};
+
+namespace {
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "cairn: error: %s\n", msg.c_str());
+  return 1;
+}
+
+std::string ReadFile(const std::string& path, bool* ok) {
+  std::ifstream in(path);
+  *ok = static_cast<bool>(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return std::string(absl::StripAsciiWhitespace(ss.str()));
+}
+
+// A connection that tries each controller address in turn and keeps the first that answers
+// as the leader: followers answer UNAVAILABLE, naming the leader.
+class Client {
+ public:
+  Client(const std::string& addresses, std::string token, double timeout_s)
+      : token_(std::move(token)), timeout_s_(timeout_s) {
+    for (absl::string_view a : absl::StrSplit(addresses, ',', absl::SkipWhitespace())) {
+      std::string addr(absl::StripAsciiWhitespace(a));
+      if (absl::StartsWith(addr, "/")) addr = "unix:" + addr;
+      addresses_.push_back(addr);
+    }
+  }
+
+  // Tries every address in turn. When a controller answers that it does not lead (or cannot reach
+  // its store), tries them all again shortly, until the timeout: a leader change takes a lease.
+  template <typename Req, typename Resp>
+  grpc::Status Call(grpc::Status (api::Controller::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                    const Req& req, Resp* resp) {
+    auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+    std::vector<std::string> errors, waited;  // waited: the last round in which a controller said "retry"
+    for (;;) {
+      errors.clear();
+      bool retry = false;
+      for (const std::string& addr : addresses_) {
+        auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+        auto stub = api::Controller::NewStub(channel);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(deadline);
+        if (!token_.empty() && !absl::StartsWith(addr, "unix:")) {
+          ctx.AddMetadata("authorization", "Bearer " + token_);
+        }
+        resp->Clear();
+        grpc::Status s = ((*stub).*method)(&ctx, req, resp);
+        if (s.error_code() != grpc::StatusCode::UNAVAILABLE && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+          if (!s.ok()) return grpc::Status(s.error_code(), absl::StrCat("controller ", addr, ": ", s.error_message()));
+          return s;
+        }
+        retry = retry || ctx.GetServerTrailingMetadata().count("cairn-retry") > 0;
+        errors.push_back(absl::StrCat(addr, ": ", s.error_message()));
+      }
+      if (addresses_.empty()) errors.push_back("no address given");
+      if (retry) waited = errors;
+      auto now = std::chrono::system_clock::now();
+      if (!retry || now >= deadline) break;
+      std::this_thread::sleep_for(std::min<std::chrono::system_clock::duration>(std::chrono::milliseconds(200),
+                                                                                deadline - now));
+    }
+    if (!waited.empty()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrFormat("no controller led within --timeout %.1f s (%s)", timeout_s_,
+                                          absl::StrJoin(waited, "; ")));
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("no leading controller answered (", absl::StrJoin(errors, "; "),
+                                     "); is cairn-controller running? (--controller ADDR or CAIRN_CONTROLLER)"));
+  }
+
+ private:
+  std::vector<std::string> addresses_;
+  std::string token_;
+  double timeout_s_;
+};
+
+int PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.add_whitespace = true;
+  jo.preserve_proto_field_names = true;
+  jo.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, jo).ok()) return Fail("cannot encode the reply as JSON");
+  std::printf("%s", out.c_str());
+  return 0;
+}
+
+std::string TimeString(double unix_s) {
+  if (unix_s <= 0) return "-";
+  time_t t = static_cast<time_t>(unix_s);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void PrintEvent(const api::Event& e) {
+  std::string what = e.kind();
+  if (!e.rule().empty()) what = absl::StrCat(e.kind(), " ", e.rule(), " -> ", e.action());
+  std::string subject;
+  if (!e.job_id().empty()) absl::StrAppend(&subject, " job ", e.job_id());
+  if (!e.node_id().empty()) absl::StrAppend(&subject, " node ", e.node_id());
+  if (!e.target_node_id().empty()) absl::StrAppend(&subject, " target ", e.target_node_id());
+  std::printf("%6llu %s %s%s: %s%s\n", static_cast<unsigned long long>(e.seq()), TimeString(e.time()).c_str(),
+              what.c_str(), subject.c_str(), e.reason().c_str(),
+              e.dispatch().empty() ? "" : absl::StrCat(" [", e.dispatch(), "]").c_str());
+}
+
+}  // namespace
+
+ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Options>()) {
+  Options& o = *o_;
+  const char* env = std::getenv("CAIRN_CONTROLLER");
+  o.controllers = env != nullptr ? env : "unix:/run/cairn/controller.sock";
+  auto common = [&o](CLI::App* c) {
+    c->add_option("--controller", o.controllers,
+                  "Controller addresses, tried in order until the leader answers: unix:PATH or HOST:PORT, "
+                  "comma-separated (default $CAIRN_CONTROLLER or unix:/run/cairn/controller.sock)");
+    c->add_option("--token-file", o.token_file, "File with the token for TCP addresses (default $CAIRN_TOKEN)");
+    c->add_flag("--json", o.json, "Print the controller's reply as JSON");
+    c->add_option("--timeout", o.timeout_s,
+                  "Seconds to wait for an answer, including for a leader to be elected")->capture_default_str();
+  };
+
+  o.submit = app.add_subcommand("submit", "Submit a job to the controller; it places the job on the best node");
+  common(o.submit);
+  o.submit->add_option("--id", o.id, "Job id (default: generated)");
+  o.submit->add_option("--cpus", o.cpus, "CPUs the job needs");
+  o.submit->add_option("--memory-mb", o.memory_mb, "Memory the job needs, in MB");
+  o.submit->add_option("--gpus", o.gpus, "GPUs the job needs");
+  o.submit->add_option("--gpu-type", o.gpu_type, "Required GPU type (V100, A100, ...)");
+  o.submit->add_option("--priority", o.priority, "Higher runs first and is suspended last");
+  o.submit->add_flag("--service", o.service, "A service (SLA: --max-downtime) rather than a batch job (SLA: --deadline)");
+  o.submit->add_option("--deadline", o.deadline, "Batch: finish within this duration from now (e.g. 6h, 90m)");
+  o.submit->add_option("--max-downtime", o.max_downtime_s, "Service: total downtime allowance, seconds");
+  o.submit->add_option("--budget", o.budget, "Budget in USD (0 = unlimited)");
+  o.submit->add_option("--work-hours", o.work_h, "Batch: work in hours on a reference (V100) GPU");
+  o.submit->add_option("--downtime-cost", o.downtime_cost, "What an hour of downtime costs, USD");
+  o.submit->add_option("--checkpoint-interval", o.ckpt_interval, "Seconds between periodic checkpoints (0 = none)");
+  o.submit->add_option("--checkpoint-pause", o.ckpt_pause, "Seconds the job stops per checkpoint");
+  o.submit->add_flag("--checkpoint-on-notice", o.on_notice, "Checkpoint when a spot interruption notice arrives");
+  o.submit->add_option("--notice-checkpoint", o.notice_ckpt, "Seconds to take and upload a checkpoint on a notice");
+  o.submit->add_option("--checkpoint-bytes", o.ckpt_bytes, "Size of one checkpoint, bytes");
+  o.submit->add_option("--restore-time", o.restore_s, "Seconds from a ready node to the job running again");
+  o.submit->add_option("--node-label", o.selector, "Required node label KEY=VALUE (repeatable)");
+  o.submit->add_option("command", o.command, "The command the node runs, after --");
+
+  CLI::App* cluster = app.add_subcommand("cluster", "The controller's view of the cluster");
+  cluster->require_subcommand(1);
+  o.cluster_status = cluster->add_subcommand("status", "Nodes, their health and free resources; jobs and where they run");
+  common(o.cluster_status);
+  o.scale_down = cluster->add_subcommand("scale-down", "Free GPUs: the scale-down rule suspends the lowest-priority jobs");
+  common(o.scale_down);
+  o.scale_down->add_option("--gpus", o.scale_gpus, "GPUs to free")->required();
+
+  CLI::App* job = app.add_subcommand("job", "Jobs known to the controller");
+  job->require_subcommand(1);
+  o.job_explain = job->add_subcommand("explain", "Why a job runs where it does, with every node's score");
+  common(o.job_explain);
+  o.job_explain->add_option("job", o.job, "Job id")->required();
+
+  o.events = app.add_subcommand("events", "The controller's decisions and what led to them, oldest first");
+  common(o.events);
+  o.events->add_option("--job", o.job, "Only events about this job");
+  o.events->add_option("--node", o.node, "Only events about this node");
+  o.events->add_option("--last", o.limit, "Only the newest N");
+  o.events->add_option("--after", o.after, "Only events after this sequence number");
+}
+
+ControllerCommands::~ControllerCommands() = default;
+
+bool ControllerCommands::Parsed() const {
+  return o_->submit->parsed() || o_->cluster_status->parsed() || o_->scale_down->parsed() ||
+         o_->job_explain->parsed() || o_->events->parsed();
+}
+
+int ControllerCommands::Run() {
+  Options& o = *o_;
+  std::string token;
+  if (!o.token_file.empty()) {
+    bool ok = false;
+    token = ReadFile(o.token_file, &ok);
+    if (!ok) return Fail(absl::StrCat("--token-file ", o.token_file, ": cannot read it"));
+  } else if (const char* t = std::getenv("CAIRN_TOKEN")) {
+    token = t;
+  }
+  Client client(o.controllers, token, o.timeout_s);
+  using Stub = api::Controller::Stub;
+
+  if (o.submit->parsed()) {
+    api::SubmitJobRequest req;
+    api::JobSpec* s = req.mutable_spec();
+    s->set_id(o.id);
+    s->set_cpus(o.cpus);
+    s->set_memory_mb(o.memory_mb);
+    s->set_gpus(o.gpus);
+    s->set_gpu_type(o.gpu_type);
+    s->set_priority(o.priority);
+    s->set_service(o.service);
+    if (!o.deadline.empty()) {
+      absl::Duration d;
+      if (!absl::ParseDuration(o.deadline, &d) || d <= absl::ZeroDuration()) {
+        return Fail(absl::StrCat("--deadline ", o.deadline, ": not a positive duration; write e.g. 6h, 90m, 1h30m"));
+      }
+      s->set_deadline(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch() + d));
+    }
+    s->set_max_downtime_s(o.max_downtime_s);
+    s->set_budget_usd(o.budget);
+    s->set_work_s(o.work_h * 3600);
+    s->set_downtime_cost_per_hour(o.downtime_cost);
+    api::CheckpointPolicy* c = s->mutable_checkpoint();
+    c->set_interval_s(o.ckpt_interval);
+    c->set_pause_s(o.ckpt_pause);
+    c->set_on_notice(o.on_notice);
+    c->set_notice_checkpoint_s(o.notice_ckpt);
+    c->set_bytes(o.ckpt_bytes);
+    c->set_restore_s(o.restore_s);
+    for (const std::string& kv : o.selector) {
+      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.first.empty() || !absl::StrContains(kv, '=')) {
+        return Fail(absl::StrCat("--node-label ", kv, ": write KEY=VALUE"));
+      }
+      (*s->mutable_node_selector())[p.first] = p.second;
+    }
+    for (const std::string& a : o.command) s->add_command(a);
+    api::SubmitJobResponse resp;
+    grpc::Status st = client.Call(&Stub::SubmitJob, req, &resp);
+    if (!st.ok()) return Fail(st.error_message());
+    if (o.json) return PrintJson(resp);
+    if (resp.node_id().empty()) {
+      std::printf("job %s pending: %s\n", resp.job_id().c_str(), resp.reason().c_str());
+    } else {
+      std::printf("job %s placed on %s: %s\n", resp.job_id().c_str(), resp.node_id().c_str(), resp.reason().c_str());
+    }
+    return 0;
+  }
+
+  if (o.cluster_status->parsed()) {
+    api::ClusterStatusResponse resp;
+    grpc::Status st = client.Call(&Stub::ClusterStatus, api::ClusterStatusRequest(), &resp);
+    if (!st.ok()) return Fail(st.error_message());
+    if (o.json) return PrintJson(resp);
+    std::printf("controller %s, store %s\ndispatcher: %s\n\n", resp.controller_id().c_str(), resp.store().c_str(),
+                resp.dispatcher().c_str());
+    std::printf("%-20s %-9s %-9s %9s %-6s %11s %15s %17s %-12s %7s  %s\n", "NODE", "HEALTH", "MARKET", "$/H", "GPU",
+                "GPUS free", "CPUS free", "MEM MB free", "ZONE", "HB AGO", "JOBS");
+    for (const api::NodeStatus& n : resp.nodes()) {
+      const api::NodeSpec& s = n.spec();
+      std::printf("%-20s %-9s %-9s %9.4f %-6s %5d/%-5d %7.1f/%-7.1f %8lld/%-8lld %-12s %6.1fs  %s\n", s.id().c_str(),
+                  n.health().c_str(), s.spot() ? "spot" : "on-demand", s.price_per_hour(),
+                  s.gpu_type().empty() ? "-" : s.gpu_type().c_str(), n.free_gpus(), s.gpus(), n.free_cpus(), s.cpus(),
+                  static_cast<long long>(n.free_memory_mb()), static_cast<long long>(s.memory_mb()),
+                  s.zone().empty() ? "-" : s.zone().c_str(), n.seconds_since_heartbeat(),
+                  n.job_ids().empty() ? "-" : absl::StrJoin(n.job_ids(), ",").c_str());
+    }
+    std::printf("\n%-20s %-10s %-20s %8s %5s %6s %9s  %s\n", "JOB", "STATE", "NODE", "PRIORITY", "GPUS", "CPUS",
+                "MEM MB", "PENDING ACTION");
+    for (const api::JobStatus& j : resp.jobs()) {
+      const api::JobSpec& s = j.spec();
+      std::printf("%-20s %-10s %-20s %8d %5d %6.1f %9lld  %s\n", s.id().c_str(), j.state().c_str(),
+                  j.node_id().empty() ? "-" : j.node_id().c_str(), s.priority(), s.gpus(), s.cpus(),
+                  static_cast<long long>(s.memory_mb()), j.pending_action().empty() ? "-" : j.pending_action().c_str());
+    }
+    return 0;
+  }
+
+  if (o.scale_down->parsed()) {
+    api::ScaleDownRequest req;
+    req.set_gpus(o.scale_gpus);
+    api::ScaleDownResponse resp;
+    grpc::Status st = client.Call(&Stub::ScaleDown, req, &resp);
+    if (!st.ok()) return Fail(st.error_message());
+    if (o.json) return PrintJson(resp);
+    for (const api::Event& e : resp.events()) PrintEvent(e);
+    return 0;
+  }
+
+  if (o.job_explain->parsed()) {
+    api::ExplainJobRequest req;
+    req.set_job_id(o.job);
+    api::ExplainJobResponse resp;
+    grpc::Status st = client.Call(&Stub::ExplainJob, req, &resp);
+    if (!st.ok()) return Fail(st.error_message());
+    if (o.json) return PrintJson(resp);
+    std::printf("%s", resp.text().c_str());
+    return 0;
+  }
+
+  if (o.events->parsed()) {
+    api::ListEventsRequest req;
+    req.set_job_id(o.job);
+    req.set_node_id(o.node);
+    req.set_limit(o.limit);
+    req.set_after_seq(o.after);
+    api::ListEventsResponse resp;
+    grpc::Status st = client.Call(&Stub::ListEvents, req, &resp);
+    if (!st.ok()) return Fail(st.error_message());
+    if (o.json) return PrintJson(resp);
+    for (const api::Event& e : resp.events()) PrintEvent(e);
+    return 0;
+  }
+  return 2;
+}
+
+}  // namespace cairn::cli

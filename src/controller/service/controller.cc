@@ -1,0 +1,694 @@
+#include "controller/service/controller.h"
+
+#include <algorithm>
+#include <random>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "controller/placement.h"
+#include "controller/service/convert.h"
+
+namespace cairn::controller {
+namespace {
+
+constexpr char kNodes[] = "nodes/";
+constexpr char kJobs[] = "jobs/";
+constexpr char kEvents[] = "events/";
+
+std::string EventKey(uint64_t seq) { return absl::StrFormat("%s%020u", kEvents, seq); }
+
+std::string Describe(const NodeSpec& s) {
+  std::string gpus = s.capacity.gpus > 0 ? absl::StrFormat(", %d %s", s.capacity.gpus, s.gpu_type) : "";
+  return absl::StrFormat("%.1f CPU, %d MB%s, $%.4f/h %s, zone %s, cloud %s", s.capacity.cpus,
+                         s.capacity.memory_mb, gpus, s.price_per_hour, MarketName(s.market),
+                         s.zone.empty() ? "-" : s.zone, s.cloud.empty() ? "-" : s.cloud);
+}
+
+std::string Describe(const JobSpec& s) {
+  std::string out = absl::StrFormat("%s, %.1f CPU, %d MB, %d GPU%s, priority %d", JobKindName(s.kind),
+                                    s.request.cpus, s.request.memory_mb, s.request.gpus,
+                                    s.gpu_type.empty() ? "" : " " + s.gpu_type, s.priority);
+  if (s.sla.deadline > 0) absl::StrAppendFormat(&out, ", deadline %.0f", s.sla.deadline);
+  if (s.sla.max_downtime_s > 0) absl::StrAppendFormat(&out, ", max downtime %.0f s", s.sla.max_downtime_s);
+  if (s.budget_usd > 0) absl::StrAppendFormat(&out, ", budget $%.2f", s.budget_usd);
+  return out;
+}
+
+std::string NewJobId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("job-%06x", rng() & 0xffffff);
+}
+
+bool SameShape(const NodeSpec& a, const NodeSpec& b) {
+  return a.capacity.cpus == b.capacity.cpus && a.capacity.memory_mb == b.capacity.memory_mb &&
+         a.capacity.gpus == b.capacity.gpus && a.gpu_type == b.gpu_type && a.market == b.market &&
+         a.zone == b.zone && a.cloud == b.cloud && a.labels == b.labels;
+}
+
+}  // namespace
+
+Controller::Controller(Store* store, ActionDispatcher* dispatcher, ControllerOptions options)
+    : store_(store),
+      dispatcher_(dispatcher),
+      options_(std::move(options)),
+      engine_(PolicyEngine::Default()) {}
+
+double Controller::Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// ---- Leadership and the model's life ----
+
+void Controller::Tick() {
+  absl::StatusOr<Leadership> l = store_->Campaign(options_.id);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!l.ok()) {
+    CAIRN_LOG_WARN("controller {}: election round failed: {}", options_.id, l.status().ToString());
+    return;
+  }
+  leader_id_ = l->leader_id;
+  if (l->leader && !leader_) {
+    leader_ = true;
+    absl::Status s = LoadLocked();
+    if (!s.ok()) {
+      CAIRN_LOG_WARN("controller {}: leads but cannot load the store, resigning: {}", options_.id, s.ToString());
+      DropLocked();
+      store_->Resign();
+      return;
+    }
+    CAIRN_LOG_WARN("controller {}: leading with {} nodes and {} jobs from {}", options_.id,
+                   cluster_->node_count(), cluster_->job_count(), store_->Describe());
+    api::Event ev;
+    ev.set_kind("leader-elected");
+    ev.set_reason(absl::StrFormat("controller %s leads (store %s): %d nodes, %d jobs loaded",
+                                  options_.id, store_->Describe(), cluster_->node_count(),
+                                  cluster_->job_count()));
+    (void)RecordLocked(std::move(ev));
+  } else if (!l->leader && leader_) {
+    CAIRN_LOG_WARN("controller {}: no longer leads (leader: {})", options_.id,
+                   l->leader_id.empty() ? "none" : l->leader_id);
+    DropLocked();
+  }
+  if (leader_) {
+    absl::Status s = CheckHeartbeatsLocked();
+    if (!s.ok()) CAIRN_LOG_WARN("controller {}: liveness check: {}", options_.id, s.ToString());
+  }
+}
+
+void Controller::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  DropLocked();
+  store_->Resign();
+}
+
+void Controller::DropLocked() {
+  leader_ = false;
+  cluster_.reset();
+  last_heartbeat_.clear();
+  pending_action_.clear();
+  started_.clear();
+  registered_seq_.clear();
+  specs_.clear();
+}
+
+absl::Status Controller::RequireLeaderLocked() const {
+  if (leader_) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "controller ", options_.id, " does not lead",
+      leader_id_.empty() ? "; no leader is elected yet, retry shortly"
+                         : absl::StrCat("; the leader is ", leader_id_, ": send this to its address"),
+      " (`cairn --controller ADDR1,ADDR2,...` tries each)"));
+}
+
+absl::Status Controller::StoreFailedLocked(const absl::Status& s) {
+  if (s.code() == absl::StatusCode::kFailedPrecondition) {
+    DropLocked();
+    return absl::UnavailableError(absl::StrCat("controller ", options_.id,
+                                               " lost its leadership while writing: ", s.message()));
+  }
+  // The model may now hold what the store does not: reload it from the store.
+  absl::Status reload = LoadLocked();
+  if (!reload.ok()) DropLocked();
+  return s;
+}
+
+absl::Status Controller::LoadLocked() {
+  cluster_ = std::make_unique<Cluster>();
+  last_heartbeat_.clear();
+  pending_action_.clear();
+  started_.clear();
+  registered_seq_.clear();
+  specs_.clear();
+  ASSIGN_OR_RETURN(auto nodes, store_->List(kNodes));
+  std::vector<api::StoredNode> stored_nodes;
+  for (const auto& [key, value] : nodes) {
+    api::StoredNode sn;
+    if (!sn.ParseFromString(value)) return absl::DataLossError(absl::StrCat("store key ", key, ": not a node record"));
+    stored_nodes.push_back(std::move(sn));
+  }
+  std::sort(stored_nodes.begin(), stored_nodes.end(),
+            [](const auto& a, const auto& b) { return a.registered_seq() < b.registered_seq(); });
+  auto now = Clock::now();
+  for (const api::StoredNode& sn : stored_nodes) {
+    ASSIGN_OR_RETURN(NodeSpec spec, FromApi(sn.spec()));
+    std::string id = spec.id;
+    RETURN_IF_ERROR(cluster_->AddNode(std::move(spec)));
+    RETURN_IF_ERROR(cluster_->SetInterruptionRate(id, sn.spec().interruptions_per_hour()));
+    registered_seq_[id] = sn.registered_seq();
+    // A new leader does not know when nodes last spoke: each gets a full timeout from now.
+    last_heartbeat_[id] = now;
+  }
+  ASSIGN_OR_RETURN(auto jobs, store_->List(kJobs));
+  for (const auto& [key, value] : jobs) {
+    api::StoredJob sj;
+    if (!sj.ParseFromString(value)) return absl::DataLossError(absl::StrCat("store key ", key, ": not a job record"));
+    ASSIGN_OR_RETURN(JobSpec spec, FromApi(sj.spec()));
+    spec.submit_time = sj.submit_time();
+    std::string id = spec.id;
+    RETURN_IF_ERROR(cluster_->AddJob(std::move(spec)));
+    // Bind before node health is restored below: a job stays bound to a lost node until a
+    // decision about it is carried out.
+    if (!sj.node_id().empty()) RETURN_IF_ERROR(cluster_->Bind(id, sj.node_id()));
+    Job* job = cluster_->MutableJob(id);
+    job->state = JobStateFromName(sj.state());
+    job->suspended_for = SuspendReasonFromName(sj.suspended_for());
+    job->progress_time = sj.submit_time();
+    if (!sj.pending_action().empty()) pending_action_[id] = sj.pending_action();
+    specs_[id] = sj.spec();
+    started_[id] = sj.started();
+  }
+  for (const api::StoredNode& sn : stored_nodes) {
+    RETURN_IF_ERROR(cluster_->SetNodeHealth(sn.spec().id(), HealthFromName(sn.health())));
+  }
+  next_seq_ = 1;
+  ASSIGN_OR_RETURN(auto events, store_->List(kEvents));
+  if (!events.empty()) {
+    api::Event last;
+    if (last.ParseFromString(events.back().second)) next_seq_ = last.seq() + 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::SaveNodeLocked(const std::string& id) {
+  const Node* n = cluster_->FindNode(id);
+  if (n == nullptr) return absl::InternalError(absl::StrCat("save node ", id, ": not in the model"));
+  api::StoredNode sn;
+  *sn.mutable_spec() = ToApi(n->spec, n->interruptions_per_hour);
+  sn.set_health(std::string(HealthName(n->health)));
+  sn.set_registered_seq(registered_seq_[id]);
+  absl::Status s = store_->Put(absl::StrCat(kNodes, id), sn.SerializeAsString());
+  return s.ok() ? s : StoreFailedLocked(s);
+}
+
+absl::Status Controller::SaveJobLocked(const std::string& id) {
+  const Job* j = cluster_->FindJob(id);
+  if (j == nullptr) return absl::InternalError(absl::StrCat("save job ", id, ": not in the model"));
+  api::StoredJob sj;
+  // The spec as submitted (with the command, which only the node daemon reads).
+  auto given = specs_.find(id);
+  *sj.mutable_spec() = given != specs_.end() ? given->second : ToApi(j->spec);
+  sj.set_state(std::string(JobStateName(j->state)));
+  sj.set_node_id(j->node_id);
+  sj.set_submit_time(j->spec.submit_time);
+  sj.set_suspended_for(std::string(SuspendReasonName(j->suspended_for)));
+  if (auto it = pending_action_.find(id); it != pending_action_.end()) sj.set_pending_action(it->second);
+  sj.set_started(started_[id]);
+  absl::Status s = store_->Put(absl::StrCat(kJobs, id), sj.SerializeAsString());
+  return s.ok() ? s : StoreFailedLocked(s);
+}
+
+absl::Status Controller::RecordLocked(api::Event ev, std::vector<api::Event>* out) {
+  ev.set_seq(next_seq_);
+  ev.set_time(Now());
+  absl::Status s = store_->Put(EventKey(ev.seq()), ev.SerializeAsString());
+  if (!s.ok()) return StoreFailedLocked(s);
+  ++next_seq_;
+  CAIRN_LOG_INFO("event seq={} kind={} rule={} action={} job={} node={} target={} reason=\"{}\" dispatch=\"{}\"",
+                 ev.seq(), ev.kind(), ev.rule(), ev.action(), ev.job_id(), ev.node_id(),
+                 ev.target_node_id(), ev.reason(), ev.dispatch());
+  if (out != nullptr) out->push_back(std::move(ev));
+  return absl::OkStatus();
+}
+
+// ---- Placement and policies ----
+
+absl::Status Controller::PlaceLocked(const std::string& job_id, std::string* node_id, std::string* reason,
+                                     api::Event* event) {
+  const Job* job = cluster_->FindJob(job_id);
+  Placer placer(*cluster_);
+  PlacementRequest req;
+  req.job = job;
+  Placement all = placer.Explain(req);
+  int feasible = 0;
+  for (const CandidateScore& c : all.candidates) feasible += c.feasible ? 1 : 0;
+  absl::StatusOr<Placement> p = placer.Place(req);
+  event->set_job_id(job_id);
+  if (!p.ok()) {
+    event->set_kind("job-pending");
+    *reason = absl::StrFormat("no feasible node among %d; the job waits for capacity (`cairn job explain %s` "
+                              "gives each node's reason)", cluster_->node_count(), job_id);
+    event->set_reason(*reason);
+    return SaveJobLocked(job_id);
+  }
+  const CandidateScore& c = p->chosen;
+  *reason = absl::StrFormat(
+      "lowest total $%.4f/h of progress among %d feasible of %d nodes (effective price $%.4f/h, "
+      "risk $%.4f/h, packing $%.4f/h, stranding $%.4f/h)",
+      c.total, feasible, cluster_->node_count(), c.effective_price, c.risk, c.packing, c.stranding);
+  for (const CandidateScore& other : all.candidates) {
+    if (other.feasible && other.node_id != p->node_id) {
+      absl::StrAppendFormat(reason, "; next best %s at $%.4f/h", other.node_id, other.total);
+      break;
+    }
+  }
+  RETURN_IF_ERROR(cluster_->Bind(job_id, p->node_id));
+  Job* bound = cluster_->MutableJob(job_id);
+  bound->progress_time = Now();
+  // The binding is stored before anything is asked of the node, so a failed write leaves nothing
+  // started that the store does not know about.
+  started_[job_id] = false;
+  pending_action_[job_id] = absl::StrCat("start on ", p->node_id);
+  RETURN_IF_ERROR(SaveJobLocked(job_id));
+  DispatchResult r = dispatcher_->StartJob(*bound, *cluster_->FindNode(p->node_id));
+  if (r.done) {
+    started_[job_id] = true;
+    pending_action_.erase(job_id);
+    RETURN_IF_ERROR(SaveJobLocked(job_id));
+  }
+  *node_id = p->node_id;
+  event->set_kind("job-placed");
+  event->set_node_id(p->node_id);
+  event->set_reason(*reason);
+  event->set_dispatch(r.note);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::PlacePendingLocked() {
+  std::vector<const Job*> pending;
+  cluster_->ForEachJob([&](const Job& j) {
+    if (j.state == JobState::kPending) pending.push_back(&j);
+  });
+  std::sort(pending.begin(), pending.end(), [](const Job* a, const Job* b) {
+    if (a->spec.priority != b->spec.priority) return a->spec.priority > b->spec.priority;
+    return a->spec.submit_time < b->spec.submit_time;
+  });
+  std::vector<std::string> ids;
+  for (const Job* j : pending) ids.push_back(j->spec.id);
+  for (const std::string& id : ids) {
+    std::string node, reason;
+    api::Event ev;
+    RETURN_IF_ERROR(PlaceLocked(id, &node, &reason, &ev));
+    // A job that still does not fit was told so when it was submitted.
+    if (!node.empty()) RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event>* out) {
+  Placer placer(*cluster_);
+  PolicyContext ctx{*cluster_, placer, options_.policy, event.time};
+  std::vector<Decision> decisions = engine_.Handle(event, ctx);
+  for (const Decision& d : decisions) {
+    DispatchResult r = dispatcher_->Carry(d);
+    api::Event ev;
+    ev.set_kind("decision");
+    ev.set_rule(d.rule);
+    ev.set_action(std::string(ActionName(d.action)));
+    ev.set_job_id(d.job_id);
+    ev.set_node_id(d.node_id);
+    ev.set_target_node_id(d.target_node_id);
+    ev.set_reason(d.reason);
+    ev.set_dispatch(r.note);
+    RETURN_IF_ERROR(RecordLocked(std::move(ev), out));
+    if (r.done) {
+      RETURN_IF_ERROR(ApplyLocked(d));
+      if (!d.job_id.empty()) pending_action_.erase(d.job_id);
+    } else if (!d.job_id.empty()) {
+      pending_action_[d.job_id] = absl::StrCat(ActionName(d.action),
+                                               d.target_node_id.empty() ? "" : " to " + d.target_node_id,
+                                               " (", d.rule, ")");
+    }
+    if (!d.job_id.empty() && cluster_->FindJob(d.job_id) != nullptr) RETURN_IF_ERROR(SaveJobLocked(d.job_id));
+    if (!d.node_id.empty() && cluster_->FindNode(d.node_id) != nullptr) RETURN_IF_ERROR(SaveNodeLocked(d.node_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ApplyLocked(const Decision& d) {
+  Job* job = d.job_id.empty() ? nullptr : cluster_->MutableJob(d.job_id);
+  switch (d.action) {
+    case Action::kCheckpoint:
+      if (job != nullptr) job->checkpoints.push_back({Now(), WorkDoneAt(*job, Now())});
+      return absl::OkStatus();
+    case Action::kDrainNode:
+      return cluster_->SetNodeHealth(d.node_id, NodeHealth::kDraining);
+    case Action::kSuspend:
+      if (job == nullptr) return absl::OkStatus();
+      if (!job->node_id.empty()) RETURN_IF_ERROR(cluster_->Unbind(d.job_id, JobState::kSuspended));
+      job->suspended_for = d.suspend_reason;
+      return absl::OkStatus();
+    case Action::kMigrate:
+    case Action::kRestore:
+    case Action::kResume:
+      if (job == nullptr) return absl::OkStatus();
+      if (!job->node_id.empty()) RETURN_IF_ERROR(cluster_->Unbind(d.job_id, JobState::kPending));
+      RETURN_IF_ERROR(cluster_->Bind(d.job_id, d.target_node_id));
+      job->suspended_for = SuspendReason::kNone;
+      started_[d.job_id] = true;
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::CheckHeartbeatsLocked() {
+  auto now = Clock::now();
+  std::vector<std::pair<std::string, double>> silent;
+  cluster_->ForEachNode([&](const Node& n, uint64_t) {
+    if (n.health == NodeHealth::kLost) return;
+    double quiet = std::chrono::duration<double>(now - last_heartbeat_[n.spec.id]).count();
+    if (quiet > options_.heartbeat_timeout_s) silent.emplace_back(n.spec.id, quiet);
+  });
+  for (const auto& [id, quiet] : silent) {
+    RETURN_IF_ERROR(cluster_->SetNodeHealth(id, NodeHealth::kLost));
+    RETURN_IF_ERROR(SaveNodeLocked(id));
+    const Node* n = cluster_->FindNode(id);
+    api::Event ev;
+    ev.set_kind("node-lost");
+    ev.set_node_id(id);
+    ev.set_reason(absl::StrFormat("no heartbeat for %.1f s (timeout %.1f s); jobs on it: %s", quiet,
+                                  options_.heartbeat_timeout_s,
+                                  n->job_ids.empty() ? "none" : absl::StrJoin(n->job_ids, ", ")));
+    RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+    Event e;
+    e.trigger = Trigger::kNodeLost;
+    e.time = Now();
+    e.node_id = id;
+    RETURN_IF_ERROR(HandleLocked(e));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Calls ----
+
+absl::Status Controller::RegisterNode(const api::RegisterNodeRequest& req, api::RegisterNodeResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  ASSIGN_OR_RETURN(NodeSpec spec, FromApi(req.spec()));
+  const std::string id = spec.id;
+  api::Event ev;
+  ev.set_node_id(id);
+  if (const Node* old = cluster_->FindNode(id); old != nullptr) {
+    if (!SameShape(old->spec, spec)) {
+      if (!old->job_ids.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "node ", id, " re-registered with different resources, market, zone or labels while jobs ",
+            absl::StrJoin(old->job_ids, ", "), " are bound to it; register it under a new id"));
+      }
+      RETURN_IF_ERROR(cluster_->RemoveNode(id));
+      RETURN_IF_ERROR(cluster_->AddNode(spec));
+    }
+    bool was_lost = cluster_->FindNode(id)->health == NodeHealth::kLost;
+    RETURN_IF_ERROR(cluster_->SetPrice(id, spec.price_per_hour));
+    if (was_lost) RETURN_IF_ERROR(cluster_->SetNodeHealth(id, NodeHealth::kHealthy));
+    ev.set_kind(was_lost ? "node-returned" : "node-reregistered");
+    ev.set_reason(absl::StrCat(was_lost ? "registered again after being lost: " : "registered again: ",
+                               Describe(spec)));
+  } else {
+    RETURN_IF_ERROR(cluster_->AddNode(spec));
+    registered_seq_[id] = next_seq_;
+    ev.set_kind("node-registered");
+    ev.set_reason(Describe(spec));
+  }
+  RETURN_IF_ERROR(cluster_->SetInterruptionRate(id, req.spec().interruptions_per_hour()));
+  last_heartbeat_[id] = Clock::now();
+  RETURN_IF_ERROR(SaveNodeLocked(id));
+  RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  resp->set_heartbeat_interval_s(options_.heartbeat_interval_s);
+  resp->set_heartbeat_timeout_s(options_.heartbeat_timeout_s);
+  RETURN_IF_ERROR(PlacePendingLocked());
+  Event e;
+  e.time = Now();
+  e.node_id = id;
+  e.trigger = Trigger::kCapacityAdded;
+  RETURN_IF_ERROR(HandleLocked(e));
+  e.trigger = Trigger::kCapacityReturned;
+  return HandleLocked(e);
+}
+
+absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  const Node* n = cluster_->FindNode(req.node_id());
+  if (n == nullptr) {
+    return absl::NotFoundError(absl::StrCat("heartbeat from node ", req.node_id(),
+                                            ": not registered with this controller; register it first"));
+  }
+  auto now = Clock::now();
+  double quiet = std::chrono::duration<double>(now - last_heartbeat_[req.node_id()]).count();
+  last_heartbeat_[req.node_id()] = now;
+  if (n->health != NodeHealth::kLost) return absl::OkStatus();
+  RETURN_IF_ERROR(cluster_->SetNodeHealth(req.node_id(), NodeHealth::kHealthy));
+  RETURN_IF_ERROR(SaveNodeLocked(req.node_id()));
+  api::Event ev;
+  ev.set_kind("node-returned");
+  ev.set_node_id(req.node_id());
+  ev.set_reason(absl::StrFormat("heartbeat after %.1f s of silence", quiet));
+  RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  return PlacePendingLocked();
+}
+
+absl::Status Controller::ReportSignal(const api::NodeSignal& req, api::ReportSignalResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  Event e;
+  e.time = Now();
+  e.node_id = req.node_id();
+  e.job_id = req.job_id();
+  bool needs_node = true;
+  switch (req.kind()) {
+    case api::NodeSignal::SPOT_NOTICE:
+      e.trigger = Trigger::kSpotNotice;
+      e.notice_s = req.notice_s() > 0 ? req.notice_s() : 120;
+      break;
+    case api::NodeSignal::GPU_HEALTH:
+      e.trigger = Trigger::kGpuHealth;
+      e.xid = req.xid();
+      e.ecc_uncorrectable = req.ecc_uncorrectable();
+      break;
+    case api::NodeSignal::JOB_HUNG:
+      e.trigger = Trigger::kJobHung;
+      e.last_progress_time = req.last_progress_time();
+      needs_node = false;
+      break;
+    case api::NodeSignal::MEMORY_PRESSURE:
+      e.trigger = Trigger::kMemoryPressure;
+      e.memory_used_mb = req.memory_used_mb();
+      e.memory_limit_mb = req.memory_limit_mb();
+      e.memory_growth_mb_per_s = req.memory_growth_mb_per_s();
+      needs_node = false;
+      break;
+    case api::NodeSignal::FAILURE_PREDICTION:
+      e.trigger = Trigger::kFailurePrediction;
+      e.precision = req.precision();
+      e.warning_s = req.warning_s();
+      break;
+    default:
+      return absl::InvalidArgumentError("signal: unknown kind; give one of SPOT_NOTICE, GPU_HEALTH, "
+                                        "JOB_HUNG, MEMORY_PRESSURE, FAILURE_PREDICTION");
+  }
+  if (needs_node && cluster_->FindNode(e.node_id) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("signal ", TriggerName(e.trigger), ": unknown node `", e.node_id, "`"));
+  }
+  if (!needs_node && cluster_->FindJob(e.job_id) == nullptr) {
+    return absl::NotFoundError(absl::StrCat("signal ", TriggerName(e.trigger), ": unknown job `", e.job_id, "`"));
+  }
+  api::Event ev;
+  ev.set_kind("signal");
+  ev.set_node_id(e.node_id);
+  ev.set_job_id(e.job_id);
+  ev.set_reason(absl::StrCat(TriggerName(e.trigger), " reported: ", req.ShortDebugString()));
+  std::vector<api::Event> out;
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
+  RETURN_IF_ERROR(HandleLocked(e, &out));
+  for (api::Event& o : out) *resp->add_events() = std::move(o);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::SubmitJobResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  api::JobSpec given = req.spec();
+  if (given.id().empty()) {
+    do given.set_id(NewJobId());
+    while (cluster_->FindJob(given.id()) != nullptr);
+  } else if (const Job* old = cluster_->FindJob(given.id()); old != nullptr) {
+    // The same submission again (a client retrying after a lost reply or a leader change) gets
+    // the job as it is; a different one under the same id is refused.
+    if (!google::protobuf::util::MessageDifferencer::Equals(specs_[given.id()], given)) {
+      return absl::AlreadyExistsError(absl::StrCat("submit ", given.id(),
+                                                   ": a different job with this id exists; pick another id"));
+    }
+    resp->set_job_id(given.id());
+    resp->set_node_id(old->node_id);
+    resp->set_reason(old->node_id.empty() ? "already submitted; still waiting for a node"
+                                          : absl::StrCat("already submitted; placed on ", old->node_id));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(JobSpec spec, FromApi(given));
+  spec.submit_time = Now();
+  if (spec.sla.deadline > 0 && spec.sla.deadline <= spec.submit_time) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "submit %s: the deadline (%.0f) is already past (now %.0f)", spec.id, spec.sla.deadline, spec.submit_time));
+  }
+  const std::string id = spec.id;
+  std::string what = Describe(spec);
+  RETURN_IF_ERROR(cluster_->AddJob(std::move(spec)));
+  specs_[id] = given;
+  // Placement stores the job (bound or pending) in one write: until it succeeds the job does
+  // not exist, so a failed submit can be retried as it was.
+  std::string node, reason;
+  api::Event placed;
+  absl::Status s = PlaceLocked(id, &node, &reason, &placed);
+  if (!s.ok()) {
+    // Whatever failed, the model goes back to what the store holds.
+    if (leader_ && !LoadLocked().ok()) DropLocked();
+    return s;
+  }
+  api::Event ev;
+  ev.set_kind("job-submitted");
+  ev.set_job_id(id);
+  ev.set_reason(what);
+  RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  RETURN_IF_ERROR(RecordLocked(std::move(placed)));
+  resp->set_job_id(id);
+  resp->set_node_id(node);
+  resp->set_reason(reason);
+  return absl::OkStatus();
+}
+
+api::JobStatus Controller::JobStatusLocked(const Job& job) const {
+  api::JobStatus s;
+  auto given = specs_.find(job.spec.id);
+  *s.mutable_spec() = given != specs_.end() ? given->second : ToApi(job.spec);
+  std::string state(JobStateName(job.state));
+  if (job.state == JobState::kRunning) {
+    auto it = started_.find(job.spec.id);
+    if (it == started_.end() || !it->second) state = "placed";
+  }
+  s.set_state(state);
+  s.set_node_id(job.node_id);
+  s.set_submit_time(job.spec.submit_time);
+  if (auto it = pending_action_.find(job.spec.id); it != pending_action_.end()) s.set_pending_action(it->second);
+  return s;
+}
+
+absl::Status Controller::ClusterStatus(api::ClusterStatusResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  resp->set_controller_id(options_.id);
+  resp->set_store(store_->Describe());
+  resp->set_dispatcher(dispatcher_->Describe());
+  auto now = Clock::now();
+  cluster_->ForEachNode([&](const Node& n, uint64_t) {
+    api::NodeStatus* s = resp->add_nodes();
+    *s->mutable_spec() = ToApi(n.spec, n.interruptions_per_hour);
+    s->set_health(std::string(HealthName(n.health)));
+    Resources free = n.Free();
+    s->set_free_cpus(free.cpus);
+    s->set_free_memory_mb(free.memory_mb);
+    s->set_free_gpus(free.gpus);
+    for (const std::string& j : n.job_ids) s->add_job_ids(j);
+    auto it = last_heartbeat_.find(n.spec.id);
+    if (it != last_heartbeat_.end()) {
+      s->set_seconds_since_heartbeat(std::chrono::duration<double>(now - it->second).count());
+    }
+  });
+  for (const std::string& id : cluster_->SortedJobIds()) *resp->add_jobs() = JobStatusLocked(*cluster_->FindJob(id));
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ExplainJob(const api::ExplainJobRequest& req, api::ExplainJobResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  const Job* job = cluster_->FindJob(req.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("explain: no job `", req.job_id(),
+                                            "`; `cairn cluster status` lists the jobs"));
+  }
+  Placer placer(*cluster_);
+  PlacementRequest pr;
+  pr.job = job;
+  Placement p = placer.Explain(pr);
+  *resp->mutable_job() = JobStatusLocked(*job);
+  resp->set_best_node_id(p.node_id);
+  for (const CandidateScore& c : p.candidates) *resp->add_candidates() = ToApi(c);
+  std::string text;
+  if (!job->node_id.empty() && job->node_id != p.node_id) {
+    text = absl::StrCat("job ", job->spec.id, " runs on ", job->node_id, "; placement would now choose ",
+                        p.node_id.empty() ? "no node" : p.node_id,
+                        " (whether moving pays is the cheaper-capacity rule's decision: `cairn events --job ",
+                        job->spec.id, "`)\n");
+  }
+  absl::StrAppend(&text, FormatExplain(*job, p));
+  if (auto it = pending_action_.find(job->spec.id); it != pending_action_.end()) {
+    absl::StrAppend(&text, "pending action: ", it->second, "\n");
+  }
+  resp->set_text(text);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ListEvents(const api::ListEventsRequest& req, api::ListEventsResponse* resp) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(RequireLeaderLocked());
+  }
+  ASSIGN_OR_RETURN(auto events, store_->List(kEvents));
+  std::vector<api::Event> out;
+  for (const auto& [key, value] : events) {
+    api::Event ev;
+    if (!ev.ParseFromString(value)) return absl::DataLossError(absl::StrCat("store key ", key, ": not an event"));
+    if (ev.seq() <= req.after_seq()) continue;
+    if (!req.job_id().empty() && ev.job_id() != req.job_id()) continue;
+    if (!req.node_id().empty() && ev.node_id() != req.node_id() && ev.target_node_id() != req.node_id()) continue;
+    out.push_back(std::move(ev));
+  }
+  size_t first = req.limit() > 0 && out.size() > req.limit() ? out.size() - req.limit() : 0;
+  for (size_t i = first; i < out.size(); ++i) *resp->add_events() = std::move(out[i]);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ScaleDown(const api::ScaleDownRequest& req, api::ScaleDownResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  if (req.gpus() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("scale-down: ", req.gpus(), " GPUs; give a number > 0"));
+  }
+  std::vector<api::Event> out;
+  api::Event ev;
+  ev.set_kind("scale-down-requested");
+  ev.set_reason(absl::StrCat("free ", req.gpus(), " GPU(s)"));
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
+  Event e;
+  e.trigger = Trigger::kScaleDown;
+  e.time = Now();
+  e.gpus_to_free = req.gpus();
+  RETURN_IF_ERROR(HandleLocked(e, &out));
+  for (api::Event& o : out) *resp->add_events() = std::move(o);
+  return absl::OkStatus();
+}
+
+api::LeaderResponse Controller::Leader() {
+  std::lock_guard<std::mutex> lock(mu_);
+  api::LeaderResponse r;
+  r.set_leader(leader_);
+  r.set_controller_id(options_.id);
+  r.set_leader_id(leader_id_);
+  return r;
+}
+
+}  // namespace cairn::controller

@@ -1,0 +1,185 @@
+// `cairn-controller`: the cluster's scheduler as a service (docs/controller.md).
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "controller/service/controller.h"
+#include "controller/service/dispatch.h"
+#include "controller/service/grpc_service.h"
+#include "controller/store/store.h"
+
+namespace cairn::controller {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "cairn-controller: error: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+// A token file holds one secret line; it must not be readable by other users.
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat token file " + path);
+  if ((st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "token file %s is readable by group or others (mode %o); chmod 600 it", path, st.st_mode & 0777));
+  }
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": the token must be at least 16 characters"));
+  }
+  return token;
+}
+
+// Refuses to take over a socket another process still answers on; removes a stale one.
+absl::Status PrepareSocketPath(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("--socket ", path, ": path too long for a unix socket"));
+  }
+  std::string dir = path.substr(0, path.find_last_of('/'));
+  if (!dir.empty() && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + dir);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("--socket ", path, ": exists and is not a socket; remove it"));
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  addr.sun_family = AF_UNIX;
+  std::copy(path.begin(), path.end(), addr.sun_path);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--socket ", path, ": another process (a running cairn-controller?) answers there; stop it first"));
+  }
+  if (::unlink(path.c_str()) != 0) return ErrnoStatus("unlink stale socket " + path);
+  return absl::OkStatus();
+}
+
+std::string RandomSuffix() {
+  std::random_device rd;
+  return absl::StrFormat("%08x", rd());
+}
+
+}  // namespace
+}  // namespace cairn::controller
+
+int main(int argc, char** argv) {
+  using namespace cairn::controller;
+  CLI::App app{"cairn-controller: places jobs by price, performance, SLA and capacity, and decides when to move them"};
+  std::string store_spec = "sqlite:/var/lib/cairn/controller.db";
+  std::string socket_path = "/run/cairn/controller.sock";
+  std::string listen, token_file, name;
+  double lease_ttl = 5, hb_interval = 1, hb_timeout = 5;
+  int verbose = 0;
+  app.add_option("--store", store_spec,
+                 "sqlite:PATH (default, one controller) or etcd://host:port[,host:port...] (several, one leads)")
+      ->capture_default_str();
+  app.add_option("--socket", socket_path, "Unix socket to serve on (0600, root only)")->capture_default_str();
+  app.add_option("--listen", listen, "Also serve on TCP HOST:PORT; every call must carry the token");
+  app.add_option("--token-file", token_file, "File holding the TCP token (mode 0600, >= 16 characters)");
+  app.add_option("--id", name, "This controller's name (default: the host name); a random suffix is added");
+  app.add_option("--lease-ttl", lease_ttl, "etcd leadership lease in seconds: how long followers wait for a dead leader")
+      ->capture_default_str()->check(CLI::Range(1.0, 300.0));
+  app.add_option("--heartbeat-interval", hb_interval, "Seconds between node heartbeats (told to nodes)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-timeout", hb_timeout, "Seconds of silence after which a node is lost")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
+  CLI11_PARSE(app, argc, argv);
+  cairn::InitLogging(verbose);
+
+  if (!listen.empty() && token_file.empty()) {
+    return Fail(absl::InvalidArgumentError("--listen needs --token-file: TCP calls must carry a token"));
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    auto t = ReadToken(token_file);
+    if (!t.ok()) return Fail(t.status());
+    token = *t;
+  }
+  if (name.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    name = host;
+  }
+  ControllerOptions opts;
+  opts.id = absl::StrCat(name, "-", RandomSuffix());
+  opts.heartbeat_interval_s = hb_interval;
+  opts.heartbeat_timeout_s = hb_timeout;
+
+  // Signals are taken synchronously by the main loop; block them before any thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto store = OpenStore(store_spec, lease_ttl);
+  if (!store.ok()) return Fail(store.status());
+  if (absl::Status s = PrepareSocketPath(socket_path); !s.ok()) return Fail(s);
+
+  RecordOnlyDispatcher dispatcher;
+  Controller controller(store->get(), &dispatcher, opts);
+  GrpcService service(&controller, token);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!listen.empty()) builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &tcp_port);
+  builder.RegisterService(&service);
+  // The socket is created 0600 (umask while gRPC binds), so only root can connect.
+  mode_t old_umask = ::umask(0177);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (server == nullptr) {
+    return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket_path,
+                                                    listen.empty() ? "" : " and " + listen,
+                                                    " (address in use, or no permission)")));
+  }
+  if (!listen.empty() && tcp_port == 0) {
+    server->Shutdown();
+    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on TCP ", listen)));
+  }
+  if (::chmod(socket_path.c_str(), 0600) != 0) {
+    server->Shutdown();
+    return Fail(cairn::ErrnoStatus("chmod 0600 " + socket_path));
+  }
+  std::fprintf(stderr, "cairn-controller %s: serving on unix:%s%s, store %s\n", opts.id.c_str(),
+               socket_path.c_str(), listen.empty() ? "" : absl::StrCat(" and tcp ", listen).c_str(),
+               (*store)->Describe().c_str());
+
+  double tick = std::clamp(std::min(lease_ttl / 3, hb_timeout / 4), 0.05, 1.0);
+  timespec ts{static_cast<time_t>(tick), static_cast<long>((tick - static_cast<time_t>(tick)) * 1e9)};
+  for (;;) {
+    controller.Tick();
+    int sig = sigtimedwait(&sigs, nullptr, &ts);
+    if (sig == SIGTERM || sig == SIGINT) break;
+  }
+  std::fprintf(stderr, "cairn-controller %s: shutting down\n", opts.id.c_str());
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  controller.Shutdown();
+  ::unlink(socket_path.c_str());
+  return 0;
+}

@@ -1,0 +1,272 @@
+// The controller core (src/controller/service/controller.h) with fakes of our own interfaces:
+// an in-memory Store and a dispatcher that carries actions out. What these cover cannot be seen
+// from outside yet: a dispatcher that does the work (cairnd's job, issue 5) and a store that
+// deposes the leader mid-write.
+
+#include <map>
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "controller/service/controller.h"
+
+namespace cairn::controller {
+namespace {
+
+class MemoryStore : public Store {
+ public:
+  absl::StatusOr<std::optional<std::string>> Get(absl::string_view key) override {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = kv_.find(std::string(key));
+    if (it == kv_.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
+  }
+  absl::Status Put(absl::string_view key, absl::string_view value) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (deposed_) return absl::FailedPreconditionError("leader key names someone else");
+    if (failing_) return absl::UnavailableError("disk unplugged");
+    kv_[std::string(key)] = std::string(value);
+    return absl::OkStatus();
+  }
+  absl::Status Delete(absl::string_view key) override {
+    std::lock_guard<std::mutex> l(mu_);
+    kv_.erase(std::string(key));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> List(absl::string_view prefix) override {
+    std::lock_guard<std::mutex> l(mu_);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [k, v] : kv_) {
+      if (absl::StartsWith(k, prefix)) out.emplace_back(k, v);
+    }
+    return out;
+  }
+  absl::StatusOr<Leadership> Campaign(const std::string& id) override {
+    std::lock_guard<std::mutex> l(mu_);
+    return deposed_ ? Leadership{false, "someone-else"} : Leadership{true, id};
+  }
+  void Resign() override {}
+  std::string Describe() const override { return "memory"; }
+
+  void Depose() {
+    std::lock_guard<std::mutex> l(mu_);
+    deposed_ = true;
+  }
+  void FailWrites(bool f) {
+    std::lock_guard<std::mutex> l(mu_);
+    failing_ = f;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::string> kv_;
+  bool deposed_ = false;
+  bool failing_ = false;
+};
+
+class DoingDispatcher : public ActionDispatcher {
+ public:
+  DispatchResult StartJob(const Job& job, const Node& node) override {
+    started.push_back(job.spec.id + "@" + node.spec.id);
+    return {true, "started"};
+  }
+  DispatchResult Carry(const Decision& d) override {
+    carried.push_back(d);
+    return {true, "done by fake daemon"};
+  }
+  std::string Describe() const override { return "fake"; }
+  std::vector<std::string> started;
+  std::vector<Decision> carried;
+};
+
+api::RegisterNodeRequest Node(const std::string& id, double price, bool spot) {
+  api::RegisterNodeRequest r;
+  api::NodeSpec* s = r.mutable_spec();
+  s->set_id(id);
+  s->set_cpus(8);
+  s->set_memory_mb(64000);
+  s->set_gpus(1);
+  s->set_gpu_type("V100");
+  s->set_price_per_hour(price);
+  s->set_spot(spot);
+  return r;
+}
+
+api::SubmitJobRequest Job1(const std::string& id) {
+  api::SubmitJobRequest r;
+  r.mutable_spec()->set_id(id);
+  r.mutable_spec()->set_gpus(1);
+  r.mutable_spec()->set_cpus(4);
+  r.mutable_spec()->set_memory_mb(8000);
+  return r;
+}
+
+class ControllerCoreTest : public ::testing::Test {
+ protected:
+  ControllerCoreTest() : controller_(&store_, &dispatcher_, Options()) { controller_.Tick(); }
+  static ControllerOptions Options() {
+    ControllerOptions o;
+    o.id = "test";
+    o.heartbeat_timeout_s = 0.2;
+    return o;
+  }
+  MemoryStore store_;
+  DoingDispatcher dispatcher_;
+  Controller controller_;
+};
+
+// With a dispatcher that carries actions out, a lost node's job is rebound to the target the
+// node-lost rule chose, and nothing stays pending.
+TEST_F(ControllerCoreTest, CarriedOutDecisionMovesTheJob) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
+  ASSERT_EQ(sr.node_id(), "a");
+  ASSERT_EQ(dispatcher_.started, std::vector<std::string>{"j@a"});
+
+  // Only b heartbeats; a goes silent past the timeout.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  api::HeartbeatRequest hb;
+  hb.set_node_id("b");
+  ASSERT_TRUE(controller_.Heartbeat(hb).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  controller_.Tick();
+
+  ASSERT_EQ(dispatcher_.carried.size(), 1u);
+  EXPECT_EQ(dispatcher_.carried[0].action, Action::kRestore);
+  EXPECT_EQ(dispatcher_.carried[0].target_node_id, "b");
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(controller_.ClusterStatus(&st).ok());
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).node_id(), "b");
+  EXPECT_EQ(st.jobs(0).state(), "running");
+  EXPECT_EQ(st.jobs(0).pending_action(), "");
+  for (const auto& n : st.nodes()) EXPECT_EQ(n.health(), n.spec().id() == "a" ? "lost" : "healthy");
+
+  // The move is in the store: a fresh controller on it sees the job on b.
+  DoingDispatcher d2;
+  Controller again(&store_, &d2, Options());
+  again.Tick();
+  api::ClusterStatusResponse st2;
+  ASSERT_TRUE(again.ClusterStatus(&st2).ok());
+  EXPECT_EQ(st2.jobs(0).node_id(), "b");
+}
+
+// A spot notice reported by a node runs the spot-notice rule; its decisions come back as events.
+TEST_F(ControllerCoreTest, SpotNoticeSignalRunsTheRule) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("spot", 0.9, true), &rr).ok());
+  ASSERT_TRUE(controller_.RegisterNode(Node("od", 3.0, false), &rr).ok());
+  api::SubmitJobRequest job = Job1("svc");
+  job.mutable_spec()->set_service(true);
+  job.mutable_spec()->mutable_checkpoint()->set_on_notice(true);
+  job.mutable_spec()->mutable_checkpoint()->set_notice_checkpoint_s(20);
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(controller_.SubmitJob(job, &sr).ok());
+  ASSERT_EQ(sr.node_id(), "spot");
+  api::NodeSignal sig;
+  sig.set_kind(api::NodeSignal::SPOT_NOTICE);
+  sig.set_node_id("spot");
+  sig.set_notice_s(120);
+  api::ReportSignalResponse resp;
+  ASSERT_TRUE(controller_.ReportSignal(sig, &resp).ok());
+  ASSERT_GE(resp.events_size(), 2);
+  EXPECT_EQ(resp.events(0).kind(), "signal");
+  bool decided = false;
+  for (const auto& e : resp.events()) {
+    if (e.kind() == "decision" && e.rule() == "spot-notice") decided = true;
+  }
+  EXPECT_TRUE(decided) << resp.DebugString();
+  // Unknown nodes are refused by name.
+  sig.set_node_id("ghost");
+  absl::Status s = controller_.ReportSignal(sig, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(s.message(), "ghost"));
+}
+
+// Scale-down suspends the lowest-priority GPU job first; carried out, it releases the node.
+TEST_F(ControllerCoreTest, ScaleDownSuspendsLowestPriority) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
+  api::SubmitJobResponse sr;
+  api::SubmitJobRequest low = Job1("low"), high = Job1("high");
+  low.mutable_spec()->set_priority(1);
+  high.mutable_spec()->set_priority(9);
+  ASSERT_TRUE(controller_.SubmitJob(high, &sr).ok());
+  ASSERT_TRUE(controller_.SubmitJob(low, &sr).ok());
+  api::ScaleDownRequest req;
+  req.set_gpus(1);
+  api::ScaleDownResponse resp;
+  ASSERT_TRUE(controller_.ScaleDown(req, &resp).ok());
+  ASSERT_EQ(dispatcher_.carried.size(), 1u);
+  EXPECT_EQ(dispatcher_.carried[0].action, Action::kSuspend);
+  EXPECT_EQ(dispatcher_.carried[0].job_id, "low");
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(controller_.ClusterStatus(&st).ok());
+  for (const auto& j : st.jobs()) {
+    EXPECT_EQ(j.state(), j.spec().id() == "low" ? "suspended" : "running");
+  }
+  req.set_gpus(0);
+  EXPECT_EQ(controller_.ScaleDown(req, &resp).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A submit whose store write fails leaves no job behind, so the same submit can be retried; a
+// repeated identical submit answers with the job as it is; a different one under the id is refused.
+TEST_F(ControllerCoreTest, SubmitIsAllOrNothingAndRetrySafe) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  api::SubmitJobRequest job = Job1("j");
+  job.mutable_spec()->add_command("python3");
+  job.mutable_spec()->add_command("train.py");
+  store_.FailWrites(true);
+  api::SubmitJobResponse sr;
+  EXPECT_EQ(controller_.SubmitJob(job, &sr).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(dispatcher_.started.empty());  // nothing asked of the node before the store had it
+  store_.FailWrites(false);
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(controller_.ClusterStatus(&st).ok());
+  EXPECT_EQ(st.jobs_size(), 0);
+  EXPECT_EQ(st.nodes(0).free_gpus(), 1);
+
+  ASSERT_TRUE(controller_.SubmitJob(job, &sr).ok());
+  EXPECT_EQ(sr.node_id(), "a");
+  api::SubmitJobResponse again;
+  ASSERT_TRUE(controller_.SubmitJob(job, &again).ok());
+  EXPECT_EQ(again.node_id(), "a");
+  EXPECT_EQ(dispatcher_.started.size(), 1u);  // not started twice
+  api::SubmitJobRequest other = job;
+  other.mutable_spec()->set_cpus(2);
+  EXPECT_EQ(controller_.SubmitJob(other, &again).code(), absl::StatusCode::kAlreadyExists);
+
+  // The command is kept for the node daemon, also across a reload from the store.
+  DoingDispatcher d2;
+  Controller reloaded(&store_, &d2, Options());
+  reloaded.Tick();
+  ASSERT_TRUE(reloaded.ClusterStatus(&st).ok());
+  ASSERT_EQ(st.jobs_size(), 1);
+  ASSERT_EQ(st.jobs(0).spec().command_size(), 2);
+  EXPECT_EQ(st.jobs(0).spec().command(1), "train.py");
+}
+
+// A controller whose store write is refused because another controller now leads steps down at
+// once and refuses further work with Unavailable.
+TEST_F(ControllerCoreTest, DeposedLeaderStepsDown) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  store_.Depose();
+  api::SubmitJobResponse sr;
+  absl::Status s = controller_.SubmitJob(Job1("late"), &sr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_FALSE(controller_.Leader().leader());
+  api::ClusterStatusResponse st;
+  EXPECT_EQ(controller_.ClusterStatus(&st).code(), absl::StatusCode::kUnavailable);
+  controller_.Tick();
+  EXPECT_EQ(controller_.Leader().leader_id(), "someone-else");
+}
+
+}  // namespace
+}  // namespace cairn::controller

@@ -1,0 +1,380 @@
+// cairn-controller with its default SQLite store: real controller processes, a node daemon
+// played through the real gRPC API, and the real `cairn` CLI.
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "controller_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+using nlohmann::json;
+
+class ControllerSqliteTest : public ::testing::Test {
+ protected:
+  std::string Store() const { return "sqlite:" + dir_ / "controller.db"; }
+  std::vector<std::string> Env(const ControllerProcess& c) const { return {"CAIRN_CONTROLLER=" + c.address()}; }
+  CommandResult Cairn(const ControllerProcess& c, std::vector<std::string> args) {
+    return RunCairn(args, dir_.path(), Env(c));
+  }
+  // Polls `cairn events --json` until an event satisfies `pred`.
+  json WaitEvent(const ControllerProcess& c, const std::function<bool(const json&)>& pred,
+                 std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      CommandResult r = Cairn(c, {"events", "--json"});
+      if (r.Exited(0)) {
+        json j = ParseJson(r);
+        for (const json& e : j.value("events", json::array())) {
+          if (pred(e)) return e;
+        }
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+    return json();
+  }
+
+  TempDir dir_;
+};
+
+// Three nodes a GPU job fits on, one it does not; the controller must pick the cheapest that
+// fits, and `cairn job explain` must list every node with its score or its reason.
+TEST_F(ControllerSqliteTest, SubmitPlacesOnCheapestFittingNodeAndExplains) {
+  ControllerProcess c(dir_.path(), "c1", Store());
+  ASSERT_TRUE(c.Start());
+  std::vector<api::NodeSpec> nodes = {
+      MakeNode("od-v100", 3.06, false, 1, "V100"),
+      MakeNode("spot-v100", 0.92, true, 1, "V100"),
+      MakeNode("cpu-only", 0.34, false, 0, "", 16, 64 * 1024),
+      MakeNode("spot-small", 0.50, true, 1, "V100", 4, 16 * 1024),
+  };
+  std::vector<std::unique_ptr<NodeAgent>> agents;
+  for (const auto& n : nodes) {
+    agents.push_back(std::make_unique<NodeAgent>(std::vector<std::string>{c.address()}, n));
+    ASSERT_TRUE(agents.back()->Register());
+    agents.back()->StartHeartbeats(200ms);
+  }
+  // The job: 1 GPU, 8 CPUs, 60 GB. The cheapest node that fits, computed here from the specs.
+  const double cpus = 8;
+  const int64_t mem = 60000;
+  std::string cheapest;
+  double best = 1e18;
+  for (const auto& n : nodes) {
+    bool fits = n.gpus() >= 1 && n.cpus() >= cpus && n.memory_mb() >= mem;
+    if (fits && n.price_per_hour() < best) best = n.price_per_hour(), cheapest = n.id();
+  }
+  ASSERT_FALSE(cheapest.empty());
+
+  CommandResult r = Cairn(c, {"submit", "--id", "train-1", "--gpus", "1", "--cpus", "8", "--memory-mb", "60000",
+                              "--checkpoint-interval", "1800", "--restore-time", "60", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  json sub = ParseJson(r);
+  EXPECT_EQ(sub["job_id"], "train-1");
+  EXPECT_EQ(sub["node_id"], cheapest) << r.out;
+  EXPECT_TRUE(absl::StrContains(sub["reason"].get<std::string>(), "lowest total")) << r.out;
+
+  // explain --json: every node, the chosen first, the misfits with their reasons.
+  r = Cairn(c, {"job", "explain", "train-1", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  json ex = ParseJson(r);
+  EXPECT_EQ(ex["best_node_id"], cheapest);
+  ASSERT_EQ(ex["candidates"].size(), nodes.size()) << r.out;
+  EXPECT_EQ(ex["candidates"][0]["node_id"], cheapest);
+  EXPECT_TRUE(ex["candidates"][0]["feasible"].get<bool>());
+  int feasible = 0;
+  for (const json& cand : ex["candidates"]) {
+    if (cand["feasible"].get<bool>()) {
+      ++feasible;
+      EXPECT_GE(cand["total"].get<double>(), ex["candidates"][0]["total"].get<double>());
+    } else {
+      EXPECT_FALSE(cand["rejected_because"].get<std::string>().empty()) << cand.dump();
+    }
+  }
+  EXPECT_EQ(feasible, 2) << r.out;  // od-v100 and spot-v100.
+
+  // The human-readable table says where and why.
+  r = Cairn(c, {"job", "explain", "train-1"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.out, "placed on " + cheapest)) << r.out;
+  for (const auto& n : nodes) EXPECT_TRUE(absl::StrContains(r.out, n.id())) << r.out;
+
+  // cluster status shows the job bound to the node, and the node's free resources shrunk.
+  r = Cairn(c, {"cluster", "status", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  json st = ParseJson(r);
+  ASSERT_EQ(st["jobs"].size(), 1u);
+  EXPECT_EQ(st["jobs"][0]["node_id"], cheapest);
+  for (const json& n : st["nodes"]) {
+    if (n["spec"]["id"] == cheapest) {
+      EXPECT_EQ(n["free_gpus"].get<int>(), 0) << n.dump();
+    }
+  }
+  r = Cairn(c, {"cluster", "status"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.out, "train-1")) << r.out;
+
+  // A second identical job cannot have the same node: it takes the next cheapest that fits.
+  r = Cairn(c, {"submit", "--id", "train-2", "--gpus", "1", "--cpus", "8", "--memory-mb", "60000", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "od-v100") << r.out;
+  // A third waits, saying why.
+  r = Cairn(c, {"submit", "--id", "train-3", "--gpus", "1", "--cpus", "8", "--memory-mb", "60000"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.out, "pending")) << r.out;
+
+  // Scale-down through the CLI: the rule picks a job and the decision is recorded, not carried out.
+  r = Cairn(c, {"cluster", "scale-down", "--gpus", "1"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.out, "decision scale-down -> suspend")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "not carried out")) << r.out;
+
+  // Every placement is an event with its reason.
+  json placed = WaitEvent(c, [](const json& e) { return e["kind"] == "job-placed" && e["job_id"] == "train-1"; }, 2s);
+  ASSERT_FALSE(placed.is_null());
+  EXPECT_TRUE(absl::StrContains(placed["reason"].get<std::string>(), "next best")) << placed.dump();
+  for (auto& a : agents) a->Stop();
+}
+
+// Required GPU types and node labels outrank price; explain names the mismatch.
+TEST_F(ControllerSqliteTest, GpuTypeAndNodeLabelsAreHonoured) {
+  ControllerProcess c(dir_.path(), "c1", Store());
+  ASSERT_TRUE(c.Start());
+  api::NodeSpec cheap = MakeNode("cheap-v100", 0.9, true, 2, "V100");
+  api::NodeSpec a100 = MakeNode("a100", 4.1, false, 2, "A100");
+  api::NodeSpec team = MakeNode("team-v100", 3.0, false, 2, "V100");
+  (*team.mutable_labels())["team"] = "ml";
+  for (const auto& n : {cheap, a100, team}) {
+    NodeAgent a({c.address()}, n);
+    ASSERT_TRUE(a.Register());
+  }
+  CommandResult r = Cairn(c, {"submit", "--id", "needs-a100", "--gpus", "1", "--cpus", "4", "--memory-mb", "8000",
+                              "--gpu-type", "A100", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "a100") << r.out;
+  r = Cairn(c, {"submit", "--id", "team-job", "--gpus", "1", "--cpus", "4", "--memory-mb", "8000", "--node-label",
+                "team=ml", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "team-v100") << r.out;
+  r = Cairn(c, {"submit", "--id", "any", "--gpus", "1", "--cpus", "4", "--memory-mb", "8000", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "cheap-v100") << r.out;
+  r = Cairn(c, {"job", "explain", "needs-a100", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  json ex = ParseJson(r);
+  for (const json& cand : ex["candidates"]) {
+    if (cand["node_id"] != "a100") {
+      EXPECT_FALSE(cand["feasible"].get<bool>()) << cand.dump();
+      EXPECT_TRUE(absl::StrContains(cand["rejected_because"].get<std::string>(), "A100")) << cand.dump();
+    }
+  }
+  r = Cairn(c, {"submit", "--id", "bad-label", "--cpus", "1", "--node-label", "novalue"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "KEY=VALUE")) << r.Describe();
+}
+
+// A node that stops heartbeating is declared lost with the reason, and the node-lost rule decides
+// to restore its job elsewhere; the decision is an event that says it was not carried out.
+TEST_F(ControllerSqliteTest, MissedHeartbeatsMakeNodeLostWithReason) {
+  ControllerProcess c(dir_.path(), "c1", Store(), {"--heartbeat-timeout", "1.5"});
+  ASSERT_TRUE(c.Start());
+  NodeAgent a({c.address()}, MakeNode("cheap", 0.9, true, 1, "V100"));
+  NodeAgent b({c.address()}, MakeNode("dear", 3.0, false, 1, "V100"));
+  ASSERT_TRUE(a.Register());
+  ASSERT_TRUE(b.Register());
+  a.StartHeartbeats(200ms);
+  b.StartHeartbeats(200ms);
+  CommandResult r = Cairn(c, {"submit", "--id", "j", "--gpus", "1", "--cpus", "4", "--memory-mb", "8000", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  ASSERT_EQ(ParseJson(r)["node_id"], "cheap");
+
+  // Heartbeating nodes stay healthy well past the timeout.
+  std::this_thread::sleep_for(2500ms);
+  r = Cairn(c, {"events", "--json"});
+  for (const json& e : ParseJson(r).value("events", json::array())) EXPECT_NE(e["kind"], "node-lost") << e.dump();
+
+  a.Stop();
+  json lost = WaitEvent(c, [](const json& e) { return e["kind"] == "node-lost" && e["node_id"] == "cheap"; }, 10s);
+  ASSERT_FALSE(lost.is_null()) << c.Log();
+  // Not before the timeout: the controller saw the last heartbeat no later than its reply came.
+  double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - a.last_ack()).count();
+  EXPECT_GE(after, 1.45);
+  std::string reason = lost["reason"].get<std::string>();
+  EXPECT_TRUE(absl::StrContains(reason, "no heartbeat for")) << reason;
+  EXPECT_TRUE(absl::StrContains(reason, "timeout 1.5 s")) << reason;
+  EXPECT_TRUE(absl::StrContains(reason, "j")) << reason;
+
+  json decision = WaitEvent(c, [](const json& e) {
+    return e["kind"] == "decision" && e["rule"] == "node-lost" && e["job_id"] == "j";
+  }, 2s);
+  ASSERT_FALSE(decision.is_null());
+  EXPECT_EQ(decision["action"], "restore");
+  EXPECT_EQ(decision["target_node_id"], "dear");
+  EXPECT_TRUE(absl::StrContains(decision["dispatch"].get<std::string>(), "not carried out")) << decision.dump();
+
+  r = Cairn(c, {"cluster", "status", "--json"});
+  json st = ParseJson(r);
+  for (const json& n : st["nodes"]) {
+    EXPECT_EQ(n["health"], n["spec"]["id"] == "cheap" ? "lost" : "healthy") << n.dump();
+  }
+  EXPECT_TRUE(absl::StrContains(st["jobs"][0]["pending_action"].get<std::string>(), "restore to dear"))
+      << st.dump();
+
+  // The node comes back: a heartbeat makes it healthy again, as an event.
+  NodeAgent again({c.address()}, MakeNode("cheap", 0.9, true, 1, "V100"));
+  again.StartHeartbeats(200ms);
+  json back = WaitEvent(c, [](const json& e) { return e["kind"] == "node-returned" && e["node_id"] == "cheap"; }, 5s);
+  EXPECT_FALSE(back.is_null());
+  again.Stop();
+  b.Stop();
+}
+
+// A controller killed with SIGKILL and started again on the same database has every node, job,
+// binding and event; a second controller on the same database is refused while one runs.
+TEST_F(ControllerSqliteTest, RestartKeepsState) {
+  std::vector<std::string> before_events;
+  {
+    ControllerProcess c(dir_.path(), "c1", Store());
+    ASSERT_TRUE(c.Start());
+    NodeAgent a({c.address()}, MakeNode("n1", 1.0, false, 2, "A100", 16, 128 * 1024));
+    ASSERT_TRUE(a.Register());
+    CommandResult r = Cairn(c, {"submit", "--id", "keep-me", "--gpus", "1", "--cpus", "4", "--memory-mb", "4000",
+                                "--priority", "7", "--deadline", "6h", "--budget", "50"});
+    ASSERT_TRUE(r.Exited(0)) << r.Describe();
+    r = Cairn(c, {"submit", "--id", "waits", "--gpus", "4", "--cpus", "4", "--memory-mb", "4000"});
+    ASSERT_TRUE(r.Exited(0)) << r.Describe();
+
+    ControllerProcess second(dir_.path(), "c2", Store());
+    ::testing::AssertionResult started = second.Start(5s);
+    EXPECT_FALSE(started);
+    EXPECT_TRUE(absl::StrContains(second.Log(), "in use by another cairn-controller")) << second.Log();
+
+    r = Cairn(c, {"events", "--json"});
+    json events = ParseJson(r)["events"];
+    for (const json& e : events) before_events.push_back(e.dump());
+    c.Kill(SIGKILL);
+  }
+  ControllerProcess c(dir_.path(), "c1", Store());
+  ASSERT_TRUE(c.Start());
+  CommandResult r = Cairn(c, {"cluster", "status", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  json st = ParseJson(r);
+  ASSERT_EQ(st["nodes"].size(), 1u) << r.out;
+  EXPECT_EQ(st["nodes"][0]["spec"]["gpu_type"], "A100");
+  EXPECT_EQ(st["nodes"][0]["free_gpus"].get<int>(), 1);
+  ASSERT_EQ(st["jobs"].size(), 2u) << r.out;
+  EXPECT_EQ(st["jobs"][0]["spec"]["id"], "keep-me");
+  EXPECT_EQ(st["jobs"][0]["node_id"], "n1");
+  EXPECT_EQ(st["jobs"][0]["spec"]["priority"].get<int>(), 7);
+  EXPECT_GT(st["jobs"][0]["spec"]["deadline"].get<double>(), 0);
+  EXPECT_EQ(st["jobs"][1]["spec"]["id"], "waits");
+  EXPECT_EQ(st["jobs"][1]["state"], "pending");
+
+  // Old events are all still there, in order, and new ones continue the sequence.
+  r = Cairn(c, {"events", "--json"});
+  json ev = ParseJson(r)["events"];
+  ASSERT_GT(ev.size(), before_events.size());
+  for (size_t i = 0; i < before_events.size(); ++i) EXPECT_EQ(ev[i].dump(), before_events[i]);
+  EXPECT_EQ(ev[before_events.size()]["kind"], "leader-elected");
+  // Proto3 JSON writes 64-bit integers as strings.
+  auto seq = [](const json& e) { return std::stoull(e["seq"].get<std::string>()); };
+  EXPECT_GT(seq(ev[before_events.size()]), seq(ev[before_events.size() - 1]));
+
+  // The pending job is placed as soon as enough capacity registers.
+  NodeAgent big({c.address()}, MakeNode("n2", 8.0, false, 4, "A100", 32, 256 * 1024));
+  ASSERT_TRUE(big.Register());
+  r = Cairn(c, {"cluster", "status", "--json"});
+  st = ParseJson(r);
+  EXPECT_EQ(st["jobs"][1]["node_id"], "n2") << r.out;
+}
+
+// TCP calls need the token; the unix socket is 0600.
+TEST_F(ControllerSqliteTest, TcpNeedsTokenAndSocketIsRootOnly) {
+  std::string token_file = dir_ / "token";
+  WriteFile(token_file, "s3cret-token-0123456789\n");
+  ::chmod(token_file.c_str(), 0600);
+  int port = FreePort();
+  std::string tcp = "127.0.0.1:" + std::to_string(port);
+  ControllerProcess c(dir_.path(), "c1", Store(), {"--listen", tcp, "--token-file", token_file});
+  ASSERT_TRUE(c.Start());
+
+  struct stat st;
+  ASSERT_EQ(::stat(c.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  CommandResult r = RunCairn({"cluster", "status", "--controller", tcp}, dir_.path(), {"CAIRN_TOKEN="});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "token")) << r.Describe();
+
+  r = RunCairn({"cluster", "status", "--controller", tcp}, dir_.path(), {"CAIRN_TOKEN=wrong-token-0123456789"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "token")) << r.Describe();
+
+  // A node daemon over TCP without the token is refused too.
+  auto stub = api::Controller::NewStub(grpc::CreateChannel(tcp, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  api::RegisterNodeRequest req;
+  *req.mutable_spec() = MakeNode("sneaky", 0.1, true, 1, "V100");
+  api::RegisterNodeResponse resp;
+  EXPECT_EQ(stub->RegisterNode(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  r = RunCairn({"cluster", "status", "--json", "--controller", tcp, "--token-file", token_file}, dir_.path());
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["nodes"].size(), 0u);  // the refused registration left nothing
+
+  // A token file others can read is refused at start.
+  std::string loose = dir_ / "loose";
+  WriteFile(loose, "s3cret-token-0123456789\n");
+  ::chmod(loose.c_str(), 0644);
+  ControllerProcess bad(dir_.path(), "c2", "sqlite:" + dir_ / "other.db", {"--listen", "127.0.0.1:0", "--token-file", loose});
+  EXPECT_FALSE(bad.Start(5s));
+  EXPECT_TRUE(absl::StrContains(bad.Log(), "chmod 600")) << bad.Log();
+}
+
+// Bad input: a clear error naming what failed, non-zero exit, nothing recorded.
+TEST_F(ControllerSqliteTest, BadInputIsRefusedClearly) {
+  ControllerProcess c(dir_.path(), "c1", Store());
+  ASSERT_TRUE(c.Start());
+  CommandResult r = Cairn(c, {"submit", "--id", "x"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "no resources requested")) << r.Describe();
+  r = Cairn(c, {"submit", "--id", "x", "--cpus", "1", "--deadline", "soon"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "--deadline soon")) << r.Describe();
+  r = Cairn(c, {"submit", "--id", "x", "--cpus", "1", "--service", "--deadline", "1h"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  r = Cairn(c, {"job", "explain", "nope"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "no job `nope`")) << r.Describe();
+  r = Cairn(c, {"cluster", "status", "--json"});
+  EXPECT_EQ(ParseJson(r)["jobs"].size(), 0u);
+  // Nobody listening: says so and where it tried.
+  r = RunCairn({"cluster", "status", "--controller", "unix:" + dir_ / "absent.sock"}, dir_.path());
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "absent.sock")) << r.Describe();
+  // Registering a node with GPUs but no type is refused, naming the field.
+  NodeAgent bad({c.address()}, MakeNode("g", 1, false, 1, ""));
+  ::testing::AssertionResult reg = bad.Register(2s);
+  EXPECT_FALSE(reg);
+  EXPECT_TRUE(absl::StrContains(reg.message(), "gpu_type")) << reg.message();
+
+  // Stores that cannot be opened stop the controller before it serves, naming the store.
+  ControllerProcess no_dir(dir_.path(), "c2", "sqlite:" + dir_ / "missing/parent/x.db");
+  EXPECT_FALSE(no_dir.Start(5s));
+  EXPECT_TRUE(absl::StrContains(no_dir.Log(), "missing/parent")) << no_dir.Log();
+  EXPECT_FALSE(Exists(no_dir.socket()));
+  ControllerProcess no_etcd(dir_.path(), "c3", "etcd://127.0.0.1:" + std::to_string(FreePort()));
+  EXPECT_FALSE(no_etcd.Start(10s));
+  EXPECT_TRUE(absl::StrContains(no_etcd.Log(), "no endpoint answered")) << no_etcd.Log();
+  ControllerProcess bad_spec(dir_.path(), "c4", "mysql://x");
+  EXPECT_FALSE(bad_spec.Start(5s));
+  EXPECT_TRUE(absl::StrContains(bad_spec.Log(), "not a store")) << bad_spec.Log();
+}
+
+}  // namespace
+}  // namespace cairn::testing
