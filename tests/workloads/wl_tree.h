@@ -112,6 +112,16 @@ static inline void wl_tree_wait_announced(const char* role) {
   wl_tree_wait_file(name, WL_TREE_TIMEOUT_S);
 }
 
+// The root's side of the protocol once its tree is set up: waits until child `role` has
+// announced itself, announces the root, writes ready, waits for go and arms the watchdog.
+static inline void wl_tree_root_ready_after(const char* role) {
+  wl_tree_wait_announced(role);
+  wl_tree_announce();
+  wl_signal_ready();
+  wl_wait_go();
+  wl_tree_watchdog();
+}
+
 // Reaps child `pid` (blocking, restarting on EINTR) and returns its wait status.
 static inline int wl_tree_reap(pid_t pid, const char* what) {
   int status = 0;

@@ -27,11 +27,7 @@ int main(int argc, char** argv) {
     enter_ring(ring, "C");
     _exit(0);
   }
-  wl_tree_wait_announced("C");
-  wl_tree_announce();
-  wl_signal_ready();
-  wl_wait_go();
-  wl_tree_watchdog();
+  wl_tree_root_ready_after("C");
   enter_ring(ring, "root");
   wl_tree_expect_child_ok(c, "C");
   wl_tree_expect_no_children();

@@ -22,11 +22,7 @@ int main(int argc, char** argv) {
     memcpy(p + 8000, "written by the child", 20);
     _exit(0);
   }
-  wl_tree_wait_announced("C");
-  wl_tree_announce();
-  wl_signal_ready();
-  wl_wait_go();
-  wl_tree_watchdog();
+  wl_tree_root_ready_after("C");
   wl_tree_expect_child_ok(c, "C");
   char buf[32] = {0};
   WL_CHECK(pread(m, buf, 20, 8000) == 20 && memcmp(buf, "written by the child", 20) == 0,

@@ -42,11 +42,7 @@ int main(int argc, char** argv) {
     WL_SYS(sem_post(s));
     _exit(0);
   }
-  wl_tree_wait_announced("C");
-  wl_tree_announce();
-  wl_signal_ready();
-  wl_wait_go();
-  wl_tree_watchdog();
+  wl_tree_root_ready_after("C");
   WL_SYS(sem_wait(s));
   char buf[16] = {0};
   WL_CHECK(memcmp(pa + 100, "child in A", 10) == 0, "root's mapping of A lacks the child's write");

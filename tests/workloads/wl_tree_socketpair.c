@@ -35,11 +35,7 @@ int main(int argc, char** argv) {
   wl_tree_write_all(sv[0], "ping 0", 6, "socket");
   expect_message(sv[0], "pong 0");
   wl_tree_write_all(sv[0], "ping 1", 6, "socket");  // stays queued until go
-  wl_tree_wait_announced("C");
-  wl_tree_announce();
-  wl_signal_ready();
-  wl_wait_go();
-  wl_tree_watchdog();
+  wl_tree_root_ready_after("C");
   expect_message(sv[0], "pong 1");
   wl_tree_expect_child_ok(c, "C");
   wl_tree_expect_no_children();

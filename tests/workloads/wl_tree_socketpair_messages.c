@@ -54,11 +54,7 @@ int main(int argc, char** argv) {
   close(q[1]);
   send_all(d[0], 'a');
   send_all(q[0], 'k');
-  wl_tree_wait_announced("C");
-  wl_tree_announce();
-  wl_signal_ready();
-  wl_wait_go();
-  wl_tree_watchdog();
+  wl_tree_root_ready_after("C");
   wl_tree_expect_child_ok(c, "C");
   wl_tree_expect_no_children();
   wl_pass();

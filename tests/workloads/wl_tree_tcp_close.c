@@ -66,11 +66,7 @@ int main(int argc, char** argv) {
   }
   int s = WL_SYS(accept4(l, NULL, NULL, SOCK_CLOEXEC));
   expect_read(s, "hello", "root");
-  wl_tree_wait_announced("C");
-  wl_tree_announce();
-  wl_signal_ready();
-  wl_wait_go();
-  wl_tree_watchdog();
+  wl_tree_root_ready_after("C");
   wl_tree_phase("old connection");
   const char* verdict = "kept";
   char buf[8] = {0};

@@ -47,11 +47,7 @@ int main(int argc, char** argv) {
   expect(s, "hello", "root");
   WL_SYS(write(s, "welcome", 7));
   WL_SYS(write(s, "pending-to-child", 16));
-  wl_tree_wait_announced("C");
-  wl_tree_announce();
-  wl_signal_ready();
-  wl_wait_go();
-  wl_tree_watchdog();
+  wl_tree_root_ready_after("C");
   expect(s, "pending-to-root", "root");
   expect(s, "after", "root");
   WL_SYS(write(s, "ack", 3));

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <thread>
@@ -205,23 +206,47 @@ absl::StatusOr<std::optional<StandIn>> MakeStandIn(pid_t parent, pid_t want, boo
   return s;
 }
 
-// Kills the stand-in leaders once their groups have members, and has each one reaped by
-// the member that forked it (after the restorer, its tracer, has seen it exit).
-absl::Status EndStandIns(std::vector<StandIn>& stand_ins, uint64_t work_area) {
-  absl::Status result;
-  for (const StandIn& s : stand_ins) {
-    ::kill(s.host, SIGKILL);
-    int status;
-    while (::waitpid(s.host, &status, __WALL) < 0 && errno == EINTR) {
+// The stand-ins of a stage of the skeleton. End() kills them once their groups have
+// members (or their sessions' members are forked), and has each one reaped by the process
+// that forked it, after the restorer, its tracer, has seen it exit; the destructor does the
+// same on the way out of a failed restore.
+class StandIns {
+ public:
+  explicit StandIns(uint64_t work_area) : work_area_(work_area) {}
+  ~StandIns() { (void)End(); }
+  StandIns(const StandIns&) = delete;
+  StandIns& operator=(const StandIns&) = delete;
+
+  const StandIn* Find(pid_t id) const {
+    for (const StandIn& s : all_) {
+      if (s.group == id) return &s;
     }
-    inject::Injector parent(s.parent, work_area);
-    auto rc = parent.Call(absl::StrCat("wait4 for the stand-in leader of ", s.group), SYS_wait4,
-                          static_cast<uint64_t>(s.group), 0, __WALL, 0);
-    if (result.ok() && !rc.ok()) result = rc.status();
+    return nullptr;
   }
-  stand_ins.clear();
-  return result;
-}
+  const StandIn* Add(const StandIn& s) {
+    all_.push_back(s);
+    return &all_.back();
+  }
+  absl::Status End() {
+    absl::Status result;
+    for (const StandIn& s : all_) {
+      ::kill(s.host, SIGKILL);
+      int status;
+      while (::waitpid(s.host, &status, __WALL) < 0 && errno == EINTR) {
+      }
+      inject::Injector parent(s.parent, work_area_);
+      auto rc = parent.Call(absl::StrCat("wait4 for the stand-in leader of ", s.group), SYS_wait4,
+                            static_cast<uint64_t>(s.group), 0, __WALL, 0);
+      if (result.ok() && !rc.ok()) result = rc.status();
+    }
+    all_.clear();
+    return result;
+  }
+
+ private:
+  uint64_t work_area_;
+  std::deque<StandIn> all_;  // stable addresses for Find and Add
+};
 
 // Creates the tree's skeleton top-down: each process is forked (with its saved pid) by
 // its restored parent, which is still a copy of the restorer, so every task inherits the
@@ -261,12 +286,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     // Children in a session whose leader had exited (re-parented to this process, a child
     // subreaper or the namespace's init) are forked by a stand-in leader of that session,
     // which then exits, so that they are re-parented here again.
-    std::vector<StandIn> sessions;
-    struct EndSessions {
-      std::vector<StandIn>* s;
-      uint64_t work_area;
-      ~EndSessions() { (void)EndStandIns(*s, work_area); }
-    } end_sessions{&sessions, work_area};
+    StandIns sessions(work_area);
     bool reaper = p->child_subreaper() || (p == procs[0] && own_pid_ns);
     for (int phase = 0; phase < 2; ++phase) {
       if (phase == 1 && leader) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
@@ -280,16 +300,16 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
           RETURN_IF_ERROR(ForkChild(inj, sc, *c, tasks, ids));
           continue;
         }
-        auto s = std::find_if(sessions.begin(), sessions.end(), [&](const StandIn& x) { return x.group == c->sid(); });
-        if (s == sessions.end() && reaper) {
+        const StandIn* s = sessions.Find(c->sid());
+        if (s == nullptr && reaper) {
           // Children come back here when the stand-in exits only if this process reaps orphans.
           if (p->child_subreaper()) {
             RETURN_IF_ERROR(inj.Call("prctl(PR_SET_CHILD_SUBREAPER)", SYS_prctl, PR_SET_CHILD_SUBREAPER, 1).status());
           }
           ASSIGN_OR_RETURN(std::optional<StandIn> made, MakeStandIn(host, c->sid(), true, work_area));
-          if (made) s = sessions.insert(sessions.end(), *made);
+          if (made) s = sessions.Add(*made);
         }
-        if (s == sessions.end()) {
+        if (s == nullptr) {
           CAIRN_LOG_WARN("event=sid_not_restored pid={} sid={} reason=\"the session's leader had exited and {}\"",
                          c->pid(), c->sid(),
                          reaper ? "its id is taken on this machine" : "the parent is not a child subreaper");
@@ -301,28 +321,21 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
         RETURN_IF_ERROR(ForkChild(stand_in, stand_in_sc, *c, tasks, ids));
       }
     }
-    RETURN_IF_ERROR(EndStandIns(sessions, work_area));
+    RETURN_IF_ERROR(sessions.End());
   }
   // Process groups: leaders first, then members (a group must exist to be joined).
   std::map<pid_t, const image::Process*> by_pid;
   for (const image::Process* p : procs) by_pid[p->pid()] = p;
   // A group whose leader had exited gets a stand-in leader with its id, from its first
   // member, for as long as the members take to join it.
-  std::vector<StandIn> stand_ins;
-  struct KillStandIns {
-    std::vector<StandIn>* s;
-    uint64_t work_area;
-    ~KillStandIns() { (void)EndStandIns(*s, work_area); }
-  } kill_stand_ins{&stand_ins, work_area};
+  StandIns stand_ins(work_area);
   for (const image::Process* p : procs) {
     if (p->zombie() || p->pgid() == 0 || p->pgid() == p->pid() || p->sid() == p->pid() || by_pid.count(p->pgid())) {
       continue;
     }
-    bool have = false;
-    for (const StandIn& s : stand_ins) have = have || s.group == p->pgid();
-    if (have) continue;
+    if (stand_ins.Find(p->pgid()) != nullptr) continue;
     ASSIGN_OR_RETURN(std::optional<StandIn> s, MakeStandIn(ids.Host(p->pid()), p->pgid(), false, work_area));
-    if (s) stand_ins.push_back(*s);
+    if (s) stand_ins.Add(*s);
   }
   for (int pass = 0; pass < 2; ++pass) {
     for (const image::Process* p : procs) {
@@ -334,8 +347,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
       } else if (p->pgid() == 0) {
         // The group lies outside the job's PID namespace: the process stays in the restorer's.
       } else if (auto g = by_pid.find(p->pgid());
-                 (g != by_pid.end() && g->second->sid() == p->sid()) ||
-                 std::any_of(stand_ins.begin(), stand_ins.end(), [&](const StandIn& s) { return s.group == p->pgid(); })) {
+                 (g != by_pid.end() && g->second->sid() == p->sid()) || stand_ins.Find(p->pgid()) != nullptr) {
         RETURN_IF_ERROR(inj.Call(absl::StrCat("setpgid to group ", p->pgid()), SYS_setpgid, 0,
                                  static_cast<uint64_t>(p->pgid())).status());
       } else {
@@ -354,7 +366,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
       }
     }
   }
-  return EndStandIns(stand_ins, work_area);
+  return stand_ins.End();
 }
 
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
