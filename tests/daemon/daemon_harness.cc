@@ -14,7 +14,10 @@ namespace cairn::testing {
 
 DaemonProcess::DaemonProcess(std::string dir, std::string node, std::vector<std::string> extra,
                              std::vector<std::string> env)
-    : dir_(std::move(dir)), node_(std::move(node)), extra_(std::move(extra)), env_(std::move(env)) {
+    : dir_(std::move(dir)), extra_(std::move(extra)), env_(std::move(env)) {
+  // Unique per test directory: tests running at the same time must not share job cgroups
+  // (cairn/NODE.JOB); the same directory gives the same name, so a restarted daemon is the same node.
+  node_ = node + "-" + dir_.substr(dir_.size() - std::min<size_t>(6, dir_.size()));
   state_ = dir_ + "/" + node_ + "-state";
   socket_ = dir_ + "/" + node_ + ".sock";
   log_ = dir_ + "/" + node_ + ".log";

@@ -20,7 +20,8 @@ namespace cairn::testing {
 // One cairnd process. SIGKILLed on destruction if still running (its jobs are killed too).
 class DaemonProcess {
  public:
-  // State and socket live under `dir`; `extra`: more arguments; `env`: NAME=value entries.
+  // State and socket live under `dir`; the node is named `node`-SUFFIX (SUFFIX from `dir`);
+  // `extra`: more arguments; `env`: NAME=value entries.
   DaemonProcess(std::string dir, std::string node, std::vector<std::string> extra = {},
                 std::vector<std::string> env = {});
   ~DaemonProcess();

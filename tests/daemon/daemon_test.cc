@@ -93,7 +93,7 @@ TEST_F(DaemonTest, TwoDaemonsRunListShowLogsKillDelete) {
   json j = Job(a, "echo3");
   EXPECT_EQ(j["health"]["exit_code"], 3) << j.dump();
   EXPECT_EQ(j["health"]["exit_known"], true) << j.dump();
-  EXPECT_EQ(j["node"], "node-a");
+  EXPECT_EQ(j["node"], a.node());
   EXPECT_EQ(a.Cairn({"job", "logs", "echo3"}).out, "hello\n");
   EXPECT_EQ(a.Cairn({"job", "logs", "echo3", "--stderr"}).out, "oops\n");
 
@@ -327,6 +327,9 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   EXPECT_LE(complete_unpinned, 2) << l.dump();
   EXPECT_EQ(pinned_kept, 1) << l.dump();
   EXPECT_TRUE(Matches(a.Cairn({"job", "show", "tick"}).out, "keep last 2 \\+ pinned"));
+  // Unpinned, it is an ordinary checkpoint again; pinned again, it says so.
+  EXPECT_EQ(a.Json({"checkpoint", "pin", pinned["id"], "--unpin"})["checkpoint"]["pinned"], false);
+  EXPECT_TRUE(Matches(a.Cairn({"checkpoint", "pin", pinned["id"]}).out, "complete, pinned"));
 }
 
 TEST_F(DaemonTest, HealthSignalsInTheWatchStreamAndShow) {
@@ -374,7 +377,7 @@ TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
   ASSERT_TRUE(a.Json({"job", "checkpoint", "svc"})["checkpoint"]["state"] == "complete");
 
   // Metrics on loopback, in Prometheus text format.
-  std::string log = ReadFile(Dir() + "/node-a.log.run");
+  std::string log = ReadFile(Dir() + "/" + a.node() + ".log.run");
   std::string port = LineStartingWith(log.substr(log.find("metrics=http://127.0.0.1:") + 25), "");
   port = port.substr(0, port.find('/'));
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
