@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -151,12 +152,16 @@ absl::Status CaptureOptions(int theirs, int family, int type, int protocol, imag
   return absl::OkStatus();
 }
 
-// The messages waiting on a datagram or seqpacket socket, copied without taking them off
-// the queue: with a peek offset set (SO_PEEK_OFF), each MSG_PEEK returns the next message.
-// The socket's own peek offset is put back after. Their sizes go to `fd`.
-absl::StatusOr<std::string> PeekMessages(pid_t pid, int fd_num, image::Fd* fd) {
-  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, fd_num));
-  auto where = [&] { return absl::StrFormat("the queue of pid %d fd %d", pid, fd_num); };
+// What waits to be read on a unix socket, copied without taking it off the queue: with a
+// peek offset set (SO_PEEK_OFF), each MSG_PEEK returns what follows the last one — the next
+// message of a datagram or seqpacket socket (`messages`: their sizes go to `fd`), the next
+// bytes of a stream. The socket's own peek offset is put back after. Descriptors in flight
+// (SCM_RIGHTS) cannot be saved: the peek shows them, and the socket is refused. A stream's
+// copy must hold `expected` bytes (0: not checked, for a process still running).
+absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool messages, uint32_t expected,
+                                      image::Fd* fd) {
+  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+  auto where = [&] { return absl::StrFormat("the queue of pid %d fd %d", pid, info.fd); };
   int saved_off = -1;
   socklen_t len = sizeof saved_off;
   if (::getsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &saved_off, &len) != 0) {
@@ -168,24 +173,52 @@ absl::StatusOr<std::string> PeekMessages(pid_t pid, int fd_num, image::Fd* fd) {
   }
   std::string out;
   std::vector<char> buf(1 << 20);
+  alignas(cmsghdr) char control[CMSG_SPACE(253 * sizeof(int))];
   absl::Status st;
   for (;;) {
-    ssize_t n = ::recv(copy.get(), buf.data(), buf.size(), MSG_PEEK | MSG_DONTWAIT | MSG_TRUNC);
+    iovec iov{buf.data(), buf.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    ssize_t n = ::recvmsg(copy.get(), &mh, MSG_PEEK | MSG_DONTWAIT | MSG_CMSG_CLOEXEC | (messages ? MSG_TRUNC : 0));
     if (n < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) st = ErrnoStatus("peek " + where());
       break;
     }
+    bool in_flight = false;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      in_flight = true;
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+        ::close(received);
+      }
+    }
+    if (in_flight || (mh.msg_flags & MSG_CTRUNC) != 0) {
+      st = Refuse(pid, info, "a unix socket with descriptors in flight (sent with SCM_RIGHTS, not received yet)",
+                  "let the process receive them before checkpointing");
+      break;
+    }
+    if (n == 0 && !messages) break;
     if (static_cast<size_t>(n) > buf.size()) {
       st = absl::UnimplementedError(absl::StrFormat("%s holds a message of %d bytes, more than 1 MiB", where(), n));
       break;
     }
     out.append(buf.data(), static_cast<size_t>(n));
-    fd->add_message_sizes(static_cast<uint32_t>(n));
+    if (messages) fd->add_message_sizes(static_cast<uint32_t>(n));
   }
   if (::setsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &saved_off, sizeof saved_off) != 0 && st.ok()) {
     st = ErrnoStatus("put back SO_PEEK_OFF on " + where());
   }
   RETURN_IF_ERROR(st);
+  if (!messages && expected != 0 && out.size() != expected) {
+    return absl::InternalError(absl::StrFormat("%s: copied %d of the %d bytes waiting; try again", where(),
+                                               out.size(), expected));
+  }
   return out;
 }
 
@@ -229,23 +262,18 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
                     kUnixAdvice);
     }
     fd->set_peer_ino(us.peer);
-    if (writer != nullptr && us.type != SOCK_STREAM && us.rqueue > 0) {
-      ASSIGN_OR_RETURN(std::string data, PeekMessages(pid, info.fd, fd));
-      ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
-      fd->set_content_offset(blob.offset);
-      fd->set_content_size(blob.size);
-      fd->set_content_xxh3(blob.xxh3);
-    } else if (writer != nullptr && us.rqueue > 0) {
-      // The bytes waiting to be read here, peeked without consuming them.
-      ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
-      std::string data(us.rqueue, '\0');
-      ssize_t n = ::recv(copy.get(), data.data(), data.size(), MSG_PEEK | MSG_DONTWAIT);
-      if (n < 0) return ErrnoStatus(absl::StrFormat("peek the queue of pid %d fd %d", pid, info.fd));
-      data.resize(static_cast<size_t>(n));
-      ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
-      fd->set_content_offset(blob.offset);
-      fd->set_content_size(blob.size);
-      fd->set_content_xxh3(blob.xxh3);
+    if (us.rqueue > 0) {
+      // Also in the check pass, to refuse descriptors in flight before anything is frozen.
+      ASSIGN_OR_RETURN(std::string data,
+                       PeekQueue(pid, info, us.type != SOCK_STREAM, writer != nullptr ? us.rqueue : 0, fd));
+      if (writer == nullptr) {
+        fd->clear_message_sizes();
+      } else {
+        ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
+        fd->set_content_offset(blob.offset);
+        fd->set_content_size(blob.size);
+        fd->set_content_xxh3(blob.xxh3);
+      }
     }
     return absl::OkStatus();
   }

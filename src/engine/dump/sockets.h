@@ -16,7 +16,8 @@
 // accepted, is refused naming the connection, unless `tcp_close` is set: then it is
 // recorded to come back as a connection the peer reset.
 // Everything else (netlink, packet, raw sockets, unix sockets connected to a process
-// outside the checkpoint, shut-down sockets, datagrams waiting on a bound unix socket) is
+// outside the checkpoint, shut-down sockets, descriptors in flight (SCM_RIGHTS), datagrams
+// waiting on a bound unix socket) is
 // refused with the reason.
 
 #include <sys/types.h>

@@ -332,6 +332,32 @@ TEST(CaptureFdsTest, ListenerWithConnectionsWaitingIsRefused) {
   EXPECT_THAT(st.message(), HasSubstr("with 1 connection waiting to be accepted"));
 }
 
+TEST(CaptureFdsTest, SocketWithDescriptorsInFlightIsRefused) {
+  Child child([] {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) ::_exit(4);  // 0, 1
+    int passed = ::eventfd(0, 0);                                   // 2
+    char byte = 'x';
+    iovec iov{&byte, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &passed, sizeof passed);
+    if (::sendmsg(sv[0], &mh, 0) != 1) ::_exit(5);
+  });
+  ASSERT_GT(child.pid(), 0);
+  absl::Status st = CheckFdsSupported({child.pid()}, {});
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 1 is a unix socket with descriptors in flight")));
+}
+
 TEST(CaptureFdsTest, NetlinkSocketIsRefused) {
   Child child([] { ::socket(AF_NETLINK, SOCK_RAW, 0); });
   ASSERT_GT(child.pid(), 0);
