@@ -343,7 +343,7 @@ TEST_F(DaemonTest, HealthSignalsInTheWatchStreamAndShow) {
                   .Exited(0));
   // A heartbeat file keeps an idle job from being called hung.
   std::string beat = Dir() + "/beat";
-  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "beating", "--hang-after", "1", "--heartbeat-file", beat, "--",
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "beating", "--hang-after", "2", "--heartbeat-file", beat, "--",
                        "/bin/sh", "-c", "while true; do touch " + beat + "; sleep 0.2; done"})
                   .Exited(0));
 
@@ -355,7 +355,7 @@ TEST_F(DaemonTest, HealthSignalsInTheWatchStreamAndShow) {
   EXPECT_EQ(f["state"], "memory-pressure") << f.dump();
   EXPECT_EQ(JsonInt(f["memory_limit_bytes"]), 80 << 20);
   EXPECT_TRUE(Matches(a.Cairn({"job", "show", "idle"}).out, "health +hung"));
-  std::this_thread::sleep_for(1500ms);
+  std::this_thread::sleep_for(3s);
   EXPECT_EQ(Job(a, "beating")["health"]["state"], "running");
 
   // An exit arrives on a live watch stream.
@@ -376,7 +376,8 @@ TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
   int svc = Job(a, "svc")["host_pid"];
   ASSERT_TRUE(a.Json({"job", "checkpoint", "svc"})["checkpoint"]["state"] == "complete");
 
-  // Metrics on loopback, in Prometheus text format.
+  // Metrics on loopback, in Prometheus text format, once the health sampler has seen the job.
+  ASSERT_TRUE(WaitFor([&] { return JsonInt(Job(a, "svc")["health"]["memory_bytes"]) > 0; }, 10s));
   std::string log = ReadFile(Dir() + "/" + a.node() + ".log.run");
   std::string port = LineStartingWith(log.substr(log.find("metrics=http://127.0.0.1:") + 25), "");
   port = port.substr(0, port.find('/'));
