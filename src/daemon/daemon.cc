@@ -379,13 +379,21 @@ void Daemon::SampleLocked(JobState& s, double now) {
 absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
   if (sig == 0) sig = SIGKILL;
   if (sig < 1 || sig > 64) return absl::InvalidArgumentError(absl::StrCat("job kill: no signal ", sig));
-  {
-    std::lock_guard<std::mutex> l(mu_);
+  // A checkpoint or restore in progress is let finish first (up to 60 s): killing a job the
+  // engine holds frozen would leave its checkpoint half-done.
+  for (int waited = 0;; ++waited) {
+    std::unique_lock<std::mutex> l(mu_);
     auto it = jobs_.find(name);
     if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
     JobState& s = it->second;
     if (s.busy) {
-      return absl::FailedPreconditionError(absl::StrCat("job ", name, " is being checkpointed or restored; try again"));
+      if (waited >= 1200) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", name, " is still being checkpointed or restored after 60 s; try again"));
+      }
+      l.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
     }
     if (s.job.state() != "running") {
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " does not run (", s.job.state(), ")"));
@@ -396,6 +404,7 @@ absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
     }
     if (::kill(s.job.host_pid(), sig) != 0) return ErrnoStatus(absl::StrCat("kill job ", name, " pid ", s.job.host_pid()));
     s.killed_by_user = sig == SIGKILL;
+    break;
   }
   Event(name, "signal", absl::StrCat("sent signal ", sig));
   for (int i = 0; i < 100; ++i) {

@@ -55,7 +55,8 @@ class Daemon {
   std::vector<api::Job> ListJobs();
   absl::StatusOr<api::GetJobResponse> GetJob(const std::string& name);
   absl::StatusOr<std::string> Logs(const std::string& name, bool stderr_log, int64_t tail_bytes);
-  // Sends `sig` (0: SIGKILL) to the job's init; with SIGKILL waits (up to 5 s) until it is gone.
+  // Sends `sig` (0: SIGKILL) to the job's init, after a checkpoint or restore in progress ends;
+  // with SIGKILL waits (up to 5 s) until it is gone.
   absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);
   // Removes a job that does not run, with its checkpoints, logs and cgroup.
   absl::Status DeleteJob(const std::string& name);

@@ -327,7 +327,9 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   EXPECT_LE(complete_unpinned, 2) << l.dump();
   EXPECT_EQ(pinned_kept, 1) << l.dump();
   EXPECT_TRUE(Matches(a.Cairn({"job", "show", "tick"}).out, "keep last 2 \\+ pinned"));
-  // Unpinned, it is an ordinary checkpoint again; pinned again, it says so.
+  // Unpinned, it is an ordinary checkpoint again; pinned again, it says so. (The job is stopped
+  // first: its next periodic checkpoint would expire the unpinned one.)
+  ASSERT_TRUE(a.Cairn({"job", "kill", "tick"}).Exited(0));
   EXPECT_EQ(a.Json({"checkpoint", "pin", pinned["id"], "--unpin"})["checkpoint"]["pinned"], false);
   EXPECT_TRUE(Matches(a.Cairn({"checkpoint", "pin", pinned["id"]}).out, "complete, pinned"));
 }
