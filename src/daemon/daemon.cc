@@ -729,12 +729,22 @@ void Daemon::Tick() {
       }
     }
   }
-  for (const std::string& name : due) {
-    api::CheckpointJobRequest req;
-    req.set_name(name);
-    auto c = Checkpoint(req, "periodic");
-    if (!c.ok()) CAIRN_LOG_WARN("periodic checkpoint job={} failed: {}", name, std::string(c.status().message()));
-  }
+  // Due checkpoints are shared among up to `checkpoint_workers` threads (this one included); each
+  // job's checkpoint runs wholly on one thread, which is the tracer of that job while it runs.
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < due.size();) {
+      api::CheckpointJobRequest req;
+      req.set_name(due[i]);
+      auto c = Checkpoint(req, "periodic");
+      if (!c.ok()) CAIRN_LOG_WARN("periodic checkpoint job={} failed: {}", due[i], std::string(c.status().message()));
+    }
+  };
+  size_t workers = std::min<size_t>(std::max(1, opts_.checkpoint_workers), due.size());
+  std::vector<std::thread> helpers;
+  for (size_t k = 1; k < workers; ++k) helpers.emplace_back(work);
+  work();
+  for (auto& t : helpers) t.join();
 }
 
 void Daemon::CheckpointForShutdown() {

@@ -43,6 +43,8 @@ struct DaemonOptions {
   // The `cairn` executable that starts jobs (`cairn run`). REQUIRES: the daemon is a child
   // subreaper (PR_SET_CHILD_SUBREAPER), so started jobs become its children.
   std::string cairn_bin;
+  // Periodic checkpoints of different jobs taken at the same time, at most.
+  int checkpoint_workers = 2;
 };
 
 class Daemon {

@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
   app.add_option("--tick", tick, "Seconds between health samples and policy checks")
       ->capture_default_str()->check(CLI::Range(0.05, 60.0));
   app.add_option("--cairn-bin", opts.cairn_bin, "The cairn executable that starts jobs (default: next to cairnd)");
+  app.add_option("--checkpoint-workers", opts.checkpoint_workers,
+                 "Periodic checkpoints of different jobs taken at the same time, at most")
+      ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose + 1);

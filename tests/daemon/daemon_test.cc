@@ -306,6 +306,10 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   ASSERT_TRUE(a.Cairn({"job", "run", "--name", "tick", "--checkpoint-every", "1", "--keep", "2", "--", "/bin/sh", "-c",
                        "i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done"})
                   .Exited(0));
+  // A second job on the same period: both fall due together and are taken by two workers at once.
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "tock", "--checkpoint-every", "1", "--keep", "2", "--", "/bin/sh", "-c",
+                       "while true; do sleep 0.1; done"})
+                  .Exited(0));
   json pinned = a.Json({"job", "checkpoint", "tick", "--pin"})["checkpoint"];
   ASSERT_EQ(pinned["state"], "complete");
   bool expired = WaitFor(
@@ -327,6 +331,11 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   EXPECT_LE(complete_unpinned, 2) << l.dump();
   EXPECT_EQ(pinned_kept, 1) << l.dump();
   EXPECT_TRUE(Matches(a.Cairn({"job", "show", "tick"}).out, "keep last 2 \\+ pinned"));
+  ASSERT_TRUE(WaitFor([&] { return a.Json({"checkpoint", "list", "--job", "tock"})["checkpoints"].size() >= 2; }, 20s));
+  for (const auto& c : a.Json({"checkpoint", "list", "--job", "tock"})["checkpoints"]) {
+    EXPECT_NE(c["state"], "failed") << c.dump();
+  }
+  EXPECT_EQ(Job(a, "tock")["state"], "running");
   // Unpinned, it is an ordinary checkpoint again; pinned again, it says so. (The job is stopped
   // first: its next periodic checkpoint would expire the unpinned one.)
   ASSERT_TRUE(a.Cairn({"job", "kill", "tick"}).Exited(0));
