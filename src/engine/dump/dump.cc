@@ -1,5 +1,6 @@
 #include "engine/dump/dump.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -14,10 +16,14 @@
 #include "common/status.h"
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
+#include "engine/dump/incremental.h"
 #include "engine/dump/memory.h"
+#include "engine/dump/tracker.h"
 #include "engine/dump/namespaces.h"
 #include "engine/dump/sysv_ipc.h"
 #include "engine/dump/task_state.h"
+#include "common/unique_fd.h"
+#include "engine/image/chain.h"
 #include "engine/image/format.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
@@ -44,11 +50,69 @@ absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& 
   return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO; cannot inject syscalls"));
 }
 
+bool HasFlag(const image::Vma& v, const char* flag) {
+  return std::find(v.vm_flags().begin(), v.vm_flags().end(), flag) != v.vm_flags().end();
+}
+
+// A write tracker used by this dump, parked in process `pid`.
+struct TrackerUse {
+  pid_t pid = 0;
+  uint64_t syscall_insn = 0;
+  int remote_fd = -1;
+  bool created = false;  // by this dump: discarded again if the dump fails
+};
+
+// What the processes of one dump share about incremental checkpoints.
+struct IncrementalContext {
+  const Parent* parent = nullptr;  // null: a full dump
+  bool keep_tracking = false;
+  std::vector<TrackerUse> trackers;
+  std::vector<std::string> notes;
+  int incremental_procs = 0;
+
+  // Closes the trackers (still frozen processes): those this dump created, or all.
+  void Discard(bool all) {
+    for (const TrackerUse& t : trackers) {
+      if (!all && !t.created) continue;
+      inject::Injector inj(t.pid, t.syscall_insn);
+      absl::Status s = Tracker::Discard(inj, t.remote_fd);
+      if (!s.ok()) CAIRN_LOG_WARN("event=tracker_discard_failed pid={} error=\"{}\"", t.pid, s.ToString());
+    }
+  }
+};
+
+// Whether the writes of `pid` since the parent are known; if not, says why in `why`.
+bool CanBeIncremental(pid_t pid, const Parent& parent, int tracker_fd, std::string* why) {
+  const image::Checkpoint& pm = parent.meta();
+  if (image::FindProcess(pm, ImagePid(pid, pm.own_pid_ns())) == nullptr) {
+    *why = "it is not in the parent checkpoint";
+    return false;
+  }
+  if (!pm.tracking()) {
+    *why = "the parent was taken without tracking writes (dump --leave-running --track starts tracking)";
+    return false;
+  }
+  if (tracker_fd < 0) {
+    *why = "it has no write tracker (it was restored or exec'd since the parent, or the tracker was closed)";
+    return false;
+  }
+  std::optional<TrackerState> st = LoadTrackerState(pid);
+  if (!st || st->fd != tracker_fd) {
+    *why = "this machine has no record of its write tracker";
+    return false;
+  }
+  if (st->image_id != pm.id()) {
+    *why = "its writes are tracked since another checkpoint than the parent (name the latest one as --parent)";
+    return false;
+  }
+  return true;
+}
+
 // Captures one frozen process's memory areas and task state into `proc` (not its
 // descriptors, which are captured tree-wide). Leaves the process frozen.
 absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const DumpOptions& opts,
                             image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem,
-                            std::set<std::pair<uint64_t, uint64_t>>* saved_files) {
+                            std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc) {
   pid_t pid = fp.pid();
   // Memory areas are read before the engine maps its scratch area into the process.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
@@ -65,8 +129,59 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
 
+  // Incremental: which pages were written since the parent (see tracker.h).
+  int tracker_fd = FindTrackerFd(pid);
+  bool incremental = false;
+  if (inc.parent != nullptr) {
+    std::string why;
+    incremental = CanBeIncremental(pid, *inc.parent, tracker_fd, &why);
+    if (!incremental) inc.notes.push_back(absl::StrCat("pid ", pid, " saved in full: ", why));
+  }
+  std::optional<Tracker> tracker;
+  if (incremental || inc.keep_tracking) {
+    bool created = tracker_fd < 0;
+    auto t = created ? Tracker::Create(inj) : Tracker::Take(pid, tracker_fd);
+    if (!t.ok()) return Annotate(t.status(), "start tracking writes");
+    tracker.emplace(std::move(*t));
+    inc.trackers.push_back({pid, syscall_insn, tracker->remote_fd(), created});
+  } else if (tracker_fd >= 0 && opts.leave_running) {
+    // A tracker nobody will use again: tracking ends here.
+    RETURN_IF_ERROR(Tracker::Discard(inj, tracker_fd));
+  }
+  // The write bits are consumed below: until this dump commits, no image is in sync.
+  ClearTrackerState(pid);
+  WrittenPages written;
+  if (incremental) {
+    std::string path = absl::StrCat("/proc/", pid, "/pagemap");
+    UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!pm.valid()) return ErrnoStatus("open " + path);
+    for (size_t i = 0; i < vmas.size(); ++i) {
+      image::Vma& v = vmas[i];
+      // "uw": registered with the tracker, so tracked since the parent. Other areas are
+      // new since the parent (or moved, or not trackable) and saved in full.
+      if (v.kind() != image::Vma::ANON || !HasFlag(v, "uw")) continue;
+      RETURN_IF_ERROR(ScanWritten(pm.get(), v.start(), v.end(), &written[i]));
+      v.set_inherits(true);
+    }
+    ++inc.incremental_procs;
+  }
+
   RETURN_IF_ERROR(SaveDeletedMappedFiles(pid, vmas, writer, saved_files));
-  ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem));
+  ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem,
+                                            incremental ? &written : nullptr));
+  if (inc.keep_tracking) {
+    // Protect what the scan above did not: every private anonymous area, registering
+    // the ones that are new. The process is frozen, so no write is missed.
+    for (const image::Vma& v : vmas) {
+      if (v.kind() != image::Vma::ANON || v.inherits()) continue;
+      if (!HasFlag(v, "uw") && !tracker->Register(v.start(), v.end())) {
+        CAIRN_LOG_DEBUG("event=untracked_area pid={} start={:#x} end={:#x}", pid, v.start(), v.end());
+        continue;
+      }
+      RETURN_IF_ERROR(tracker->Protect(v.start(), v.end()));
+    }
+    proc->set_tracker_fd(tracker->remote_fd());
+  }
   for (auto& v : vmas) *proc->add_vmas() = std::move(v);
   mem->pages += m.pages;
   mem->bytes += m.bytes;
@@ -152,9 +267,11 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
   return out;
 }
 
-absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer) {
+absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer,
+                                      IncrementalContext& inc) {
   DumpResult result;
   image::Checkpoint ckpt;
+  ckpt.set_id(NewImageId());
   ckpt.set_cairn_version(CAIRN_VERSION);
   ckpt.set_job_name(opts.job_name);
   utsname uts{};
@@ -187,7 +304,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
       continue;
     }
     RETURN_IF_ERROR(
-        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files), absl::StrCat("pid ", pid)));
+        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files, inc), absl::StrCat("pid ", pid)));
     live.push_back(pid);
     live_procs.push_back(p);
     result.threads += p->threads_size();
@@ -200,7 +317,25 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     RETURN_IF_ERROR(CaptureSysvIpc(opts.pid, writer, ckpt.mutable_ipc()));
   }
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
+  if (inc.incremental_procs > 0) {
+    ckpt.mutable_parent()->set_dir(inc.parent->name);
+    ckpt.mutable_parent()->set_id(inc.parent->meta().id());
+  }
+  ckpt.set_tracking(inc.keep_tracking);
   RETURN_IF_ERROR(writer.Commit(ckpt));
+  if (inc.keep_tracking) {
+    for (const TrackerUse& t : inc.trackers) {
+      auto start = ProcessStartTime(t.pid);
+      absl::Status s = start.ok() ? SaveTrackerState(t.pid, {*start, ckpt.id(), t.remote_fd}) : start.status();
+      if (!s.ok()) {
+        result.notes.push_back(absl::StrCat("pid ", t.pid, ": writes are tracked but the record of it could not be "
+                                            "saved (", s.message(), "); the next --parent dump will be full"));
+      }
+    }
+  }
+  result.incremental = inc.incremental_procs > 0;
+  result.tracking = inc.keep_tracking;
+  for (auto& n : inc.notes) result.notes.push_back(std::move(n));
   result.processes = static_cast<int>(procs.size());
   result.pages = mem.pages;
   result.bytes = mem.bytes;
@@ -295,18 +430,29 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   }
   RETURN_IF_ERROR(checked);
 
+  std::optional<Parent> parent;
+  if (!opts.parent.empty()) {
+    ASSIGN_OR_RETURN(Parent p, OpenParent(opts.dir, opts.parent));
+    parent.emplace(std::move(p));
+  }
+  IncrementalContext inc;
+  inc.parent = parent ? &*parent : nullptr;
+  inc.keep_tracking = opts.leave_running && (opts.track || parent.has_value());
+
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
   auto t_freeze = Clock::now();
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
-  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer);
+  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc);
   if (!result.ok()) {
     writer->Abort();
+    inc.Discard(/*all=*/false);
     absl::Status thaw = ft.Thaw();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
     return Annotate(result.status(), absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
                                                   opts.tree ? "es were" : " was", " left running)"));
   }
   if (opts.leave_running) {
+    if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
     RETURN_IF_ERROR(ft.Thaw());
   } else {
     RETURN_IF_ERROR(ft.Kill());

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -26,6 +27,13 @@ struct DumpOptions {
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;
+  // Incremental: the checkpoint this one builds on (a directory next to `dir`). Only the
+  // pages written since it are saved, for the processes whose writes were tracked since
+  // it; the others are saved in full (DumpResult::notes says which and why).
+  std::string parent;
+  // With leave_running: keep tracking writes after this dump so that a later dump can
+  // name this one as its parent (implied by `parent`).
+  bool track = false;
 };
 
 struct DumpResult {
@@ -36,6 +44,9 @@ struct DumpResult {
   uint64_t bytes = 0;         // page data written
   double frozen_seconds = 0;  // from freeze to kill or thaw
   double total_seconds = 0;
+  bool incremental = false;         // built on `parent` (at least one process incremental)
+  bool tracking = false;            // writes are tracked after this dump
+  std::vector<std::string> notes;   // e.g. why a process was saved in full
 };
 
 // Freezes the process (with `tree`, it and every descendant: each process is frozen

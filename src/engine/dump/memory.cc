@@ -45,6 +45,7 @@ struct Run {
   size_t vma;
   uint64_t start;
   uint64_t len;
+  bool keep_zero = false;  // zero pages are recorded as zero blocks, not skipped
 };
 
 bool NeedsPage(image::Vma::Kind kind, uint64_t pm) {
@@ -117,7 +118,8 @@ bool ScanArea(int pagemap_fd, const image::Vma& v, size_t vi, std::vector<Run>* 
 }
 
 absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vma>& vmas,
-                                          std::set<uint64_t>* saved_shmem) {
+                                          std::set<uint64_t>* saved_shmem, const WrittenPages* written,
+                                          std::vector<std::vector<image::PageBlock>>* zero_blocks) {
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!pm.valid()) return ErrnoStatus("open " + path);
@@ -130,6 +132,23 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
       continue;
     }
     if (v.kind() == image::Vma::SHARED_ANON && !saved_shmem->insert(v.shmem_id()).second) continue;
+    if (written != nullptr) {
+      if (auto w = written->find(i); w != written->end()) {
+        // Only the pages written since the parent; discarded ones become zero blocks.
+        for (const WrittenRun& r : w->second) {
+          if (r.present) {
+            runs.push_back({i, r.start, r.len, true});
+          } else {
+            image::PageBlock b;
+            b.set_vaddr(r.start);
+            b.set_length(r.len);
+            b.set_zero(true);
+            (*zero_blocks)[i].push_back(std::move(b));
+          }
+        }
+        continue;
+      }
+    }
     // PAGEMAP_SCAN reports only the ranges that hold pages, so a huge sparse reservation
     // (a JVM heap, a Go arena, a sanitizer's shadow) costs nothing; older kernels fall back
     // to reading pagemap entry by entry.
@@ -154,11 +173,13 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
   return runs;
 }
 
-// A run of non-zero pages inside a filled buffer, with its checksum.
+// A run of non-zero pages inside a filled buffer, with its checksum; or, with `zero`, a
+// run of zero pages to record as such.
 struct Segment {
   uint64_t offset = 0;  // in the buffer
   uint64_t len = 0;
   uint64_t xxh3 = 0;
+  bool zero = false;
 };
 
 // A filled buffer waiting to be written: pages of one area at `addr`.
@@ -170,13 +191,17 @@ struct Batch {
 };
 
 // Splits a buffer into runs of pages to save, dropping zero pages when `skip_zero`
-// (a missing anonymous page reads back as zeros), and checksums each run.
-std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero) {
+// (a missing anonymous page reads back as zeros), or recording them as zero runs with
+// `keep_zero`, and checksums each run of data.
+std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero, bool keep_zero) {
   std::vector<Segment> out;
   uint64_t i = 0;
   while (i < len) {
     if (skip_zero && IsZeroPage(data + i)) {
-      i += kPage;
+      uint64_t j = i + kPage;
+      while (j < len && IsZeroPage(data + j)) j += kPage;
+      if (keep_zero) out.push_back({i, j - i, 0, true});
+      i = j;
       continue;
     }
     uint64_t j = i + kPage;
@@ -282,8 +307,10 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
 }
 
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
-                                      const ProgressFn& progress, std::set<uint64_t>* saved_shmem) {
-  ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem));
+                                      const ProgressFn& progress, std::set<uint64_t>* saved_shmem,
+                                      const WrittenPages* written) {
+  std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
+  ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem, written, &blocks));
   uint64_t total = 0;
   for (const Run& r : runs) total += r.len;
 
@@ -297,7 +324,6 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   for (auto& b : buffers) free_bufs.push_back(&b);
 
   MemoryStats stats;
-  std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
 
   // The writer appends what the reader prepared; reading, zero detection and checksums
   // happen on the reader's side so the two threads carry about equal work.
@@ -314,6 +340,14 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
       absl::Status s;
       const char* data = b.buf->data();
       for (const Segment& seg : b.segments) {
+        if (seg.zero) {
+          image::PageBlock zb;
+          zb.set_vaddr(b.addr + seg.offset);
+          zb.set_length(seg.len);
+          zb.set_zero(true);
+          blocks[b.vma].push_back(std::move(zb));
+          continue;
+        }
         auto block = writer.AppendPages(b.addr + seg.offset, data + seg.offset, seg.len, seg.xxh3);
         if (!block.ok()) {
           s = block.status();
@@ -351,7 +385,8 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         break;
       }
       const image::Vma& v = vmas[r.vma];
-      Batch batch{r.vma, r.start + off, Segments(buf->data(), len, v.kind() != image::Vma::FILE_PRIVATE), buf};
+      Batch batch{r.vma, r.start + off,
+                  Segments(buf->data(), len, v.kind() != image::Vma::FILE_PRIVATE, r.keep_zero), buf};
       {
         std::lock_guard lock(mu);
         full.push_back(std::move(batch));

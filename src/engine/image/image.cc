@@ -238,11 +238,16 @@ absl::StatusOr<std::unique_ptr<ImageReader>> ImageReader::Open(const std::string
 ImageReader::~ImageReader() = default;
 
 absl::Status ImageReader::VerifyBlock(const PageBlock& b) const {
+  if (b.zero()) return absl::OkStatus();
   std::vector<char> buf(b.length() <= pages_size_ ? b.length() : 0);
   return ReadBlock(b, buf.data());
 }
 
 absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
+  if (b.zero()) {
+    std::memset(buf, 0, b.length());
+    return absl::OkStatus();
+  }
   if (b.file_offset() < kHeaderSize || b.length() > pages_size_ ||
       b.file_offset() > pages_size_ - b.length() || b.file_offset() % kPageSize != 0) {
     return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_,

@@ -80,7 +80,12 @@ class ImageReader {
   absl::StatusOr<std::string> FileContent(const SysvShm& s) const;
 
   // Verifies every page block and file content; the first failure names the block.
+  // Only this image, not its parents.
   absl::Status VerifyAll() const;
+
+  // The image this incremental checkpoint builds on (opened by OpenChain), or null.
+  const ImageReader* parent() const { return parent_.get(); }
+  void set_parent(std::unique_ptr<ImageReader> parent) { parent_ = std::move(parent); }
 
  private:
   ImageReader() = default;
@@ -90,6 +95,7 @@ class ImageReader {
   UniqueFd pages_fd_, files_fd_;
   size_t pages_size_ = 0;
   size_t files_size_ = 0;
+  std::unique_ptr<ImageReader> parent_;
 };
 
 }  // namespace cairn::image
