@@ -21,6 +21,7 @@
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
 #include "engine/image/chain.h"
+#include "engine/image/compact.h"
 #include "engine/image/image.h"
 #include "engine/job/job.h"
 #include "engine/restore/restore.h"
@@ -243,6 +244,15 @@ int RunInspect(const std::string& dir, bool json) {
   return 0;
 }
 
+int RunCompact(const std::string& dir, const std::string& out) {
+  auto r = image::Compact(dir, out);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("compacted %s (a chain of %d checkpoint%s) into %s: %s of page data\n", dir.c_str(), r->links,
+              r->links == 1 ? "" : "s", out.empty() ? dir.c_str() : out.c_str(),
+              HumanBytes(static_cast<double>(r->bytes)).c_str());
+  return 0;
+}
+
 int RunJob(const std::string& name, const std::string& dir, const std::vector<std::string>& argv) {
   job::RunOptions opts{name, dir, argv};
   auto rec = job::Run(opts);
@@ -299,6 +309,11 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", json, "Print the metadata as JSON");
 
   std::vector<std::string> command;
+  std::string compact_out;
+  auto* compact = app.add_subcommand("compact", "Fold a chain of incremental checkpoints into one standalone checkpoint");
+  compact->add_option("dir", dir, "Checkpoint directory (the newest link of the chain)")->required();
+  compact->add_option("--out", compact_out, "Write the result here instead of replacing DIR");
+
   auto* run = app.add_subcommand("run", "Start a job in its own PID and mount namespaces and cgroup, restorable anywhere");
   run->add_option("--name", job_name, "Job name (default: generated)");
   run->add_option("--dir", dir, "Job directory for logs and checkpoints (default: /var/lib/cairn/jobs/NAME)");
@@ -314,6 +329,7 @@ int main(int argc, char** argv) {
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
+  if (compact->parsed()) return cairn::RunCompact(dir, compact_out);
   if (check->parsed()) return cairn::RunCheck();
   if (controller_commands.Parsed()) return controller_commands.Run();
   return 2;
