@@ -77,7 +77,7 @@ std::string KernelObjectDetail(const image::Fd& f) {
 }
 
 int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name,
-            const std::string& parent, bool track) {
+            const std::string& parent, bool track, bool pre_copy, int max_rounds) {
   dump::DumpOptions opts;
   if (!job_name.empty()) {
     auto rec = job::Load(job_name);
@@ -96,6 +96,8 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
   opts.tcp_close = tcp_close;
   opts.parent = parent;
   opts.track = track;
+  opts.pre_copy = pre_copy;
+  opts.precopy.max_rounds = max_rounds;
   if (track && !leave_running) {
     return Fail(absl::InvalidArgumentError("cairn dump: --track needs --leave-running (a killed process has no "
                                            "writes to track)"));
@@ -118,6 +120,12 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
               pid, dir.c_str(), r->processes, r->processes == 1 ? "" : "es", r->threads, r->areas, static_cast<unsigned long long>(r->pages),
               HumanBytes(static_cast<double>(r->bytes)).c_str(), r->total_seconds, r->frozen_seconds,
               leave_running ? "left running" : "killed");
+  if (r->precopy_rounds > 0) {
+    std::printf("pre-copy: %d round%s copied %s while the process ran; downtime %.3f s (frozen to copy the rest), "
+                "plus %.3f s to start tracking writes; total %.3f s\n",
+                r->precopy_rounds, r->precopy_rounds == 1 ? "" : "s", HumanBytes(static_cast<double>(r->precopy_bytes)).c_str(),
+                r->frozen_seconds, r->start_freeze_seconds, r->total_seconds);
+  }
   if (r->incremental) std::printf("incremental: only pages written since %s\n", parent.c_str());
   if (r->tracking) std::printf("tracking writes for a later dump --parent %s\n", dir.c_str());
   for (const std::string& n : r->notes) std::printf("note: %s\n", n.c_str());
@@ -298,6 +306,12 @@ int main(int argc, char** argv) {
   bool track = false;
   dump->add_option("--parent", parent, "Incremental: save only the pages written since this checkpoint (a directory "
                                        "next to --dir, taken with --track or --parent)");
+  bool pre_copy = false;
+  int max_rounds = 8;
+  dump->add_flag("--pre-copy", pre_copy, "Copy memory while the process runs; freeze it only to copy what was written "
+                                          "meanwhile (downtime reported apart)");
+  dump->add_option("--pre-copy-rounds", max_rounds, "Most copy rounds while the process runs (default 8)")
+      ->check(CLI::Range(1, 100));
   dump->add_flag("--track", track, "With --leave-running: track writes from now on, for a later dump --parent");
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
@@ -325,7 +339,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);

@@ -178,5 +178,96 @@ TEST_F(IncrementalTest, UntrackedParentFallsBackToFull) {
   ASSERT_TRUE(RestoreChecks(Ck(3), 3));
 }
 
+// Pre-copy of a program that keeps writing (and discarding) pages all along: most memory is copied
+// while it runs, and after restore every page holds exactly what the program last wrote there.
+class PreCopyTest : public CairnTest {
+ protected:
+  ::testing::AssertionResult StartWriter() {
+    writer_ = std::make_unique<Workload>("inc_writer", *temp_ / "writer");
+    std::filesystem::create_directories(writer_->workdir());
+    WriteFile(writer_->workdir() + "/stdin", "");
+    std::string bin = std::string(WORKLOAD_DIR) + "/incremental/inc_writer";
+    pid_ = SpawnProgram({bin, writer_->workdir(), "64", "20000"}, writer_->workdir() + "/stdin",
+                        writer_->workdir() + "/stdout", writer_->workdir() + "/stderr");
+    if (pid_ < 0) return ::testing::AssertionFailure() << "cannot start " << bin;
+    Track(pid_, bin);
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (!Exists(writer_->workdir() + "/ready")) {
+      if (!IsAlive(pid_) || std::chrono::steady_clock::now() > deadline) {
+        return ::testing::AssertionFailure() << "inc_writer did not get ready";
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    std::this_thread::sleep_for(200ms);  // writing for a while
+    return ::testing::AssertionSuccess();
+  }
+
+  // The pages the final (frozen) copy saved, from the dump's summary line.
+  static long FrozenPages(const std::string& out) {
+    std::string line = LineStartingWith(out, "dumped pid");
+    size_t at = line.find(" pages (");
+    if (at == std::string::npos) return -1;
+    size_t start = line.rfind(' ', at - 1);
+    return std::atol(line.substr(start + 1, at - start - 1).c_str());
+  }
+
+  ::testing::AssertionResult PassesAfterGo() {
+    WriteFileAtomic(writer_->workdir() + "/go", "");
+    Ending end = WaitGone(pid_, 30s);
+    std::string out = ReadFile(writer_->workdir() + "/stdout");
+    if (!end.ExitedWith(0) || LastLine(out) != "PASS") {
+      return ::testing::AssertionFailure() << "writer " << end.Describe() << ": " << out;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  std::unique_ptr<Workload> writer_;
+  pid_t pid_ = -1;
+};
+
+TEST_F(PreCopyTest, KeepsWritingDuringTheDumpAndEveryPageSurvives) {
+  ASSERT_TRUE(StartWriter());
+  std::string ckpt = *temp_ / "ckpt";
+  CommandResult dump = Cairn({"dump", "--pid", std::to_string(pid_), "--dir", ckpt, "--pre-copy"});
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  EXPECT_TRUE(Matches(dump.out, "pre-copy: [0-9]+ rounds? copied .* while the process ran; downtime [0-9.]+ s"))
+      << dump.Describe();
+  long frozen = FrozenPages(dump.out);
+  EXPECT_GE(frozen, 0) << dump.Describe();
+  EXPECT_LT(frozen, 16384 / 4) << "the frozen copy saved most of the 64 MiB: pre-copy did not work " << dump.Describe();
+  ASSERT_TRUE(WaitGone(pid_, 10s).gone);
+  CommandResult inspect = Inspect(ckpt);
+  ASSERT_TRUE(inspect.Exited(0)) << inspect.Describe();
+  EXPECT_TRUE(Matches(inspect.out, "pre-copy: [0-9]+ rounds while running")) << inspect.out;
+  CommandResult restore = Restore(ckpt, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  ASSERT_TRUE(PassesAfterGo());
+}
+
+TEST_F(PreCopyTest, LeaveRunningThenTrackForAnIncremental) {
+  ASSERT_TRUE(StartWriter());
+  std::string base = *temp_ / "base", next = *temp_ / "next";
+  CommandResult dump = Cairn({"dump", "--pid", std::to_string(pid_), "--dir", base, "--pre-copy", "--leave-running",
+                              "--track"});
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(IsAlive(pid_));
+  std::this_thread::sleep_for(100ms);
+  CommandResult inc = Cairn({"dump", "--pid", std::to_string(pid_), "--dir", next, "--parent", base});
+  ASSERT_TRUE(inc.Exited(0)) << inc.Describe();
+  EXPECT_TRUE(Matches(inc.out, "incremental: only pages written since")) << inc.Describe();
+  ASSERT_TRUE(WaitGone(pid_, 10s).gone);
+  CommandResult restore = Restore(next, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  ASSERT_TRUE(PassesAfterGo());
+}
+
+TEST_F(PreCopyTest, RefusedWithTreeOrParent) {
+  ASSERT_TRUE(StartWriter());
+  CommandResult r = Cairn({"dump", "--pid", std::to_string(pid_), "--dir", *temp_ / "x", "--pre-copy", "--tree"});
+  EXPECT_TRUE(r.FailedCleanly() && Matches(r.err, "pre-copy .* cannot be combined")) << r.Describe();
+  EXPECT_FALSE(Exists(*temp_ / "x"));
+  EXPECT_TRUE(IsAlive(pid_));
+}
+
 }  // namespace
 }  // namespace cairn::testing

@@ -18,6 +18,7 @@
 #include "engine/dump/freeze.h"
 #include "engine/dump/incremental.h"
 #include "engine/dump/memory.h"
+#include "engine/dump/precopy.h"
 #include "engine/dump/tracker.h"
 #include "engine/dump/namespaces.h"
 #include "engine/dump/sysv_ipc.h"
@@ -36,6 +37,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Debug log of how long each stage of the frozen phase takes (cairn -vv).
+class StageTimer {
+ public:
+  explicit StageTimer(pid_t pid) : pid_(pid), last_(Clock::now()) {}
+  void Mark(const char* stage) {
+    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage={} ms={:.2f}", pid_, stage, Since(last_) * 1e3);
+    last_ = Clock::now();
+  }
+
+ private:
+  pid_t pid_;
+  Clock::time_point last_;
+};
 
 absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& vmas, uint64_t* start,
                                       uint64_t* end) {
@@ -69,6 +84,8 @@ struct IncrementalContext {
   std::vector<TrackerUse> trackers;
   std::vector<std::string> notes;
   int incremental_procs = 0;
+  pid_t precopied_pid = 0;                  // pre-copy: the process copied while it ran
+  const PreCopied* precopied = nullptr;
 
   // Closes the trackers (still frozen processes): those this dump created, or all.
   void Discard(bool all) {
@@ -114,6 +131,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
                             image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem,
                             std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc) {
   pid_t pid = fp.pid();
+  StageTimer timer(pid);
   // Memory areas are read before the engine maps its scratch area into the process.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
@@ -124,10 +142,12 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
 
   inject::Injector inj(pid, syscall_insn);
   ASSIGN_OR_RETURN(inject::RemoteScratch scratch, inject::RemoteScratch::Map(inj));
+  timer.Mark("areas");
   absl::Status st = CaptureTaskState(fp, syscall_insn, inj, scratch, proc);
   absl::Status unmap = scratch.Unmap(inj);
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
+  timer.Mark("task_state");
 
   // Incremental: which pages were written since the parent (see tracker.h).
   int tracker_fd = FindTrackerFd(pid);
@@ -137,8 +157,9 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     incremental = CanBeIncremental(pid, *inc.parent, tracker_fd, &why);
     if (!incremental) inc.notes.push_back(absl::StrCat("pid ", pid, " saved in full: ", why));
   }
+  bool precopied = inc.precopied != nullptr && pid == inc.precopied_pid;
   std::optional<Tracker> tracker;
-  if (incremental || inc.keep_tracking) {
+  if (incremental || inc.keep_tracking || precopied) {
     bool created = tracker_fd < 0;
     auto t = created ? Tracker::Create(inj) : Tracker::Take(pid, tracker_fd);
     if (!t.ok()) return Annotate(t.status(), "start tracking writes");
@@ -164,16 +185,43 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
       v.set_inherits(true);
     }
     ++inc.incremental_procs;
+  } else if (precopied) {
+    // Pre-copy: the tracked areas were copied while the process ran; add what was
+    // written since the last round (and what a round could not read) after those copies.
+    const PreCopied& pc = *inc.precopied;
+    std::string path = absl::StrCat("/proc/", pid, "/pagemap");
+    UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!pm.valid()) return ErrnoStatus("open " + path);
+    for (size_t i = 0; i < vmas.size(); ++i) {
+      image::Vma& v = vmas[i];
+      if (v.kind() != image::Vma::ANON || !HasFlag(v, "uw")) continue;
+      std::vector<WrittenRun>& runs = written[i];
+      RETURN_IF_ERROR(ScanWritten(pm.get(), v.start(), v.end(), &runs));
+      for (const auto& [a, b] : pc.unread) {
+        uint64_t s0 = std::max(a, v.start()), e0 = std::min(b, v.end());
+        if (s0 < e0) runs.push_back({s0, e0 - s0, true});
+      }
+      std::sort(runs.begin(), runs.end(), [](const WrittenRun& x, const WrittenRun& y) { return x.start < y.start; });
+      uint64_t found = 0;
+      for (const WrittenRun& r : runs) found += r.len;
+      CAIRN_LOG_DEBUG("event=precopy_final pid={} area={:#x}-{:#x} written_bytes={} runs={}", pid, v.start(), v.end(),
+                      found, runs.size());
+      for (const image::PageBlock& b : pc.blocks) {
+        if (b.vaddr() < v.end() && b.vaddr() + b.length() > v.start()) *v.add_blocks() = b;
+      }
+    }
   }
 
+  timer.Mark("tracking");
   RETURN_IF_ERROR(SaveDeletedMappedFiles(pid, vmas, writer, saved_files));
   ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem,
-                                            incremental ? &written : nullptr));
+                                            incremental || precopied ? &written : nullptr));
   if (inc.keep_tracking) {
     // Protect what the scan above did not: every private anonymous area, registering
     // the ones that are new. The process is frozen, so no write is missed.
     for (const image::Vma& v : vmas) {
       if (v.kind() != image::Vma::ANON || v.inherits()) continue;
+      if (HasFlag(v, "uw") && precopied) continue;  // scanned above
       if (!HasFlag(v, "uw") && !tracker->Register(v.start(), v.end())) {
         CAIRN_LOG_DEBUG("event=untracked_area pid={} start={:#x} end={:#x}", pid, v.start(), v.end());
         continue;
@@ -182,6 +230,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     }
     proc->set_tracker_fd(tracker->remote_fd());
   }
+  timer.Mark("pages");
   for (auto& v : vmas) *proc->add_vmas() = std::move(v);
   mem->pages += m.pages;
   mem->bytes += m.bytes;
@@ -267,10 +316,10 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
   return out;
 }
 
+// Captures everything of the frozen tree into `writer` and `ckpt`; the caller commits.
 absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer,
-                                      IncrementalContext& inc) {
+                                      IncrementalContext& inc, image::Checkpoint& ckpt) {
   DumpResult result;
-  image::Checkpoint ckpt;
   ckpt.set_id(NewImageId());
   ckpt.set_cairn_version(CAIRN_VERSION);
   ckpt.set_job_name(opts.job_name);
@@ -310,6 +359,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     result.threads += p->threads_size();
     result.areas += p->vmas_size();
   }
+  StageTimer timer(opts.pid);
   RETURN_IF_ERROR(CaptureFds(live, FdOptions{opts.tcp_close}, &writer, live_procs, &saved_files));
   ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
   if (own_ipc) {
@@ -317,22 +367,12 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     RETURN_IF_ERROR(CaptureSysvIpc(opts.pid, writer, ckpt.mutable_ipc()));
   }
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
+  timer.Mark("fds");
   if (inc.incremental_procs > 0) {
     ckpt.mutable_parent()->set_dir(inc.parent->name);
     ckpt.mutable_parent()->set_id(inc.parent->meta().id());
   }
   ckpt.set_tracking(inc.keep_tracking);
-  RETURN_IF_ERROR(writer.Commit(ckpt));
-  if (inc.keep_tracking) {
-    for (const TrackerUse& t : inc.trackers) {
-      auto start = ProcessStartTime(t.pid);
-      absl::Status s = start.ok() ? SaveTrackerState(t.pid, {*start, ckpt.id(), t.remote_fd}) : start.status();
-      if (!s.ok()) {
-        result.notes.push_back(absl::StrCat("pid ", t.pid, ": writes are tracked but the record of it could not be "
-                                            "saved (", s.message(), "); the next --parent dump will be full"));
-      }
-    }
-  }
   result.incremental = inc.incremental_procs > 0;
   result.tracking = inc.keep_tracking;
   for (auto& n : inc.notes) result.notes.push_back(std::move(n));
@@ -340,6 +380,22 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   result.pages = mem.pages;
   result.bytes = mem.bytes;
   return result;
+}
+
+// Commits the checkpoint, then records which image the trackers are in sync with.
+absl::Status Commit(image::ImageWriter& writer, image::Checkpoint& ckpt, const IncrementalContext& inc,
+                    DumpResult* result) {
+  RETURN_IF_ERROR(writer.Commit(ckpt));
+  if (!inc.keep_tracking) return absl::OkStatus();
+  for (const TrackerUse& t : inc.trackers) {
+    auto start = ProcessStartTime(t.pid);
+    absl::Status s = start.ok() ? SaveTrackerState(t.pid, {*start, ckpt.id(), t.remote_fd}) : start.status();
+    if (!s.ok()) {
+      result->notes.push_back(absl::StrCat("pid ", t.pid, ": writes are tracked but the record of it could not be "
+                                           "saved (", s.message(), "); the next --parent dump will be full"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The checks made before anything is frozen: every process's areas and descriptors can
@@ -418,6 +474,11 @@ absl::Status CheckTarget(pid_t pid) {
 
 absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   auto t0 = Clock::now();
+  if (opts.pre_copy && (opts.tree || !opts.parent.empty())) {
+    return absl::UnimplementedError(
+        "--pre-copy works on a single process and makes a full checkpoint: it cannot be combined with --tree, "
+        "--job or --parent yet");
+  }
   RETURN_IF_ERROR(CheckTarget(opts.pid));
   RETURN_IF_ERROR(CheckNamespaces(opts.pid));
   // Refuse what cannot be saved before stopping anything. Processes of a tree may exit
@@ -440,24 +501,61 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   inc.keep_tracking = opts.leave_running && (opts.track || parent.has_value());
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
+  std::optional<PreCopied> precopied;
+  if (opts.pre_copy) {
+    auto pc = PreCopy(opts.pid, *writer, opts.precopy, opts.progress);
+    if (!pc.ok()) {
+      return Annotate(pc.status(), absl::StrCat("pre-copy of pid ", opts.pid, " failed (the process was left running)"));
+    }
+    precopied.emplace(std::move(*pc));
+    inc.precopied = &*precopied;
+    inc.precopied_pid = opts.pid;
+  }
   auto t_freeze = Clock::now();
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
-  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc);
+  CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
+  image::Checkpoint ckpt;
+  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt);
+  // A process that is killed only goes once its checkpoint is committed; one left running
+  // goes on before the commit (its fsyncs are no downtime), and a failed commit then
+  // leaves it running as if no dump had been asked for.
+  if (precopied && result.ok()) {
+    result->precopy_rounds = precopied->rounds;
+    result->precopy_bytes = precopied->bytes;
+    result->start_freeze_seconds = precopied->start_freeze_seconds;
+    ckpt.set_precopy_rounds(static_cast<uint32_t>(precopied->rounds));
+  }
+  if (result.ok() && !opts.leave_running) {
+    ckpt.set_downtime_seconds(Since(t_freeze));
+    absl::Status committed = Commit(*writer, ckpt, inc, &*result);
+    if (!committed.ok()) result = committed;
+  }
+  auto failed = [&](const absl::Status& s) {
+    return Annotate(s, absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
+                                    opts.tree ? "es were" : " was", " left running)"));
+  };
   if (!result.ok()) {
     writer->Abort();
     inc.Discard(/*all=*/false);
     absl::Status thaw = ft.Thaw();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
-    return Annotate(result.status(), absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
-                                                  opts.tree ? "es were" : " was", " left running)"));
+    return failed(result.status());
   }
   if (opts.leave_running) {
     if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
     RETURN_IF_ERROR(ft.Thaw());
+    result->frozen_seconds = Since(t_freeze);
+    ckpt.set_downtime_seconds(result->frozen_seconds);
+    absl::Status committed = Commit(*writer, ckpt, inc, &*result);
+    if (!committed.ok()) {
+      writer->Abort();
+      for (const TrackerUse& t : inc.trackers) ClearTrackerState(t.pid);
+      return failed(committed);
+    }
   } else {
     RETURN_IF_ERROR(ft.Kill());
+    result->frozen_seconds = Since(t_freeze);
   }
-  result->frozen_seconds = Since(t_freeze);
   result->total_seconds = Since(t0);
   CAIRN_LOG_INFO("event=dump pid={} dir={} threads={} pages={} seconds={:.3f}", opts.pid, opts.dir,
                  result->threads, result->pages, result->total_seconds);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/dump/precopy.h"
 
 namespace cairn::dump {
 
@@ -34,6 +35,10 @@ struct DumpOptions {
   // With leave_running: keep tracking writes after this dump so that a later dump can
   // name this one as its parent (implied by `parent`).
   bool track = false;
+  // Copy memory while the process runs, then freeze it only to copy the rest (see
+  // precopy.h). A single process only (not `tree`), without `parent`.
+  bool pre_copy = false;
+  PreCopyOptions precopy;
 };
 
 struct DumpResult {
@@ -47,6 +52,9 @@ struct DumpResult {
   bool incremental = false;         // built on `parent` (at least one process incremental)
   bool tracking = false;            // writes are tracked after this dump
   std::vector<std::string> notes;   // e.g. why a process was saved in full
+  int precopy_rounds = 0;           // pre-copy: rounds copied while the process ran
+  uint64_t precopy_bytes = 0;       // page data copied while it ran
+  double start_freeze_seconds = 0;  // the brief stop that started write tracking
 };
 
 // Freezes the process (with `tree`, it and every descendant: each process is frozen

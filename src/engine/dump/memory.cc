@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -187,7 +188,7 @@ struct Batch {
   size_t vma = 0;
   uint64_t addr = 0;
   std::vector<Segment> segments;
-  std::vector<char>* buf = nullptr;
+  char* buf = nullptr;
 };
 
 // Splits a buffer into runs of pages to save, dropping zero pages when `skip_zero`
@@ -308,20 +309,24 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
 
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
                                       const ProgressFn& progress, std::set<uint64_t>* saved_shmem,
-                                      const WrittenPages* written) {
+                                      const WrittenPages* written,
+                                      std::vector<std::pair<uint64_t, uint64_t>>* unread) {
   std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
   ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem, written, &blocks));
   uint64_t total = 0;
   for (const Run& r : runs) total += r.len;
 
-  std::vector<std::vector<char>> buffers(kBuffers, std::vector<char>(kBufferBytes));
+  // Left uninitialised: a small dump touches only what it reads (zeroing 32 MiB would
+  // cost more than the whole dump of a small process).
+  std::vector<std::unique_ptr<char[]>> buffers;
+  for (size_t i = 0; i < kBuffers; ++i) buffers.emplace_back(new char[kBufferBytes]);
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::vector<char>*> free_bufs;  // GUARDED_BY(mu)
+  std::deque<char*> free_bufs;  // GUARDED_BY(mu)
   std::deque<Batch> full;                    // GUARDED_BY(mu)
   bool reader_done = false;                  // GUARDED_BY(mu)
   absl::Status writer_status;                // GUARDED_BY(mu)
-  for (auto& b : buffers) free_bufs.push_back(&b);
+  for (auto& b : buffers) free_bufs.push_back(b.get());
 
   MemoryStats stats;
 
@@ -338,7 +343,7 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         full.pop_front();
       }
       absl::Status s;
-      const char* data = b.buf->data();
+      const char* data = b.buf;
       for (const Segment& seg : b.segments) {
         if (seg.zero) {
           image::PageBlock zb;
@@ -368,7 +373,7 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   uint64_t done = 0;
   for (const Run& r : runs) {
     for (uint64_t off = 0; off < r.len && read_status.ok();) {
-      std::vector<char>* buf;
+      char* buf;
       {
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return !free_bufs.empty() || !writer_status.ok(); });
@@ -377,7 +382,16 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         free_bufs.pop_front();
       }
       uint64_t len = std::min<uint64_t>(r.len - off, kBufferBytes);
-      read_status = inject::ReadRemote(pid, r.start + off, buf->data(), len);
+      read_status = inject::ReadRemote(pid, r.start + off, buf, len);
+      if (!read_status.ok() && unread != nullptr) {
+        // A running process may have unmapped the area meanwhile: the caller copies the
+        // rest of the run again once the process is frozen, if it still exists then.
+        unread->emplace_back(r.start + off, r.start + r.len);
+        read_status = absl::OkStatus();
+        std::lock_guard lock(mu);
+        free_bufs.push_back(buf);
+        break;
+      }
       if (!read_status.ok()) {
         read_status = Annotate(read_status, absl::StrFormat("read memory of pid %d at %#x", pid, r.start + off));
         std::lock_guard lock(mu);
@@ -386,7 +400,7 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
       }
       const image::Vma& v = vmas[r.vma];
       Batch batch{r.vma, r.start + off,
-                  Segments(buf->data(), len, v.kind() != image::Vma::FILE_PRIVATE, r.keep_zero), buf};
+                  Segments(buf, len, v.kind() != image::Vma::FILE_PRIVATE, r.keep_zero), buf};
       {
         std::lock_guard lock(mu);
         full.push_back(std::move(batch));

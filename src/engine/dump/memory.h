@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,9 +45,12 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
 // saved instead of every page found; a zero page among them is recorded as a zero block
 // (it must hide an older copy), as is a run that is no longer present.
 // Blocks are appended to each Vma after the ones it already has.
+// `unread` (optional, for a process that runs meanwhile): a run that cannot be read is
+// recorded there as [start, end) and skipped instead of failing the dump.
 using WrittenPages = std::map<size_t, std::vector<WrittenRun>>;
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas,
                                       image::ImageWriter& writer, const ProgressFn& progress,
-                                      std::set<uint64_t>* saved_shmem, const WrittenPages* written = nullptr);
+                                      std::set<uint64_t>* saved_shmem, const WrittenPages* written = nullptr,
+                                      std::vector<std::pair<uint64_t, uint64_t>>* unread = nullptr);
 
 }  // namespace cairn::dump

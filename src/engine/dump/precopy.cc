@@ -1,0 +1,109 @@
+#include "engine/dump/precopy.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/dump/freeze.h"
+#include "engine/dump/tracker.h"
+#include "engine/inject/injector.h"
+#include "engine/proc/maps.h"
+
+namespace cairn::dump {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool Tracked(const image::Vma& v) {
+  return v.kind() == image::Vma::ANON &&
+         std::find(v.vm_flags().begin(), v.vm_flags().end(), "uw") != v.vm_flags().end();
+}
+
+// Step 1: starts (or restarts) the write tracker of `pid` and protects every private
+// anonymous area. Only creating the tracker needs the process stopped (a userfaultfd
+// belongs to the address space of the task that creates it); registering and protecting
+// act on that address space from here while the process runs: a page written before its
+// protection is copied by round 1 after it, so no write is missed. Returns how long the
+// process was stopped.
+absl::StatusOr<double> StartTracking(pid_t pid) {
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+  ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
+  int fd = FindTrackerFd(pid);
+  double stopped = 0;
+  std::optional<Tracker> tracker;
+  if (fd >= 0) {
+    ASSIGN_OR_RETURN(Tracker t, Tracker::Take(pid, fd));
+    tracker.emplace(std::move(t));
+  } else {
+    auto vdso = std::find_if(vmas.begin(), vmas.end(), [](const image::Vma& v) { return v.kind() == image::Vma::VDSO; });
+    if (vdso == vmas.end()) return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO"));
+    ASSIGN_OR_RETURN(uint64_t insn, inject::FindSyscallInsn(pid, vdso->start(), vdso->end()));
+    auto t0 = Clock::now();
+    ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(pid));
+    inject::Injector inj(pid, insn);
+    auto t = Tracker::Create(inj);
+    RETURN_IF_ERROR(fp.Thaw());
+    stopped = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!t.ok()) return Annotate(t.status(), "start tracking writes");
+    tracker.emplace(std::move(*t));
+  }
+  ClearTrackerState(pid);  // whatever image it was in sync with, it no longer is
+  for (const image::Vma& v : vmas) {
+    if (v.kind() != image::Vma::ANON) continue;
+    bool uw = std::find(v.vm_flags().begin(), v.vm_flags().end(), "uw") != v.vm_flags().end();
+    if (!uw && !tracker->Register(v.start(), v.end())) continue;  // not trackable (or gone): copied while frozen
+    // An area unmapped meanwhile cannot be protected; it is not copied either.
+    absl::Status st = tracker->Protect(v.start(), v.end());
+    if (!st.ok()) CAIRN_LOG_DEBUG("event=protect_failed pid={} error=\"{}\"", pid, st.ToString());
+  }
+  return stopped;
+}
+
+}  // namespace
+
+absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const PreCopyOptions& opts,
+                                  const ProgressFn& progress) {
+  PreCopied out;
+  ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid));
+  std::string path = absl::StrCat("/proc/", pid, "/pagemap");
+  UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!pm.valid()) return ErrnoStatus("open " + path);
+  for (int round = 1; round <= std::max(1, opts.max_rounds); ++round) {
+    ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+    ASSIGN_OR_RETURN(std::vector<image::Vma> all, DescribeAreas(pid, maps));
+    std::vector<image::Vma> vmas;
+    for (auto& v : all) {
+      if (Tracked(v)) vmas.push_back(std::move(v));
+    }
+    std::set<uint64_t> no_shmem;
+    WrittenPages written;
+    uint64_t found = 0;
+    if (round > 1) {
+      for (size_t i = 0; i < vmas.size(); ++i) {
+        RETURN_IF_ERROR(ScanWritten(pm.get(), vmas[i].start(), vmas[i].end(), &written[i]));
+        for (const WrittenRun& r : written[i]) found += r.len;
+      }
+      out.written_per_round.push_back(found);
+    }
+    ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, progress, &no_shmem,
+                                              round > 1 ? &written : nullptr, &out.unread));
+    for (const image::Vma& v : vmas) {
+      for (const image::PageBlock& b : v.blocks()) out.blocks.push_back(b);
+    }
+    out.bytes += m.bytes;
+    out.rounds = round;
+    CAIRN_LOG_DEBUG("event=precopy_round pid={} round={} written_bytes={} copied_bytes={}", pid, round, found, m.bytes);
+    if (round > 1 && found <= opts.small_bytes) break;
+  }
+  return out;
+}
+
+}  // namespace cairn::dump
