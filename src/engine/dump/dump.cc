@@ -132,8 +132,19 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
                             std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc) {
   pid_t pid = fp.pid();
   StageTimer timer(pid);
+  bool precopied = inc.precopied != nullptr && pid == inc.precopied_pid;
   // Memory areas are read before the engine maps its scratch area into the process.
-  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+  std::vector<proc::MapEntry> maps;
+  if (precopied) {
+    ASSIGN_OR_RETURN(maps, proc::ReadMaps(pid));
+    if (proc::SameLayout(maps, inc.precopied->last_maps)) {
+      maps = inc.precopied->last_maps;
+    } else {
+      ASSIGN_OR_RETURN(maps, proc::ReadSmaps(pid));
+    }
+  } else {
+    ASSIGN_OR_RETURN(maps, proc::ReadSmaps(pid));
+  }
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
   uint64_t vdso_start = 0, vdso_end = 0;
   ASSIGN_OR_RETURN(uint64_t vdso_sum, VdsoChecksum(pid, vmas, &vdso_start, &vdso_end));
@@ -157,7 +168,6 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     incremental = CanBeIncremental(pid, *inc.parent, tracker_fd, &why);
     if (!incremental) inc.notes.push_back(absl::StrCat("pid ", pid, " saved in full: ", why));
   }
-  bool precopied = inc.precopied != nullptr && pid == inc.precopied_pid;
   std::optional<Tracker> tracker;
   if (incremental || inc.keep_tracking || precopied) {
     bool created = tracker_fd < 0;
@@ -498,7 +508,9 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   }
   IncrementalContext inc;
   inc.parent = parent ? &*parent : nullptr;
-  inc.keep_tracking = opts.leave_running && (opts.track || parent.has_value());
+  // Pre-copy leaves the tracker it started in place (closing it would unprotect every page
+  // while the process is stopped): the next dump --parent can be incremental.
+  inc.keep_tracking = opts.leave_running && (opts.track || parent.has_value() || opts.pre_copy);
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
   std::optional<PreCopied> precopied;

@@ -1,6 +1,7 @@
 #include "engine/dump/precopy.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,9 +49,14 @@ absl::StatusOr<double> StartTracking(pid_t pid) {
     ASSIGN_OR_RETURN(uint64_t insn, inject::FindSyscallInsn(pid, vdso->start(), vdso->end()));
     auto t0 = Clock::now();
     ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(pid));
+    auto t1 = Clock::now();
     inject::Injector inj(pid, insn);
     auto t = Tracker::Create(inj);
+    auto t2 = Clock::now();
     RETURN_IF_ERROR(fp.Thaw());
+    CAIRN_LOG_DEBUG("event=start_tracking pid={} freeze_ms={:.2f} create_ms={:.2f} thaw_ms={:.2f}", pid,
+                    std::chrono::duration<double>(t1 - t0).count() * 1e3, std::chrono::duration<double>(t2 - t1).count() * 1e3,
+                    std::chrono::duration<double>(Clock::now() - t2).count() * 1e3);
     stopped = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!t.ok()) return Annotate(t.status(), "start tracking writes");
     tracker.emplace(std::move(*t));
@@ -67,18 +73,32 @@ absl::StatusOr<double> StartTracking(pid_t pid) {
   return stopped;
 }
 
+// Runs the copy rounds at the lowest CPU priority (nice 19 for this thread and the writer
+// threads it starts): on a machine with few cores, copying at normal priority would take
+// CPU time from the process, which then sees the pre-copy as stalls. Restored on exit.
+class LowPriority {
+ public:
+  LowPriority() : old_(::getpriority(PRIO_PROCESS, 0)) { (void)::setpriority(PRIO_PROCESS, 0, 19); }
+  ~LowPriority() { (void)::setpriority(PRIO_PROCESS, 0, old_); }
+
+ private:
+  int old_;
+};
+
 }  // namespace
 
 absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const PreCopyOptions& opts,
                                   const ProgressFn& progress) {
   PreCopied out;
   ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid));
+  LowPriority low;
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!pm.valid()) return ErrnoStatus("open " + path);
   for (int round = 1; round <= std::max(1, opts.max_rounds); ++round) {
     ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
     ASSIGN_OR_RETURN(std::vector<image::Vma> all, DescribeAreas(pid, maps));
+    out.last_maps = maps;
     std::vector<image::Vma> vmas;
     for (auto& v : all) {
       if (Tracked(v)) vmas.push_back(std::move(v));

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -38,6 +39,8 @@ constexpr uint64_t kPageIsSwapped = 1 << 4;
 constexpr uint64_t kPageIsPfnZero = 1 << 5;
 
 constexpr int kParkBase = 1000;
+constexpr int kParkLow = 64;
+constexpr int kParkLowest = 32;
 
 std::string StateDir() {
   const char* d = std::getenv("CAIRN_STATE_DIR");
@@ -120,14 +123,36 @@ absl::StatusOr<Tracker> Tracker::Take(pid_t pid, int remote_fd) {
 
 absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
   pid_t pid = inj.tid();
-  struct rlimit lim {};
-  int base = kParkBase;
-  if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
-    base = static_cast<int>(std::min<rlim_t>(base, lim.rlim_cur > 32 ? lim.rlim_cur - 16 : 3));
+  // Park it at the highest free descriptor below 64: every descriptor table has room for
+  // 64, so the table does not grow (growing the table of a multi-threaded process waits
+  // for an RCU grace period, milliseconds while the process is stopped). Above 1000 when
+  // none is free there.
+  std::set<int> used;
+  auto fds = proc::ReadFds(pid);
+  if (fds.ok()) {
+    for (const proc::FdInfo& f : *fds) used.insert(f.fd);
+  }
+  int target = -1;
+  for (int fd = kParkLow - 1; fd >= kParkLowest && fds.ok(); --fd) {
+    if (!used.count(fd)) {
+      target = fd;
+      break;
+    }
   }
   ASSIGN_OR_RETURN(long ufd, inj.Call("userfaultfd", SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
-  auto parked = inj.Call("park the write tracker", SYS_fcntl, static_cast<uint64_t>(ufd), F_DUPFD_CLOEXEC,
-                         static_cast<uint64_t>(base));
+  absl::StatusOr<long> parked;
+  if (target >= 0) {
+    parked = inj.Call("park the write tracker", SYS_dup3, static_cast<uint64_t>(ufd), static_cast<uint64_t>(target),
+                      O_CLOEXEC);
+  } else {
+    struct rlimit lim {};
+    int base = kParkBase;
+    if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+      base = static_cast<int>(std::min<rlim_t>(base, lim.rlim_cur > 32 ? lim.rlim_cur - 16 : 3));
+    }
+    parked = inj.Call("park the write tracker", SYS_fcntl, static_cast<uint64_t>(ufd), F_DUPFD_CLOEXEC,
+                      static_cast<uint64_t>(base));
+  }
   (void)inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(ufd));
   if (!parked.ok()) return parked.status();
   int remote = static_cast<int>(*parked);

@@ -9,9 +9,12 @@
 // and, with PM_SCAN_WP_MATCHING, protects them again in the same walk.
 //
 // Lifetime: closing the last reference to a userfaultfd unregisters its ranges, so the
-// tracker must outlive `cairn dump`. It is parked in the target itself, at a high
-// descriptor number (F_DUPFD_CLOEXEC from min(1000, RLIMIT_NOFILE - 16)), close-on-exec
-// (an exec replaces the address space it tracks). Dumps recognise it (a userfaultfd with
+// tracker must outlive `cairn dump`. It is parked in the target itself, close-on-exec (an
+// exec replaces the address space it tracks), at the highest free descriptor in 32..63
+// (every descriptor table holds 64, so parking never grows the table, which for a
+// multi-threaded process costs an RCU grace period while it is stopped), or else at the
+// first free one from min(1000, RLIMIT_NOFILE - 16). A program that later dup2()s onto
+// that number closes the tracker: the next dump then falls back to a full one. Dumps recognise it (a userfaultfd with
 // the WP_ASYNC feature) and neither save nor restore it. Which image the tracker was last
 // synchronised with (protected at) is recorded on the host, in
 // $CAIRN_STATE_DIR/tracking/PID (default /var/lib/cairn), with the process's start time so
