@@ -4,7 +4,9 @@
 # ticks every millisecond and records its longest gap. For each size, in one run of the program:
 # the longest gap over a quiet window of the same length (baseline: scheduler noise), during a
 # plain `dump --leave-running`, and during `dump --pre-copy --leave-running`. Images go to
-# $BENCH_DIR (default /var/tmp). Prints a markdown table for docs/performance.md.
+# $BENCH_DIR (default /var/tmp). HOLDER_NICE=-10 runs the program above other users' load on a
+# shared machine (the quiet window shows what noise is left). Prints a markdown table for
+# docs/performance.md.
 #
 #   sudo bash bench/precopy_downtime.sh [SIZES_MIB...]    (default: 1024 4096)
 set -euo pipefail
@@ -35,7 +37,7 @@ for mib in "${sizes[@]}"; do
   n=0
   (
     for fd in $(ls /proc/$BASHPID/fd); do if ((fd > 2)); then eval "exec $fd>&-"; fi; done
-    exec "$build/bench/downtime_holder" "$work" "$mib" "$rate" </dev/null >"$work/out" 2>&1
+    exec nice -n "${HOLDER_NICE:-0}" "$build/bench/downtime_holder" "$work" "$mib" "$rate" </dev/null >"$work/out" 2>&1
   ) &
   pid=$!
   while [[ ! -f $work/ready ]]; do sleep 0.05; done

@@ -86,6 +86,7 @@ struct IncrementalContext {
   int incremental_procs = 0;
   pid_t precopied_pid = 0;                  // pre-copy: the process copied while it ran
   const PreCopied* precopied = nullptr;
+  std::vector<std::pair<image::Process*, int>> seed;  // areas (record, index) to seed with its blocks
 
   // Closes the trackers (still frozen processes): those this dump created, or all.
   void Discard(bool all) {
@@ -97,6 +98,17 @@ struct IncrementalContext {
     }
   }
 };
+
+// Scans the written pages of the areas `tracked` (indexes into `vmas`) in parallel.
+absl::Status ScanTracked(int pagemap_fd, const std::vector<image::Vma>& vmas, const std::vector<size_t>& tracked,
+                         WrittenPages* written) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (size_t i : tracked) ranges.emplace_back(vmas[i].start(), vmas[i].end());
+  std::vector<std::vector<WrittenRun>> runs;
+  RETURN_IF_ERROR(ScanWrittenParallel(pagemap_fd, ranges, &runs));
+  for (size_t k = 0; k < tracked.size(); ++k) (*written)[tracked[k]] = std::move(runs[k]);
+  return absl::OkStatus();
+}
 
 // Whether the writes of `pid` since the parent are known; if not, says why in `why`.
 bool CanBeIncremental(pid_t pid, const Parent& parent, int tracker_fd, std::string* why) {
@@ -186,14 +198,14 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     std::string path = absl::StrCat("/proc/", pid, "/pagemap");
     UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!pm.valid()) return ErrnoStatus("open " + path);
+    // "uw": registered with the tracker, so tracked since the parent. Other areas are
+    // new since the parent (or moved, or not trackable) and saved in full.
+    std::vector<size_t> tracked;
     for (size_t i = 0; i < vmas.size(); ++i) {
-      image::Vma& v = vmas[i];
-      // "uw": registered with the tracker, so tracked since the parent. Other areas are
-      // new since the parent (or moved, or not trackable) and saved in full.
-      if (v.kind() != image::Vma::ANON || !HasFlag(v, "uw")) continue;
-      RETURN_IF_ERROR(ScanWritten(pm.get(), v.start(), v.end(), &written[i]));
-      v.set_inherits(true);
+      if (vmas[i].kind() == image::Vma::ANON && HasFlag(vmas[i], "uw")) tracked.push_back(i);
     }
+    RETURN_IF_ERROR(ScanTracked(pm.get(), vmas, tracked, &written));
+    for (size_t i : tracked) vmas[i].set_inherits(true);
     ++inc.incremental_procs;
   } else if (precopied) {
     // Pre-copy: the tracked areas were copied while the process ran; add what was
@@ -202,23 +214,22 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     std::string path = absl::StrCat("/proc/", pid, "/pagemap");
     UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!pm.valid()) return ErrnoStatus("open " + path);
+    std::vector<size_t> tracked;
     for (size_t i = 0; i < vmas.size(); ++i) {
+      if (vmas[i].kind() == image::Vma::ANON && HasFlag(vmas[i], "uw")) tracked.push_back(i);
+    }
+    RETURN_IF_ERROR(ScanTracked(pm.get(), vmas, tracked, &written));
+    for (size_t i : tracked) {
       image::Vma& v = vmas[i];
-      if (v.kind() != image::Vma::ANON || !HasFlag(v, "uw")) continue;
       std::vector<WrittenRun>& runs = written[i];
-      RETURN_IF_ERROR(ScanWritten(pm.get(), v.start(), v.end(), &runs));
       for (const auto& [a, b] : pc.unread) {
         uint64_t s0 = std::max(a, v.start()), e0 = std::min(b, v.end());
         if (s0 < e0) runs.push_back({s0, e0 - s0, true});
       }
       std::sort(runs.begin(), runs.end(), [](const WrittenRun& x, const WrittenRun& y) { return x.start < y.start; });
-      uint64_t found = 0;
-      for (const WrittenRun& r : runs) found += r.len;
-      CAIRN_LOG_DEBUG("event=precopy_final pid={} area={:#x}-{:#x} written_bytes={} runs={}", pid, v.start(), v.end(),
-                      found, runs.size());
-      for (const image::PageBlock& b : pc.blocks) {
-        if (b.vaddr() < v.end() && b.vaddr() + b.length() > v.start()) *v.add_blocks() = b;
-      }
+      // The blocks copied while it ran go in front of this area's blocks later, once the
+      // process runs again (SeedPreCopied): no downtime for bookkeeping.
+      inc.seed.emplace_back(proc, proc->vmas_size() + static_cast<int>(i));
     }
   }
 
@@ -392,9 +403,26 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   return result;
 }
 
+// Puts the blocks pre-copy copied while the process ran in front of the blocks the frozen
+// phase saved, in each tracked area they intersect (a later block wins on restore).
+void SeedPreCopied(IncrementalContext& inc) {
+  if (inc.precopied == nullptr) return;
+  for (auto [proc, index] : inc.seed) {
+    image::Vma* v = proc->mutable_vmas(index);
+    google::protobuf::RepeatedPtrField<image::PageBlock> blocks;
+    for (const image::PageBlock& b : inc.precopied->blocks) {
+      if (b.vaddr() < v->end() && b.vaddr() + b.length() > v->start()) *blocks.Add() = b;
+    }
+    for (image::PageBlock& b : *v->mutable_blocks()) *blocks.Add() = std::move(b);
+    v->mutable_blocks()->Swap(&blocks);
+  }
+  inc.seed.clear();
+}
+
 // Commits the checkpoint, then records which image the trackers are in sync with.
-absl::Status Commit(image::ImageWriter& writer, image::Checkpoint& ckpt, const IncrementalContext& inc,
+absl::Status Commit(image::ImageWriter& writer, image::Checkpoint& ckpt, IncrementalContext& inc,
                     DumpResult* result) {
+  SeedPreCopied(inc);
   RETURN_IF_ERROR(writer.Commit(ckpt));
   if (!inc.keep_tracking) return absl::OkStatus();
   for (const TrackerUse& t : inc.trackers) {

@@ -6,6 +6,7 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/image/format.h"
@@ -312,7 +314,9 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
                                       const WrittenPages* written,
                                       std::vector<std::pair<uint64_t, uint64_t>>* unread) {
   std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
+  auto t_start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem, written, &blocks));
+  auto t_found = std::chrono::steady_clock::now();
   uint64_t total = 0;
   for (const Run& r : runs) total += r.len;
 
@@ -420,9 +424,14 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   writer_thread.join();
   RETURN_IF_ERROR(read_status);
   RETURN_IF_ERROR(writer_status);
+  auto t_copied = std::chrono::steady_clock::now();
   for (size_t i = 0; i < vmas.size(); ++i) {
     for (auto& b : blocks[i]) *vmas[i].add_blocks() = std::move(b);
   }
+  CAIRN_LOG_DEBUG("event=dump_pages pid={} runs={} bytes={} find_ms={:.2f} copy_ms={:.2f} record_ms={:.2f}", pid,
+                  runs.size(), stats.bytes, std::chrono::duration<double>(t_found - t_start).count() * 1e3,
+                  std::chrono::duration<double>(t_copied - t_found).count() * 1e3,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t_copied).count() * 1e3);
   return stats;
 }
 

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -221,6 +223,52 @@ absl::Status ScanWritten(int pagemap_fd, uint64_t start, uint64_t end, std::vect
     }
     if (arg.walk_end <= addr) break;
     addr = arg.walk_end;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::dump
+
+namespace cairn::dump {
+
+absl::Status ScanWrittenParallel(int pagemap_fd, const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                 std::vector<std::vector<WrittenRun>>* out) {
+  constexpr uint64_t kChunk = 256ull << 20;
+  struct Task {
+    size_t range;
+    uint64_t start, end;
+    std::vector<WrittenRun> runs;
+    absl::Status status;
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    for (uint64_t a = ranges[i].first; a < ranges[i].second; a += kChunk) {
+      tasks.push_back({i, a, std::min(a + kChunk, ranges[i].second), {}, {}});
+    }
+  }
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t t; (t = next.fetch_add(1)) < tasks.size();) {
+      tasks[t].status = ScanWritten(pagemap_fd, tasks[t].start, tasks[t].end, &tasks[t].runs);
+    }
+  };
+  size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 8);
+  threads = std::min(threads, tasks.size());
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  out->assign(ranges.size(), {});
+  for (Task& t : tasks) {
+    RETURN_IF_ERROR(t.status);
+    std::vector<WrittenRun>& dst = (*out)[t.range];
+    for (const WrittenRun& r : t.runs) {
+      if (!dst.empty() && dst.back().present == r.present && dst.back().start + dst.back().len == r.start) {
+        dst.back().len += r.len;
+      } else {
+        dst.push_back(r);
+      }
+    }
   }
   return absl::OkStatus();
 }

@@ -44,9 +44,9 @@ static void* Writer(void* arg) {
   (void)arg;
   uint64_t rng = 0x1234567;
   int64_t next = 1;
-  long per_ms = g_rate / 1000 > 0 ? g_rate / 1000 : 1;
+  double per_ms = (double)g_rate / 1000.0, due = 0;
   while (!atomic_load(&g_stop)) {
-    for (long i = 0; i < per_ms; i++) {
+    for (due += per_ms; due >= 1; due -= 1) {
       size_t page = (size_t)(wl_xorshift64(&rng) % g_pages);
       if (wl_xorshift64(&rng) % 64 == 0) {
         WL_SYS(madvise(g_area + page * kPage, kPage, MADV_DONTNEED));
@@ -89,7 +89,7 @@ static void WriteFileAtomic(const char* name, const char* text) {
 
 int main(int argc, char** argv) {
   size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 64;
-  g_rate = argc > 3 ? atol(argv[3]) : 20000;
+  g_rate = argc > 3 ? atol(argv[3]) : 20000;  // may be 0: no writes
   char* args[2] = {argv[0], argv[1]};
   wl_init(2, args);
   g_pages = mib * 256;
