@@ -122,7 +122,7 @@ bool CanBeIncremental(pid_t pid, const Parent& parent, int tracker_fd, std::stri
     return false;
   }
   if (tracker_fd < 0) {
-    *why = "it has no write tracker (it was restored or exec'd since the parent, or the tracker was closed)";
+    *why = "it has no write tracker recorded on this machine (it was restored or exec'd since the parent, or the tracker was closed)";
     return false;
   }
   std::optional<TrackerState> st = LoadTrackerState(pid);
@@ -173,7 +173,13 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   timer.Mark("task_state");
 
   // Incremental: which pages were written since the parent (see tracker.h).
-  int tracker_fd = FindTrackerFd(pid);
+  std::vector<int> strays;
+  int tracker_fd = RecordedTrackerFd(pid, &strays);
+  if (precopied) {  // the tracker pre-copy started, not recorded until this dump commits
+    tracker_fd = inc.precopied->tracker_fd;
+    std::erase(strays, tracker_fd);
+  }
+  for (int fd : strays) RETURN_IF_ERROR(Tracker::Discard(inj, fd));
   bool incremental = false;
   if (inc.parent != nullptr) {
     std::string why;

@@ -34,13 +34,14 @@ bool Tracked(const image::Vma& v) {
 // act on that address space from here while the process runs: a page written before its
 // protection is copied by round 1 after it, so no write is missed. Returns how long the
 // process was stopped.
-absl::StatusOr<double> StartTracking(pid_t pid) {
+absl::StatusOr<double> StartTracking(pid_t pid, int* tracker_fd) {
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
-  int fd = FindTrackerFd(pid);
+  std::vector<int> strays;
+  int fd = RecordedTrackerFd(pid, &strays);
   double stopped = 0;
   std::optional<Tracker> tracker;
-  if (fd >= 0) {
+  if (fd >= 0 && strays.empty()) {
     ASSIGN_OR_RETURN(Tracker t, Tracker::Take(pid, fd));
     tracker.emplace(std::move(t));
   } else {
@@ -51,7 +52,18 @@ absl::StatusOr<double> StartTracking(pid_t pid) {
     ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(pid));
     auto t1 = Clock::now();
     inject::Injector inj(pid, insn);
-    auto t = Tracker::Create(inj);
+    absl::StatusOr<Tracker> t = absl::UnknownError("");
+    absl::Status closed;
+    for (int stray : strays) {
+      if (closed.ok()) closed = Tracker::Discard(inj, stray);
+    }
+    if (closed.ok() && fd >= 0) {
+      t = Tracker::Take(pid, fd);
+    } else if (closed.ok()) {
+      t = Tracker::Create(inj);
+    } else {
+      t = closed;
+    }
     auto t2 = Clock::now();
     RETURN_IF_ERROR(fp.Thaw());
     CAIRN_LOG_DEBUG("event=start_tracking pid={} freeze_ms={:.2f} create_ms={:.2f} thaw_ms={:.2f}", pid,
@@ -62,6 +74,7 @@ absl::StatusOr<double> StartTracking(pid_t pid) {
     tracker.emplace(std::move(*t));
   }
   ClearTrackerState(pid);  // whatever image it was in sync with, it no longer is
+  *tracker_fd = tracker->remote_fd();
   for (const image::Vma& v : vmas) {
     if (v.kind() != image::Vma::ANON) continue;
     bool uw = std::find(v.vm_flags().begin(), v.vm_flags().end(), "uw") != v.vm_flags().end();
@@ -90,7 +103,7 @@ class LowPriority {
 absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const PreCopyOptions& opts,
                                   const ProgressFn& progress) {
   PreCopied out;
-  ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid));
+  ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid, &out.tracker_fd));
   LowPriority low;
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

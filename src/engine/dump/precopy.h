@@ -41,6 +41,7 @@ struct PreCopied {
   uint64_t bytes = 0;                                  // page data copied while running
   std::vector<uint64_t> written_per_round;             // bytes found written by rounds 2..
   double start_freeze_seconds = 0;                     // the brief stop of step 1
+  int tracker_fd = -1;                                 // where step 1 parked the tracker
   // The areas (smaps, with VmFlags) as the last round saw them. The frozen phase reads
   // only /proc/PID/maps and, when the layout is unchanged, takes the flags from here:
   // smaps would cost about 10 ms per GiB of downtime. (A flag changed without changing

@@ -65,13 +65,27 @@ bool IsTrackerFd(const proc::FdInfo& info) {
   return false;
 }
 
-int FindTrackerFd(pid_t pid) {
+std::vector<int> FindTrackerFds(pid_t pid) {
+  std::vector<int> out;
   auto fds = proc::ReadFds(pid);
-  if (!fds.ok()) return -1;
+  if (!fds.ok()) return out;
   for (const proc::FdInfo& info : *fds) {
-    if (IsTrackerFd(info)) return info.fd;
+    if (IsTrackerFd(info)) out.push_back(info.fd);
   }
-  return -1;
+  return out;
+}
+
+int RecordedTrackerFd(pid_t pid, std::vector<int>* strays) {
+  std::optional<TrackerState> st = LoadTrackerState(pid);
+  int found = -1;
+  for (int fd : FindTrackerFds(pid)) {
+    if (st && st->fd == fd) {
+      found = fd;
+    } else {
+      strays->push_back(fd);
+    }
+  }
+  return found;
 }
 
 absl::StatusOr<uint64_t> ProcessStartTime(pid_t pid) {

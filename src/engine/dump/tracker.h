@@ -41,8 +41,8 @@ inline constexpr uint64_t kUffdFeatureWpAsync = 1ULL << 15;
 // True when `info` (a descriptor of some process) is a cairn write tracker.
 bool IsTrackerFd(const proc::FdInfo& info);
 
-// The descriptor number of the tracker parked in `pid`, or -1.
-int FindTrackerFd(pid_t pid);
+// The descriptor numbers of every tracker-like descriptor in `pid`.
+std::vector<int> FindTrackerFds(pid_t pid);
 
 // What the host remembers about a process's tracker.
 struct TrackerState {
@@ -56,6 +56,12 @@ absl::StatusOr<uint64_t> ProcessStartTime(pid_t pid);
 std::optional<TrackerState> LoadTrackerState(pid_t pid);
 absl::Status SaveTrackerState(pid_t pid, const TrackerState& state);
 void ClearTrackerState(pid_t pid);
+
+// The tracker cairn parked in `pid` and recorded for it (state file: same process, same
+// descriptor), or -1. Other tracker-like descriptors are not trusted: a child forked by a
+// tracked process inherits its parent's tracker, which tracks the parent's memory. They
+// are listed in `strays` for the caller to close.
+int RecordedTrackerFd(pid_t pid, std::vector<int>* strays);
 
 class Tracker {
  public:
