@@ -77,7 +77,7 @@ std::string KernelObjectDetail(const image::Fd& f) {
 }
 
 int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name,
-            const std::string& parent, bool track, bool pre_copy, int max_rounds) {
+            const std::string& parent, bool track, bool pre_copy, int max_rounds, const std::string& compress) {
   dump::DumpOptions opts;
   if (!job_name.empty()) {
     auto rec = job::Load(job_name);
@@ -97,6 +97,11 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
   opts.parent = parent;
   opts.track = track;
   opts.pre_copy = pre_copy;
+  if (!compress.empty()) {
+    auto c = image::ParseCompression(compress);
+    if (!c.ok()) return Fail(c.status());
+    opts.compression = *c;
+  }
   opts.precopy.max_rounds = max_rounds;
   if (track && !leave_running) {
     return Fail(absl::InvalidArgumentError("cairn dump: --track needs --leave-running (a killed process has no "
@@ -312,6 +317,8 @@ int main(int argc, char** argv) {
                                           "meanwhile (downtime reported apart)");
   dump->add_option("--pre-copy-rounds", max_rounds, "Most copy rounds while the process runs (default 8)")
       ->check(CLI::Range(1, 100));
+  std::string compress;
+  dump->add_option("--compress", compress, "Compress page blocks: lz4, zstd or zstd:LEVEL (1-19), on every core");
   dump->add_flag("--track", track, "With --leave-running: track writes from now on, for a later dump --parent");
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
@@ -339,7 +346,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, compress);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);

@@ -559,6 +559,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   inc.keep_tracking = opts.leave_running && (opts.track || parent.has_value() || opts.pre_copy);
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
+  writer->set_compression(opts.compression);
   std::optional<PreCopied> precopied;
   if (opts.pre_copy) {
     auto pc = PreCopy(opts.pid, *writer, opts.precopy, opts.progress);

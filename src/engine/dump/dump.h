@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/dump/precopy.h"
+#include "engine/image/codec.h"
 
 namespace cairn::dump {
 
@@ -39,6 +40,8 @@ struct DumpOptions {
   // precopy.h). A single process only (not `tree`), without `parent`.
   bool pre_copy = false;
   PreCopyOptions precopy;
+  // Page blocks compressed (lz4 or zstd), block by block on every core.
+  image::Compression compression;
 };
 
 struct DumpResult {

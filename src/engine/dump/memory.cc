@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -33,6 +34,7 @@ constexpr uint64_t kPmFileOrShared = 1ULL << 61;
 constexpr size_t kBufferBytes = 8 << 20;  // one read batch
 constexpr size_t kBuffers = 4;            // in flight: bounds the dumper's memory to 32 MiB
 constexpr uint64_t kPagemapBatch = 65536; // pages per pagemap read (512 KiB of entries)
+constexpr uint64_t kCompressChunk = 1 << 20;  // dump --compress: largest compressed block
 
 bool IsZeroPage(const char* p) {
   const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
@@ -196,7 +198,7 @@ struct Batch {
 // Splits a buffer into runs of pages to save, dropping zero pages when `skip_zero`
 // (a missing anonymous page reads back as zeros), or recording them as zero runs with
 // `keep_zero`, and checksums each run of data.
-std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero, bool keep_zero) {
+std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero, bool keep_zero, bool checksum) {
   std::vector<Segment> out;
   uint64_t i = 0;
   while (i < len) {
@@ -209,10 +211,65 @@ std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero, bo
     }
     uint64_t j = i + kPage;
     while (j < len && !(skip_zero && IsZeroPage(data + j))) j += kPage;
-    out.push_back({i, j - i, image::Checksum(data + i, j - i)});
+    out.push_back({i, j - i, checksum ? image::Checksum(data + i, j - i) : 0});
     i = j;
   }
   return out;
+}
+
+// dump --compress: cuts the segments of one buffer into blocks of at most kCompressChunk,
+// compresses them on every core, and appends them in order (a block that does not shrink
+// is stored as it is). Zero segments become zero blocks.
+absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compression& comp, uint64_t addr,
+                              const char* data, const std::vector<Segment>& segments,
+                              std::vector<image::PageBlock>* out, MemoryStats* stats) {
+  struct Chunk {
+    uint64_t off = 0, len = 0;
+    bool zero = false, packed = false;
+    std::string stored;
+    uint64_t xxh3 = 0;
+  };
+  std::vector<Chunk> chunks;
+  for (const Segment& seg : segments) {
+    if (seg.zero) {
+      chunks.push_back({seg.offset, seg.len, true, false, {}, 0});
+      continue;
+    }
+    for (uint64_t o = 0; o < seg.len; o += kCompressChunk) {
+      chunks.push_back({seg.offset + o, std::min<uint64_t>(kCompressChunk, seg.len - o), false, false, {}, 0});
+    }
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < chunks.size();) {
+      Chunk& c = chunks[i];
+      if (c.zero) continue;
+      c.packed = image::Compress(comp, data + c.off, c.len, &c.stored);
+      c.xxh3 = c.packed ? image::Checksum(c.stored.data(), c.stored.size()) : image::Checksum(data + c.off, c.len);
+    }
+  };
+  size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), chunks.size());
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (const Chunk& c : chunks) {
+    if (c.zero) {
+      image::PageBlock zb;
+      zb.set_vaddr(addr + c.off);
+      zb.set_length(c.len);
+      zb.set_zero(true);
+      out->push_back(std::move(zb));
+      continue;
+    }
+    auto block = c.packed ? writer.AppendStored(addr + c.off, c.len, c.stored.data(), c.stored.size(), c.xxh3, comp.codec)
+                          : writer.AppendPages(addr + c.off, data + c.off, c.len, c.xxh3);
+    if (!block.ok()) return block.status();
+    out->push_back(std::move(*block));
+    stats->pages += c.len / kPage;
+    stats->bytes += c.len;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -333,6 +390,8 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   for (auto& b : buffers) free_bufs.push_back(b.get());
 
   MemoryStats stats;
+  const image::Compression comp = writer.compression();
+  const bool compress = comp.codec != image::PageBlock::NONE;
 
   // The writer appends what the reader prepared; reading, zero detection and checksums
   // happen on the reader's side so the two threads carry about equal work.
@@ -348,6 +407,14 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
       }
       absl::Status s;
       const char* data = b.buf;
+      if (compress) {
+        s = AppendCompressed(writer, comp, b.addr, data, b.segments, &blocks[b.vma], &stats);
+        std::lock_guard lock(mu);
+        free_bufs.push_back(b.buf);
+        if (!s.ok() && writer_status.ok()) writer_status = s;
+        cv.notify_all();
+        continue;
+      }
       for (const Segment& seg : b.segments) {
         if (seg.zero) {
           image::PageBlock zb;
@@ -404,7 +471,7 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
       }
       const image::Vma& v = vmas[r.vma];
       Batch batch{r.vma, r.start + off,
-                  Segments(buf, len, v.kind() != image::Vma::FILE_PRIVATE, r.keep_zero), buf};
+                  Segments(buf, len, v.kind() != image::Vma::FILE_PRIVATE, r.keep_zero, !compress), buf};
       {
         std::lock_guard lock(mu);
         full.push_back(std::move(batch));

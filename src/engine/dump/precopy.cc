@@ -86,7 +86,7 @@ absl::StatusOr<double> StartTracking(pid_t pid, int* tracker_fd) {
   return stopped;
 }
 
-// Runs the copy rounds at the lowest CPU priority (nice 19 for this thread and the writer
+// Runs the bulk copy at the lowest CPU priority (nice 19 for this thread and the writer
 // threads it starts): on a machine with few cores, copying at normal priority would take
 // CPU time from the process, which then sees the pre-copy as stalls. Restored on exit.
 class LowPriority {
@@ -104,7 +104,8 @@ absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const P
                                   const ProgressFn& progress) {
   PreCopied out;
   ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid, &out.tracker_fd));
-  LowPriority low;
+  std::optional<LowPriority> low;
+  low.emplace();
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!pm.valid()) return ErrnoStatus("open " + path);
@@ -134,7 +135,12 @@ absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const P
     out.bytes += m.bytes;
     out.rounds = round;
     CAIRN_LOG_DEBUG("event=precopy_round pid={} round={} written_bytes={} copied_bytes={}", pid, round, found, m.bytes);
+    // Only the bulk copy of round 1 runs at low priority: starved on a busy machine, the
+    // short later rounds would never catch up with the writes.
+    low.reset();
     if (round > 1 && found <= opts.small_bytes) break;
+    // Not converging (the process writes about as fast as the rounds copy): freeze now.
+    if (round > 2 && found * 10 > out.written_per_round[out.written_per_round.size() - 2] * 9) break;
   }
   return out;
 }

@@ -7,13 +7,14 @@
 // 2. Round 1 copies every page of the tracked areas (process_vm_readv) while the process
 //    runs. Each later round lists the pages written since the previous scan (PAGEMAP_SCAN,
 //    re-protecting them in the same walk) and copies those again. Rounds stop when one finds
-//    less than `small_bytes` written, or after `max_rounds`.
+//    less than `small_bytes` written, when one finds more than 90% of what the one before
+//    found (not converging), or after `max_rounds`.
 // 3. The dump then freezes the process as usual and, for the tracked areas, copies only the
 //    pages written since the last round (plus any run a round could not read); other areas
 //    (new since step 1, file-backed, shared) are copied in full while frozen.
 // Blocks of one area are recorded in copy order; a later copy of a page wins on restore.
-// The rounds run at nice 19, so that on a busy machine they take CPU time from others
-// rather than from the process.
+// Round 1 (the bulk copy) runs at nice 19, so that on a busy machine it takes CPU time from
+// others rather than from the process; the short later rounds at normal priority.
 
 #include <sys/types.h>
 

@@ -1,5 +1,5 @@
 // A program for chains of incremental checkpoints. Started as `inc_chain WORKDIR`, it fills a
-// 64 MiB area (step 0), then for each WORKDIR/stepN (N = 1, 2, ...) makes that step's random
+// 64 MiB area (step 0; each page half pseudo-random, half one repeated byte), then for each WORKDIR/stepN (N = 1, 2, ...) makes that step's random
 // changes: writes a random set of pages, discards (MADV_DONTNEED) a few, grows its heap with brk,
 // and every third step replaces a small mapping by a new one. Each step is derived from its number
 // only, so the state after step K can be recomputed from scratch. After each step it writes
@@ -36,6 +36,23 @@ static uint64_t PageSeed(int page, int step) { return (uint64_t)page * 1000003u 
 
 static size_t SmallLen(int step) { return (size_t)(1 + step % 4) * 16 * kPage; }
 
+// A page of the big area: half pseudo-random, half one repeated byte (so that compressed
+// checkpoints have something to compress).
+static void FillPage(unsigned char* at, int page, int step) {
+  wl_fill_pattern(at, kPage / 2, PageSeed(page, step));
+  memset(at + kPage / 2, (int)(PageSeed(page, step) % 251) + 1, kPage / 2);
+}
+
+// Offset of the first wrong byte of a page, or -1.
+static ptrdiff_t CheckPage(const unsigned char* at, int page, int step) {
+  ptrdiff_t bad = wl_check_pattern(at, kPage / 2, PageSeed(page, step));
+  if (bad >= 0) return bad;
+  for (size_t i = kPage / 2; i < kPage; i++) {
+    if (at[i] != (unsigned char)((PageSeed(page, step) % 251) + 1)) return (ptrdiff_t)i;
+  }
+  return -1;
+}
+
 // Applies step `step` to `version` (and to memory when `apply`); returns distinct pages written.
 static int Step(int step, int* version, int apply) {
   uint64_t rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)step * 0x100000001b3ull);
@@ -48,7 +65,7 @@ static int Step(int step, int* version, int apply) {
     version[page] = step;
     if (!touched[page]) distinct++;
     touched[page] = 1;
-    if (apply) wl_fill_pattern(g_area + (size_t)page * kPage, kPage, PageSeed(page, step));
+    if (apply) FillPage(g_area + (size_t)page * kPage, page, step);
   }
   int first = (int)(wl_xorshift64(&rng) % (kPages - 16));
   int count = 1 + (int)(wl_xorshift64(&rng) % 16);
@@ -87,7 +104,7 @@ static void Check(int k) {
     if (g_expect[p] < 0) {
       WL_CHECK(IsZero(at, kPage), "page %d was discarded but holds data", p);
     } else {
-      ptrdiff_t bad = wl_check_pattern(at, kPage, PageSeed(p, g_expect[p]));
+      ptrdiff_t bad = CheckPage(at, p, g_expect[p]);
       WL_CHECK(bad < 0, "page %d (written at step %d) differs at byte %td", p, g_expect[p], bad);
     }
   }
@@ -107,7 +124,7 @@ int main(int argc, char** argv) {
   wl_init(argc, argv);
   g_area = mmap(NULL, (size_t)kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   WL_CHECK(g_area != MAP_FAILED, "mmap failed");
-  for (int p = 0; p < kPages; p++) wl_fill_pattern(g_area + (size_t)p * kPage, kPage, PageSeed(p, 0));
+  for (int p = 0; p < kPages; p++) FillPage(g_area + (size_t)p * kPage, p, 0);
   g_small_len = SmallLen(0);
   g_small = mmap(NULL, g_small_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   WL_CHECK(g_small != MAP_FAILED, "mmap failed");
