@@ -22,7 +22,7 @@ for mib in "${sizes[@]}"; do
     work=$(mktemp -d "$where/cairn-incr.XXXXXX")
     (
       for fd in $(ls /proc/$BASHPID/fd); do if ((fd > 2)); then eval "exec $fd>&-"; fi; done
-      exec "$build/bench/downtime_holder" "$work" "$mib" "$((rate > 0 ? rate : 1))" </dev/null >"$work/out" 2>&1
+      exec "$build/bench/downtime_holder" "$work" "$mib" "$rate" </dev/null >"$work/out" 2>&1
     ) &
     pid=$!
     while [[ ! -f $work/ready ]]; do sleep 0.05; done

@@ -5,7 +5,8 @@
 // millisecond and records the longest gap between two ticks: the stop it saw.
 //
 // WORKDIR/reportN (N = 1, 2, ...): writes WORKDIR/reportN.out with the longest gap in
-// microseconds since the previous report, and the number of pages written, then starts over.
+// microseconds since the previous report, the number of pages written and when (CLOCK_REALTIME,
+// milliseconds) the longest gap ended, then starts over.
 // WORKDIR/go: stops the writer, then checks every page: its stamp must be the version the
 // program last recorded for it and its bytes that version's pattern (a discarded page must be
 // zero). PASS or FAIL, with the longest gap seen.
@@ -31,6 +32,7 @@ static long g_rate;
 static atomic_int g_stop;
 static atomic_long g_written;
 static atomic_llong g_max_gap_ns;
+static atomic_llong g_max_gap_at;  // CLOCK_REALTIME (ms) when the longest gap ended
 
 static uint64_t Seed(size_t page, int64_t version) { return (uint64_t)page * 2654435761u + (uint64_t)version * 40503u + 7; }
 
@@ -71,7 +73,10 @@ static void* Ticker(void* arg) {
     nanosleep(&ts, NULL);
     int64_t now = wl_now_ns(CLOCK_MONOTONIC);
     long long gap = now - last;
-    if (gap > atomic_load(&g_max_gap_ns)) atomic_store(&g_max_gap_ns, gap);
+    if (gap > atomic_load(&g_max_gap_ns)) {
+      atomic_store(&g_max_gap_ns, gap);
+      atomic_store(&g_max_gap_at, wl_now_ns(CLOCK_REALTIME) / 1000000);
+    }
     last = now;
   }
   return NULL;
@@ -108,7 +113,8 @@ int main(int argc, char** argv) {
     wl_path(path, sizeof path, name);
     if (access(path, F_OK) == 0) {
       long long gap = atomic_exchange(&g_max_gap_ns, 0);
-      snprintf(text, sizeof text, "%lld %ld\n", gap / 1000, atomic_exchange(&g_written, 0));
+      snprintf(text, sizeof text, "%lld %ld %lld\n", gap / 1000, atomic_exchange(&g_written, 0),
+               (long long)atomic_load(&g_max_gap_at));
       snprintf(name, sizeof name, "report%d.out", report);
       WriteFileAtomic(name, text);
       report++;
