@@ -3,7 +3,8 @@
 // changes: writes a random set of pages, discards (MADV_DONTNEED) a few, grows its heap with brk,
 // and every third step replaces a small mapping by a new one. Each step is derived from its number
 // only, so the state after step K can be recomputed from scratch. After each step it writes
-// WORKDIR/doneN with the number of distinct pages of the 64 MiB area the step wrote.
+// WORKDIR/doneN with the number of distinct pages of the 64 MiB area the step wrote and left
+// in place (not discarded afterwards).
 //
 // When WORKDIR/check exists (content: K), it recomputes the state after step K and checks its
 // own memory against it, page by page: PASS (exit 0) when it is exactly at step K, FAIL otherwise.
@@ -69,7 +70,11 @@ static int Step(int step, int* version, int apply) {
   }
   int first = (int)(wl_xorshift64(&rng) % (kPages - 16));
   int count = 1 + (int)(wl_xorshift64(&rng) % 16);
-  for (int p = first; p < first + count; p++) version[p] = -1;
+  for (int p = first; p < first + count; p++) {
+    version[p] = -1;
+    if (touched[p]) distinct--;  // written, then discarded: nothing to save
+    touched[p] = 0;
+  }
   if (apply) WL_SYS(madvise(g_area + (size_t)first * kPage, (size_t)count * kPage, MADV_DONTNEED));
   if (apply) {
     g_heap[step] = sbrk(kHeapChunk);
