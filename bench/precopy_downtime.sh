@@ -5,7 +5,8 @@
 # the longest gap over a quiet window of the same length (baseline: scheduler noise), during a
 # plain `dump --leave-running`, and during `dump --pre-copy --leave-running`. Images go to
 # $BENCH_DIR (default /var/tmp). HOLDER_NICE=-10 runs the program above other users' load on a
-# shared machine (the quiet window shows what noise is left). Prints a markdown table for
+# shared machine (the quiet window shows what noise is left). PRECOPY_ARGS adds options to the
+# pre-copy dump (e.g. "--pre-copy-rate 300"). Prints a markdown table for
 # docs/performance.md.
 #
 #   sudo bash bench/precopy_downtime.sh [SIZES_MIB...]    (default: 1024 4096)
@@ -50,7 +51,7 @@ for mib in "${sizes[@]}"; do
   rm -rf "$work/plain"
   sleep "$window"
   report; quiet_gap=$gap
-  pre=$("$build/cairn" dump --pid "$pid" --dir "$work/pre" --pre-copy --leave-running)
+  pre=$("$build/cairn" dump --pid "$pid" --dir "$work/pre" --pre-copy --leave-running ${PRECOPY_ARGS:-})
   report; pre_gap=$gap
   rounds=$(sed -n 's/pre-copy: \([0-9]*\) round.*/\1/p' <<<"$pre")
   kill "$pid"; wait "$pid" 2>/dev/null || true

@@ -77,7 +77,7 @@ std::string KernelObjectDetail(const image::Fd& f) {
 }
 
 int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name,
-            const std::string& parent, bool track, bool pre_copy, int max_rounds, const std::string& compress) {
+            const std::string& parent, bool track, bool pre_copy, int max_rounds, int precopy_rate_mib, const std::string& compress) {
   dump::DumpOptions opts;
   if (!job_name.empty()) {
     auto rec = job::Load(job_name);
@@ -103,6 +103,7 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
     opts.compression = *c;
   }
   opts.precopy.max_rounds = max_rounds;
+  opts.precopy.rate_bytes = static_cast<uint64_t>(precopy_rate_mib) << 20;
   if (track && !leave_running) {
     return Fail(absl::InvalidArgumentError("cairn dump: --track needs --leave-running (a killed process has no "
                                            "writes to track)"));
@@ -317,6 +318,10 @@ int main(int argc, char** argv) {
                                           "meanwhile (downtime reported apart)");
   dump->add_option("--pre-copy-rounds", max_rounds, "Most copy rounds while the process runs (default 8)")
       ->check(CLI::Range(1, 100));
+  int precopy_rate_mib = 0;
+  dump->add_option("--pre-copy-rate", precopy_rate_mib,
+                   "Copy at most this many MiB per second while the process runs (default: no limit)")
+      ->check(CLI::Range(1, 1 << 20));
   std::string compress;
   dump->add_option("--compress", compress, "Compress page blocks: lz4, zstd or zstd:LEVEL (1-19), on every core");
   dump->add_flag("--track", track, "With --leave-running: track writes from now on, for a later dump --parent");
@@ -346,7 +351,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, compress);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);

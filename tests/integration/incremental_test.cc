@@ -296,7 +296,7 @@ TEST_F(PreCopyTest, LeaveRunningThenTrackForAnIncremental) {
   ASSERT_TRUE(StartWriter());
   std::string base = *temp_ / "base", next = *temp_ / "next";
   CommandResult dump = Cairn({"dump", "--pid", std::to_string(pid_), "--dir", base, "--pre-copy", "--leave-running",
-                              "--track"});
+                              "--track", "--pre-copy-rate", "256"});
   ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
   ASSERT_TRUE(IsAlive(pid_));
   std::this_thread::sleep_for(100ms);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -92,10 +93,15 @@ absl::StatusOr<double> StartTracking(pid_t pid, int* tracker_fd) {
 class LowPriority {
  public:
   LowPriority() : old_(::getpriority(PRIO_PROCESS, 0)) { (void)::setpriority(PRIO_PROCESS, 0, 19); }
-  ~LowPriority() { (void)::setpriority(PRIO_PROCESS, 0, old_); }
+  ~LowPriority() { End(); }
+  void End() {
+    if (active_) (void)::setpriority(PRIO_PROCESS, 0, old_);
+    active_ = false;
+  }
 
  private:
   int old_;
+  bool active_ = true;
 };
 
 }  // namespace
@@ -104,8 +110,7 @@ absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const P
                                   const ProgressFn& progress) {
   PreCopied out;
   ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid, &out.tracker_fd));
-  std::optional<LowPriority> low;
-  low.emplace();
+  LowPriority low;
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!pm.valid()) return ErrnoStatus("open " + path);
@@ -127,7 +132,16 @@ absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const P
       }
       out.written_per_round.push_back(found);
     }
-    ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, progress, &no_shmem,
+    // Rounds copy at most `rate_bytes` per second: copying (and the writeback of what it
+    // writes) at full speed stalls the process on a small machine.
+    auto round_start = Clock::now();
+    ProgressFn paced = [&](uint64_t done, uint64_t total) {
+      if (progress) progress(done, total);
+      if (opts.rate_bytes == 0) return;
+      auto due = round_start + std::chrono::duration<double>(static_cast<double>(done) / static_cast<double>(opts.rate_bytes));
+      std::this_thread::sleep_until(due);
+    };
+    ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, paced, &no_shmem,
                                               round > 1 ? &written : nullptr, &out.unread));
     for (const image::Vma& v : vmas) {
       for (const image::PageBlock& b : v.blocks()) out.blocks.push_back(b);
@@ -137,7 +151,7 @@ absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const P
     CAIRN_LOG_DEBUG("event=precopy_round pid={} round={} written_bytes={} copied_bytes={}", pid, round, found, m.bytes);
     // Only the bulk copy of round 1 runs at low priority: starved on a busy machine, the
     // short later rounds would never catch up with the writes.
-    low.reset();
+    low.End();
     if (round > 1 && found <= opts.small_bytes) break;
     // Not converging (the process writes about as fast as the rounds copy): freeze now.
     if (round > 2 && found * 10 > out.written_per_round[out.written_per_round.size() - 2] * 9) break;

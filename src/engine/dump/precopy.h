@@ -33,6 +33,7 @@ namespace cairn::dump {
 struct PreCopyOptions {
   int max_rounds = 8;                // copy rounds while the process runs (at least 1)
   uint64_t small_bytes = 8ull << 20;  // stop once a round finds less than this written
+  uint64_t rate_bytes = 0;            // copy at most this many bytes per second (0: no limit)
 };
 
 struct PreCopied {
