@@ -116,6 +116,15 @@ std::optional<TrackerState> LoadTrackerState(pid_t pid) {
 absl::Status SaveTrackerState(pid_t pid, const TrackerState& state) {
   std::error_code ec;
   std::filesystem::create_directories(StateDir(), ec);
+  // Records of processes that are gone are dropped on the way.
+  for (const auto& entry : std::filesystem::directory_iterator(StateDir(), ec)) {
+    int other = 0;
+    std::string name = entry.path().filename().string();
+    if (absl::SimpleAtoi(name, &other) && other > 0 && !LoadTrackerState(other)) {
+      std::error_code rm;
+      std::filesystem::remove(entry.path(), rm);
+    }
+  }
   if (ec) return absl::InternalError(absl::StrCat("create ", StateDir(), ": ", ec.message()));
   std::string path = StatePath(pid);
   std::string tmp = path + ".tmp";
