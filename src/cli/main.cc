@@ -21,6 +21,8 @@
 #include "common/sockaddr.h"
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
+#include "engine/image/chain.h"
+#include "engine/image/compact.h"
 #include "engine/image/image.h"
 #include "engine/job/job.h"
 #include "engine/restore/restore.h"
@@ -75,7 +77,8 @@ std::string KernelObjectDetail(const image::Fd& f) {
   }
 }
 
-int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name) {
+int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name,
+            const std::string& parent, bool track, bool pre_copy, int max_rounds, int precopy_rate_mib, const std::string& compress) {
   dump::DumpOptions opts;
   if (!job_name.empty()) {
     auto rec = job::Load(job_name);
@@ -92,6 +95,20 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
   opts.dir = dir;
   opts.leave_running = leave_running;
   opts.tcp_close = tcp_close;
+  opts.parent = parent;
+  opts.track = track;
+  opts.pre_copy = pre_copy;
+  if (!compress.empty()) {
+    auto c = image::ParseCompression(compress);
+    if (!c.ok()) return Fail(c.status());
+    opts.compression = *c;
+  }
+  opts.precopy.max_rounds = max_rounds;
+  opts.precopy.rate_bytes = static_cast<uint64_t>(precopy_rate_mib) << 20;
+  if (track && !leave_running) {
+    return Fail(absl::InvalidArgumentError("cairn dump: --track needs --leave-running (a killed process has no "
+                                           "writes to track)"));
+  }
   bool tty = ::isatty(STDERR_FILENO);
   if (tty) {
     opts.progress = [last = -1](uint64_t done, uint64_t total) mutable {
@@ -110,6 +127,15 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
               pid, dir.c_str(), r->processes, r->processes == 1 ? "" : "es", r->threads, r->areas, static_cast<unsigned long long>(r->pages),
               HumanBytes(static_cast<double>(r->bytes)).c_str(), r->total_seconds, r->frozen_seconds,
               leave_running ? "left running" : "killed");
+  if (r->precopy_rounds > 0) {
+    std::printf("pre-copy: %d round%s copied %s while the process ran; downtime %.3f s (frozen to copy the rest), "
+                "plus %.3f s to start tracking writes; total %.3f s\n",
+                r->precopy_rounds, r->precopy_rounds == 1 ? "" : "s", HumanBytes(static_cast<double>(r->precopy_bytes)).c_str(),
+                r->frozen_seconds, r->start_freeze_seconds, r->total_seconds);
+  }
+  if (r->incremental) std::printf("incremental: only pages written since %s\n", parent.c_str());
+  if (r->tracking) std::printf("tracking writes for a later dump --parent %s\n", dir.c_str());
+  for (const std::string& n : r->notes) std::printf("note: %s\n", n.c_str());
   return 0;
 }
 
@@ -141,9 +167,12 @@ int RunRestore(const std::string& dir, bool detach) {
 }
 
 int RunInspect(const std::string& dir, bool json) {
-  auto img = image::ImageReader::Open(dir);
+  auto img = image::OpenChain(dir);
   if (!img.ok()) return Fail(img.status());
-  absl::Status verified = (*img)->VerifyAll();
+  absl::Status verified;
+  for (const image::ImageReader* l = img->get(); l != nullptr && verified.ok(); l = l->parent()) {
+    verified = l->VerifyAll();
+  }
   const image::Checkpoint& c = (*img)->meta();
   if (json) {
     std::string out;
@@ -157,6 +186,26 @@ int RunInspect(const std::string& dir, bool json) {
     const image::Process& p = c.process();
     std::printf("checkpoint %s\n  format version %u, written by cairn %s on %s (kernel %s)\n", dir.c_str(),
                 c.format_version(), c.cairn_version().c_str(), c.hostname().c_str(), c.kernel().c_str());
+    std::printf("id %s%s\n", c.id().empty() ? "(none)" : c.id().c_str(),
+                c.tracking() ? ", writes tracked since (can be a --parent)" : "");
+    if (c.downtime_seconds() > 0) {
+      std::printf("pre-copy: %u rounds while running, frozen %.3f s\n", c.precopy_rounds(), c.downtime_seconds());
+    }
+    if (c.has_parent()) {
+      std::printf("chain (newest first):\n");
+      for (const image::ImageReader* l = img->get(); l != nullptr; l = l->parent()) {
+        uint64_t data = 0;
+        std::vector<const image::Process*> ps = {&l->meta().process()};
+        for (const auto& d : l->meta().descendants()) ps.push_back(&d);
+        for (const image::Process* q : ps) {
+          for (const auto& v : q->vmas()) {
+            for (const auto& b : v.blocks()) data += b.zero() ? 0 : b.length();
+          }
+        }
+        std::printf("  %s  id %s  %s  page data %s\n", l->dir().c_str(), l->meta().id().c_str(),
+                    l->meta().has_parent() ? "incremental" : "full", HumanBytes(static_cast<double>(data)).c_str());
+      }
+    }
     std::printf("process %d (%s), parent %d, group %d, session %d, cwd %s\n  exe %s\n", p.pid(), p.comm().c_str(),
                 p.ppid(), p.pgid(), p.sid(), p.cwd().c_str(), p.mm().exe().c_str());
     std::printf("threads: %d\n", p.threads_size());
@@ -169,12 +218,12 @@ int RunInspect(const std::string& dir, bool json) {
     std::printf("memory areas: %d\n", p.vmas_size());
     for (const auto& v : p.vmas()) {
       uint64_t b = 0;
-      for (const auto& blk : v.blocks()) b += blk.length();
+      for (const auto& blk : v.blocks()) b += blk.zero() ? 0 : blk.length();
       saved += b;
-      std::printf("  %012llx-%012llx %c%c%c%c %10s saved %10s  %s\n", static_cast<unsigned long long>(v.start()),
+      std::printf("  %012llx-%012llx %c%c%c%c %10s saved %10s%s  %s\n", static_cast<unsigned long long>(v.start()),
                   static_cast<unsigned long long>(v.end()), v.prot() & 1 ? 'r' : '-', v.prot() & 2 ? 'w' : '-',
                   v.prot() & 4 ? 'x' : '-', v.shared() ? 's' : 'p', HumanBytes(static_cast<double>(v.end() - v.start())).c_str(),
-                  HumanBytes(static_cast<double>(b)).c_str(), v.path().c_str());
+                  HumanBytes(static_cast<double>(b)).c_str(), v.inherits() ? " +parent" : "", v.path().c_str());
     }
     std::printf("  page data: %s\n", HumanBytes(static_cast<double>(saved)).c_str());
     std::printf("files: %d\n", p.fds_size());
@@ -188,7 +237,7 @@ int RunInspect(const std::string& dir, bool json) {
     for (const auto& d : c.descendants()) {
       uint64_t b = 0;
       for (const auto& v : d.vmas()) {
-        for (const auto& blk : v.blocks()) b += blk.length();
+        for (const auto& blk : v.blocks()) b += blk.zero() ? 0 : blk.length();
       }
       std::printf("descendant process %d (%s), parent %d, group %d, session %d: %s%d threads, %d areas (%s saved), "
                   "%d files\n",
@@ -207,6 +256,15 @@ int RunInspect(const std::string& dir, bool json) {
     std::printf("checksums: %s\n", verified.ok() ? "all verified" : "FAILED");
   }
   if (!verified.ok()) return Fail(verified);
+  return 0;
+}
+
+int RunCompact(const std::string& dir, const std::string& out) {
+  auto r = image::Compact(dir, out);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("compacted %s (a chain of %d checkpoint%s) into %s: %s of page data\n", dir.c_str(), r->links,
+              r->links == 1 ? "" : "s", out.empty() ? dir.c_str() : out.c_str(),
+              HumanBytes(static_cast<double>(r->bytes)).c_str());
   return 0;
 }
 
@@ -251,6 +309,23 @@ int main(int argc, char** argv) {
   dump->add_flag("--tcp-close", tcp_close,
                  "Save established TCP connections as reset (the program sees ECONNRESET and reconnects) "
                  "instead of refusing them");
+  std::string parent;
+  bool track = false;
+  dump->add_option("--parent", parent, "Incremental: save only the pages written since this checkpoint (a directory "
+                                       "next to --dir, taken with --track or --parent)");
+  bool pre_copy = false;
+  int max_rounds = 8;
+  dump->add_flag("--pre-copy", pre_copy, "Copy memory while the process runs; freeze it only to copy what was written "
+                                          "meanwhile (downtime reported apart)");
+  dump->add_option("--pre-copy-rounds", max_rounds, "Most copy rounds while the process runs (default 8)")
+      ->check(CLI::Range(1, 100));
+  int precopy_rate_mib = 0;
+  dump->add_option("--pre-copy-rate", precopy_rate_mib,
+                   "Copy at most this many MiB per second while the process runs (default: no limit)")
+      ->check(CLI::Range(1, 1 << 20));
+  std::string compress;
+  dump->add_option("--compress", compress, "Compress page blocks: lz4, zstd or zstd:LEVEL (1-19), on every core");
+  dump->add_flag("--track", track, "With --leave-running: track writes from now on, for a later dump --parent");
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
   restore->add_option("--dir", dir, "Checkpoint directory")->required();
@@ -261,6 +336,11 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", json, "Print the metadata as JSON");
 
   std::vector<std::string> command;
+  std::string compact_out;
+  auto* compact = app.add_subcommand("compact", "Fold a chain of incremental checkpoints into one standalone checkpoint");
+  compact->add_option("dir", dir, "Checkpoint directory (the newest link of the chain)")->required();
+  compact->add_option("--out", compact_out, "Write the result here instead of replacing DIR");
+
   auto* run = app.add_subcommand("run", "Start a job in its own PID and mount namespaces and cgroup, restorable anywhere");
   run->add_option("--name", job_name, "Job name (default: generated)");
   run->add_option("--dir", dir, "Job directory for logs and checkpoints (default: /var/lib/cairn/jobs/NAME)");
@@ -273,10 +353,11 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
   if (restore->parsed()) return cairn::RunRestore(dir, detach);
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
+  if (compact->parsed()) return cairn::RunCompact(dir, compact_out);
   if (check->parsed()) return cairn::RunCheck();
   if (controller_commands.Parsed()) return controller_commands.Run();
   if (daemon_commands.Parsed()) return daemon_commands.Run();

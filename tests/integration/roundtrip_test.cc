@@ -209,6 +209,37 @@ TEST_P(LeaveRunning, OriginalContinuesAndCheckpointRestores) {
   EXPECT_EQ(w.Stdout(), original_out) << "the restored copy did not reproduce the original's output at the same offsets";
 }
 
+// Incremental: a full checkpoint taken with --leave-running --track, then one holding only the
+// pages written since (--parent), which kills the workload; the chain of two must restore it.
+class Incremental : public RoundTrip {};
+
+TEST_P(Incremental, ChainOfTwoRestores) {
+  const Spec& spec = GetParam();
+  Workload w = MakeWorkload(spec.name);
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string base = w.workdir() + "/base", incr = w.workdir() + "/incr";
+  CommandResult full = Cairn({"dump", "--pid", std::to_string(w.pid()), "--dir", base, "--leave-running", "--track"});
+  ASSERT_TRUE(full.Exited(0)) << "cairn dump --leave-running --track failed " << full.Describe();
+  ASSERT_TRUE(Matches(full.out, "tracking writes")) << full.Describe();
+  CommandResult inc = Cairn({"dump", "--pid", std::to_string(w.pid()), "--dir", incr, "--parent", base});
+  ASSERT_TRUE(inc.Exited(0)) << "cairn dump --parent failed " << inc.Describe();
+  ASSERT_TRUE(Matches(inc.out, "incremental: only pages written since")) << "not incremental: " << inc.Describe();
+  Ending end = WaitGone(w.pid(), 10s);
+  ASSERT_TRUE(end.gone) << "pid " << w.pid() << " still runs after the incremental dump";
+  CommandResult inspect = Inspect(incr);
+  ASSERT_TRUE(inspect.Exited(0)) << inspect.Describe();
+  EXPECT_TRUE(Matches(inspect.out, "chain \\(newest first\\)")) << inspect.Describe();
+
+  CommandResult restore = Restore(incr, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach of an incremental checkpoint failed " << restore.Describe();
+  if (spec.waits_for_go) {
+    ASSERT_TRUE(RestoredAndRunning(w));
+  }
+  w.Go();
+  ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+}
+
 class Attached : public RoundTrip {
  protected:
   // Runs `cairn restore` (attached) on `ckpt` in the background, sends go with `go_content` once the
@@ -265,6 +296,7 @@ TEST_F(ExitStatus, RestoreExits128PlusSignal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workloads, RoundTrip, ::testing::ValuesIn(kSpecs), SpecName);
+INSTANTIATE_TEST_SUITE_P(Workloads, Incremental, ::testing::ValuesIn(kSpecs), SpecName);
 INSTANTIATE_TEST_SUITE_P(Workloads, LeaveRunning,
                          ::testing::ValuesIn(Select([](const Spec& s) { return s.leave_running; })), SpecName);
 INSTANTIATE_TEST_SUITE_P(Workloads, Attached, ::testing::ValuesIn(Select([](const Spec& s) { return s.attached; })),

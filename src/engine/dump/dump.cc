@@ -1,5 +1,6 @@
 #include "engine/dump/dump.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -14,10 +16,15 @@
 #include "common/status.h"
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
+#include "engine/dump/incremental.h"
 #include "engine/dump/memory.h"
+#include "engine/dump/precopy.h"
+#include "engine/dump/tracker.h"
 #include "engine/dump/namespaces.h"
 #include "engine/dump/sysv_ipc.h"
 #include "engine/dump/task_state.h"
+#include "common/unique_fd.h"
+#include "engine/image/chain.h"
 #include "engine/image/format.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
@@ -30,6 +37,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Debug log of how long each stage of the frozen phase takes (cairn -vv).
+class StageTimer {
+ public:
+  explicit StageTimer(pid_t pid) : pid_(pid), last_(Clock::now()) {}
+  void Mark(const char* stage) {
+    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage={} ms={:.2f}", pid_, stage, Since(last_) * 1e3);
+    last_ = Clock::now();
+  }
+
+ private:
+  pid_t pid_;
+  Clock::time_point last_;
+};
 
 absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& vmas, uint64_t* start,
                                       uint64_t* end) {
@@ -44,14 +65,107 @@ absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& 
   return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO; cannot inject syscalls"));
 }
 
+bool HasFlag(const image::Vma& v, const char* flag) {
+  return std::find(v.vm_flags().begin(), v.vm_flags().end(), flag) != v.vm_flags().end();
+}
+
+// A write tracker used by this dump, parked in process `pid`.
+struct TrackerUse {
+  pid_t pid = 0;
+  uint64_t syscall_insn = 0;
+  int remote_fd = -1;
+  bool created = false;  // by this dump: discarded again if the dump fails
+};
+
+// What the processes of one dump share about incremental checkpoints.
+struct IncrementalContext {
+  const Parent* parent = nullptr;  // null: a full dump
+  bool keep_tracking = false;
+  std::vector<TrackerUse> trackers;
+  std::vector<std::string> notes;
+  int incremental_procs = 0;
+  pid_t precopied_pid = 0;                  // pre-copy: the process copied while it ran
+  const PreCopied* precopied = nullptr;
+  std::vector<std::pair<image::Process*, int>> seed;  // areas (record, index) to seed with its blocks
+  // smaps of each process read just before the freeze: reused while frozen when
+  // /proc/PID/maps shows the same layout (smaps costs about 10 ms per GiB mapped).
+  std::map<pid_t, std::vector<proc::MapEntry>> prechecked;
+
+  // Closes the trackers (still frozen processes): those this dump created, or all.
+  void Discard(bool all) {
+    for (const TrackerUse& t : trackers) {
+      if (!all && !t.created) continue;
+      inject::Injector inj(t.pid, t.syscall_insn);
+      absl::Status s = Tracker::Discard(inj, t.remote_fd);
+      if (!s.ok()) CAIRN_LOG_WARN("event=tracker_discard_failed pid={} error=\"{}\"", t.pid, s.ToString());
+    }
+  }
+};
+
+// Scans the written pages of the areas `tracked` (indexes into `vmas`) in parallel.
+absl::Status ScanTracked(int pagemap_fd, const std::vector<image::Vma>& vmas, const std::vector<size_t>& tracked,
+                         WrittenPages* written) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (size_t i : tracked) ranges.emplace_back(vmas[i].start(), vmas[i].end());
+  std::vector<std::vector<WrittenRun>> runs;
+  RETURN_IF_ERROR(ScanWrittenParallel(pagemap_fd, ranges, &runs));
+  for (size_t k = 0; k < tracked.size(); ++k) (*written)[tracked[k]] = std::move(runs[k]);
+  return absl::OkStatus();
+}
+
+// Whether the writes of `pid` since the parent are known; if not, says why in `why`.
+bool CanBeIncremental(pid_t pid, const Parent& parent, int tracker_fd, std::string* why) {
+  const image::Checkpoint& pm = parent.meta();
+  if (image::FindProcess(pm, ImagePid(pid, pm.own_pid_ns())) == nullptr) {
+    *why = "it is not in the parent checkpoint";
+    return false;
+  }
+  if (!pm.tracking()) {
+    *why = "the parent was taken without tracking writes (dump --leave-running --track starts tracking)";
+    return false;
+  }
+  if (tracker_fd < 0) {
+    *why = "it has no write tracker recorded on this machine (it was restored or exec'd since the parent, or the tracker was closed)";
+    return false;
+  }
+  std::optional<TrackerState> st = LoadTrackerState(pid);
+  if (!st || st->fd != tracker_fd) {
+    *why = "this machine has no record of its write tracker";
+    return false;
+  }
+  if (st->image_id != pm.id()) {
+    *why = "its writes are tracked since another checkpoint than the parent (name the latest one as --parent)";
+    return false;
+  }
+  return true;
+}
+
 // Captures one frozen process's memory areas and task state into `proc` (not its
 // descriptors, which are captured tree-wide). Leaves the process frozen.
 absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const DumpOptions& opts,
                             image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem,
-                            std::set<std::pair<uint64_t, uint64_t>>* saved_files) {
+                            std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc) {
   pid_t pid = fp.pid();
+  StageTimer timer(pid);
+  bool precopied = inc.precopied != nullptr && pid == inc.precopied_pid;
   // Memory areas are read before the engine maps its scratch area into the process.
-  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+  // smaps walks every page table to count resident pages (about 10 ms per GiB): while
+  // frozen, read the cheap /proc/PID/maps and, when it shows the same areas, take the
+  // flags read just before (by the last pre-copy round, or the checks before the freeze).
+  // A flag changed in between by madvise over a whole area is taken as read then.
+  std::vector<proc::MapEntry> maps;
+  ASSIGN_OR_RETURN(maps, proc::ReadMaps(pid));
+  const std::vector<proc::MapEntry>* before = nullptr;
+  if (precopied) {
+    before = &inc.precopied->last_maps;
+  } else if (auto it = inc.prechecked.find(pid); it != inc.prechecked.end()) {
+    before = &it->second;
+  }
+  if (before != nullptr && proc::SameLayout(maps, *before)) {
+    maps = *before;
+  } else {
+    ASSIGN_OR_RETURN(maps, proc::ReadSmaps(pid));
+  }
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
   uint64_t vdso_start = 0, vdso_end = 0;
   ASSIGN_OR_RETURN(uint64_t vdso_sum, VdsoChecksum(pid, vmas, &vdso_start, &vdso_end));
@@ -60,13 +174,99 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
 
   inject::Injector inj(pid, syscall_insn);
   ASSIGN_OR_RETURN(inject::RemoteScratch scratch, inject::RemoteScratch::Map(inj));
+  timer.Mark("areas");
   absl::Status st = CaptureTaskState(fp, syscall_insn, inj, scratch, proc);
   absl::Status unmap = scratch.Unmap(inj);
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
+  timer.Mark("task_state");
 
+  // Incremental: which pages were written since the parent (see tracker.h).
+  std::vector<int> strays;
+  int tracker_fd = RecordedTrackerFd(pid, &strays);
+  if (precopied) {  // the tracker pre-copy started, not recorded until this dump commits
+    tracker_fd = inc.precopied->tracker_fd;
+    std::erase(strays, tracker_fd);
+  }
+  for (int fd : strays) RETURN_IF_ERROR(Tracker::Discard(inj, fd));
+  bool incremental = false;
+  if (inc.parent != nullptr) {
+    std::string why;
+    incremental = CanBeIncremental(pid, *inc.parent, tracker_fd, &why);
+    if (!incremental) inc.notes.push_back(absl::StrCat("pid ", pid, " saved in full: ", why));
+  }
+  std::optional<Tracker> tracker;
+  if (incremental || inc.keep_tracking || precopied) {
+    bool created = tracker_fd < 0;
+    auto t = created ? Tracker::Create(inj) : Tracker::Take(pid, tracker_fd);
+    if (!t.ok()) return Annotate(t.status(), "start tracking writes");
+    tracker.emplace(std::move(*t));
+    inc.trackers.push_back({pid, syscall_insn, tracker->remote_fd(), created});
+  } else if (tracker_fd >= 0 && opts.leave_running) {
+    // A tracker nobody will use again: tracking ends here.
+    RETURN_IF_ERROR(Tracker::Discard(inj, tracker_fd));
+  }
+  // The write bits are consumed below: until this dump commits, no image is in sync.
+  ClearTrackerState(pid);
+  WrittenPages written;
+  if (incremental) {
+    std::string path = absl::StrCat("/proc/", pid, "/pagemap");
+    UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!pm.valid()) return ErrnoStatus("open " + path);
+    // "uw": registered with the tracker, so tracked since the parent. Other areas are
+    // new since the parent (or moved, or not trackable) and saved in full.
+    std::vector<size_t> tracked;
+    for (size_t i = 0; i < vmas.size(); ++i) {
+      if (vmas[i].kind() == image::Vma::ANON && HasFlag(vmas[i], "uw")) tracked.push_back(i);
+    }
+    RETURN_IF_ERROR(ScanTracked(pm.get(), vmas, tracked, &written));
+    for (size_t i : tracked) vmas[i].set_inherits(true);
+    ++inc.incremental_procs;
+  } else if (precopied) {
+    // Pre-copy: the tracked areas were copied while the process ran; add what was
+    // written since the last round (and what a round could not read) after those copies.
+    const PreCopied& pc = *inc.precopied;
+    std::string path = absl::StrCat("/proc/", pid, "/pagemap");
+    UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!pm.valid()) return ErrnoStatus("open " + path);
+    std::vector<size_t> tracked;
+    for (size_t i = 0; i < vmas.size(); ++i) {
+      if (vmas[i].kind() == image::Vma::ANON && HasFlag(vmas[i], "uw")) tracked.push_back(i);
+    }
+    RETURN_IF_ERROR(ScanTracked(pm.get(), vmas, tracked, &written));
+    for (size_t i : tracked) {
+      image::Vma& v = vmas[i];
+      std::vector<WrittenRun>& runs = written[i];
+      for (const auto& [a, b] : pc.unread) {
+        uint64_t s0 = std::max(a, v.start()), e0 = std::min(b, v.end());
+        if (s0 < e0) runs.push_back({s0, e0 - s0, true});
+      }
+      std::sort(runs.begin(), runs.end(), [](const WrittenRun& x, const WrittenRun& y) { return x.start < y.start; });
+      // The blocks copied while it ran go in front of this area's blocks later, once the
+      // process runs again (SeedPreCopied): no downtime for bookkeeping.
+      inc.seed.emplace_back(proc, proc->vmas_size() + static_cast<int>(i));
+    }
+  }
+
+  timer.Mark("tracking");
   RETURN_IF_ERROR(SaveDeletedMappedFiles(pid, vmas, writer, saved_files));
-  ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem));
+  ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem,
+                                            incremental || precopied ? &written : nullptr));
+  if (inc.keep_tracking) {
+    // Protect what the scan above did not: every private anonymous area, registering
+    // the ones that are new. The process is frozen, so no write is missed.
+    for (const image::Vma& v : vmas) {
+      if (v.kind() != image::Vma::ANON || v.inherits()) continue;
+      if (HasFlag(v, "uw") && precopied) continue;  // scanned above
+      if (!HasFlag(v, "uw") && !tracker->Register(v.start(), v.end())) {
+        CAIRN_LOG_DEBUG("event=untracked_area pid={} start={:#x} end={:#x}", pid, v.start(), v.end());
+        continue;
+      }
+      RETURN_IF_ERROR(tracker->Protect(v.start(), v.end()));
+    }
+    proc->set_tracker_fd(tracker->remote_fd());
+  }
+  timer.Mark("pages");
   for (auto& v : vmas) *proc->add_vmas() = std::move(v);
   mem->pages += m.pages;
   mem->bytes += m.bytes;
@@ -152,9 +352,11 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
   return out;
 }
 
-absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer) {
+// Captures everything of the frozen tree into `writer` and `ckpt`; the caller commits.
+absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer,
+                                      IncrementalContext& inc, image::Checkpoint& ckpt) {
   DumpResult result;
-  image::Checkpoint ckpt;
+  ckpt.set_id(NewImageId());
   ckpt.set_cairn_version(CAIRN_VERSION);
   ckpt.set_job_name(opts.job_name);
   utsname uts{};
@@ -187,12 +389,13 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
       continue;
     }
     RETURN_IF_ERROR(
-        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files), absl::StrCat("pid ", pid)));
+        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files, inc), absl::StrCat("pid ", pid)));
     live.push_back(pid);
     live_procs.push_back(p);
     result.threads += p->threads_size();
     result.areas += p->vmas_size();
   }
+  StageTimer timer(opts.pid);
   RETURN_IF_ERROR(CaptureFds(live, FdOptions{opts.tcp_close}, &writer, live_procs, &saved_files));
   ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
   if (own_ipc) {
@@ -200,16 +403,57 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     RETURN_IF_ERROR(CaptureSysvIpc(opts.pid, writer, ckpt.mutable_ipc()));
   }
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
-  RETURN_IF_ERROR(writer.Commit(ckpt));
+  timer.Mark("fds");
+  if (inc.incremental_procs > 0) {
+    ckpt.mutable_parent()->set_dir(inc.parent->name);
+    ckpt.mutable_parent()->set_id(inc.parent->meta().id());
+  }
+  ckpt.set_tracking(inc.keep_tracking);
+  result.incremental = inc.incremental_procs > 0;
+  result.tracking = inc.keep_tracking;
+  for (auto& n : inc.notes) result.notes.push_back(std::move(n));
   result.processes = static_cast<int>(procs.size());
   result.pages = mem.pages;
   result.bytes = mem.bytes;
   return result;
 }
 
+// Puts the blocks pre-copy copied while the process ran in front of the blocks the frozen
+// phase saved, in each tracked area they intersect (a later block wins on restore).
+void SeedPreCopied(IncrementalContext& inc) {
+  if (inc.precopied == nullptr) return;
+  for (auto [proc, index] : inc.seed) {
+    image::Vma* v = proc->mutable_vmas(index);
+    google::protobuf::RepeatedPtrField<image::PageBlock> blocks;
+    for (const image::PageBlock& b : inc.precopied->blocks) {
+      if (b.vaddr() < v->end() && b.vaddr() + b.length() > v->start()) *blocks.Add() = b;
+    }
+    for (image::PageBlock& b : *v->mutable_blocks()) *blocks.Add() = std::move(b);
+    v->mutable_blocks()->Swap(&blocks);
+  }
+  inc.seed.clear();
+}
+
+// Commits the checkpoint, then records which image the trackers are in sync with.
+absl::Status Commit(image::ImageWriter& writer, image::Checkpoint& ckpt, IncrementalContext& inc,
+                    DumpResult* result) {
+  SeedPreCopied(inc);
+  RETURN_IF_ERROR(writer.Commit(ckpt));
+  if (!inc.keep_tracking) return absl::OkStatus();
+  for (const TrackerUse& t : inc.trackers) {
+    auto start = ProcessStartTime(t.pid);
+    absl::Status s = start.ok() ? SaveTrackerState(t.pid, {*start, ckpt.id(), t.remote_fd}) : start.status();
+    if (!s.ok()) {
+      result->notes.push_back(absl::StrCat("pid ", t.pid, ": writes are tracked but the record of it could not be "
+                                           "saved (", s.message(), "); the next --parent dump will be full"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The checks made before anything is frozen: every process's areas and descriptors can
 // be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
-absl::Status PrecheckTree(const DumpOptions& opts) {
+absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<proc::MapEntry>>* areas) {
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
   std::vector<pid_t> live;
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> shmem_at;  // shared anonymous object -> its range
@@ -224,6 +468,7 @@ absl::Status PrecheckTree(const DumpOptions& opts) {
     }
     ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
     ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
+    (*areas)[pid] = std::move(maps);
     for (const image::Vma& v : vmas) {
       if (v.kind() == image::Vma::SYSV_SHM && !own_ipc) {
         return absl::UnimplementedError(absl::StrFormat(
@@ -283,35 +528,93 @@ absl::Status CheckTarget(pid_t pid) {
 
 absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   auto t0 = Clock::now();
+  if (opts.pre_copy && (opts.tree || !opts.parent.empty())) {
+    return absl::UnimplementedError(
+        "--pre-copy works on a single process and makes a full checkpoint: it cannot be combined with --tree, "
+        "--job or --parent yet");
+  }
   RETURN_IF_ERROR(CheckTarget(opts.pid));
   RETURN_IF_ERROR(CheckNamespaces(opts.pid));
   // Refuse what cannot be saved before stopping anything. Processes of a tree may exit
   // while they are looked at: then look again.
   absl::Status checked;
+  std::map<pid_t, std::vector<proc::MapEntry>> prechecked;  // each process's areas, read while it ran
   for (int attempt = 0; attempt < 5; ++attempt) {
-    checked = PrecheckTree(opts);
+    checked = PrecheckTree(opts, &prechecked);
     if (!absl::IsNotFound(checked)) break;
     RETURN_IF_ERROR(CheckTarget(opts.pid));  // the root itself is gone: say so
   }
   RETURN_IF_ERROR(checked);
 
+  std::optional<Parent> parent;
+  if (!opts.parent.empty()) {
+    ASSIGN_OR_RETURN(Parent p, OpenParent(opts.dir, opts.parent));
+    parent.emplace(std::move(p));
+  }
+  IncrementalContext inc;
+  inc.parent = parent ? &*parent : nullptr;
+  inc.prechecked = std::move(prechecked);
+  // Pre-copy leaves the tracker it started in place (closing it would unprotect every page
+  // while the process is stopped): the next dump --parent can be incremental.
+  inc.keep_tracking = opts.leave_running && (opts.track || parent.has_value() || opts.pre_copy);
+
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
+  writer->set_compression(opts.compression);
+  std::optional<PreCopied> precopied;
+  if (opts.pre_copy) {
+    auto pc = PreCopy(opts.pid, *writer, opts.precopy, opts.progress);
+    if (!pc.ok()) {
+      return Annotate(pc.status(), absl::StrCat("pre-copy of pid ", opts.pid, " failed (the process was left running)"));
+    }
+    precopied.emplace(std::move(*pc));
+    inc.precopied = &*precopied;
+    inc.precopied_pid = opts.pid;
+  }
   auto t_freeze = Clock::now();
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
-  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer);
+  CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
+  image::Checkpoint ckpt;
+  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt);
+  // A process that is killed only goes once its checkpoint is committed; one left running
+  // goes on before the commit (its fsyncs are no downtime), and a failed commit then
+  // leaves it running as if no dump had been asked for.
+  if (precopied && result.ok()) {
+    result->precopy_rounds = precopied->rounds;
+    result->precopy_bytes = precopied->bytes;
+    result->start_freeze_seconds = precopied->start_freeze_seconds;
+    ckpt.set_precopy_rounds(static_cast<uint32_t>(precopied->rounds));
+  }
+  if (result.ok() && !opts.leave_running) {
+    ckpt.set_downtime_seconds(Since(t_freeze));
+    absl::Status committed = Commit(*writer, ckpt, inc, &*result);
+    if (!committed.ok()) result = committed;
+  }
+  auto failed = [&](const absl::Status& s) {
+    return Annotate(s, absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
+                                    opts.tree ? "es were" : " was", " left running)"));
+  };
   if (!result.ok()) {
     writer->Abort();
+    inc.Discard(/*all=*/false);
     absl::Status thaw = ft.Thaw();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
-    return Annotate(result.status(), absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
-                                                  opts.tree ? "es were" : " was", " left running)"));
+    return failed(result.status());
   }
   if (opts.leave_running) {
+    if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
     RETURN_IF_ERROR(ft.Thaw());
+    result->frozen_seconds = Since(t_freeze);
+    ckpt.set_downtime_seconds(result->frozen_seconds);
+    absl::Status committed = Commit(*writer, ckpt, inc, &*result);
+    if (!committed.ok()) {
+      writer->Abort();
+      for (const TrackerUse& t : inc.trackers) ClearTrackerState(t.pid);
+      return failed(committed);
+    }
   } else {
     RETURN_IF_ERROR(ft.Kill());
+    result->frozen_seconds = Since(t_freeze);
   }
-  result->frozen_seconds = Since(t_freeze);
   result->total_seconds = Since(t0);
   CAIRN_LOG_INFO("event=dump pid={} dir={} threads={} pages={} seconds={:.3f}", opts.pid, opts.dir,
                  result->threads, result->pages, result->total_seconds);

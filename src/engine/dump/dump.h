@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/dump/precopy.h"
+#include "engine/image/codec.h"
 
 namespace cairn::dump {
 
@@ -26,6 +29,19 @@ struct DumpOptions {
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;
+  // Incremental: the checkpoint this one builds on (a directory next to `dir`). Only the
+  // pages written since it are saved, for the processes whose writes were tracked since
+  // it; the others are saved in full (DumpResult::notes says which and why).
+  std::string parent;
+  // With leave_running: keep tracking writes after this dump so that a later dump can
+  // name this one as its parent (implied by `parent`).
+  bool track = false;
+  // Copy memory while the process runs, then freeze it only to copy the rest (see
+  // precopy.h). A single process only (not `tree`), without `parent`.
+  bool pre_copy = false;
+  PreCopyOptions precopy;
+  // Page blocks compressed (lz4 or zstd), block by block on every core.
+  image::Compression compression;
 };
 
 struct DumpResult {
@@ -36,6 +52,12 @@ struct DumpResult {
   uint64_t bytes = 0;         // page data written
   double frozen_seconds = 0;  // from freeze to kill or thaw
   double total_seconds = 0;
+  bool incremental = false;         // built on `parent` (at least one process incremental)
+  bool tracking = false;            // writes are tracked after this dump
+  std::vector<std::string> notes;   // e.g. why a process was saved in full
+  int precopy_rounds = 0;           // pre-copy: rounds copied while the process ran
+  uint64_t precopy_bytes = 0;       // page data copied while it ran
+  double start_freeze_seconds = 0;  // the brief stop that started write tracking
 };
 
 // Freezes the process (with `tree`, it and every descendant: each process is frozen

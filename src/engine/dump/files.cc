@@ -1,4 +1,5 @@
 #include "engine/dump/files.h"
+#include "engine/dump/tracker.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -276,6 +277,8 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
   std::map<uint64_t, int> pipe_ends;  // inode -> bit 1: read end seen, bit 2: write end seen
   for (size_t i = 0; i < pids.size(); ++i) {
     ASSIGN_OR_RETURN(all[i], proc::ReadFds(pids[i]));
+    // cairn's own write tracker is not the process's: neither saved nor restored.
+    std::erase_if(all[i], [](const proc::FdInfo& info) { return IsTrackerFd(info); });
     for (const proc::FdInfo& info : all[i]) {
       bool pipe = absl::StartsWith(info.target, "pipe:");
       if (!pipe && !absl::StartsWith(info.target, "/")) continue;

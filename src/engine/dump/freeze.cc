@@ -67,9 +67,13 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
     if (t.tid != 0) alive.push_back(t);
   }
   fp.threads_ = std::move(alive);
-  if (fp.threads_.empty() || fp.threads_.front().tid != pid) {
+  // The leader first. It need not have the lowest id: threads created after the pid
+  // numbers wrapped around have lower ones.
+  auto leader = std::find_if(fp.threads_.begin(), fp.threads_.end(), [&](const ThreadState& t) { return t.tid == pid; });
+  if (leader == fp.threads_.end()) {
     return absl::NotFoundError(absl::StrCat("pid ", pid, " exited while being frozen"));
   }
+  std::rotate(fp.threads_.begin(), leader, leader + 1);
   for (ThreadState& t : fp.threads_) {
     ASSIGN_OR_RETURN(t.sigmask, inject::GetSigmask(t.tid));
     RETURN_IF_ERROR(inject::SetSigmask(t.tid, kAllSignals));

@@ -6,14 +6,18 @@
 #include <sys/sysmacros.h>
 
 #include <algorithm>
+#include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/image/format.h"
@@ -30,6 +34,7 @@ constexpr uint64_t kPmFileOrShared = 1ULL << 61;
 constexpr size_t kBufferBytes = 8 << 20;  // one read batch
 constexpr size_t kBuffers = 4;            // in flight: bounds the dumper's memory to 32 MiB
 constexpr uint64_t kPagemapBatch = 65536; // pages per pagemap read (512 KiB of entries)
+constexpr uint64_t kCompressChunk = 1 << 20;  // dump --compress: largest compressed block
 
 bool IsZeroPage(const char* p) {
   const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
@@ -45,6 +50,7 @@ struct Run {
   size_t vma;
   uint64_t start;
   uint64_t len;
+  bool keep_zero = false;  // zero pages are recorded as zero blocks, not skipped
 };
 
 bool NeedsPage(image::Vma::Kind kind, uint64_t pm) {
@@ -117,7 +123,8 @@ bool ScanArea(int pagemap_fd, const image::Vma& v, size_t vi, std::vector<Run>* 
 }
 
 absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vma>& vmas,
-                                          std::set<uint64_t>* saved_shmem) {
+                                          std::set<uint64_t>* saved_shmem, const WrittenPages* written,
+                                          std::vector<std::vector<image::PageBlock>>* zero_blocks) {
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!pm.valid()) return ErrnoStatus("open " + path);
@@ -130,6 +137,23 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
       continue;
     }
     if (v.kind() == image::Vma::SHARED_ANON && !saved_shmem->insert(v.shmem_id()).second) continue;
+    if (written != nullptr) {
+      if (auto w = written->find(i); w != written->end()) {
+        // Only the pages written since the parent; discarded ones become zero blocks.
+        for (const WrittenRun& r : w->second) {
+          if (r.present) {
+            runs.push_back({i, r.start, r.len, true});
+          } else {
+            image::PageBlock b;
+            b.set_vaddr(r.start);
+            b.set_length(r.len);
+            b.set_zero(true);
+            (*zero_blocks)[i].push_back(std::move(b));
+          }
+        }
+        continue;
+      }
+    }
     // PAGEMAP_SCAN reports only the ranges that hold pages, so a huge sparse reservation
     // (a JVM heap, a Go arena, a sanitizer's shadow) costs nothing; older kernels fall back
     // to reading pagemap entry by entry.
@@ -154,11 +178,13 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
   return runs;
 }
 
-// A run of non-zero pages inside a filled buffer, with its checksum.
+// A run of non-zero pages inside a filled buffer, with its checksum; or, with `zero`, a
+// run of zero pages to record as such.
 struct Segment {
   uint64_t offset = 0;  // in the buffer
   uint64_t len = 0;
   uint64_t xxh3 = 0;
+  bool zero = false;
 };
 
 // A filled buffer waiting to be written: pages of one area at `addr`.
@@ -166,25 +192,84 @@ struct Batch {
   size_t vma = 0;
   uint64_t addr = 0;
   std::vector<Segment> segments;
-  std::vector<char>* buf = nullptr;
+  char* buf = nullptr;
 };
 
 // Splits a buffer into runs of pages to save, dropping zero pages when `skip_zero`
-// (a missing anonymous page reads back as zeros), and checksums each run.
-std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero) {
+// (a missing anonymous page reads back as zeros), or recording them as zero runs with
+// `keep_zero`, and checksums each run of data.
+std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero, bool keep_zero, bool checksum) {
   std::vector<Segment> out;
   uint64_t i = 0;
   while (i < len) {
     if (skip_zero && IsZeroPage(data + i)) {
-      i += kPage;
+      uint64_t j = i + kPage;
+      while (j < len && IsZeroPage(data + j)) j += kPage;
+      if (keep_zero) out.push_back({i, j - i, 0, true});
+      i = j;
       continue;
     }
     uint64_t j = i + kPage;
     while (j < len && !(skip_zero && IsZeroPage(data + j))) j += kPage;
-    out.push_back({i, j - i, image::Checksum(data + i, j - i)});
+    out.push_back({i, j - i, checksum ? image::Checksum(data + i, j - i) : 0});
     i = j;
   }
   return out;
+}
+
+// dump --compress: cuts the segments of one buffer into blocks of at most kCompressChunk,
+// compresses them on every core, and appends them in order (a block that does not shrink
+// is stored as it is). Zero segments become zero blocks.
+absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compression& comp, uint64_t addr,
+                              const char* data, const std::vector<Segment>& segments,
+                              std::vector<image::PageBlock>* out, MemoryStats* stats) {
+  struct Chunk {
+    uint64_t off = 0, len = 0;
+    bool zero = false, packed = false;
+    std::string stored;
+    uint64_t xxh3 = 0;
+  };
+  std::vector<Chunk> chunks;
+  for (const Segment& seg : segments) {
+    if (seg.zero) {
+      chunks.push_back({seg.offset, seg.len, true, false, {}, 0});
+      continue;
+    }
+    for (uint64_t o = 0; o < seg.len; o += kCompressChunk) {
+      chunks.push_back({seg.offset + o, std::min<uint64_t>(kCompressChunk, seg.len - o), false, false, {}, 0});
+    }
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < chunks.size();) {
+      Chunk& c = chunks[i];
+      if (c.zero) continue;
+      c.packed = image::Compress(comp, data + c.off, c.len, &c.stored);
+      c.xxh3 = c.packed ? image::Checksum(c.stored.data(), c.stored.size()) : image::Checksum(data + c.off, c.len);
+    }
+  };
+  size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), chunks.size());
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (const Chunk& c : chunks) {
+    if (c.zero) {
+      image::PageBlock zb;
+      zb.set_vaddr(addr + c.off);
+      zb.set_length(c.len);
+      zb.set_zero(true);
+      out->push_back(std::move(zb));
+      continue;
+    }
+    auto block = c.packed ? writer.AppendStored(addr + c.off, c.len, c.stored.data(), c.stored.size(), c.xxh3, comp.codec)
+                          : writer.AppendPages(addr + c.off, data + c.off, c.len, c.xxh3);
+    if (!block.ok()) return block.status();
+    out->push_back(std::move(*block));
+    stats->pages += c.len / kPage;
+    stats->bytes += c.len;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -282,22 +367,31 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
 }
 
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
-                                      const ProgressFn& progress, std::set<uint64_t>* saved_shmem) {
-  ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem));
+                                      const ProgressFn& progress, std::set<uint64_t>* saved_shmem,
+                                      const WrittenPages* written,
+                                      std::vector<std::pair<uint64_t, uint64_t>>* unread) {
+  std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
+  auto t_start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem, written, &blocks));
+  auto t_found = std::chrono::steady_clock::now();
   uint64_t total = 0;
   for (const Run& r : runs) total += r.len;
 
-  std::vector<std::vector<char>> buffers(kBuffers, std::vector<char>(kBufferBytes));
+  // Left uninitialised: a small dump touches only what it reads (zeroing 32 MiB would
+  // cost more than the whole dump of a small process).
+  std::vector<std::unique_ptr<char[]>> buffers;
+  for (size_t i = 0; i < kBuffers; ++i) buffers.emplace_back(new char[kBufferBytes]);
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::vector<char>*> free_bufs;  // GUARDED_BY(mu)
+  std::deque<char*> free_bufs;  // GUARDED_BY(mu)
   std::deque<Batch> full;                    // GUARDED_BY(mu)
   bool reader_done = false;                  // GUARDED_BY(mu)
   absl::Status writer_status;                // GUARDED_BY(mu)
-  for (auto& b : buffers) free_bufs.push_back(&b);
+  for (auto& b : buffers) free_bufs.push_back(b.get());
 
   MemoryStats stats;
-  std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
+  const image::Compression comp = writer.compression();
+  const bool compress = comp.codec != image::PageBlock::NONE;
 
   // The writer appends what the reader prepared; reading, zero detection and checksums
   // happen on the reader's side so the two threads carry about equal work.
@@ -312,8 +406,24 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         full.pop_front();
       }
       absl::Status s;
-      const char* data = b.buf->data();
+      const char* data = b.buf;
+      if (compress) {
+        s = AppendCompressed(writer, comp, b.addr, data, b.segments, &blocks[b.vma], &stats);
+        std::lock_guard lock(mu);
+        free_bufs.push_back(b.buf);
+        if (!s.ok() && writer_status.ok()) writer_status = s;
+        cv.notify_all();
+        continue;
+      }
       for (const Segment& seg : b.segments) {
+        if (seg.zero) {
+          image::PageBlock zb;
+          zb.set_vaddr(b.addr + seg.offset);
+          zb.set_length(seg.len);
+          zb.set_zero(true);
+          blocks[b.vma].push_back(std::move(zb));
+          continue;
+        }
         auto block = writer.AppendPages(b.addr + seg.offset, data + seg.offset, seg.len, seg.xxh3);
         if (!block.ok()) {
           s = block.status();
@@ -334,7 +444,7 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   uint64_t done = 0;
   for (const Run& r : runs) {
     for (uint64_t off = 0; off < r.len && read_status.ok();) {
-      std::vector<char>* buf;
+      char* buf;
       {
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return !free_bufs.empty() || !writer_status.ok(); });
@@ -343,7 +453,16 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         free_bufs.pop_front();
       }
       uint64_t len = std::min<uint64_t>(r.len - off, kBufferBytes);
-      read_status = inject::ReadRemote(pid, r.start + off, buf->data(), len);
+      read_status = inject::ReadRemote(pid, r.start + off, buf, len);
+      if (!read_status.ok() && unread != nullptr) {
+        // A running process may have unmapped the area meanwhile: the caller copies the
+        // rest of the run again once the process is frozen, if it still exists then.
+        unread->emplace_back(r.start + off, r.start + r.len);
+        read_status = absl::OkStatus();
+        std::lock_guard lock(mu);
+        free_bufs.push_back(buf);
+        break;
+      }
       if (!read_status.ok()) {
         read_status = Annotate(read_status, absl::StrFormat("read memory of pid %d at %#x", pid, r.start + off));
         std::lock_guard lock(mu);
@@ -351,7 +470,8 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         break;
       }
       const image::Vma& v = vmas[r.vma];
-      Batch batch{r.vma, r.start + off, Segments(buf->data(), len, v.kind() != image::Vma::FILE_PRIVATE), buf};
+      Batch batch{r.vma, r.start + off,
+                  Segments(buf, len, v.kind() != image::Vma::FILE_PRIVATE, r.keep_zero, !compress), buf};
       {
         std::lock_guard lock(mu);
         full.push_back(std::move(batch));
@@ -371,9 +491,14 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   writer_thread.join();
   RETURN_IF_ERROR(read_status);
   RETURN_IF_ERROR(writer_status);
+  auto t_copied = std::chrono::steady_clock::now();
   for (size_t i = 0; i < vmas.size(); ++i) {
     for (auto& b : blocks[i]) *vmas[i].add_blocks() = std::move(b);
   }
+  CAIRN_LOG_DEBUG("event=dump_pages pid={} runs={} bytes={} find_ms={:.2f} copy_ms={:.2f} record_ms={:.2f}", pid,
+                  runs.size(), stats.bytes, std::chrono::duration<double>(t_found - t_start).count() * 1e3,
+                  std::chrono::duration<double>(t_copied - t_found).count() * 1e3,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t_copied).count() * 1e3);
   return stats;
 }
 

@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/dump/tracker.h"
 #include "engine/image/image.h"
 #include "engine/proc/maps.h"
 #include "image.pb.h"
@@ -38,8 +41,16 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
 
 // Shared anonymous objects whose pages are already in the image (`saved_shmem`, by id)
 // are skipped; the ones this call saves are added to it.
+// `written` (optional): for the areas it lists (by index in `vmas`), only those runs are
+// saved instead of every page found; a zero page among them is recorded as a zero block
+// (it must hide an older copy), as is a run that is no longer present.
+// Blocks are appended to each Vma after the ones it already has.
+// `unread` (optional, for a process that runs meanwhile): a run that cannot be read is
+// recorded there as [start, end) and skipped instead of failing the dump.
+using WrittenPages = std::map<size_t, std::vector<WrittenRun>>;
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas,
                                       image::ImageWriter& writer, const ProgressFn& progress,
-                                      std::set<uint64_t>* saved_shmem);
+                                      std::set<uint64_t>* saved_shmem, const WrittenPages* written = nullptr,
+                                      std::vector<std::pair<uint64_t, uint64_t>>* unread = nullptr);
 
 }  // namespace cairn::dump

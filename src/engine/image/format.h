@@ -21,6 +21,7 @@ namespace cairn::image {
 inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr size_t kPageSize = 4096;
 inline constexpr size_t kHeaderSize = 4096;  // data files: one page so blocks stay aligned
+inline constexpr uint64_t kMaxBlockBytes = 64ull << 20;  // no block cairn writes is larger
 
 inline constexpr char kMetaFile[] = "checkpoint.meta";
 inline constexpr char kPagesFile[] = "pages.img";

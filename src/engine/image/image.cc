@@ -97,15 +97,7 @@ absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* d
   return AppendPages(vaddr, data, len, Checksum(data, len));
 }
 
-absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3) {
-  const char* p = static_cast<const char*>(data);
-  PageBlock b;
-  b.set_vaddr(vaddr);
-  b.set_length(len);
-  b.set_file_offset(pages_off_);
-  b.set_xxh3(xxh3);
-  size_t left = len;
-  uint64_t off = pages_off_;
+absl::Status ImageWriter::WriteAt(const char* p, size_t left, uint64_t off) {
   while (left > 0) {
     ssize_t n = ::pwrite(pages_.get(), p, left, static_cast<off_t>(off));
     if (n < 0) {
@@ -116,7 +108,33 @@ absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* d
     off += static_cast<uint64_t>(n);
     left -= static_cast<size_t>(n);
   }
-  pages_off_ = off;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3) {
+  // Uncompressed blocks stay page-aligned (compressed ones before may have left a gap).
+  pages_off_ = (pages_off_ + kPageSize - 1) / kPageSize * kPageSize;
+  PageBlock b;
+  b.set_vaddr(vaddr);
+  b.set_length(len);
+  b.set_file_offset(pages_off_);
+  b.set_xxh3(xxh3);
+  RETURN_IF_ERROR(WriteAt(static_cast<const char*>(data), len, pages_off_));
+  pages_off_ += len;
+  return b;
+}
+
+absl::StatusOr<PageBlock> ImageWriter::AppendStored(uint64_t vaddr, uint64_t len, const void* stored,
+                                                    size_t stored_len, uint64_t xxh3, PageBlock::Codec codec) {
+  PageBlock b;
+  b.set_vaddr(vaddr);
+  b.set_length(len);
+  b.set_file_offset(pages_off_);
+  b.set_xxh3(xxh3);
+  b.set_codec(codec);
+  b.set_stored_length(stored_len);
+  RETURN_IF_ERROR(WriteAt(static_cast<const char*>(stored), stored_len, pages_off_));
+  pages_off_ += stored_len;
   return b;
 }
 
@@ -238,15 +256,44 @@ absl::StatusOr<std::unique_ptr<ImageReader>> ImageReader::Open(const std::string
 ImageReader::~ImageReader() = default;
 
 absl::Status ImageReader::VerifyBlock(const PageBlock& b) const {
-  std::vector<char> buf(b.length() <= pages_size_ ? b.length() : 0);
+  if (b.zero()) return absl::OkStatus();
+  uint64_t limit = b.codec() != PageBlock::NONE ? kMaxBlockBytes : pages_size_;
+  std::vector<char> buf(b.length() <= limit ? b.length() : 0);
   return ReadBlock(b, buf.data());
 }
 
 absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
-  if (b.file_offset() < kHeaderSize || b.length() > pages_size_ ||
-      b.file_offset() > pages_size_ - b.length() || b.file_offset() % kPageSize != 0) {
+  if (b.zero()) {
+    std::memset(buf, 0, b.length());
+    return absl::OkStatus();
+  }
+  bool compressed = b.codec() != PageBlock::NONE;
+  uint64_t stored = compressed ? b.stored_length() : b.length();
+  if (b.file_offset() < kHeaderSize || stored > pages_size_ || b.file_offset() > pages_size_ - stored ||
+      (!compressed && b.file_offset() % kPageSize != 0)) {
     return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_,
                                                kPagesFile, b.vaddr()));
+  }
+  if (compressed) {
+    if (b.length() > kMaxBlockBytes || b.length() % kPageSize != 0) {
+      return absl::DataLossError(absl::StrFormat("%s/%s: compressed block for %#x has an impossible size %d", dir_,
+                                                 kPagesFile, b.vaddr(), b.length()));
+    }
+    thread_local std::vector<char> packed;
+    packed.resize(stored);
+    RETURN_IF_ERROR(PreadAll(pages_fd_.get(), packed.data(), stored, static_cast<off_t>(b.file_offset()),
+                             dir_ + "/" + kPagesFile));
+    if (Checksum(packed.data(), stored) != b.xxh3()) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s/%s: checksum mismatch in the compressed block at file offset %d (memory at %#x, %d bytes): the image "
+          "is corrupt", dir_, kPagesFile, b.file_offset(), b.vaddr(), b.length()));
+    }
+    absl::Status s = Decompress(b.codec(), packed.data(), stored, buf, b.length());
+    if (!s.ok()) {
+      return absl::DataLossError(absl::StrFormat("%s/%s: block at file offset %d (memory at %#x): %s", dir_,
+                                                 kPagesFile, b.file_offset(), b.vaddr(), s.message()));
+    }
+    return absl::OkStatus();
   }
   RETURN_IF_ERROR(PreadAll(pages_fd_.get(), buf, b.length(), static_cast<off_t>(b.file_offset()),
                            dir_ + "/" + kPagesFile));

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
+#include "engine/image/codec.h"
 #include "engine/image/format.h"
 #include "image.pb.h"
 
@@ -31,6 +32,15 @@ class ImageWriter {
   absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len);
   // Same, with the block's XXH3-64 already computed by the caller (Checksum()).
   absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3);
+
+  // How page blocks should be compressed (dump --compress); set by the dump driver.
+  const Compression& compression() const { return compression_; }
+  void set_compression(const Compression& c) { compression_ = c; }
+
+  // Appends a compressed block: `stored_len` bytes holding `len` bytes of pages at `vaddr`
+  // once decompressed with `codec`; `xxh3` is the checksum of the stored bytes.
+  absl::StatusOr<PageBlock> AppendStored(uint64_t vaddr, uint64_t len, const void* stored, size_t stored_len,
+                                         uint64_t xxh3, PageBlock::Codec codec);
 
   // Appends `size` bytes read from `fd` at offset 0 to files.img; returns where they went.
   struct Blob {
@@ -54,6 +64,9 @@ class ImageWriter {
   uint64_t pages_off_ = kHeaderSize;
   uint64_t files_off_ = kHeaderSize;
   bool committed_ = false;
+  Compression compression_;
+
+  absl::Status WriteAt(const char* p, size_t len, uint64_t off);
 };
 
 class ImageReader {
@@ -80,7 +93,12 @@ class ImageReader {
   absl::StatusOr<std::string> FileContent(const SysvShm& s) const;
 
   // Verifies every page block and file content; the first failure names the block.
+  // Only this image, not its parents.
   absl::Status VerifyAll() const;
+
+  // The image this incremental checkpoint builds on (opened by OpenChain), or null.
+  const ImageReader* parent() const { return parent_.get(); }
+  void set_parent(std::unique_ptr<ImageReader> parent) { parent_ = std::move(parent); }
 
  private:
   ImageReader() = default;
@@ -90,6 +108,7 @@ class ImageReader {
   UniqueFd pages_fd_, files_fd_;
   size_t pages_size_ = 0;
   size_t files_size_ = 0;
+  std::unique_ptr<ImageReader> parent_;
 };
 
 }  // namespace cairn::image

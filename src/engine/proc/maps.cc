@@ -88,4 +88,22 @@ absl::StatusOr<std::vector<MapEntry>> ReadSmaps(pid_t pid) {
   return ParseSmaps(text);
 }
 
+absl::StatusOr<std::vector<MapEntry>> ReadMaps(pid_t pid) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat("/proc/", pid, "/maps")));
+  return ParseSmaps(text);
+}
+
+bool SameLayout(const std::vector<MapEntry>& a, const std::vector<MapEntry>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const MapEntry& x = a[i];
+    const MapEntry& y = b[i];
+    if (x.start != y.start || x.end != y.end || x.prot != y.prot || x.shared != y.shared || x.offset != y.offset ||
+        x.inode != y.inode || x.dev_major != y.dev_major || x.dev_minor != y.dev_minor || x.path != y.path) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace cairn::proc

@@ -37,4 +37,11 @@ absl::StatusOr<std::vector<MapEntry>> ParseSmaps(absl::string_view text);
 // Reads and parses /proc/PID/smaps.
 absl::StatusOr<std::vector<MapEntry>> ReadSmaps(pid_t pid);
 
+// Reads /proc/PID/maps: the same areas without VmFlags, but much cheaper (smaps walks
+// every page table to count resident pages: about 10 ms per GiB mapped).
+absl::StatusOr<std::vector<MapEntry>> ReadMaps(pid_t pid);
+
+// True when `a` and `b` list the same areas (bounds, protections, sharing, file, offset).
+bool SameLayout(const std::vector<MapEntry>& a, const std::vector<MapEntry>& b);
+
 }  // namespace cairn::proc

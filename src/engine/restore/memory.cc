@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/image/chain.h"
 #include "engine/image/format.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/pidfd.h"
@@ -122,58 +123,77 @@ absl::Status UffdCopy(int uffd, uint64_t dst, const char* src, uint64_t len) {
   return absl::OkStatus();
 }
 
+// An area to fill and the pieces of stored blocks that make up its pages.
+struct AreaFill {
+  const image::Vma* vma;
+  std::vector<image::Piece> pieces;
+};
+
 // Writes the saved pages of `areas` into the task, verifying every block, with `threads`
-// parallel workers. Anonymous memory (private or shared) is filled with UFFDIO_COPY
-// where the kernel allows it (see OpenFillUffd), the rest with process_vm_writev.
-absl::Status FillAreas(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                       const std::vector<const image::Vma*>& areas, int threads) {
+// parallel workers; each stored block is read once, for all of its pieces. Anonymous
+// memory (private or shared) is filled with UFFDIO_COPY where the kernel allows it (see
+// OpenFillUffd), the rest with process_vm_writev.
+absl::Status FillAreas(inject::Injector& inj, inject::RemoteScratch& scratch, const std::string& what,
+                       const std::vector<AreaFill>& areas, int threads) {
   pid_t pid = inj.tid();
   std::vector<const image::Vma*> uffd_areas;
-  for (const image::Vma* v : areas) {
-    if (v->kind() == image::Vma::ANON || v->kind() == image::Vma::SHARED_ANON) uffd_areas.push_back(v);
+  for (const AreaFill& a : areas) {
+    if (a.vma->kind() == image::Vma::ANON || a.vma->kind() == image::Vma::SHARED_ANON) uffd_areas.push_back(a.vma);
   }
   long remote_uffd = -1;
   auto uffd = OpenFillUffd(inj, scratch, uffd_areas, &remote_uffd);
   if (!uffd.ok()) {
     CAIRN_LOG_DEBUG("event=uffd_fill_unavailable pid={} error=\"{}\"", pid, uffd.status().ToString());
   }
-  std::vector<const image::PageBlock*> blocks;
-  std::vector<bool> by_uffd;
-  for (const image::Vma* v : areas) {
+  struct Unit {
+    const image::ImageReader* img = nullptr;
+    const image::PageBlock* block = nullptr;
+    bool by_uffd = false;
+    std::vector<std::pair<uint64_t, uint64_t>> parts;  // (offset in block, length)
+  };
+  std::vector<Unit> units;
+  std::map<const image::PageBlock*, size_t> unit_of;
+  for (const AreaFill& a : areas) {
+    const image::Vma* v = a.vma;
     bool anon = v->kind() == image::Vma::ANON || v->kind() == image::Vma::SHARED_ANON;
-    for (const image::PageBlock& b : v->blocks()) {
-      if (b.vaddr() < v->start() || b.length() > v->end() - b.vaddr() || b.length() % kPage != 0) {
+    for (const image::Piece& p : a.pieces) {
+      const image::PageBlock& b = *p.block;
+      if (b.length() % kPage != 0 || p.offset % kPage != 0 || p.len % kPage != 0 || p.offset + p.len > b.length() ||
+          b.vaddr() + p.offset < v->start() || b.vaddr() + p.offset + p.len > v->end()) {
         return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area %#x-%#x (corrupt image)",
-                                                   img.dir(), b.vaddr(), v->start(), v->end()));
+                                                   p.image->dir(), b.vaddr(), v->start(), v->end()));
       }
-      blocks.push_back(&b);
-      by_uffd.push_back(uffd.ok() && anon);
+      auto [it, fresh] = unit_of.emplace(&b, units.size());
+      if (fresh) units.push_back({p.image, &b, uffd.ok() && anon, {}});
+      units[it->second].parts.emplace_back(p.offset, p.len);
     }
   }
   std::atomic<size_t> next{0};
   std::mutex mu;
   absl::Status fill_status;  // GUARDED_BY(mu)
   uint64_t max_block = 0;
-  for (const image::PageBlock* b : blocks) max_block = std::max<uint64_t>(max_block, b->length());
+  for (const Unit& u : units) max_block = std::max<uint64_t>(max_block, u.block->length());
   if (max_block > (64u << 20)) {
-    return absl::DataLossError(absl::StrCat(img.dir(), ": a page block of ", max_block, " bytes is larger than any "
+    return absl::DataLossError(absl::StrCat(what, ": a page block of ", max_block, " bytes is larger than any "
                                             "cairn writes (corrupt image)"));
   }
   auto worker = [&] {
     std::vector<char> buf(max_block);
     for (;;) {
       size_t i = next.fetch_add(1);
-      if (i >= blocks.size()) return;
-      const image::PageBlock& b = *blocks[i];
-      absl::Status s = img.ReadBlock(b, buf.data());
-      if (s.ok()) {
-        s = by_uffd[i] ? UffdCopy(uffd->get(), b.vaddr(), buf.data(), b.length())
-                       : inject::WriteRemote(pid, b.vaddr(), buf.data(), b.length());
+      if (i >= units.size()) return;
+      const Unit& u = units[i];
+      const image::PageBlock& b = *u.block;
+      absl::Status s = u.img->ReadBlock(b, buf.data());
+      for (size_t k = 0; s.ok() && k < u.parts.size(); ++k) {
+        auto [off, len] = u.parts[k];
+        s = u.by_uffd ? UffdCopy(uffd->get(), b.vaddr() + off, buf.data() + off, len)
+                      : inject::WriteRemote(pid, b.vaddr() + off, buf.data() + off, len);
       }
       if (!s.ok()) {
         std::lock_guard lock(mu);
         if (fill_status.ok()) fill_status = s;
-        next = blocks.size();
+        next = units.size();
         return;
       }
     }
@@ -294,7 +314,7 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
 absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                               const std::vector<const image::Process*>& procs, int threads) {
   std::set<uint64_t> created;
-  std::vector<const image::Vma*> areas;
+  std::vector<AreaFill> areas;
   for (const image::Process* p : procs) {
     for (const image::Vma& v : p->vmas()) {
       if (v.kind() != image::Vma::SHARED_ANON || !created.insert(v.shmem_id()).second) continue;
@@ -302,16 +322,24 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
                                            SYS_mmap, v.start(), v.end() - v.start(), PROT_READ | PROT_WRITE,
                                            MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, static_cast<uint64_t>(-1), 0));
       if (static_cast<uint64_t>(addr) != v.start()) return absl::InternalError("shared mapping placed elsewhere");
-      if (v.blocks_size() > 0) areas.push_back(&v);
+      AreaFill fill{&v, image::ResolveArea(img, *p, v)};
+      if (!fill.pieces.empty()) areas.push_back(std::move(fill));
     }
   }
-  return FillAreas(inj, scratch, img, areas, threads);
+  return FillAreas(inj, scratch, img.dir(), areas, threads);
 }
 
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads,
                         const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects) {
   pid_t pid = inj.tid();
+  // The pages of each area, resolved down the chain of an incremental checkpoint.
+  std::map<const image::Vma*, std::vector<image::Piece>> pieces;
+  for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR || v.kind() == image::Vma::SHARED_ANON) continue;
+    std::vector<image::Piece> p = image::ResolveArea(img, proc, v);
+    if (!p.empty()) pieces[&v] = std::move(p);
+  }
   // 1. Map every area, writable while it is filled.
   std::map<std::string, long> open_files;  // path+mode -> remote fd
   for (const image::Vma& v : proc.vmas()) {
@@ -329,7 +357,8 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
     }
     uint64_t len = v.end() - v.start();
     uint32_t prot = v.prot();
-    if (v.blocks_size() > 0) prot |= PROT_WRITE;
+    bool filled = pieces.count(&v) > 0;
+    if (filled) prot |= PROT_WRITE;
     int flags = MAP_FIXED;
     long fd = -1;
     uint64_t off = 0;
@@ -389,18 +418,16 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
 
   CAIRN_LOG_DEBUG("event=restore_stage stage=areas_mapped pid={}", pid);
   // 2. Fill pages, verifying every block, with parallel writers.
-  std::vector<const image::Vma*> areas;
-  for (const image::Vma& v : proc.vmas()) {
-    if (v.kind() != image::Vma::SHARED_ANON && v.blocks_size() > 0) areas.push_back(&v);
-  }
-  RETURN_IF_ERROR(FillAreas(inj, scratch, img, areas, threads));
+  std::vector<AreaFill> areas;
+  for (auto& [v, p] : pieces) areas.push_back({v, std::move(p)});
+  RETURN_IF_ERROR(FillAreas(inj, scratch, img.dir(), areas, threads));
 
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
     bool sysv_other = v.kind() == image::Vma::SYSV_SHM && (v.prot() & (PROT_READ | PROT_WRITE)) != PROT_READ &&
                       (v.prot() & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE);
-    if (((v.blocks_size() > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) ||
+    if (((pieces.count(&v) > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) ||
         sysv_other) {
       RETURN_IF_ERROR(inj.Call("mprotect", SYS_mprotect, v.start(), v.end() - v.start(), v.prot()).status());
     }

@@ -24,6 +24,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/image/chain.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
@@ -424,7 +425,7 @@ absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area, const 
 }  // namespace
 
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
-  ASSIGN_OR_RETURN(std::unique_ptr<image::ImageReader> img, image::ImageReader::Open(opts.dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<image::ImageReader> img, image::OpenChain(opts.dir));
   std::vector<const image::Process*> procs = {&img->meta().process()};
   for (const image::Process& p : img->meta().descendants()) procs.push_back(&p);
   RETURN_IF_ERROR(CheckTreeOrder(procs, opts.dir));
@@ -525,9 +526,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   result.job_name = meta.job_name();
   result.processes = static_cast<int>(procs.size());
   for (const image::Process* p : procs) {
-    for (const image::Vma& v : p->vmas()) {
-      for (const image::PageBlock& b : v.blocks()) result.bytes += b.length();
-    }
+    for (const image::Vma& v : p->vmas()) result.bytes += image::PieceBytes(image::ResolveArea(*img, *p, v));
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, opts.dir,

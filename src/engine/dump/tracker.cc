@@ -1,0 +1,299 @@
+#include "engine/dump/tracker.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <atomic>
+#include <filesystem>
+#include <thread>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "common/status.h"
+
+namespace cairn::dump {
+namespace {
+
+// PAGEMAP_SCAN (Linux 6.7); Debian 12's headers predate it.
+struct PmScanArg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+struct PageRegion {
+  uint64_t start, end, categories;
+};
+constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
+constexpr uint64_t kPmScanWpMatching = 1 << 0;
+constexpr uint64_t kPmScanCheckWpAsync = 1 << 1;
+constexpr uint64_t kPageIsWritten = 1 << 1;
+constexpr uint64_t kPageIsPresent = 1 << 3;
+constexpr uint64_t kPageIsSwapped = 1 << 4;
+constexpr uint64_t kPageIsPfnZero = 1 << 5;
+
+constexpr int kParkBase = 1000;
+constexpr int kParkLow = 64;
+constexpr int kParkLowest = 32;
+
+std::string StateDir() {
+  const char* d = std::getenv("CAIRN_STATE_DIR");
+  return absl::StrCat(d != nullptr && *d != '\0' ? d : "/var/lib/cairn", "/tracking");
+}
+
+std::string StatePath(pid_t pid) { return absl::StrCat(StateDir(), "/", pid); }
+
+}  // namespace
+
+bool IsTrackerFd(const proc::FdInfo& info) {
+  if (info.target != "anon_inode:[userfaultfd]") return false;
+  for (const auto& [key, val] : info.extra) {
+    if (key != "API") continue;
+    // "API:\t<api>:<features>:<ioctls>", hexadecimal.
+    std::vector<std::string> parts = absl::StrSplit(val, ':');
+    uint64_t features = 0;
+    return parts.size() == 3 && absl::SimpleHexAtoi(parts[1], &features) && (features & kUffdFeatureWpAsync) != 0;
+  }
+  return false;
+}
+
+std::vector<int> FindTrackerFds(pid_t pid) {
+  std::vector<int> out;
+  auto fds = proc::ReadFds(pid);
+  if (!fds.ok()) return out;
+  for (const proc::FdInfo& info : *fds) {
+    if (IsTrackerFd(info)) out.push_back(info.fd);
+  }
+  return out;
+}
+
+int RecordedTrackerFd(pid_t pid, std::vector<int>* strays) {
+  std::optional<TrackerState> st = LoadTrackerState(pid);
+  int found = -1;
+  for (int fd : FindTrackerFds(pid)) {
+    if (st && st->fd == fd) {
+      found = fd;
+    } else {
+      strays->push_back(fd);
+    }
+  }
+  return found;
+}
+
+absl::StatusOr<uint64_t> ProcessStartTime(pid_t pid) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat("/proc/", pid, "/stat")));
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return absl::DataLossError(absl::StrCat("malformed /proc/", pid, "/stat"));
+  // Fields after comm start at field 3 (state); starttime is field 22.
+  std::vector<absl::string_view> f = absl::StrSplit(absl::string_view(text).substr(close + 2), ' ');
+  uint64_t start = 0;
+  if (f.size() < 20 || !absl::SimpleAtoi(f[19], &start)) {
+    return absl::DataLossError(absl::StrCat("malformed /proc/", pid, "/stat"));
+  }
+  return start;
+}
+
+std::optional<TrackerState> LoadTrackerState(pid_t pid) {
+  auto text = ReadFile(StatePath(pid));
+  if (!text.ok()) return std::nullopt;
+  std::vector<std::string> f = absl::StrSplit(absl::StripAsciiWhitespace(*text), ' ');
+  TrackerState st;
+  if (f.size() != 3 || !absl::SimpleAtoi(f[0], &st.starttime) || !absl::SimpleAtoi(f[2], &st.fd)) return std::nullopt;
+  st.image_id = f[1];
+  auto now = ProcessStartTime(pid);
+  if (!now.ok() || *now != st.starttime) return std::nullopt;
+  return st;
+}
+
+absl::Status SaveTrackerState(pid_t pid, const TrackerState& state) {
+  std::error_code ec;
+  std::filesystem::create_directories(StateDir(), ec);
+  // Records of processes that are gone are dropped on the way.
+  for (const auto& entry : std::filesystem::directory_iterator(StateDir(), ec)) {
+    int other = 0;
+    std::string name = entry.path().filename().string();
+    if (absl::SimpleAtoi(name, &other) && other > 0 && !LoadTrackerState(other)) {
+      std::error_code rm;
+      std::filesystem::remove(entry.path(), rm);
+    }
+  }
+  if (ec) return absl::InternalError(absl::StrCat("create ", StateDir(), ": ", ec.message()));
+  std::string path = StatePath(pid);
+  std::string tmp = path + ".tmp";
+  UniqueFd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!f.valid()) return ErrnoStatus("create " + tmp);
+  RETURN_IF_ERROR(WriteAll(f.get(), absl::StrFormat("%d %s %d\n", state.starttime, state.image_id, state.fd), tmp));
+  if (::fsync(f.get()) != 0) return ErrnoStatus("fsync " + tmp);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename " + tmp);
+  return absl::OkStatus();
+}
+
+void ClearTrackerState(pid_t pid) { ::unlink(StatePath(pid).c_str()); }
+
+absl::StatusOr<Tracker> Tracker::Take(pid_t pid, int remote_fd) {
+  UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return ErrnoStatus(absl::StrCat("pidfd_open ", pid));
+  UniqueFd local(static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd.get(), remote_fd, 0)));
+  if (!local.valid()) return ErrnoStatus(absl::StrCat("take the write tracker (fd ", remote_fd, ") of pid ", pid));
+  return Tracker(std::move(local), remote_fd);
+}
+
+absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
+  pid_t pid = inj.tid();
+  // Park it at the highest free descriptor below 64: every descriptor table has room for
+  // 64, so the table does not grow (growing the table of a multi-threaded process waits
+  // for an RCU grace period, milliseconds while the process is stopped). Above 1000 when
+  // none is free there.
+  std::set<int> used;
+  auto fds = proc::ReadFds(pid);
+  if (fds.ok()) {
+    for (const proc::FdInfo& f : *fds) used.insert(f.fd);
+  }
+  int target = -1;
+  for (int fd = kParkLow - 1; fd >= kParkLowest && fds.ok(); --fd) {
+    if (!used.count(fd)) {
+      target = fd;
+      break;
+    }
+  }
+  ASSIGN_OR_RETURN(long ufd, inj.Call("userfaultfd", SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+  absl::StatusOr<long> parked;
+  if (target >= 0) {
+    parked = inj.Call("park the write tracker", SYS_dup3, static_cast<uint64_t>(ufd), static_cast<uint64_t>(target),
+                      O_CLOEXEC);
+  } else {
+    struct rlimit lim {};
+    int base = kParkBase;
+    if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+      base = static_cast<int>(std::min<rlim_t>(base, lim.rlim_cur > 32 ? lim.rlim_cur - 16 : 3));
+    }
+    parked = inj.Call("park the write tracker", SYS_fcntl, static_cast<uint64_t>(ufd), F_DUPFD_CLOEXEC,
+                      static_cast<uint64_t>(base));
+  }
+  (void)inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(ufd));
+  if (!parked.ok()) return parked.status();
+  int remote = static_cast<int>(*parked);
+  auto t = Take(pid, remote);
+  if (!t.ok()) {
+    (void)Discard(inj, remote);
+    return t.status();
+  }
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = kUffdFeatureWpAsync;
+  if (::ioctl(t->fd(), UFFDIO_API, &api) != 0) {
+    absl::Status s = ErrnoStatus("UFFDIO_API with UFFD_FEATURE_WP_ASYNC (Linux 6.7 or later is needed)");
+    (void)Discard(inj, remote);
+    return s;
+  }
+  return t;
+}
+
+bool Tracker::Register(uint64_t start, uint64_t end) {
+  uffdio_register reg{};
+  reg.range.start = start;
+  reg.range.len = end - start;
+  reg.mode = UFFDIO_REGISTER_MODE_WP;
+  return ::ioctl(local_.get(), UFFDIO_REGISTER, &reg) == 0;
+}
+
+absl::Status Tracker::Protect(uint64_t start, uint64_t end) {
+  uffdio_writeprotect wp{};
+  wp.range.start = start;
+  wp.range.len = end - start;
+  wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
+  while (::ioctl(local_.get(), UFFDIO_WRITEPROTECT, &wp) != 0) {
+    if (errno == EAGAIN || errno == EINTR) continue;
+    return ErrnoStatus(absl::StrFormat("UFFDIO_WRITEPROTECT %#x-%#x", start, end));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Tracker::Discard(inject::Injector& inj, int remote_fd) {
+  return inj.Call("close the write tracker", SYS_close, static_cast<uint64_t>(remote_fd)).status();
+}
+
+absl::Status ScanWritten(int pagemap_fd, uint64_t start, uint64_t end, std::vector<WrittenRun>* out) {
+  PmScanArg arg{};
+  arg.size = sizeof arg;
+  arg.flags = kPmScanWpMatching | kPmScanCheckWpAsync;
+  arg.category_mask = kPageIsWritten;
+  arg.return_mask = kPageIsWritten | kPageIsPresent | kPageIsSwapped | kPageIsPfnZero;
+  std::vector<PageRegion> regions(1024);
+  for (uint64_t addr = start; addr < end;) {
+    arg.start = addr;
+    arg.end = end;
+    arg.vec = reinterpret_cast<uint64_t>(regions.data());
+    arg.vec_len = regions.size();
+    long n = ::ioctl(pagemap_fd, kPagemapScan, &arg);
+    if (n < 0) return ErrnoStatus(absl::StrFormat("PAGEMAP_SCAN (written pages) %#x-%#x", addr, end));
+    for (long k = 0; k < n; ++k) {
+      const PageRegion& r = regions[static_cast<size_t>(k)];
+      bool present = (r.categories & (kPageIsPresent | kPageIsSwapped)) != 0 && (r.categories & kPageIsPfnZero) == 0;
+      if (!out->empty() && out->back().present == present && out->back().start + out->back().len == r.start) {
+        out->back().len += r.end - r.start;
+      } else {
+        out->push_back({r.start, r.end - r.start, present});
+      }
+    }
+    if (arg.walk_end <= addr) break;
+    addr = arg.walk_end;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::dump
+
+namespace cairn::dump {
+
+absl::Status ScanWrittenParallel(int pagemap_fd, const std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                 std::vector<std::vector<WrittenRun>>* out) {
+  constexpr uint64_t kChunk = 256ull << 20;
+  struct Task {
+    size_t range;
+    uint64_t start, end;
+    std::vector<WrittenRun> runs;
+    absl::Status status;
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    for (uint64_t a = ranges[i].first; a < ranges[i].second; a += kChunk) {
+      tasks.push_back({i, a, std::min(a + kChunk, ranges[i].second), {}, {}});
+    }
+  }
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t t; (t = next.fetch_add(1)) < tasks.size();) {
+      tasks[t].status = ScanWritten(pagemap_fd, tasks[t].start, tasks[t].end, &tasks[t].runs);
+    }
+  };
+  size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 8);
+  threads = std::min(threads, tasks.size());
+  std::vector<std::thread> pool;
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  out->assign(ranges.size(), {});
+  for (Task& t : tasks) {
+    RETURN_IF_ERROR(t.status);
+    std::vector<WrittenRun>& dst = (*out)[t.range];
+    for (const WrittenRun& r : t.runs) {
+      if (!dst.empty() && dst.back().present == r.present && dst.back().start + dst.back().len == r.start) {
+        dst.back().len += r.len;
+      } else {
+        dst.push_back(r);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::dump
