@@ -445,8 +445,9 @@ absl::Status Daemon::DeleteJob(const std::string& name) {
 absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason) {
   if (req.incremental() || req.pre_copy()) {
     return absl::UnimplementedError(
-        "incremental and pre-copy checkpoints need the engine's low-downtime modes (issue 4), which this daemon "
-        "does not pass through yet; take a full checkpoint (without --incremental/--pre-copy)");
+        "incremental and pre-copy checkpoints: the engine's modes (issue 4) are not passed through by the daemon "
+        "yet (its retention would have to keep an incremental checkpoint's parents, and pre-copy takes single "
+        "processes, not job trees); take a full checkpoint (without --incremental/--pre-copy)");
   }
   const std::string& name = req.name();
   pid_t pid = 0;
