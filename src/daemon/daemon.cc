@@ -574,8 +574,9 @@ void Daemon::ApplyRetention(const std::string& job) {
   }
   if (unpinned.size() <= keep) return;
   for (size_t i = 0; i + keep < unpinned.size(); ++i) {
-    RemoveTree(unpinned[i].location());
+    // The row goes first, then the files: the catalog never names a checkpoint whose files are gone.
     if (catalog_->DeleteCheckpoint(unpinned[i].id()).ok()) {
+      RemoveTree(unpinned[i].location());
       Event(job, "checkpoint-expired", absl::StrCat("checkpoint ", unpinned[i].id(), " removed (keep last ", keep, ")"));
     }
   }
@@ -672,8 +673,8 @@ absl::Status Daemon::DeleteCheckpoint(const std::string& id) {
   if (c.state() == "writing") {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is still being written"));
   }
+  RETURN_IF_ERROR(catalog_->DeleteCheckpoint(id));  // the row first, as in ApplyRetention
   RemoveTree(c.location());
-  RETURN_IF_ERROR(catalog_->DeleteCheckpoint(id));
   Event(c.job(), "checkpoint-deleted", absl::StrCat("checkpoint ", id));
   return absl::OkStatus();
 }
