@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "cli/output.h"
 #include "controller.grpc.pb.h"
 
 namespace cairn::cli {
@@ -58,11 +59,6 @@ struct ControllerCommands::Options {
 };
 
 namespace {
-
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "cairn: error: %s\n", msg.c_str());
-  return 1;
-}
 
 std::string ReadFile(const std::string& path, bool* ok) {
   std::ifstream in(path);
@@ -134,27 +130,6 @@ class Client {
   std::string token_;
   double timeout_s_;
 };
-
-int PrintJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions jo;
-  jo.add_whitespace = true;
-  jo.preserve_proto_field_names = true;
-  jo.always_print_primitive_fields = true;
-  if (!google::protobuf::util::MessageToJsonString(m, &out, jo).ok()) return Fail("cannot encode the reply as JSON");
-  std::printf("%s", out.c_str());
-  return 0;
-}
-
-std::string TimeString(double unix_s) {
-  if (unix_s <= 0) return "-";
-  time_t t = static_cast<time_t>(unix_s);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 void PrintEvent(const api::Event& e) {
   std::string what = e.kind();

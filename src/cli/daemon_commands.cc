@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "cli/output.h"
 #include "daemon.grpc.pb.h"
 
 namespace cairn::cli {
@@ -54,42 +55,6 @@ struct DaemonCommands::Options {
 };
 
 namespace {
-
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "cairn: error: %s\n", msg.c_str());
-  return 1;
-}
-
-int PrintJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions jo;
-  jo.add_whitespace = true;
-  jo.preserve_proto_field_names = true;
-  jo.always_print_primitive_fields = true;
-  if (!google::protobuf::util::MessageToJsonString(m, &out, jo).ok()) return Fail("cannot encode the reply as JSON");
-  std::printf("%s", out.c_str());
-  return 0;
-}
-
-std::string TimeString(double unix_s) {
-  if (unix_s <= 0) return "-";
-  time_t t = static_cast<time_t>(unix_s);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return absl::StrFormat("%.1f %s", b, units[u]);
-}
 
 // "512M", "2G", "1048576" -> bytes; -1 when malformed.
 int64_t ParseSize(std::string s) {

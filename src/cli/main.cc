@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "cli/controller_commands.h"
 #include "cli/daemon_commands.h"
+#include "cli/output.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
 #include "engine/check/check.h"
@@ -30,20 +31,8 @@
 namespace cairn {
 namespace {
 
-int Fail(const absl::Status& s) {
-  std::fprintf(stderr, "cairn: error: %s\n", std::string(s.message()).c_str());
-  return 1;
-}
-
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return absl::StrFormat("%.1f %s", b, units[u]);
-}
+using cli::Fail;
+using cli::HumanBytes;
 
 // What `inspect` shows of a kernel object's saved state ("" for files).
 std::string KernelObjectDetail(const image::Fd& f) {

@@ -22,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "engine/image/format.h"
 #include "engine/inject/injector.h"
+#include "engine/proc/pagemap_scan.h"
 
 namespace cairn::dump {
 namespace {
@@ -66,19 +67,14 @@ bool NeedsPage(image::Vma::Kind kind, uint64_t pm) {
   }
 }
 
-// PAGEMAP_SCAN (Linux 6.7+); Debian 12's headers predate it.
-struct PmScanArg {
-  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-struct PageRegion {
-  uint64_t start, end, categories;
-};
-constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
-constexpr uint64_t kPageIsFile = 1 << 2;
-constexpr uint64_t kPageIsPresent = 1 << 3;
-constexpr uint64_t kPageIsSwapped = 1 << 4;
-constexpr uint64_t kPageIsPfnZero = 1 << 5;
+// PAGEMAP_SCAN (engine/proc/pagemap_scan.h)
+using proc::PmScanArg;
+using proc::PageRegion;
+using proc::kPagemapScan;
+using proc::kPageIsFile;
+using proc::kPageIsPresent;
+using proc::kPageIsSwapped;
+using proc::kPageIsPfnZero;
 
 // Appends the runs of area `v` (index `vi`) that need saving, found with PAGEMAP_SCAN.
 // Returns false when the kernel lacks the ioctl (the caller reads pagemap instead).

@@ -20,25 +20,21 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "engine/proc/pagemap_scan.h"
 
 namespace cairn::dump {
 namespace {
 
-// PAGEMAP_SCAN (Linux 6.7); Debian 12's headers predate it.
-struct PmScanArg {
-  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-struct PageRegion {
-  uint64_t start, end, categories;
-};
-constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);
-constexpr uint64_t kPmScanWpMatching = 1 << 0;
-constexpr uint64_t kPmScanCheckWpAsync = 1 << 1;
-constexpr uint64_t kPageIsWritten = 1 << 1;
-constexpr uint64_t kPageIsPresent = 1 << 3;
-constexpr uint64_t kPageIsSwapped = 1 << 4;
-constexpr uint64_t kPageIsPfnZero = 1 << 5;
+// PAGEMAP_SCAN (engine/proc/pagemap_scan.h)
+using proc::PmScanArg;
+using proc::PageRegion;
+using proc::kPagemapScan;
+using proc::kPmScanWpMatching;
+using proc::kPmScanCheckWpAsync;
+using proc::kPageIsWritten;
+using proc::kPageIsPresent;
+using proc::kPageIsSwapped;
+using proc::kPageIsPfnZero;
 
 constexpr int kParkBase = 1000;
 constexpr int kParkLow = 64;

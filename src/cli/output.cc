@@ -1,0 +1,50 @@
+#include "cli/output.h"
+
+#include <cstdio>
+#include <ctime>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/str_format.h"
+
+namespace cairn::cli {
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "cairn: error: %s\n", msg.c_str());
+  return 1;
+}
+
+int Fail(const absl::Status& s) { return Fail(std::string(s.message())); }
+
+int PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.add_whitespace = true;
+  jo.preserve_proto_field_names = true;
+  jo.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, jo).ok()) return Fail("cannot encode the reply as JSON");
+  std::printf("%s", out.c_str());
+  return 0;
+}
+
+std::string TimeString(double unix_s) {
+  if (unix_s <= 0) return "-";
+  time_t t = static_cast<time_t>(unix_s);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", b, units[u]);
+}
+
+}  // namespace cairn::cli
