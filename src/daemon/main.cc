@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/token.h"
 #include "daemon/daemon.h"
 #include "daemon/metrics_http.h"
 #include "daemon/service.h"
@@ -39,24 +40,6 @@ void OnSignal(int sig) { g_signal = sig; }
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "cairnd: error: %s\n", std::string(s.message()).c_str());
   return 1;
-}
-
-// A token file holds one secret line; it must not be readable by other users.
-absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("stat token file " + path);
-  if ((st.st_mode & 077) != 0) {
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "token file %s is readable by group or others (mode %o); chmod 600 it", path, st.st_mode & 0777));
-  }
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(ss.str()));
-  if (token.size() < 16) {
-    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": the token must be at least 16 characters"));
-  }
-  return token;
 }
 
 }  // namespace
@@ -97,7 +80,7 @@ int main(int argc, char** argv) {
   }
   std::string token;
   if (!token_file.empty()) {
-    auto t = ReadToken(token_file);
+    auto t = cairn::ReadTokenFile(token_file);
     if (!t.ok()) return Fail(t.status());
     token = *t;
   }

@@ -1,0 +1,14 @@
+#pragma once
+// Shared-secret tokens for the TCP listeners of cairnd and cairn-controller.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cairn {
+
+// Reads the token in `path`: one secret line, at least 16 characters, in a file that
+// group and others cannot read (else the error says to chmod 600 it).
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+}  // namespace cairn
