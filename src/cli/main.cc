@@ -26,6 +26,7 @@
 #include "engine/image/compact.h"
 #include "engine/image/image.h"
 #include "engine/job/job.h"
+#include "engine/lazy/handler.h"
 #include "engine/restore/restore.h"
 
 namespace cairn {
@@ -128,9 +129,10 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
   return 0;
 }
 
-int RunRestore(const std::string& dir, bool detach) {
+int RunRestore(const std::string& dir, bool detach, bool lazy) {
   restore::RestoreOptions opts;
   opts.dir = dir;
+  opts.lazy = lazy;
   if (const char* t = std::getenv("CAIRN_FILL_THREADS")) opts.fill_threads = std::max(1, std::atoi(t));
   auto r = restore::Restore(opts);
   if (!r.ok()) return Fail(r.status());
@@ -319,6 +321,19 @@ int main(int argc, char** argv) {
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
   restore->add_option("--dir", dir, "Checkpoint directory")->required();
   restore->add_flag("--detach", detach, "Return once the process runs instead of waiting for it");
+  bool lazy = false;
+  restore->add_flag("--lazy", lazy,
+                    "Let the process run before its memory is in: a page handler process serves each page on first "
+                    "touch and copies the rest in the background, then exits");
+
+  cairn::lazy::HandlerOptions lazy_opts;
+  auto* lazy_pages = app.add_subcommand("lazy-pages", "Page handler of restore --lazy (started by cairn itself)");
+  lazy_pages->group("");
+  lazy_pages->add_option("--dir", lazy_opts.dir)->required();
+  lazy_pages->add_option("--pid", lazy_opts.pid)->required();
+  lazy_pages->add_option("--image-pid", lazy_opts.image_pid)->required();
+  lazy_pages->add_option("--uffd", lazy_opts.uffd)->required();
+  lazy_pages->add_option("--ready-fd", lazy_opts.ready_fd)->required();
 
   auto* inspect = app.add_subcommand("inspect", "Show what a checkpoint holds and verify every checksum");
   inspect->add_option("dir", dir, "Checkpoint directory")->required();
@@ -344,7 +359,12 @@ int main(int argc, char** argv) {
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
-  if (restore->parsed()) return cairn::RunRestore(dir, detach);
+  if (restore->parsed()) return cairn::RunRestore(dir, detach, lazy);
+  if (lazy_pages->parsed()) {
+    absl::Status s = cairn::lazy::ServePages(lazy_opts);
+    if (!s.ok()) return cairn::Fail(s);
+    return 0;
+  }
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
   if (compact->parsed()) return cairn::RunCompact(dir, compact_out);
   if (check->parsed()) return cairn::RunCheck();

@@ -240,6 +240,28 @@ TEST_P(Incremental, ChainOfTwoRestores) {
   ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
 }
 
+// Lazy: restored with --lazy, the workload runs before its private anonymous memory is in; a
+// page handler process serves each page on first touch and prefetches the rest. The workload
+// checks its own memory, so a page served wrong or not at all makes it FAIL.
+class LazyRestore : public RoundTrip {};
+
+TEST_P(LazyRestore, DumpKillRestoreLazy) {
+  const Spec& spec = GetParam();
+  Workload w = MakeWorkload(spec.name);
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+
+  CommandResult restore = Cairn({"restore", "--dir", ckpt, "--detach", "--lazy"});
+  ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach --lazy failed " << restore.Describe();
+  if (spec.waits_for_go) {
+    ASSERT_TRUE(RestoredAndRunning(w));
+  }
+  w.Go();
+  ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+}
+
 class Attached : public RoundTrip {
  protected:
   // Runs `cairn restore` (attached) on `ckpt` in the background, sends go with `go_content` once the
@@ -297,6 +319,7 @@ TEST_F(ExitStatus, RestoreExits128PlusSignal) {
 
 INSTANTIATE_TEST_SUITE_P(Workloads, RoundTrip, ::testing::ValuesIn(kSpecs), SpecName);
 INSTANTIATE_TEST_SUITE_P(Workloads, Incremental, ::testing::ValuesIn(kSpecs), SpecName);
+INSTANTIATE_TEST_SUITE_P(Workloads, LazyRestore, ::testing::ValuesIn(kSpecs), SpecName);
 INSTANTIATE_TEST_SUITE_P(Workloads, LeaveRunning,
                          ::testing::ValuesIn(Select([](const Spec& s) { return s.leave_running; })), SpecName);
 INSTANTIATE_TEST_SUITE_P(Workloads, Attached, ::testing::ValuesIn(Select([](const Spec& s) { return s.attached; })),

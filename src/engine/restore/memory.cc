@@ -22,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "engine/image/chain.h"
 #include "engine/image/format.h"
+#include "engine/lazy/launch.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/pidfd.h"
 
@@ -331,7 +332,7 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads,
-                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects) {
+                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects, bool lazy) {
   pid_t pid = inj.tid();
   // The pages of each area, resolved down the chain of an incremental checkpoint.
   std::map<const image::Vma*, std::vector<image::Piece>> pieces;
@@ -419,8 +420,16 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   CAIRN_LOG_DEBUG("event=restore_stage stage=areas_mapped pid={}", pid);
   // 2. Fill pages, verifying every block, with parallel writers.
   std::vector<AreaFill> areas;
-  for (auto& [v, p] : pieces) areas.push_back({v, std::move(p)});
+  std::vector<lazy::LazyArea> lazy_areas;
+  for (auto& [v, p] : pieces) {
+    if (lazy && lazy::IsLazyKind(*v)) {
+      lazy_areas.push_back({v, p});
+    } else {
+      areas.push_back({v, std::move(p)});
+    }
+  }
   RETURN_IF_ERROR(FillAreas(inj, scratch, img.dir(), areas, threads));
+  if (lazy) RETURN_IF_ERROR(lazy::StartLazyHandler(inj, scratch, lazy_areas, img.dir(), pid, proc.pid()));
 
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {

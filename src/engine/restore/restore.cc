@@ -373,7 +373,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
-                          uint64_t work_area, int fill_threads, IdMap& ids) {
+                          uint64_t work_area, int fill_threads, bool lazy, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
@@ -381,7 +381,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
                            static_cast<uint64_t>(masters.base - 1), 0).status());
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/true));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
-  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects));
+  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects, lazy));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
@@ -501,7 +501,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
-    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, ids), absl::StrCat("pid ", p->pid()));
+    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, opts.lazy, ids), absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);
   if (built.ok() && meta.own_ipc_ns()) built = RemoveDestroyedSegments(root_host, meta.ipc());

@@ -19,7 +19,10 @@ namespace cairn::restore {
 
 struct RestoreOptions {
   std::string dir;
-  int fill_threads = 0;  // parallel page writers; 0: twice the CPUs (measured best on 2 cores)
+  int fill_threads = 0;
+  // Let the process run before its private anonymous memory is in: a page handler
+  // process fills it on first touch and in the background (engine/lazy/handler.h).
+  bool lazy = false;  // parallel page writers; 0: twice the CPUs (measured best on 2 cores)
 };
 
 struct RestoreResult {

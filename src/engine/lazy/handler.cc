@@ -1,0 +1,342 @@
+#include "engine/lazy/handler.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/image/chain.h"
+#include "engine/lazy/lazy_areas.h"
+
+namespace cairn::lazy {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+// Pages still to copy, in the process's current addresses: start -> (end, where the first
+// page was at checkpoint time).
+struct Seg {
+  uint64_t end = 0, src = 0;
+};
+using Segs = std::map<uint64_t, Seg>;
+
+// Removes [a, b) from `s`.
+void Carve(Segs& s, uint64_t a, uint64_t b, std::vector<std::pair<uint64_t, Seg>>* removed = nullptr) {
+  auto it = s.upper_bound(a);
+  if (it != s.begin()) {
+    --it;
+    if (it->second.end <= a) ++it;
+  }
+  while (it != s.end() && it->first < b) {
+    uint64_t s0 = it->first;
+    Seg g = it->second;
+    it = s.erase(it);
+    if (s0 < a) s[s0] = {a, g.src};
+    if (g.end > b) s[b] = {g.end, g.src + (b - s0)};
+    uint64_t c0 = std::max(s0, a), c1 = std::min(g.end, b);
+    if (removed) removed->push_back({c0, {c1, g.src + (c0 - s0)}});
+  }
+}
+
+Segs::iterator Containing(Segs& s, uint64_t addr) {
+  auto it = s.upper_bound(addr);
+  if (it == s.begin()) return s.end();
+  --it;
+  return addr < it->second.end ? it : s.end();
+}
+
+struct Ctx {
+  UniqueFd fd;
+  Segs pending;
+  bool gone = false;
+};
+
+enum class Outcome { kOk, kAgain, kGone };
+
+class Handler {
+ public:
+  explicit Handler(const HandlerOptions& opts) : opts_(opts) {}
+
+  absl::Status Run();
+
+ private:
+  absl::Status Setup();
+  absl::Status HandleEvents(Ctx& c, bool* had);
+  absl::StatusOr<Outcome> FillAt(Ctx& c, Segs::iterator seg, uint64_t target);
+  absl::StatusOr<Outcome> ServeFault(Ctx& c, uint64_t addr);
+  absl::StatusOr<Outcome> Copy(Ctx& c, uint64_t dst, const char* src, uint64_t len);
+  void KillAll();
+
+  HandlerOptions opts_;
+  std::unique_ptr<image::ImageReader> img_;
+  std::map<uint64_t, image::Piece> pieces_;  // by the address of its first page at checkpoint time
+  std::vector<std::unique_ptr<Ctx>> ctxs_;
+  std::vector<char> buf_;
+  const image::PageBlock* cached_ = nullptr;
+  uint64_t faults_ = 0, copied_ = 0;
+};
+
+absl::Status Handler::Setup() {
+  ASSIGN_OR_RETURN(img_, image::OpenChain(opts_.dir));
+  const image::Process* proc = image::FindProcess(img_->meta(), opts_.image_pid);
+  if (!proc) return absl::NotFoundError(absl::StrCat(opts_.dir, " holds no process ", opts_.image_pid));
+  auto c = std::make_unique<Ctx>();
+  c->fd = UniqueFd(opts_.uffd);
+  uint64_t max_block = 0;
+  for (LazyArea& a : LazyAreas(*img_, *proc)) {
+    for (const image::Piece& p : a.pieces) {
+      uint64_t va = p.block->vaddr() + p.offset;
+      if (p.len % kPage != 0 || va % kPage != 0 || va < a.vma->start() || va + p.len > a.vma->end()) {
+        return absl::DataLossError(absl::StrFormat("%s: block at %#x lies outside its area (corrupt image)",
+                                                   p.image->dir(), p.block->vaddr()));
+      }
+      pieces_[va] = p;
+      c->pending[va] = {va + p.len, va};
+      max_block = std::max<uint64_t>(max_block, p.block->length());
+    }
+  }
+  if (max_block > (64u << 20)) {
+    return absl::DataLossError(absl::StrCat(opts_.dir, ": a page block of ", max_block,
+                                            " bytes is larger than any cairn writes (corrupt image)"));
+  }
+  buf_.resize(max_block);
+  int fl = ::fcntl(c->fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(c->fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) return ErrnoStatus("fcntl userfaultfd");
+  ctxs_.push_back(std::move(c));
+  return absl::OkStatus();
+}
+
+void KillTree(pid_t pid, int depth) {
+  if (depth > 64) return;
+  ::kill(pid, SIGKILL);
+  std::string task_dir = absl::StrCat("/proc/", pid, "/task");
+  DIR* d = ::opendir(task_dir.c_str());
+  if (!d) return;
+  std::vector<pid_t> kids;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(task_dir + "/" + e->d_name + "/children");
+    pid_t k;
+    while (in >> k) kids.push_back(k);
+  }
+  ::closedir(d);
+  for (pid_t k : kids) KillTree(k, depth + 1);
+}
+
+void Handler::KillAll() {
+  // The process first, so that it cannot fork again while its children are found.
+  ::kill(opts_.pid, SIGSTOP);
+  KillTree(opts_.pid, 0);
+}
+
+absl::StatusOr<Outcome> Handler::Copy(Ctx& c, uint64_t dst, const char* src, uint64_t len) {
+  uint64_t done = 0;
+  while (done < len) {
+    uffdio_copy cp{};
+    cp.dst = dst + done;
+    cp.src = reinterpret_cast<uint64_t>(src + done);
+    cp.len = len - done;
+    int rc = ::ioctl(c.fd.get(), UFFDIO_COPY, &cp);
+    if (rc == 0) {
+      done = len;
+      break;
+    }
+    int err = errno;
+    if (cp.copy > 0) {
+      Carve(c.pending, dst + done, dst + done + static_cast<uint64_t>(cp.copy));
+      copied_ += static_cast<uint64_t>(cp.copy);
+      done += static_cast<uint64_t>(cp.copy);
+      continue;
+    }
+    if (err == EEXIST || err == ENOENT || err == EFAULT) {
+      // Already there, or the area is gone (its unmap event follows): nothing to copy.
+      Carve(c.pending, dst + done, dst + done + kPage);
+      done += kPage;
+      continue;
+    }
+    if (err == EAGAIN) return Outcome::kAgain;  // the layout is changing: read the events first
+    if (err == ESRCH) return Outcome::kGone;    // the process exited
+    return ErrnoStatus(absl::StrFormat("UFFDIO_COPY to %#x in pid %d", dst + done, opts_.pid));
+  }
+  Carve(c.pending, dst, dst + len);
+  copied_ += len;
+  return Outcome::kOk;
+}
+
+// Copies the pending pages around `target` (inside `seg`) that one stored block holds.
+absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t target) {
+  uint64_t s0 = seg->first;
+  Seg g = seg->second;
+  uint64_t src = g.src + (target - s0);
+  auto pit = pieces_.upper_bound(src);
+  if (pit == pieces_.begin()) return absl::InternalError(absl::StrFormat("no saved page for %#x", src));
+  --pit;
+  const image::Piece& p = pit->second;
+  uint64_t ps = pit->first, pe = ps + p.len;
+  if (src >= pe) return absl::InternalError(absl::StrFormat("no saved page for %#x", src));
+  uint64_t from = std::max(ps, g.src), to = std::min(pe, g.src + (g.end - s0));
+  if (cached_ != p.block) {
+    cached_ = nullptr;
+    absl::Status read = p.image->ReadBlock(*p.block, buf_.data());
+    if (!read.ok()) {
+      return Annotate(read, absl::StrFormat("page %#x of pid %d (saved at %#x) cannot be delivered", target,
+                                            opts_.pid, src));
+    }
+    cached_ = p.block;
+  }
+  const char* data = buf_.data() + p.offset + (from - ps);
+  return Copy(c, s0 + (from - g.src), data, to - from);
+}
+
+absl::StatusOr<Outcome> Handler::ServeFault(Ctx& c, uint64_t addr) {
+  ++faults_;
+  uint64_t page = addr & ~(kPage - 1);
+  auto seg = Containing(c.pending, page);
+  if (seg != c.pending.end()) return FillAt(c, seg, page);
+  // Not saved (zero at checkpoint time), dropped since, or already copied.
+  uffdio_zeropage z{};
+  z.range.start = page;
+  z.range.len = kPage;
+  if (::ioctl(c.fd.get(), UFFDIO_ZEROPAGE, &z) == 0) return Outcome::kOk;
+  if (errno == EEXIST) {
+    uffdio_range r{page, kPage};
+    ::ioctl(c.fd.get(), UFFDIO_WAKE, &r);
+    return Outcome::kOk;
+  }
+  if (errno == EAGAIN) return Outcome::kAgain;
+  if (errno == ESRCH) return Outcome::kGone;
+  if (errno == ENOENT || errno == EFAULT) return Outcome::kOk;
+  return ErrnoStatus(absl::StrFormat("UFFDIO_ZEROPAGE at %#x in pid %d", page, opts_.pid));
+}
+
+// Reads and handles every queued message of `c`; sets *had when there was one.
+absl::Status Handler::HandleEvents(Ctx& c, bool* had) {
+  uffd_msg msgs[64];
+  for (;;) {
+    ssize_t n = ::read(c.fd.get(), msgs, sizeof msgs);
+    if (n < 0) {
+      if (errno == EAGAIN) return absl::OkStatus();
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read userfaultfd");
+    }
+    if (n == 0) return absl::OkStatus();
+    *had = true;
+    std::vector<uint64_t> faults;
+    for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(uffd_msg); ++i) {
+      const uffd_msg& m = msgs[i];
+      switch (m.event) {
+        case UFFD_EVENT_PAGEFAULT:
+          faults.push_back(m.arg.pagefault.address);
+          break;
+        case UFFD_EVENT_FORK: {
+          auto child = std::make_unique<Ctx>();
+          child->fd = UniqueFd(static_cast<int>(m.arg.fork.ufd));
+          child->pending = c.pending;
+          int fl = ::fcntl(child->fd.get(), F_GETFL);
+          ::fcntl(child->fd.get(), F_SETFL, fl | O_NONBLOCK);
+          CAIRN_LOG_DEBUG("event=lazy_fork pid={} pending_ranges={}", opts_.pid, child->pending.size());
+          ctxs_.push_back(std::move(child));
+          break;
+        }
+        case UFFD_EVENT_REMAP: {
+          uint64_t from = m.arg.remap.from, to = m.arg.remap.to, len = m.arg.remap.len;
+          std::vector<std::pair<uint64_t, Seg>> moved;
+          Carve(c.pending, from, from + len, &moved);
+          for (auto& [s, g] : moved) c.pending[s - from + to] = {g.end - from + to, g.src};
+          break;
+        }
+        case UFFD_EVENT_REMOVE:
+          Carve(c.pending, m.arg.remove.start, m.arg.remove.end);
+          break;
+        case UFFD_EVENT_UNMAP:
+          Carve(c.pending, m.arg.remove.start, m.arg.remove.end);
+          break;
+        default:
+          return absl::InternalError(absl::StrCat("unexpected userfaultfd event ", static_cast<int>(m.event)));
+      }
+    }
+    for (uint64_t a : faults) {
+      for (;;) {
+        ASSIGN_OR_RETURN(Outcome o, ServeFault(c, a));
+        if (o == Outcome::kGone) {
+          c.gone = true;
+          return absl::OkStatus();
+        }
+        if (o == Outcome::kOk) break;
+        // The layout changes under us: events queue up behind this fault; take them first.
+        bool more = false;
+        RETURN_IF_ERROR(HandleEvents(c, &more));
+        if (c.gone) return absl::OkStatus();
+        if (!more) ::usleep(100);
+      }
+    }
+  }
+}
+
+absl::Status Handler::Run() {
+  auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = Setup();
+  if (!s.ok()) {
+    ::close(opts_.ready_fd);
+    return s;
+  }
+  char one = 1;
+  (void)::write(opts_.ready_fd, &one, 1);
+  ::close(opts_.ready_fd);
+  auto fatal = [&](absl::Status st) {
+    KillAll();
+    return Annotate(st, absl::StrCat("lazy restore of pid ", opts_.pid, " failed; the process was killed"));
+  };
+  for (;;) {
+    bool work_left = false;
+    for (auto& c : ctxs_) work_left = work_left || (!c->gone && !c->pending.empty());
+    if (!work_left) break;
+    std::vector<pollfd> pfds;
+    for (auto& c : ctxs_) pfds.push_back({c->fd.get(), POLLIN, 0});
+    if (::poll(pfds.data(), pfds.size(), 0) < 0 && errno != EINTR) return fatal(ErrnoStatus("poll userfaultfd"));
+    bool had = false;
+    for (size_t i = 0; i < ctxs_.size(); ++i) {
+      if (ctxs_[i]->gone || !(pfds[i].revents & (POLLIN | POLLERR | POLLHUP))) continue;
+      if (absl::Status e = HandleEvents(*ctxs_[i], &had); !e.ok()) return fatal(e);
+    }
+    if (had) continue;
+    // Nothing asked for: prefetch one block's worth.
+    for (auto& c : ctxs_) {
+      if (c->gone || c->pending.empty()) continue;
+      auto seg = c->pending.begin();
+      auto o = FillAt(*c, seg, seg->first);
+      if (!o.ok()) return fatal(o.status());
+      if (*o == Outcome::kGone) c->gone = true;
+      if (*o == Outcome::kAgain) ::usleep(100);
+      break;
+    }
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CAIRN_LOG_INFO("event=lazy_done pid={} bytes={} faults={} seconds={:.3f}", opts_.pid, copied_, faults_, secs);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ServePages(const HandlerOptions& opts) {
+  Handler h(opts);
+  return h.Run();
+}
+
+}  // namespace cairn::lazy

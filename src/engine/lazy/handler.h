@@ -1,0 +1,42 @@
+#pragma once
+// The page handler of a lazy restore (`cairn lazy-pages`, started by lazy/launch.h).
+//
+// One process per restored process, single-threaded, holding the only reference to the
+// process's userfaultfd. It serves each missing-page fault from the image (every block's
+// checksum verified, compressed blocks decompressed, incremental chains resolved), and
+// between faults copies every remaining page in (prefetch), block by block, in address
+// order. Pages never saved (zero at checkpoint time) get the zero page on first touch.
+// When every saved page is in, it closes the userfaultfd (the ranges become ordinary
+// memory) and exits 0.
+//
+// Events: fork (the child's userfaultfd is served as well, with the parent's pending pages
+// at the moment of the fork), mremap (pending pages move with the area), madvise
+// DONTNEED/REMOVE and munmap (pending pages there are dropped: they now read as zero, as
+// they would have).
+//
+// If a page cannot be delivered (a block fails its checksum, the image is gone or
+// unreadable), the handler kills the process (and any child it forked since) with
+// SIGKILL and writes why to stderr (inherited from `cairn restore`) before exiting 1: the
+// process never runs on with missing memory.
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace cairn::lazy {
+
+struct HandlerOptions {
+  std::string dir;    // checkpoint directory (newest link)
+  pid_t pid = 0;      // the restored process, as this machine sees it
+  int image_pid = 0;  // its pid in the checkpoint
+  int uffd = -1;      // the userfaultfd, inherited
+  int ready_fd = -1;  // one byte is written here once the image is open
+};
+
+// Serves pages until every saved page is in (OK) or a page cannot be delivered (the
+// process has been killed; the status says why).
+absl::Status ServePages(const HandlerOptions& opts);
+
+}  // namespace cairn::lazy

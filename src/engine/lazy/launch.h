@@ -1,0 +1,28 @@
+#pragma once
+// The restorer's side of a lazy restore: a userfaultfd made inside the task being
+// restored, with its lazy areas registered in missing mode, handed to a page handler
+// process that outlives the restorer (`cairn restore --detach` returns at once).
+//
+// The handler is `cairn lazy-pages` (hidden), started by a double fork + exec so that it
+// is nobody's child to wait for, holding only the userfaultfd and stderr. It opens the
+// image again by itself (see lazy/handler.h).
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/inject/injector.h"
+#include "engine/lazy/lazy_areas.h"
+
+namespace cairn::lazy {
+
+// Creates the userfaultfd in the task `inj` drives (with fork, remap, remove and unmap
+// events), registers `areas`, starts the handler for host pid `host_pid` (saved pid
+// `image_pid`) of the checkpoint in `dir`, and closes the task's own descriptor. The
+// areas must be mapped already. Fails clearly when the kernel lacks what is needed.
+absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scratch, const std::vector<LazyArea>& areas,
+                              const std::string& dir, pid_t host_pid, int image_pid);
+
+}  // namespace cairn::lazy
