@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -260,6 +262,59 @@ TEST_P(LazyRestore, DumpKillRestoreLazy) {
   }
   w.Go();
   ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+}
+
+// A lazy restore whose image is damaged where the process has not been served yet: the
+// process runs (restore succeeds, the damaged block is a lazily filled one), then the page
+// handler meets the bad block (on a fault or in its prefetch) and must kill the process with a
+// clear error rather than leave it running with missing memory.
+class LazyDamage : public RoundTrip {};
+
+TEST_F(LazyDamage, BadBlockKillsTheProcessWithAClearError) {
+  Workload w = MakeWorkload("wl_mmap_anon");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  // The largest page block is in the 16 MiB private anonymous area, which --lazy leaves to the
+  // handler. Blocks are listed as {"vaddr", "length", "fileOffset", ...} by inspect --json.
+  CommandResult meta = Cairn({"inspect", ckpt, "--json"});
+  ASSERT_TRUE(meta.Exited(0)) << meta.Describe();
+  std::regex block_re("\"length\":\\s*\"?(\\d+)\"?,\\s*\"(?:fileOffset|file_offset)\":\\s*\"?(\\d+)");
+  uint64_t best_len = 0, best_off = 0;
+  for (std::sregex_iterator it(meta.out.begin(), meta.out.end(), block_re), end; it != end; ++it) {
+    uint64_t len = std::stoull((*it)[1]), off = std::stoull((*it)[2]);
+    if (len > best_len) best_len = len, best_off = off;
+  }
+  ASSERT_GE(best_len, 1u << 20) << "no large page block found in " << meta.out.substr(0, 2000);
+  {
+    std::fstream f(ckpt + "/pages.img", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t at = best_off + best_len - 4096 + 100;  // in the block's last page
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  // The handler keeps writing to cairn's stderr after `restore --detach` has returned.
+  std::string err_path = w.workdir() + "/restore.err";
+  CommandResult restore = RunCommand(
+      {"/bin/sh", "-c", "exec \"$0\" restore --dir \"$1\" --detach --lazy 2>\"$2\"", CAIRN_BIN, ckpt, err_path},
+      w.workdir());
+  ASSERT_TRUE(restore.Exited(0)) << "restore --lazy must let the process run before the damaged block is needed "
+                                 << restore.Describe() << ReadFile(err_path);
+  Ending end = WaitGone(w.pid(), 20s);
+  ASSERT_TRUE(end.gone) << "the restored process still runs with a damaged page block";
+  ASSERT_TRUE(end.status && WIFSIGNALED(*end.status) && WTERMSIG(*end.status) == SIGKILL)
+      << "want killed by SIGKILL, got " << end.Describe();
+  std::string err;
+  for (int i = 0; i < 200 && !Matches(err, "killed"); ++i) {
+    std::this_thread::sleep_for(20ms);
+    err = ReadFile(err_path);
+  }
+  EXPECT_TRUE(Matches(err, "checksum|corrupt")) << "the error must say the image is damaged: " << err;
+  EXPECT_TRUE(Matches(err, "lazy restore of pid [0-9]+ failed; the process was killed")) << err;
+  EXPECT_TRUE(Matches(err, "pages.img|" + ckpt)) << "the error must name the image: " << err;
+  EXPECT_EQ(w.Stdout().find("PASS"), std::string::npos) << w.Describe();
 }
 
 class Attached : public RoundTrip {
