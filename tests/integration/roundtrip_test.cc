@@ -50,6 +50,7 @@ const Spec kSpecs[] = {
     {"wl_heap", true, false, true, false},
     {"wl_itimer"},
     {"wl_mmap_anon"},
+    {"wl_lazy_events"},
     {"wl_mmap_private_file"},
     {"wl_mmap_shared_file"},
     {"wl_nanosleep"},
