@@ -303,19 +303,25 @@ absl::Status Handler::Run() {
     KillAll();
     return Annotate(st, absl::StrCat("lazy restore of pid ", opts_.pid, " failed; the process was killed"));
   };
+  UniqueFd go(opts_.go_fd);
   for (;;) {
     bool work_left = false;
     for (auto& c : ctxs_) work_left = work_left || (!c->gone && !c->pending.empty());
     if (!work_left) break;
     std::vector<pollfd> pfds;
     for (auto& c : ctxs_) pfds.push_back({c->fd.get(), POLLIN, 0});
-    if (::poll(pfds.data(), pfds.size(), 0) < 0 && errno != EINTR) return fatal(ErrnoStatus("poll userfaultfd"));
+    if (go.valid()) pfds.push_back({go.get(), POLLIN, 0});
+    // Until the process runs, only faults are served (poll waits); then prefetch fills the gaps.
+    if (::poll(pfds.data(), pfds.size(), go.valid() ? -1 : 0) < 0 && errno != EINTR) {
+      return fatal(ErrnoStatus("poll userfaultfd"));
+    }
+    if (go.valid() && pfds.back().revents) go.Reset();
     bool had = false;
     for (size_t i = 0; i < ctxs_.size(); ++i) {
       if (ctxs_[i]->gone || !(pfds[i].revents & (POLLIN | POLLERR | POLLHUP))) continue;
       if (absl::Status e = HandleEvents(*ctxs_[i], &had); !e.ok()) return fatal(e);
     }
-    if (had) continue;
+    if (had || go.valid()) continue;
     // Nothing asked for: prefetch one block's worth.
     for (auto& c : ctxs_) {
       if (c->gone || c->pending.empty()) continue;

@@ -5,7 +5,7 @@
 // process's userfaultfd. It serves each missing-page fault from the image (every block's
 // checksum verified, compressed blocks decompressed, incremental chains resolved), and
 // between faults copies every remaining page in (prefetch), block by block, in address
-// order. Pages never saved (zero at checkpoint time) get the zero page on first touch.
+// order, once the restorer has let the process go (end of file on go_fd). Pages never saved (zero at checkpoint time) get the zero page on first touch.
 // When every saved page is in, it closes the userfaultfd (the ranges become ordinary
 // memory) and exits 0.
 //
@@ -33,6 +33,7 @@ struct HandlerOptions {
   int image_pid = 0;  // its pid in the checkpoint
   int uffd = -1;      // the userfaultfd, inherited
   int ready_fd = -1;  // one byte is written here once the image is open
+  int go_fd = -1;     // end of file here: the process runs, prefetch may start
 };
 
 // Serves pages until every saved page is in (OK) or a page cannot be delivered (the

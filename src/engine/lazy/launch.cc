@@ -24,7 +24,15 @@ constexpr size_t kScratchStructs = 1024;
 constexpr uint64_t kFeatures =
     UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP;
 
+// The write ends of the handlers' "go" pipes; closing one starts that handler's prefetch.
+std::vector<UniqueFd>& GoPipes() {
+  static auto* pipes = new std::vector<UniqueFd>();
+  return *pipes;
+}
+
 }  // namespace
+
+void ReleaseLazyHandlers() { GoPipes().clear(); }
 
 absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scratch, const std::vector<LazyArea>& areas,
                               const std::string& dir, pid_t host_pid, int image_pid) {
@@ -73,14 +81,18 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return ErrnoStatus("pipe (page handler)");
   UniqueFd ready_r(ready[0]), ready_w(ready[1]);
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoStatus("pipe (page handler)");
+  UniqueFd go_r(go[0]), go_w(go[1]);
   UniqueFd ufd_keep(::fcntl(local->get(), F_DUPFD_CLOEXEC, 3));
   if (!ufd_keep.valid()) return ErrnoStatus("dup userfaultfd");
-  std::string ufd_s = std::to_string(ufd_keep.get()), ready_s = std::to_string(ready_w.get());
+  std::string ufd_s = std::to_string(ufd_keep.get()), ready_s = std::to_string(ready_w.get()),
+              go_s = std::to_string(go_r.get());
   const char* v_flag = verbosity >= 2 ? "-vv" : verbosity == 1 ? "-v" : nullptr;
   std::vector<const char*> argv = {exe};
   if (v_flag) argv.push_back(v_flag);
   for (const char* a : {"lazy-pages", "--dir", dir.c_str(), "--pid", pid_s.c_str(), "--image-pid",
-                        image_pid_s.c_str(), "--uffd", ufd_s.c_str(), "--ready-fd", ready_s.c_str()}) {
+                        image_pid_s.c_str(), "--uffd", ufd_s.c_str(), "--ready-fd", ready_s.c_str(), "--go-fd", go_s.c_str()}) {
     argv.push_back(a);
   }
   argv.push_back(nullptr);
@@ -94,6 +106,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
     ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
     ::fcntl(ufd_keep.get(), F_SETFD, 0);
     ::fcntl(ready_w.get(), F_SETFD, 0);
+    ::fcntl(go_r.get(), F_SETFD, 0);
     ::execv(exe, const_cast<char* const*>(argv.data()));
     ::_exit(127);
   }
@@ -101,6 +114,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   while (::waitpid(mid, &status, 0) < 0 && errno == EINTR) {
   }
   ready_w.Reset();
+  go_r.Reset();
   ufd_keep.Reset();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError("could not start the page handler for restore --lazy (fork failed)");
@@ -114,6 +128,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
         "the page handler for restore --lazy exited before it was ready (see its error above); nothing was left "
         "running");
   }
+  GoPipes().push_back(std::move(go_w));
   CAIRN_LOG_DEBUG("event=lazy_handler_started pid={} areas={}", host_pid, areas.size());
   return absl::OkStatus();
 }

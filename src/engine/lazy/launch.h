@@ -22,7 +22,13 @@ namespace cairn::lazy {
 // events), registers `areas`, starts the handler for host pid `host_pid` (saved pid
 // `image_pid`) of the checkpoint in `dir`, and closes the task's own descriptor. The
 // areas must be mapped already. Fails clearly when the kernel lacks what is needed.
+// The handler serves faults at once but prefetches only once the restorer lets the process
+// go (ReleaseLazyHandlers, or the restorer's exit): prefetch must not compete with the rest
+// of the restore for the CPU, and the restore's outcome must not depend on its progress.
 absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scratch, const std::vector<LazyArea>& areas,
                               const std::string& dir, pid_t host_pid, int image_pid);
+
+// Tells every handler started by this process that its process runs: prefetch may begin.
+void ReleaseLazyHandlers();
 
 }  // namespace cairn::lazy

@@ -1,5 +1,7 @@
 #include "engine/restore/restore.h"
 
+#include "engine/lazy/launch.h"
+
 #include <linux/sched.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -514,6 +516,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Thread& t : p->threads()) RETURN_IF_ERROR(inject::Detach(ids.Host(t.tid()), 0));
   }
   tasks.Release();
+  lazy::ReleaseLazyHandlers();
   for (const image::Process* p : procs) {
     if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area, ids), absl::StrCat("zombie ", p->pid())));
     // A process that was stopped (SIGSTOP, SIGTSTP...) stops again, as it was.
