@@ -24,18 +24,11 @@ constexpr size_t kScratchStructs = 1024;
 constexpr uint64_t kFeatures =
     UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP;
 
-// The write ends of the handlers' "go" pipes; closing one starts that handler's prefetch.
-std::vector<UniqueFd>& GoPipes() {
-  static auto* pipes = new std::vector<UniqueFd>();
-  return *pipes;
-}
-
 }  // namespace
 
-void ReleaseLazyHandlers() { GoPipes().clear(); }
-
 absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scratch, const std::vector<LazyArea>& areas,
-                              const std::string& dir, pid_t host_pid, int image_pid) {
+                              const std::string& dir, pid_t host_pid, int image_pid,
+                              std::vector<UniqueFd>* go_pipes) {
   if (areas.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(long rfd, inj.Call("userfaultfd (lazy restore)", SYS_userfaultfd, O_CLOEXEC));
   auto close_remote = [&] { (void)inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(rfd)); };
@@ -128,7 +121,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
         "the page handler for restore --lazy exited before it was ready (see its error above); nothing was left "
         "running");
   }
-  GoPipes().push_back(std::move(go_w));
+  go_pipes->push_back(std::move(go_w));
   CAIRN_LOG_DEBUG("event=lazy_handler_started pid={} areas={}", host_pid, areas.size());
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/unique_fd.h"
 #include "engine/inject/injector.h"
 #include "engine/lazy/lazy_areas.h"
 
@@ -23,12 +24,10 @@ namespace cairn::lazy {
 // `image_pid`) of the checkpoint in `dir`, and closes the task's own descriptor. The
 // areas must be mapped already. Fails clearly when the kernel lacks what is needed.
 // The handler serves faults at once but prefetches only once the restorer lets the process
-// go (ReleaseLazyHandlers, or the restorer's exit): prefetch must not compete with the rest
-// of the restore for the CPU, and the restore's outcome must not depend on its progress.
+// go: it then closes the descriptor added to `go_pipes` (or exits): prefetch must not compete
+// with the rest of the restore for the CPU, and the restore's outcome must not depend on it.
 absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scratch, const std::vector<LazyArea>& areas,
-                              const std::string& dir, pid_t host_pid, int image_pid);
-
-// Tells every handler started by this process that its process runs: prefetch may begin.
-void ReleaseLazyHandlers();
+                              const std::string& dir, pid_t host_pid, int image_pid,
+                              std::vector<UniqueFd>* go_pipes);
 
 }  // namespace cairn::lazy

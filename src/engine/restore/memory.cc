@@ -332,7 +332,9 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads,
-                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects, bool lazy) {
+                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects,
+                        std::vector<UniqueFd>* lazy_handlers) {
+  bool lazy = lazy_handlers != nullptr;
   pid_t pid = inj.tid();
   // The pages of each area, resolved down the chain of an incremental checkpoint.
   std::map<const image::Vma*, std::vector<image::Piece>> pieces;
@@ -429,7 +431,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
     }
   }
   RETURN_IF_ERROR(FillAreas(inj, scratch, img.dir(), areas, threads));
-  if (lazy) RETURN_IF_ERROR(lazy::StartLazyHandler(inj, scratch, lazy_areas, img.dir(), pid, proc.pid()));
+  if (lazy) RETURN_IF_ERROR(lazy::StartLazyHandler(inj, scratch, lazy_areas, img.dir(), pid, proc.pid(), lazy_handlers));
 
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/unique_fd.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
 
@@ -40,10 +41,12 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 // and advice. Pages are written with `threads` parallel writers.
 // Deleted files and memfds are mapped from `file_objects`: (dev, inode) at checkpoint
 // time -> the descriptor of the file made again, which the task holds (a master).
-// With `lazy`, private anonymous areas are left empty, registered with a userfaultfd and
-// handed to a page handler process (engine/lazy/launch.h) instead of being filled.
+// With `lazy_handlers`, private anonymous areas are left empty, registered with a userfaultfd
+// and handed to a page handler process (engine/lazy/launch.h) instead of being filled; the
+// handler's go pipe is added there (close it once the process runs).
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads,
-                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects, bool lazy = false);
+                        const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects,
+                        std::vector<UniqueFd>* lazy_handlers = nullptr);
 
 }  // namespace cairn::restore

@@ -1,7 +1,5 @@
 #include "engine/restore/restore.h"
 
-#include "engine/lazy/launch.h"
-
 #include <linux/sched.h>
 #include <signal.h>
 #include <fcntl.h>
@@ -375,7 +373,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
-                          uint64_t work_area, int fill_threads, bool lazy, IdMap& ids) {
+                          uint64_t work_area, int fill_threads, std::vector<UniqueFd>* lazy_handlers, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
@@ -383,7 +381,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
                            static_cast<uint64_t>(masters.base - 1), 0).status());
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/true));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
-  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects, lazy));
+  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects, lazy_handlers));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
@@ -500,10 +498,12 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   absl::Status built =
       BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
+  std::vector<UniqueFd> lazy_handlers;  // restore --lazy: closed once the processes run
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
-    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, opts.lazy, ids), absl::StrCat("pid ", p->pid()));
+    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, opts.lazy ? &lazy_handlers : nullptr, ids),
+                     absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);
   if (built.ok() && meta.own_ipc_ns()) built = RemoveDestroyedSegments(root_host, meta.ipc());
@@ -516,7 +516,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Thread& t : p->threads()) RETURN_IF_ERROR(inject::Detach(ids.Host(t.tid()), 0));
   }
   tasks.Release();
-  lazy::ReleaseLazyHandlers();
+  lazy_handlers.clear();  // the processes run: their page handlers may prefetch
   for (const image::Process* p : procs) {
     if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area, ids), absl::StrCat("zombie ", p->pid())));
     // A process that was stopped (SIGSTOP, SIGTSTP...) stops again, as it was.
