@@ -27,8 +27,7 @@ constexpr uint64_t kFeatures =
 }  // namespace
 
 absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scratch, const std::vector<LazyArea>& areas,
-                              const std::string& dir, pid_t host_pid, int image_pid,
-                              std::vector<UniqueFd>* go_pipes) {
+                              const std::string& dir, pid_t host_pid, int image_pid, LazyHandlers* handlers) {
   if (areas.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(long rfd, inj.Call("userfaultfd (lazy restore)", SYS_userfaultfd, O_CLOEXEC));
   auto close_remote = [&] { (void)inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(rfd)); };
@@ -112,17 +111,24 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError("could not start the page handler for restore --lazy (fork failed)");
   }
-  char byte = 0;
-  ssize_t got;
-  while ((got = ::read(ready_r.get(), &byte, 1)) < 0 && errno == EINTR) {
-  }
-  if (got != 1) {
-    return absl::InternalError(
-        "the page handler for restore --lazy exited before it was ready (see its error above); nothing was left "
-        "running");
-  }
-  go_pipes->push_back(std::move(go_w));
+  handlers->go.push_back(std::move(go_w));
+  handlers->ready.push_back(std::move(ready_r));
   CAIRN_LOG_DEBUG("event=lazy_handler_started pid={} areas={}", host_pid, areas.size());
+  return absl::OkStatus();
+}
+
+absl::Status LazyHandlers::WaitReady() {
+  for (UniqueFd& r : ready) {
+    char byte = 0;
+    ssize_t got;
+    while ((got = ::read(r.get(), &byte, 1)) < 0 && errno == EINTR) {
+    }
+    if (got != 1) {
+      return absl::InternalError(
+          "the page handler for restore --lazy exited before it was ready (see its error above)");
+    }
+  }
+  ready.clear();
   return absl::OkStatus();
 }
 

@@ -23,11 +23,18 @@ namespace cairn::lazy {
 // events), registers `areas`, starts the handler for host pid `host_pid` (saved pid
 // `image_pid`) of the checkpoint in `dir`, and closes the task's own descriptor. The
 // areas must be mapped already. Fails clearly when the kernel lacks what is needed.
-// The handler serves faults at once but prefetches only once the restorer lets the process
-// go: it then closes the descriptor added to `go_pipes` (or exits): prefetch must not compete
-// with the rest of the restore for the CPU, and the restore's outcome must not depend on it.
+// The handlers of one restore. Each says it is ready (image open) on its ready pipe, while the
+// restore goes on; WaitReady must succeed before the processes may run (a handler that died
+// would leave their memory empty). A handler serves faults at once but prefetches only once
+// its go pipe is closed (Release, or the restorer's exit): prefetch must not compete with the
+// rest of the restore for the CPU, and the restore's outcome must not depend on it.
+struct LazyHandlers {
+  std::vector<UniqueFd> go, ready;
+  absl::Status WaitReady();
+  void Release() { go.clear(); }
+};
+
 absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scratch, const std::vector<LazyArea>& areas,
-                              const std::string& dir, pid_t host_pid, int image_pid,
-                              std::vector<UniqueFd>* go_pipes);
+                              const std::string& dir, pid_t host_pid, int image_pid, LazyHandlers* handlers);
 
 }  // namespace cairn::lazy

@@ -333,7 +333,7 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads,
                         const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects,
-                        std::vector<UniqueFd>* lazy_handlers) {
+                        lazy::LazyHandlers* lazy_handlers) {
   bool lazy = lazy_handlers != nullptr;
   pid_t pid = inj.tid();
   // The pages of each area, resolved down the chain of an incremental checkpoint.

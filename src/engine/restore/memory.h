@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/unique_fd.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
+#include "engine/lazy/launch.h"
 
 namespace cairn::restore {
 
@@ -47,6 +47,6 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads,
                         const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects,
-                        std::vector<UniqueFd>* lazy_handlers = nullptr);
+                        lazy::LazyHandlers* lazy_handlers = nullptr);
 
 }  // namespace cairn::restore

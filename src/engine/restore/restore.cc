@@ -373,7 +373,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
-                          uint64_t work_area, int fill_threads, std::vector<UniqueFd>* lazy_handlers, IdMap& ids) {
+                          uint64_t work_area, int fill_threads, lazy::LazyHandlers* lazy_handlers, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
@@ -498,7 +498,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   absl::Status built =
       BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
-  std::vector<UniqueFd> lazy_handlers;  // restore --lazy: closed once the processes run
+  lazy::LazyHandlers lazy_handlers;  // restore --lazy
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
@@ -506,6 +506,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
                      absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);
+  if (built.ok()) built = lazy_handlers.WaitReady();
   if (built.ok() && meta.own_ipc_ns()) built = RemoveDestroyedSegments(root_host, meta.ipc());
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
@@ -516,7 +517,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Thread& t : p->threads()) RETURN_IF_ERROR(inject::Detach(ids.Host(t.tid()), 0));
   }
   tasks.Release();
-  lazy_handlers.clear();  // the processes run: their page handlers may prefetch
+  lazy_handlers.Release();  // the processes run: their page handlers may prefetch
   for (const image::Process* p : procs) {
     if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area, ids), absl::StrCat("zombie ", p->pid())));
     // A process that was stopped (SIGSTOP, SIGTSTP...) stops again, as it was.
