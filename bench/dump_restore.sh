@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-bench}
-# A BUILD given by the caller keeps its own configuration; the default one is made for benchmarks.
+# An existing build directory (e.g. BUILD=build) keeps its configuration; a missing one is made
+# for benchmarks (Release, no tests).
 [[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
 ninja -C "$build" cairn mem_holder plain_write >/dev/null
 sizes=("$@")
