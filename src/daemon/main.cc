@@ -23,12 +23,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/log.h"
+#include "common/server_socket.h"
 #include "common/status.h"
 #include "common/token.h"
 #include "daemon/daemon.h"
 #include "daemon/metrics_http.h"
 #include "daemon/service.h"
-#include "daemon/socket_dir.h"
 #include "engine/job/job.h"
 
 namespace cairn::daemon {
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
 
-  if (absl::Status s = PrepareSocket(socket_path); !s.ok()) return Fail(s);
+  if (absl::Status s = cairn::PrepareServerSocket(socket_path, "cairnd"); !s.ok()) return Fail(s);
   auto daemon = Daemon::Open(opts);
   if (!daemon.ok()) return Fail(daemon.status());
 

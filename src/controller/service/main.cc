@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/log.h"
+#include "common/server_socket.h"
 #include "common/status.h"
 #include "common/token.h"
 #include "common/unique_fd.h"
@@ -35,30 +36,6 @@ namespace {
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "cairn-controller: error: %s\n", std::string(s.message()).c_str());
   return 1;
-}
-
-// Refuses to take over a socket another process still answers on; removes a stale one.
-absl::Status PrepareSocketPath(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("--socket ", path, ": path too long for a unix socket"));
-  }
-  std::string dir = path.substr(0, path.find_last_of('/'));
-  if (!dir.empty() && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir " + dir);
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return absl::OkStatus();
-  if (!S_ISSOCK(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("--socket ", path, ": exists and is not a socket; remove it"));
-  }
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  addr.sun_family = AF_UNIX;
-  std::copy(path.begin(), path.end(), addr.sun_path);
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--socket ", path, ": another process (a running cairn-controller?) answers there; stop it first"));
-  }
-  if (::unlink(path.c_str()) != 0) return ErrnoStatus("unlink stale socket " + path);
-  return absl::OkStatus();
 }
 
 std::string RandomSuffix() {
@@ -122,7 +99,7 @@ int main(int argc, char** argv) {
 
   auto store = OpenStore(store_spec, lease_ttl);
   if (!store.ok()) return Fail(store.status());
-  if (absl::Status s = PrepareSocketPath(socket_path); !s.ok()) return Fail(s);
+  if (absl::Status s = cairn::PrepareServerSocket(socket_path, "cairn-controller"); !s.ok()) return Fail(s);
 
   RecordOnlyDispatcher dispatcher;
   Controller controller(store->get(), &dispatcher, opts);

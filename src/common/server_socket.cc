@@ -1,4 +1,4 @@
-#include "daemon/socket_dir.h"
+#include "common/server_socket.h"
 
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -12,9 +12,9 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 
-namespace cairn::daemon {
+namespace cairn {
 
-absl::Status PrepareSocket(const std::string& path) {
+absl::Status PrepareServerSocket(const std::string& path, const char* server) {
   sockaddr_un addr{};
   if (path.empty() || path[0] != '/' || path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(
@@ -39,10 +39,10 @@ absl::Status PrepareSocket(const std::string& path) {
   std::copy(path.begin(), path.end(), addr.sun_path);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--socket ", path, ": another process (a running cairnd?) answers there; stop it first"));
+        absl::StrCat("--socket ", path, ": another process (a running ", server, "?) answers there; stop it first"));
   }
   if (::unlink(path.c_str()) != 0) return ErrnoStatus("unlink stale socket " + path);
   return absl::OkStatus();
 }
 
-}  // namespace cairn::daemon
+}  // namespace cairn
