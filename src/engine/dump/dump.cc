@@ -209,31 +209,25 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   // The write bits are consumed below: until this dump commits, no image is in sync.
   ClearTrackerState(pid);
   WrittenPages written;
-  if (incremental) {
+  // "uw": registered with the tracker, so tracked since the parent (or the last pre-copy
+  // round). Other areas are new since then (or moved, or not trackable) and saved in full.
+  std::vector<size_t> tracked;
+  if (incremental || precopied) {
     std::string path = absl::StrCat("/proc/", pid, "/pagemap");
     UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!pm.valid()) return ErrnoStatus("open " + path);
-    // "uw": registered with the tracker, so tracked since the parent. Other areas are
-    // new since the parent (or moved, or not trackable) and saved in full.
-    std::vector<size_t> tracked;
     for (size_t i = 0; i < vmas.size(); ++i) {
       if (vmas[i].kind() == image::Vma::ANON && HasFlag(vmas[i], "uw")) tracked.push_back(i);
     }
     RETURN_IF_ERROR(ScanTracked(pm.get(), vmas, tracked, &written));
+  }
+  if (incremental) {
     for (size_t i : tracked) vmas[i].set_inherits(true);
     ++inc.incremental_procs;
   } else if (precopied) {
     // Pre-copy: the tracked areas were copied while the process ran; add what was
     // written since the last round (and what a round could not read) after those copies.
     const PreCopied& pc = *inc.precopied;
-    std::string path = absl::StrCat("/proc/", pid, "/pagemap");
-    UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!pm.valid()) return ErrnoStatus("open " + path);
-    std::vector<size_t> tracked;
-    for (size_t i = 0; i < vmas.size(); ++i) {
-      if (vmas[i].kind() == image::Vma::ANON && HasFlag(vmas[i], "uw")) tracked.push_back(i);
-    }
-    RETURN_IF_ERROR(ScanTracked(pm.get(), vmas, tracked, &written));
     for (size_t i : tracked) {
       image::Vma& v = vmas[i];
       std::vector<WrittenRun>& runs = written[i];
