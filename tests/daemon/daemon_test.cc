@@ -18,24 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A deterministic computation of a few CPU seconds; writes "<digest> <acc> ..." to argv[1]
-// through a rename, so a partial result never shows, then prints "done".
-constexpr char kPythonScript[] = R"(
-import hashlib, os, sys
-out, n = sys.argv[1], int(sys.argv[2])
-h = hashlib.sha256(b"cairn").digest()
-acc = 0
-table = {}
-for i in range(n):
-    h = hashlib.sha256(h).digest()
-    acc = (acc * 31 + h[0]) % 1000000007
-    if i % 1000 == 0:
-        table[i] = h.hex()
-with open(out + ".tmp", "w") as f:
-    f.write("%s %d %d %s\n" % (h.hex(), acc, len(table), table[max(table)]))
-os.rename(out + ".tmp", out)
-print("done")
-)";
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kRounds[] = "4000000";
 
@@ -48,7 +30,7 @@ class DaemonTest : public CairnTest {
     std::string dir = Dir() + "/plain";
     fs::create_directories(dir);
     WriteFile(dir + "/stdin", "");
-    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonScript, dir + "/result", rounds}, dir + "/stdin",
+    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
                              dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
     Track(pid, kPython);
     Ending e = WaitGone(pid, 120s);
@@ -157,7 +139,7 @@ TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
   std::string out = Dir() + "/py";
   fs::create_directories(out);
   ASSERT_TRUE(a.Cairn({"job", "run", "--name", "py", "--", "/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c",
-                       kPythonScript, out + "/result", kRounds})
+                       kPythonHashChain, out + "/result", kRounds})
                   .Exited(0));
   std::this_thread::sleep_for(1s);
   ASSERT_FALSE(Exists(out + "/result")) << "python3 finished within 1 s: the checkpoint would not be mid-computation";
@@ -213,7 +195,7 @@ TEST_F(DaemonTest, SigkillInTheMiddleOfACheckpointThenRestart) {
   std::string out = Dir() + "/py";
   fs::create_directories(out);
   ASSERT_TRUE(a.Cairn({"job", "run", "--name", "py", "--", "/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c",
-                       kPythonScript, out + "/result", rounds})
+                       kPythonHashChain, out + "/result", rounds})
                   .Exited(0));
   std::this_thread::sleep_for(500ms);
   int pid = Job(a, "py")["host_pid"];

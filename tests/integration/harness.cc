@@ -483,4 +483,21 @@ Workload CairnTest::MakeWorkload(const std::string& name, const std::string& sub
   return ::testing::AssertionSuccess();
 }
 
+const char kPythonHashChain[] = R"(
+import hashlib, os, sys
+out, n = sys.argv[1], int(sys.argv[2])
+h = hashlib.sha256(b"cairn").digest()
+acc = 0
+table = {}
+for i in range(n):
+    h = hashlib.sha256(h).digest()
+    acc = (acc * 31 + h[0]) % 1000000007
+    if i % 1000 == 0:
+        table[i] = h.hex()
+with open(out + ".tmp", "w") as f:
+    f.write("%s %d %d %s\n" % (h.hex(), acc, len(table), table[max(table)]))
+os.rename(out + ".tmp", out)
+print("done")
+)";
+
 }  // namespace cairn::testing

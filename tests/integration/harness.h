@@ -154,6 +154,12 @@ std::string LineStartingWith(const std::string& text, const std::string& prefix)
 // True when `text` (case-insensitively) matches the extended regular expression `pattern`.
 bool Matches(const std::string& text, const std::string& pattern);
 
+// A deterministic python3 computation of a few CPU seconds (about 2 million rounds a second
+// here): `python3 -I -c kPythonHashChain OUT ROUNDS` writes "<digest> <acc> ..." to OUT through
+// a rename, so a partial result never shows, then prints "done". Real-program round trips
+// compare its result with an uninterrupted run's.
+extern const char kPythonHashChain[];
+
 // Checks the workload's output says PASS and nothing says FAIL.
 ::testing::AssertionResult OutputPasses(const Workload& w);
 

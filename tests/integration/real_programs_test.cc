@@ -30,24 +30,6 @@ constexpr char kZstd[] = "/usr/bin/zstd";
 constexpr char kRedisServer[] = "/usr/bin/redis-server";
 constexpr char kRedisCli[] = "/usr/bin/redis-cli";
 
-// About 3 s of CPU on the reference machine (2 million rounds a second); writes "<digest> <acc> ..."
-// to argv[1] via a rename, so a partial result never shows.
-constexpr char kPythonScript[] = R"(
-import hashlib, os, sys
-out, n = sys.argv[1], int(sys.argv[2])
-h = hashlib.sha256(b"cairn").digest()
-acc = 0
-table = {}
-for i in range(n):
-    h = hashlib.sha256(h).digest()
-    acc = (acc * 31 + h[0]) % 1000000007
-    if i % 1000 == 0:
-        table[i] = h.hex()
-with open(out + ".tmp", "w") as f:
-    f.write("%s %d %d %s\n" % (h.hex(), acc, len(table), table[max(table)]))
-os.rename(out + ".tmp", out)
-print("done")
-)";
 constexpr char kPythonRounds[] = "6000000";
 
 class RealPrograms : public CairnTest {
@@ -96,14 +78,14 @@ TEST_F(RealPrograms, Python3MidComputation) {
   ASSERT_TRUE(fs::exists(kPython)) << kPython << " is required (scripts/install-deps.sh installs it)";
   const std::vector<std::string> env = {"PYTHONHASHSEED=0"};
   std::string plain = *temp_ / "plain";
-  ASSERT_TRUE(RunToEnd({kPython, "-I", "-c", kPythonScript, plain + "/result", kPythonRounds}, plain, env));
+  ASSERT_TRUE(RunToEnd({kPython, "-I", "-c", kPythonHashChain, plain + "/result", kPythonRounds}, plain, env));
   std::string expected = ReadFile(plain + "/result");
   ASSERT_FALSE(expected.empty());
 
   std::string dir = *temp_ / "work";
   fs::create_directories(dir);
   WriteFile(dir + "/stdin", "");
-  pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonScript, dir + "/result", kPythonRounds}, dir + "/stdin",
+  pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", kPythonRounds}, dir + "/stdin",
                            dir + "/stdout", dir + "/stderr", env);
   ASSERT_GT(pid, 0);
   Track(pid, kPython);
