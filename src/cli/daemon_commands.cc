@@ -217,6 +217,13 @@ int DaemonCommands::Run() {
     }
     return Fail(absl::StrCat("cairnd at ", target, ": ", s.error_message()));
   };
+  // One unary call: 0, or the exit status of its failure (already reported).
+  auto call = [&](auto method, const auto& req, auto* resp) -> int {
+    grpc::ClientContext c;
+    ctx(c);
+    grpc::Status st = (stub.get()->*method)(&c, req, resp);
+    return st.ok() ? 0 : failed(st);
+  };
 
   if (o.run->parsed()) {
     dapi::RunJobRequest req;
@@ -236,10 +243,7 @@ int DaemonCommands::Run() {
     s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
     s->mutable_health()->set_memory_pressure_ratio(o.pressure);
     dapi::RunJobResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->RunJob(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::RunJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s pid %d on %s\nlogs: cairn job logs %s\n", resp.job().name().c_str(), resp.job().host_pid(),
                 resp.job().node().c_str(), resp.job().name().c_str());
@@ -247,10 +251,7 @@ int DaemonCommands::Run() {
   }
   if (o.list->parsed()) {
     dapi::ListJobsResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->ListJobs(&c, dapi::ListJobsRequest(), &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::ListJobs, dapi::ListJobsRequest(), &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("%-24s %-9s %8s %-16s %6s  %s\n", "JOB", "STATE", "PID", "HEALTH", "CKPTS", "COMMAND");
     for (const auto& j : resp.jobs()) {
@@ -263,10 +264,7 @@ int DaemonCommands::Run() {
     dapi::GetJobRequest req;
     req.set_name(o.job);
     dapi::GetJobResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->GetJob(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::GetJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     const dapi::Job& j = resp.job();
     const dapi::Health& h = j.health();
@@ -315,10 +313,7 @@ int DaemonCommands::Run() {
     req.set_stderr(o.err);
     req.set_tail_bytes(o.tail);
     dapi::JobLogsResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->JobLogs(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::JobLogs, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::fwrite(resp.data().data(), 1, resp.data().size(), stdout);
     return 0;
@@ -328,10 +323,7 @@ int DaemonCommands::Run() {
     req.set_name(o.job);
     req.set_signal(o.signal);
     dapi::KillJobResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->KillJob(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::KillJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s: %s\n", resp.job().name().c_str(), resp.job().state().c_str());
     return 0;
@@ -344,10 +336,7 @@ int DaemonCommands::Run() {
     req.set_incremental(o.incremental);
     req.set_pre_copy(o.pre_copy);
     dapi::CheckpointJobResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->CheckpointJob(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::CheckpointJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     const auto& ck = resp.checkpoint();
     std::printf("checkpoint %s of job %s: %s, frozen %.3f s, total %.3f s, %s\n", ck.id().c_str(), ck.job().c_str(),
@@ -360,10 +349,7 @@ int DaemonCommands::Run() {
     req.set_name(o.job);
     req.set_checkpoint(o.id);
     dapi::RestoreJobResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->RestoreJob(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::RestoreJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s restored as pid %d in %.3f s\n", resp.job().name().c_str(), resp.job().host_pid(), resp.seconds());
     return 0;
@@ -372,10 +358,7 @@ int DaemonCommands::Run() {
     dapi::DeleteJobRequest req;
     req.set_name(o.job);
     dapi::DeleteJobResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->DeleteJob(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::DeleteJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s deleted\n", o.job.c_str());
     return 0;
@@ -415,10 +398,7 @@ int DaemonCommands::Run() {
     dapi::ListCheckpointsRequest req;
     req.set_job(o.job);
     dapi::ListCheckpointsResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->ListCheckpoints(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::ListCheckpoints, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("%-40s %-16s %-9s %10s %8s %8s %-9s %s\n", "ID", "JOB", "STATE", "SIZE", "FROZEN", "TOTAL", "REASON",
                 "CREATED");
@@ -461,10 +441,7 @@ int DaemonCommands::Run() {
     dapi::DeleteCheckpointRequest req;
     req.set_id(o.id);
     dapi::DeleteCheckpointResponse resp;
-    grpc::ClientContext c;
-    ctx(c);
-    grpc::Status st = stub->DeleteCheckpoint(&c, req, &resp);
-    if (!st.ok()) return failed(st);
+    if (int rc = call(&dapi::Daemon::Stub::DeleteCheckpoint, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("checkpoint %s deleted\n", o.id.c_str());
     return 0;
