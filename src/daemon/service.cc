@@ -1,40 +1,11 @@
 #include "daemon/service.h"
 
-#include "absl/strings/match.h"
-#include "absl/strings/strip.h"
+#include "common/grpc_auth.h"
 
 namespace cairn::daemon {
-namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  // absl and gRPC status codes are the same numbers.
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-// Compares without an early exit, so the time taken says nothing about the token.
-bool SameSecret(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-}  // namespace
 
 grpc::Status GrpcService::Authorize(const grpc::ServerContext& ctx) const {
-  if (absl::StartsWith(ctx.peer(), "unix:")) return grpc::Status::OK;
-  if (token_.empty()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "this cairnd accepts TCP calls only with a token (--token-file)");
-  }
-  auto it = ctx.client_metadata().find("authorization");
-  if (it != ctx.client_metadata().end()) {
-    absl::string_view got(it->second.data(), it->second.size());
-    if (absl::ConsumePrefix(&got, "Bearer ") && SameSecret(got, token_)) return grpc::Status::OK;
-  }
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "missing or wrong token: TCP calls to cairnd need `authorization: Bearer TOKEN` "
-                      "(cairn: --token-file FILE or CAIRN_TOKEN)");
+  return AuthorizeCaller(ctx, token_, "cairnd");
 }
 
 #define CAIRN_AUTHORIZE(ctx)                \
