@@ -207,7 +207,7 @@ absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, cons
       return absl::OkStatus();
     }
     case image::Fd::INOTIFY:
-      return CaptureInotify(pid, info, fd);
+      return CaptureInotify(pid, info, capture, fd);
     default:
       return absl::InternalError(absl::StrCat("pid ", pid, " fd ", info.fd, ": not a kernel object kind"));
   }

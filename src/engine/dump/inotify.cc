@@ -75,7 +75,7 @@ absl::StatusOr<std::string> WatchedPath(pid_t pid, int fd, const proc::InotifyWa
 
 }  // namespace
 
-absl::Status CaptureInotify(pid_t pid, const proc::FdInfo& info, image::Fd* fd) {
+absl::Status CaptureInotify(pid_t pid, const proc::FdInfo& info, bool capture, image::Fd* fd) {
   ASSIGN_OR_RETURN(std::vector<proc::InotifyWatch> watches, proc::ParseInotifyWatches(info));
   for (const proc::InotifyWatch& w : watches) {
     ASSIGN_OR_RETURN(std::string path, WatchedPath(pid, info.fd, w));
@@ -86,6 +86,7 @@ absl::Status CaptureInotify(pid_t pid, const proc::FdInfo& info, image::Fd* fd) 
     out->mutable_file()->set_ino(w.ino);
     out->mutable_file()->set_dev(makedev(w.sdev >> 20, w.sdev & 0xfffff));
   }
+  if (!capture) return absl::OkStatus();
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
   int queued = 0;
   if (::ioctl(copy.get(), FIONREAD, &queued) == 0 && queued > 0) {

@@ -12,6 +12,8 @@
 
 namespace cairn::dump {
 
-absl::Status CaptureInotify(pid_t pid, const proc::FdInfo& info, image::Fd* fd);
+// `capture`: the real capture (not the check made before freezing), which also warns about
+// events that will be dropped.
+absl::Status CaptureInotify(pid_t pid, const proc::FdInfo& info, bool capture, image::Fd* fd);
 
 }  // namespace cairn::dump
