@@ -67,7 +67,9 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
   ASSERT_TRUE(inspect.Exited(0)) << inspect.Describe();
   EXPECT_TRUE(Matches(inspect.out, "process 1 \\(cairn-init\\)")) << inspect.out;
   EXPECT_TRUE(Matches(inspect.out, "descendant process 2 \\(" + comm + "\\), parent 1")) << inspect.out;
-  EXPECT_TRUE(Matches(inspect.out, inspect_says)) << inspect.out;
+  if (!inspect_says.empty()) {
+    EXPECT_TRUE(Matches(inspect.out, inspect_says)) << inspect.out;
+  }
 
   CommandResult restore = RunCommand({CairnBinary(), "restore", "--dir", tmp / "ckpt", "--detach"}, tmp.path(), env);
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe();

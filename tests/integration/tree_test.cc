@@ -311,7 +311,10 @@ class TreeRoundTrip : public TreeTest, public ::testing::WithParamInterface<Tree
 TEST_P(TreeRoundTrip, Uninterrupted) {
   Workload w = MakeTreeWorkload(GetParam().name);
   EXPECT_TRUE(RunUninterrupted(w));
-  EXPECT_TRUE(Matches(w.Stdout(), GetParam().says_uninterrupted)) << w.Describe();
+  const char* says = GetParam().says_uninterrupted;
+  if (*says != '\0') {
+    EXPECT_TRUE(Matches(w.Stdout(), says)) << w.Describe();
+  }
 }
 
 TEST_P(TreeRoundTrip, DumpKillRestoreDetached) {
@@ -330,7 +333,9 @@ TEST_P(TreeRoundTrip, DumpKillRestoreDetached) {
   ASSERT_TRUE(TreeRestored(w, saved, spec.static_tree));
   w.Go();
   ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
-  EXPECT_TRUE(Matches(w.Stdout(), spec.says_restored)) << w.Describe();
+  if (*spec.says_restored != '\0') {
+    EXPECT_TRUE(Matches(w.Stdout(), spec.says_restored)) << w.Describe();
+  }
   EXPECT_TRUE(AllGone(Pids(saved), 5s)) << "the restored tree left processes behind";
 }
 
