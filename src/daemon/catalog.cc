@@ -173,6 +173,10 @@ absl::Status Catalog::DeleteJob(const std::string& name) {
 
 absl::Status Catalog::PutCheckpoint(const api::Checkpoint& c) {
   std::lock_guard<std::mutex> l(mu_);
+  return PutCheckpointLocked(c);
+}
+
+absl::Status Catalog::PutCheckpointLocked(const api::Checkpoint& c) {
   Stmt st;
   std::string sql = absl::StrCat("INSERT OR REPLACE INTO checkpoints (", kCheckpointColumns,
                                  ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
@@ -208,6 +212,10 @@ absl::StatusOr<std::optional<api::Checkpoint>> Catalog::GetCheckpoint(const std:
 
 absl::StatusOr<std::vector<api::Checkpoint>> Catalog::ListCheckpoints(const std::string& job) {
   std::lock_guard<std::mutex> l(mu_);
+  return ListCheckpointsLocked(job);
+}
+
+absl::StatusOr<std::vector<api::Checkpoint>> Catalog::ListCheckpointsLocked(const std::string& job) {
   Stmt st;
   std::string sql = absl::StrCat("SELECT ", kCheckpointColumns, " FROM checkpoints",
                                  job.empty() ? "" : " WHERE job = ?", " ORDER BY created, id");
@@ -222,6 +230,37 @@ absl::StatusOr<std::vector<api::Checkpoint>> Catalog::ListCheckpoints(const std:
 
 absl::Status Catalog::DeleteCheckpoint(const std::string& id) {
   std::lock_guard<std::mutex> l(mu_);
+  return DeleteCheckpointLocked(id);
+}
+
+absl::StatusOr<std::vector<api::Checkpoint>> Catalog::CompleteCheckpoint(const api::Checkpoint& c, uint32_t keep) {
+  std::lock_guard<std::mutex> l(mu_);
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto body = [&]() -> absl::StatusOr<std::vector<api::Checkpoint>> {
+    RETURN_IF_ERROR(PutCheckpointLocked(c));
+    std::vector<api::Checkpoint> expired;
+    if (keep == 0) return expired;
+    ASSIGN_OR_RETURN(std::vector<api::Checkpoint> all, ListCheckpointsLocked(c.job()));
+    std::vector<api::Checkpoint> unpinned;
+    for (auto& x : all) {
+      if (x.state() == "complete" && !x.pinned()) unpinned.push_back(std::move(x));
+    }
+    for (size_t i = 0; i + keep < unpinned.size(); ++i) {
+      RETURN_IF_ERROR(DeleteCheckpointLocked(unpinned[i].id()));
+      expired.push_back(std::move(unpinned[i]));
+    }
+    return expired;
+  };
+  absl::StatusOr<std::vector<api::Checkpoint>> r = body();
+  if (!r.ok()) {
+    (void)Exec("ROLLBACK");
+    return r.status();
+  }
+  RETURN_IF_ERROR(Exec("COMMIT"));
+  return r;
+}
+
+absl::Status Catalog::DeleteCheckpointLocked(const std::string& id) {
   Stmt st;
   if (sqlite3_prepare_v2(db_, "DELETE FROM checkpoints WHERE id = ?", -1, &st.s, nullptr) != SQLITE_OK) {
     return Error("prepare delete checkpoint");

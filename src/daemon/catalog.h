@@ -40,6 +40,11 @@ class Catalog {
   // Oldest first; `job` empty: every job's.
   absl::StatusOr<std::vector<api::Checkpoint>> ListCheckpoints(const std::string& job);
   absl::Status DeleteCheckpoint(const std::string& id);
+  // Saves `c` (now complete) and, in the same transaction, deletes the rows of the job's oldest
+  // unpinned complete checkpoints beyond the newest `keep` (0: keep all). Returns the rows deleted,
+  // whose files the caller removes: so no reader ever sees more than `keep` of them, and none
+  // whose files are gone.
+  absl::StatusOr<std::vector<api::Checkpoint>> CompleteCheckpoint(const api::Checkpoint& c, uint32_t keep);
 
   // Appends an event; returns it with its sequence number and time.
   absl::StatusOr<api::Event> AddEvent(const std::string& job, const std::string& kind, const std::string& detail);
@@ -54,6 +59,9 @@ class Catalog {
  private:
   Catalog(std::string path, int lock_fd) : path_(std::move(path)), lock_fd_(lock_fd) {}
   absl::Status Exec(const char* sql);
+  absl::Status PutCheckpointLocked(const api::Checkpoint& c);
+  absl::StatusOr<std::vector<api::Checkpoint>> ListCheckpointsLocked(const std::string& job);
+  absl::Status DeleteCheckpointLocked(const std::string& id);
   absl::Status Error(const std::string& what) const;
 
   std::string path_;

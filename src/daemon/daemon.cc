@@ -533,11 +533,12 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   c.set_frozen_s(r->frozen_seconds);
   c.set_total_s(r->total_seconds);
   c.set_state("complete");
-  absl::Status saved = catalog_->PutCheckpoint(c);
+  // Retention is applied in the same catalog transaction; the expired checkpoints' files go after.
+  absl::StatusOr<std::vector<api::Checkpoint>> expired = catalog_->CompleteCheckpoint(c, keep);
   done(req.kill());
-  if (!saved.ok()) {
+  if (!expired.ok()) {
     RemoveTree(c.location());
-    return saved;
+    return expired.status();
   }
   checkpoints_ok_++;
   checkpoint_bytes_ += static_cast<uint64_t>(c.size_bytes());
@@ -550,36 +551,15 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   }
   Event(name, "checkpoint", absl::StrFormat("checkpoint %s complete: %d bytes, frozen %.3f s, total %.3f s%s", c.id(),
                                             c.size_bytes(), c.frozen_s(), c.total_s(), req.kill() ? ", job stopped" : ""));
-  if (keep > 0) ApplyRetention(name);
+  for (const api::Checkpoint& old : *expired) {
+    RemoveTree(old.location());
+    Event(name, "checkpoint-expired", absl::StrCat("checkpoint ", old.id(), " removed (keep last ", keep, ")"));
+  }
   if (req.kill()) {
     std::lock_guard<std::mutex> l(mu_);
     ReapLocked(jobs_[name]);
   }
   return c;
-}
-
-void Daemon::ApplyRetention(const std::string& job) {
-  uint32_t keep = 0;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = jobs_.find(job);
-    if (it == jobs_.end()) return;
-    keep = it->second.job.spec().checkpoint().keep_last();
-  }
-  auto cps = catalog_->ListCheckpoints(job);
-  if (!cps.ok() || keep == 0) return;
-  std::vector<api::Checkpoint> unpinned;
-  for (const auto& c : *cps) {
-    if (c.state() == "complete" && !c.pinned()) unpinned.push_back(c);
-  }
-  if (unpinned.size() <= keep) return;
-  for (size_t i = 0; i + keep < unpinned.size(); ++i) {
-    // The row goes first, then the files: the catalog never names a checkpoint whose files are gone.
-    if (catalog_->DeleteCheckpoint(unpinned[i].id()).ok()) {
-      RemoveTree(unpinned[i].location());
-      Event(job, "checkpoint-expired", absl::StrCat("checkpoint ", unpinned[i].id(), " removed (keep last ", keep, ")"));
-    }
-  }
 }
 
 absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name, const std::string& checkpoint) {
@@ -673,7 +653,7 @@ absl::Status Daemon::DeleteCheckpoint(const std::string& id) {
   if (c.state() == "writing") {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is still being written"));
   }
-  RETURN_IF_ERROR(catalog_->DeleteCheckpoint(id));  // the row first, as in ApplyRetention
+  RETURN_IF_ERROR(catalog_->DeleteCheckpoint(id));  // the row first, then the files, as in retention
   RemoveTree(c.location());
   Event(c.job(), "checkpoint-deleted", absl::StrCat("checkpoint ", id));
   return absl::OkStatus();

@@ -105,7 +105,6 @@ class Daemon {
   // Reaps the job if it ended. REQUIRES: mu_ held.
   void ReapLocked(JobState& s);
   void SampleLocked(JobState& s, double now);
-  void ApplyRetention(const std::string& job);
   std::string EngineName(const std::string& job) const;
   std::string CgroupOf(const std::string& job) const;
   std::string CheckpointDir(const std::string& job) const;

@@ -301,6 +301,9 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
       },
       30s);
   ASSERT_TRUE(expired) << a.Log();
+  // Stopped, so that no later checkpoint expires one of those listed while their files are looked at.
+  // (Kill waits for a checkpoint in progress, whose retention is part of its completion.)
+  ASSERT_TRUE(a.Cairn({"job", "kill", "tick"}).Exited(0));
   json l = a.Json({"checkpoint", "list", "--job", "tick"});
   int complete_unpinned = 0, pinned_kept = 0;
   for (const auto& c : l["checkpoints"]) {
@@ -318,9 +321,8 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
     EXPECT_NE(c["state"], "failed") << c.dump();
   }
   EXPECT_EQ(Job(a, "tock")["state"], "running");
-  // Unpinned, it is an ordinary checkpoint again; pinned again, it says so. (The job is stopped
-  // first: its next periodic checkpoint would expire the unpinned one.)
-  ASSERT_TRUE(a.Cairn({"job", "kill", "tick"}).Exited(0));
+  // Unpinned, it is an ordinary checkpoint again (the job is stopped, so no later checkpoint expires
+  // it); pinned again, it says so.
   EXPECT_EQ(a.Json({"checkpoint", "pin", pinned["id"], "--unpin"})["checkpoint"]["pinned"], false);
   EXPECT_TRUE(Matches(a.Cairn({"checkpoint", "pin", pinned["id"]}).out, "complete, pinned"));
 }
