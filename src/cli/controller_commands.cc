@@ -37,6 +37,8 @@ struct ControllerCommands::Options {
   CLI::App* scale_down = nullptr;
   int scale_gpus = 0;
   CLI::App* job_explain = nullptr;
+  CLI::App* job_cancel = nullptr;
+  CLI::App* remove_node = nullptr;
   CLI::App* events = nullptr;
 
   // submit
@@ -195,6 +197,12 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.job_explain = job->add_subcommand("explain", "Why a job runs where it does, with every node's score");
   common(o.job_explain);
   o.job_explain->add_option("job", o.job, "Job id")->required();
+  o.job_cancel = job->add_subcommand("cancel", "Cancel a job: its node stops it and the controller forgets it");
+  common(o.job_cancel);
+  o.job_cancel->add_option("job", o.job, "Job id")->required();
+  o.remove_node = cluster->add_subcommand("remove-node", "Take a node out of the cluster (no job may be bound to it)");
+  common(o.remove_node);
+  o.remove_node->add_option("node", o.node, "Node id")->required();
 
   o.events = app.add_subcommand("events", "The controller's decisions and what led to them, oldest first");
   common(o.events);
@@ -208,7 +216,8 @@ ControllerCommands::~ControllerCommands() = default;
 
 bool ControllerCommands::Parsed() const {
   return o_->submit->parsed() || o_->cluster_status->parsed() || o_->scale_down->parsed() ||
-         o_->job_explain->parsed() || o_->events->parsed();
+         o_->job_explain->parsed() || o_->events->parsed() || o_->job_cancel->parsed() ||
+         o_->remove_node->parsed();
 }
 
 int ControllerCommands::Run() {
@@ -301,15 +310,28 @@ int ControllerCommands::Run() {
     return 0;
   }
 
-  if (o.scale_down->parsed()) {
-    api::ScaleDownRequest req;
-    req.set_gpus(o.scale_gpus);
-    api::ScaleDownResponse resp;
-    grpc::Status st = client.Call(&Stub::ScaleDown, req, &resp);
+  // Calls whose answer is the events they caused.
+  auto events_call = [&](auto method, const auto& req, auto resp) {
+    grpc::Status st = client.Call(method, req, &resp);
     if (!st.ok()) return Fail(st.error_message());
     if (o.json) return PrintJson(resp);
     for (const api::Event& e : resp.events()) PrintEvent(e);
     return 0;
+  };
+  if (o.scale_down->parsed()) {
+    api::ScaleDownRequest req;
+    req.set_gpus(o.scale_gpus);
+    return events_call(&Stub::ScaleDown, req, api::ScaleDownResponse());
+  }
+  if (o.job_cancel->parsed()) {
+    api::CancelJobRequest req;
+    req.set_job_id(o.job);
+    return events_call(&Stub::CancelJob, req, api::CancelJobResponse());
+  }
+  if (o.remove_node->parsed()) {
+    api::RemoveNodeRequest req;
+    req.set_node_id(o.node);
+    return events_call(&Stub::RemoveNode, req, api::RemoveNodeResponse());
   }
 
   if (o.job_explain->parsed()) {

@@ -75,9 +75,16 @@ class DoingDispatcher : public ActionDispatcher {
     carried.push_back(d);
     return {true, "done by fake daemon"};
   }
+  DispatchResult StopJob(const Job& job, const Node& node) override {
+    stopped.push_back(job.spec.id + "@" + node.spec.id);
+    if (refuse_stop) return {false, "node unreachable", true};
+    return {true, "stopped"};
+  }
   std::string Describe() const override { return "fake"; }
   std::vector<std::string> started;
   std::vector<Decision> carried;
+  std::vector<std::string> stopped;
+  bool refuse_stop = false;
 };
 
 api::RegisterNodeRequest Node(const std::string& id, double price, bool spot) {
@@ -266,6 +273,143 @@ TEST_F(ControllerCoreTest, DeposedLeaderStepsDown) {
   EXPECT_EQ(controller_.ClusterStatus(&st).code(), absl::StatusCode::kUnavailable);
   controller_.Tick();
   EXPECT_EQ(controller_.Leader().leader_id(), "someone-else");
+}
+
+// Cancel stops the job on its node, forgets it and gives its place to a waiting job; a node that
+// cannot stop it keeps it known; unknown jobs are refused by name.
+TEST_F(ControllerCoreTest, CancelStopsTheJobAndFreesItsPlace) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(controller_.SubmitJob(Job1("first"), &sr).ok());
+  ASSERT_EQ(sr.node_id(), "a");
+  ASSERT_TRUE(controller_.SubmitJob(Job1("second"), &sr).ok());
+  ASSERT_EQ(sr.node_id(), "");  // the one GPU is taken
+
+  api::CancelJobRequest req;
+  req.set_job_id("first");
+  api::CancelJobResponse resp;
+  dispatcher_.refuse_stop = true;
+  absl::Status s = controller_.CancelJob(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "node unreachable")) << s;
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(controller_.ClusterStatus(&st).ok());
+  EXPECT_EQ(st.jobs_size(), 2);
+
+  dispatcher_.refuse_stop = false;
+  st.Clear();
+  ASSERT_TRUE(controller_.CancelJob(req, &resp).ok());
+  ASSERT_EQ(resp.events_size(), 1);
+  EXPECT_EQ(resp.events(0).kind(), "job-cancelled");
+  EXPECT_EQ(dispatcher_.stopped, (std::vector<std::string>{"first@a", "first@a"}));
+  ASSERT_TRUE(controller_.ClusterStatus(&st).ok());
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).spec().id(), "second");
+  EXPECT_EQ(st.jobs(0).node_id(), "a");  // placed in the freed GPU
+  EXPECT_EQ(dispatcher_.started, (std::vector<std::string>{"first@a", "second@a"}));
+
+  // Gone from the store too.
+  DoingDispatcher d2;
+  Controller reloaded(&store_, &d2, Options());
+  reloaded.Tick();
+  api::ClusterStatusResponse after;
+  ASSERT_TRUE(reloaded.ClusterStatus(&after).ok());
+  EXPECT_EQ(after.jobs_size(), 1);
+
+  req.set_job_id("ghost");
+  s = controller_.CancelJob(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(s.message(), "ghost"));
+}
+
+// A node with jobs bound cannot be removed; without, it is removed from the model and the store.
+TEST_F(ControllerCoreTest, RemoveNodeOnlyWithoutJobs) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
+  ASSERT_EQ(sr.node_id(), "a");
+  api::RemoveNodeRequest req;
+  req.set_node_id("a");
+  api::RemoveNodeResponse resp;
+  absl::Status s = controller_.RemoveNode(req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "jobs j are bound")) << s;
+  req.set_node_id("b");
+  ASSERT_TRUE(controller_.RemoveNode(req, &resp).ok());
+  ASSERT_EQ(resp.events_size(), 1);
+  EXPECT_EQ(resp.events(0).kind(), "node-removed");
+  DoingDispatcher d2;
+  Controller reloaded(&store_, &d2, Options());
+  reloaded.Tick();
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(reloaded.ClusterStatus(&st).ok());
+  ASSERT_EQ(st.nodes_size(), 1);
+  EXPECT_EQ(st.nodes(0).spec().id(), "a");
+  api::HeartbeatRequest hb;
+  hb.set_node_id("b");
+  EXPECT_EQ(controller_.Heartbeat(hb).code(), absl::StatusCode::kNotFound);
+}
+
+// The deadline guard runs on the controller's own clock: a suspended batch job whose slack has
+// shrunk to the reserve is resumed without any other event, once, not at every round.
+TEST_F(ControllerCoreTest, DeadlineGuardResumesAWaitingJobOnItsOwn) {
+  ControllerOptions o = Options();
+  o.deadline_check_s = 0.01;
+  o.heartbeat_timeout_s = 60;
+  DoingDispatcher dispatcher;
+  Controller c(&store_, &dispatcher, o);
+  c.Tick();
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(c.RegisterNode(Node("od", 3.0, false), &rr).ok());
+  api::SubmitJobRequest job = Job1("late");
+  double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  job.mutable_spec()->set_deadline(now + 2 * 3600);
+  job.mutable_spec()->set_work_s(1.9 * 3600);
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(c.SubmitJob(job, &sr).ok());
+  ASSERT_EQ(sr.node_id(), "od");
+  api::ScaleDownRequest down;
+  down.set_gpus(1);
+  api::ScaleDownResponse dr;
+  ASSERT_TRUE(c.ScaleDown(down, &dr).ok());
+  ASSERT_EQ(dispatcher.carried.size(), 1u);
+  ASSERT_EQ(dispatcher.carried[0].action, Action::kSuspend);
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  c.Tick();
+  ASSERT_EQ(dispatcher.carried.size(), 2u);
+  EXPECT_EQ(dispatcher.carried[1].action, Action::kResume);
+  EXPECT_EQ(dispatcher.carried[1].rule, "deadline-guard");
+  EXPECT_EQ(dispatcher.carried[1].target_node_id, "od");
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(c.ClusterStatus(&st).ok());
+  EXPECT_EQ(st.jobs(0).state(), "running");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  c.Tick();
+  EXPECT_EQ(dispatcher.carried.size(), 2u);  // running again: nothing more to decide
+}
+
+// The event log keeps only the newest events; sequence numbers go on increasing.
+TEST_F(ControllerCoreTest, EventLogIsBounded) {
+  ControllerOptions o = Options();
+  o.keep_events = 5;
+  DoingDispatcher dispatcher;
+  Controller c(&store_, &dispatcher, o);
+  c.Tick();
+  api::RegisterNodeResponse rr;
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(c.RegisterNode(Node("n" + std::to_string(i), 1.0 + i, true), &rr).ok());
+  auto stored = store_.List("events/");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), 5u);
+  api::ListEventsResponse ev;
+  ASSERT_TRUE(c.ListEvents(api::ListEventsRequest(), &ev).ok());
+  ASSERT_EQ(ev.events_size(), 5);
+  EXPECT_EQ(ev.events(4).kind(), "node-registered");
+  EXPECT_EQ(ev.events(4).node_id(), "n11");
+  for (int i = 1; i < 5; ++i) EXPECT_EQ(ev.events(i).seq(), ev.events(i - 1).seq() + 1);
 }
 
 }  // namespace

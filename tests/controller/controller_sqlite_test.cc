@@ -138,6 +138,23 @@ TEST_F(ControllerSqliteTest, SubmitPlacesOnCheapestFittingNodeAndExplains) {
   json placed = WaitEvent(c, [](const json& e) { return e["kind"] == "job-placed" && e["job_id"] == "train-1"; }, 2s);
   ASSERT_FALSE(placed.is_null());
   EXPECT_TRUE(absl::StrContains(placed["reason"].get<std::string>(), "next best")) << placed.dump();
+
+  // Cancelling train-2 frees od-v100, so the waiting train-3 takes it; a node with a job bound
+  // cannot be removed.
+  r = Cairn(c, {"job", "cancel", "train-2"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.out, "job-cancelled")) << r.out;
+  json after = ParseJson(Cairn(c, {"cluster", "status", "--json"}));
+  std::map<std::string, std::string> where;
+  for (const json& j : after["jobs"]) where[j["spec"]["id"]] = j.value("node_id", "");
+  EXPECT_EQ(where.count("train-2"), 0u) << after.dump();
+  EXPECT_EQ(where["train-3"], "od-v100") << after.dump();
+  r = Cairn(c, {"cluster", "remove-node", "od-v100"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "train-3")) << r.err;
+  r = Cairn(c, {"job", "cancel", "no-such-job"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "no-such-job")) << r.err;
   for (auto& a : agents) a->Stop();
 }
 

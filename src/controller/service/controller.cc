@@ -98,6 +98,12 @@ void Controller::Tick() {
     absl::Status s = CheckHeartbeatsLocked();
     if (!s.ok()) CAIRN_LOG_WARN("controller {}: liveness check: {}", options_.id, s.ToString());
   }
+  if (leader_ && options_.deadline_check_s > 0 &&
+      Clock::now() - last_deadline_check_ >= std::chrono::duration<double>(options_.deadline_check_s)) {
+    last_deadline_check_ = Clock::now();
+    absl::Status s = CheckDeadlinesLocked();
+    if (!s.ok()) CAIRN_LOG_WARN("controller {}: deadline check: {}", options_.id, s.ToString());
+  }
 }
 
 void Controller::Shutdown() {
@@ -186,11 +192,15 @@ absl::Status Controller::LoadLocked() {
     RETURN_IF_ERROR(cluster_->SetNodeHealth(sn.spec().id(), HealthFromName(sn.health())));
   }
   next_seq_ = 1;
+  first_seq_ = 1;
   ASSIGN_OR_RETURN(auto events, store_->List(kEvents));
   if (!events.empty()) {
-    api::Event last;
+    api::Event first, last;
     if (last.ParseFromString(events.back().second)) next_seq_ = last.seq() + 1;
+    if (first.ParseFromString(events.front().second)) first_seq_ = first.seq();
   }
+  // A new leader checks deadlines at once: the old one may have died just before its check.
+  last_deadline_check_ = Clock::time_point{};
   return absl::OkStatus();
 }
 
@@ -228,6 +238,9 @@ absl::Status Controller::RecordLocked(api::Event ev, std::vector<api::Event>* ou
   absl::Status s = store_->Put(EventKey(ev.seq()), ev.SerializeAsString());
   if (!s.ok()) return StoreFailedLocked(s);
   ++next_seq_;
+  if (absl::Status pruned = PruneEventsLocked(); !pruned.ok()) {
+    CAIRN_LOG_WARN("controller {}: pruning old events: {}", options_.id, pruned.ToString());
+  }
   CAIRN_LOG_INFO("event seq={} kind={} rule={} action={} job={} node={} target={} reason=\"{}\" dispatch=\"{}\"",
                  ev.seq(), ev.kind(), ev.rule(), ev.action(), ev.job_id(), ev.node_id(),
                  ev.target_node_id(), ev.reason(), ev.dispatch());
@@ -389,6 +402,36 @@ absl::Status Controller::CheckHeartbeatsLocked() {
     e.time = Now();
     e.node_id = id;
     RETURN_IF_ERROR(HandleLocked(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::CheckDeadlinesLocked() {
+  std::vector<std::string> waiting;
+  cluster_->ForEachJob([&](const Job& j) {
+    if (j.spec.kind != JobKind::kBatch || j.spec.sla.deadline <= 0) return;
+    if (j.state != JobState::kPending && j.state != JobState::kSuspended) return;
+    // A decision already waits for a node to carry it out: deciding it again every round would
+    // only repeat the same event.
+    if (pending_action_.count(j.spec.id) != 0) return;
+    waiting.push_back(j.spec.id);
+  });
+  for (const std::string& id : waiting) {
+    Event e;
+    e.trigger = Trigger::kDeadlineCheck;
+    e.time = Now();
+    e.job_id = id;
+    RETURN_IF_ERROR(HandleLocked(e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::PruneEventsLocked() {
+  if (options_.keep_events == 0) return absl::OkStatus();
+  for (int n = 0; n < 4 && next_seq_ - first_seq_ > options_.keep_events; ++n) {
+    absl::Status s = store_->Delete(EventKey(first_seq_));
+    if (!s.ok()) return s.code() == absl::StatusCode::kFailedPrecondition ? StoreFailedLocked(s) : s;
+    ++first_seq_;
   }
   return absl::OkStatus();
 }
@@ -678,6 +721,73 @@ absl::Status Controller::ScaleDown(const api::ScaleDownRequest& req, api::ScaleD
   e.time = Now();
   e.gpus_to_free = req.gpus();
   RETURN_IF_ERROR(HandleLocked(e, &out));
+  for (api::Event& o : out) *resp->add_events() = std::move(o);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::CancelJob(const api::CancelJobRequest& req, api::CancelJobResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  const Job* job = cluster_->FindJob(req.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cancel: no job `", req.job_id(),
+                                            "`; `cairn cluster status` lists the jobs"));
+  }
+  api::Event ev;
+  ev.set_kind("job-cancelled");
+  ev.set_job_id(req.job_id());
+  ev.set_node_id(job->node_id);
+  if (!job->node_id.empty() && started_[req.job_id()]) {
+    DispatchResult r = dispatcher_->StopJob(*job, *cluster_->FindNode(job->node_id));
+    ev.set_dispatch(r.note);
+    if (r.failed) {
+      // The node was asked and could not stop it: the job still runs there, so it stays known.
+      return absl::FailedPreconditionError(absl::StrCat("cancel ", req.job_id(), ": node ", job->node_id,
+                                                        " did not stop it: ", r.note, "; try again"));
+    }
+    ev.set_reason(absl::StrCat("cancelled by the user; stopped on ", job->node_id));
+  } else {
+    ev.set_reason(job->node_id.empty() ? "cancelled by the user while waiting for a node"
+                                       : absl::StrCat("cancelled by the user before it started on ", job->node_id));
+  }
+  // The store first: a failed delete leaves the job as the store has it.
+  absl::Status s = store_->Delete(absl::StrCat(kJobs, req.job_id()));
+  if (!s.ok()) return StoreFailedLocked(s);
+  RETURN_IF_ERROR(cluster_->RemoveJob(req.job_id()));
+  pending_action_.erase(req.job_id());
+  started_.erase(req.job_id());
+  specs_.erase(req.job_id());
+  std::vector<api::Event> out;
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
+  for (api::Event& o : out) *resp->add_events() = std::move(o);
+  // Its resources are free: jobs waiting for them may now fit.
+  return PlacePendingLocked();
+}
+
+absl::Status Controller::RemoveNode(const api::RemoveNodeRequest& req, api::RemoveNodeResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  const Node* n = cluster_->FindNode(req.node_id());
+  if (n == nullptr) {
+    return absl::NotFoundError(absl::StrCat("remove node: no node `", req.node_id(),
+                                            "`; `cairn cluster status` lists the nodes"));
+  }
+  if (!n->job_ids.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "remove node ", req.node_id(), ": jobs ", absl::StrJoin(n->job_ids, ", "),
+        " are bound to it; cancel them (`cairn job cancel JOB`) or wait until they are moved, then remove it"));
+  }
+  absl::Status s = store_->Delete(absl::StrCat(kNodes, req.node_id()));
+  if (!s.ok()) return StoreFailedLocked(s);
+  RETURN_IF_ERROR(cluster_->RemoveNode(req.node_id()));
+  last_heartbeat_.erase(req.node_id());
+  registered_seq_.erase(req.node_id());
+  api::Event ev;
+  ev.set_kind("node-removed");
+  ev.set_node_id(req.node_id());
+  ev.set_reason("removed by the user; no job was bound to it");
+  std::vector<api::Event> out;
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
   for (api::Event& o : out) *resp->add_events() = std::move(o);
   return absl::OkStatus();
 }

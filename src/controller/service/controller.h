@@ -34,6 +34,10 @@ struct ControllerOptions {
   std::string id;                    // this controller's name in elections and status.
   double heartbeat_interval_s = 1;   // what nodes are told to use.
   double heartbeat_timeout_s = 5;    // silence after which a node is lost.
+  // How often the deadline guard looks at every waiting batch job with a deadline (0 = never).
+  double deadline_check_s = 30;
+  // The event log keeps the newest this many events; older ones are deleted as new ones come.
+  uint64_t keep_events = 100000;
   PolicyConfig policy;
 };
 
@@ -56,6 +60,8 @@ class Controller {
   absl::Status ExplainJob(const api::ExplainJobRequest& req, api::ExplainJobResponse* resp);
   absl::Status ListEvents(const api::ListEventsRequest& req, api::ListEventsResponse* resp);
   absl::Status ScaleDown(const api::ScaleDownRequest& req, api::ScaleDownResponse* resp);
+  absl::Status CancelJob(const api::CancelJobRequest& req, api::CancelJobResponse* resp);
+  absl::Status RemoveNode(const api::RemoveNodeRequest& req, api::RemoveNodeResponse* resp);
   api::LeaderResponse Leader();
 
  private:
@@ -82,6 +88,12 @@ class Controller {
   // Applies a decision the dispatcher carried out to the model.
   absl::Status ApplyLocked(const Decision& d);
   absl::Status CheckHeartbeatsLocked();
+  // The deadline guard: runs the deadline-check rule on every pending or suspended batch job
+  // with a deadline that has no decision waiting for a node already.
+  absl::Status CheckDeadlinesLocked();
+  // Deletes the oldest events beyond options_.keep_events (a few per call, so the log shrinks
+  // at the pace it grows without one long pause).
+  absl::Status PruneEventsLocked();
   api::JobStatus JobStatusLocked(const Job& job) const;
   static double Now();
 
@@ -100,6 +112,8 @@ class Controller {
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order
   std::map<std::string, api::JobSpec> specs_;                // job -> the spec as submitted
   uint64_t next_seq_ = 1;
+  uint64_t first_seq_ = 1;  // the oldest event still in the store
+  Clock::time_point last_deadline_check_{};
 };
 
 }  // namespace cairn::controller

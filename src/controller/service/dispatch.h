@@ -22,6 +22,9 @@ struct DispatchResult {
   // (e.g. binds a migrated job to its target). False: the decision stays pending on the job.
   bool done = false;
   std::string note;  // recorded in the decision's event.
+  // The node was asked and refused, or could not be reached (as opposed to a dispatcher that
+  // only records decisions and asks nobody).
+  bool failed = false;
 };
 
 class ActionDispatcher {
@@ -31,6 +34,8 @@ class ActionDispatcher {
   virtual DispatchResult StartJob(const Job& job, const Node& node) = 0;
   // Carries out one policy decision.
   virtual DispatchResult Carry(const Decision& decision) = 0;
+  // Stops a job the user cancelled, on the node it runs on.
+  virtual DispatchResult StopJob(const Job& job, const Node& node) = 0;
   // One line for `cairn cluster status`.
   virtual std::string Describe() const = 0;
 };
@@ -40,6 +45,7 @@ class RecordOnlyDispatcher : public ActionDispatcher {
  public:
   DispatchResult StartJob(const Job&, const Node&) override { return {false, kNote}; }
   DispatchResult Carry(const Decision&) override { return {false, kNote}; }
+  DispatchResult StopJob(const Job&, const Node&) override { return {false, kNote}; }
   std::string Describe() const override {
     return "record-only: decisions are recorded as events; no node daemon (cairnd) carries them out yet";
   }

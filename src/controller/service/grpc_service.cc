@@ -72,6 +72,18 @@ grpc::Status GrpcService::ScaleDown(grpc::ServerContext* ctx, const api::ScaleDo
   return Reply(ctx, controller_->ScaleDown(*req, resp));
 }
 
+grpc::Status GrpcService::CancelJob(grpc::ServerContext* ctx, const api::CancelJobRequest* req,
+                                    api::CancelJobResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  return Reply(ctx, controller_->CancelJob(*req, resp));
+}
+
+grpc::Status GrpcService::RemoveNode(grpc::ServerContext* ctx, const api::RemoveNodeRequest* req,
+                                     api::RemoveNodeResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  return Reply(ctx, controller_->RemoveNode(*req, resp));
+}
+
 grpc::Status GrpcService::Leader(grpc::ServerContext* ctx, const api::LeaderRequest*,
                                  api::LeaderResponse* resp) {
   CAIRN_AUTHORIZE(ctx);

@@ -35,6 +35,10 @@ class GrpcService final : public api::Controller::Service {
                           api::ListEventsResponse* resp) override;
   grpc::Status ScaleDown(grpc::ServerContext* ctx, const api::ScaleDownRequest* req,
                          api::ScaleDownResponse* resp) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const api::CancelJobRequest* req,
+                         api::CancelJobResponse* resp) override;
+  grpc::Status RemoveNode(grpc::ServerContext* ctx, const api::RemoveNodeRequest* req,
+                          api::RemoveNodeResponse* resp) override;
   grpc::Status Leader(grpc::ServerContext* ctx, const api::LeaderRequest* req,
                       api::LeaderResponse* resp) override;
 

@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   std::string store_spec = "sqlite:/var/lib/cairn/controller.db";
   std::string socket_path = "/run/cairn/controller.sock";
   std::string listen, token_file, name;
-  double lease_ttl = 5, hb_interval = 1, hb_timeout = 5;
+  double lease_ttl = 5, hb_interval = 1, hb_timeout = 5, deadline_check = 30;
+  uint64_t keep_events = 100000;
   int verbose = 0;
   app.add_option("--store", store_spec,
                  "sqlite:PATH (default, one controller) or etcd://host:port[,host:port...] (several, one leads)")
@@ -67,6 +68,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--heartbeat-timeout", hb_timeout, "Seconds of silence after which a node is lost")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--deadline-check", deadline_check,
+                 "Seconds between the deadline guard's looks at waiting batch jobs (0 = never)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-events", keep_events, "Events kept in the store; older ones are deleted (0 = all)")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
@@ -89,6 +95,8 @@ int main(int argc, char** argv) {
   opts.id = absl::StrCat(name, "-", RandomSuffix());
   opts.heartbeat_interval_s = hb_interval;
   opts.heartbeat_timeout_s = hb_timeout;
+  opts.deadline_check_s = deadline_check;
+  opts.keep_events = keep_events;
 
   // Signals are taken synchronously by the main loop; block them before any thread starts.
   sigset_t sigs;
