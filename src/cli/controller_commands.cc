@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "cli/output.h"
+#include "common/grpc_server.h"
 #include "controller.grpc.pb.h"
 
 namespace cairn::cli {
@@ -29,6 +30,7 @@ struct ControllerCommands::Options {
   // Where and how to reach the controller (shared by every command).
   std::string controllers;
   std::string token_file;
+  std::string tls_ca;
   bool json = false;
   double timeout_s = 10;
 
@@ -74,8 +76,8 @@ std::string ReadFile(const std::string& path, bool* ok) {
 // as the leader: followers answer UNAVAILABLE, naming the leader.
 class Client {
  public:
-  Client(const std::string& addresses, std::string token, double timeout_s)
-      : token_(std::move(token)), timeout_s_(timeout_s) {
+  Client(const std::string& addresses, std::string token, double timeout_s, std::string tls_ca)
+      : token_(std::move(token)), timeout_s_(timeout_s), tls_ca_(std::move(tls_ca)) {
     for (absl::string_view a : absl::StrSplit(addresses, ',', absl::SkipWhitespace())) {
       std::string addr(absl::StripAsciiWhitespace(a));
       if (absl::StartsWith(addr, "/")) addr = "unix:" + addr;
@@ -94,7 +96,9 @@ class Client {
       errors.clear();
       bool retry = false;
       for (const std::string& addr : addresses_) {
-        auto channel = grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+        auto creds = ClientCredentials(addr, tls_ca_);
+        if (!creds.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(creds.status().message()));
+        auto channel = grpc::CreateChannel(addr, *creds);
         auto stub = api::Controller::NewStub(channel);
         grpc::ClientContext ctx;
         ctx.set_deadline(deadline);
@@ -124,13 +128,15 @@ class Client {
     }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         absl::StrCat("no leading controller answered (", absl::StrJoin(errors, "; "),
-                                     "); is cairn-controller running? (--controller ADDR or CAIRN_CONTROLLER)"));
+                                     "); is cairn-controller running? (--controller ADDR or CAIRN_CONTROLLER)",
+                                     tls_ca_.empty() ? "; a TCP address served in TLS needs --tls-ca" : ""));
   }
 
  private:
   std::vector<std::string> addresses_;
   std::string token_;
   double timeout_s_;
+  std::string tls_ca_;
 };
 
 void PrintEvent(const api::Event& e) {
@@ -156,6 +162,8 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
                   "Controller addresses, tried in order until the leader answers: unix:PATH or HOST:PORT, "
                   "comma-separated (default $CAIRN_CONTROLLER or unix:/run/cairn/controller.sock)");
     c->add_option("--token-file", o.token_file, "File with the token for TCP addresses (default $CAIRN_TOKEN)");
+    c->add_option("--tls-ca", o.tls_ca, "Reach TCP addresses in TLS, trusting these PEM CA certificates "
+                                        "(default $CAIRN_TLS_CA)");
     c->add_flag("--json", o.json, "Print the controller's reply as JSON");
     c->add_option("--timeout", o.timeout_s,
                   "Seconds to wait for an answer, including for a leader to be elected")->capture_default_str();
@@ -230,7 +238,8 @@ int ControllerCommands::Run() {
   } else if (const char* t = std::getenv("CAIRN_TOKEN")) {
     token = t;
   }
-  Client client(o.controllers, token, o.timeout_s);
+  if (o.tls_ca.empty() && std::getenv("CAIRN_TLS_CA") != nullptr) o.tls_ca = std::getenv("CAIRN_TLS_CA");
+  Client client(o.controllers, token, o.timeout_s, o.tls_ca);
   using Stub = api::Controller::Stub;
 
   if (o.submit->parsed()) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "cli/output.h"
+#include "common/grpc_server.h"
 #include "daemon.grpc.pb.h"
 
 namespace cairn::cli {
@@ -31,6 +32,7 @@ struct DaemonCommands::Options {
   std::string socket;      // unix socket of the daemon
   std::string address;     // or TCP HOST:PORT
   std::string token_file;
+  std::string tls_ca;
   bool json = false;
   double timeout_s = 120;
 
@@ -103,6 +105,8 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
     c->add_option("--socket", o.socket, "The daemon's unix socket (default $CAIRND_SOCKET or /run/cairn/cairnd.sock)");
     c->add_option("--daemon", o.address, "Reach the daemon over TCP at HOST:PORT instead (needs the token)");
     c->add_option("--token-file", o.token_file, "File with the daemon's TCP token (default $CAIRN_TOKEN)");
+    c->add_option("--tls-ca", o.tls_ca, "Reach the daemon's TCP port in TLS, trusting these PEM CA certificates "
+                                        "(default $CAIRN_TLS_CA)");
     c->add_flag("--json", o.json, "Print the daemon's reply as JSON");
     c->add_option("--timeout", o.timeout_s, "Seconds to wait for the daemon")->capture_default_str();
     o.all.push_back(c);
@@ -204,7 +208,10 @@ int DaemonCommands::Run() {
     token = t;
   }
   std::string target = o.address.empty() ? "unix:" + o.socket : o.address;
-  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  if (o.tls_ca.empty() && std::getenv("CAIRN_TLS_CA") != nullptr) o.tls_ca = std::getenv("CAIRN_TLS_CA");
+  auto creds = ClientCredentials(target, o.tls_ca);
+  if (!creds.ok()) return Fail(std::string(creds.status().message()));
+  auto channel = grpc::CreateChannel(target, *creds);
   auto stub = dapi::Daemon::NewStub(channel);
   auto ctx = [&](grpc::ClientContext& c) {
     c.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
@@ -213,7 +220,9 @@ int DaemonCommands::Run() {
   auto failed = [&](const grpc::Status& s) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
       return Fail(absl::StrCat("cairnd at ", target, " does not answer (", s.error_message(),
-                               "); is it running? (--socket PATH or CAIRND_SOCKET)"));
+                               "); is it running? (--socket PATH or CAIRND_SOCKET)",
+                               o.address.empty() || !o.tls_ca.empty() ? ""
+                                                                      : "; if its TCP port is in TLS, give --tls-ca"));
     }
     return Fail(absl::StrCat("cairnd at ", target, ": ", s.error_message()));
   };

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/server_socket.h"
 #include "common/status.h"
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)"};
   DaemonOptions opts;
   opts.state_dir = "/var/lib/cairnd";
+  cairn::GrpcServeOptions tls;
   std::string socket_path = "/run/cairn/cairnd.sock";
   std::string listen, token_file;
   int metrics_port = -1;
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--listen", listen, "Also serve on TCP HOST:PORT; every call must carry the token");
   app.add_option("--token-file", token_file, "File holding the TCP token (mode 0600, >= 16 characters)");
+  app.add_option("--tls-cert", tls.tls_cert, "Serve TCP in TLS with this PEM certificate chain (with --tls-key)");
+  app.add_option("--tls-key", tls.tls_key, "The certificate's PEM private key (owned by root, mode 0600)");
   app.add_option("--metrics-port", metrics_port, "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port)");
   app.add_option("--tick", tick, "Seconds between health samples and policy checks")
       ->capture_default_str()->check(CLI::Range(0.05, 60.0));
@@ -120,26 +124,13 @@ int main(int argc, char** argv) {
   if (!daemon.ok()) return Fail(daemon.status());
 
   GrpcService service(daemon->get(), token);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
-  int tcp_port = 0;
-  if (!listen.empty()) builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &tcp_port);
-  builder.RegisterService(&service);
-  mode_t old_umask = ::umask(0177);  // the socket is born 0600
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ::umask(old_umask);
-  if (server == nullptr) {
-    return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket_path,
-                                                    listen.empty() ? "" : " and " + listen, " (address in use?)")));
-  }
-  if (!listen.empty() && tcp_port == 0) {
-    server->Shutdown();
-    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on TCP ", listen)));
-  }
-  if (::chmod(socket_path.c_str(), 0600) != 0) {
-    server->Shutdown();
-    return Fail(cairn::ErrnoStatus("chmod 0600 " + socket_path));
-  }
+  tls.socket_path = socket_path;
+  tls.listen = listen;
+  tls.server = "cairnd";
+  auto started = cairn::StartGrpcServer(tls, &service);
+  if (!started.ok()) return Fail(started.status());
+  std::unique_ptr<grpc::Server> server = std::move(started->server);
+  const int tcp_port = started->tcp_port;
   std::unique_ptr<MetricsServer> metrics;
   if (metrics_port >= 0) {
     auto m = MetricsServer::Start(metrics_port, [d = daemon->get()] { return d->Metrics(); });

@@ -353,6 +353,47 @@ TEST_F(ControllerSqliteTest, TcpNeedsTokenAndSocketIsRootOnly) {
   EXPECT_TRUE(absl::StrContains(bad.Log(), "chmod 600")) << bad.Log();
 }
 
+// With --tls-cert/--tls-key the TCP port speaks TLS: a client trusting the certificate's CA gets
+// through (with the token), one in the clear or trusting another CA does not; a private key
+// others can read is refused at start.
+TEST_F(ControllerSqliteTest, TcpInTls) {
+  if (::access("/usr/bin/openssl", X_OK) != 0) GTEST_SKIP() << "openssl is not installed: `apt-get install openssl`";
+  ASSERT_TRUE(MakeSelfSignedCert(dir_.path(), "server"));
+  ASSERT_TRUE(MakeSelfSignedCert(dir_.path(), "other"));
+  std::string token_file = dir_ / "token";
+  WriteFile(token_file, "s3cret-token-0123456789\n");
+  ::chmod(token_file.c_str(), 0600);
+  std::string tcp = "127.0.0.1:" + std::to_string(FreePort());
+  ControllerProcess c(dir_.path(), "c1", Store(),
+                      {"--listen", tcp, "--token-file", token_file, "--tls-cert", dir_ / "server.pem", "--tls-key",
+                       dir_ / "server.key"});
+  ASSERT_TRUE(c.Start());
+  std::vector<std::string> call = {"cluster", "status", "--json", "--controller", tcp, "--token-file", token_file,
+                                   "--timeout", "3"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = call;
+    args.insert(args.end(), more.begin(), more.end());
+    return RunCairn(args, dir_.path());
+  };
+  CommandResult r = with({"--tls-ca", dir_ / "server.pem"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["nodes"].size(), 0u);
+  r = with({});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  r = with({"--tls-ca", dir_ / "other.pem"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  r = with({"--tls-ca", dir_ / "missing.pem"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "missing.pem")) << r.err;
+
+  ::chmod((dir_ / "other.key").c_str(), 0644);
+  ControllerProcess loose(dir_.path(), "c2", "sqlite:" + dir_ / "other.db",
+                          {"--listen", "127.0.0.1:0", "--token-file", token_file, "--tls-cert", dir_ / "other.pem",
+                           "--tls-key", dir_ / "other.key"});
+  EXPECT_FALSE(loose.Start(5s));
+  EXPECT_TRUE(absl::StrContains(loose.Log(), "readable by root only")) << loose.Log();
+}
+
 // Bad input: a clear error naming what failed, non-zero exit, nothing recorded.
 TEST_F(ControllerSqliteTest, BadInputIsRefusedClearly) {
   ControllerProcess c(dir_.path(), "c1", Store());

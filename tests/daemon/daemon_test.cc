@@ -269,6 +269,22 @@ TEST_F(DaemonTest, TcpNeedsTheToken) {
   CommandResult good = RunCommand({CAIRN_BIN, "job", "list", "--daemon", addr, "--token-file", token_file}, Dir());
   EXPECT_TRUE(good.Exited(0)) << good.Describe();
 
+  // In TLS: a client trusting the certificate gets through; one in the clear is told about --tls-ca.
+  ASSERT_TRUE(MakeSelfSignedCert(Dir(), "cert")) << "openssl req failed";
+  std::string tls_addr = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess t(Dir(), "node-t",
+                  {"--listen", tls_addr, "--token-file", token_file, "--tls-cert", Dir() + "/cert.pem", "--tls-key",
+                   Dir() + "/cert.key"});
+  ASSERT_TRUE(t.Start());
+  CommandResult tls_ok = RunCommand({CAIRN_BIN, "job", "list", "--daemon", tls_addr, "--token-file", token_file,
+                                     "--tls-ca", Dir() + "/cert.pem"},
+                                    Dir());
+  EXPECT_TRUE(tls_ok.Exited(0)) << tls_ok.Describe();
+  CommandResult clear = RunCommand(
+      {CAIRN_BIN, "job", "list", "--daemon", tls_addr, "--token-file", token_file, "--timeout", "3"}, Dir());
+  EXPECT_TRUE(clear.FailedCleanly()) << clear.Describe();
+  EXPECT_TRUE(Matches(clear.err, "--tls-ca")) << clear.err;
+
   // Without --token-file there is no TCP at all; a socket directory others can write is refused.
   DaemonProcess no_token(Dir(), "node-b", {"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort())});
   EXPECT_FALSE(no_token.Start(5s));

@@ -500,4 +500,14 @@ os.rename(out + ".tmp", out)
 print("done")
 )";
 
+bool MakeSelfSignedCert(const std::string& dir, const std::string& name) {
+  std::string key = dir + "/" + name + ".key";
+  CommandResult r = RunCommand({"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                                "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", key, "-out",
+                                dir + "/" + name + ".pem"},
+                               dir);
+  return r.Exited(0) && ::chmod(key.c_str(), 0600) == 0;
+}
+
 }  // namespace cairn::testing

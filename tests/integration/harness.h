@@ -64,6 +64,10 @@ struct CommandResult {
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& scratch_dir,
                          const CommandOptions& options = {});
 
+// Makes a self-signed certificate for 127.0.0.1 and localhost with openssl: DIR/NAME.pem and
+// DIR/NAME.key (0600). False when openssl is missing or fails.
+bool MakeSelfSignedCert(const std::string& dir, const std::string& name);
+
 // Creates /tmp/cairn-test-XXXXXX; removes it on destruction unless CAIRN_TEST_KEEP=1 is set.
 class TempDir {
  public:

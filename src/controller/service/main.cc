@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/server_socket.h"
 #include "common/status.h"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   std::string store_spec = "sqlite:/var/lib/cairn/controller.db";
   std::string socket_path = "/run/cairn/controller.sock";
   std::string listen, token_file, name;
+  cairn::GrpcServeOptions tls;
   double lease_ttl = 5, hb_interval = 1, hb_timeout = 5, deadline_check = 30;
   uint64_t keep_events = 100000;
   int verbose = 0;
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket_path, "Unix socket to serve on (0600, root only)")->capture_default_str();
   app.add_option("--listen", listen, "Also serve on TCP HOST:PORT; every call must carry the token");
   app.add_option("--token-file", token_file, "File holding the TCP token (mode 0600, >= 16 characters)");
+  app.add_option("--tls-cert", tls.tls_cert, "Serve TCP in TLS with this PEM certificate chain (with --tls-key)");
+  app.add_option("--tls-key", tls.tls_key, "The certificate's PEM private key (owned by root, mode 0600)");
   app.add_option("--id", name, "This controller's name (default: the host name); a random suffix is added");
   app.add_option("--lease-ttl", lease_ttl, "etcd leadership lease in seconds: how long followers wait for a dead leader")
       ->capture_default_str()->check(CLI::Range(1.0, 300.0));
@@ -112,28 +116,12 @@ int main(int argc, char** argv) {
   RecordOnlyDispatcher dispatcher;
   Controller controller(store->get(), &dispatcher, opts);
   GrpcService service(&controller, token);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
-  int tcp_port = 0;
-  if (!listen.empty()) builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &tcp_port);
-  builder.RegisterService(&service);
-  // The socket is created 0600 (umask while gRPC binds), so only root can connect.
-  mode_t old_umask = ::umask(0177);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ::umask(old_umask);
-  if (server == nullptr) {
-    return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket_path,
-                                                    listen.empty() ? "" : " and " + listen,
-                                                    " (address in use, or no permission)")));
-  }
-  if (!listen.empty() && tcp_port == 0) {
-    server->Shutdown();
-    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on TCP ", listen)));
-  }
-  if (::chmod(socket_path.c_str(), 0600) != 0) {
-    server->Shutdown();
-    return Fail(cairn::ErrnoStatus("chmod 0600 " + socket_path));
-  }
+  tls.socket_path = socket_path;
+  tls.listen = listen;
+  tls.server = "cairn-controller";
+  auto started = cairn::StartGrpcServer(tls, &service);
+  if (!started.ok()) return Fail(started.status());
+  std::unique_ptr<grpc::Server> server = std::move(started->server);
   std::fprintf(stderr, "cairn-controller %s: serving on unix:%s%s, store %s\n", opts.id.c_str(),
                socket_path.c_str(), listen.empty() ? "" : absl::StrCat(" and tcp ", listen).c_str(),
                (*store)->Describe().c_str());
