@@ -38,7 +38,7 @@ struct DaemonCommands::Options {
 
   std::vector<CLI::App*> all;
   CLI::App *run = nullptr, *list = nullptr, *show = nullptr, *logs = nullptr, *kill = nullptr, *checkpoint = nullptr,
-           *restore = nullptr, *del = nullptr, *watch = nullptr;
+           *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr;
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
 
   std::string job, id, memory;
@@ -49,6 +49,7 @@ struct DaemonCommands::Options {
   std::string heartbeat_file;
   bool err = false;
   int64_t tail = 0;
+  double attach_s = 0;
   int signal = 0;
   bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false;
   unsigned count = 0;
@@ -145,6 +146,12 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.logs->add_option("job", o.job, "Job name")->required();
   o.logs->add_flag("--stderr", o.err, "stderr instead of stdout");
   o.logs->add_option("--tail", o.tail, "Only the last N bytes");
+  o.attach = job->add_subcommand("attach", "Follow a job's stdout and stderr as it writes them, until it ends "
+                                           "(Ctrl-C detaches; the job keeps running)");
+  common(o.attach);
+  o.attach->add_option("job", o.job, "Job name")->required();
+  o.attach->add_option("--tail", o.tail, "First show the last N bytes already written to each log");
+  o.attach->add_option("--for", o.attach_s, "Detach after this many seconds (0: when the job ends)");
   o.kill = job->add_subcommand("kill", "Send a job a signal (default SIGKILL, which waits until it is gone)");
   common(o.kill);
   o.kill->add_option("job", o.job, "Job name")->required();
@@ -325,6 +332,30 @@ int DaemonCommands::Run() {
     if (int rc = call(&dapi::Daemon::Stub::JobLogs, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::fwrite(resp.data().data(), 1, resp.data().size(), stdout);
+    return 0;
+  }
+  if (o.attach->parsed()) {
+    dapi::AttachJobRequest req;
+    req.set_name(o.job);
+    req.set_tail_bytes(o.tail);
+    grpc::ClientContext c;
+    if (!o.address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
+    if (o.attach_s > 0) {
+      c.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.attach_s * 1000)));
+    }
+    auto reader = stub->AttachJob(&c, req);
+    dapi::AttachJobOutput out;
+    std::string ended;
+    while (reader->Read(&out)) {
+      if (!out.ended().empty()) ended = out.ended();
+      std::FILE* to = out.stderr() ? stderr : stdout;
+      std::fwrite(out.data().data(), 1, out.data().size(), to);
+      std::fflush(to);
+    }
+    grpc::Status st = reader->Finish();
+    if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return 0;  // detached after --for
+    if (!st.ok()) return failed(st);
+    if (!ended.empty()) std::fprintf(stderr, "cairn: job %s %s\n", o.job.c_str(), ended.c_str());
     return 0;
   }
   if (o.kill->parsed()) {

@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,12 @@ class Daemon {
   std::vector<api::Job> ListJobs();
   absl::StatusOr<api::GetJobResponse> GetJob(const std::string& name);
   absl::StatusOr<std::string> Logs(const std::string& name, bool stderr_log, int64_t tail_bytes);
+  // Streams the job's output to `send` as it is written (attach.cc), until the job no longer
+  // runs (the last message says how it ended), `send` returns false, or `stop` returns true.
+  // A restore of the job carries on appending to the same logs, so attach survives one.
+  absl::Status Attach(const std::string& name, int64_t tail_bytes,
+                      const std::function<bool(const api::AttachJobOutput&)>& send,
+                      const std::function<bool()>& stop);
   // Sends `sig` (0: SIGKILL) to the job's init, after a checkpoint or restore in progress ends;
   // with SIGKILL waits (up to 5 s) until it is gone.
   absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);

@@ -50,6 +50,14 @@ grpc::Status GrpcService::JobLogs(grpc::ServerContext* ctx, const api::JobLogsRe
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcService::AttachJob(grpc::ServerContext* ctx, const api::AttachJobRequest* req,
+                                    grpc::ServerWriter<api::AttachJobOutput>* writer) {
+  CAIRN_AUTHORIZE(ctx);
+  return ToGrpc(daemon_->Attach(
+      req->name(), req->tail_bytes(), [&](const api::AttachJobOutput& o) { return writer->Write(o); },
+      [&] { return ctx->IsCancelled() || stopping_; }));
+}
+
 grpc::Status GrpcService::KillJob(grpc::ServerContext* ctx, const api::KillJobRequest* req, api::KillJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
   auto r = daemon_->KillJob(req->name(), req->signal());

@@ -27,6 +27,8 @@ class GrpcService final : public api::Daemon::Service {
   grpc::Status ListJobs(grpc::ServerContext*, const api::ListJobsRequest*, api::ListJobsResponse*) override;
   grpc::Status GetJob(grpc::ServerContext*, const api::GetJobRequest*, api::GetJobResponse*) override;
   grpc::Status JobLogs(grpc::ServerContext*, const api::JobLogsRequest*, api::JobLogsResponse*) override;
+  grpc::Status AttachJob(grpc::ServerContext*, const api::AttachJobRequest*,
+                         grpc::ServerWriter<api::AttachJobOutput>*) override;
   grpc::Status KillJob(grpc::ServerContext*, const api::KillJobRequest*, api::KillJobResponse*) override;
   grpc::Status DeleteJob(grpc::ServerContext*, const api::DeleteJobRequest*, api::DeleteJobResponse*) override;
   grpc::Status CheckpointJob(grpc::ServerContext*, const api::CheckpointJobRequest*,

@@ -298,6 +298,39 @@ TEST_F(DaemonTest, TcpNeedsTheToken) {
   EXPECT_TRUE(Matches(refused.err, "must be owned by root and writable by root only")) << refused.err;
 }
 
+// Attach follows both logs from where they end until the job ends, then says how it ended;
+// --tail shows what was written before; --for detaches and the job keeps running.
+TEST_F(DaemonTest, AttachFollowsOutputUntilTheJobEnds) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "talk", "--", "/bin/sh", "-c",
+                       "echo early; while [ ! -e " + Dir() + "/go ]; do sleep 0.05; done; "
+                       "echo late; echo oops >&2; sleep 0.3; echo last; exit 3"})
+                  .Exited(0));
+  ASSERT_TRUE(WaitFor([&] { return a.Cairn({"job", "logs", "talk"}).out == "early\n"; }, 10s));
+  CommandResult attached;
+  std::thread t([&] { attached = a.Cairn({"job", "attach", "talk"}, 30s); });
+  std::this_thread::sleep_for(500ms);  // attached before the job goes on
+  WriteFile(Dir() + "/go", "");
+  t.join();
+  EXPECT_TRUE(attached.Exited(0)) << attached.Describe();
+  EXPECT_EQ(attached.out, "late\nlast\n");  // not "early": that was written before attaching
+  EXPECT_TRUE(Matches(attached.err, "oops")) << attached.err;
+  EXPECT_TRUE(Matches(attached.err, "job talk exited: .*3")) << attached.err;
+
+  CommandResult again = a.Cairn({"job", "attach", "talk", "--tail", "100"});
+  EXPECT_TRUE(again.Exited(0)) << again.Describe();
+  EXPECT_EQ(again.out, "early\nlate\nlast\n");
+
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "quiet", "--", "/bin/sleep", "300"}).Exited(0));
+  CommandResult detached = a.Cairn({"job", "attach", "quiet", "--for", "0.5"});
+  EXPECT_TRUE(detached.Exited(0)) << detached.Describe();
+  EXPECT_EQ(Job(a, "quiet")["state"], "running");
+  CommandResult unknown = a.Cairn({"job", "attach", "nope"});
+  EXPECT_TRUE(unknown.FailedCleanly()) << unknown.Describe();
+  EXPECT_TRUE(Matches(unknown.err, "no job 'nope'")) << unknown.err;
+}
+
 TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());

@@ -1,0 +1,97 @@
+// `cairn job attach`: a job's output as it is written.
+//
+// The logs are files the job appends to (stdout.log, stderr.log in its directory), also after a
+// restore, so attaching is following both files from where they end (or a little before, with
+// tail_bytes) while the job runs. Polling every 50 ms keeps it simple and costs nothing that
+// matters; output written just before the job ends is still sent, because the files are read
+// once more after the job is seen to have ended.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "daemon/daemon.h"
+
+namespace cairn::daemon {
+namespace {
+
+constexpr size_t kChunk = 64 << 10;
+
+// One log followed from an offset.
+struct Follower {
+  std::string path;
+  bool is_stderr = false;
+  UniqueFd fd;
+  off_t offset = 0;
+
+  // Opens the log (it may not exist yet) and starts `tail` bytes before its end.
+  void Open(int64_t tail) {
+    if (fd.valid()) return;
+    fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) return;
+    struct stat st {};
+    if (::fstat(fd.get(), &st) == 0) offset = std::max<off_t>(0, st.st_size - static_cast<off_t>(tail));
+  }
+
+  // Sends what was appended since the last call; false when `send` refused (the caller is gone).
+  bool Pump(const std::function<bool(const api::AttachJobOutput&)>& send, bool* sent) {
+    if (!fd.valid()) return true;
+    std::string buf(kChunk, '\0');
+    for (;;) {
+      ssize_t n = ::pread(fd.get(), buf.data(), buf.size(), offset);
+      if (n <= 0) return true;
+      offset += n;
+      api::AttachJobOutput out;
+      out.set_data(buf.data(), static_cast<size_t>(n));
+      out.set_stderr(is_stderr);
+      *sent = true;
+      if (!send(out)) return false;
+    }
+  }
+};
+
+}  // namespace
+
+absl::Status Daemon::Attach(const std::string& name, int64_t tail_bytes,
+                            const std::function<bool(const api::AttachJobOutput&)>& send,
+                            const std::function<bool()>& stop) {
+  auto state = [&]() -> absl::StatusOr<api::Job> {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || it->second.job.state() == "starting") {
+      return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node, " (cairn job list)"));
+    }
+    ReapLocked(it->second);
+    return it->second.job;
+  };
+  ASSIGN_OR_RETURN(api::Job job, state());
+  Follower logs[2] = {{JobDir(name) + "/stdout.log", false, {}, 0}, {JobDir(name) + "/stderr.log", true, {}, 0}};
+  for (Follower& f : logs) f.Open(tail_bytes);
+  for (;;) {
+    bool sent = false;
+    for (Follower& f : logs) {
+      f.Open(0);  // a log that appears after we attached is followed from its start
+      if (!f.Pump(send, &sent)) return absl::OkStatus();
+    }
+    if (stop()) return absl::OkStatus();
+    if (sent) continue;
+    // Ended (exited or killed, and no checkpoint or restore in progress): one last read of both
+    // logs above happened after the job was last seen running, so nothing it wrote is lost.
+    if (job.state() != "running" && job.state() != "checkpointing" && job.state() != "restoring") {
+      api::AttachJobOutput last;
+      last.set_ended(absl::StrCat(job.state(), job.health().detail().empty() ? "" : ": " + job.health().detail()));
+      send(last);
+      return absl::OkStatus();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSIGN_OR_RETURN(job, state());
+  }
+}
+
+}  // namespace cairn::daemon
