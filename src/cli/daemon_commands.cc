@@ -43,7 +43,7 @@ struct DaemonCommands::Options {
 
   std::string job, id, memory;
   std::vector<std::string> command;
-  double cpus = 0, every = 0, hang_after = 0, pressure = 0;
+  double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
   bool no_shutdown_checkpoint = false;
   std::string heartbeat_file;
@@ -134,6 +134,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--hang-after", o.hang_after, "Report the job hung after this many seconds without progress");
   o.run->add_option("--heartbeat-file", o.heartbeat_file, "A file the job touches to show progress");
   o.run->add_option("--memory-pressure", o.pressure, "Report memory pressure at this usage/limit ratio (default 0.9)");
+  o.run->add_option("--oom-horizon", o.oom_horizon,
+                    "Also report memory pressure when the limit is predicted to be reached within this many "
+                    "seconds at the present growth rate (default 120; negative: never)");
   o.run->add_option("command", o.command, "The command and its arguments, after --")->required();
 
   o.list = job->add_subcommand("list", "Jobs on the daemon");
@@ -258,6 +261,7 @@ int DaemonCommands::Run() {
     s->mutable_health()->set_hang_after_s(o.hang_after);
     s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
     s->mutable_health()->set_memory_pressure_ratio(o.pressure);
+    s->mutable_health()->set_oom_horizon_s(o.oom_horizon);
     dapi::RunJobResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::RunJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);

@@ -1,12 +1,15 @@
 #pragma once
 // Health of one job from periodic samples: exited (code or signal), hung (neither its CPU time
 // nor its heartbeat file moved for hang_after_s), memory pressure (cgroup usage against its limit
-// at or above a ratio). Pure logic over samples, so it is tested without processes.
+// at or above a ratio, or the limit predicted to be reached within oom_horizon_s at the growth
+// rate fitted over the last minute). Pure logic over samples, so it is tested without processes.
 //
 // Thread safety: none; the daemon keeps one tracker per job under its lock.
 
+#include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "daemon.pb.h"
 
@@ -34,6 +37,11 @@ class HealthTracker {
   api::HealthConfig config_;
   std::optional<double> last_cpu_, last_beat_;
   double last_progress_ = -1;
+  std::deque<std::pair<double, double>> memory_;  // (now, bytes) over the last minute
 };
+
+// The least-squares slope of bytes over time, in bytes per second; 0 with fewer than three
+// samples or less than `min_span_s` seconds between the first and the last.
+double GrowthRate(const std::deque<std::pair<double, double>>& samples, double min_span_s);
 
 }  // namespace cairn::daemon

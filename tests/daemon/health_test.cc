@@ -70,6 +70,56 @@ TEST(Health, MemoryPressureAgainstTheLimit) {
   EXPECT_EQ(t.Update(s).state(), "running");
 }
 
+// A job growing toward its limit is reported before it gets near the ratio: the growth rate is
+// fitted over the samples and the time to the limit compared with the horizon.
+TEST(Health, PredictedTimeToOomFromTheGrowthRate) {
+  api::HealthConfig c = Config(0, "", 0.9);
+  c.set_oom_horizon_s(60);
+  HealthTracker t(c);
+  constexpr int64_t kMiB = 1 << 20;
+  HealthSample s = At(0, 1);
+  s.memory_limit = 1000 * kMiB;
+  api::Health h;
+  // 2 MiB/s from 100 MiB: 900 MiB left, 450 s to go: far beyond the horizon.
+  for (int i = 0; i <= 10; ++i) {
+    s.now = i;
+    s.memory_bytes = (100 + 2 * i) * kMiB;
+    h = t.Update(s);
+  }
+  EXPECT_EQ(h.state(), "running");
+  EXPECT_NEAR(h.memory_growth_bytes_per_s(), 2.0 * kMiB, 1e-6 * kMiB);
+  EXPECT_NEAR(h.seconds_to_oom(), (1000.0 - 120) / 2, 1e-6);
+  // Then 20 MiB/s: the fit over the last minute catches up and the limit is under a minute away,
+  // while usage is still far below the 90% ratio.
+  for (int i = 11; i <= 30; ++i) {
+    s.now = i;
+    s.memory_bytes = (120 + 20 * (i - 10)) * kMiB;
+    h = t.Update(s);
+  }
+  EXPECT_LT(h.memory_ratio(), 0.9);
+  EXPECT_EQ(h.state(), "memory-pressure") << h.DebugString();
+  EXPECT_GT(h.seconds_to_oom(), 0);
+  EXPECT_LE(h.seconds_to_oom(), 60);
+  EXPECT_NE(h.detail().find("limit reached in"), std::string::npos) << h.detail();
+  // Flat usage: no prediction, no pressure.
+  HealthTracker flat(c);
+  for (int i = 0; i <= 20; ++i) {
+    s.now = i;
+    s.memory_bytes = 500 * kMiB;
+    h = flat.Update(s);
+  }
+  EXPECT_EQ(h.state(), "running");
+  EXPECT_EQ(h.seconds_to_oom(), 0);
+  // Too little history (under 5 s): no prediction yet.
+  HealthTracker young(c);
+  for (int i = 0; i <= 3; ++i) {
+    s.now = i;
+    s.memory_bytes = (100 + 200 * i) * kMiB;
+    h = young.Update(s);
+  }
+  EXPECT_EQ(h.seconds_to_oom(), 0);
+}
+
 TEST(Health, ExitedSaysHowOrThatItIsUnknown) {
   EXPECT_EQ(HealthTracker::Exited(true, 3, 0).detail(), "exited with code 3");
   EXPECT_EQ(HealthTracker::Exited(true, 0, 9).detail(), "killed by signal 9");
