@@ -46,6 +46,7 @@ struct DaemonCommands::Options {
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
   bool no_shutdown_checkpoint = false;
+  bool no_signal_checkpoint = false;
   std::string heartbeat_file;
   bool err = false;
   int64_t tail = 0;
@@ -129,6 +130,8 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--memory", o.memory, "Memory limit, e.g. 512M, 2G (cgroup memory.limit_in_bytes)");
   o.run->add_option("--checkpoint-every", o.every, "Checkpoint every this many seconds (0: only on demand)");
   o.run->add_option("--keep", o.keep, "Keep the last N complete checkpoints, plus pinned ones (0: all)");
+  o.run->add_flag("--no-signal-checkpoint", o.no_signal_checkpoint,
+                  "Do not checkpoint this job when cairnd receives SIGUSR1 (a preemption hook)");
   o.run->add_flag("--no-shutdown-checkpoint", o.no_shutdown_checkpoint,
                   "Do not checkpoint this job when the daemon is stopped (SIGTERM)");
   o.run->add_option("--hang-after", o.hang_after, "Report the job hung after this many seconds without progress");
@@ -258,6 +261,7 @@ int DaemonCommands::Run() {
     s->mutable_checkpoint()->set_interval_s(o.every);
     s->mutable_checkpoint()->set_keep_last(o.keep);
     s->mutable_checkpoint()->set_on_shutdown(!o.no_shutdown_checkpoint);
+    s->mutable_checkpoint()->set_on_signal(!o.no_signal_checkpoint);
     s->mutable_health()->set_hang_after_s(o.hang_after);
     s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
     s->mutable_health()->set_memory_pressure_ratio(o.pressure);
@@ -309,10 +313,10 @@ int DaemonCommands::Run() {
                                                    : absl::StrCat("exit code ", h.exit_code()).c_str());
     }
     const auto& p = j.spec().checkpoint();
-    std::printf("  policy    every %s, keep %s, %s on shutdown\n",
+    std::printf("  policy    every %s, keep %s, %s on shutdown, %s on SIGUSR1\n",
                 p.interval_s() > 0 ? absl::StrFormat("%.0f s", p.interval_s()).c_str() : "- (on demand)",
                 p.keep_last() > 0 ? absl::StrCat("last ", p.keep_last(), " + pinned").c_str() : "all",
-                p.on_shutdown() ? "checkpoint" : "no checkpoint");
+                p.on_shutdown() ? "checkpoint" : "no checkpoint", p.on_signal() ? "checkpoint" : "no checkpoint");
     std::printf("  limits    cpus %s, memory %s\n",
                 j.spec().limits().cpus() > 0 ? absl::StrFormat("%.2f", j.spec().limits().cpus()).c_str() : "-",
                 j.spec().limits().memory_bytes() > 0

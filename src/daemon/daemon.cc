@@ -729,21 +729,29 @@ void Daemon::Tick() {
   for (auto& t : helpers) t.join();
 }
 
-void Daemon::CheckpointForShutdown() {
+void Daemon::CheckpointEach(const std::string& reason, bool (*wants)(const api::CheckpointPolicy&)) {
   std::vector<std::string> names;
   {
     std::lock_guard<std::mutex> l(mu_);
     for (auto& [name, s] : jobs_) {
       ReapLocked(s);
-      if (s.job.state() == "running" && s.job.spec().checkpoint().on_shutdown()) names.push_back(name);
+      if (s.job.state() == "running" && wants(s.job.spec().checkpoint())) names.push_back(name);
     }
   }
   for (const std::string& name : names) {
     api::CheckpointJobRequest req;
     req.set_name(name);
-    auto c = Checkpoint(req, "shutdown");
-    if (!c.ok()) CAIRN_LOG_WARN("shutdown checkpoint job={} failed: {}", name, std::string(c.status().message()));
+    auto c = Checkpoint(req, reason);
+    if (!c.ok()) CAIRN_LOG_WARN("{} checkpoint job={} failed: {}", reason, name, std::string(c.status().message()));
   }
+}
+
+void Daemon::CheckpointForShutdown() {
+  CheckpointEach("shutdown", [](const api::CheckpointPolicy& p) { return p.on_shutdown(); });
+}
+
+void Daemon::CheckpointOnSignal() {
+  CheckpointEach("signal", [](const api::CheckpointPolicy& p) { return p.on_signal(); });
 }
 
 std::string Daemon::Metrics() {

@@ -92,6 +92,8 @@ class Daemon {
   void Tick();
   // Planned shutdown: checkpoints every running job whose policy asks for it. Jobs keep running.
   void CheckpointForShutdown();
+  // SIGUSR1: checkpoints every running job whose policy says on_signal. Jobs keep running.
+  void CheckpointOnSignal();
 
  private:
   struct JobState {
@@ -113,6 +115,8 @@ class Daemon {
   void ReapLocked(JobState& s);
   void SampleLocked(JobState& s, double now);
   std::string EngineName(const std::string& job) const;
+  // Checkpoints, one after another, every running job whose policy `wants` it; `reason` names why.
+  void CheckpointEach(const std::string& reason, bool (*wants)(const api::CheckpointPolicy&));
   std::string CgroupOf(const std::string& job) const;
   std::string CheckpointDir(const std::string& job) const;
   std::string JobDir(const std::string& job) const;

@@ -37,6 +37,8 @@ namespace {
 
 std::atomic<int> g_signal{0};
 void OnSignal(int sig) { g_signal = sig; }
+std::atomic<bool> g_checkpoint_all{false};
+void OnCheckpointSignal(int) { g_checkpoint_all = true; }
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "cairnd: error: %s\n", std::string(s.message()).c_str());
@@ -118,6 +120,9 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
+  // SIGUSR1 asks for a checkpoint of every job whose policy says on_signal.
+  sa.sa_handler = OnCheckpointSignal;
+  ::sigaction(SIGUSR1, &sa, nullptr);
 
   if (absl::Status s = cairn::PrepareServerSocket(socket_path, "cairnd"); !s.ok()) return Fail(s);
   auto daemon = Daemon::Open(opts);
@@ -148,6 +153,10 @@ int main(int argc, char** argv) {
   auto step = std::chrono::duration<double>(std::min(tick, 0.1));
   auto next = std::chrono::steady_clock::now();
   while (g_signal == 0) {
+    if (g_checkpoint_all.exchange(false)) {
+      spdlog::info("SIGUSR1 node={}: checkpointing every job whose policy says on_signal", opts.node);
+      (*daemon)->CheckpointOnSignal();
+    }
     if (std::chrono::steady_clock::now() >= next) {
       (*daemon)->Tick();
       next = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -412,6 +412,25 @@ TEST_F(DaemonTest, HealthSignalsInTheWatchStreamAndShow) {
   EXPECT_TRUE(Matches(live.out, "idle +killed +killed by signal 9")) << live.Describe();
 }
 
+// SIGUSR1 to cairnd (a preemption hook) checkpoints every job whose policy says so; the jobs keep
+// running and the daemon keeps serving.
+TEST_F(DaemonTest, SigusrOneCheckpointsTheJobsThatAskForIt) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "svc", "--", "/bin/sh", "-c", "while true; do sleep 0.1; done"}).Exited(0));
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "skip", "--no-signal-checkpoint", "--", "/bin/sleep", "300"}).Exited(0));
+  EXPECT_TRUE(Matches(a.Cairn({"job", "show", "skip"}).out, "no checkpoint on SIGUSR1")) << a.Cairn({"job", "show", "skip"}).out;
+  ASSERT_EQ(::kill(a.pid(), SIGUSR1), 0);
+  ASSERT_TRUE(WaitFor([&] { return a.Json({"checkpoint", "list", "--job", "svc"})["checkpoints"].size() == 1; }, 30s))
+      << a.Log();
+  json c = a.Json({"checkpoint", "list", "--job", "svc"})["checkpoints"][0];
+  EXPECT_EQ(c["reason"], "signal");
+  EXPECT_EQ(c["state"], "complete");
+  EXPECT_EQ(a.Json({"checkpoint", "list", "--job", "skip"})["checkpoints"].size(), 0u);
+  EXPECT_EQ(Job(a, "svc")["state"], "running");
+  EXPECT_EQ(Job(a, "skip")["state"], "running");
+}
+
 TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
   DaemonProcess a(Dir(), "node-a", {"--metrics-port", "0"});
   ASSERT_TRUE(a.Start());
