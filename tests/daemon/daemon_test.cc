@@ -421,7 +421,12 @@ TEST_F(DaemonTest, SigusrOneCheckpointsTheJobsThatAskForIt) {
   ASSERT_TRUE(a.Cairn({"job", "run", "--name", "skip", "--no-signal-checkpoint", "--", "/bin/sleep", "300"}).Exited(0));
   EXPECT_TRUE(Matches(a.Cairn({"job", "show", "skip"}).out, "no checkpoint on SIGUSR1")) << a.Cairn({"job", "show", "skip"}).out;
   ASSERT_EQ(::kill(a.pid(), SIGUSR1), 0);
-  ASSERT_TRUE(WaitFor([&] { return a.Json({"checkpoint", "list", "--job", "svc"})["checkpoints"].size() == 1; }, 30s))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        json l = a.Json({"checkpoint", "list", "--job", "svc"})["checkpoints"];
+        return l.size() == 1 && l[0]["state"] != "writing";
+      },
+      30s))
       << a.Log();
   json c = a.Json({"checkpoint", "list", "--job", "svc"})["checkpoints"][0];
   EXPECT_EQ(c["reason"], "signal");
