@@ -41,7 +41,7 @@ struct DaemonCommands::Options {
            *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr;
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
 
-  std::string job, id, memory;
+  std::string job, id, memory, from;
   std::vector<std::string> command;
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
@@ -173,6 +173,7 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   common(o.restore);
   o.restore->add_option("job", o.job, "Job name")->required();
   o.restore->add_option("--checkpoint", o.id, "Checkpoint id (default: the newest complete one)");
+  o.restore->add_option("--from", o.from, "A checkpoint location in a shared store (s3://… or a dir: store's directory), e.g. another node's");
   o.del = job->add_subcommand("delete", "Remove a job that does not run, with its checkpoints and logs");
   common(o.del);
   o.del->add_option("job", o.job, "Job name")->required();
@@ -396,6 +397,7 @@ int DaemonCommands::Run() {
     dapi::RestoreJobRequest req;
     req.set_name(o.job);
     req.set_checkpoint(o.id);
+    req.set_from(o.from);
     dapi::RestoreJobResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::RestoreJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);

@@ -112,7 +112,9 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
 }
 
 Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
-    : opts_(std::move(opts)), catalog_(std::move(catalog)), started_(UnixNow()) {}
+    : opts_(std::move(opts)), catalog_(std::move(catalog)), started_(UnixNow()) {
+  if (!opts_.store) opts_.store = storage::LocalStore();
+}
 
 Daemon::~Daemon() = default;
 
@@ -141,7 +143,7 @@ absl::Status Daemon::Recover() {
   ASSIGN_OR_RETURN(std::vector<api::Checkpoint> all, catalog_->ListCheckpoints(""));
   for (api::Checkpoint& c : all) {
     if (c.state() != "writing") continue;
-    RemoveTree(c.location());
+    (void)DropCheckpointFiles(c);
     c.set_state("failed");
     c.set_error("interrupted: the daemon stopped while writing it; its files were removed on restart");
     RETURN_IF_ERROR(catalog_->PutCheckpoint(c));
@@ -431,7 +433,7 @@ absl::Status Daemon::DeleteJob(const std::string& name) {
     jobs_.erase(it);
   }
   ASSIGN_OR_RETURN(std::vector<api::Checkpoint> cps, catalog_->ListCheckpoints(name));
-  for (const auto& c : cps) RemoveTree(c.location());
+  for (const auto& c : cps) (void)DropCheckpointFiles(c);
   std::error_code ec;
   fs::remove_all(CheckpointDir(name), ec);
   fs::remove_all(JobDir(name), ec);
@@ -452,6 +454,7 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   const std::string& name = req.name();
   pid_t pid = 0;
   uint32_t keep = 0;
+  api::JobSpec spec;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -469,6 +472,7 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
     s.busy = true;
     pid = s.job.host_pid();
     keep = s.job.spec().checkpoint().keep_last();
+    spec = s.job.spec();
   }
   auto done = [&](bool stop) {
     std::lock_guard<std::mutex> l(mu_);
@@ -503,7 +507,10 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   d.pid = pid;
   d.dir = c.location();
   d.tree = true;
-  d.leave_running = !req.kill();
+  // With a remote store, --kill stops the job only once the checkpoint is stored: until then
+  // the job is held in its freezer, and a failed upload lets it go on.
+  const bool hold = req.kill() && opts_.store->Remote();
+  d.leave_running = !req.kill() || hold;
   d.job_name = EngineName(name);
   if (opts_.pause_in_checkpoint_s > 0) {
     double pause = opts_.pause_in_checkpoint_s;
@@ -514,21 +521,34 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
     };
   }
   auto r = dump::Dump(d);
-  if (!r.ok()) {
-    RemoveTree(c.location());
+  absl::Status stored = r.status();
+  if (r.ok()) {
+    // Committed by the engine (DIR.partial renamed to DIR); complete once it is in the store.
+    (void)SyncDir(CheckpointDir(name));
+    c.set_size_bytes(DirBytes(c.location()));
+    if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
+      c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+    }
+    if (hold && !FreezeJob(name)) {
+      stored = absl::FailedPreconditionError("could not freeze the job to hold it still while the checkpoint is stored");
+    } else {
+      stored = StoreCheckpoint(c, spec);
+    }
+    if (hold && !stored.ok()) ThawFreezer(CgroupOf(name));
+  }
+  if (!stored.ok()) {
+    (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself
     c.set_state("failed");
-    c.set_error(std::string(r.status().message()));
+    c.set_error(std::string(stored.message()));
     (void)catalog_->PutCheckpoint(c);
     checkpoints_failed_++;
     done(false);
-    Event(name, "checkpoint-failed", absl::StrCat("checkpoint ", c.id(), ": ", r.status().message()));
-    return Annotate(r.status(), absl::StrCat("checkpoint of job ", name));
+    Event(name, "checkpoint-failed", absl::StrCat("checkpoint ", c.id(), ": ", stored.message()));
+    return Annotate(stored, absl::StrCat("checkpoint of job ", name));
   }
-  // Committed by the engine (DIR.partial renamed to DIR): now, and only now, complete.
-  (void)SyncDir(CheckpointDir(name));
-  c.set_size_bytes(DirBytes(c.location()));
-  if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
-    c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+  if (hold) {
+    ::kill(pid, SIGKILL);  // the job's init; the kernel then kills the rest of its PID namespace
+    ThawFreezer(CgroupOf(name));
   }
   c.set_frozen_s(r->frozen_seconds);
   c.set_total_s(r->total_seconds);
@@ -537,7 +557,7 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   absl::StatusOr<std::vector<api::Checkpoint>> expired = catalog_->CompleteCheckpoint(c, keep);
   done(req.kill());
   if (!expired.ok()) {
-    RemoveTree(c.location());
+    (void)DropCheckpointFiles(c);
     return expired.status();
   }
   checkpoints_ok_++;
@@ -552,17 +572,34 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   Event(name, "checkpoint", absl::StrFormat("checkpoint %s complete: %d bytes, frozen %.3f s, total %.3f s%s", c.id(),
                                             c.size_bytes(), c.frozen_s(), c.total_s(), req.kill() ? ", job stopped" : ""));
   for (const api::Checkpoint& old : *expired) {
-    RemoveTree(old.location());
-    Event(name, "checkpoint-expired", absl::StrCat("checkpoint ", old.id(), " removed (keep last ", keep, ")"));
+    absl::Status gone = DropCheckpointFiles(old);
+    Event(name, "checkpoint-expired", absl::StrCat("checkpoint ", old.id(), " removed (keep last ", keep, ")",
+                                                   gone.ok() ? "" : absl::StrCat("; its stored files were not: ", gone.message())));
   }
   if (req.kill()) {
-    std::lock_guard<std::mutex> l(mu_);
-    ReapLocked(jobs_[name]);
+    // The job was killed just now (by the engine, or above after the upload): wait until it is gone.
+    for (int i = 0; i < 100; ++i) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        ReapLocked(jobs_[name]);
+        if (jobs_[name].job.state() != "running") break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
   return c;
 }
 
-absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name, const std::string& checkpoint) {
+absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name, const std::string& checkpoint_in,
+                                                        const std::string& from_in) {
+  std::string checkpoint = checkpoint_in, from = from_in;
+  if (from.empty() && !checkpoint.empty() && opts_.store->Remote()) {
+    std::lock_guard<std::mutex> l(mu_);  // a job this node lacks, by id in the shared store
+    if (!jobs_.count(name)) from = opts_.store->LocationOf(name, checkpoint);
+  }
+  if (!from.empty()) {
+    ASSIGN_OR_RETURN(checkpoint, ImportCheckpoint(name, from));
+  }
   api::JobSpec spec;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -603,9 +640,14 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return fail(st);
   }
+  bool fetched = false;
+  auto local = LocalCheckpoint(*chosen, &fetched);
+  if (!local.ok()) return fail(Annotate(local.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
   restore::RestoreOptions ro;
-  ro.dir = chosen->location();
+  ro.dir = *local;
+  ro.cgroup = CgroupOf(name);
   auto r = restore::Restore(ro);
+  if (fetched && !opts_.keep_local) RemoveTree(*local);
   if (!r.ok()) return fail(Annotate(r.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
   restores_++;
   api::RestoreJobResponse resp;
@@ -653,8 +695,11 @@ absl::Status Daemon::DeleteCheckpoint(const std::string& id) {
   if (c.state() == "writing") {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is still being written"));
   }
-  RETURN_IF_ERROR(catalog_->DeleteCheckpoint(id));  // the row first, then the files, as in retention
-  RemoveTree(c.location());
+  // The stored files first (a store can refuse: then the row stays, to try again), then the row.
+  if (absl::Status st = DropCheckpointFiles(c); !st.ok()) {
+    return Annotate(st, absl::StrCat("delete checkpoint ", id, " (still listed; try again)"));
+  }
+  RETURN_IF_ERROR(catalog_->DeleteCheckpoint(id));
   Event(c.job(), "checkpoint-deleted", absl::StrCat("checkpoint ", id));
   return absl::OkStatus();
 }

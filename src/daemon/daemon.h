@@ -31,6 +31,7 @@
 #include "daemon.pb.h"
 #include "daemon/catalog.h"
 #include "daemon/health.h"
+#include "daemon/storage/storage.h"
 #include "engine/job/job.h"
 
 namespace cairn::daemon {
@@ -46,6 +47,10 @@ struct DaemonOptions {
   std::string cairn_bin;
   // Periodic checkpoints of different jobs taken at the same time, at most.
   int checkpoint_workers = 2;
+  // Where complete checkpoints live (daemon_storage.cc, docs/daemon.md "Storage"); null: local.
+  std::shared_ptr<storage::CheckpointStore> store;
+  // With a remote store: keep the local copy too, for fast restores on this node.
+  bool keep_local = false;
 };
 
 class Daemon {
@@ -71,8 +76,12 @@ class Daemon {
   absl::Status DeleteJob(const std::string& name);
 
   absl::StatusOr<api::Checkpoint> Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason);
-  // Restores a job that does not run from `checkpoint` (empty: its newest complete one).
-  absl::StatusOr<api::RestoreJobResponse> Restore(const std::string& name, const std::string& checkpoint);
+  // Restores a job that does not run from `checkpoint` (empty: its newest complete one). With
+  // `from` (a location in a shared store), or a `checkpoint` id of a job this node does not know
+  // while its store is shared, the checkpoint is fetched from the store first and the job is
+  // created from the spec stored with it (ImportCheckpoint).
+  absl::StatusOr<api::RestoreJobResponse> Restore(const std::string& name, const std::string& checkpoint,
+                                                  const std::string& from = "");
 
   std::vector<api::Checkpoint> ListCheckpoints(const std::string& job);
   absl::StatusOr<api::Checkpoint> GetCheckpoint(const std::string& id);
@@ -120,6 +129,22 @@ class Daemon {
   std::string CgroupOf(const std::string& job) const;
   std::string CheckpointDir(const std::string& job) const;
   std::string JobDir(const std::string& job) const;
+
+  // Storage (daemon_storage.cc).
+  // Puts the engine's committed checkpoint `c` (c.location(), local) into the store and points
+  // c.location() at it; writes the job's spec beside the image first (kJobSpecFile).
+  absl::Status StoreCheckpoint(api::Checkpoint& c, const api::JobSpec& spec);
+  // A local directory holding checkpoint `c`, verified against c.checksum(): the engine's own for
+  // the local store; else the kept local copy, or one fetched from the store (*fetched set).
+  absl::StatusOr<std::string> LocalCheckpoint(const api::Checkpoint& c, bool* fetched);
+  // Removes a checkpoint's files: its local copy and its objects in the store (not an imported
+  // checkpoint's: those belong to the node that took it).
+  absl::Status DropCheckpointFiles(const api::Checkpoint& c, bool from_store = true);
+  // Fetches the checkpoint at `from` into this node, creating the job `name` from the stored spec
+  // when this node lacks it, and records it (reason "imported"); returns its id.
+  absl::StatusOr<std::string> ImportCheckpoint(const std::string& name, const std::string& from);
+  // Holds a job still in its freezer cgroup (true once FROZEN), or lets it go.
+  bool FreezeJob(const std::string& name);
 
   DaemonOptions opts_;
   std::unique_ptr<Catalog> catalog_;

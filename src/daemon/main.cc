@@ -74,6 +74,16 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-workers", opts.checkpoint_workers,
                  "Periodic checkpoints of different jobs taken at the same time, at most")
       ->capture_default_str()->check(CLI::Range(1, 64));
+  cairn::daemon::storage::StoreOptions store_opts;
+  app.add_option("--storage", store_opts.spec, "Where checkpoints live: local, dir:/PATH (shared) or s3://BUCKET[/PREFIX]")
+      ->capture_default_str();
+  app.add_option("--s3-endpoint", store_opts.s3_endpoint, "S3 endpoint URL (default https://s3.REGION.amazonaws.com)");
+  app.add_option("--s3-region", store_opts.s3_region, "S3 region (signing)")->capture_default_str();
+  app.add_option("--s3-credentials", store_opts.s3_credentials_file,
+                 "File with aws_access_key_id/aws_secret_access_key (root's, 0600); default: AWS_* environment");
+  app.add_option("--upload-parallel", store_opts.parallel, "Files and parts sent to the store at the same time")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_flag("--keep-local-copy", opts.keep_local, "With a remote --storage, also keep each checkpoint locally (fast restore)");
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose + 1);
@@ -124,6 +134,9 @@ int main(int argc, char** argv) {
   sa.sa_handler = OnCheckpointSignal;
   ::sigaction(SIGUSR1, &sa, nullptr);
 
+  auto store = cairn::daemon::storage::OpenStore(store_opts);
+  if (!store.ok()) return Fail(store.status());
+  opts.store = std::move(*store);
   if (absl::Status s = cairn::PrepareServerSocket(socket_path, "cairnd"); !s.ok()) return Fail(s);
   auto daemon = Daemon::Open(opts);
   if (!daemon.ok()) return Fail(daemon.status());
@@ -145,10 +158,10 @@ int main(int argc, char** argv) {
     }
     metrics = std::move(*m);
   }
-  spdlog::info("serving node={} socket=unix:{} tcp={} metrics={} state_dir={} pid={}", opts.node, socket_path,
+  spdlog::info("serving node={} socket=unix:{} tcp={} metrics={} state_dir={} storage={} pid={}", opts.node, socket_path,
                listen.empty() ? "off" : absl::StrCat(listen, " (port ", tcp_port, ")"),
                metrics ? absl::StrCat("http://127.0.0.1:", metrics->port(), "/metrics") : "off", opts.state_dir,
-               ::getpid());
+               opts.store->Describe(), ::getpid());
 
   auto step = std::chrono::duration<double>(std::min(tick, 0.1));
   auto next = std::chrono::steady_clock::now();

@@ -83,7 +83,7 @@ grpc::Status GrpcService::CheckpointJob(grpc::ServerContext* ctx, const api::Che
 grpc::Status GrpcService::RestoreJob(grpc::ServerContext* ctx, const api::RestoreJobRequest* req,
                                      api::RestoreJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  auto r = daemon_->Restore(req->name(), req->checkpoint());
+  auto r = daemon_->Restore(req->name(), req->checkpoint(), req->from());
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;

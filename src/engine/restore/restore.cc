@@ -490,7 +490,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     return ErrnoStatus(absl::StrCat("ptrace(SETOPTIONS) pid ", root_host));
   }
   RETURN_IF_ERROR(inject::SetSigmask(root_host, ~0ULL));
-  if (!meta.cgroup().empty()) RETURN_IF_ERROR(job::JoinCgroup(meta.cgroup(), root_host));
+  const std::string& cgroup = opts.cgroup.empty() ? meta.cgroup() : opts.cgroup;
+  if (!cgroup.empty()) RETURN_IF_ERROR(job::JoinCgroup(cgroup, root_host));
   if (meta.own_ipc_ns()) RETURN_IF_ERROR(CreateSysvIpc(root_host, *img, meta.ipc()));
 
   int threads = opts.fill_threads > 0 ? opts.fill_threads

@@ -23,6 +23,8 @@ struct RestoreOptions {
   // Let the process run before its private anonymous memory is in: a page handler
   // process fills it on first touch and in the background (engine/lazy/handler.h).
   bool lazy = false;  // parallel page writers; 0: twice the CPUs (measured best on 2 cores)
+  // The cgroup (under each v1 hierarchy) to restore into; empty: the one the image records.
+  std::string cgroup;
 };
 
 struct RestoreResult {

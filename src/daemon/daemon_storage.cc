@@ -1,0 +1,184 @@
+// cairnd's side of checkpoint storage (storage/storage.h): storing a committed checkpoint,
+// bringing one back for a restore, removing one, and importing one another node took.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "daemon/cgroup.h"
+#include "daemon/daemon.h"
+#include "daemon/storage/manifest.h"
+#include "engine/image/format.h"
+#include "engine/job/job.h"
+
+namespace cairn::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> MetaChecksum(const std::string& dir) {
+  ASSIGN_OR_RETURN(std::string meta, ReadFile(dir + "/" + image::kMetaFile));
+  return absl::StrFormat("xxh3:%016x", image::Checksum(meta.data(), meta.size()));
+}
+
+absl::Status WriteSynced(const std::string& path, const std::string& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("create " + path);
+  absl::Status st = WriteAll(fd, data, path);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + path);
+  ::close(fd);
+  return st;
+}
+
+}  // namespace
+
+absl::Status Daemon::StoreCheckpoint(api::Checkpoint& c, const api::JobSpec& spec) {
+  if (!opts_.store->Remote()) return absl::OkStatus();
+  std::string local = c.location();
+  RETURN_IF_ERROR(WriteSynced(local + "/" + storage::kJobSpecFile, spec.SerializeAsString()));
+  auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::string location, opts_.store->Put(local, c.job(), c.id()));
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("stored checkpoint={} job={} bytes={} in={} seconds={:.3f} MiB/s={:.1f}", c.id(), c.job(), c.size_bytes(),
+               location, secs, secs > 0 ? static_cast<double>(c.size_bytes()) / secs / (1 << 20) : 0.0);
+  if (!opts_.keep_local) {
+    std::error_code ec;
+    fs::remove_all(local, ec);
+  }
+  c.set_location(location);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Daemon::LocalCheckpoint(const api::Checkpoint& c, bool* fetched) {
+  *fetched = false;
+  std::string local = CheckpointDir(c.job()) + "/" + c.id();
+  if (c.location() == local) return local;  // the local store (or a checkpoint taken before a --storage change)
+  if (fs::exists(local + "/" + image::kMetaFile)) {
+    auto sum = MetaChecksum(local);
+    if (sum.ok() && (c.checksum().empty() || *sum == c.checksum())) return local;  // the kept local copy
+    CAIRN_LOG_WARN("checkpoint={} local copy {} does not match the catalog's checksum; fetching it again", c.id(), local);
+  }
+  std::error_code ec;
+  fs::create_directories(CheckpointDir(c.job()), ec);
+  RETURN_IF_ERROR(opts_.store->Fetch(c.location(), local));
+  *fetched = true;
+  ASSIGN_OR_RETURN(std::string sum, MetaChecksum(local));
+  if (!c.checksum().empty() && sum != c.checksum()) {
+    fs::remove_all(local, ec);
+    return absl::DataLossError(absl::StrCat("checkpoint ", c.id(), " fetched from ", c.location(), " has metadata checksum ",
+                                            sum, ", but the catalog recorded ", c.checksum()));
+  }
+  return local;
+}
+
+absl::Status Daemon::DropCheckpointFiles(const api::Checkpoint& c, bool from_store) {
+  std::error_code ec;
+  std::string local = CheckpointDir(c.job()) + "/" + c.id();
+  fs::remove_all(local, ec);
+  fs::remove_all(local + ".partial", ec);
+  if (!from_store || !opts_.store->Remote() || c.reason() == "imported") return absl::OkStatus();
+  // A row still 'writing' points at the engine's directory; its objects (if any) are where the
+  // store would have put them.
+  std::string remote = c.location() == local ? opts_.store->LocationOf(c.job(), c.id()) : c.location();
+  absl::Status st = opts_.store->Remove(remote);
+  if (!st.ok()) CAIRN_LOG_WARN("checkpoint={} not removed from {}: {}", c.id(), remote, std::string(st.message()));
+  return st;
+}
+
+absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, const std::string& from) {
+  RETURN_IF_ERROR(job::CheckName(name));
+  std::string id(absl::StripSuffix(from, "/"));
+  id = id.substr(id.find_last_of('/') + 1);
+  RETURN_IF_ERROR(job::CheckName(id));
+  if (auto known = catalog_->GetCheckpoint(id); known.ok() && known->has_value() && (*known)->state() == "complete") {
+    if ((*known)->job() != name) {
+      return absl::AlreadyExistsError(absl::StrCat("checkpoint ", id, " is already known here as one of job ", (*known)->job()));
+    }
+    return id;  // already here (this node took it, or imported it before)
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it != jobs_.end() && (it->second.busy || it->second.job.state() == "running")) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", name, " runs or is busy on node ", opts_.node,
+                                                        ": kill it first (cairn job kill ", name, ")"));
+    }
+  }
+  std::string local = CheckpointDir(name) + "/" + id;
+  std::error_code ec;
+  fs::create_directories(CheckpointDir(name), ec);
+  RETURN_IF_ERROR(Annotate(opts_.store->Fetch(from, local), "restore --from"));
+  auto cleanup = [&](absl::Status st) {
+    fs::remove_all(local, ec);
+    return st;
+  };
+  api::JobSpec spec;
+  auto spec_bytes = ReadFile(local + "/" + storage::kJobSpecFile);
+  if (!spec_bytes.ok() || !spec.ParseFromString(*spec_bytes)) {
+    return cleanup(absl::DataLossError(absl::StrCat(from, ": no readable job spec (", storage::kJobSpecFile,
+                                                    "): not a checkpoint stored by cairnd")));
+  }
+  spec.set_name(name);
+  api::Checkpoint c;
+  c.set_id(id);
+  c.set_job(name);
+  c.set_state("complete");
+  c.set_location(from);
+  c.set_reason("imported");
+  c.set_created(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  int64_t bytes = 0;
+  for (auto it = fs::recursive_directory_iterator(local, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) bytes += static_cast<int64_t>(it->file_size(ec));
+  }
+  c.set_size_bytes(bytes);
+  auto sum = MetaChecksum(local);
+  if (!sum.ok()) return cleanup(sum.status());
+  c.set_checksum(*sum);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!jobs_.count(name)) {
+      JobState s;
+      s.job.set_name(name);
+      *s.job.mutable_spec() = spec;
+      s.job.set_state("exited");
+      s.job.set_node(opts_.node);
+      s.job.set_created(c.created());
+      s.job.set_dir(JobDir(name));
+      s.job.mutable_health()->set_state("exited");
+      s.job.mutable_health()->set_detail("imported from " + from + "; not restored yet");
+      s.tracker = std::make_unique<HealthTracker>(spec.health());
+      fs::create_directories(JobDir(name), ec);
+      if (absl::Status st = Persist(s.job); !st.ok()) return cleanup(st);
+      jobs_.emplace(name, std::move(s));
+    }
+  }
+  if (absl::Status st = catalog_->PutCheckpoint(c); !st.ok()) return cleanup(st);
+  Event(name, "checkpoint-imported", absl::StrCat("checkpoint ", id, " from ", from));
+  return id;
+}
+
+bool Daemon::FreezeJob(const std::string& name) {
+  std::string state = "/sys/fs/cgroup/freezer/" + CgroupOf(name) + "/freezer.state";
+  int fd = ::open(state.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, "FROZEN", 6) == 6;
+  ::close(fd);
+  for (int i = 0; ok && i < 200; ++i) {
+    auto now = ReadFile(state);
+    if (now.ok() && absl::StripAsciiWhitespace(*now) == "FROZEN") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (ok) ThawFreezer(CgroupOf(name));
+  return false;
+}
+
+}  // namespace cairn::daemon
