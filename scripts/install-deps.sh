@@ -27,3 +27,18 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# Test-only: s3rver, the S3 server the storage tests start on loopback, pinned (3.7.1) in
+# tests/tools/package-lock.json and installed into tests/tools/node_modules. node and npm come from
+# Debian unless the machine already has them.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "install-deps: installing nodejs npm"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+tools="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/tools"
+if ! grep -qs '"version": "3.7.1"' "$tools/node_modules/s3rver/package.json"; then
+  echo "install-deps: installing s3rver 3.7.1 into $tools/node_modules"
+  (cd "$tools" && npm ci --no-audit --no-fund --loglevel=error)
+fi

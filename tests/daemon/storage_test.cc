@@ -1,0 +1,273 @@
+// cairnd's checkpoint storage end to end: real daemons with --storage s3://… against a real S3
+// server (s3rver) on loopback, and with a shared directory; a python3 job checkpointed on one
+// node and restored on another finishes with the uninterrupted run's result. Failed uploads
+// (wrong credentials, an endpoint nobody answers on) leave the job running and no checkpoint
+// that claims to be complete.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "daemon/storage/s3_client.h"
+#include "daemon_harness.h"
+#include "s3rver.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kRounds[] = "4000000";
+
+class StorageTest : public CairnTest {
+ protected:
+  std::string Dir() const { return temp_->path(); }
+
+  void StartS3() {
+    if (std::string why = S3rver::Missing(); !why.empty()) GTEST_SKIP() << "no S3 server to test against: " << why;
+    s3_ = std::make_unique<S3rver>(Dir() + "/s3", "bkt");
+    ASSERT_TRUE(s3_->Start());
+  }
+  std::vector<std::string> S3Args(const std::string& endpoint) const {
+    return {"--storage", "s3://bkt/ckpt", "--s3-endpoint", endpoint};
+  }
+  static std::vector<std::string> S3Env(const std::string& key = S3rver::kKey) {
+    return {"AWS_ACCESS_KEY_ID=" + key, std::string("AWS_SECRET_ACCESS_KEY=") + S3rver::kSecret};
+  }
+  daemon::storage::S3Client Client() const {
+    daemon::storage::S3Config c;
+    c.endpoint = s3_->endpoint();
+    c.bucket = "bkt";
+    c.access_key = S3rver::kKey;
+    c.secret_key = S3rver::kSecret;
+    return daemon::storage::S3Client(c);
+  }
+  std::vector<std::string> Keys(const std::string& prefix) {
+    auto l = Client().List(prefix);
+    EXPECT_TRUE(l.ok()) << l.status();
+    std::vector<std::string> keys;
+    if (l.ok()) {
+      for (auto& o : *l) keys.push_back(o.key);
+    }
+    return keys;
+  }
+
+  std::string Expected(const std::string& rounds = kRounds) {
+    std::string dir = Dir() + "/plain";
+    fs::create_directories(dir);
+    WriteFile(dir + "/stdin", "");
+    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
+                             dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
+    Track(pid, kPython);
+    Ending e = WaitGone(pid, 120s);
+    EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
+    return ReadFile(dir + "/result");
+  }
+
+  // Starts the python3 hash chain as job `name`, mid-computation after a second.
+  ::testing::AssertionResult RunPython(const DaemonProcess& d, const std::string& name, const std::string& out,
+                                       const std::string& rounds = kRounds) {
+    fs::create_directories(out);
+    CommandResult r = d.Cairn({"job", "run", "--name", name, "--", "/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c",
+                               kPythonHashChain, out + "/result", rounds});
+    if (!r.Exited(0)) return ::testing::AssertionFailure() << r.Describe();
+    std::this_thread::sleep_for(1s);
+    if (Exists(out + "/result")) return ::testing::AssertionFailure() << "python3 finished within 1 s";
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
+                                       std::chrono::milliseconds timeout = 60s) {
+    std::string last;
+    bool ok = WaitFor(
+        [&] {
+          json j = json::parse(d.Cairn({"job", "show", name, "--json"}).out, nullptr, false);
+          if (j.is_discarded()) return false;
+          last = j["job"].value("state", "");
+          return last == state;
+        },
+        timeout);
+    if (ok) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "job " << name << " is " << last << ", not " << state << "; daemon log:\n" << d.Log();
+  }
+
+  // A checkpoint that must fail in the store: the job keeps running, the row says failed, and
+  // nothing of it is left locally or in the bucket.
+  void ExpectFailedUploadLeavesJobRunning(const DaemonProcess& a, const std::string& must_say) {
+    // Long enough to outlive two failed uploads with their retries.
+    const std::string rounds = "16000000";
+    std::string out = Dir() + "/py";
+    ASSERT_TRUE(RunPython(a, "py", out, rounds));
+    int pid = a.Json({"job", "show", "py"})["job"]["host_pid"];
+    for (const char* kill : {"", "--kill"}) {
+      std::vector<std::string> args = {"job", "checkpoint", "py"};
+      if (*kill) args.push_back(kill);
+      CommandResult r = a.Cairn(args);
+      EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+      EXPECT_NE(r.err.find(must_say), std::string::npos) << r.Describe();
+      EXPECT_NE(r.err.find("s3://bkt/ckpt/py/"), std::string::npos) << "the error names the object: " << r.Describe();
+      EXPECT_TRUE(IsAlive(pid)) << "a failed upload stopped the job (" << kill << ")";
+      EXPECT_EQ(a.Json({"job", "show", "py"})["job"]["state"], "running");
+    }
+    json list = a.Json({"checkpoint", "list", "--job", "py"});
+    ASSERT_EQ(list["checkpoints"].size(), 2u) << list.dump();
+    for (auto& c : list["checkpoints"]) {
+      EXPECT_EQ(c["state"], "failed") << c.dump();
+      EXPECT_FALSE(c.value("error", "").empty()) << c.dump();
+    }
+    std::error_code ec;
+    EXPECT_TRUE(fs::is_empty(a.state_dir() + "/checkpoints/py", ec)) << "local files of a failed checkpoint remain";
+    EXPECT_TRUE(Keys("ckpt/").empty());
+    // The job goes on to finish with its own result: it was never frozen for good.
+    std::string expected = Expected(rounds);
+    ASSERT_TRUE(WaitState(a, "py", "exited", 120s));
+    EXPECT_EQ(ReadFile(out + "/result"), expected);
+  }
+
+  std::unique_ptr<S3rver> s3_;
+};
+
+TEST_F(StorageTest, S3RoundTripRestoresOnASecondDaemon) {
+  StartS3();
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  DaemonProcess a(Dir(), "node-a", S3Args(s3_->endpoint()), S3Env());
+  DaemonProcess b(Dir(), "node-b", S3Args(s3_->endpoint()), S3Env());
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  std::string out = Dir() + "/py";
+  ASSERT_TRUE(RunPython(a, "py", out));
+  int pid = a.Json({"job", "show", "py"})["job"]["host_pid"];
+
+  json c1 = a.Json({"job", "checkpoint", "py", "--pin"})["checkpoint"];
+  ASSERT_EQ(c1["state"], "complete") << c1.dump() << a.Log();
+  EXPECT_TRUE(IsAlive(pid));
+  json c2 = a.Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
+  ASSERT_EQ(c2["state"], "complete") << c2.dump() << a.Log();
+  ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  ASSERT_TRUE(WaitState(a, "py", "killed"));
+  ASSERT_FALSE(Exists(out + "/result"));
+  std::string id = c2["id"], location = c2["location"];
+  EXPECT_EQ(location, "s3://bkt/ckpt/py/" + id);
+  EXPECT_FALSE(fs::exists(a.state_dir() + "/checkpoints/py/" + id)) << "no local copy without --keep-local-copy";
+  std::vector<std::string> keys = Keys("ckpt/py/" + id + "/");
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "ckpt/py/" + id + "/cairn-manifest"), keys.end());
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "ckpt/py/" + id + "/checkpoint.meta"), keys.end());
+
+  // Node b has never seen the job: it fetches the checkpoint and restores it from there.
+  CommandResult restore = b.Cairn({"job", "restore", "py", "--from", location});
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << b.Log();
+  ASSERT_TRUE(WaitState(b, "py", "exited", 120s));
+  json j = b.Json({"job", "show", "py"})["job"];
+  EXPECT_EQ(j["health"]["exit_code"], 0) << j.dump();
+  EXPECT_EQ(j["node"], b.node());
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  json imported = b.Json({"checkpoint", "show", id})["checkpoint"];
+  EXPECT_EQ(imported["reason"], "imported");
+  EXPECT_EQ(imported["checksum"], c2["checksum"]);
+
+  // Deleting on b forgets b's record only (the objects belong to a); deleting on a removes them.
+  ASSERT_TRUE(b.Cairn({"job", "delete", "py"}).Exited(0));
+  EXPECT_FALSE(Keys("ckpt/py/" + id + "/").empty());
+  ASSERT_TRUE(a.Cairn({"checkpoint", "delete", id}).Exited(0));
+  EXPECT_TRUE(Keys("ckpt/py/" + id + "/").empty());
+  ASSERT_TRUE(a.Cairn({"job", "delete", "py"}).Exited(0));
+  EXPECT_TRUE(Keys("ckpt/").empty()) << "job delete leaves objects behind";
+}
+
+TEST_F(StorageTest, S3RetentionDeletesObjectsAndKeepLocalCopy) {
+  StartS3();
+  std::vector<std::string> args = S3Args(s3_->endpoint());
+  args.push_back("--keep-local-copy");
+  DaemonProcess a(Dir(), "node-a", args, S3Env());
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "sl", "--keep", "1", "--", "/bin/sleep", "600"}).Exited(0));
+  json c1 = a.Json({"job", "checkpoint", "sl"})["checkpoint"];
+  ASSERT_EQ(c1["state"], "complete") << c1.dump();
+  EXPECT_TRUE(fs::exists(a.state_dir() + "/checkpoints/sl/" + c1["id"].get<std::string>() + "/checkpoint.meta"));
+  json c2 = a.Json({"job", "checkpoint", "sl"})["checkpoint"];
+  ASSERT_EQ(c2["state"], "complete") << c2.dump();
+  EXPECT_TRUE(Keys("ckpt/sl/" + c1["id"].get<std::string>() + "/").empty()) << "retention left the objects";
+  EXPECT_FALSE(fs::exists(a.state_dir() + "/checkpoints/sl/" + c1["id"].get<std::string>()));
+  EXPECT_FALSE(Keys("ckpt/sl/" + c2["id"].get<std::string>() + "/").empty());
+  // Restores from the kept local copy.
+  ASSERT_TRUE(a.Cairn({"job", "kill", "sl"}).Exited(0));
+  CommandResult r = a.Cairn({"job", "restore", "sl"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe() << a.Log();
+  EXPECT_EQ(a.Json({"job", "show", "sl"})["job"]["state"], "running");
+  a.KillJobs();
+}
+
+TEST_F(StorageTest, WrongS3CredentialsFailCleanlyAndTheJobRuns) {
+  StartS3();
+  DaemonProcess a(Dir(), "node-a", S3Args(s3_->endpoint()), S3Env("NOT-A-KEY"));
+  ASSERT_TRUE(a.Start());
+  ExpectFailedUploadLeavesJobRunning(a, "InvalidAccessKeyId");
+}
+
+TEST_F(StorageTest, UnreachableS3EndpointFailsCleanlyAndTheJobRuns) {
+  StartS3();  // only to look into the bucket afterwards; the daemon talks to a closed port
+  DaemonProcess a(Dir(), "node-a", S3Args("http://127.0.0.1:" + std::to_string(FreeTcpPort())), S3Env());
+  ASSERT_TRUE(a.Start());
+  ExpectFailedUploadLeavesJobRunning(a, "check --s3-endpoint");
+}
+
+TEST_F(StorageTest, BadStorageOptionsAreRefusedAtStart) {
+  auto refused = [&](std::vector<std::string> args, std::vector<std::string> env, const std::string& says) {
+    std::vector<std::string> argv = {CAIRND_BIN, "--node", "x", "--state-dir", Dir() + "/st", "--socket", Dir() + "/x.sock"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandOptions o = WithEnv(env);
+    CommandResult r = RunCommand(argv, Dir(), o);
+    EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.Describe();
+  };
+  refused({"--storage", "ftp://x"}, {}, "use local, dir:/PATH");
+  refused({"--storage", "dir:" + Dir() + "/nope"}, {}, "not an existing directory");
+  refused({"--storage", "s3://bkt"}, {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="}, "no S3 credentials");
+  std::string cred = Dir() + "/cred";
+  WriteFile(cred, "[default]\naws_access_key_id = S3RVER\naws_secret_access_key = S3RVER\n");
+  ::chmod(cred.c_str(), 0644);
+  refused({"--storage", "s3://bkt", "--s3-credentials", cred}, {}, "chmod 600");
+}
+
+TEST_F(StorageTest, SharedDirectoryRestoresOnAnotherNodeByCheckpointId) {
+  std::string expected = Expected();
+  std::string shared = Dir() + "/nfs";
+  fs::create_directories(shared);
+  DaemonProcess a(Dir(), "node-a", {"--storage", "dir:" + shared});
+  DaemonProcess b(Dir(), "node-b", {"--storage", "dir:" + shared});
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  std::string out = Dir() + "/py";
+  ASSERT_TRUE(RunPython(a, "py", out));
+  json c = a.Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
+  ASSERT_EQ(c["state"], "complete") << c.dump() << a.Log();
+  std::string id = c["id"];
+  EXPECT_EQ(c["location"], shared + "/py/" + id);
+  EXPECT_TRUE(Exists(shared + "/py/" + id + "/cairn-manifest"));
+  ASSERT_TRUE(WaitState(a, "py", "killed"));
+
+  // A damaged stored file is refused, naming it.
+  std::string meta = shared + "/py/" + id + "/checkpoint.meta";
+  std::string good = ReadFile(meta);
+  WriteFile(meta, good + "x");
+  CommandResult bad = b.Cairn({"job", "restore", "py", "--checkpoint", id});
+  EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();
+  EXPECT_NE(bad.err.find("checkpoint.meta"), std::string::npos) << bad.Describe();
+  WriteFile(meta, good);
+
+  // By id: b shares the store, so it finds the job's checkpoint there.
+  CommandResult r = b.Cairn({"job", "restore", "py", "--checkpoint", id});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe() << b.Log();
+  ASSERT_TRUE(WaitState(b, "py", "exited", 120s));
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  ASSERT_TRUE(a.Cairn({"job", "delete", "py"}).Exited(0));
+  EXPECT_FALSE(Exists(shared + "/py/" + id));
+}
+
+}  // namespace
+}  // namespace cairn::testing
