@@ -82,9 +82,9 @@ class S3 : public CheckpointStore {
     absl::Status st = Upload(dir, job, id, base);
     if (!st.ok()) {
       absl::Status cleaned = RemoveKeys(client_, base);
-      std::string note = cleaned.ok() ? "; its partial objects were removed"
-                                      : absl::StrCat("; removing its partial objects failed too (", cleaned.message(), ")");
-      return Annotate(st, absl::StrCat("store checkpoint ", id, " in ", Describe(), note));
+      std::string note = cleaned.ok() ? "; what had reached the store was removed"
+                                      : absl::StrCat("; removing what may have reached the store failed too: ", cleaned.message());
+      return absl::Status(st.code(), absl::StrCat("store checkpoint ", id, " in ", Describe(), ": ", st.message(), note));
     }
     return client_.Url(base);
   }
