@@ -174,7 +174,18 @@ class S3 : public CheckpointStore {
 
   absl::Status Upload(const std::string& dir, const std::string& job, const std::string& id, const std::string& base) {
     ASSIGN_OR_RETURN(Manifest m, ManifestOf(dir, job, id));
-    RETURN_IF_ERROR(ForEach(m, [&](const ManifestFile& f) { return client_.PutFile(base + "/" + f.path, dir + "/" + f.path); }));
+    // Large files one after another, each in parts sent `parallel` at a time; then the small
+    // ones, `parallel` files at a time: never more than `parallel` requests at once.
+    Manifest small = m;
+    small.files.clear();
+    for (const ManifestFile& f : m.files) {
+      if (f.size > client_.config().part_bytes) {
+        RETURN_IF_ERROR(client_.PutFile(base + "/" + f.path, dir + "/" + f.path));
+      } else {
+        small.files.push_back(f);
+      }
+    }
+    RETURN_IF_ERROR(ForEach(small, [&](const ManifestFile& f) { return client_.PutFile(base + "/" + f.path, dir + "/" + f.path); }));
     // Read back what the store holds: every file there, with its size, before the manifest
     // commits the checkpoint.
     ASSIGN_OR_RETURN(std::vector<S3Object> objects, client_.List(base + "/"));
