@@ -5,7 +5,8 @@
 //
 // Checkpoints are full dumps through dump::Dump (leave running, whole tree) into
 // STATE/checkpoints/JOB/ID; the catalog records them 'writing' first and 'complete' only after
-// the engine's atomic commit. CheckpointJobRequest already carries `incremental` and
+// the engine's atomic commit and, with a remote --storage (DaemonOptions::store), once the store
+// holds it and has been checked (daemon_storage.cc). CheckpointJobRequest already carries `incremental` and
 // `pre_copy` so the engine's low-downtime modes (issue 4) can be passed through later; today
 // they are refused with a clear message.
 //
