@@ -133,6 +133,7 @@ class StorageTest : public CairnTest {
 
 TEST_F(StorageTest, S3RoundTripRestoresOnASecondDaemon) {
   StartS3();
+  if (IsSkipped() || HasFatalFailure()) return;
   std::string expected = Expected();
   ASSERT_FALSE(expected.empty());
   DaemonProcess a(Dir(), "node-a", S3Args(s3_->endpoint()), S3Env());
@@ -181,6 +182,7 @@ TEST_F(StorageTest, S3RoundTripRestoresOnASecondDaemon) {
 
 TEST_F(StorageTest, S3RetentionDeletesObjectsAndKeepLocalCopy) {
   StartS3();
+  if (IsSkipped() || HasFatalFailure()) return;
   std::vector<std::string> args = S3Args(s3_->endpoint());
   args.push_back("--keep-local-copy");
   DaemonProcess a(Dir(), "node-a", args, S3Env());
@@ -204,6 +206,7 @@ TEST_F(StorageTest, S3RetentionDeletesObjectsAndKeepLocalCopy) {
 
 TEST_F(StorageTest, WrongS3CredentialsFailCleanlyAndTheJobRuns) {
   StartS3();
+  if (IsSkipped() || HasFatalFailure()) return;
   DaemonProcess a(Dir(), "node-a", S3Args(s3_->endpoint()), S3Env("NOT-A-KEY"));
   ASSERT_TRUE(a.Start());
   ExpectFailedUploadLeavesJobRunning(a, "InvalidAccessKeyId");
@@ -211,6 +214,7 @@ TEST_F(StorageTest, WrongS3CredentialsFailCleanlyAndTheJobRuns) {
 
 TEST_F(StorageTest, UnreachableS3EndpointFailsCleanlyAndTheJobRuns) {
   StartS3();  // only to look into the bucket afterwards; the daemon talks to a closed port
+  if (IsSkipped() || HasFatalFailure()) return;
   DaemonProcess a(Dir(), "node-a", S3Args("http://127.0.0.1:" + std::to_string(FreeTcpPort())), S3Env());
   ASSERT_TRUE(a.Start());
   ExpectFailedUploadLeavesJobRunning(a, "check --s3-endpoint");
