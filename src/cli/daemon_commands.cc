@@ -8,6 +8,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ struct DaemonCommands::Options {
   CLI::App *run = nullptr, *list = nullptr, *show = nullptr, *logs = nullptr, *kill = nullptr, *checkpoint = nullptr,
            *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr;
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
+  CLI::App* node_info = nullptr;
 
   std::string job, id, memory, from;
   std::vector<std::string> command;
@@ -198,6 +200,11 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   common(o.ck_pin);
   o.ck_pin->add_option("id", o.id, "Checkpoint id")->required();
   o.ck_pin->add_flag("--unpin", o.unpin, "Unpin instead");
+
+  CLI::App* node = app.add_subcommand("node", "This node's daemon");
+  node->require_subcommand(1);
+  o.node_info = node->add_subcommand("info", "The daemon, its watchers (spot notices, GPU events, controller) and notices");
+  common(o.node_info);
 }
 
 DaemonCommands::~DaemonCommands() = default;
@@ -411,6 +418,23 @@ int DaemonCommands::Run() {
     if (int rc = call(&dapi::Daemon::Stub::DeleteJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s deleted\n", o.job.c_str());
+    return 0;
+  }
+  if (o.node_info->parsed()) {
+    dapi::NodeInfoResponse resp;
+    if (int rc = call(&dapi::Daemon::Stub::NodeInfo, dapi::NodeInfoRequest(), &resp)) return rc;
+    if (o.json) return PrintJson(resp);
+    std::printf("node %s: cairnd %s, pid %d, %u job(s) running, state %s\n", resp.node().c_str(),
+                resp.version().c_str(), resp.pid(), resp.jobs_running(), resp.state_dir().c_str());
+    std::map<std::string, std::string> parts(resp.components().begin(), resp.components().end());
+    for (const auto& [k, v] : parts) std::printf("%s: %s\n", k.c_str(), v.c_str());
+    if (resp.gpus() > 0) std::printf("gpus: %u %s\n", resp.gpus(), resp.gpu_type().c_str());
+    for (const auto& e : resp.gpu_events()) std::printf("gpu event: %s\n", e.c_str());
+    if (resp.has_spot_notice()) {
+      const dapi::SpotNotice& n = resp.spot_notice();
+      std::printf("spot notice: %s %s, deadline %s (received %s): %s\n", n.cloud().c_str(), n.action().c_str(),
+                  TimeString(n.deadline()).c_str(), TimeString(n.received()).c_str(), n.detail().c_str());
+    }
     return 0;
   }
   if (o.watch->parsed()) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -738,6 +739,7 @@ api::NodeInfoResponse Daemon::Info() {
   uint32_t n = 0;
   for (auto& [name, s] : jobs_) n += s.job.state() == "running";
   r.set_jobs_running(n);
+  FillNodeSignals(&r);
   return r;
 }
 
@@ -756,18 +758,28 @@ void Daemon::Tick() {
       }
     }
   }
-  // Due checkpoints are shared among up to `checkpoint_workers` threads (this one included); each
-  // job's checkpoint runs wholly on one thread, which is the tracer of that job while it runs.
+  CheckpointEach(due, "periodic", /*pin=*/false);
+}
+
+// Each job's checkpoint runs wholly on one thread, which is the tracer of that job while it runs.
+void Daemon::CheckpointEach(const std::vector<std::string>& names, const std::string& reason, bool pin,
+                            double retry_until) {
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next++) < due.size();) {
+    for (size_t i; (i = next++) < names.size();) {
       api::CheckpointJobRequest req;
-      req.set_name(due[i]);
-      auto c = Checkpoint(req, "periodic");
-      if (!c.ok()) CAIRN_LOG_WARN("periodic checkpoint job={} failed: {}", due[i], std::string(c.status().message()));
+      req.set_name(names[i]);
+      req.set_pin(pin);
+      auto c = Checkpoint(req, reason);
+      while (!c.ok() && c.status().code() == absl::StatusCode::kFailedPrecondition && MonoNow() < retry_until &&
+             absl::StrContains(c.status().message(), "in progress")) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        c = Checkpoint(req, reason);
+      }
+      if (!c.ok()) CAIRN_LOG_WARN("{} checkpoint job={} failed: {}", reason, names[i], std::string(c.status().message()));
     }
   };
-  size_t workers = std::min<size_t>(std::max(1, opts_.checkpoint_workers), due.size());
+  size_t workers = std::min<size_t>(std::max(1, opts_.checkpoint_workers), names.size());
   std::vector<std::thread> helpers;
   for (size_t k = 1; k < workers; ++k) helpers.emplace_back(work);
   work();

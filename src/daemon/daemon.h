@@ -25,14 +25,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon.pb.h"
 #include "daemon/catalog.h"
+#include "daemon/gpu_watch.h"
 #include "daemon/health.h"
 #include "daemon/storage/storage.h"
+#include "daemon/spot_watch.h"
 #include "engine/job/job.h"
 
 namespace cairn::daemon {
@@ -105,6 +108,19 @@ class Daemon {
   // SIGUSR1: checkpoints every running job whose policy says on_signal. Jobs keep running.
   void CheckpointOnSignal();
 
+  // ---- Node signals (node_signals.cc; docs/daemon.md "Node signals") ----
+  // The status line of a node-level part ("spot-watcher", "gpu-watcher", "controller") shown
+  // in NodeInfo; a changed line that starts with "warning" is also a node event.
+  void SetComponentStatus(const std::string& component, const std::string& line);
+  // The cloud announced this node's reclaim: a node event (job "") and NodeInfo's spot_notice;
+  // then every running job is checkpointed at once, pinned, reason "spot-notice" (a job busy
+  // with another checkpoint gets its own after that one). Returns when those checkpoints ended.
+  void OnSpotNotice(const SpotNoticeInfo& notice);
+  // The GPUs NVML found (NodeInfo's gpus and gpu_type).
+  void SetGpus(const std::vector<GpuDevice>& gpus);
+  // A GPU health event: a node event and a line in NodeInfo's gpu_events.
+  void OnGpuSignal(const GpuSignal& signal);
+
  private:
   struct JobState {
     api::Job job;
@@ -130,6 +146,11 @@ class Daemon {
   std::string CgroupOf(const std::string& job) const;
   std::string CheckpointDir(const std::string& job) const;
   std::string JobDir(const std::string& job) const;
+  // Checkpoints `names` on up to `checkpoint_workers` threads (the caller's included); a job
+  // busy with another checkpoint or restore is retried until `retry_until` (monotonic seconds).
+  void CheckpointEach(const std::vector<std::string>& names, const std::string& reason, bool pin,
+                      double retry_until = 0);
+  void FillNodeSignals(api::NodeInfoResponse* r);
 
   // Storage (daemon_storage.cc).
   // Puts the engine's committed checkpoint `c` (c.location(), local) into the store and points
@@ -156,6 +177,12 @@ class Daemon {
   std::mutex ev_mu_;
   std::condition_variable events_cv_;     // notified when an event is added
   uint64_t last_seq_ = 0;                 // GUARDED_BY(ev_mu_)
+
+  std::mutex node_mu_;
+  std::map<std::string, std::string> components_;  // GUARDED_BY(node_mu_)
+  std::optional<api::SpotNotice> spot_notice_;       // GUARDED_BY(node_mu_)
+  std::vector<GpuDevice> gpus_;                      // GUARDED_BY(node_mu_)
+  std::vector<std::string> gpu_events_;              // GUARDED_BY(node_mu_), newest 20
 
   // Figures for Metrics().
   std::atomic<uint64_t> checkpoints_ok_{0}, checkpoints_failed_{0}, checkpoint_bytes_{0}, restores_{0};

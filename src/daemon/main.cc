@@ -21,13 +21,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/server_socket.h"
 #include "common/status.h"
 #include "common/token.h"
+#include "daemon/controller_link.h"
 #include "daemon/daemon.h"
+#include "daemon/gpu_watch.h"
+#include "daemon/spot_watch.h"
 #include "daemon/metrics_http.h"
 #include "daemon/service.h"
 #include "engine/job/job.h"
@@ -85,6 +89,21 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_flag("--keep-local-copy", opts.keep_local, "With a remote --storage, also keep each checkpoint locally (fast restore)");
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
+  // Node signals (docs/daemon.md): spot notices only when the cloud is named; GPU events where NVML loads.
+  SpotWatchOptions spot_opts;
+  std::string spot_aws, spot_gcp, spot_azure, gpu_watch = "auto", nvml_lib = "libnvidia-ml.so.1";
+  app.add_option("--spot-notices", spot_opts.cloud, "Poll this cloud's metadata service for spot interruption notices")
+      ->check(CLI::IsMember({"aws", "gcp", "azure"}));
+  app.add_option("--spot-url-aws", spot_aws, "AWS instance metadata base URL (default http://169.254.169.254)");
+  app.add_option("--spot-url-gcp", spot_gcp, "GCP metadata base URL (default http://metadata.google.internal)");
+  app.add_option("--spot-url-azure", spot_azure, "Azure instance metadata base URL (default http://169.254.169.254)");
+  app.add_option("--spot-poll", spot_opts.poll_s, "Seconds between spot notice polls")
+      ->capture_default_str()->check(CLI::Range(0.05, 300.0));
+  app.add_option("--gpu-watch", gpu_watch, "GPU Xid/ECC events through NVML: auto (where NVML loads) or off")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "off"}));
+  app.add_option("--nvml-library", nvml_lib, "The NVML library to load")->capture_default_str();
+  ControllerLinkOptions link_opts;
+  AddControllerLinkOptions(app, &link_opts);
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose + 1);
 
@@ -158,6 +177,58 @@ int main(int argc, char** argv) {
     }
     metrics = std::move(*m);
   }
+  // GPU events first: the controller is told how many GPUs the node has.
+  std::unique_ptr<ControllerLink> link;
+  std::unique_ptr<GpuWatcher> gpus;
+  std::unique_ptr<SpotWatcher> spot;
+  Daemon* d = daemon->get();
+  if (gpu_watch == "off") {
+    d->SetComponentStatus("gpu-watcher", "off (--gpu-watch off)");
+  } else if (auto src = OpenNvml(nvml_lib); !src.ok()) {
+    d->SetComponentStatus("gpu-watcher", absl::StrCat("off (no NVML: ", src.status().message(), ")"));
+  } else {
+    d->SetGpus((*src)->Devices());
+    d->SetComponentStatus("gpu-watcher", absl::StrCat("on: ", (*src)->Devices().size(), " GPU(s), Xid and ECC events"));
+    gpus = std::make_unique<GpuWatcher>(std::move(*src), [d, &link](const GpuSignal& g) {
+      if (link) link->ReportGpu(g);
+      d->OnGpuSignal(g);
+    });
+  }
+  if (!link_opts.address.empty()) {
+    std::string advertise = link_opts.advertise;
+    if (advertise.empty()) advertise = listen.empty() ? "unix:" + socket_path : listen;
+    auto l = ControllerLink::Start(d, opts.node, link_opts, advertise,
+                                   absl::StartsWith(advertise, "unix:") ? "" : token,
+                                   gpus ? gpus->devices() : std::vector<GpuDevice>{});
+    if (!l.ok()) {
+      server->Shutdown();
+      return Fail(l.status());
+    }
+    link = std::move(*l);
+  } else {
+    d->SetComponentStatus("controller", "off (no --controller)");
+  }
+  if (spot_opts.cloud.empty()) {
+    d->SetComponentStatus("spot-watcher", "off (--spot-notices aws|gcp|azure turns it on)");
+  } else {
+    spot_opts.base_url = spot_opts.cloud == "aws" ? spot_aws : spot_opts.cloud == "gcp" ? spot_gcp : spot_azure;
+    auto w = SpotWatcher::Start(
+        spot_opts,
+        [d, &link](const SpotNoticeInfo& n) {
+          if (link) link->ReportSpotNotice(n);  // queued: the controller hears at once
+          d->OnSpotNotice(n);
+        },
+        [d](bool ok, const std::string& line) {
+          d->SetComponentStatus("spot-watcher", ok ? line : "warning: " + line);
+        });
+    if (!w.ok()) {
+      link.reset();
+      gpus.reset();
+      server->Shutdown();
+      return Fail(w.status());
+    }
+    spot = std::move(*w);
+  }
   spdlog::info("serving node={} socket=unix:{} tcp={} metrics={} state_dir={} storage={} pid={}", opts.node, socket_path,
                listen.empty() ? "off" : absl::StrCat(listen, " (port ", tcp_port, ")"),
                metrics ? absl::StrCat("http://127.0.0.1:", metrics->port(), "/metrics") : "off", opts.state_dir,
@@ -179,6 +250,9 @@ int main(int argc, char** argv) {
   }
   spdlog::info("shutting down node={} signal={}: checkpointing jobs whose policy asks for it; jobs keep running",
                opts.node, g_signal.load());
+  spot.reset();
+  gpus.reset();
+  link.reset();
   service.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   (*daemon)->CheckpointForShutdown();

@@ -1,0 +1,255 @@
+#include "daemon/controller_link.h"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/token.h"
+#include "daemon/daemon.h"
+
+namespace cairn::daemon {
+namespace {
+
+namespace capi = ::cairn::api;
+
+constexpr size_t kMaxQueued = 100;
+
+double UnixSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+std::string Code(const grpc::Status& s) {
+  return absl::StrCat(s.error_code(), " ", s.error_message());
+}
+
+}  // namespace
+
+void AddControllerLinkOptions(CLI::App& app, ControllerLinkOptions* o) {
+  app.add_option("--controller", o->address,
+                 "Register this node with cairn-controller at HOST:PORT (TCP, needs --controller-token-file) "
+                 "or unix:PATH, heartbeat and report signals");
+  app.add_option("--controller-token-file", o->token_file, "File holding the controller's TCP token");
+  app.add_option("--price-per-hour", o->price_per_hour, "This node's price in USD per hour (told to the controller)");
+  app.add_flag("--spot", o->spot, "This node is spot/preemptible capacity (default: on-demand)");
+  app.add_option("--zone", o->zone, "This node's zone (told to the controller)");
+  app.add_option("--cloud", o->cloud, "This node's cloud (told to the controller)");
+  app.add_option("--labels", o->labels, "Node labels k=v,k=v (told to the controller; jobs select nodes by them)");
+  app.add_option("--cpus", o->cpus, "CPUs offered to the controller (default: those online)");
+  app.add_option("--memory-mb", o->memory_mb, "Memory offered to the controller, MB (default: physical memory)");
+  app.add_option("--advertise", o->advertise,
+                 "Address the controller reaches this daemon at (default: the --listen address, else unix:SOCKET)");
+}
+
+ControllerLink::ControllerLink(Daemon* daemon, ControllerLinkOptions opts, capi::NodeSpec spec,
+                               std::string daemon_address, std::string daemon_token, std::string token)
+    : daemon_(daemon),
+      opts_(std::move(opts)),
+      spec_(std::move(spec)),
+      daemon_address_(std::move(daemon_address)),
+      daemon_token_(std::move(daemon_token)),
+      token_(std::move(token)) {}
+
+absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* daemon, const std::string& node,
+                                                                      ControllerLinkOptions opts,
+                                                                      const std::string& daemon_address,
+                                                                      const std::string& daemon_token,
+                                                                      const std::vector<GpuDevice>& gpus) {
+  bool unix_address = absl::StartsWith(opts.address, "unix:");
+  std::string token;
+  if (!unix_address && opts.token_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--controller ", opts.address,
+                                                   " is TCP: give --controller-token-file (TCP calls carry a token)"));
+  }
+  if (!opts.token_file.empty()) {
+    absl::StatusOr<std::string> t = ReadTokenFile(opts.token_file);
+    if (!t.ok()) return t.status();
+    token = *t;
+  }
+  if (opts.price_per_hour < 0) return absl::InvalidArgumentError("--price-per-hour cannot be negative");
+  capi::NodeSpec spec;
+  spec.set_id(node);
+  long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  spec.set_cpus(opts.cpus > 0 ? opts.cpus : static_cast<double>(cpus > 0 ? cpus : 1));
+  int64_t mem = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+  spec.set_memory_mb(opts.memory_mb > 0 ? opts.memory_mb : mem);
+  spec.set_gpus(static_cast<int32_t>(gpus.size()));
+  if (!gpus.empty()) spec.set_gpu_type(GpuTypeOf(gpus.front().name));
+  spec.set_price_per_hour(opts.price_per_hour);
+  spec.set_spot(opts.spot);
+  spec.set_zone(opts.zone);
+  spec.set_cloud(opts.cloud);
+  for (absl::string_view kv : absl::StrSplit(opts.labels, ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    std::string k(absl::StripAsciiWhitespace(p.first));
+    if (k.empty() || !absl::StrContains(kv, '=')) {
+      return absl::InvalidArgumentError(absl::StrCat("--labels: `", kv, "` is not k=v (give k=v,k=v)"));
+    }
+    (*spec.mutable_labels())[k] = std::string(absl::StripAsciiWhitespace(p.second));
+  }
+  std::unique_ptr<ControllerLink> link(
+      new ControllerLink(daemon, std::move(opts), std::move(spec), daemon_address, daemon_token, std::move(token)));
+  link->stub_ = capi::Controller::NewStub(grpc::CreateChannel(link->opts_.address, grpc::InsecureChannelCredentials()));
+  link->seq_ = daemon->LastEventSeq();
+  link->thread_ = std::thread([p = link.get()] { p->Loop(); });
+  return link;
+}
+
+ControllerLink::~ControllerLink() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+grpc::ClientContext* ControllerLink::Context(grpc::ClientContext* c, double timeout_s) const {
+  c->set_deadline(std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s)));
+  if (!token_.empty()) c->AddMetadata("authorization", "Bearer " + token_);
+  return c;
+}
+
+void ControllerLink::Status(const std::string& line) {
+  daemon_->SetComponentStatus("controller", line);
+}
+
+bool ControllerLink::Register() {
+  capi::RegisterNodeRequest req;
+  *req.mutable_spec() = spec_;
+  req.set_daemon_address(daemon_address_);
+  req.set_daemon_token(daemon_token_);
+  capi::RegisterNodeResponse resp;
+  grpc::ClientContext c;
+  grpc::Status st = stub_->RegisterNode(Context(&c, 10), req, &resp);
+  if (!st.ok()) {
+    Status(absl::StrCat("warning: cannot register with controller ", opts_.address, ": ", Code(st),
+                        " (retrying every second)"));
+    return false;
+  }
+  heartbeat_s_ = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1;
+  registered_ = true;
+  Status(absl::StrFormat("registered with %s as %s (%.1f CPU, %d MB, %d GPU, $%.4f/h %s); heartbeat every %.1f s",
+                         opts_.address, spec_.id(), spec_.cpus(), spec_.memory_mb(), spec_.gpus(),
+                         spec_.price_per_hour(), spec_.spot() ? "spot" : "on-demand", heartbeat_s_));
+  return true;
+}
+
+void ControllerLink::Queue(capi::NodeSignal s) {
+  s.set_node_id(spec_.id());
+  std::lock_guard<std::mutex> l(mu_);
+  if (queue_.size() >= kMaxQueued) {
+    CAIRN_LOG_WARN("controller link: {} signals wait for the controller; dropping the oldest", queue_.size());
+    queue_.pop_front();
+  }
+  queue_.push_back(std::move(s));
+}
+
+void ControllerLink::ReportSpotNotice(const SpotNoticeInfo& n) {
+  capi::NodeSignal s;
+  s.set_kind(capi::NodeSignal::SPOT_NOTICE);
+  s.set_notice_s(std::max(1.0, n.deadline - UnixSeconds()));
+  Queue(std::move(s));
+}
+
+void ControllerLink::ReportGpu(const GpuSignal& g) {
+  if (!g.report) return;
+  capi::NodeSignal s;
+  s.set_kind(capi::NodeSignal::GPU_HEALTH);
+  s.set_xid(g.xid);
+  s.set_ecc_uncorrectable(g.ecc_uncorrectable);
+  Queue(std::move(s));
+}
+
+void ControllerLink::SendQueued() {
+  for (;;) {
+    capi::NodeSignal s;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (queue_.empty()) return;
+      s = queue_.front();
+    }
+    capi::ReportSignalResponse resp;
+    grpc::ClientContext c;
+    grpc::Status st = stub_->ReportSignal(Context(&c, 60), s, &resp);
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      Status(absl::StrCat("warning: controller ", opts_.address, " does not take signals: ", Code(st),
+                          " (kept, retried)"));
+      return;
+    }
+    if (st.ok()) {
+      spdlog::info("controller link: reported {} job={}: {} decision(s)/event(s)",
+                   capi::NodeSignal::Kind_Name(s.kind()), s.job_id(), resp.events_size());
+    } else if (st.error_code() == grpc::StatusCode::NOT_FOUND && !s.job_id().empty()) {
+      CAIRN_LOG_DEBUG("controller link: job {} is not the controller's: {}", s.job_id(), st.error_message());
+    } else {
+      CAIRN_LOG_WARN("controller link: signal {} refused: {}", capi::NodeSignal::Kind_Name(s.kind()), Code(st));
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND) registered_ = false;  // the node was forgotten
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    if (!queue_.empty()) queue_.pop_front();
+  }
+}
+
+void ControllerLink::FollowEvents(int wait_ms) {
+  std::vector<api::Event> events = daemon_->WaitEvents("", seq_, wait_ms);
+  for (const api::Event& e : events) {
+    seq_ = std::max(seq_, e.seq());
+    if (e.job().empty() || (e.kind() != "hung" && e.kind() != "memory-pressure")) continue;
+    absl::StatusOr<api::GetJobResponse> j = daemon_->GetJob(e.job());
+    if (!j.ok()) continue;
+    const api::Health& h = j->job().health();
+    capi::NodeSignal s;
+    s.set_job_id(e.job());
+    if (e.kind() == "hung") {
+      s.set_kind(capi::NodeSignal::JOB_HUNG);
+      s.set_last_progress_time(UnixSeconds() - h.seconds_since_progress());
+    } else {
+      s.set_kind(capi::NodeSignal::MEMORY_PRESSURE);
+      s.set_memory_used_mb(h.memory_bytes() >> 20);
+      s.set_memory_limit_mb(h.memory_limit_bytes() >> 20);
+    }
+    Queue(std::move(s));
+  }
+}
+
+void ControllerLink::Loop() {
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  while (!stop_) {
+    if (!registered_) {
+      if (!Register()) {
+        FollowEvents(1000);  // signals found meanwhile wait in the queue
+        continue;
+      }
+      next_heartbeat = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(heartbeat_s_));
+    }
+    if (std::chrono::steady_clock::now() >= next_heartbeat) {
+      capi::HeartbeatRequest req;
+      req.set_node_id(spec_.id());
+      capi::HeartbeatResponse resp;
+      grpc::ClientContext c;
+      grpc::Status st = stub_->Heartbeat(Context(&c, std::max(2.0, heartbeat_s_)), req, &resp);
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND || (st.ok() && resp.register_again())) {
+        registered_ = false;
+        continue;
+      }
+      if (!st.ok()) {
+        Status(absl::StrCat("warning: heartbeat to controller ", opts_.address, " failed: ", Code(st)));
+      } else {
+        Status(absl::StrFormat("registered with %s as %s; heartbeats ok", opts_.address, spec_.id()));
+      }
+      next_heartbeat = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(heartbeat_s_));
+    }
+    SendQueued();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - std::chrono::steady_clock::now());
+    FollowEvents(static_cast<int>(std::clamp<int64_t>(left.count(), 10, 200)));
+  }
+}
+
+}  // namespace cairn::daemon

@@ -1,0 +1,94 @@
+// cairnd's node-level signals: spot interruption notices, GPU health events and the status of
+// the parts that watch for them (docs/daemon.md, "Node signals"). The watchers themselves live
+// in spot_watch.h and gpu_watch.h; this is what the daemon does with what they see.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "daemon/daemon.h"
+#include "daemon/gpu_watch.h"
+
+namespace cairn::daemon {
+namespace {
+
+double UnixSeconds() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+double MonoSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+void Daemon::SetComponentStatus(const std::string& component, const std::string& line) {
+  {
+    std::lock_guard<std::mutex> l(node_mu_);
+    std::string& old = components_[component];
+    if (old == line) return;
+    old = line;
+  }
+  if (absl::StartsWith(line, "warning")) {
+    CAIRN_LOG_WARN("node={} {}: {}", opts_.node, component, line);
+    Event("", component + "-warning", line);
+  } else {
+    spdlog::info("node={} {}: {}", opts_.node, component, line);
+  }
+}
+
+void Daemon::OnSpotNotice(const SpotNoticeInfo& n) {
+  double now = UnixSeconds();
+  api::SpotNotice notice;
+  notice.set_cloud(n.cloud);
+  notice.set_action(n.action);
+  notice.set_deadline(n.deadline);
+  notice.set_received(now);
+  notice.set_detail(n.detail);
+  {
+    std::lock_guard<std::mutex> l(node_mu_);
+    spot_notice_ = notice;
+  }
+  std::vector<std::string> running;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [name, s] : jobs_) {
+      if (s.job.state() == "running") running.push_back(name);
+    }
+  }
+  double left = n.deadline - now;
+  Event("", "spot-notice",
+        absl::StrFormat("%s announces %s of this node in %.0f s (at %s): %s; checkpointing %d running job(s) now",
+                        n.cloud, n.action, left, absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(static_cast<int64_t>(n.deadline)), absl::UTCTimeZone()),
+                        n.detail, running.size()));
+  // A job busy with a periodic checkpoint gets its notice checkpoint after it, while the node lasts.
+  CheckpointEach(running, "spot-notice", /*pin=*/true, MonoSeconds() + std::max(0.0, left));
+}
+
+void Daemon::SetGpus(const std::vector<GpuDevice>& gpus) {
+  std::lock_guard<std::mutex> l(node_mu_);
+  gpus_ = gpus;
+}
+
+void Daemon::OnGpuSignal(const GpuSignal& s) {
+  {
+    std::lock_guard<std::mutex> l(node_mu_);
+    gpu_events_.push_back(absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()), " ",
+                                       s.detail));
+    if (gpu_events_.size() > 20) gpu_events_.erase(gpu_events_.begin());
+  }
+  Event("", "gpu-" + s.kind, s.detail);
+}
+
+void Daemon::FillNodeSignals(api::NodeInfoResponse* r) {
+  std::lock_guard<std::mutex> l(node_mu_);
+  for (const auto& [k, v] : components_) (*r->mutable_components())[k] = v;
+  if (spot_notice_) *r->mutable_spot_notice() = *spot_notice_;
+  r->set_gpus(static_cast<uint32_t>(gpus_.size()));
+  if (!gpus_.empty()) r->set_gpu_type(GpuTypeOf(gpus_.front().name));
+  for (const std::string& e : gpu_events_) r->add_gpu_events(e);
+}
+
+}  // namespace cairn::daemon
