@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 namespace cairn::testing {
@@ -90,6 +91,28 @@ nlohmann::json DaemonProcess::Json(std::vector<std::string> args) const {
   nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.Describe();
   return j.is_discarded() ? nlohmann::json() : j;
+}
+
+::testing::AssertionResult MetadataResponder::Start(std::chrono::milliseconds timeout) {
+  std::filesystem::create_directories(dir_);
+  WriteFile(dir_ + "/stdin", "");
+  pid_ = SpawnProgram({"/usr/bin/python3", METADATA_RESPONDER, dir_, dir_ + "/port"}, dir_ + "/stdin",
+                      dir_ + "/stdout", dir_ + "/stderr", {});
+  if (pid_ <= 0) return ::testing::AssertionFailure() << "cannot start " << METADATA_RESPONDER;
+  if (!WaitFor([&] { return Exists(dir_ + "/port") || !IsAlive(pid_); }, timeout) || !Exists(dir_ + "/port")) {
+    return ::testing::AssertionFailure() << "metadata responder did not start: " << ReadFile(dir_ + "/stderr");
+  }
+  port_ = std::stoi(ReadFile(dir_ + "/port"));
+  return ::testing::AssertionSuccess();
+}
+
+void MetadataResponder::Stop() {
+  if (pid_ > 0 && IsAlive(pid_)) KillAndWait(pid_);
+  pid_ = -1;
+}
+
+void MetadataResponder::SetNotice(const std::string& cloud, const std::string& content) {
+  WriteFileAtomic(dir_ + "/" + cloud, content);
 }
 
 int FreeTcpPort() {

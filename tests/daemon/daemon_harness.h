@@ -50,6 +50,26 @@ class DaemonProcess {
   pid_t pid_ = -1;
 };
 
+// tests/daemon/metadata_responder.py on 127.0.0.1: the AWS, GCP and Azure metadata protocols,
+// with a spot notice out once SetNotice wrote it. Stopped (SIGKILL) on destruction.
+class MetadataResponder {
+ public:
+  explicit MetadataResponder(std::string dir) : dir_(std::move(dir)) {}
+  ~MetadataResponder() { Stop(); }
+  ::testing::AssertionResult Start(std::chrono::milliseconds timeout = 10s);
+  void Stop();
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // `cloud`: aws (the instance-action JSON), gcp (any content: preempted), azure (the Events array).
+  void SetNotice(const std::string& cloud, const std::string& content);
+  // Requests served so far, one "METHOD PATH ok|refused" line each.
+  std::string Requests() const { return ReadFile(dir_ + "/requests.log"); }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
 // A free TCP port on 127.0.0.1 a moment ago.
 int FreeTcpPort();
 
