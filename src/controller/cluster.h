@@ -114,6 +114,7 @@ struct JobSpec {
   double downtime_cost_per_hour = 0;  // what an hour of this job not running costs its owner.
   std::string gpu_type;               // required GPU type; empty = any.
   std::map<std::string, std::string> node_selector;  // required node labels.
+  std::vector<std::string> command;   // what the node daemon runs; placement ignores it.
 };
 
 struct CheckpointRecord {

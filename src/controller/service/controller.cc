@@ -468,6 +468,8 @@ absl::Status Controller::RegisterNode(const api::RegisterNodeRequest& req, api::
     ev.set_reason(Describe(spec));
   }
   RETURN_IF_ERROR(cluster_->SetInterruptionRate(id, req.spec().interruptions_per_hour()));
+  dispatcher_->NodeRegistered(id, req.daemon_address(), req.daemon_token());
+  if (!req.daemon_address().empty()) absl::StrAppend(ev.mutable_reason(), "; daemon at ", req.daemon_address());
   last_heartbeat_[id] = Clock::now();
   RETURN_IF_ERROR(SaveNodeLocked(id));
   RETURN_IF_ERROR(RecordLocked(std::move(ev)));
@@ -484,6 +486,11 @@ absl::Status Controller::RegisterNode(const api::RegisterNodeRequest& req, api::
 }
 
 absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req) {
+  api::HeartbeatResponse ignored;
+  return Heartbeat(req, &ignored);
+}
+
+absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req, api::HeartbeatResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(RequireLeaderLocked());
   const Node* n = cluster_->FindNode(req.node_id());
@@ -491,6 +498,7 @@ absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req) {
     return absl::NotFoundError(absl::StrCat("heartbeat from node ", req.node_id(),
                                             ": not registered with this controller; register it first"));
   }
+  resp->set_register_again(!dispatcher_->Reaches(req.node_id()));
   auto now = Clock::now();
   double quiet = std::chrono::duration<double>(now - last_heartbeat_[req.node_id()]).count();
   last_heartbeat_[req.node_id()] = now;

@@ -54,6 +54,8 @@ class Controller {
 
   absl::Status RegisterNode(const api::RegisterNodeRequest& req, api::RegisterNodeResponse* resp);
   absl::Status Heartbeat(const api::HeartbeatRequest& req);
+  // Also says whether the node should register again (ActionDispatcher::Reaches).
+  absl::Status Heartbeat(const api::HeartbeatRequest& req, api::HeartbeatResponse* resp);
   absl::Status ReportSignal(const api::NodeSignal& req, api::ReportSignalResponse* resp);
   absl::Status SubmitJob(const api::SubmitJobRequest& req, api::SubmitJobResponse* resp);
   absl::Status ClusterStatus(api::ClusterStatusResponse* resp);

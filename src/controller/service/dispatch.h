@@ -1,12 +1,9 @@
 #pragma once
 // How the controller's decisions reach the nodes. The controller decides (placement, policy
 // rules) and records every decision as an event; an ActionDispatcher carries decisions out on
-// the nodes. The node daemon (cairnd, issue 5) is not built yet, so the only implementation
-// today is RecordOnlyDispatcher, which carries nothing out and says so in every event. cairnd's
-// client will implement this interface: StartJob -> `job run` on the node, kCheckpoint ->
-// `job checkpoint`, kMigrate -> `job migrate --to`, kRestore/kResume -> restore on the target
-// from the checkpoint store, kSuspend -> checkpoint to storage then kill, kDrainNode -> no
-// daemon call (the controller stops placing there).
+// the nodes. Two implementations: RecordOnlyDispatcher (below) carries nothing out and says so
+// in every event; CairndDispatcher (cairnd_dispatcher.h, `cairn-controller --dispatch cairnd`)
+// calls the node daemons' gRPC API at the address each daemon gave when it registered.
 //
 // Thread safety: the controller calls a dispatcher with its own lock held, one call at a time.
 
@@ -38,6 +35,18 @@ class ActionDispatcher {
   virtual DispatchResult StopJob(const Job& job, const Node& node) = 0;
   // One line for `cairn cluster status`.
   virtual std::string Describe() const = 0;
+  // A node (re-)registered; `daemon_address` ("HOST:PORT" or "unix:PATH", empty for a node
+  // without a daemon) and `daemon_token` (for TCP) say how to reach its daemon.
+  virtual void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
+                              const std::string& daemon_token) {
+    (void)node_id, (void)daemon_address, (void)daemon_token;
+  }
+  // False when the dispatcher needs the node to register again (it does not know how to reach
+  // the node's daemon, e.g. after the controller restarted); heartbeats then ask for it.
+  virtual bool Reaches(const std::string& node_id) const {
+    (void)node_id;
+    return true;
+  }
 };
 
 // Records decisions and carries none out: the controller runs without node daemons.
@@ -47,11 +56,12 @@ class RecordOnlyDispatcher : public ActionDispatcher {
   DispatchResult Carry(const Decision&) override { return {false, kNote}; }
   DispatchResult StopJob(const Job&, const Node&) override { return {false, kNote}; }
   std::string Describe() const override {
-    return "record-only: decisions are recorded as events; no node daemon (cairnd) carries them out yet";
+    return "record-only: decisions are recorded as events; nothing carries them out (--dispatch cairnd makes the "
+           "node daemons do it)";
   }
 
  private:
-  static constexpr char kNote[] = "recorded, not carried out: no node daemon connected (cairnd, issue 5)";
+  static constexpr char kNote[] = "recorded, not carried out: this controller runs with --dispatch record";
 };
 
 }  // namespace cairn::controller

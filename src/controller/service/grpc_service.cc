@@ -31,9 +31,9 @@ grpc::Status GrpcService::RegisterNode(grpc::ServerContext* ctx, const api::Regi
 }
 
 grpc::Status GrpcService::Heartbeat(grpc::ServerContext* ctx, const api::HeartbeatRequest* req,
-                                    api::HeartbeatResponse*) {
+                                    api::HeartbeatResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  return Reply(ctx, controller_->Heartbeat(*req));
+  return Reply(ctx, controller_->Heartbeat(*req, resp));
 }
 
 grpc::Status GrpcService::ReportSignal(grpc::ServerContext* ctx, const api::NodeSignal* req,

@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "common/token.h"
 #include "common/unique_fd.h"
+#include "controller/service/cairnd_dispatcher.h"
 #include "controller/service/controller.h"
 #include "controller/service/dispatch.h"
 #include "controller/service/grpc_service.h"
@@ -77,6 +78,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--keep-events", keep_events, "Events kept in the store; older ones are deleted (0 = all)")
       ->capture_default_str();
+  std::string dispatch = "record";
+  app.add_option("--dispatch", dispatch,
+                 "Who carries decisions out: record (nobody; they are recorded as events) or cairnd (the node "
+                 "daemons, at the address each gave when it registered)")
+      ->capture_default_str()->check(CLI::IsMember({"record", "cairnd"}));
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
@@ -113,8 +119,10 @@ int main(int argc, char** argv) {
   if (!store.ok()) return Fail(store.status());
   if (absl::Status s = cairn::PrepareServerSocket(socket_path, "cairn-controller"); !s.ok()) return Fail(s);
 
-  RecordOnlyDispatcher dispatcher;
-  Controller controller(store->get(), &dispatcher, opts);
+  RecordOnlyDispatcher record_only;
+  CairndDispatcher cairnd;
+  ActionDispatcher* dispatcher = dispatch == "cairnd" ? static_cast<ActionDispatcher*>(&cairnd) : &record_only;
+  Controller controller(store->get(), dispatcher, opts);
   GrpcService service(&controller, token);
   tls.socket_path = socket_path;
   tls.listen = listen;

@@ -1,0 +1,237 @@
+#include "controller/service/cairnd_dispatcher.h"
+
+#include <chrono>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+
+namespace cairn::controller {
+namespace {
+
+namespace dapi = ::cairn::daemon::api;
+
+std::string Why(const grpc::Status& s) {
+  return absl::StrCat(s.error_message(), " (gRPC code ", s.error_code(), ")");
+}
+
+absl::Status ToAbsl(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace
+
+CairndDispatcher::CairndDispatcher(double call_timeout_s) : call_timeout_s_(call_timeout_s) {}
+
+std::string CairndDispatcher::Describe() const {
+  std::lock_guard<std::mutex> l(mu_);
+  int with = 0;
+  for (const auto& [id, d] : daemons_) with += d.stub != nullptr;
+  return absl::StrFormat("cairnd: decisions are carried out by the node daemons over their gRPC API "
+                         "(%d of %d registered nodes gave a daemon address); moves need daemon migration "
+                         "or shared checkpoint storage: not yet available",
+                         with, daemons_.size());
+}
+
+void CairndDispatcher::NodeRegistered(const std::string& node_id, const std::string& daemon_address,
+                                      const std::string& daemon_token) {
+  std::lock_guard<std::mutex> l(mu_);
+  NodeDaemon& d = daemons_[node_id];
+  d.address = daemon_address;
+  d.token = daemon_token;
+  d.stub.reset();
+  if (!daemon_address.empty()) {
+    d.stub = dapi::Daemon::NewStub(grpc::CreateChannel(daemon_address, grpc::InsecureChannelCredentials()));
+  }
+}
+
+bool CairndDispatcher::Reaches(const std::string& node_id) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return daemons_.count(node_id) > 0;
+}
+
+CairndDispatcher::NodeDaemon* CairndDispatcher::Find(const std::string& node_id, std::string* why) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = daemons_.find(node_id);
+  if (it == daemons_.end()) {
+    *why = absl::StrCat("not carried out: node ", node_id,
+                        " has not registered with this controller since it started (its daemon is asked to)");
+    return nullptr;
+  }
+  if (it->second.stub == nullptr) {
+    *why = absl::StrCat("not carried out: node ", node_id,
+                        " registered without a daemon address (start cairnd there with --controller)");
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void CairndDispatcher::Prepare(grpc::ClientContext* c, const NodeDaemon& d) const {
+  c->set_deadline(std::chrono::system_clock::now() +
+                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(call_timeout_s_)));
+  if (!d.token.empty()) c->AddMetadata("authorization", "Bearer " + d.token);
+}
+
+DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vector<std::string>& command,
+                                     const std::string& node_id) {
+  std::string why;
+  NodeDaemon* d = Find(node_id, &why);
+  if (d == nullptr) return {false, why};
+  if (command.empty()) {
+    return {false, absl::StrCat("not carried out: job ", job_id,
+                                " has no command for the node daemon to run (cairn submit ... -- CMD ARGS)")};
+  }
+  dapi::RunJobRequest req;
+  dapi::JobSpec* s = req.mutable_spec();
+  s->set_name(job_id);
+  for (const std::string& a : command) s->add_command(a);
+  s->mutable_checkpoint()->set_on_shutdown(true);
+  dapi::RunJobResponse resp;
+  grpc::ClientContext c;
+  Prepare(&c, *d);
+  grpc::Status st = d->stub->RunJob(&c, req, &resp);
+  if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
+    // A retry after a lost reply finds the job there already: started if it runs.
+    dapi::GetJobRequest g;
+    g.set_name(job_id);
+    dapi::GetJobResponse got;
+    grpc::ClientContext c2;
+    Prepare(&c2, *d);
+    if (d->stub->GetJob(&c2, g, &got).ok() && got.job().state() == "running") {
+      return {true, absl::StrFormat("already running on %s (cairnd at %s, pid %d)", node_id, d->address,
+                                    got.job().host_pid())};
+    }
+  }
+  if (!st.ok()) {
+    return {false, absl::StrCat("not carried out: cairnd on ", node_id, " at ", d->address, " refused RunJob: ", Why(st))};
+  }
+  return {true, absl::StrFormat("started on %s by cairnd at %s: pid %d", node_id, d->address, resp.job().host_pid())};
+}
+
+DispatchResult CairndDispatcher::StartJob(const Job& job, const Node& node) {
+  if (!job.spec.command.empty()) commands_[job.spec.id] = job.spec.command;
+  return Run(job.spec.id, job.spec.command, node.spec.id);
+}
+
+absl::StatusOr<dapi::Checkpoint> CairndDispatcher::Checkpoint(const std::string& job_id, const std::string& node_id,
+                                                              bool stop) {
+  std::string why;
+  NodeDaemon* d = Find(node_id, &why);
+  if (d == nullptr) return absl::UnavailableError(why);
+  dapi::CheckpointJobRequest req;
+  req.set_name(job_id);
+  req.set_pin(true);
+  req.set_kill(stop);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    dapi::CheckpointJobResponse resp;
+    grpc::ClientContext c;
+    Prepare(&c, *d);
+    grpc::Status st = d->stub->CheckpointJob(&c, req, &resp);
+    if (st.ok()) return resp.checkpoint();
+    bool busy = st.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                absl::StrContains(st.error_message(), "in progress");
+    if (!busy || std::chrono::steady_clock::now() > until) {
+      return absl::Status(ToAbsl(st).code(), absl::StrCat("cairnd on ", node_id, " at ", d->address,
+                                                           " refused CheckpointJob ", job_id, ": ", Why(st)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+DispatchResult CairndDispatcher::Move(const Decision& d) {
+  // (1) daemon-to-daemon migration and (2) restore on the target from shared checkpoint storage
+  // are the two ways a job's state reaches another node; this daemon API has neither yet. What
+  // can be done is done: the job's state is saved on its node, where it keeps running.
+  std::string saved;
+  if (!d.node_id.empty()) {
+    absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/false);
+    saved = ck.ok() ? absl::StrFormat("checkpoint %s taken on %s (pinned; the job keeps running there)", ck->id(),
+                                      d.node_id)
+                    : absl::StrCat("no checkpoint taken on ", d.node_id, ": ", ck.status().message());
+  }
+  return {false, absl::StrCat("not yet available: moving job ", d.job_id, " from ",
+                              d.node_id.empty() ? "storage" : d.node_id, " to ", d.target_node_id,
+                              " needs daemon-to-daemon migration (cairn job migrate) or checkpoint storage both nodes "
+                              "share, and this cairnd API has neither",
+                              saved.empty() ? "" : "; " + saved)};
+}
+
+DispatchResult CairndDispatcher::Carry(const Decision& d) {
+  switch (d.action) {
+    case Action::kDrainNode:
+      return {true, absl::StrCat("node ", d.node_id, " drained: no daemon call, the controller places nothing there")};
+    case Action::kCheckpoint: {
+      absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/false);
+      if (!ck.ok()) return {false, absl::StrCat("not carried out: ", ck.status().message())};
+      return {true, absl::StrFormat("checkpoint %s complete on %s: %d bytes, job frozen %.3f s (pinned)", ck->id(),
+                                    d.node_id, ck->size_bytes(), ck->frozen_s())};
+    }
+    case Action::kSuspend: {
+      if (d.node_id.empty()) return {true, "suspended: the job was not running on any node"};
+      absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/true);
+      if (!ck.ok()) return {false, absl::StrCat("not carried out: ", ck.status().message())};
+      checkpoint_on_[d.job_id] = d.node_id;
+      return {true, absl::StrFormat("checkpoint %s on %s complete and the job stopped; it resumes from it on %s",
+                                    ck->id(), d.node_id, d.node_id)};
+    }
+    case Action::kResume: {
+      auto it = checkpoint_on_.find(d.job_id);
+      if (it == checkpoint_on_.end() || it->second != d.target_node_id) {
+        Decision from = d;
+        from.node_id.clear();  // the job runs nowhere: nothing to checkpoint first
+        return Move(from);
+      }
+      std::string why;
+      NodeDaemon* nd = Find(d.target_node_id, &why);
+      if (nd == nullptr) return {false, why};
+      dapi::RestoreJobRequest req;
+      req.set_name(d.job_id);
+      dapi::RestoreJobResponse resp;
+      grpc::ClientContext c;
+      Prepare(&c, *nd);
+      grpc::Status st = nd->stub->RestoreJob(&c, req, &resp);
+      if (!st.ok()) {
+        return {false, absl::StrCat("not carried out: cairnd on ", d.target_node_id, " refused RestoreJob: ", Why(st))};
+      }
+      checkpoint_on_.erase(it);
+      return {true, absl::StrFormat("restored on %s as pid %d in %.3f s", d.target_node_id, resp.job().host_pid(),
+                                    resp.seconds())};
+    }
+    case Action::kRestore: {
+      if (d.restore_from_time >= 0) return Move(d);
+      // From the beginning: the old copy must not run on beside the new one.
+      std::string stopped;
+      std::string why;
+      if (NodeDaemon* old = d.node_id.empty() ? nullptr : Find(d.node_id, &why); old != nullptr) {
+        dapi::KillJobRequest k;
+        k.set_name(d.job_id);
+        dapi::KillJobResponse kr;
+        grpc::ClientContext c;
+        Prepare(&c, *old);
+        grpc::Status st = old->stub->KillJob(&c, k, &kr);
+        stopped = st.ok() ? absl::StrCat("stopped on ", d.node_id, "; ")
+                          : absl::StrCat("not stopped on ", d.node_id, " (", Why(st), "); ");
+      }
+      // The command is the one the job was submitted with, as given to StartJob.
+      auto cmd = commands_.find(d.job_id);
+      if (cmd == commands_.end()) {
+        return {false, absl::StrCat(stopped, "not carried out: the command of job ", d.job_id,
+                                    " is not known to this dispatcher")};
+      }
+      DispatchResult r = Run(d.job_id, cmd->second, d.target_node_id);
+      r.note = stopped + r.note;
+      return r;
+    }
+    case Action::kMigrate:
+      return Move(d);
+  }
+  return {false, "not carried out: unknown action"};
+}
+
+}  // namespace cairn::controller

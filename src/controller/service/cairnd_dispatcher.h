@@ -1,0 +1,75 @@
+#pragma once
+// An ActionDispatcher that carries the controller's decisions out on the node daemons (cairnd)
+// through their gRPC API (proto/daemon.proto), at the address and with the token each daemon
+// gave when it registered (RegisterNodeRequest.daemon_address / daemon_token).
+//
+//   StartJob       -> RunJob on the node, named by the controller's job id (a job already
+//                     running there under that id counts as started: a retry after a lost reply).
+//   kCheckpoint    -> CheckpointJob (pinned) on the job's node.
+//   kSuspend       -> CheckpointJob (pinned, then stop the job) on the job's node; the dispatcher
+//                     remembers the node that holds the checkpoint.
+//   kResume        -> RestoreJob on the target when the target holds the checkpoint; else a move.
+//   kRestore       -> from the beginning (restore_from_time < 0): stop the job on its old node
+//                     when that node answers, then RunJob on the target; from a checkpoint: a move.
+//   kMigrate       -> a move.
+//   kDrainNode     -> no daemon call: the controller stops placing there.
+//
+// A move of a job's state from node A to node B is, in order of preference: (1) the daemons'
+// own migration (`cairn job migrate`, daemon to daemon), (2) a checkpoint on A written to
+// storage both nodes share, restored on B. Neither is in this build's daemon API, so a move
+// first takes a pinned checkpoint on A (the job keeps running there, its progress is kept) and
+// then reports "not yet available: ..." naming what is missing; the decision stays pending on
+// the job. Move() is the one place to connect them when they exist.
+//
+// Thread safety: the controller calls it with its own lock held, one call at a time; a mutex
+// guards the node table all the same (NodeRegistered, Reaches).
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "controller/service/dispatch.h"
+#include "daemon.grpc.pb.h"
+
+namespace cairn::controller {
+
+class CairndDispatcher : public ActionDispatcher {
+ public:
+  // `call_timeout_s`: the longest one daemon call may take (a checkpoint of a large job).
+  explicit CairndDispatcher(double call_timeout_s = 120);
+
+  DispatchResult StartJob(const Job& job, const Node& node) override;
+  DispatchResult Carry(const Decision& decision) override;
+  std::string Describe() const override;
+  void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
+                      const std::string& daemon_token) override;
+  bool Reaches(const std::string& node_id) const override;
+
+ private:
+  struct NodeDaemon {
+    std::string address;
+    std::string token;
+    std::unique_ptr<daemon::api::Daemon::Stub> stub;  // null for a node without a daemon
+  };
+
+  // The node's daemon, or the reason it cannot be reached (as a note).
+  NodeDaemon* Find(const std::string& node_id, std::string* why);
+  void Prepare(grpc::ClientContext* c, const NodeDaemon& d) const;
+  DispatchResult Run(const std::string& job_id, const std::vector<std::string>& command, const std::string& node_id);
+  // Checkpoints `job_id` on `node_id` (pinned; `stop`: then stops it). Waits for a checkpoint the
+  // daemon is taking on its own (e.g. for a spot notice) to end first.
+  absl::StatusOr<daemon::api::Checkpoint> Checkpoint(const std::string& job_id, const std::string& node_id, bool stop);
+  DispatchResult Move(const Decision& d);
+
+  const double call_timeout_s_;
+  mutable std::mutex mu_;
+  std::map<std::string, NodeDaemon> daemons_;             // GUARDED_BY(mu_)
+  std::map<std::string, std::string> checkpoint_on_;  // job -> node holding its suspend checkpoint
+  // job -> the command it was started with (kRestore from the beginning runs it again). Kept in
+  // memory: a restarted controller knows the commands of the jobs it starts from then on.
+  std::map<std::string, std::vector<std::string>> commands_;
+};
+
+}  // namespace cairn::controller

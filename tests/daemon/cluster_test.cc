@@ -1,0 +1,185 @@
+// cairn-controller with real node daemons: one controller (`--dispatch cairnd`) and two cairnd
+// on loopback TCP with tokens, a metadata responder playing the spot node's cloud. The nodes
+// register and heartbeat with their facts; a submitted job is placed on the cheapest node and
+// really runs there; that node's spot notice reaches the controller as a signal, and the
+// controller's decision is carried out by the daemons.
+
+#include <sys/stat.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "controller_harness.h"
+#include "daemon_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+using nlohmann::json;
+
+class ControllerWithDaemonsTest : public CairnTest {
+ protected:
+  std::string Dir() const { return temp_->path(); }
+  std::string Token(const std::string& name, const std::string& secret) {
+    std::string path = Dir() + "/" + name;
+    WriteFile(path, secret + "\n");
+    ::chmod(path.c_str(), 0600);
+    return path;
+  }
+  CommandResult Ctl(const ControllerProcess& c, std::vector<std::string> args) {
+    return RunCairn(args, Dir(), {"CAIRN_CONTROLLER=" + c.address()});
+  }
+  json Status(const ControllerProcess& c) {
+    CommandResult r = Ctl(c, {"cluster", "status", "--json"});
+    json j = json::parse(r.out, nullptr, false);
+    return j.is_discarded() ? json() : j;
+  }
+  static json NodeIn(const json& st, const std::string& id) {
+    for (const json& n : st.value("nodes", json::array())) {
+      if (n["spec"].value("id", "") == id) return n;
+    }
+    return json();
+  }
+  std::vector<json> Events(const ControllerProcess& c) {
+    CommandResult r = Ctl(c, {"events", "--json"});
+    json j = json::parse(r.out, nullptr, false);
+    std::vector<json> out;
+    if (!j.is_discarded()) {
+      for (const json& e : j.value("events", json::array())) out.push_back(e);
+    }
+    return out;
+  }
+  static json JobIn(const DaemonProcess& d, const std::string& name) {
+    CommandResult r = d.Cairn({"job", "list", "--json"});
+    json j = json::parse(r.out, nullptr, false);
+    if (j.is_discarded()) return json();
+    for (const json& job : j.value("jobs", json::array())) {
+      if (job.value("name", "") == name) return job;
+    }
+    return json();
+  }
+};
+
+TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNoticeIsActedOn) {
+  std::string ctok = Token("controller.token", "controller-token-0123456789abcdef");
+  std::string dtok = Token("daemon.token", "daemon-token-0123456789abcdef");
+  int cport = FreePort();
+  ControllerProcess c(Dir(), "ctl", "sqlite:" + Dir() + "/controller.db",
+                      {"--dispatch", "cairnd", "--listen", absl::StrCat("127.0.0.1:", cport), "--token-file", ctok,
+                       "--heartbeat-interval", "0.3", "--heartbeat-timeout", "5"});
+  ASSERT_TRUE(c.Start());
+  ASSERT_TRUE(c.WaitLeader(10s));
+  MetadataResponder md(Dir() + "/md");
+  ASSERT_TRUE(md.Start());
+
+  std::string controller = absl::StrCat("127.0.0.1:", cport);
+  int pa = FreeTcpPort(), pb = FreeTcpPort();
+  DaemonProcess spot(Dir(), "spot",
+                     {"--listen", absl::StrCat("127.0.0.1:", pa), "--token-file", dtok, "--controller", controller,
+                      "--controller-token-file", ctok, "--price-per-hour", "0.45", "--spot", "--zone", "us-east-1a",
+                      "--cloud", "aws", "--labels", "pool=spot,team=ml", "--spot-notices", "aws", "--spot-url-aws",
+                      md.url(), "--spot-poll", "0.2"});
+  DaemonProcess od(Dir(), "od",
+                   {"--listen", absl::StrCat("127.0.0.1:", pb), "--token-file", dtok, "--controller", controller,
+                    "--controller-token-file", ctok, "--price-per-hour", "1.90", "--zone", "us-east-1b", "--cloud",
+                    "aws", "--labels", "pool=od"});
+  ASSERT_TRUE(spot.Start());
+  ASSERT_TRUE(od.Start());
+
+  // Both register with their facts, and keep heartbeating.
+  json st;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = Status(c);
+        return !NodeIn(st, spot.node()).is_null() && !NodeIn(st, od.node()).is_null();
+      },
+      20s))
+      << st.dump() << c.Log() << spot.Log();
+  json a = NodeIn(st, spot.node()), b = NodeIn(st, od.node());
+  EXPECT_DOUBLE_EQ(a["spec"].value("price_per_hour", 0.0), 0.45);
+  EXPECT_TRUE(a["spec"].value("spot", false));
+  EXPECT_EQ(a["spec"].value("zone", ""), "us-east-1a");
+  EXPECT_EQ(a["spec"].value("cloud", ""), "aws");
+  EXPECT_EQ(a["spec"]["labels"].value("team", ""), "ml");
+  EXPECT_EQ(a["spec"].value("cpus", 0.0), static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_GT(JsonInt(a["spec"]["memory_mb"]), 0);
+  EXPECT_FALSE(b["spec"].value("spot", false));
+  EXPECT_EQ(b["spec"]["labels"].value("pool", ""), "od");
+  std::this_thread::sleep_for(1500ms);  // several heartbeat intervals
+  st = Status(c);
+  for (const std::string& id : {spot.node(), od.node()}) {
+    json n = NodeIn(st, id);
+    EXPECT_EQ(n.value("health", ""), "healthy") << n.dump();
+    EXPECT_LT(n.value("seconds_since_heartbeat", 99.0), 1.5) << n.dump();
+  }
+  CommandResult human = Ctl(c, {"cluster", "status"});
+  EXPECT_TRUE(absl::StrContains(human.out, spot.node()) && absl::StrContains(human.out, od.node())) << human.out;
+  EXPECT_TRUE(absl::StrContains(spot.Json({"node", "info"})["components"].value("controller", ""), "registered"));
+
+  // A job goes to the cheapest node and really runs there.
+  CommandResult sub = Ctl(c, {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100", "--json", "--",
+                              "/bin/sleep", "600"});
+  ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c.Log();
+  json placed = ParseJson(sub);
+  ASSERT_EQ(placed.value("node_id", ""), spot.node()) << sub.out;
+  json job = JobIn(spot, "train");
+  ASSERT_FALSE(job.is_null()) << spot.Cairn({"job", "list"}).out << c.Log();
+  EXPECT_EQ(job.value("state", ""), "running");
+  EXPECT_TRUE(IsAlive(job.value("host_pid", 0)));
+  EXPECT_TRUE(JobIn(od, "train").is_null());
+  st = Status(c);
+  ASSERT_EQ(st["jobs"].size(), 1u);
+  EXPECT_EQ(st["jobs"][0].value("state", ""), "running") << st.dump();  // the dispatcher confirmed the start
+
+  // The spot node's cloud announces the reclaim: the daemon reports it; the controller records
+  // the signal and decides, with a reason; the decision is carried out by the daemons.
+  absl::Time at = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()) + 120);
+  md.SetNotice("aws", R"({"action": "terminate", "time": ")" +
+                          absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", at, absl::UTCTimeZone()) + R"("})");
+  json signal, decision;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& e : Events(c)) {
+          if (e.value("kind", "") == "signal" && e.value("node_id", "") == spot.node()) signal = e;
+          if (e.value("kind", "") == "decision" && e.value("job_id", "") == "train") decision = e;
+        }
+        return !signal.is_null() && !decision.is_null();
+      },
+      30s))
+      << c.Log() << spot.Log();
+  EXPECT_TRUE(absl::StrContains(signal.value("reason", ""), "spot-notice")) << signal.dump();
+  EXPECT_EQ(decision.value("rule", ""), "spot-notice") << decision.dump();
+  EXPECT_FALSE(decision.value("reason", "").empty()) << decision.dump();
+  EXPECT_FALSE(decision.value("dispatch", "").empty()) << decision.dump();
+  // The daemon acted on its own too: a pinned checkpoint of the job, for the notice.
+  json cps = spot.Json({"checkpoint", "list", "--job", "train"})["checkpoints"];
+  ASSERT_GE(cps.size(), 1u) << spot.Log();
+  EXPECT_EQ(cps[0].value("reason", ""), "spot-notice");
+  EXPECT_TRUE(cps[0].value("pinned", false));
+
+  // A job without checkpoint-on-notice: the rule restores it elsewhere (from the beginning, as
+  // the controller knows of no checkpoint of it), and the daemons do so.
+  ASSERT_EQ(decision.value("action", ""), "restore") << decision.dump();
+  ASSERT_EQ(decision.value("target_node_id", ""), od.node()) << decision.dump();
+  EXPECT_TRUE(absl::StrContains(decision.value("dispatch", ""), "started on " + od.node())) << decision.dump();
+  ASSERT_TRUE(WaitFor([&] { return JobIn(od, "train").value("state", "") == "running"; }, 20s))
+      << od.Cairn({"job", "list"}).out << decision.dump();
+  EXPECT_TRUE(WaitFor([&] { return JobIn(spot, "train").value("state", "") == "killed"; }, 20s))
+      << spot.Cairn({"job", "list"}).out;
+  st = Status(c);
+  ASSERT_EQ(st["jobs"].size(), 1u);
+  EXPECT_EQ(st["jobs"][0].value("node_id", ""), od.node()) << st.dump();
+  spot.KillJobs();
+  od.KillJobs();
+}
+
+TEST_F(ControllerWithDaemonsTest, TcpControllerNeedsTheTokenFile) {
+  DaemonProcess d(Dir(), "n", {"--controller", "127.0.0.1:1"});
+  ::testing::AssertionResult r = d.Start(10s);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(absl::StrContains(r.message(), "--controller-token-file")) << r.message();
+}
+
+}  // namespace
+}  // namespace cairn::testing
