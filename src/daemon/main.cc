@@ -215,8 +215,10 @@ int main(int argc, char** argv) {
     auto w = SpotWatcher::Start(
         spot_opts,
         [d, &link](const SpotNoticeInfo& n) {
-          if (link) link->ReportSpotNotice(n);  // queued: the controller hears at once
+          // The node's own checkpoints first: whatever the controller then decides (move the
+          // jobs, stop them) finds their state saved.
           d->OnSpotNotice(n);
+          if (link) link->ReportSpotNotice(n);
         },
         [d](bool ok, const std::string& line) {
           d->SetComponentStatus("spot-watcher", ok ? line : "warning: " + line);

@@ -131,20 +131,27 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   st = Status(c);
   ASSERT_EQ(st["jobs"].size(), 1u);
   EXPECT_EQ(st["jobs"][0].value("state", ""), "running") << st.dump();  // the dispatcher confirmed the start
+  // A second job that checkpoints on a notice (its rule then moves it): also on the cheap node.
+  CommandResult sub2 = Ctl(c, {"submit", "--id", "keep", "--cpus", "1", "--memory-mb", "100", "--checkpoint-on-notice",
+                               "--notice-checkpoint", "5", "--json", "--", "/bin/sleep", "600"});
+  ASSERT_TRUE(sub2.Exited(0)) << sub2.Describe();
+  ASSERT_EQ(ParseJson(sub2).value("node_id", ""), spot.node()) << sub2.out;
+  ASSERT_EQ(JobIn(spot, "keep").value("state", ""), "running");
 
   // The spot node's cloud announces the reclaim: the daemon reports it; the controller records
   // the signal and decides, with a reason; the decision is carried out by the daemons.
   absl::Time at = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()) + 120);
   md.SetNotice("aws", R"({"action": "terminate", "time": ")" +
                           absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", at, absl::UTCTimeZone()) + R"("})");
-  json signal, decision;
+  json signal, decision, moved;
   ASSERT_TRUE(WaitFor(
       [&] {
         for (const json& e : Events(c)) {
           if (e.value("kind", "") == "signal" && e.value("node_id", "") == spot.node()) signal = e;
           if (e.value("kind", "") == "decision" && e.value("job_id", "") == "train") decision = e;
+          if (e.value("kind", "") == "decision" && e.value("job_id", "") == "keep") moved = e;
         }
-        return !signal.is_null() && !decision.is_null();
+        return !signal.is_null() && !decision.is_null() && !moved.is_null();
       },
       30s))
       << c.Log() << spot.Log();
@@ -167,11 +174,72 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
       << od.Cairn({"job", "list"}).out << decision.dump();
   EXPECT_TRUE(WaitFor([&] { return JobIn(spot, "train").value("state", "") == "killed"; }, 20s))
       << spot.Cairn({"job", "list"}).out;
+  // The job that checkpoints on notice is to move; moving a job's state between daemons is not in
+  // this build: its state is saved on the spot node, where it keeps running, and the decision
+  // says what is missing and stays pending.
+  EXPECT_EQ(moved.value("action", ""), "migrate") << moved.dump();
+  EXPECT_EQ(moved.value("target_node_id", ""), od.node()) << moved.dump();
+  std::string note = moved.value("dispatch", "");
+  EXPECT_TRUE(absl::StartsWith(note, "not yet available: moving job keep from " + spot.node())) << note;
+  EXPECT_TRUE(absl::StrContains(note, "taken on " + spot.node() + " (pinned; the job keeps running there)")) << note;
+  EXPECT_EQ(JobIn(spot, "keep").value("state", ""), "running");
+  EXPECT_TRUE(JobIn(od, "keep").is_null());
+  json keep_cps = spot.Json({"checkpoint", "list", "--job", "keep"})["checkpoints"];
+  EXPECT_EQ(keep_cps.size(), 2u) << "the daemon's own for the notice, and the controller's: " << keep_cps.dump();
+
   st = Status(c);
-  ASSERT_EQ(st["jobs"].size(), 1u);
-  EXPECT_EQ(st["jobs"][0].value("node_id", ""), od.node()) << st.dump();
+  ASSERT_EQ(st["jobs"].size(), 2u);
+  for (const json& j : st["jobs"]) {
+    if (j["spec"].value("id", "") == "train") {
+      EXPECT_EQ(j.value("node_id", ""), od.node()) << st.dump();
+    }
+    if (j["spec"].value("id", "") == "keep") {
+      EXPECT_EQ(j.value("node_id", ""), spot.node()) << st.dump();
+      EXPECT_TRUE(absl::StrContains(j.value("pending_action", ""), "migrate to " + od.node())) << st.dump();
+    }
+  }
   spot.KillJobs();
   od.KillJobs();
+}
+
+// Over unix sockets both ways: a job the daemon reports hung reaches the controller as a signal.
+TEST_F(ControllerWithDaemonsTest, HungJobIsReportedToTheController) {
+  ControllerProcess c(Dir(), "ctl", "sqlite:" + Dir() + "/controller.db",
+                      {"--dispatch", "cairnd", "--heartbeat-interval", "0.3"});
+  ASSERT_TRUE(c.Start());
+  ASSERT_TRUE(c.WaitLeader(10s));
+  DaemonProcess d(Dir(), "n", {"--controller", c.address(), "--price-per-hour", "1"});
+  ASSERT_TRUE(d.Start());
+  ASSERT_TRUE(WaitFor([&] { return !NodeIn(Status(c), d.node()).is_null(); }, 20s)) << c.Log() << d.Log();
+  // The job runs on the daemon with a hang detector; the controller is then given the same job:
+  // its dispatcher finds it already running there.
+  ASSERT_TRUE(d.Cairn({"job", "run", "--name", "stuck", "--hang-after", "1", "--", "/bin/sleep", "600"}).Exited(0));
+  CommandResult sub = Ctl(c, {"submit", "--id", "stuck", "--cpus", "1", "--memory-mb", "50", "--json", "--",
+                              "/bin/sleep", "600"});
+  ASSERT_TRUE(sub.Exited(0)) << sub.Describe();
+  json placed;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& e : Events(c)) {
+          if (e.value("kind", "") == "job-placed" && e.value("job_id", "") == "stuck") placed = e;
+        }
+        return !placed.is_null();
+      },
+      10s));
+  EXPECT_TRUE(absl::StrContains(placed.value("dispatch", ""), "already running on " + d.node())) << placed.dump();
+  json signal;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& e : Events(c)) {
+          if (e.value("kind", "") == "signal" && e.value("job_id", "") == "stuck") signal = e;
+        }
+        return !signal.is_null();
+      },
+      30s))
+      << d.Log() << c.Log();
+  EXPECT_TRUE(absl::StrContains(signal.value("reason", ""), "job-hung reported")) << signal.dump();
+  EXPECT_TRUE(absl::StrContains(signal.value("reason", ""), "last_progress_time")) << signal.dump();
+  d.KillJobs();
 }
 
 TEST_F(ControllerWithDaemonsTest, TcpControllerNeedsTheTokenFile) {
