@@ -103,15 +103,26 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
 }
 
 ControllerLink::~ControllerLink() {
-  stop_ = true;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+    if (inflight_ != nullptr) inflight_->TryCancel();
+  }
   if (thread_.joinable()) thread_.join();
 }
 
-grpc::ClientContext* ControllerLink::Context(grpc::ClientContext* c, double timeout_s) const {
+grpc::ClientContext* ControllerLink::Context(grpc::ClientContext* c, double timeout_s) {
   c->set_deadline(std::chrono::system_clock::now() +
                   std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(timeout_s)));
   if (!token_.empty()) c->AddMetadata("authorization", "Bearer " + token_);
+  std::lock_guard<std::mutex> l(mu_);
+  inflight_ = c;
   return c;
+}
+
+void ControllerLink::Done() {
+  std::lock_guard<std::mutex> l(mu_);
+  inflight_ = nullptr;
 }
 
 void ControllerLink::Status(const std::string& line) {
@@ -126,6 +137,8 @@ bool ControllerLink::Register() {
   capi::RegisterNodeResponse resp;
   grpc::ClientContext c;
   grpc::Status st = stub_->RegisterNode(Context(&c, 10), req, &resp);
+  Done();
+  if (stop_) return false;
   if (!st.ok()) {
     Status(absl::StrCat("warning: cannot register with controller ", opts_.address, ": ", Code(st),
                         " (retrying every second)"));
@@ -175,8 +188,13 @@ void ControllerLink::SendQueued() {
     }
     capi::ReportSignalResponse resp;
     grpc::ClientContext c;
-    grpc::Status st = stub_->ReportSignal(Context(&c, 60), s, &resp);
-    if (st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // The controller answers once its decisions are carried out (daemon calls: checkpoints).
+    grpc::Status st = stub_->ReportSignal(Context(&c, 120), s, &resp);
+    Done();
+    if (stop_) return;
+    // Unavailable: it did not get the signal; send it again later. (A deadline exceeded means
+    // it did and is still acting on it: sending it again would act twice.)
+    if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
       Status(absl::StrCat("warning: controller ", opts_.address, " does not take signals: ", Code(st),
                           " (kept, retried)"));
       return;
@@ -234,6 +252,8 @@ void ControllerLink::Loop() {
       capi::HeartbeatResponse resp;
       grpc::ClientContext c;
       grpc::Status st = stub_->Heartbeat(Context(&c, std::max(2.0, heartbeat_s_)), req, &resp);
+      Done();
+      if (stop_) return;
       if (st.error_code() == grpc::StatusCode::NOT_FOUND || (st.ok() && resp.register_again())) {
         registered_ = false;
         continue;

@@ -71,7 +71,9 @@ class ControllerLink {
   ControllerLink(Daemon* daemon, ControllerLinkOptions opts, ::cairn::api::NodeSpec spec, std::string daemon_address,
                  std::string daemon_token, std::string token);
   void Loop();
-  grpc::ClientContext* Context(grpc::ClientContext* c, double timeout_s) const;
+  // Sets the deadline and token on `c` and makes it the call the destructor cancels.
+  grpc::ClientContext* Context(grpc::ClientContext* c, double timeout_s);
+  void Done();  // the call of the last Context() ended
   bool Register();
   void Queue(::cairn::api::NodeSignal s);
   void SendQueued();
@@ -86,6 +88,7 @@ class ControllerLink {
 
   std::mutex mu_;
   std::deque<::cairn::api::NodeSignal> queue_;  // GUARDED_BY(mu_)
+  grpc::ClientContext* inflight_ = nullptr;       // GUARDED_BY(mu_): cancelled on stop
   std::atomic<bool> stop_{false};
   std::thread thread_;
 
