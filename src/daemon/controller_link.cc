@@ -13,7 +13,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/grpc_server.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "common/token.h"
 #include "daemon/daemon.h"
 
@@ -37,6 +39,7 @@ void AddControllerLinkOptions(CLI::App& app, ControllerLinkOptions* o) {
                  "Register this node with cairn-controller at HOST:PORT (TCP, needs --controller-token-file) "
                  "or unix:PATH, heartbeat and report signals");
   app.add_option("--controller-token-file", o->token_file, "File holding the controller's TCP token");
+  app.add_option("--controller-tls-ca", o->tls_ca, "PEM CA certificates to verify a controller serving TCP in TLS");
   app.add_option("--price-per-hour", o->price_per_hour, "This node's price in USD per hour (told to the controller)");
   app.add_flag("--spot", o->spot, "This node is spot/preemptible capacity (default: on-demand)");
   app.add_option("--zone", o->zone, "This node's zone (told to the controller)");
@@ -96,7 +99,9 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
   }
   std::unique_ptr<ControllerLink> link(
       new ControllerLink(daemon, std::move(opts), std::move(spec), daemon_address, daemon_token, std::move(token)));
-  link->stub_ = capi::Controller::NewStub(grpc::CreateChannel(link->opts_.address, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(link->opts_.address, link->opts_.tls_ca);
+  if (!creds.ok()) return Annotate(creds.status(), "--controller-tls-ca");
+  link->stub_ = capi::Controller::NewStub(grpc::CreateChannel(link->opts_.address, *creds));
   link->seq_ = daemon->LastEventSeq();
   link->thread_ = std::thread([p = link.get()] { p->Loop(); });
   return link;
@@ -230,6 +235,7 @@ void ControllerLink::FollowEvents(int wait_ms) {
       s.set_kind(capi::NodeSignal::MEMORY_PRESSURE);
       s.set_memory_used_mb(h.memory_bytes() >> 20);
       s.set_memory_limit_mb(h.memory_limit_bytes() >> 20);
+      s.set_memory_growth_mb_per_s(h.memory_growth_bytes_per_s() / (1 << 20));
     }
     Queue(std::move(s));
   }

@@ -37,6 +37,7 @@ class Daemon;
 struct ControllerLinkOptions {
   std::string address;     // --controller: HOST:PORT (TCP, needs the token) or unix:PATH; empty: off
   std::string token_file;  // --controller-token-file
+  std::string tls_ca;      // --controller-tls-ca: verify a controller serving TCP in TLS
   double price_per_hour = 0;
   bool spot = false;
   std::string zone, cloud;
@@ -46,7 +47,7 @@ struct ControllerLinkOptions {
   std::string advertise;   // how the controller reaches this daemon (default: --listen, else unix:SOCKET)
 };
 
-// Adds --controller, --controller-token-file, --price-per-hour, --spot, --zone, --cloud,
+// Adds --controller, --controller-token-file, --controller-tls-ca, --price-per-hour, --spot, --zone, --cloud,
 // --labels, --cpus, --memory-mb and --advertise to cairnd's command line.
 void AddControllerLinkOptions(CLI::App& app, ControllerLinkOptions* o);
 

@@ -758,11 +758,11 @@ void Daemon::Tick() {
       }
     }
   }
-  CheckpointEach(due, "periodic", /*pin=*/false);
+  CheckpointJobs(due, "periodic", /*pin=*/false);
 }
 
 // Each job's checkpoint runs wholly on one thread, which is the tracer of that job while it runs.
-void Daemon::CheckpointEach(const std::vector<std::string>& names, const std::string& reason, bool pin,
+void Daemon::CheckpointJobs(const std::vector<std::string>& names, const std::string& reason, bool pin,
                             double retry_until) {
   std::atomic<size_t> next{0};
   auto work = [&] {

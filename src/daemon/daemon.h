@@ -148,7 +148,7 @@ class Daemon {
   std::string JobDir(const std::string& job) const;
   // Checkpoints `names` on up to `checkpoint_workers` threads (the caller's included); a job
   // busy with another checkpoint or restore is retried until `retry_until` (monotonic seconds).
-  void CheckpointEach(const std::vector<std::string>& names, const std::string& reason, bool pin,
+  void CheckpointJobs(const std::vector<std::string>& names, const std::string& reason, bool pin,
                       double retry_until = 0);
   void FillNodeSignals(api::NodeInfoResponse* r);
 

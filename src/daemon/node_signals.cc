@@ -64,7 +64,7 @@ void Daemon::OnSpotNotice(const SpotNoticeInfo& n) {
                         n.cloud, n.action, left, absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(static_cast<int64_t>(n.deadline)), absl::UTCTimeZone()),
                         n.detail, running.size()));
   // A job busy with a periodic checkpoint gets its notice checkpoint after it, while the node lasts.
-  CheckpointEach(running, "spot-notice", /*pin=*/true, MonoSeconds() + std::max(0.0, left));
+  CheckpointJobs(running, "spot-notice", /*pin=*/true, MonoSeconds() + std::max(0.0, left));
 }
 
 void Daemon::SetGpus(const std::vector<GpuDevice>& gpus) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/grpc_server.h"
 #include "common/log.h"
 
 namespace cairn::controller {
@@ -26,7 +27,8 @@ absl::Status ToAbsl(const grpc::Status& s) {
 
 }  // namespace
 
-CairndDispatcher::CairndDispatcher(double call_timeout_s) : call_timeout_s_(call_timeout_s) {}
+CairndDispatcher::CairndDispatcher(double call_timeout_s, std::string tls_ca)
+    : call_timeout_s_(call_timeout_s), tls_ca_(std::move(tls_ca)) {}
 
 std::string CairndDispatcher::Describe() const {
   std::lock_guard<std::mutex> l(mu_);
@@ -45,9 +47,15 @@ void CairndDispatcher::NodeRegistered(const std::string& node_id, const std::str
   d.address = daemon_address;
   d.token = daemon_token;
   d.stub.reset();
-  if (!daemon_address.empty()) {
-    d.stub = dapi::Daemon::NewStub(grpc::CreateChannel(daemon_address, grpc::InsecureChannelCredentials()));
+  d.error.clear();
+  if (daemon_address.empty()) return;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(daemon_address, tls_ca_);
+  if (!creds.ok()) {
+    d.error = std::string(creds.status().message());
+    CAIRN_LOG_WARN("dispatcher: cannot reach node {}'s daemon at {}: {}", node_id, daemon_address, d.error);
+    return;
   }
+  d.stub = dapi::Daemon::NewStub(grpc::CreateChannel(daemon_address, *creds));
 }
 
 bool CairndDispatcher::Reaches(const std::string& node_id) const {
@@ -64,8 +72,11 @@ CairndDispatcher::NodeDaemon* CairndDispatcher::Find(const std::string& node_id,
     return nullptr;
   }
   if (it->second.stub == nullptr) {
-    *why = absl::StrCat("not carried out: node ", node_id,
-                        " registered without a daemon address (start cairnd there with --controller)");
+    *why = it->second.address.empty()
+               ? absl::StrCat("not carried out: node ", node_id,
+                              " registered without a daemon address (start cairnd there with --controller)")
+               : absl::StrCat("not carried out: node ", node_id, "'s daemon at ", it->second.address,
+                              " cannot be reached: ", it->second.error);
     return nullptr;
   }
   return &it->second;
@@ -108,7 +119,8 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
     }
   }
   if (!st.ok()) {
-    return {false, absl::StrCat("not carried out: cairnd on ", node_id, " at ", d->address, " refused RunJob: ", Why(st))};
+    return {false,
+            absl::StrCat("not carried out: cairnd on ", node_id, " at ", d->address, " refused RunJob: ", Why(st)), true};
   }
   return {true, absl::StrFormat("started on %s by cairnd at %s: pid %d", node_id, d->address, resp.job().host_pid())};
 }
@@ -162,20 +174,39 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
                               saved.empty() ? "" : "; " + saved)};
 }
 
+DispatchResult CairndDispatcher::StopJob(const Job& job, const Node& node) {
+  std::string why;
+  NodeDaemon* d = Find(node.spec.id, &why);
+  // A node without a daemon has nobody to ask; one not registered yet (or unreachable) is retried.
+  if (d == nullptr) return {false, why, !absl::StrContains(why, "without a daemon address")};
+  dapi::KillJobRequest req;
+  req.set_name(job.spec.id);
+  dapi::KillJobResponse resp;
+  grpc::ClientContext c;
+  Prepare(&c, *d);
+  grpc::Status st = d->stub->KillJob(&c, req, &resp);
+  if (st.ok()) return {true, absl::StrCat("killed on ", node.spec.id, " by cairnd at ", d->address)};
+  if (st.error_code() == grpc::StatusCode::NOT_FOUND ||
+      (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION && absl::StrContains(st.error_message(), "does not run"))) {
+    return {true, absl::StrCat("no longer running on ", node.spec.id, ": ", st.error_message())};
+  }
+  return {false, absl::StrCat("cairnd on ", node.spec.id, " at ", d->address, " refused KillJob: ", Why(st)), true};
+}
+
 DispatchResult CairndDispatcher::Carry(const Decision& d) {
   switch (d.action) {
     case Action::kDrainNode:
       return {true, absl::StrCat("node ", d.node_id, " drained: no daemon call, the controller places nothing there")};
     case Action::kCheckpoint: {
       absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/false);
-      if (!ck.ok()) return {false, absl::StrCat("not carried out: ", ck.status().message())};
+      if (!ck.ok()) return {false, absl::StrCat("not carried out: ", ck.status().message()), true};
       return {true, absl::StrFormat("checkpoint %s complete on %s: %d bytes, job frozen %.3f s (pinned)", ck->id(),
                                     d.node_id, ck->size_bytes(), ck->frozen_s())};
     }
     case Action::kSuspend: {
       if (d.node_id.empty()) return {true, "suspended: the job was not running on any node"};
       absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/true);
-      if (!ck.ok()) return {false, absl::StrCat("not carried out: ", ck.status().message())};
+      if (!ck.ok()) return {false, absl::StrCat("not carried out: ", ck.status().message()), true};
       checkpoint_on_[d.job_id] = d.node_id;
       return {true, absl::StrFormat("checkpoint %s on %s complete and the job stopped; it resumes from it on %s",
                                     ck->id(), d.node_id, d.node_id)};
@@ -197,7 +228,8 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
       Prepare(&c, *nd);
       grpc::Status st = nd->stub->RestoreJob(&c, req, &resp);
       if (!st.ok()) {
-        return {false, absl::StrCat("not carried out: cairnd on ", d.target_node_id, " refused RestoreJob: ", Why(st))};
+        return {false, absl::StrCat("not carried out: cairnd on ", d.target_node_id, " refused RestoreJob: ", Why(st)),
+                true};
       }
       checkpoint_on_.erase(it);
       return {true, absl::StrFormat("restored on %s as pid %d in %.3f s", d.target_node_id, resp.job().host_pid(),

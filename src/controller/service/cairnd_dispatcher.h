@@ -13,6 +13,8 @@
 //                     when that node answers, then RunJob on the target; from a checkpoint: a move.
 //   kMigrate       -> a move.
 //   kDrainNode     -> no daemon call: the controller stops placing there.
+//   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
+//                     its record, logs and checkpoints stay on the node.
 //
 // A move of a job's state from node A to node B is, in order of preference: (1) the daemons'
 // own migration (`cairn job migrate`, daemon to daemon), (2) a checkpoint on A written to
@@ -38,10 +40,13 @@ namespace cairn::controller {
 class CairndDispatcher : public ActionDispatcher {
  public:
   // `call_timeout_s`: the longest one daemon call may take (a checkpoint of a large job).
-  explicit CairndDispatcher(double call_timeout_s = 120);
+  // `tls_ca`: PEM CA certificates that daemons serving TCP in TLS are verified against (empty:
+  // TCP in the clear).
+  explicit CairndDispatcher(double call_timeout_s = 120, std::string tls_ca = "");
 
   DispatchResult StartJob(const Job& job, const Node& node) override;
   DispatchResult Carry(const Decision& decision) override;
+  DispatchResult StopJob(const Job& job, const Node& node) override;
   std::string Describe() const override;
   void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
                       const std::string& daemon_token) override;
@@ -52,6 +57,7 @@ class CairndDispatcher : public ActionDispatcher {
     std::string address;
     std::string token;
     std::unique_ptr<daemon::api::Daemon::Stub> stub;  // null for a node without a daemon
+    std::string error;  // why there is no stub although an address was given (e.g. the CA file)
   };
 
   // The node's daemon, or the reason it cannot be reached (as a note).
@@ -64,6 +70,7 @@ class CairndDispatcher : public ActionDispatcher {
   DispatchResult Move(const Decision& d);
 
   const double call_timeout_s_;
+  const std::string tls_ca_;
   mutable std::mutex mu_;
   std::map<std::string, NodeDaemon> daemons_;             // GUARDED_BY(mu_)
   std::map<std::string, std::string> checkpoint_on_;  // job -> node holding its suspend checkpoint

@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
                  "Who carries decisions out: record (nobody; they are recorded as events) or cairnd (the node "
                  "daemons, at the address each gave when it registered)")
       ->capture_default_str()->check(CLI::IsMember({"record", "cairnd"}));
+  std::string daemon_tls_ca;
+  app.add_option("--daemon-tls-ca", daemon_tls_ca,
+                 "With --dispatch cairnd: PEM CA certificates to verify daemons serving TCP in TLS");
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
@@ -120,7 +123,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = cairn::PrepareServerSocket(socket_path, "cairn-controller"); !s.ok()) return Fail(s);
 
   RecordOnlyDispatcher record_only;
-  CairndDispatcher cairnd;
+  CairndDispatcher cairnd(120, daemon_tls_ca);
   ActionDispatcher* dispatcher = dispatch == "cairnd" ? static_cast<ActionDispatcher*>(&cairnd) : &record_only;
   Controller controller(store->get(), dispatcher, opts);
   GrpcService service(&controller, token);
