@@ -101,7 +101,11 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
       new ControllerLink(daemon, std::move(opts), std::move(spec), daemon_address, daemon_token, std::move(token)));
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(link->opts_.address, link->opts_.tls_ca);
   if (!creds.ok()) return Annotate(creds.status(), "--controller-tls-ca");
-  link->stub_ = capi::Controller::NewStub(grpc::CreateChannel(link->opts_.address, *creds));
+  // A controller that restarts is back in about a second: reconnect at least that often.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  link->stub_ = capi::Controller::NewStub(grpc::CreateCustomChannel(link->opts_.address, *creds, args));
   link->seq_ = daemon->LastEventSeq();
   link->thread_ = std::thread([p = link.get()] { p->Loop(); });
   return link;

@@ -242,6 +242,43 @@ TEST_F(ControllerWithDaemonsTest, HungJobIsReportedToTheController) {
   d.KillJobs();
 }
 
+// The dispatcher keeps daemon addresses in memory: a restarted controller asks each node to
+// register again (in its heartbeat reply), and then carries decisions out on it as before.
+TEST_F(ControllerWithDaemonsTest, RestartedControllerHasNodesRegisterAgain) {
+  std::string store = "sqlite:" + Dir() + "/controller.db";
+  auto c = std::make_unique<ControllerProcess>(Dir(), "ctl", store,
+                                               std::vector<std::string>{"--dispatch", "cairnd", "--heartbeat-interval", "0.3"});
+  ASSERT_TRUE(c->Start());
+  ASSERT_TRUE(c->WaitLeader(10s));
+  std::string address = c->address();
+  DaemonProcess d(Dir(), "n", {"--controller", address, "--price-per-hour", "1"});
+  ASSERT_TRUE(d.Start());
+  ASSERT_TRUE(WaitFor([&] { return !NodeIn(Status(*c), d.node()).is_null(); }, 20s)) << c->Log() << d.Log();
+  c->Kill(SIGKILL);
+  c->Wait();
+  c = std::make_unique<ControllerProcess>(Dir(), "ctl", store,
+                                          std::vector<std::string>{"--dispatch", "cairnd", "--heartbeat-interval", "0.3"});
+  ASSERT_TRUE(c->Start());
+  ASSERT_TRUE(c->WaitLeader(10s));
+  json again;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& e : Events(*c)) {
+          if (e.value("kind", "") == "node-reregistered" && e.value("node_id", "") == d.node()) again = e;
+        }
+        return !again.is_null();
+      },
+      20s))
+      << c->Log() << d.Log();
+  EXPECT_TRUE(absl::StrContains(again.value("reason", ""), "daemon at unix:" + d.socket())) << again.dump();
+  CommandResult sub = Ctl(*c, {"submit", "--id", "after", "--cpus", "1", "--memory-mb", "50", "--json", "--",
+                               "/bin/sleep", "600"});
+  ASSERT_TRUE(sub.Exited(0)) << sub.Describe();
+  EXPECT_EQ(ParseJson(sub).value("node_id", ""), d.node());
+  EXPECT_EQ(JobIn(d, "after").value("state", ""), "running") << d.Cairn({"job", "list"}).out << c->Log();
+  d.KillJobs();
+}
+
 TEST_F(ControllerWithDaemonsTest, TcpControllerNeedsTheTokenFile) {
   DaemonProcess d(Dir(), "n", {"--controller", "127.0.0.1:1"});
   ::testing::AssertionResult r = d.Start(10s);

@@ -55,7 +55,10 @@ void CairndDispatcher::NodeRegistered(const std::string& node_id, const std::str
     CAIRN_LOG_WARN("dispatcher: cannot reach node {}'s daemon at {}: {}", node_id, daemon_address, d.error);
     return;
   }
-  d.stub = dapi::Daemon::NewStub(grpc::CreateChannel(daemon_address, *creds));
+  grpc::ChannelArguments args;  // a restarted daemon is reached again within a second
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  d.stub = dapi::Daemon::NewStub(grpc::CreateCustomChannel(daemon_address, *creds, args));
 }
 
 bool CairndDispatcher::Reaches(const std::string& node_id) const {
