@@ -739,6 +739,7 @@ api::NodeInfoResponse Daemon::Info() {
   uint32_t n = 0;
   for (auto& [name, s] : jobs_) n += s.job.state() == "running";
   r.set_jobs_running(n);
+  if (opts_.store) r.set_storage(opts_.store->Describe());
   FillNodeSignals(&r);
   return r;
 }

@@ -65,8 +65,17 @@ TEST(CairndDispatcher, DrainNeedsNoDaemonAndMovesAreNotYetAvailable) {
   move.target_node_id = "b";
   DispatchResult r = d.Carry(move);
   EXPECT_FALSE(r.done);
-  EXPECT_TRUE(absl::StartsWith(r.note, "not yet available: moving job j from a to b")) << r.note;
-  EXPECT_TRUE(absl::StrContains(r.note, "no checkpoint taken on a")) << r.note;
+  EXPECT_TRUE(absl::StartsWith(r.note, "not yet available: moving job j to b")) << r.note;
+  EXPECT_TRUE(absl::StrContains(r.note, "node a has not registered")) << r.note;
+  Decision restore;
+  restore.action = Action::kRestore;
+  restore.job_id = "j";
+  restore.node_id = "a";
+  restore.target_node_id = "b";
+  restore.restore_from_time = 1000;
+  r = d.Carry(restore);
+  EXPECT_FALSE(r.done);
+  EXPECT_TRUE(absl::StartsWith(r.note, "not yet available: restoring job j on b from its checkpoint of t=1000")) << r.note;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // on loopback TCP with tokens, a metadata responder playing the spot node's cloud. The nodes
 // register and heartbeat with their facts; a submitted job is placed on the cheapest node and
 // really runs there; that node's spot notice reaches the controller as a signal, and the
-// controller's decision is carried out by the daemons.
+// controller's decisions are carried out by the daemons (a move through a shared dir: store).
 
 #include <sys/stat.h>
 
@@ -74,16 +74,19 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   ASSERT_TRUE(md.Start());
 
   std::string controller = absl::StrCat("127.0.0.1:", cport);
+  // Checkpoint storage both nodes share: what a move goes through.
+  std::string shared = Dir() + "/shared-store";
+  ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
   int pa = FreeTcpPort(), pb = FreeTcpPort();
   DaemonProcess spot(Dir(), "spot",
                      {"--listen", absl::StrCat("127.0.0.1:", pa), "--token-file", dtok, "--controller", controller,
                       "--controller-token-file", ctok, "--price-per-hour", "0.45", "--spot", "--zone", "us-east-1a",
                       "--cloud", "aws", "--labels", "pool=spot,team=ml", "--spot-notices", "aws", "--spot-url-aws",
-                      md.url(), "--spot-poll", "0.2"});
+                      md.url(), "--spot-poll", "0.2", "--storage", "dir:" + shared});
   DaemonProcess od(Dir(), "od",
                    {"--listen", absl::StrCat("127.0.0.1:", pb), "--token-file", dtok, "--controller", controller,
                     "--controller-token-file", ctok, "--price-per-hour", "1.90", "--zone", "us-east-1b", "--cloud",
-                    "aws", "--labels", "pool=od"});
+                    "aws", "--labels", "pool=od", "--storage", "dir:" + shared});
   ASSERT_TRUE(spot.Start());
   ASSERT_TRUE(od.Start());
 
@@ -174,18 +177,22 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
       << od.Cairn({"job", "list"}).out << decision.dump();
   EXPECT_TRUE(WaitFor([&] { return JobIn(spot, "train").value("state", "") == "killed"; }, 20s))
       << spot.Cairn({"job", "list"}).out;
-  // The job that checkpoints on notice is to move; moving a job's state between daemons is not in
-  // this build: its state is saved on the spot node, where it keeps running, and the decision
-  // says what is missing and stays pending.
+  // The job that checkpoints on notice is moved: checkpointed and stopped on the spot node into
+  // the shared store, restored from there on the on-demand node.
   EXPECT_EQ(moved.value("action", ""), "migrate") << moved.dump();
   EXPECT_EQ(moved.value("target_node_id", ""), od.node()) << moved.dump();
   std::string note = moved.value("dispatch", "");
-  EXPECT_TRUE(absl::StartsWith(note, "not yet available: moving job keep from " + spot.node())) << note;
-  EXPECT_TRUE(absl::StrContains(note, "taken on " + spot.node() + " (pinned; the job keeps running there)")) << note;
-  EXPECT_EQ(JobIn(spot, "keep").value("state", ""), "running");
-  EXPECT_TRUE(JobIn(od, "keep").is_null());
+  EXPECT_TRUE(absl::StartsWith(note, "moved through dir:" + shared)) << note;
+  EXPECT_TRUE(absl::StrContains(note, "restored on " + od.node())) << note;
+  EXPECT_EQ(JobIn(od, "keep").value("state", ""), "running") << od.Cairn({"job", "list"}).out;
+  EXPECT_TRUE(IsAlive(JobIn(od, "keep").value("host_pid", 0)));
+  EXPECT_TRUE(WaitFor([&] { return JobIn(spot, "keep").value("state", "") == "killed"; }, 20s))
+      << spot.Cairn({"job", "list"}).out;
   json keep_cps = spot.Json({"checkpoint", "list", "--job", "keep"})["checkpoints"];
-  EXPECT_EQ(keep_cps.size(), 2u) << "the daemon's own for the notice, and the controller's: " << keep_cps.dump();
+  EXPECT_EQ(keep_cps.size(), 2u) << "the daemon's own for the notice, and the move's: " << keep_cps.dump();
+  for (const json& ck : keep_cps) {
+    EXPECT_TRUE(absl::StartsWith(ck.value("location", ""), shared)) << ck.dump();
+  }
 
   st = Status(c);
   ASSERT_EQ(st["jobs"].size(), 2u);
@@ -194,8 +201,8 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
       EXPECT_EQ(j.value("node_id", ""), od.node()) << st.dump();
     }
     if (j["spec"].value("id", "") == "keep") {
-      EXPECT_EQ(j.value("node_id", ""), spot.node()) << st.dump();
-      EXPECT_TRUE(absl::StrContains(j.value("pending_action", ""), "migrate to " + od.node())) << st.dump();
+      EXPECT_EQ(j.value("node_id", ""), od.node()) << st.dump();
+      EXPECT_EQ(j.value("pending_action", ""), "") << st.dump();
     }
   }
   spot.KillJobs();

@@ -35,8 +35,8 @@ std::string CairndDispatcher::Describe() const {
   int with = 0;
   for (const auto& [id, d] : daemons_) with += d.stub != nullptr;
   return absl::StrFormat("cairnd: decisions are carried out by the node daemons over their gRPC API "
-                         "(%d of %d registered nodes gave a daemon address); moves need daemon migration "
-                         "or shared checkpoint storage: not yet available",
+                         "(%d of %d registered nodes gave a daemon address); jobs move through checkpoint "
+                         "storage the nodes share (cairnd --storage dir:/PATH or s3://...)",
                          with, daemons_.size());
 }
 
@@ -160,21 +160,72 @@ absl::StatusOr<dapi::Checkpoint> CairndDispatcher::Checkpoint(const std::string&
 }
 
 DispatchResult CairndDispatcher::Move(const Decision& d) {
-  // (1) daemon-to-daemon migration and (2) restore on the target from shared checkpoint storage
-  // are the two ways a job's state reaches another node; this daemon API has neither yet. What
-  // can be done is done: the job's state is saved on its node, where it keeps running.
-  std::string saved;
-  if (!d.node_id.empty()) {
-    absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/false);
-    saved = ck.ok() ? absl::StrFormat("checkpoint %s taken on %s (pinned; the job keeps running there)", ck->id(),
-                                      d.node_id)
-                    : absl::StrCat("no checkpoint taken on ", d.node_id, ": ", ck.status().message());
+  // The ways a job's state reaches another node, best first:
+  //   (1) daemon-to-daemon migration (`cairn job migrate`): not in this daemon API yet;
+  //   (2) a checkpoint into the storage both nodes share, restored on the target (below);
+  //   otherwise the state is saved where the job runs and the move is "not yet available".
+  std::string why;
+  NodeDaemon* src = d.node_id.empty() ? nullptr : Find(d.node_id, &why);
+  if (src == nullptr) {
+    return {false, absl::StrCat("not yet available: moving job ", d.job_id, " to ", d.target_node_id,
+                                " needs a checkpoint the target can reach, and ",
+                                d.node_id.empty() ? "the job runs nowhere" : why,
+                                " (daemons do not report their checkpoints to the controller yet)")};
   }
-  return {false, absl::StrCat("not yet available: moving job ", d.job_id, " from ",
-                              d.node_id.empty() ? "storage" : d.node_id, " to ", d.target_node_id,
-                              " needs daemon-to-daemon migration (cairn job migrate) or checkpoint storage both nodes "
-                              "share, and this cairnd API has neither",
-                              saved.empty() ? "" : "; " + saved)};
+  NodeDaemon* dst = Find(d.target_node_id, &why);
+  if (dst == nullptr) return {false, why};
+  dapi::NodeInfoResponse info;
+  {
+    grpc::ClientContext c;
+    Prepare(&c, *src);
+    grpc::Status st = src->stub->NodeInfo(&c, dapi::NodeInfoRequest(), &info);
+    if (!st.ok()) {
+      return {false, absl::StrCat("not carried out: cairnd on ", d.node_id, " does not answer NodeInfo: ", Why(st)),
+              true};
+    }
+  }
+  if (info.storage().empty() || info.storage() == "local") {
+    absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/false);
+    std::string saved = ck.ok() ? absl::StrFormat("checkpoint %s taken on %s (pinned; the job keeps running there)",
+                                                  ck->id(), d.node_id)
+                                : absl::StrCat("no checkpoint taken on ", d.node_id, ": ", ck.status().message());
+    return {false, absl::StrCat("not yet available: moving job ", d.job_id, " from ", d.node_id, " to ",
+                                d.target_node_id, " needs daemon-to-daemon migration (cairn job migrate), not in this "
+                                "cairnd API yet, or checkpoint storage both nodes share, and ",
+                                d.node_id, " keeps its checkpoints on its local disk (cairnd --storage dir:/SHARED or "
+                                "s3://BUCKET on both); ", saved)};
+  }
+  // Stop the job at its checkpoint, so no work is done twice or lost.
+  absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/true);
+  if (!ck.ok()) {
+    return {false, absl::StrCat("not carried out (the job runs on where it was): ", ck.status().message()), true};
+  }
+  dapi::RestoreJobRequest req;
+  req.set_name(d.job_id);
+  req.set_from(ck->location());
+  dapi::RestoreJobResponse resp;
+  grpc::ClientContext c;
+  Prepare(&c, *dst);
+  grpc::Status st = dst->stub->RestoreJob(&c, req, &resp);
+  if (st.ok()) {
+    return {true, absl::StrFormat("moved through %s: checkpoint %s on %s (%d bytes, job frozen %.3f s) restored on %s "
+                                  "as pid %d in %.3f s",
+                                  info.storage(), ck->id(), d.node_id, ck->size_bytes(), ck->frozen_s(),
+                                  d.target_node_id, resp.job().host_pid(), resp.seconds())};
+  }
+  // The target could not take it: the job goes back to running where it was, from that checkpoint.
+  dapi::RestoreJobRequest back;
+  back.set_name(d.job_id);
+  back.set_checkpoint(ck->id());
+  dapi::RestoreJobResponse back_resp;
+  grpc::ClientContext c2;
+  Prepare(&c2, *src);
+  grpc::Status bst = src->stub->RestoreJob(&c2, back, &back_resp);
+  return {false,
+          absl::StrCat("not carried out: cairnd on ", d.target_node_id, " refused RestoreJob from ", ck->location(), ": ",
+                       Why(st), bst.ok() ? absl::StrCat("; the job runs again on ", d.node_id, " from that checkpoint")
+                                         : absl::StrCat("; and restoring it on ", d.node_id, " failed too: ", Why(bst))),
+          true};
 }
 
 DispatchResult CairndDispatcher::StopJob(const Job& job, const Node& node) {
@@ -197,6 +248,7 @@ DispatchResult CairndDispatcher::StopJob(const Job& job, const Node& node) {
 }
 
 DispatchResult CairndDispatcher::Carry(const Decision& d) {
+  std::string why;
   switch (d.action) {
     case Action::kDrainNode:
       return {true, absl::StrCat("node ", d.node_id, " drained: no daemon call, the controller places nothing there")};
@@ -210,22 +262,40 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
       if (d.node_id.empty()) return {true, "suspended: the job was not running on any node"};
       absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/true);
       if (!ck.ok()) return {false, absl::StrCat("not carried out: ", ck.status().message()), true};
-      checkpoint_on_[d.job_id] = d.node_id;
-      return {true, absl::StrFormat("checkpoint %s on %s complete and the job stopped; it resumes from it on %s",
-                                    ck->id(), d.node_id, d.node_id)};
+      Suspended& s = suspended_[d.job_id];
+      s.node = d.node_id;
+      s.id = ck->id();
+      s.location = ck->location();
+      s.shared = absl::StartsWith(s.location, "s3://");
+      if (!s.shared) {  // a directory: shared when the node's store is a dir: store
+        dapi::NodeInfoResponse info;
+        grpc::ClientContext c;
+        if (NodeDaemon* nd = Find(d.node_id, &why); nd != nullptr) {
+          Prepare(&c, *nd);
+          s.shared = nd->stub->NodeInfo(&c, dapi::NodeInfoRequest(), &info).ok() && absl::StartsWith(info.storage(), "dir:");
+        }
+      }
+      return {true, absl::StrFormat("checkpoint %s on %s complete and the job stopped; it resumes from %s", ck->id(),
+                                    d.node_id, s.shared ? s.location : "it on " + d.node_id)};
     }
     case Action::kResume: {
-      auto it = checkpoint_on_.find(d.job_id);
-      if (it == checkpoint_on_.end() || it->second != d.target_node_id) {
-        Decision from = d;
-        from.node_id.clear();  // the job runs nowhere: nothing to checkpoint first
-        return Move(from);
+      auto it = suspended_.find(d.job_id);
+      if (it == suspended_.end() || (it->second.node != d.target_node_id && !it->second.shared)) {
+        return {false, absl::StrCat("not yet available: resuming job ", d.job_id, " on ", d.target_node_id,
+                                    it == suspended_.end()
+                                        ? " needs its suspend checkpoint, which this controller did not take (since it started)"
+                                        : absl::StrCat(" needs its checkpoint, which is on ", it->second.node,
+                                                       "'s local disk (shared --storage on both nodes moves it)"))};
       }
-      std::string why;
       NodeDaemon* nd = Find(d.target_node_id, &why);
       if (nd == nullptr) return {false, why};
       dapi::RestoreJobRequest req;
       req.set_name(d.job_id);
+      if (it->second.node == d.target_node_id) {
+        req.set_checkpoint(it->second.id);
+      } else {
+        req.set_from(it->second.location);
+      }
       dapi::RestoreJobResponse resp;
       grpc::ClientContext c;
       Prepare(&c, *nd);
@@ -234,15 +304,19 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
         return {false, absl::StrCat("not carried out: cairnd on ", d.target_node_id, " refused RestoreJob: ", Why(st)),
                 true};
       }
-      checkpoint_on_.erase(it);
+      suspended_.erase(it);
       return {true, absl::StrFormat("restored on %s as pid %d in %.3f s", d.target_node_id, resp.job().host_pid(),
                                     resp.seconds())};
     }
     case Action::kRestore: {
-      if (d.restore_from_time >= 0) return Move(d);
+      if (d.restore_from_time >= 0) {
+        return {false, absl::StrFormat("not yet available: restoring job %s on %s from its checkpoint of t=%.0f needs "
+                                       "that checkpoint's location, and daemons do not report their checkpoints to "
+                                       "the controller yet",
+                                       d.job_id, d.target_node_id, d.restore_from_time)};
+      }
       // From the beginning: the old copy must not run on beside the new one.
       std::string stopped;
-      std::string why;
       if (NodeDaemon* old = d.node_id.empty() ? nullptr : Find(d.node_id, &why); old != nullptr) {
         dapi::KillJobRequest k;
         k.set_name(d.job_id);

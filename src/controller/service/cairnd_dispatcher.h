@@ -8,20 +8,24 @@
 //   kCheckpoint    -> CheckpointJob (pinned) on the job's node.
 //   kSuspend       -> CheckpointJob (pinned, then stop the job) on the job's node; the dispatcher
 //                     remembers the node that holds the checkpoint.
-//   kResume        -> RestoreJob on the target when the target holds the checkpoint; else a move.
+//   kResume        -> RestoreJob on the target: of the suspend checkpoint when the target took
+//                     it, else from the checkpoint's location in the shared store.
 //   kRestore       -> from the beginning (restore_from_time < 0): stop the job on its old node
-//                     when that node answers, then RunJob on the target; from a checkpoint: a move.
+//                     when that node answers, then RunJob on the target. From a checkpoint: not
+//                     yet available (the controller does not know the daemons' checkpoints).
 //   kMigrate       -> a move.
 //   kDrainNode     -> no daemon call: the controller stops placing there.
 //   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
 //                     its record, logs and checkpoints stay on the node.
 //
-// A move of a job's state from node A to node B is, in order of preference: (1) the daemons'
-// own migration (`cairn job migrate`, daemon to daemon), (2) a checkpoint on A written to
-// storage both nodes share, restored on B. Neither is in this build's daemon API, so a move
-// first takes a pinned checkpoint on A (the job keeps running there, its progress is kept) and
-// then reports "not yet available: ..." naming what is missing; the decision stays pending on
-// the job. Move() is the one place to connect them when they exist.
+// A move of a job's state from node A to node B is, in order of preference: (1) the daemons' own
+// migration (`cairn job migrate`, daemon to daemon) -- not in this daemon API yet; (2) when A's
+// checkpoints live in a shared store (NodeInfo.storage: dir:/PATH or s3://...), a checkpoint on A
+// that stops the job, restored on B with RestoreJob(from = its location); should B refuse, the job
+// is restored on A from that checkpoint. Otherwise (A stores locally, or cannot be asked) the move
+// is reported "not yet available: ..." naming what is missing, after a pinned checkpoint on A where
+// A answers (the job keeps running there); the decision stays pending on the job. Move() is the one
+// place to add (1).
 //
 // Thread safety: the controller calls it with its own lock held, one call at a time; a mutex
 // guards the node table all the same (NodeRegistered, Reaches).
@@ -73,7 +77,13 @@ class CairndDispatcher : public ActionDispatcher {
   const std::string tls_ca_;
   mutable std::mutex mu_;
   std::map<std::string, NodeDaemon> daemons_;             // GUARDED_BY(mu_)
-  std::map<std::string, std::string> checkpoint_on_;  // job -> node holding its suspend checkpoint
+  struct Suspended {
+    std::string node;      // that took the suspend checkpoint
+    std::string id;        // of the checkpoint
+    std::string location;  // in that node's store
+    bool shared = false;   // the store is one other nodes can reach
+  };
+  std::map<std::string, Suspended> suspended_;  // job -> its suspend checkpoint
   // job -> the command it was started with (kRestore from the beginning runs it again). Kept in
   // memory: a restarted controller knows the commands of the jobs it starts from then on.
   std::map<std::string, std::vector<std::string>> commands_;
