@@ -27,6 +27,7 @@
 #include "engine/image/image.h"
 #include "engine/job/job.h"
 #include "engine/lazy/handler.h"
+#include "engine/lazy/page_server.h"
 #include "engine/restore/restore.h"
 
 namespace cairn {
@@ -129,14 +130,23 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
   return 0;
 }
 
-int RunRestore(const std::string& dir, bool detach, bool lazy) {
+int RunRestore(const std::string& dir, bool detach, bool lazy, const std::string& page_server,
+               const std::string& token_file) {
   restore::RestoreOptions opts;
   opts.dir = dir;
   opts.lazy = lazy;
+  opts.page_server = page_server;
+  opts.token_file = token_file;
+  if (dir.empty() == page_server.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "restore needs exactly one of --dir DIR (a local checkpoint) or --page-server HOST:PORT (a checkpoint served "
+        "by `cairn page-server`, metadata included)"));
+  }
+  const std::string where = page_server.empty() ? dir : "page server " + page_server;
   if (const char* t = std::getenv("CAIRN_FILL_THREADS")) opts.fill_threads = std::max(1, std::atoi(t));
   auto r = restore::Restore(opts);
   if (!r.ok()) return Fail(r.status());
-  std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %d process%s, %s in %.3f s\n", r->pid, dir.c_str(),
+  std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %d process%s, %s in %.3f s\n", r->pid, where.c_str(),
                r->processes, r->processes == 1 ? "" : "es", HumanBytes(static_cast<double>(r->bytes)).c_str(),
                r->seconds);
   if (!r->job_name.empty()) {
@@ -153,8 +163,24 @@ int RunRestore(const std::string& dir, bool detach, bool lazy) {
     if (errno != EINTR) return Fail(absl::InternalError(absl::StrCat("waitpid ", r->pid, ": ", std::strerror(errno))));
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && lazy) {
+    std::fprintf(stderr, "cairn: restored pid %d was killed (SIGKILL); with --lazy, its page handler says why above\n",
+                 r->pid);
+  }
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+int RunPageServer(lazy::PageServerOptions opts, uint64_t max_rate_kib) {
+  opts.max_rate = max_rate_kib * 1024;
+  opts.on_listening = [&](const std::string& where) {
+    std::printf("page server: serving %s on %s\n", opts.dir.c_str(), where.c_str());
+    std::fflush(stdout);
+  };
+  absl::Status s = lazy::RunPageServer(opts);
+  if (!s.ok()) return Fail(s);
+  std::printf("page server: the restore has every page; done\n");
+  return 0;
 }
 
 int RunInspect(const std::string& dir, bool json) {
@@ -319,7 +345,11 @@ int main(int argc, char** argv) {
   dump->add_flag("--track", track, "With --leave-running: track writes from now on, for a later dump --parent");
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
-  restore->add_option("--dir", dir, "Checkpoint directory")->required();
+  restore->add_option("--dir", dir, "Checkpoint directory");
+  std::string page_server, token_file;
+  restore->add_option("--page-server", page_server,
+                      "Take the checkpoint (metadata and pages) from `cairn page-server` at HOST:PORT instead of --dir");
+  restore->add_option("--token-file", token_file, "With --page-server: file holding the server's token");
   restore->add_flag("--detach", detach, "Return once the process runs instead of waiting for it");
   bool lazy = false;
   restore->add_flag("--lazy", lazy,
@@ -329,7 +359,19 @@ int main(int argc, char** argv) {
   cairn::lazy::HandlerOptions lazy_opts;
   auto* lazy_pages = app.add_subcommand("lazy-pages", "Page handler of restore --lazy (started by cairn itself)");
   lazy_pages->group("");
-  lazy_pages->add_option("--dir", lazy_opts.dir)->required();
+  lazy_pages->add_option("--dir", lazy_opts.dir);
+  lazy_pages->add_option("--page-server", lazy_opts.page_server);
+  lazy_pages->add_option("--token-file", lazy_opts.token_file);
+
+  cairn::lazy::PageServerOptions ps_opts;
+  uint64_t ps_rate_kib = 0;
+  auto* page_server_cmd = app.add_subcommand(
+      "page-server", "Serve a checkpoint to `cairn restore --lazy --page-server` on another machine, until it has every page");
+  page_server_cmd->add_option("--dir", ps_opts.dir, "Checkpoint directory (the newest link of a chain)")->required();
+  page_server_cmd->add_option("--listen", ps_opts.listen, "HOST:PORT to listen on (port 0: any free port)")->required();
+  page_server_cmd->add_option("--token-file", ps_opts.token_file, "File holding the token clients must present (chmod 600)")
+      ->required();
+  page_server_cmd->add_option("--max-rate", ps_rate_kib, "Send at most this many KiB per second (default: no limit)");
   lazy_pages->add_option("--pid", lazy_opts.pid)->required();
   lazy_pages->add_option("--image-pid", lazy_opts.image_pid)->required();
   lazy_pages->add_option("--uffd", lazy_opts.uffd)->required();
@@ -360,7 +402,8 @@ int main(int argc, char** argv) {
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
-  if (restore->parsed()) return cairn::RunRestore(dir, detach, lazy);
+  if (restore->parsed()) return cairn::RunRestore(dir, detach, lazy, page_server, token_file);
+  if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib);
   if (lazy_pages->parsed()) {
     absl::Status s = cairn::lazy::ServePages(lazy_opts);
     if (!s.ok()) return cairn::Fail(s);

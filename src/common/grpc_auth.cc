@@ -3,19 +3,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/token.h"
 
 namespace cairn {
-namespace {
-
-// Compares without an early exit, so the time taken says nothing about the token.
-bool SameSecret(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-}  // namespace
 
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;

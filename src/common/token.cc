@@ -29,4 +29,11 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace cairn

@@ -34,10 +34,14 @@ absl::Status WriteHeader(int fd, const FileHeader& h, const std::string& what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UniqueFd> OpenDataFile(const std::string& path, const char (&magic)[8],
-                                      size_t expected_size, size_t* size_out) {
+absl::StatusOr<UniqueFd> OpenFile(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus("open " + path);
+  return fd;
+}
+
+absl::StatusOr<UniqueFd> CheckDataFile(UniqueFd fd, const std::string& path, const char (&magic)[8],
+                                       size_t expected_size, size_t* size_out) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
   FileHeader h{};
@@ -208,6 +212,25 @@ absl::Status ImageWriter::Commit(Checkpoint& meta) {
   return SyncDir(ParentDir(dir_));
 }
 
+absl::Status ImageReader::ParseMeta(const std::string& file, const std::string& what) {
+  FileHeader h{};
+  if (file.size() < sizeof h) return absl::DataLossError(what + ": file is truncated (no header)");
+  std::memcpy(&h, file.data(), sizeof h);
+  RETURN_IF_ERROR(CheckHeader(h, kMetaMagic, what));
+  if (static_cast<uint64_t>(file.size()) != sizeof h + h.payload_len) {
+    return absl::DataLossError(absl::StrFormat("%s: size is %d bytes, the header says %d (truncated or damaged)",
+                                               what, file.size(), sizeof h + h.payload_len));
+  }
+  absl::string_view payload(file.data() + sizeof h, h.payload_len);
+  if (Checksum(payload.data(), payload.size()) != h.payload_xxh3) {
+    return absl::DataLossError(what + ": metadata checksum mismatch (file is corrupt)");
+  }
+  if (!meta_.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    return absl::DataLossError(what + ": metadata does not decode");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ImageReader>> ImageReader::Open(const std::string& dir) {
   std::unique_ptr<ImageReader> r(new ImageReader());
   r->dir_ = dir;
@@ -228,29 +251,38 @@ absl::StatusOr<std::unique_ptr<ImageReader>> ImageReader::Open(const std::string
     return ErrnoStatus("open " + meta_path);
   }
   if (::fstat(mf.get(), &st) != 0) return ErrnoStatus("stat " + meta_path);
-  FileHeader h{};
-  if (static_cast<size_t>(st.st_size) < sizeof h) {
-    return absl::DataLossError(meta_path + ": file is truncated (no header)");
-  }
-  RETURN_IF_ERROR(PreadAll(mf.get(), &h, sizeof h, 0, meta_path));
-  RETURN_IF_ERROR(CheckHeader(h, kMetaMagic, meta_path));
-  if (static_cast<uint64_t>(st.st_size) != sizeof h + h.payload_len) {
-    return absl::DataLossError(absl::StrFormat("%s: size is %d bytes, the header says %d (truncated or damaged)",
-                                               meta_path, st.st_size, sizeof h + h.payload_len));
-  }
-  std::string payload(h.payload_len, '\0');
-  RETURN_IF_ERROR(PreadAll(mf.get(), payload.data(), payload.size(), sizeof h, meta_path));
-  if (Checksum(payload.data(), payload.size()) != h.payload_xxh3) {
-    return absl::DataLossError(meta_path + ": metadata checksum mismatch (file is corrupt)");
-  }
-  if (!r->meta_.ParseFromString(payload)) {
-    return absl::DataLossError(meta_path + ": metadata does not decode");
-  }
-  ASSIGN_OR_RETURN(r->pages_fd_, OpenDataFile(dir + "/" + kPagesFile, kPagesMagic,
-                                              r->meta_.pages_bytes(), &r->pages_size_));
-  ASSIGN_OR_RETURN(r->files_fd_, OpenDataFile(dir + "/" + kFilesFile, kFilesMagic,
-                                              r->meta_.files_bytes(), &r->files_size_));
+  if (st.st_size > (1ll << 31)) return absl::DataLossError(meta_path + ": impossibly large (file is corrupt)");
+  std::string file(static_cast<size_t>(st.st_size), '\0');
+  RETURN_IF_ERROR(PreadAll(mf.get(), file.data(), file.size(), 0, meta_path));
+  RETURN_IF_ERROR(r->ParseMeta(file, meta_path));
+  ASSIGN_OR_RETURN(UniqueFd pages, OpenFile(dir + "/" + kPagesFile));
+  ASSIGN_OR_RETURN(r->pages_fd_, CheckDataFile(std::move(pages), dir + "/" + kPagesFile, kPagesMagic,
+                                               r->meta_.pages_bytes(), &r->pages_size_));
+  ASSIGN_OR_RETURN(UniqueFd files, OpenFile(dir + "/" + kFilesFile));
+  ASSIGN_OR_RETURN(r->files_fd_, CheckDataFile(std::move(files), dir + "/" + kFilesFile, kFilesMagic,
+                                               r->meta_.files_bytes(), &r->files_size_));
   return r;
+}
+
+absl::StatusOr<std::unique_ptr<ImageReader>> ImageReader::FromParts(const std::string& label,
+                                                                    const std::string& meta_file, UniqueFd files_fd,
+                                                                    std::unique_ptr<PageSource> pages) {
+  std::unique_ptr<ImageReader> r(new ImageReader());
+  r->dir_ = label;
+  RETURN_IF_ERROR(r->ParseMeta(meta_file, label + "/" + kMetaFile));
+  ASSIGN_OR_RETURN(r->files_fd_, CheckDataFile(std::move(files_fd), label + "/" + kFilesFile, kFilesMagic,
+                                               r->meta_.files_bytes(), &r->files_size_));
+  if (r->meta_.pages_bytes() < kHeaderSize) {
+    return absl::DataLossError(absl::StrCat(label, "/", kPagesFile, ": the metadata gives it no header (corrupt)"));
+  }
+  r->pages_size_ = r->meta_.pages_bytes();
+  r->page_source_ = std::move(pages);
+  return r;
+}
+
+absl::Status ImageReader::ReadStored(char* buf, uint64_t len, uint64_t offset) const {
+  if (page_source_) return page_source_->Read(offset, len, buf);
+  return PreadAll(pages_fd_.get(), buf, len, static_cast<off_t>(offset), dir_ + "/" + kPagesFile);
 }
 
 ImageReader::~ImageReader() = default;
@@ -281,8 +313,7 @@ absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
     }
     thread_local std::vector<char> packed;
     packed.resize(stored);
-    RETURN_IF_ERROR(PreadAll(pages_fd_.get(), packed.data(), stored, static_cast<off_t>(b.file_offset()),
-                             dir_ + "/" + kPagesFile));
+    RETURN_IF_ERROR(ReadStored(packed.data(), stored, b.file_offset()));
     if (Checksum(packed.data(), stored) != b.xxh3()) {
       return absl::DataLossError(absl::StrFormat(
           "%s/%s: checksum mismatch in the compressed block at file offset %d (memory at %#x, %d bytes): the image "
@@ -295,8 +326,7 @@ absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
     }
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(PreadAll(pages_fd_.get(), buf, b.length(), static_cast<off_t>(b.file_offset()),
-                           dir_ + "/" + kPagesFile));
+  RETURN_IF_ERROR(ReadStored(buf, b.length(), b.file_offset()));
   if (Checksum(buf, b.length()) != b.xxh3()) {
     return absl::DataLossError(absl::StrFormat(
         "%s/%s: checksum mismatch in the block at file offset %d (memory at %#x, %d bytes): the image is corrupt",

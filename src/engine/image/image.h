@@ -69,13 +69,31 @@ class ImageWriter {
   absl::Status WriteAt(const char* p, size_t len, uint64_t off);
 };
 
+// Where a reader's stored page bytes come from when pages.img is not on this machine: a page
+// server (lazy/page_client.h). Blocks read through it are verified as local ones are.
+class PageSource {
+ public:
+  virtual ~PageSource() = default;
+  // Reads `len` stored bytes of pages.img at `offset` into `buf`. Thread-safe.
+  virtual absl::Status Read(uint64_t offset, uint64_t len, char* buf) = 0;
+  // Names where the bytes come from in messages ("page server 127.0.0.1:7070").
+  virtual std::string Describe() const = 0;
+};
+
 class ImageReader {
  public:
   // Opens `dir`, checks every file's header and size, decodes and verifies the metadata.
   static absl::StatusOr<std::unique_ptr<ImageReader>> Open(const std::string& dir);
+  // A reader of a checkpoint whose files are elsewhere: `meta_file` holds the bytes of its
+  // checkpoint.meta, `files_fd` its files.img (e.g. a memfd), and its page data comes from
+  // `pages`. `label` names it in messages. Verified as Open verifies.
+  static absl::StatusOr<std::unique_ptr<ImageReader>> FromParts(const std::string& label, const std::string& meta_file,
+                                                                UniqueFd files_fd, std::unique_ptr<PageSource> pages);
   ~ImageReader();
 
   const Checkpoint& meta() const { return meta_; }
+  // Where page data comes from when not from DIR/pages.img (FromParts), else null.
+  PageSource* page_source() const { return page_source_.get(); }
   const std::string& dir() const { return dir_; }
 
   // Reads the block's bytes into `buf` (at least b.length() bytes) and verifies them.
@@ -103,7 +121,10 @@ class ImageReader {
  private:
   ImageReader() = default;
   absl::StatusOr<std::string> Blob(uint64_t offset, uint64_t size, uint64_t xxh3, const std::string& what) const;
+  absl::Status ParseMeta(const std::string& meta_file, const std::string& what);
+  absl::Status ReadStored(char* buf, uint64_t len, uint64_t offset) const;
   std::string dir_;
+  std::unique_ptr<PageSource> page_source_;
   Checkpoint meta_;
   UniqueFd pages_fd_, files_fd_;
   size_t pages_size_ = 0;

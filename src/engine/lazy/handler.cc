@@ -23,6 +23,7 @@
 #include "common/unique_fd.h"
 #include "engine/image/chain.h"
 #include "engine/lazy/lazy_areas.h"
+#include "engine/lazy/page_client.h"
 
 namespace cairn::lazy {
 namespace {
@@ -77,6 +78,7 @@ class Handler {
 
  private:
   absl::Status Setup();
+  absl::Status StartReadAhead(PageClient& client);
   absl::Status HandleEvents(Ctx& c, bool* had);
   absl::StatusOr<Outcome> FillAt(Ctx& c, Segs::iterator seg, uint64_t target);
   absl::StatusOr<Outcome> ServeFault(Ctx& c, uint64_t addr);
@@ -93,7 +95,7 @@ class Handler {
 };
 
 absl::Status Handler::Setup() {
-  ASSIGN_OR_RETURN(img_, image::OpenChain(opts_.dir));
+  ASSIGN_OR_RETURN(img_, OpenImage({opts_.dir, opts_.page_server, opts_.token_file}, opts_.image_pid));
   const image::Process* proc = image::FindProcess(img_->meta(), opts_.image_pid);
   if (!proc) return absl::NotFoundError(absl::StrCat(opts_.dir, " holds no process ", opts_.image_pid));
   auto c = std::make_unique<Ctx>();
@@ -116,10 +118,25 @@ absl::Status Handler::Setup() {
                                             " bytes is larger than any cairn writes (corrupt image)"));
   }
   buf_.resize(max_block);
+  if (PageClient* client = ClientOf(*img_)) RETURN_IF_ERROR(StartReadAhead(*client));
   int fl = ::fcntl(c->fd.get(), F_GETFL);
   if (fl < 0 || ::fcntl(c->fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) return ErrnoStatus("fcntl userfaultfd");
   ctxs_.push_back(std::move(c));
   return absl::OkStatus();
+}
+
+// The blocks prefetch will read, in the order it reads them (address order, as pending is).
+absl::Status Handler::StartReadAhead(PageClient& client) {
+  std::vector<PageClient::Range> plan;
+  for (const auto& [va, p] : pieces_) {
+    int link = client.LinkOf(p.image);
+    if (link < 0) continue;
+    PageClient::Range r{static_cast<uint32_t>(link), p.block->file_offset(),
+                        p.block->codec() != image::PageBlock::NONE ? p.block->stored_length() : p.block->length()};
+    if (!plan.empty() && plan.back().link == r.link && plan.back().offset == r.offset) continue;
+    plan.push_back(r);
+  }
+  return client.ReadAhead(std::move(plan));
 }
 
 void KillTree(pid_t pid, int depth) {
@@ -335,6 +352,9 @@ absl::Status Handler::Run() {
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CAIRN_LOG_INFO("event=lazy_done pid={} bytes={} faults={} seconds={:.3f}", opts_.pid, copied_, faults_, secs);
+  if (PageClient* client = ClientOf(*img_)) {
+    if (absl::Status d = client->Done(0); !d.ok()) CAIRN_LOG_WARN("event=lazy_done_not_told why=\"{}\"", std::string(d.message()));
+  }
   return absl::OkStatus();
 }
 

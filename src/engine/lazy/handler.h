@@ -14,8 +14,12 @@
 // DONTNEED/REMOVE and munmap (pending pages there are dropped: they now read as zero, as
 // they would have).
 //
+// With a page server, the image comes from it; the blocks to prefetch stream in on a second
+// connection while faults are asked for on the first, and the server is told when every
+// page is in.
+//
 // If a page cannot be delivered (a block fails its checksum, the image is gone or
-// unreadable), the handler kills the process (and any child it forked since) with
+// unreadable, the page server died or stopped answering), the handler kills the process (and any child it forked since) with
 // SIGKILL and writes why to stderr (inherited from `cairn restore`) before exiting 1: the
 // process never runs on with missing memory.
 
@@ -29,6 +33,7 @@ namespace cairn::lazy {
 
 struct HandlerOptions {
   std::string dir;    // checkpoint directory (newest link)
+  std::string page_server, token_file;  // or: the page server to take it from (lazy/page_client.h)
   pid_t pid = 0;      // the restored process, as this machine sees it
   int image_pid = 0;  // its pid in the checkpoint
   int uffd = -1;      // the userfaultfd, inherited

@@ -83,7 +83,13 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   const char* v_flag = verbosity >= 2 ? "-vv" : verbosity == 1 ? "-v" : nullptr;
   std::vector<const char*> argv = {exe};
   if (v_flag) argv.push_back(v_flag);
-  for (const char* a : {"lazy-pages", "--dir", dir.c_str(), "--pid", pid_s.c_str(), "--image-pid",
+  argv.push_back("lazy-pages");
+  if (handlers->page_server.empty()) {
+    argv.insert(argv.end(), {"--dir", dir.c_str()});
+  } else {
+    argv.insert(argv.end(), {"--page-server", handlers->page_server.c_str(), "--token-file", handlers->token_file.c_str()});
+  }
+  for (const char* a : {"--pid", pid_s.c_str(), "--image-pid",
                         image_pid_s.c_str(), "--uffd", ufd_s.c_str(), "--ready-fd", ready_s.c_str(), "--go-fd", go_s.c_str()}) {
     argv.push_back(a);
   }
@@ -111,6 +117,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError("could not start the page handler for restore --lazy (fork failed)");
   }
+  ++handlers->started;
   handlers->go.push_back(std::move(go_w));
   handlers->ready.push_back(std::move(ready_r));
   CAIRN_LOG_DEBUG("event=lazy_handler_started pid={} areas={}", host_pid, areas.size());

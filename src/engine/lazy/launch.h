@@ -29,6 +29,8 @@ namespace cairn::lazy {
 // its go pipe is closed (Release, or the restorer's exit): prefetch must not compete with the
 // rest of the restore for the CPU, and the restore's outcome must not depend on it.
 struct LazyHandlers {
+  std::string page_server, token_file;  // the handlers take the image from this page server
+  int started = 0;
   std::vector<UniqueFd> go, ready;
   absl::Status WaitReady();
   void Release() { go.clear(); }

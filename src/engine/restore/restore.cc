@@ -36,6 +36,7 @@
 #include "engine/restore/sockets.h"
 #include "engine/restore/sysv_ipc.h"
 #include "engine/restore/ids.h"
+#include "engine/lazy/page_client.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
 
@@ -425,11 +426,13 @@ absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area, const 
 }  // namespace
 
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
-  ASSIGN_OR_RETURN(std::unique_ptr<image::ImageReader> img, image::OpenChain(opts.dir));
+  const std::string where = opts.page_server.empty() ? opts.dir : "page server " + opts.page_server;
+  ASSIGN_OR_RETURN(std::unique_ptr<image::ImageReader> img,
+                   lazy::OpenImage({opts.dir, opts.page_server, opts.token_file}, /*who=*/0));
   std::vector<const image::Process*> procs = {&img->meta().process()};
   for (const image::Process& p : img->meta().descendants()) procs.push_back(&p);
-  RETURN_IF_ERROR(CheckTreeOrder(procs, opts.dir));
-  if (procs[0]->zombie()) return absl::DataLossError(opts.dir + ": the root process is a zombie (corrupt image)");
+  RETURN_IF_ERROR(CheckTreeOrder(procs, where));
+  if (procs[0]->zombie()) return absl::DataLossError(where + ": the root process is a zombie (corrupt image)");
   const image::Checkpoint& meta = img->meta();
   if (!meta.own_pid_ns()) RETURN_IF_ERROR(CheckIdsFree(procs));  // a fresh namespace has every id free
   auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
@@ -442,7 +445,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   auto masters = OpenMasters(*img, procs);
   if (!masters.ok()) {
-    return Annotate(masters.status(), absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
+    return Annotate(masters.status(), absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }
 
   // A work area free in every saved layout and in our own.
@@ -500,6 +503,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
   lazy::LazyHandlers lazy_handlers;  // restore --lazy
+  lazy_handlers.page_server = opts.page_server;
+  lazy_handlers.token_file = opts.token_file;
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
@@ -510,7 +515,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (built.ok()) built = lazy_handlers.WaitReady();
   if (built.ok() && meta.own_ipc_ns()) built = RemoveDestroyedSegments(root_host, meta.ipc());
   if (!built.ok()) {
-    return Annotate(built, absl::StrCat("restore from ", opts.dir, " failed (nothing was left running)"));
+    return Annotate(built, absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }
   // Let every process go at once, then turn zombies back into zombies.
   for (const image::Process* p : procs) {
@@ -519,6 +524,12 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   tasks.Release();
   lazy_handlers.Release();  // the processes run: their page handlers may prefetch
+  if (lazy::PageClient* client = lazy::ClientOf(*img)) {
+    // The page server serves on until each handler has every page; a lost message only keeps it up.
+    if (absl::Status d = client->Done(lazy_handlers.started); !d.ok()) {
+      CAIRN_LOG_WARN("event=page_server_not_told why=\"{}\"", std::string(d.message()));
+    }
+  }
   for (const image::Process* p : procs) {
     if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area, ids), absl::StrCat("zombie ", p->pid())));
     // A process that was stopped (SIGSTOP, SIGTSTP...) stops again, as it was.
@@ -534,7 +545,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Vma& v : p->vmas()) result.bytes += image::PieceBytes(image::ResolveArea(*img, *p, v));
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, opts.dir,
+  CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, where,
                  result.bytes, result.seconds);
   return result;
 }

@@ -19,6 +19,8 @@ namespace cairn::restore {
 
 struct RestoreOptions {
   std::string dir;
+  // Or: take the checkpoint from `cairn page-server` at HOST:PORT (lazy/page_client.h).
+  std::string page_server, token_file;
   int fill_threads = 0;
   // Let the process run before its private anonymous memory is in: a page handler
   // process fills it on first touch and in the background (engine/lazy/handler.h).
