@@ -405,9 +405,7 @@ int main(int argc, char** argv) {
   if (restore->parsed()) return cairn::RunRestore(dir, detach, lazy, page_server, token_file);
   if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib);
   if (lazy_pages->parsed()) {
-    absl::Status s = cairn::lazy::ServePages(lazy_opts);
-    if (!s.ok()) return cairn::Fail(s);
-    return 0;
+    return cairn::lazy::ServePages(lazy_opts).ok() ? 0 : 1;  // it wrote any error itself
   }
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
   if (compact->parsed()) return cairn::RunCompact(dir, compact_out);

@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -317,8 +319,13 @@ absl::Status Handler::Run() {
   (void)::write(opts_.ready_fd, &one, 1);
   ::close(opts_.ready_fd);
   auto fatal = [&](absl::Status st) {
+    // Said before the kill: whoever waits for the process (an attached `cairn restore`) finds
+    // the reason already written when it sees the process die.
+    st = Annotate(st, absl::StrCat("lazy restore of pid ", opts_.pid, " failed; the process was killed"));
+    std::fprintf(stderr, "cairn: error: %s\n", std::string(st.message()).c_str());
+    std::fflush(stderr);
     KillAll();
-    return Annotate(st, absl::StrCat("lazy restore of pid ", opts_.pid, " failed; the process was killed"));
+    return st;
   };
   UniqueFd go(opts_.go_fd);
   for (;;) {
@@ -362,7 +369,11 @@ absl::Status Handler::Run() {
 
 absl::Status ServePages(const HandlerOptions& opts) {
   Handler h(opts);
-  return h.Run();
+  absl::Status s = h.Run();
+  if (!s.ok() && !absl::StrContains(s.message(), "the process was killed")) {
+    std::fprintf(stderr, "cairn: error: %s\n", std::string(s.message()).c_str());
+  }
+  return s;
 }
 
 }  // namespace cairn::lazy

@@ -42,7 +42,8 @@ struct HandlerOptions {
 };
 
 // Serves pages until every saved page is in (OK) or a page cannot be delivered (the
-// process has been killed; the status says why).
+// process has been killed; the status says why). Errors are also written to stderr, before
+// the kill, so the caller need not print them.
 absl::Status ServePages(const HandlerOptions& opts);
 
 }  // namespace cairn::lazy

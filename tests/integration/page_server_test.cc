@@ -1,0 +1,302 @@
+// Lazy restore through `cairn page-server`: the checkpoint (metadata and pages) is served over
+// TCP on loopback to `cairn restore --lazy --page-server`, which holds no copy of it. Round trips
+// of a single process, threads, fork/remap events, a tree, an incremental chain and compressed
+// blocks (the workloads check their own memory and print PASS); then what must fail cleanly: the
+// server dying mid-way (the process is killed, never left running with missing memory), a wrong
+// token, an unreachable server, and a server started on bad input.
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PageServerTest : public CairnTest {
+ protected:
+  struct Server {
+    pid_t pid = -1;
+    std::string addr;  // 127.0.0.1:PORT
+    std::string out, err;
+  };
+
+  std::string Token(const std::string& name, const std::string& secret) {
+    std::string path = *temp_ / name;
+    WriteFile(path, secret + "\n");
+    ::chmod(path.c_str(), 0600);
+    return path;
+  }
+
+  // Starts `cairn page-server` on a free loopback port and waits until it listens.
+  ::testing::AssertionResult StartServer(const std::string& ckpt, const std::string& token, Server* s,
+                                         const std::vector<std::string>& extra = {}) {
+    s->out = *temp_ / ("server" + std::to_string(servers_) + ".out");
+    s->err = *temp_ / ("server" + std::to_string(servers_) + ".err");
+    ++servers_;
+    std::vector<std::string> argv = {CAIRN_BIN, "-v", "page-server", "--dir", ckpt, "--listen", "127.0.0.1:0",
+                                     "--token-file", token};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    WriteFile(*temp_ / "empty", "");
+    s->pid = SpawnProgram(argv, *temp_ / "empty", s->out, s->err);
+    if (s->pid < 0) return ::testing::AssertionFailure() << "cannot start cairn page-server";
+    Track(s->pid, CAIRN_BIN);
+    std::regex re("serving .* on (127\\.0\\.0\\.1:[0-9]+)");
+    for (int i = 0; i < 1000; ++i) {
+      std::smatch m;
+      std::string out = ReadFile(s->out);
+      if (std::regex_search(out, m, re)) {
+        s->addr = m[1];
+        return ::testing::AssertionSuccess();
+      }
+      if (!IsAlive(s->pid)) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return ::testing::AssertionFailure() << "page server did not start: " << ReadFile(s->out) << ReadFile(s->err);
+  }
+
+  CommandResult RestoreFrom(const Server& s, const std::string& token, bool detach = true) {
+    std::vector<std::string> args = {"restore", "--lazy", "--page-server", s.addr, "--token-file", token};
+    if (detach) args.push_back("--detach");
+    return Cairn(args, WithTimeout(60s));
+  }
+
+  // The server is one-shot: once the restore has every page, it exits 0.
+  ::testing::AssertionResult ServerFinished(const Server& s) {
+    Ending end = WaitGone(s.pid, 30s);
+    if (!end.ExitedWith(0)) {
+      return ::testing::AssertionFailure() << "page server " << end.Describe() << " (want exited 0 once every page was "
+                                           << "delivered)\n" << ReadFile(s.out) << ReadFile(s.err);
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult DumpAndKill(Workload& w, const std::string& ckpt, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"dump", "--pid", std::to_string(w.pid()), "--dir", ckpt};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CommandResult dump = Cairn(args, WithTimeout(60s));
+    if (!dump.Exited(0)) return ::testing::AssertionFailure() << "cairn dump failed " << dump.Describe();
+    Ending end = WaitGone(w.pid(), 10s);
+    if (!end.gone) return ::testing::AssertionFailure() << "pid " << w.pid() << " still runs after cairn dump";
+    return ::testing::AssertionSuccess();
+  }
+
+  // Serves `ckpt`, restores `w` from the server, lets it finish, checks PASS and the server's exit.
+  void RoundTrip(Workload& w, const std::string& ckpt, const std::string& out_before, const std::string& err_before) {
+    std::string token = Token("token", "page-server-test-token-0123456789");
+    Server s;
+    ASSERT_TRUE(StartServer(ckpt, token, &s));
+    CommandResult restore = RestoreFrom(s, token);
+    ASSERT_TRUE(restore.Exited(0)) << "restore --lazy --page-server failed " << restore.Describe() << ReadFile(s.err);
+    EXPECT_TRUE(Matches(restore.out, "restored pid [0-9]+ from page server 127.0.0.1")) << restore.Describe();
+    ASSERT_TRUE(IsAlive(w.pid())) << "pid " << w.pid() << " not running after restore " << restore.Describe();
+    EXPECT_EQ(ProcessArgv0(w.pid()), WorkloadPath(w.name()));
+    w.Go();
+    ASSERT_TRUE(FinishedWithPass(w, out_before, err_before, "workload restored from a page server"));
+    EXPECT_TRUE(ServerFinished(s));
+  }
+
+  int servers_ = 0;
+};
+
+class PageServerRoundTrip : public PageServerTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(PageServerRoundTrip, RestoresThroughThePageServer) {
+  Workload w = MakeWorkload(GetParam());
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  RoundTrip(w, ckpt, out_before, err_before);
+}
+
+// Single process with a large anonymous area, heap, threads, fork/mremap/munmap during prefetch.
+INSTANTIATE_TEST_SUITE_P(Workloads, PageServerRoundTrip,
+                         ::testing::Values("wl_mmap_anon", "wl_heap", "wl_threads", "wl_lazy_events"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+TEST_F(PageServerTest, CompressedBlocks) {
+  Workload w = MakeWorkload("wl_mmap_anon");
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt, {"--compress", "zstd"}));
+  RoundTrip(w, ckpt, out_before, err_before);
+}
+
+// A chain: ck0 in full (tracking writes), ck1 incremental on it; the server serves both links and the
+// restore takes each page from the newest link that holds it.
+TEST_F(PageServerTest, IncrementalChain) {
+  Workload w = MakeWorkload("wl_heap");
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ck0 = w.workdir() + "/ck0", ck1 = w.workdir() + "/ck1";
+  CommandResult c0 = Cairn({"dump", "--pid", std::to_string(w.pid()), "--dir", ck0, "--leave-running", "--track"});
+  ASSERT_TRUE(c0.Exited(0)) << c0.Describe();
+  CommandResult c1 = Cairn({"dump", "--pid", std::to_string(w.pid()), "--dir", ck1, "--parent", ck0});
+  ASSERT_TRUE(c1.Exited(0)) << c1.Describe();
+  ASSERT_TRUE(Matches(c1.out, "incremental")) << c1.Describe();
+  ASSERT_TRUE(WaitGone(w.pid(), 10s).gone);
+  RoundTrip(w, ck1, out_before, err_before);
+}
+
+TEST_F(PageServerTest, ProcessTree) {
+  Workload w = MakeWorkload("tree/wl_tree_pipes");
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt, {"--tree"}));
+  // Every process of the tree (announced in WORKDIR/proc-ROLE) must be gone and reaped: their pids are reused.
+  for (const auto& e : fs::directory_iterator(w.workdir())) {
+    std::string name = e.path().filename();
+    if (name.rfind("proc-", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
+    ASSERT_TRUE(WaitGone(std::stoi(ReadFile(e.path())), 10s).gone) << name;
+  }
+  RoundTrip(w, ckpt, out_before, err_before);
+}
+
+// The server dies while the restored process runs and pages are still to come: the page handler
+// must kill the process and say which server failed. The server sends slowly (--max-rate), so the
+// 16 MiB area cannot be complete when it is killed: no timing luck.
+TEST_F(PageServerTest, ServerKilledMidwayKillsTheProcess) {
+  Workload w = MakeWorkload("wl_mmap_anon");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  std::string token = Token("token", "page-server-test-token-0123456789");
+  Server s;
+  ASSERT_TRUE(StartServer(ckpt, token, &s, {"--max-rate", "1024"}));  // 1 MiB/s: 16 s for the big area
+  std::string err_path = w.workdir() + "/restore.err";
+  CommandResult restore = RunCommand({"/bin/sh", "-c",
+                                      "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
+                                      CAIRN_BIN, s.addr, token, err_path},
+                                     w.workdir());
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
+  ASSERT_TRUE(IsAlive(w.pid())) << "the process must run before all its pages are in";
+  ASSERT_EQ(::kill(s.pid, SIGKILL), 0);
+  WaitGone(s.pid, 10s);
+  Ending end = WaitGone(w.pid(), 20s);
+  ASSERT_TRUE(end.gone) << "the restored process still runs although its page server died";
+  ASSERT_TRUE(end.status && WIFSIGNALED(*end.status) && WTERMSIG(*end.status) == SIGKILL)
+      << "want killed by SIGKILL, got " << end.Describe();
+  std::string err;
+  for (int i = 0; i < 200 && !Matches(err, "killed"); ++i) {
+    std::this_thread::sleep_for(20ms);
+    err = ReadFile(err_path);
+  }
+  EXPECT_TRUE(Matches(err, "lazy restore of pid [0-9]+ failed; the process was killed")) << err;
+  EXPECT_TRUE(Matches(err, "page server " + s.addr)) << "the error must name the server: " << err;
+  EXPECT_TRUE(Matches(err, "connection (closed|lost)")) << err;
+  EXPECT_EQ(w.Stdout().find("PASS"), std::string::npos) << w.Describe();
+}
+
+// Same, attached: `cairn restore` waits for the process and must exit non-zero.
+TEST_F(PageServerTest, ServerKilledMidwayAttachedRestoreFails) {
+  Workload w = MakeWorkload("wl_mmap_anon");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  std::string token = Token("token", "page-server-test-token-0123456789");
+  Server s;
+  ASSERT_TRUE(StartServer(ckpt, token, &s, {"--max-rate", "1024"}));
+  pid_t server_pid = s.pid;
+  std::string server_err = s.err;
+  // The restorer tells the server (logged with -v) once the processes run; then the server dies.
+  std::thread killer([&] {
+    for (int i = 0; i < 3000 && !Matches(ReadFile(server_err), "event=page_server_done who=0"); ++i) {
+      std::this_thread::sleep_for(5ms);
+    }
+    ::kill(server_pid, SIGKILL);
+  });
+  CommandResult restore = RestoreFrom(s, token, /*detach=*/false);
+  killer.join();
+  WaitGone(s.pid, 10s);
+  EXPECT_FALSE(restore.exit_code == 0) << "attached restore must fail when the page server dies " << restore.Describe();
+  EXPECT_FALSE(restore.timed_out) << restore.Describe();
+  EXPECT_TRUE(Matches(restore.err, "page server " + s.addr)) << restore.Describe();
+  EXPECT_TRUE(Matches(restore.err, "the process was killed")) << restore.Describe();
+  Ending end = WaitGone(w.pid(), 10s);
+  EXPECT_TRUE(end.gone) << "the restored process still runs";
+}
+
+TEST_F(PageServerTest, WrongTokenIsRefusedAndNothingIsRestored) {
+  Workload w = MakeWorkload("wl_heap");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  Server s;
+  ASSERT_TRUE(StartServer(ckpt, Token("token", "the-right-token-0123456789"), &s));
+  CommandResult restore = RestoreFrom(s, Token("wrong", "the-wrong-token-0123456789"));
+  EXPECT_TRUE(restore.FailedCleanly()) << restore.Describe();
+  EXPECT_TRUE(Matches(restore.err, "page server " + s.addr + " refused the connection: wrong token")) << restore.Describe();
+  EXPECT_FALSE(IsAlive(w.pid())) << "nothing may be restored with a wrong token";
+  EXPECT_TRUE(IsAlive(s.pid)) << "a refused client must not stop the server";
+  EXPECT_TRUE(Matches(ReadFile(s.err), "page_server_refused.*wrong token")) << ReadFile(s.err);
+  // Without a token file at all: refused before connecting.
+  CommandResult none = Cairn({"restore", "--lazy", "--page-server", s.addr});
+  EXPECT_TRUE(none.FailedCleanly()) << none.Describe();
+  EXPECT_TRUE(Matches(none.err, "needs --token-file")) << none.Describe();
+}
+
+TEST_F(PageServerTest, UnreachableServer) {
+  // A port nobody listens on: bind one, then close it.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  CommandResult restore = Cairn({"restore", "--lazy", "--page-server", addr, "--token-file",
+                                 Token("token", "page-server-test-token-0123456789")});
+  EXPECT_TRUE(restore.FailedCleanly()) << restore.Describe();
+  EXPECT_TRUE(Matches(restore.err, "cannot connect to page server " + addr + ": connection refused")) << restore.Describe();
+  CommandResult both = Cairn({"restore", "--dir", *temp_ / "x", "--page-server", addr});
+  EXPECT_TRUE(both.FailedCleanly()) << both.Describe();
+  EXPECT_TRUE(Matches(both.err, "exactly one of --dir")) << both.Describe();
+}
+
+TEST_F(PageServerTest, BadServerInputFailsClearly) {
+  std::string token = Token("token", "page-server-test-token-0123456789");
+  CommandResult no_dir = Cairn({"page-server", "--dir", *temp_ / "nothing", "--listen", "127.0.0.1:0", "--token-file", token});
+  EXPECT_TRUE(no_dir.FailedCleanly()) << no_dir.Describe();
+  EXPECT_TRUE(Matches(no_dir.err, "cannot serve .*nothing.*does not exist")) << no_dir.Describe();
+
+  Workload w = MakeWorkload("wl_heap");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  CommandResult no_token = Cairn({"page-server", "--dir", ckpt, "--listen", "127.0.0.1:0", "--token-file", *temp_ / "none"});
+  EXPECT_TRUE(no_token.FailedCleanly()) << no_token.Describe();
+  EXPECT_TRUE(Matches(no_token.err, "token file")) << no_token.Describe();
+  std::string open_token = *temp_ / "open";
+  WriteFile(open_token, "page-server-test-token-0123456789\n");
+  ::chmod(open_token.c_str(), 0644);
+  CommandResult unsafe = Cairn({"page-server", "--dir", ckpt, "--listen", "127.0.0.1:0", "--token-file", open_token});
+  EXPECT_TRUE(unsafe.FailedCleanly()) << unsafe.Describe();
+  EXPECT_TRUE(Matches(unsafe.err, "chmod 600")) << unsafe.Describe();
+
+  Server s;
+  ASSERT_TRUE(StartServer(ckpt, token, &s));
+  CommandResult in_use = Cairn({"page-server", "--dir", ckpt, "--listen", s.addr, "--token-file", token});
+  EXPECT_TRUE(in_use.FailedCleanly()) << in_use.Describe();
+  EXPECT_TRUE(Matches(in_use.err, "already in use")) << in_use.Describe();
+  CommandResult bad_addr = Cairn({"page-server", "--dir", ckpt, "--listen", "localhost", "--token-file", token});
+  EXPECT_TRUE(bad_addr.FailedCleanly()) << bad_addr.Describe();
+  EXPECT_TRUE(Matches(bad_addr.err, "must be HOST:PORT")) << bad_addr.Describe();
+}
+
+}  // namespace
+}  // namespace cairn::testing
