@@ -72,6 +72,10 @@ struct Ctx {
 
 enum class Outcome { kOk, kAgain, kGone };
 
+uint64_t StoredLength(const image::PageBlock& b) {
+  return b.codec() != image::PageBlock::NONE ? b.stored_length() : b.length();
+}
+
 class Handler {
  public:
   explicit Handler(const HandlerOptions& opts) : opts_(opts) {}
@@ -82,7 +86,7 @@ class Handler {
   absl::Status Setup();
   absl::Status StartReadAhead(PageClient& client);
   absl::Status HandleEvents(Ctx& c, bool* had);
-  absl::StatusOr<Outcome> FillAt(Ctx& c, Segs::iterator seg, uint64_t target);
+  absl::StatusOr<Outcome> FillAt(Ctx& c, Segs::iterator seg, uint64_t target, bool prefetch = false);
   absl::StatusOr<Outcome> ServeFault(Ctx& c, uint64_t addr);
   absl::StatusOr<Outcome> Copy(Ctx& c, uint64_t dst, const char* src, uint64_t len);
   void KillAll();
@@ -133,8 +137,7 @@ absl::Status Handler::StartReadAhead(PageClient& client) {
   for (const auto& [va, p] : pieces_) {
     int link = client.LinkOf(p.image);
     if (link < 0) continue;
-    PageClient::Range r{static_cast<uint32_t>(link), p.block->file_offset(),
-                        p.block->codec() != image::PageBlock::NONE ? p.block->stored_length() : p.block->length()};
+    PageClient::Range r{static_cast<uint32_t>(link), p.block->file_offset(), StoredLength(*p.block)};
     if (!plan.empty() && plan.back().link == r.link && plan.back().offset == r.offset) continue;
     plan.push_back(r);
   }
@@ -199,7 +202,7 @@ absl::StatusOr<Outcome> Handler::Copy(Ctx& c, uint64_t dst, const char* src, uin
 }
 
 // Copies the pending pages around `target` (inside `seg`) that one stored block holds.
-absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t target) {
+absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t target, bool prefetch) {
   uint64_t s0 = seg->first;
   Seg g = seg->second;
   uint64_t src = g.src + (target - s0);
@@ -212,6 +215,11 @@ absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t tar
   uint64_t from = std::max(ps, g.src), to = std::min(pe, g.src + (g.end - s0));
   if (cached_ != p.block) {
     cached_ = nullptr;
+    // Prefetch goes in address order: the read-ahead stream may drop what lies before this block.
+    if (PageClient* client = prefetch ? ClientOf(*img_) : nullptr) {
+      int link = client->LinkOf(p.image);
+      if (link >= 0) client->SkipTo({static_cast<uint32_t>(link), p.block->file_offset(), StoredLength(*p.block)});
+    }
     absl::Status read = p.image->ReadBlock(*p.block, buf_.data());
     if (!read.ok()) {
       return Annotate(read, absl::StrFormat("page %#x of pid %d (saved at %#x) cannot be delivered", target,
@@ -350,7 +358,7 @@ absl::Status Handler::Run() {
     for (auto& c : ctxs_) {
       if (c->gone || c->pending.empty()) continue;
       auto seg = c->pending.begin();
-      auto o = FillAt(*c, seg, seg->first);
+      auto o = FillAt(*c, seg, seg->first, /*prefetch=*/true);
       if (!o.ok()) return fatal(o.status());
       if (*o == Outcome::kGone) c->gone = true;
       if (*o == Outcome::kAgain) ::usleep(100);

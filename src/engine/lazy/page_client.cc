@@ -169,25 +169,46 @@ int PageClient::LinkOf(const image::ImageReader* img) const {
   return -1;
 }
 
+void PageClient::SkipTo(const Range& r) {
+  std::lock_guard<std::mutex> l(smu_);
+  auto it = plan_index_.find({r.link, r.offset, r.len});
+  if (it == plan_index_.end() || it->second <= consumed_) return;
+  consumed_ = it->second;
+  for (auto e = ready_.begin(); e != ready_.end() && e->first < consumed_;) {
+    state_[e->first] = kGone;
+    spare_.push_back(std::move(e->second));
+    e = ready_.erase(e);
+  }
+  scv_.notify_all();
+}
+
 absl::Status PageClient::Read(uint32_t link, uint64_t offset, uint64_t len, char* buf) {
   {
     std::unique_lock<std::mutex> l(smu_);
     auto it = plan_index_.find({link, offset, len});
-    if (it != plan_index_.end() && it->second >= consumed_ && stream_error_.ok()) {
+    if (it != plan_index_.end() && (state_[it->second] == kOnItsWay || state_[it->second] == kReady)) {
       size_t idx = it->second;
-      consumed_ = idx;
-      ready_.erase(ready_.begin(), ready_.lower_bound(idx));
-      scv_.notify_all();
-      scv_.wait(l, [&] { return ready_.count(idx) > 0 || !stream_error_.ok(); });
-      if (ready_.count(idx) > 0) {
-        std::memcpy(buf, ready_[idx].data(), len);
-        ready_.erase(idx);
-        consumed_ = idx + 1;
+      auto t0 = std::chrono::steady_clock::now();
+      scv_.wait(l, [&] { return state_[idx] != kOnItsWay || !stream_error_.ok(); });
+      stream_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (state_[idx] == kReady) {
+        ++stream_hits_;
+        state_[idx] = kGone;
+        auto node = ready_.extract(idx);
+        if (idx == consumed_) ++consumed_;
         scv_.notify_all();
+        l.unlock();
+        std::memcpy(buf, node.mapped().data(), len);
+        l.lock();
+        spare_.push_back(std::move(node.mapped()));
         return absl::OkStatus();
       }
       // The stream failed: ask on the first connection, which says whether the server is gone.
     }
+  }
+  {
+    std::lock_guard<std::mutex> l(smu_);
+    ++direct_reads_;
   }
   std::lock_guard<std::mutex> l(mu_);
   return Request(fd_.get(), wire::kRead, link, 0, offset, len, nullptr, buf, len);
@@ -199,6 +220,7 @@ absl::Status PageClient::ReadAhead(std::vector<Range> plan) {
   ASSIGN_OR_RETURN(sfd_, Dial(&links));
   plan_ = std::move(plan);
   for (size_t i = 0; i < plan_.size(); ++i) plan_index_.emplace(std::tuple{plan_[i].link, plan_[i].offset, plan_[i].len}, i);
+  state_.assign(plan_.size(), kNotAsked);
   streamer_ = std::thread([this] { StreamLoop(); });
   return absl::OkStatus();
 }
@@ -206,27 +228,38 @@ absl::Status PageClient::ReadAhead(std::vector<Range> plan) {
 void PageClient::StreamLoop() {
   std::string peer = Describe();
   std::deque<size_t> inflight;
-  size_t next = 0;
   auto fail = [&](absl::Status s) {
+    CAIRN_LOG_DEBUG("event=page_stream_failed server={} why=\"{}\"", server_, std::string(s.message()));
     std::lock_guard<std::mutex> l(smu_);
     if (stream_error_.ok()) stream_error_ = s;
     scv_.notify_all();
   };
   for (;;) {
-    {
-      std::unique_lock<std::mutex> l(smu_);
-      scv_.wait(l, [&] { return stop_ || ready_.size() < kWindow; });
-      if (stop_) return;
-      next = std::max(next, consumed_);
-    }
-    while (inflight.size() < kWindow && next < plan_.size()) {
+    // Ask for more while fewer than kWindow blocks are on their way or waiting to be taken.
+    // Replies already asked for are always received (a Read may be waiting for one).
+    for (;;) {
+      size_t next;
+      {
+        std::lock_guard<std::mutex> l(smu_);
+        if (stop_) return;
+        next_send_ = std::max(next_send_, consumed_);
+        if (inflight.size() + ready_.size() >= kWindow || next_send_ >= plan_.size()) break;
+        next = next_send_++;
+        state_[next] = kOnItsWay;
+      }
       const Range& r = plan_[next];
       absl::Status s = wire::SendMessage(sfd_.get(), wire::MakeHeader(wire::kRead, r.link, 0, r.offset, r.len),
                                          nullptr, peer);
       if (!s.ok()) return fail(s);
-      inflight.push_back(next++);
+      inflight.push_back(next);
     }
-    if (inflight.empty()) return;
+    if (inflight.empty()) {
+      std::unique_lock<std::mutex> l(smu_);
+      if (next_send_ >= plan_.size()) return;  // all asked for and received
+      scv_.wait(l, [&] { return stop_ || ready_.size() < kWindow; });
+      if (stop_) return;
+      continue;
+    }
     size_t idx = inflight.front();
     inflight.pop_front();
     wire::Header h{};
@@ -235,19 +268,36 @@ void PageClient::StreamLoop() {
       s = absl::DataLossError(absl::StrCat(peer, ": unexpected answer to a read-ahead request"));
     }
     std::vector<char> buf;
+    {
+      std::lock_guard<std::mutex> l(smu_);
+      if (!spare_.empty()) {
+        buf = std::move(spare_.back());
+        spare_.pop_back();
+      }
+    }
     if (s.ok()) {
-      buf.resize(h.len);
-      s = wire::RecvAll(sfd_.get(), buf.data(), buf.size(), peer);
+      if (buf.size() < h.len) buf.resize(h.len);  // kept larger: the reader copies only the block's length
+      s = wire::RecvAll(sfd_.get(), buf.data(), h.len, peer);
     }
     if (!s.ok()) return fail(s);
     std::lock_guard<std::mutex> l(smu_);
-    if (idx >= consumed_) ready_[idx] = std::move(buf);
-    received_ = idx + 1;
+    if (idx >= consumed_) {
+      state_[idx] = kReady;
+      ready_[idx] = std::move(buf);
+    } else {
+      state_[idx] = kGone;
+      spare_.push_back(std::move(buf));
+    }
     scv_.notify_all();
   }
 }
 
 absl::Status PageClient::Done(uint64_t handlers) {
+  {
+    std::lock_guard<std::mutex> l(smu_);
+    CAIRN_LOG_DEBUG("event=page_client_done server={} streamed={} direct={} waited_for_stream_s={:.3f}", server_,
+                    stream_hits_, direct_reads_, stream_wait_s_);
+  }
   std::lock_guard<std::mutex> l(mu_);
   std::string none;
   return Request(fd_.get(), wire::kDone, 0, 0, 0, handlers, &none, nullptr, 0);

@@ -56,13 +56,16 @@ class PageClient {
   // Reads `len` stored bytes at `offset` of link `link`'s pages.img.
   absl::Status Read(uint32_t link, uint64_t offset, uint64_t len, char* buf);
 
-  // Streams these ranges (link, offset, len), in this order, on a second connection; a
-  // later Read of one of them takes it from the stream (skipping the ones before it).
+  // Streams these ranges (link, offset, len), in this order, on a second connection, a few
+  // blocks ahead of the reader; a Read of one that is received or on its way takes it from
+  // the stream, of one not yet asked for goes on the first connection (a fault far ahead).
   struct Range {
     uint32_t link = 0;
     uint64_t offset = 0, len = 0;
   };
   absl::Status ReadAhead(std::vector<Range> plan);
+  // The reader will not want the ranges streamed before `r` (its prefetch has passed them).
+  void SkipTo(const Range& r);
 
   // Tells the server this side is finished (restorer: `handlers` page handlers follow).
   absl::Status Done(uint64_t handlers);
@@ -92,12 +95,17 @@ class PageClient {
   UniqueFd sfd_;
   std::vector<Range> plan_;
   std::map<std::tuple<uint32_t, uint64_t, uint64_t>, size_t> plan_index_;
+  enum : char { kNotAsked, kOnItsWay, kReady, kGone };
+  std::vector<char> state_;                    // GUARDED_BY(smu_): per plan entry
   std::map<size_t, std::vector<char>> ready_;  // GUARDED_BY(smu_): received, not yet taken
+  std::vector<std::vector<char>> spare_;       // GUARDED_BY(smu_): buffers to reuse (no zeroing, no page faults)
   size_t consumed_ = 0;                        // GUARDED_BY(smu_): entries before this are not wanted
-  size_t received_ = 0;                        // GUARDED_BY(smu_)
+  size_t next_send_ = 0;                       // GUARDED_BY(smu_): the next entry to ask the server for
   absl::Status stream_error_;                  // GUARDED_BY(smu_)
   bool stop_ = false;                          // GUARDED_BY(smu_)
   std::thread streamer_;
+  uint64_t stream_hits_ = 0, direct_reads_ = 0;  // GUARDED_BY(smu_), for the log
+  double stream_wait_s_ = 0;                     // GUARDED_BY(smu_)
 };
 
 // Opens the checkpoint of `src`: OpenChain of the directory, or through a page server (the
