@@ -95,7 +95,7 @@ class Handler {
   std::unique_ptr<image::ImageReader> img_;
   std::map<uint64_t, image::Piece> pieces_;  // by the address of its first page at checkpoint time
   std::vector<std::unique_ptr<Ctx>> ctxs_;
-  std::vector<char> buf_;
+  std::unique_ptr<char[]> buf_;  // not zeroed: its pages are touched only as blocks are read
   const image::PageBlock* cached_ = nullptr;
   uint64_t faults_ = 0, copied_ = 0;
 };
@@ -123,7 +123,7 @@ absl::Status Handler::Setup() {
     return absl::DataLossError(absl::StrCat(opts_.dir, ": a page block of ", max_block,
                                             " bytes is larger than any cairn writes (corrupt image)"));
   }
-  buf_.resize(max_block);
+  buf_.reset(new char[max_block]);
   if (PageClient* client = ClientOf(*img_)) RETURN_IF_ERROR(StartReadAhead(*client));
   int fl = ::fcntl(c->fd.get(), F_GETFL);
   if (fl < 0 || ::fcntl(c->fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) return ErrnoStatus("fcntl userfaultfd");
@@ -220,19 +220,19 @@ absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t tar
       int link = client->LinkOf(p.image);
       if (link >= 0) client->SkipTo({static_cast<uint32_t>(link), p.block->file_offset(), StoredLength(*p.block)});
     }
-    absl::Status read = p.image->ReadBlock(*p.block, buf_.data());
+    absl::Status read = p.image->ReadBlock(*p.block, buf_.get());
     if (!read.ok()) {
       return Annotate(read, absl::StrFormat("page %#x of pid %d (saved at %#x) cannot be delivered", target,
                                             opts_.pid, src));
     }
     cached_ = p.block;
   }
-  const char* data = buf_.data() + p.offset + (from - ps);
+  const char* data = buf_.get() + p.offset + (from - ps);
   return Copy(c, s0 + (from - g.src), data, to - from);
 }
 
 absl::StatusOr<Outcome> Handler::ServeFault(Ctx& c, uint64_t addr) {
-  ++faults_;
+  if (++faults_ == 1) CAIRN_LOG_DEBUG("event=lazy_first_fault pid={} addr={:#x}", opts_.pid, addr);
   uint64_t page = addr & ~(kPage - 1);
   auto seg = Containing(c.pending, page);
   if (seg != c.pending.end()) return FillAt(c, seg, page);
@@ -323,6 +323,8 @@ absl::Status Handler::Run() {
     ::close(opts_.ready_fd);
     return s;
   }
+  CAIRN_LOG_DEBUG("event=lazy_ready pid={} setup_seconds={:.4f}", opts_.pid,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   char one = 1;
   (void)::write(opts_.ready_fd, &one, 1);
   ::close(opts_.ready_fd);

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -15,12 +17,36 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/lazy/handler.h"
 #include "engine/proc/pidfd.h"
 
 namespace cairn::lazy {
 namespace {
 
 constexpr size_t kScratchStructs = 1024;
+
+// True when the calling process has one thread: then a forked child may go on running
+// ordinary code (no lock can be held by a thread that does not exist in the child).
+bool SingleThreaded() {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec)) {
+    ++n;
+  }
+  return !ec && n == 1;
+}
+
+// Closes every descriptor from 3 up except those in `keep`.
+void CloseAllBut(std::vector<int> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned from = 3;
+  for (int k : keep) {
+    if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0);
+    from = std::max(from, static_cast<unsigned>(k) + 1);
+  }
+  ::syscall(SYS_close_range, from, ~0U, 0);
+}
 constexpr uint64_t kFeatures =
     UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP;
 
@@ -94,13 +120,31 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
     argv.push_back(a);
   }
   argv.push_back(nullptr);
+  // A single-threaded restorer forks the handler without exec: no second start of the cairn
+  // binary (tens of ms of dynamic linking) before the handler is ready. Otherwise it execs.
+  bool no_exec = SingleThreaded() && std::getenv("CAIRN_LAZY_EXEC") == nullptr;
+  HandlerOptions hopts;
+  hopts.dir = dir;
+  hopts.page_server = handlers->page_server;
+  hopts.token_file = handlers->token_file;
+  hopts.pid = host_pid;
+  hopts.image_pid = image_pid;
+  hopts.uffd = ufd_keep.get();
+  hopts.ready_fd = ready_w.get();
+  hopts.go_fd = go_r.get();
   pid_t mid = ::fork();
   if (mid < 0) return ErrnoStatus("fork (page handler)");
   if (mid == 0) {
-    // Only async-signal-safe calls from here to exec.
     ::setsid();
     pid_t handler = ::fork();
     if (handler != 0) ::_exit(handler < 0 ? 1 : 0);
+    if (no_exec) {
+      // Nothing of the restorer's may stay open here (a pipe end held by the handler would keep
+      // a restored reader from ever seeing end of file), and nothing of it may run at exit.
+      CloseAllBut({ufd_keep.get(), ready_w.get(), go_r.get()});
+      ::_exit(ServePages(hopts).ok() ? 0 : 1);
+    }
+    // Only async-signal-safe calls from here to exec.
     ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
     ::fcntl(ufd_keep.get(), F_SETFD, 0);
     ::fcntl(ready_w.get(), F_SETFD, 0);
@@ -120,7 +164,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   ++handlers->started;
   handlers->go.push_back(std::move(go_w));
   handlers->ready.push_back(std::move(ready_r));
-  CAIRN_LOG_DEBUG("event=lazy_handler_started pid={} areas={}", host_pid, areas.size());
+  CAIRN_LOG_DEBUG("event=lazy_handler_started pid={} areas={} exec={}", host_pid, areas.size(), !no_exec);
   return absl::OkStatus();
 }
 
