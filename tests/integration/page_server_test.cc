@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <thread>
 
@@ -227,6 +228,55 @@ TEST_F(PageServerTest, ServerKilledMidwayAttachedRestoreFails) {
   EXPECT_TRUE(Matches(restore.err, "the process was killed")) << restore.Describe();
   Ending end = WaitGone(w.pid(), 10s);
   EXPECT_TRUE(end.gone) << "the restored process still runs";
+}
+
+// A block damaged on the server's disk: the restoring side verifies every block it receives, so
+// the handler meets the checksum mismatch (in its read-ahead stream or on a fault) and kills the
+// process, naming the server.
+TEST_F(PageServerTest, DamagedBlockOnTheServerKillsTheProcess) {
+  Workload w = MakeWorkload("wl_mmap_anon");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  CommandResult meta = Cairn({"inspect", ckpt, "--json"});
+  ASSERT_TRUE(meta.Exited(0)) << meta.Describe();
+  std::regex block_re("\"length\":\\s*\"?(\\d+)\"?,\\s*\"(?:fileOffset|file_offset)\":\\s*\"?(\\d+)");
+  uint64_t best_len = 0, best_off = 0;
+  for (std::sregex_iterator it(meta.out.begin(), meta.out.end(), block_re), end; it != end; ++it) {
+    uint64_t len = std::stoull((*it)[1]), off = std::stoull((*it)[2]);
+    if (len > best_len) best_len = len, best_off = off;
+  }
+  ASSERT_GE(best_len, 1u << 20) << "no large page block found";
+  {
+    std::fstream f(ckpt + "/pages.img", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t at = best_off + best_len - 4096 + 100;
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  std::string token = Token("token", "page-server-test-token-0123456789");
+  Server s;
+  ASSERT_TRUE(StartServer(ckpt, token, &s));
+  std::string err_path = w.workdir() + "/restore.err";
+  CommandResult restore = RunCommand({"/bin/sh", "-c",
+                                      "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
+                                      CAIRN_BIN, s.addr, token, err_path},
+                                     w.workdir());
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
+  Ending end = WaitGone(w.pid(), 20s);
+  ASSERT_TRUE(end.gone) << "the restored process still runs with a damaged page block";
+  ASSERT_TRUE(end.status && WIFSIGNALED(*end.status) && WTERMSIG(*end.status) == SIGKILL) << end.Describe();
+  std::string err;
+  for (int i = 0; i < 200 && !Matches(err, "killed"); ++i) {
+    std::this_thread::sleep_for(20ms);
+    err = ReadFile(err_path);
+  }
+  EXPECT_TRUE(Matches(err, "checksum mismatch")) << err;
+  EXPECT_TRUE(Matches(err, "page server " + s.addr)) << err;
+  EXPECT_TRUE(Matches(err, "lazy restore of pid [0-9]+ failed; the process was killed")) << err;
+  EXPECT_EQ(w.Stdout().find("PASS"), std::string::npos) << w.Describe();
 }
 
 TEST_F(PageServerTest, WrongTokenIsRefusedAndNothingIsRestored) {

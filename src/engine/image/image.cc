@@ -327,7 +327,11 @@ absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(ReadStored(buf, b.length(), b.file_offset()));
-  if (Checksum(buf, b.length()) != b.xxh3()) {
+  return CheckBlock(b, buf);
+}
+
+absl::Status ImageReader::CheckBlock(const PageBlock& b, const char* data) const {
+  if (Checksum(data, b.length()) != b.xxh3()) {
     return absl::DataLossError(absl::StrFormat(
         "%s/%s: checksum mismatch in the block at file offset %d (memory at %#x, %d bytes): the image is corrupt",
         dir_, kPagesFile, b.file_offset(), b.vaddr(), b.length()));

@@ -100,6 +100,9 @@ class ImageReader {
   // Thread-safe.
   absl::Status ReadBlock(const PageBlock& b, char* buf) const;
   absl::Status VerifyBlock(const PageBlock& b) const;
+  // Checks bytes of an uncompressed block `b` obtained elsewhere (a page server's stream)
+  // against its checksum, with the same error ReadBlock gives.
+  absl::Status CheckBlock(const PageBlock& b, const char* data) const;
 
   // The saved content of a file deleted while open (or of a pipe's or socket's queue),
   // verified; "" when this record holds none (a file's content is saved with only one of

@@ -96,6 +96,8 @@ class Handler {
   std::map<uint64_t, image::Piece> pieces_;  // by the address of its first page at checkpoint time
   std::vector<std::unique_ptr<Ctx>> ctxs_;
   std::unique_ptr<char[]> buf_;  // not zeroed: its pages are touched only as blocks are read
+  std::vector<char> streamed_;   // a block taken from a page server's read-ahead stream
+  const char* block_ = nullptr;  // the bytes of cached_: buf_ or streamed_
   const image::PageBlock* cached_ = nullptr;
   uint64_t faults_ = 0, copied_ = 0;
 };
@@ -216,18 +218,25 @@ absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t tar
   if (cached_ != p.block) {
     cached_ = nullptr;
     // Prefetch goes in address order: the read-ahead stream may drop what lies before this block.
-    if (PageClient* client = prefetch ? ClientOf(*img_) : nullptr) {
-      int link = client->LinkOf(p.image);
-      if (link >= 0) client->SkipTo({static_cast<uint32_t>(link), p.block->file_offset(), StoredLength(*p.block)});
+    PageClient* client = ClientOf(*img_);
+    int link = client ? client->LinkOf(p.image) : -1;
+    PageClient::Range r{static_cast<uint32_t>(link), p.block->file_offset(), StoredLength(*p.block)};
+    if (link >= 0 && prefetch) client->SkipTo(r);
+    absl::Status read;
+    if (link >= 0 && p.block->codec() == image::PageBlock::NONE && client->Take(r, &streamed_)) {
+      block_ = streamed_.data();  // no copy out of the stream's buffer
+      read = p.image->CheckBlock(*p.block, block_);
+    } else {
+      block_ = buf_.get();
+      read = p.image->ReadBlock(*p.block, buf_.get());
     }
-    absl::Status read = p.image->ReadBlock(*p.block, buf_.get());
     if (!read.ok()) {
       return Annotate(read, absl::StrFormat("page %#x of pid %d (saved at %#x) cannot be delivered", target,
                                             opts_.pid, src));
     }
     cached_ = p.block;
   }
-  const char* data = buf_.get() + p.offset + (from - ps);
+  const char* data = block_ + p.offset + (from - ps);
   return Copy(c, s0 + (from - g.src), data, to - from);
 }
 

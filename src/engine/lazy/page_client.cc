@@ -182,6 +182,25 @@ void PageClient::SkipTo(const Range& r) {
   scv_.notify_all();
 }
 
+bool PageClient::Take(const Range& r, std::vector<char>* buf) {
+  std::unique_lock<std::mutex> l(smu_);
+  auto it = plan_index_.find({r.link, r.offset, r.len});
+  if (it == plan_index_.end() || (state_[it->second] != kOnItsWay && state_[it->second] != kReady)) return false;
+  size_t idx = it->second;
+  auto t0 = std::chrono::steady_clock::now();
+  scv_.wait(l, [&] { return state_[idx] != kOnItsWay || !stream_error_.ok(); });
+  stream_wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (state_[idx] != kReady) return false;
+  ++stream_hits_;
+  state_[idx] = kGone;
+  auto node = ready_.extract(idx);
+  if (idx == consumed_) ++consumed_;
+  std::swap(*buf, node.mapped());
+  if (!node.mapped().empty()) spare_.push_back(std::move(node.mapped()));
+  scv_.notify_all();
+  return true;
+}
+
 absl::Status PageClient::Read(uint32_t link, uint64_t offset, uint64_t len, char* buf) {
   {
     std::unique_lock<std::mutex> l(smu_);

@@ -66,6 +66,10 @@ class PageClient {
   absl::Status ReadAhead(std::vector<Range> plan);
   // The reader will not want the ranges streamed before `r` (its prefetch has passed them).
   void SkipTo(const Range& r);
+  // Like Read of a streamed range, without a copy: when `r` is received or on its way, swaps
+  // its buffer (at least r.len bytes) into *buf, takes the old one back, and returns true;
+  // false when it must be read (Read). Unverified bytes: the caller checks them.
+  bool Take(const Range& r, std::vector<char>* buf);
 
   // Tells the server this side is finished (restorer: `handlers` page handlers follow).
   absl::Status Done(uint64_t handlers);
