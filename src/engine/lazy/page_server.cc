@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -224,6 +225,9 @@ absl::StatusOr<std::vector<Link>> LoadLinks(const std::string& dir) {
 }  // namespace
 
 absl::Status RunPageServer(const PageServerOptions& opts) {
+  // sendfile has no MSG_NOSIGNAL: a client that closes while blocks are still on their way (a
+  // handler done with its read-ahead stream) must cost one connection, not the server.
+  ::signal(SIGPIPE, SIG_IGN);
   ASSIGN_OR_RETURN(std::string token, ReadTokenFile(opts.token_file));
   auto links = LoadLinks(opts.dir);
   if (!links.ok()) return Annotate(links.status(), absl::StrCat("page server: cannot serve ", opts.dir));
