@@ -291,6 +291,10 @@ TEST_F(PageServerTest, WrongTokenIsRefusedAndNothingIsRestored) {
   EXPECT_TRUE(Matches(restore.err, "page server " + s.addr + " refused the connection: wrong token")) << restore.Describe();
   EXPECT_FALSE(IsAlive(w.pid())) << "nothing may be restored with a wrong token";
   EXPECT_TRUE(IsAlive(s.pid)) << "a refused client must not stop the server";
+  // The server logs the refusal once the answer is sent: give it a moment.
+  for (int i = 0; i < 250 && !Matches(ReadFile(s.err), "page_server_refused.*wrong token"); ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
   EXPECT_TRUE(Matches(ReadFile(s.err), "page_server_refused.*wrong token")) << ReadFile(s.err);
   // Without a token file at all: refused before connecting.
   CommandResult none = Cairn({"restore", "--lazy", "--page-server", s.addr});

@@ -126,7 +126,6 @@ absl::Status Handler::Setup() {
                                             " bytes is larger than any cairn writes (corrupt image)"));
   }
   buf_.reset(new char[max_block]);
-  if (PageClient* client = ClientOf(*img_)) RETURN_IF_ERROR(StartReadAhead(*client));
   int fl = ::fcntl(c->fd.get(), F_GETFL);
   if (fl < 0 || ::fcntl(c->fd.get(), F_SETFL, fl | O_NONBLOCK) != 0) return ErrnoStatus("fcntl userfaultfd");
   ctxs_.push_back(std::move(c));
@@ -358,7 +357,14 @@ absl::Status Handler::Run() {
     if (::poll(pfds.data(), pfds.size(), go.valid() ? -1 : 0) < 0 && errno != EINTR) {
       return fatal(ErrnoStatus("poll userfaultfd"));
     }
-    if (go.valid() && pfds.back().revents) go.Reset();
+    if (go.valid() && pfds.back().revents) {
+      go.Reset();
+      // The process runs: stream what prefetch will copy (not earlier: the restore needs the
+      // CPU and the link until then).
+      if (PageClient* client = ClientOf(*img_)) {
+        if (absl::Status st = StartReadAhead(*client); !st.ok()) return fatal(st);
+      }
+    }
     bool had = false;
     for (size_t i = 0; i < ctxs_.size(); ++i) {
       if (ctxs_[i]->gone || !(pfds[i].revents & (POLLIN | POLLERR | POLLHUP))) continue;
