@@ -39,7 +39,8 @@ struct DaemonCommands::Options {
 
   std::vector<CLI::App*> all;
   CLI::App *run = nullptr, *list = nullptr, *show = nullptr, *logs = nullptr, *kill = nullptr, *checkpoint = nullptr,
-           *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr;
+           *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr, *migrate = nullptr;
+  std::string to, to_token_file;
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
   CLI::App* node_info = nullptr;
 
@@ -176,6 +177,12 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.restore->add_option("job", o.job, "Job name")->required();
   o.restore->add_option("--checkpoint", o.id, "Checkpoint id (default: the newest complete one)");
   o.restore->add_option("--from", o.from, "A checkpoint location in a shared store (s3://… or a dir: store's directory), e.g. another node's");
+  o.migrate = job->add_subcommand("migrate", "Move a running job to another node's daemon (it keeps running here if that fails)");
+  common(o.migrate);
+  o.migrate->add_option("job", o.job, "Job name")->required();
+  o.migrate->add_option("--to", o.to, "The destination: a peer's node name (cairnd --peer) or HOST:PORT")->required();
+  o.migrate->add_option("--to-token-file", o.to_token_file,
+                        "File with the destination's TCP token (default: the daemon's --peer-token-file)");
   o.del = job->add_subcommand("delete", "Remove a job that does not run, with its checkpoints and logs");
   common(o.del);
   o.del->add_option("job", o.job, "Job name")->required();
@@ -409,6 +416,27 @@ int DaemonCommands::Run() {
     if (int rc = call(&dapi::Daemon::Stub::RestoreJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s restored as pid %d in %.3f s\n", resp.job().name().c_str(), resp.job().host_pid(), resp.seconds());
+    return 0;
+  }
+  if (o.migrate->parsed()) {
+    dapi::MigrateJobRequest req;
+    req.set_name(o.job);
+    req.set_to(o.to);
+    if (!o.to_token_file.empty()) {
+      std::ifstream in(o.to_token_file);
+      if (!in) return Fail(absl::StrCat("--to-token-file ", o.to_token_file, ": cannot read it"));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      req.set_token(std::string(absl::StripAsciiWhitespace(ss.str())));
+    }
+    dapi::MigrateJobResponse resp;
+    if (int rc = call(&dapi::Daemon::Stub::MigrateJob, req, &resp)) return rc;
+    if (o.json) return PrintJson(resp);
+    std::printf("job %s migrated from node %s to node %s: downtime %.1f ms, %s moved (%s while it ran), "
+                "restored in %.1f ms, total %.2f s\n",
+                o.job.c_str(), resp.from_node().c_str(), resp.to_node().c_str(), resp.downtime_s() * 1e3,
+                HumanBytes(static_cast<double>(resp.bytes())).c_str(),
+                HumanBytes(static_cast<double>(resp.precopy_bytes())).c_str(), resp.restore_s() * 1e3, resp.total_s());
     return 0;
   }
   if (o.del->parsed()) {

@@ -55,6 +55,12 @@ struct DaemonOptions {
   std::shared_ptr<storage::CheckpointStore> store;
   // With a remote store: keep the local copy too, for fast restores on this node.
   bool keep_local = false;
+  // Migration (migrate.h): other daemons by node name -> HOST:PORT, the token they take,
+  // where outgoing images are staged, and whether arriving jobs are restored lazily.
+  std::map<std::string, std::string> peers;
+  std::string peer_token;
+  std::string spool_dir;
+  bool lazy_migrations = true;
 };
 
 class Daemon {
@@ -91,6 +97,14 @@ class Daemon {
   absl::StatusOr<api::Checkpoint> GetCheckpoint(const std::string& id);
   absl::Status DeleteCheckpoint(const std::string& id);
   absl::StatusOr<api::Checkpoint> PinCheckpoint(const std::string& id, bool pinned);
+
+  // Migration, source side (migrate.cc): moves the running job to another daemon, which
+  // restores it; the job is left running here unless the destination confirms it runs.
+  absl::StatusOr<api::MigrateJobResponse> Migrate(const api::MigrateJobRequest& req);
+  // Migration, destination side: the stream from the source daemon. `read` returns false at
+  // the end of the stream (or when it broke); `write` false when the source is gone.
+  absl::Status ReceiveJob(const std::function<bool(api::MigrationMessage*)>& read,
+                          const std::function<bool(const api::MigrationReply&)>& write);
 
   // Events after `after_seq` for `job` (all when empty); waits up to `wait_ms` for one to arrive.
   std::vector<api::Event> WaitEvents(const std::string& job, uint64_t after_seq, int wait_ms);
@@ -132,7 +146,10 @@ class Daemon {
     double next_checkpoint = 0;  // monotonic seconds
   };
 
+  struct Received;  // migrate.cc: a job arriving from another daemon
   explicit Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog);
+  absl::Status RestoreReceived(Received& in);
+  void AbandonReceived(Received& in, const absl::Status& why);
   absl::Status Recover();
   absl::StatusOr<job::JobRecord> StartWithCairnRun(const std::string& name, const api::JobSpec& spec);
   void Event(const std::string& job, const std::string& kind, const std::string& detail);

@@ -4,13 +4,17 @@
 
 #include <signal.h>
 #include <sys/prctl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -33,6 +37,7 @@
 #include "daemon/gpu_watch.h"
 #include "daemon/spot_watch.h"
 #include "daemon/metrics_http.h"
+#include "daemon/migrate.h"
 #include "daemon/service.h"
 #include "engine/job/job.h"
 
@@ -54,6 +59,19 @@ int Fail(const absl::Status& s) {
 
 int main(int argc, char** argv) {
   using namespace cairn::daemon;
+  // The engine's lazy restore (of jobs migrated here) starts its page handler as
+  // `/proc/self/exe lazy-pages ...`: that is `cairn`'s job, next to cairnd.
+  for (int i = 1; i < argc && i < 3; ++i) {
+    if (std::string(argv[i]) != "lazy-pages") continue;
+    char self[4096] = {};
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string cairn = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string("/usr/bin/cairnd");
+    cairn = cairn.substr(0, cairn.find_last_of('/')) + "/cairn";
+    argv[0] = cairn.data();
+    ::execv(cairn.c_str(), argv);
+    std::fprintf(stderr, "cairnd lazy-pages: cannot run %s: %s\n", cairn.c_str(), std::strerror(errno));
+    return 127;
+  }
   CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)"};
   DaemonOptions opts;
   opts.state_dir = "/var/lib/cairnd";
@@ -88,6 +106,16 @@ int main(int argc, char** argv) {
   app.add_option("--upload-parallel", store_opts.parallel, "Files and parts sent to the store at the same time")
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_flag("--keep-local-copy", opts.keep_local, "With a remote --storage, also keep each checkpoint locally (fast restore)");
+  std::vector<std::string> peers;
+  std::string peer_token_file;
+  bool eager_migrations = false;
+  app.add_option("--peer", peers, "Another daemon jobs may be migrated to: NAME=HOST:PORT (repeatable)");
+  app.add_option("--peer-token-file", peer_token_file, "File holding the token the peers' TCP ports take");
+  app.add_option("--spool-dir", opts.spool_dir,
+                 "Where images of outgoing migrations are staged (default /dev/shm/cairnd-NODE when /dev/shm is a tmpfs, "
+                 "else STATE/spool)");
+  app.add_flag("--eager-migrations", eager_migrations,
+               "Restore arriving jobs with all their memory in before they run (default: lazily, faster to run)");
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
   // Node signals (docs/daemon.md): spot notices only when the cloud is named; GPU events where NVML loads.
   SpotWatchOptions spot_opts;
@@ -123,6 +151,20 @@ int main(int argc, char** argv) {
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
     opts.node = host;
+  }
+  for (const std::string& p : peers) {
+    if (absl::Status s = AddPeer(p, &opts.peers); !s.ok()) return Fail(s);
+  }
+  if (!peer_token_file.empty()) {
+    auto t = cairn::ReadTokenFile(peer_token_file);
+    if (!t.ok()) return Fail(t.status());
+    opts.peer_token = *t;
+  }
+  opts.lazy_migrations = !eager_migrations;
+  if (opts.spool_dir.empty()) {
+    struct statfs fs {};
+    opts.spool_dir = ::statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC ? "/dev/shm/cairnd-" + opts.node
+                                                                               : opts.state_dir + "/spool";
   }
   if (absl::Status s = cairn::job::CheckName(opts.node); !s.ok()) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--node ", opts.node, ": use 1-64 letters, digits, '.', '_' or '-'")));

@@ -133,4 +133,21 @@ grpc::Status GrpcService::Watch(grpc::ServerContext* ctx, const api::WatchReques
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcService::MigrateJob(grpc::ServerContext* ctx, const api::MigrateJobRequest* req,
+                                     api::MigrateJobResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->Migrate(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ReceiveJob(grpc::ServerContext* ctx,
+                                     grpc::ServerReaderWriter<api::MigrationReply, api::MigrationMessage>* stream) {
+  CAIRN_AUTHORIZE(ctx);
+  absl::Status st = daemon_->ReceiveJob([&](api::MigrationMessage* m) { return !ctx->IsCancelled() && stream->Read(m); },
+                                        [&](const api::MigrationReply& r) { return stream->Write(r); });
+  return ToGrpc(st);
+}
+
 }  // namespace cairn::daemon

@@ -43,6 +43,9 @@ class GrpcService final : public api::Daemon::Service {
   grpc::Status PinCheckpoint(grpc::ServerContext*, const api::PinCheckpointRequest*,
                              api::PinCheckpointResponse*) override;
   grpc::Status Watch(grpc::ServerContext*, const api::WatchRequest*, grpc::ServerWriter<api::Event>*) override;
+  grpc::Status MigrateJob(grpc::ServerContext*, const api::MigrateJobRequest*, api::MigrateJobResponse*) override;
+  grpc::Status ReceiveJob(grpc::ServerContext*,
+                          grpc::ServerReaderWriter<api::MigrationReply, api::MigrationMessage>*) override;
 
  private:
   grpc::Status Authorize(const grpc::ServerContext& ctx) const;

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -19,6 +20,7 @@
 #include "engine/dump/incremental.h"
 #include "engine/dump/memory.h"
 #include "engine/dump/precopy.h"
+#include "engine/dump/precopy_tree.h"
 #include "engine/dump/tracker.h"
 #include "engine/dump/namespaces.h"
 #include "engine/dump/sysv_ipc.h"
@@ -84,9 +86,9 @@ struct IncrementalContext {
   std::vector<TrackerUse> trackers;
   std::vector<std::string> notes;
   int incremental_procs = 0;
-  pid_t precopied_pid = 0;                  // pre-copy: the process copied while it ran
-  const PreCopied* precopied = nullptr;
-  std::vector<std::pair<image::Process*, int>> seed;  // areas (record, index) to seed with its blocks
+  std::map<pid_t, PreCopied> precopied;     // pre-copy: each process copied while it ran
+  // Areas (record, index) to seed with the blocks pre-copy copied from their process.
+  std::vector<std::tuple<image::Process*, int, const PreCopied*>> seed;
   // smaps of each process read just before the freeze: reused while frozen when
   // /proc/PID/maps shows the same layout (smaps costs about 10 ms per GiB mapped).
   std::map<pid_t, std::vector<proc::MapEntry>> prechecked;
@@ -147,7 +149,9 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
                             std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc) {
   pid_t pid = fp.pid();
   StageTimer timer(pid);
-  bool precopied = inc.precopied != nullptr && pid == inc.precopied_pid;
+  auto pc_it = inc.precopied.find(pid);
+  const PreCopied* pc = pc_it == inc.precopied.end() ? nullptr : &pc_it->second;
+  bool precopied = pc != nullptr;
   // Memory areas are read before the engine maps its scratch area into the process.
   // smaps walks every page table to count resident pages (about 10 ms per GiB): while
   // frozen, read the cheap /proc/PID/maps and, when it shows the same areas, take the
@@ -157,7 +161,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   ASSIGN_OR_RETURN(maps, proc::ReadMaps(pid));
   const std::vector<proc::MapEntry>* before = nullptr;
   if (precopied) {
-    before = &inc.precopied->last_maps;
+    before = &pc->last_maps;
   } else if (auto it = inc.prechecked.find(pid); it != inc.prechecked.end()) {
     before = &it->second;
   }
@@ -185,7 +189,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   std::vector<int> strays;
   int tracker_fd = RecordedTrackerFd(pid, &strays);
   if (precopied) {  // the tracker pre-copy started, not recorded until this dump commits
-    tracker_fd = inc.precopied->tracker_fd;
+    tracker_fd = pc->tracker_fd;
     std::erase(strays, tracker_fd);
   }
   for (int fd : strays) RETURN_IF_ERROR(Tracker::Discard(inj, fd));
@@ -227,18 +231,17 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   } else if (precopied) {
     // Pre-copy: the tracked areas were copied while the process ran; add what was
     // written since the last round (and what a round could not read) after those copies.
-    const PreCopied& pc = *inc.precopied;
     for (size_t i : tracked) {
       image::Vma& v = vmas[i];
       std::vector<WrittenRun>& runs = written[i];
-      for (const auto& [a, b] : pc.unread) {
+      for (const auto& [a, b] : pc->unread) {
         uint64_t s0 = std::max(a, v.start()), e0 = std::min(b, v.end());
         if (s0 < e0) runs.push_back({s0, e0 - s0, true});
       }
       std::sort(runs.begin(), runs.end(), [](const WrittenRun& x, const WrittenRun& y) { return x.start < y.start; });
       // The blocks copied while it ran go in front of this area's blocks later, once the
       // process runs again (SeedPreCopied): no downtime for bookkeeping.
-      inc.seed.emplace_back(proc, proc->vmas_size() + static_cast<int>(i));
+      inc.seed.emplace_back(proc, proc->vmas_size() + static_cast<int>(i), pc);
     }
   }
 
@@ -415,11 +418,10 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
 // Puts the blocks pre-copy copied while the process ran in front of the blocks the frozen
 // phase saved, in each tracked area they intersect (a later block wins on restore).
 void SeedPreCopied(IncrementalContext& inc) {
-  if (inc.precopied == nullptr) return;
-  for (auto [proc, index] : inc.seed) {
+  for (auto [proc, index, pc] : inc.seed) {
     image::Vma* v = proc->mutable_vmas(index);
     google::protobuf::RepeatedPtrField<image::PageBlock> blocks;
-    for (const image::PageBlock& b : inc.precopied->blocks) {
+    for (const image::PageBlock& b : pc->blocks) {
       if (b.vaddr() < v->end() && b.vaddr() + b.length() > v->start()) *blocks.Add() = b;
     }
     for (image::PageBlock& b : *v->mutable_blocks()) *blocks.Add() = std::move(b);
@@ -522,10 +524,11 @@ absl::Status CheckTarget(pid_t pid) {
 
 absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   auto t0 = Clock::now();
-  if (opts.pre_copy && (opts.tree || !opts.parent.empty())) {
-    return absl::UnimplementedError(
-        "--pre-copy works on a single process and makes a full checkpoint: it cannot be combined with --tree, "
-        "--job or --parent yet");
+  if (opts.pre_copy && !opts.parent.empty()) {
+    return absl::UnimplementedError("--pre-copy makes a full checkpoint: it cannot be combined with --parent");
+  }
+  if (opts.hand_off && !opts.leave_running) {
+    return absl::InvalidArgumentError("a dump that hands its processes off must leave them frozen (leave_running)");
   }
   RETURN_IF_ERROR(CheckTarget(opts.pid));
   RETURN_IF_ERROR(CheckNamespaces(opts.pid));
@@ -554,15 +557,20 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
   writer->set_compression(opts.compression);
-  std::optional<PreCopied> precopied;
   if (opts.pre_copy) {
-    auto pc = PreCopy(opts.pid, *writer, opts.precopy, opts.progress);
+    absl::StatusOr<std::map<pid_t, PreCopied>> pc = absl::UnknownError("");
+    if (opts.tree) {
+      pc = PreCopyTree(opts.pid, *writer, opts.precopy, opts.progress);
+    } else if (auto one = PreCopy(opts.pid, *writer, opts.precopy, opts.progress); one.ok()) {
+      pc = std::map<pid_t, PreCopied>();
+      pc->emplace(opts.pid, std::move(*one));
+    } else {
+      pc = one.status();
+    }
     if (!pc.ok()) {
       return Annotate(pc.status(), absl::StrCat("pre-copy of pid ", opts.pid, " failed (the process was left running)"));
     }
-    precopied.emplace(std::move(*pc));
-    inc.precopied = &*precopied;
-    inc.precopied_pid = opts.pid;
+    inc.precopied = std::move(*pc);
   }
   auto t_freeze = Clock::now();
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
@@ -572,13 +580,16 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // A process that is killed only goes once its checkpoint is committed; one left running
   // goes on before the commit (its fsyncs are no downtime), and a failed commit then
   // leaves it running as if no dump had been asked for.
-  if (precopied && result.ok()) {
-    result->precopy_rounds = precopied->rounds;
-    result->precopy_bytes = precopied->bytes;
-    result->start_freeze_seconds = precopied->start_freeze_seconds;
-    ckpt.set_precopy_rounds(static_cast<uint32_t>(precopied->rounds));
+  if (!inc.precopied.empty() && result.ok()) {
+    for (const auto& [pid, pc] : inc.precopied) {
+      result->precopy_rounds = std::max(result->precopy_rounds, pc.rounds);
+      result->precopy_bytes += pc.bytes;
+      result->start_freeze_seconds += pc.start_freeze_seconds;
+    }
+    ckpt.set_precopy_rounds(static_cast<uint32_t>(result->precopy_rounds));
   }
-  if (result.ok() && !opts.leave_running) {
+  // A hand-off commits while frozen too: the image must be complete before it is handed on.
+  if (result.ok() && (!opts.leave_running || opts.hand_off)) {
     ckpt.set_downtime_seconds(Since(t_freeze));
     absl::Status committed = Commit(*writer, ckpt, inc, &*result);
     if (!committed.ok()) result = committed;
@@ -594,7 +605,16 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
     return failed(result.status());
   }
-  if (opts.leave_running) {
+  if (opts.hand_off) {
+    result->frozen_seconds = Since(t_freeze);
+    result->handed_off = opts.hand_off(*result);
+    if (result->handed_off) {
+      RETURN_IF_ERROR(ft.Kill());
+    } else {
+      RETURN_IF_ERROR(ft.Thaw());
+    }
+    result->frozen_seconds = Since(t_freeze);
+  } else if (opts.leave_running) {
     if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
     RETURN_IF_ERROR(ft.Thaw());
     result->frozen_seconds = Since(t_freeze);

@@ -18,6 +18,8 @@
 
 namespace cairn::dump {
 
+struct DumpResult;
+
 struct DumpOptions {
   pid_t pid = 0;
   std::string dir;
@@ -37,11 +39,17 @@ struct DumpOptions {
   // name this one as its parent (implied by `parent`).
   bool track = false;
   // Copy memory while the process runs, then freeze it only to copy the rest (see
-  // precopy.h). A single process only (not `tree`), without `parent`.
+  // precopy.h). With `tree`, every process of the tree in turn (precopy_tree.h). Not with
+  // `parent`.
   bool pre_copy = false;
   PreCopyOptions precopy;
   // Page blocks compressed (lz4 or zstd), block by block on every core.
   image::Compression compression;
+  // Migration (REQUIRES leave_running): called once the checkpoint is committed while
+  // every process is still frozen, so that the image holds exactly the state they stand
+  // in. True: the processes now run elsewhere and are killed here. False: they are thawed
+  // and carry on here (the dump itself still succeeds; DumpResult::handed_off says which).
+  std::function<bool(const DumpResult&)> hand_off;
 };
 
 struct DumpResult {
@@ -58,6 +66,7 @@ struct DumpResult {
   int precopy_rounds = 0;           // pre-copy: rounds copied while the process ran
   uint64_t precopy_bytes = 0;       // page data copied while it ran
   double start_freeze_seconds = 0;  // the brief stop that started write tracking
+  bool handed_off = false;          // hand_off said yes: the processes were killed
 };
 
 // Freezes the process (with `tree`, it and every descendant: each process is frozen

@@ -1,0 +1,691 @@
+// Live migration between daemons: Daemon::Migrate (source) and Daemon::ReceiveJob
+// (destination). The protocol is described in migrate.h; the user's view in docs/daemon.md.
+
+#include "daemon/migrate.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "daemon.grpc.pb.h"
+#include "daemon/cgroup.h"
+#include "daemon/daemon.h"
+#include "daemon/proc_identity.h"
+#include "engine/dump/dump.h"
+#include "engine/image/format.h"
+#include "engine/job/job.h"
+#include "engine/restore/restore.h"
+#include "image.pb.h"
+
+namespace cairn::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+constexpr size_t kChunk = 1 << 20;  // bytes per Data message (gRPC's default limit is 4 MiB)
+constexpr const char* kImageFiles[] = {image::kPagesFile, image::kFilesFile};
+constexpr const char* kLogFiles[] = {"stdout.log", "stderr.log"};
+
+bool IsLogFile(const std::string& f) { return f == kLogFiles[0] || f == kLogFiles[1]; }
+bool IsImageFile(const std::string& f) { return f == image::kPagesFile || f == image::kFilesFile || f == image::kMetaFile; }
+
+using SendFn = std::function<bool(const api::MigrationMessage&)>;
+
+// Sends `size` bytes of `fd` from `offset` as Data messages for `file`.
+absl::Status SendRange(const SendFn& send, const std::string& file, int fd, int64_t offset, int64_t end,
+                       int64_t* bytes) {
+  std::string buf;
+  while (offset < end) {
+    size_t want = static_cast<size_t>(std::min<int64_t>(kChunk, end - offset));
+    buf.resize(want);
+    ssize_t n = ::pread(fd, buf.data(), want, offset);
+    if (n < 0) return ErrnoStatus("read " + file + " (to send it)");
+    if (n == 0) break;
+    buf.resize(static_cast<size_t>(n));
+    api::MigrationMessage m;
+    auto* d = m.mutable_data();
+    d->set_file(file);
+    d->set_offset(offset);
+    d->set_data(buf);
+    if (!send(m)) return absl::UnavailableError("the destination closed the stream");
+    offset += n;
+    *bytes += n;
+  }
+  return absl::OkStatus();
+}
+
+// Follows the page and file data of an image as the dump appends to it (it writes each
+// file front to back from one thread, so everything below a file's size is written) and
+// sends what is new. The descriptors stay valid across the writer's rename of DIR.partial.
+class ImageTail {
+ public:
+  ImageTail(std::string partial, SendFn send) : partial_(std::move(partial)), send_(std::move(send)) {}
+
+  absl::Status Pass() {
+    for (const char* name : kImageFiles) {
+      Tail& t = tails_[name];
+      if (!t.fd.valid()) {
+        t.fd = UniqueFd(::open((partial_ + "/" + name).c_str(), O_RDONLY | O_CLOEXEC));
+        if (!t.fd.valid()) continue;  // not created yet
+      }
+      struct stat st {};
+      if (::fstat(t.fd.get(), &st) != 0) return ErrnoStatus(std::string("stat ") + name);
+      RETURN_IF_ERROR(Send(name, t.fd.get(), t.sent, st.st_size));
+      t.sent = std::max<int64_t>(t.sent, st.st_size);
+    }
+    return absl::OkStatus();
+  }
+
+  // After the commit: what is left, and each file's header (written at commit).
+  absl::Status Finish(std::map<std::string, int64_t>* sizes) {
+    RETURN_IF_ERROR(Pass());
+    for (const char* name : kImageFiles) {
+      Tail& t = tails_[name];
+      if (!t.fd.valid()) return absl::InternalError(absl::StrCat("the image has no ", name));
+      int64_t header = std::min<int64_t>(static_cast<int64_t>(image::kHeaderSize), t.sent);
+      RETURN_IF_ERROR(Send(name, t.fd.get(), 0, header));
+      (*sizes)[name] = t.sent;
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t bytes() const { return bytes_.load(); }
+
+ private:
+  struct Tail {
+    UniqueFd fd;
+    int64_t sent = 0;
+  };
+  std::string partial_;
+  SendFn send_;
+  std::map<std::string, Tail> tails_;
+  std::atomic<int64_t> bytes_{0};
+
+  absl::Status Send(const std::string& file, int fd, int64_t off, int64_t end) {
+    int64_t n = 0;
+    absl::Status s = SendRange(send_, file, fd, off, end, &n);
+    bytes_ += n;
+    return s;
+  }
+};
+
+// Sends a whole file (the metadata, a log) and records its size.
+absl::Status SendWhole(const SendFn& send, const std::string& file, const std::string& path,
+                       std::map<std::string, int64_t>* sizes, int64_t* bytes) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT && IsLogFile(file)) return absl::OkStatus();
+    return ErrnoStatus("open " + path + " (to send it)");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
+  RETURN_IF_ERROR(SendRange(send, file, fd.get(), 0, st.st_size, bytes));
+  (*sizes)[file] = st.st_size;
+  return absl::OkStatus();
+}
+
+std::string GrpcMessage(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      return absl::StrCat("it does not answer (", s.error_message(), ")");
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return absl::StrCat("it refused our token (", s.error_message(),
+                          "): give the destination's token (cairnd --peer-token-file, or cairn job migrate --token-file)");
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "it did not answer in time";
+    default:
+      return s.error_message();
+  }
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), GrpcMessage(s));
+}
+
+}  // namespace
+
+absl::Status AddPeer(const std::string& spec, std::map<std::string, std::string>* peers) {
+  std::vector<std::string> kv = absl::StrSplit(spec, absl::MaxSplits('=', 1));
+  if (kv.size() != 2 || kv[0].empty() || kv[1].find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--peer ", spec, ": write NAME=HOST:PORT"));
+  }
+  RETURN_IF_ERROR(Annotate(job::CheckName(kv[0]), "--peer " + spec));
+  (*peers)[kv[0]] = kv[1];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Peer> ResolvePeer(const std::string& to, const std::map<std::string, std::string>& peers,
+                                 const std::string& self) {
+  if (to.empty()) return absl::InvalidArgumentError("migrate: no destination (--to NODE or --to HOST:PORT)");
+  if (to == self) return absl::InvalidArgumentError(absl::StrCat("migrate: node ", to, " is this node"));
+  if (auto it = peers.find(to); it != peers.end()) return Peer{it->second, to};
+  if (to.find(':') != std::string::npos) return Peer{to, ""};
+  std::vector<std::string> known;
+  for (const auto& [name, addr] : peers) known.push_back(name);
+  return absl::NotFoundError(absl::StrCat(
+      "migrate: unknown node '", to, "': not a peer of node ", self,
+      known.empty() ? " (it has none)" : absl::StrCat(" (peers: ", absl::StrJoin(known, ", "), ")"),
+      "; start cairnd with --peer ", to, "=HOST:PORT, or give --to HOST:PORT"));
+}
+
+absl::Status RewriteForNode(const std::string& image_dir, const std::string& from_dir, const std::string& to_dir,
+                            const std::string& cgroup, const std::string& engine_name) {
+  std::string path = image_dir + "/" + image::kMetaFile;
+  ASSIGN_OR_RETURN(std::string raw, ReadFile(path));
+  if (raw.size() < sizeof(image::FileHeader)) return absl::DataLossError(path + ": truncated");
+  image::FileHeader h;
+  std::memcpy(&h, raw.data(), sizeof h);
+  RETURN_IF_ERROR(image::CheckHeader(h, image::kMetaMagic, path));
+  std::string payload = raw.substr(sizeof h);
+  if (payload.size() != h.payload_len || image::Checksum(payload.data(), payload.size()) != h.payload_xxh3) {
+    return absl::DataLossError(path + ": the metadata does not match its checksum (damaged in transfer)");
+  }
+  image::Checkpoint meta;
+  if (!meta.ParseFromString(payload)) return absl::DataLossError(path + ": cannot decode the metadata");
+  const std::string prefix = from_dir + "/";
+  auto fix = [&](image::Process* p) -> absl::Status {
+    for (image::Fd& fd : *p->mutable_fds()) {
+      if (!absl::StartsWith(fd.path(), prefix)) continue;
+      std::string moved = to_dir + "/" + fd.path().substr(prefix.size());
+      struct stat st {};
+      if (::stat(moved.c_str(), &st) != 0) return ErrnoStatus("stat " + moved + " (a file of the job moved here)");
+      fd.set_path(moved);
+      fd.mutable_file()->set_dev(st.st_dev);
+      fd.mutable_file()->set_ino(st.st_ino);
+      fd.mutable_file()->set_size(static_cast<uint64_t>(st.st_size));
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(fix(meta.mutable_process()));
+  for (image::Process& p : *meta.mutable_descendants()) RETURN_IF_ERROR(fix(&p));
+  meta.set_cgroup(cgroup);
+  meta.set_job_name(engine_name);
+  if (!meta.SerializeToString(&payload)) return absl::InternalError("cannot encode checkpoint metadata");
+  h = image::MakeHeader(image::kMetaMagic, payload.size(), image::Checksum(payload.data(), payload.size()));
+  std::string tmp = path + ".tmp";
+  UniqueFd f(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!f.valid()) return ErrnoStatus("create " + tmp);
+  RETURN_IF_ERROR(WriteAll(f.get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), tmp));
+  RETURN_IF_ERROR(WriteAll(f.get(), payload, tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename " + tmp);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------
+// Source
+
+absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobRequest& req) {
+  auto t0 = Clock::now();
+  const std::string& name = req.name();
+  ASSIGN_OR_RETURN(Peer peer, ResolvePeer(req.to(), opts_.peers, opts_.node));
+  std::string token = req.token().empty() ? opts_.peer_token : req.token();
+  if (token.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "migrate: no token for ", req.to(), " (daemons reach each other over TCP, which needs the destination's "
+        "token): start cairnd with --peer-token-file FILE, or pass cairn job migrate --token-file FILE"));
+  }
+  pid_t pid = 0;
+  api::Job job;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end() || it->second.job.state() == "starting") {
+      return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node, " (cairn job list)"));
+    }
+    JobState& s = it->second;
+    ReapLocked(s);
+    if (s.busy) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a checkpoint, restore or migration of job ", name, " is in progress; try again when it ends"));
+    }
+    if (s.job.state() != "running") {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", name, " does not run (", s.job.state(), "): only a running job can be migrated"));
+    }
+    s.busy = true;
+    pid = s.job.host_pid();
+    job = s.job;
+  }
+  auto release = [&] {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs_[name].busy = false;
+  };
+  const std::string where = peer.node.empty() ? peer.address : absl::StrCat(peer.node, " (", peer.address, ")");
+  auto refuse = [&](const absl::Status& st) {
+    release();
+    Event(name, "migrate-failed", absl::StrCat("to ", where, ": ", st.message(), "; the job keeps running here"));
+    // UNAVAILABLE would read as "this daemon does not answer" to the CLI.
+    absl::StatusCode code = absl::IsUnavailable(st) ? absl::StatusCode::kAborted : st.code();
+    return absl::Status(code, absl::StrCat("migrate job ", name, " from node ", opts_.node, " to ", where, ": ",
+                                                st.message(), "; the job keeps running on node ", opts_.node));
+  };
+
+  auto channel = grpc::CreateChannel(peer.address, grpc::InsecureChannelCredentials());
+  auto stub = api::Daemon::NewStub(channel);
+  auto authorize = [&](grpc::ClientContext& c, double seconds) {
+    c.AddMetadata("authorization", "Bearer " + token);
+    if (seconds > 0) {
+      c.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(seconds * 1e3)));
+    }
+  };
+  api::NodeInfoResponse info;
+  {
+    grpc::ClientContext c;
+    authorize(c, 10);
+    grpc::Status st = stub->NodeInfo(&c, api::NodeInfoRequest(), &info);
+    if (!st.ok()) return refuse(FromGrpc(st));
+  }
+  if (!peer.node.empty() && info.node() != peer.node) {
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat("the daemon there is node ", info.node(), ", not ", peer.node, " (check --peer)")));
+  }
+  if (info.node() == opts_.node) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat("the daemon there is this node (", opts_.node, ")")));
+  }
+  const std::string to_node = info.node();
+
+  grpc::ClientContext ctx;
+  authorize(ctx, 0);
+  auto stream = stub->ReceiveJob(&ctx);
+  // The stream's end: the destination's reason when it ended the stream with an error.
+  auto stream_error = [&](const std::string& when) {
+    grpc::Status st = stream->Finish();
+    if (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED) {
+      return absl::UnavailableError(absl::StrCat("the destination closed the stream ", when));
+    }
+    return FromGrpc(st);
+  };
+
+  absl::Time now = absl::Now();
+  std::string ckid = absl::StrCat(name, "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone()), "-from-",
+                                  opts_.node);
+  ckid.erase(std::remove(ckid.begin(), ckid.end(), '.'), ckid.end());
+  {
+    api::MigrationMessage m;
+    auto* b = m.mutable_begin();
+    *b->mutable_spec() = job.spec();
+    b->set_from_node(opts_.node);
+    b->set_from_job_dir(JobDir(name));
+    b->set_checkpoint(ckid);
+    b->set_created(job.created());
+    api::MigrationReply r;
+    if (!stream->Write(m) || !stream->Read(&r)) return refuse(stream_error("at the start"));
+    if (r.state() != "accepted") return refuse(absl::InternalError("unexpected reply " + r.state()));
+  }
+  Event(name, "migrating", absl::StrCat("to ", where, ": copying memory while the job runs"));
+
+  // The spool holds the job's memory: root only.
+  std::error_code ec;
+  fs::create_directories(opts_.spool_dir, ec);
+  if (ec || ::chmod(opts_.spool_dir.c_str(), 0700) != 0) {
+    return refuse(absl::InternalError(absl::StrCat("create --spool-dir ", opts_.spool_dir, " (0700): ",
+                                                   ec ? ec.message() : std::strerror(errno))));
+  }
+  const std::string dir = absl::StrCat(opts_.spool_dir, "/", opts_.node, ".", ckid);
+  auto cleanup = [&] {
+    fs::remove_all(dir, ec);
+    fs::remove_all(dir + ".partial", ec);
+  };
+
+  SendFn send = [&](const api::MigrationMessage& m) { return stream->Write(m); };
+  ImageTail tail(dir + ".partial", send);
+  std::atomic<bool> stop{false};
+  absl::Status tail_status;
+  std::thread tailer([&] {
+    while (!stop.load()) {
+      tail_status = tail.Pass();
+      if (!tail_status.ok()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto stop_tailer = [&] {
+    if (tailer.joinable()) {
+      stop = true;
+      tailer.join();
+    }
+  };
+
+  absl::Status failure;  // why the job stays here
+  int64_t precopy_bytes = 0, other_bytes = 0;
+  double downtime = 0, restore_s = 0;
+  int dest_pid = 0;
+  bool ambiguous = false;
+  dump::DumpOptions d;
+  d.pid = pid;
+  d.dir = dir;
+  d.tree = true;
+  d.leave_running = true;
+  d.pre_copy = true;
+  d.job_name = EngineName(name);
+  d.hand_off = [&](const dump::DumpResult& r) {
+    auto t_hand = Clock::now();
+    stop_tailer();
+    if (!tail_status.ok()) {
+      failure = tail_status;
+      return false;
+    }
+    precopy_bytes = tail.bytes();
+    std::map<std::string, int64_t> sizes;
+    absl::Status st = tail.Finish(&sizes);
+    if (st.ok()) st = SendWhole(send, image::kMetaFile, dir + "/" + image::kMetaFile, &sizes, &other_bytes);
+    for (const char* log : kLogFiles) {
+      if (st.ok()) st = SendWhole(send, log, JobDir(name) + "/" + log, &sizes, &other_bytes);
+    }
+    if (!st.ok()) {
+      failure = absl::IsUnavailable(st) ? stream_error("while the image was sent") : st;
+      return false;
+    }
+    api::MigrationMessage fin;
+    for (const auto& [f, n] : sizes) (*fin.mutable_finish()->mutable_sizes())[f] = n;
+    api::MigrationReply reply;
+    if (!stream->Write(fin) || !stream->Read(&reply)) {
+      failure = stream_error("before the job ran there");
+      return false;
+    }
+    if (reply.state() != "running") {
+      failure = absl::InternalError("unexpected reply " + reply.state());
+      return false;
+    }
+    downtime = r.frozen_seconds + Since(t_hand);
+    restore_s = reply.restore_s();
+    dest_pid = reply.host_pid();
+    api::MigrationMessage commit;
+    commit.mutable_commit();
+    if (stream->Write(commit) && stream->Read(&reply) && reply.state() == "committed") return true;
+    // Commit may or may not have reached the destination: ask it whether it keeps the job.
+    ambiguous = true;
+    for (int i = 0; i < 20; ++i) {
+      grpc::ClientContext c;
+      authorize(c, 2);
+      api::GetJobRequest q;
+      q.set_name(name);
+      api::GetJobResponse g;
+      grpc::Status gs = stub->GetJob(&c, q, &g);
+      if (gs.ok() && g.job().state() == "running") return true;
+      if (gs.error_code() == grpc::StatusCode::NOT_FOUND) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    failure = absl::UnavailableError("the destination did not confirm it kept the job");
+    return false;
+  };
+  absl::StatusOr<dump::DumpResult> r = dump::Dump(d);
+  stop_tailer();
+  cleanup();
+  if (!r.ok()) {
+    ctx.TryCancel();
+    return refuse(r.status());
+  }
+  if (!r->handed_off) {
+    ctx.TryCancel();
+    if (ambiguous) CAIRN_LOG_WARN("migrate job={} to={}: destination unreachable after commit; thawed here", name, where);
+    return refuse(failure.ok() ? absl::InternalError("the hand-off failed") : failure);
+  }
+  (void)stream->WritesDone();
+  (void)stream->Finish();
+
+  api::MigrateJobResponse resp;
+  int64_t bytes = precopy_bytes + (tail.bytes() - precopy_bytes) + other_bytes;
+  resp.set_from_node(opts_.node);
+  resp.set_to_node(to_node);
+  resp.set_downtime_s(downtime);
+  resp.set_bytes(bytes);
+  resp.set_precopy_bytes(precopy_bytes);
+  resp.set_restore_s(restore_s);
+  resp.set_checkpoint(ckid);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[name];
+    s.busy = false;
+    s.child = false;
+    s.job.set_state("migrated");
+    s.job.set_ended(UnixNow());
+    s.job.mutable_health()->set_state("migrated");
+    s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", to_node));
+    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+  }
+  Event(name, "migrated",
+        absl::StrFormat("to node %s (%s): downtime %.3f s, %d bytes moved (%d while it ran), restored there as pid "
+                        "%d in %.3f s",
+                        to_node, peer.address, downtime, bytes, precopy_bytes, dest_pid, restore_s));
+  // The job as the destination runs it.
+  {
+    grpc::ClientContext c;
+    authorize(c, 10);
+    api::GetJobRequest q;
+    q.set_name(name);
+    api::GetJobResponse g;
+    if (stub->GetJob(&c, q, &g).ok()) *resp.mutable_job() = g.job();
+  }
+  resp.set_total_s(Since(t0));
+  return resp;
+}
+
+// ---------------------------------------------------------------------------------------
+// Destination
+
+struct Daemon::Received {
+  api::MigrationMessage::Begin begin;
+  std::string name, dir, partial, job_dir;
+  std::map<std::string, UniqueFd> files;
+  restore::RestoreResult restored;
+  bool running = false;
+};
+
+void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
+  if (in.running) {
+    ::kill(in.restored.pid, SIGKILL);
+    while (::waitpid(in.restored.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    auto procs = ReadFile("/sys/fs/cgroup/freezer/" + CgroupOf(in.name) + "/cgroup.procs");
+    if (procs.ok()) {
+      for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
+        int pid = 0;
+        if (absl::SimpleAtoi(p, &pid) && pid > 1) ::kill(pid, SIGKILL);
+      }
+    }
+  }
+  in.files.clear();
+  std::error_code ec;
+  fs::remove_all(in.dir, ec);
+  fs::remove_all(in.partial, ec);
+  fs::remove_all(in.job_dir, ec);
+  RemoveCgroup(CgroupOf(in.name));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs_.erase(in.name);
+  }
+  Event(in.name, "migrate-in-failed",
+        absl::StrCat("from node ", in.begin.from_node(), ": ", why.message(), in.running ? " (its copy here was killed)" : ""));
+}
+
+absl::Status Daemon::RestoreReceived(Received& in) {
+  in.files.clear();
+  RETURN_IF_ERROR(RewriteForNode(in.partial, in.begin.from_job_dir(), in.job_dir, CgroupOf(in.name), EngineName(in.name)));
+  if (::rename(in.partial.c_str(), in.dir.c_str()) != 0) return ErrnoStatus("rename " + in.partial);
+  const api::JobSpec& spec = in.begin.spec();
+  RETURN_IF_ERROR(SetLimits(CgroupOf(in.name), spec.limits().cpus(), spec.limits().memory_bytes()));
+  restore::RestoreOptions ro;
+  ro.dir = in.dir;
+  ro.lazy = opts_.lazy_migrations;
+  ASSIGN_OR_RETURN(in.restored, restore::Restore(ro));
+  in.running = true;
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)>& read,
+                                const std::function<bool(const api::MigrationReply&)>& write) {
+  api::MigrationMessage m;
+  if (!read(&m) || !m.has_begin()) return absl::InvalidArgumentError("migration stream: expected begin");
+  Received in;
+  in.begin = m.begin();
+  in.name = in.begin.spec().name();
+  RETURN_IF_ERROR(job::CheckName(in.name));
+  RETURN_IF_ERROR(job::CheckName(EngineName(in.name)));
+  RETURN_IF_ERROR(Annotate(job::CheckName(in.begin.checkpoint()), "checkpoint id"));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (jobs_.count(in.name)) {
+      return absl::AlreadyExistsError(absl::StrCat("job '", in.name, "' already exists on node ", opts_.node,
+                                                   " (cairn job delete ", in.name, " there first)"));
+    }
+    JobState placeholder;
+    placeholder.busy = true;
+    placeholder.job.set_name(in.name);
+    placeholder.job.set_state("starting");
+    jobs_.emplace(in.name, std::move(placeholder));
+  }
+  in.dir = CheckpointDir(in.name) + "/" + in.begin.checkpoint();
+  in.partial = in.dir + ".partial";
+  in.job_dir = JobDir(in.name);
+  auto fail = [&](const absl::Status& st) {
+    AbandonReceived(in, st);
+    return st;
+  };
+  std::error_code ec;
+  fs::create_directories(in.partial, ec);
+  if (!ec) fs::create_directories(in.job_dir, ec);
+  if (ec) return fail(absl::InternalError(absl::StrCat("create ", in.partial, ": ", ec.message())));
+  api::MigrationReply reply;
+  reply.set_node(opts_.node);
+  reply.set_state("accepted");
+  if (!write(reply)) return fail(absl::CancelledError("the source went away"));
+
+  // A file of the image (in the partial directory) or a log (in the job's directory).
+  auto open_file = [&](const std::string& f) -> absl::StatusOr<int> {
+    UniqueFd& fd = in.files[f];
+    if (!fd.valid()) {
+      std::string path = (IsLogFile(f) ? in.job_dir : in.partial) + "/" + f;
+      fd = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, IsLogFile(f) ? 0644 : 0600));
+      if (!fd.valid()) return ErrnoStatus("create " + path);
+    }
+    return fd.get();
+  };
+  auto t_finish = Clock::now();
+  for (;;) {
+    if (!read(&m)) return fail(absl::CancelledError("the source ended the stream before the job was sent"));
+    if (m.has_data()) {
+      const auto& d = m.data();
+      if (!IsImageFile(d.file()) && !IsLogFile(d.file())) {
+        return fail(absl::InvalidArgumentError("migration stream: no file '" + d.file() + "' is expected"));
+      }
+      if (d.offset() < 0 || d.offset() > (int64_t{1} << 44)) return fail(absl::InvalidArgumentError("bad offset"));
+      absl::StatusOr<int> fd = open_file(d.file());
+      if (!fd.ok()) return fail(fd.status());
+      if (::pwrite(*fd, d.data().data(), d.data().size(), d.offset()) != static_cast<ssize_t>(d.data().size())) {
+        return fail(ErrnoStatus("write " + d.file()));
+      }
+      continue;
+    }
+    if (!m.has_finish()) return fail(absl::InvalidArgumentError("migration stream: expected data or finish"));
+    t_finish = Clock::now();
+    for (const char* f : {image::kMetaFile, image::kPagesFile, image::kFilesFile}) {
+      if (!m.finish().sizes().contains(f)) return fail(absl::DataLossError(absl::StrCat("migration stream: no ", f)));
+    }
+    for (const auto& [f, size] : m.finish().sizes()) {
+      if (!IsImageFile(f) && !IsLogFile(f)) return fail(absl::InvalidArgumentError("migration stream: file " + f));
+      if (!in.files.count(f) && !IsLogFile(f)) {
+        return fail(absl::DataLossError("migration stream: " + f + " was announced but not sent"));
+      }
+      absl::StatusOr<int> fd = open_file(f);
+      if (!fd.ok()) return fail(fd.status());
+      if (::ftruncate(*fd, size) != 0) return fail(ErrnoStatus("truncate " + f));
+    }
+    break;
+  }
+  if (absl::Status st = RestoreReceived(in); !st.ok()) {
+    return fail(Annotate(st, absl::StrCat("restore job ", in.name, " on node ", opts_.node)));
+  }
+  double restore_s = Since(t_finish);
+  reply.set_state("running");
+  reply.set_host_pid(in.restored.pid);
+  reply.set_restore_s(restore_s);
+  if (!write(reply)) return fail(absl::CancelledError("the source went away before it committed"));
+  if (!read(&m) || !m.has_commit()) {
+    return fail(absl::CancelledError("the source did not commit the migration (it keeps the job)"));
+  }
+
+  // Committed: the job is ours. The received image becomes a checkpoint of it here.
+  api::Job j;
+  j.set_name(in.name);
+  *j.mutable_spec() = in.begin.spec();
+  j.set_state("running");
+  j.set_host_pid(in.restored.pid);
+  j.set_start_time(ProcessStartTime(in.restored.pid).value_or(0));
+  j.set_created(in.begin.created());
+  j.set_dir(in.job_dir);
+  j.set_node(opts_.node);
+  j.mutable_health()->set_state("running");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[in.name];
+    s.job = j;
+    s.tracker = std::make_unique<HealthTracker>(j.spec().health());
+    s.child = true;
+    s.busy = false;
+    if (j.spec().checkpoint().interval_s() > 0) {
+      s.next_checkpoint = std::chrono::duration<double>(Clock::now().time_since_epoch()).count() +
+                          j.spec().checkpoint().interval_s();
+    }
+  }
+  if (absl::Status st = Persist(j); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", in.name, st.ToString());
+  api::Checkpoint c;
+  c.set_id(in.begin.checkpoint());
+  c.set_job(in.name);
+  c.set_location(in.dir);
+  c.set_reason("migration");
+  c.set_created(UnixNow());
+  c.set_state("writing");
+  (void)catalog_->PutCheckpoint(c);
+  Event(in.name, "migrated-in",
+        absl::StrFormat("from node %s: runs as pid %d, restored in %.3f s%s", in.begin.from_node(), in.restored.pid,
+                        restore_s, opts_.lazy_migrations ? " (memory filled lazily)" : ""));
+  reply.set_state("committed");
+  (void)write(reply);
+  // Made durable after the job runs: the fsyncs are no downtime.
+  for (const char* f : {image::kMetaFile, image::kPagesFile, image::kFilesFile}) {
+    UniqueFd fd(::open((in.dir + "/" + f).c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.valid()) (void)::fsync(fd.get());
+  }
+  (void)SyncDir(in.dir);
+  (void)SyncDir(CheckpointDir(in.name));
+  int64_t size = 0;
+  for (auto it = fs::recursive_directory_iterator(in.dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (it->is_regular_file(ec)) size += static_cast<int64_t>(it->file_size(ec));
+  }
+  c.set_size_bytes(size);
+  if (auto meta = ReadFile(in.dir + "/" + image::kMetaFile); meta.ok()) {
+    c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+  }
+  c.set_state("complete");
+  (void)catalog_->CompleteCheckpoint(c, 0);
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::daemon

@@ -1,0 +1,194 @@
+// `cairn job migrate` end to end: two real daemons on loopback TCP (distinct node names, state
+// directories and tokens' files), a real python3 job moved from one to the other while it
+// computes, and migrations that fail and must leave the job running where it was.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "daemon_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kPython[] = "/usr/bin/python3";
+
+class MigrateTest : public CairnTest {
+ protected:
+  std::string Dir() const { return temp_->path(); }
+
+  // The result of an uninterrupted run of the script.
+  std::string Expected(const std::string& rounds) {
+    std::string dir = Dir() + "/plain";
+    fs::create_directories(dir);
+    WriteFile(dir + "/stdin", "");
+    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
+                             dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
+    Track(pid, kPython);
+    Ending e = WaitGone(pid, 120s);
+    EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
+    return ReadFile(dir + "/result");
+  }
+
+  std::string Token(const std::string& name, const std::string& value) {
+    std::string path = Dir() + "/" + name;
+    WriteFile(path, value + "\n");
+    ::chmod(path.c_str(), 0600);
+    return path;
+  }
+
+  json Job(const DaemonProcess& d, const std::string& name) { return d.Json({"job", "show", name})["job"]; }
+
+  ::testing::AssertionResult HasEvent(const DaemonProcess& d, const std::string& job, const std::string& kind,
+                                      const std::string& pattern) {
+    json events = d.Json({"job", "show", job})["events"];
+    for (const json& e : events) {
+      if (e.value("kind", "") == kind && Matches(e.value("detail", ""), pattern)) return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "no " << kind << " event matching " << pattern << " in " << events.dump();
+  }
+
+  ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
+                                       std::chrono::milliseconds timeout = 120s) {
+    std::string last;
+    bool ok = WaitFor(
+        [&] {
+          json j = json::parse(d.Cairn({"job", "show", name, "--json"}).out, nullptr, false);
+          if (j.is_discarded()) return false;
+          last = j["job"].value("state", "");
+          return last == state;
+        },
+        timeout);
+    if (ok) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "job " << name << " on " << d.node() << " is " << last << ", not "
+                                         << state << "; daemon log:\n" << d.Log();
+  }
+
+  void RunPython(const DaemonProcess& d, const std::string& out, const std::string& rounds) {
+    fs::create_directories(out);
+    CommandResult r = d.Cairn({"job", "run", "--name", "py", "--checkpoint-every", "0", "--keep", "3", "--", "/usr/bin/env",
+                               "PYTHONHASHSEED=0", kPython, "-I", "-c", kPythonHashChain, out + "/result", rounds});
+    ASSERT_TRUE(r.Exited(0)) << r.Describe() << d.Log();
+  }
+};
+
+TEST_F(MigrateTest, RunningPython3JobMovesToTheOtherDaemonAndFinishesWithTheSameResult) {
+  const std::string rounds = "6000000";
+  std::string expected = Expected(rounds);
+  ASSERT_FALSE(expected.empty());
+  std::string token_b = Token("token-b", "token-of-node-b-0123456789");
+  std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess b(Dir(), "node-b", {"--listen", addr_b, "--token-file", token_b});
+  ASSERT_TRUE(b.Start());
+  DaemonProcess a(Dir(), "node-a",
+                  {"--peer", b.node() + "=" + addr_b, "--peer-token-file", token_b, "--spool-dir", Dir() + "/spool"});
+  ASSERT_TRUE(a.Start());
+  std::string out = Dir() + "/py";
+  RunPython(a, out, rounds);
+  std::this_thread::sleep_for(1s);
+  ASSERT_FALSE(Exists(out + "/result")) << "python3 finished within 1 s: the migration would not be mid-computation";
+  int pid_a = Job(a, "py")["host_pid"];
+
+  json m = a.Json({"job", "migrate", "py", "--to", b.node()});
+  ASSERT_FALSE(m.is_null()) << a.Log() << b.Log();
+  EXPECT_EQ(m["from_node"], a.node());
+  EXPECT_EQ(m["to_node"], b.node());
+  EXPECT_GT(m.value("downtime_s", 0.0), 0.0) << m.dump();
+  EXPECT_LT(m.value("downtime_s", 0.0), m.value("total_s", 0.0)) << m.dump();
+  EXPECT_GT(JsonInt(m["bytes"]), 1 << 20) << m.dump();
+  EXPECT_GT(JsonInt(m["precopy_bytes"]), 0) << m.dump();
+  EXPECT_EQ(m["job"]["state"], "running") << m.dump();
+
+  // The source's copy is gone, the job is marked migrated there, with the figures in its event.
+  EXPECT_TRUE(WaitGone(pid_a, 10s).gone);
+  EXPECT_EQ(Job(a, "py")["state"], "migrated");
+  EXPECT_TRUE(HasEvent(a, "py", "migrated", "to node " + b.node() + ".*downtime [0-9.]+ s, [0-9]+ bytes moved"));
+  EXPECT_FALSE(fs::exists(Dir() + "/spool") && !fs::is_empty(Dir() + "/spool")) << "the spool keeps an image";
+  // The text form says the same.
+  EXPECT_TRUE(HasEvent(b, "py", "migrated-in", "from node " + a.node()));
+
+  // The destination runs it (same name, same policy), keeps the received image as a checkpoint,
+  // and the job finishes with the uninterrupted run's result, its output in the destination's log.
+  json jb = Job(b, "py");
+  EXPECT_EQ(jb["node"], b.node());
+  EXPECT_EQ(jb["spec"]["checkpoint"]["keep_last"], 3) << jb.dump();
+  json cps = b.Json({"checkpoint", "list", "--job", "py"})["checkpoints"];
+  ASSERT_EQ(cps.size(), 1u) << cps.dump();
+  EXPECT_EQ(cps[0]["reason"], "migration");
+  EXPECT_TRUE(WaitFor([&] { return b.Json({"checkpoint", "list", "--job", "py"})["checkpoints"][0]["state"] == "complete"; }, 10s));
+  ASSERT_TRUE(WaitState(b, "py", "exited"));
+  EXPECT_EQ(Job(b, "py")["health"]["exit_code"], 0);
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_EQ(b.Cairn({"job", "logs", "py"}).out, "done\n");
+  EXPECT_EQ(a.Cairn({"job", "logs", "py"}).out, "") << "the job wrote to the source's log after it moved";
+
+  // The source may delete its record; the name is then free there again.
+  EXPECT_TRUE(a.Cairn({"job", "delete", "py"}).Exited(0));
+}
+
+TEST_F(MigrateTest, FailedMigrationsLeaveTheJobRunningWhereItWas) {
+  const std::string rounds = "6000000";
+  std::string expected = Expected(rounds);
+  std::string token_b = Token("token-b", "token-of-node-b-0123456789");
+  std::string wrong = Token("wrong", "not-the-token-of-b-0123456789");
+  std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  std::string nobody = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess b(Dir(), "node-b", {"--listen", addr_b, "--token-file", token_b});
+  ASSERT_TRUE(b.Start());
+  DaemonProcess a(Dir(), "node-a",
+                  {"--peer", b.node() + "=" + addr_b, "--peer", "ghost=" + nobody, "--spool-dir", Dir() + "/spool"});
+  ASSERT_TRUE(a.Start());
+  std::string out = Dir() + "/py";
+  RunPython(a, out, rounds);
+  int pid = Job(a, "py")["host_pid"];
+
+  // No token for the peer at all.
+  CommandResult no_token = a.Cairn({"job", "migrate", "py", "--to", b.node()});
+  EXPECT_TRUE(no_token.FailedCleanly()) << no_token.Describe();
+  EXPECT_TRUE(Matches(no_token.err, "no token for " + b.node())) << no_token.err;
+  // The destination is down.
+  CommandResult down = a.Cairn({"job", "migrate", "py", "--to", "ghost", "--to-token-file", token_b});
+  EXPECT_TRUE(down.FailedCleanly()) << down.Describe();
+  EXPECT_TRUE(Matches(down.err, "does not answer.*keeps running on node " + a.node())) << down.err;
+  // The destination refuses the token.
+  CommandResult bad = a.Cairn({"job", "migrate", "py", "--to", b.node(), "--to-token-file", wrong});
+  EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();
+  EXPECT_TRUE(Matches(bad.err, "refused our token")) << bad.err;
+  // The destination already has a job of that name: refused before anything is copied.
+  ASSERT_TRUE(b.Cairn({"job", "run", "--name", "py", "--", "/bin/sleep", "60"}).Exited(0));
+  CommandResult taken = a.Cairn({"job", "migrate", "py", "--to", addr_b, "--to-token-file", token_b});
+  EXPECT_TRUE(taken.FailedCleanly()) << taken.Describe();
+  EXPECT_TRUE(Matches(taken.err, "already exists on node " + b.node())) << taken.err;
+  ASSERT_TRUE(b.Cairn({"job", "kill", "py"}).Exited(0));
+  // Unknown job, unknown node, this node.
+  CommandResult nojob = a.Cairn({"job", "migrate", "nope", "--to", b.node(), "--to-token-file", token_b});
+  EXPECT_TRUE(nojob.FailedCleanly());
+  EXPECT_TRUE(Matches(nojob.err, "no job 'nope' on node " + a.node())) << nojob.err;
+  CommandResult unknown = a.Cairn({"job", "migrate", "py", "--to", "node-z"});
+  EXPECT_TRUE(unknown.FailedCleanly());
+  EXPECT_TRUE(Matches(unknown.err, "unknown node 'node-z'.*--peer")) << unknown.err;
+  CommandResult self = a.Cairn({"job", "migrate", "py", "--to", a.node()});
+  EXPECT_TRUE(self.FailedCleanly());
+  EXPECT_TRUE(Matches(self.err, "is this node")) << self.err;
+
+  // Through all of it the job ran on under the same pid, and says why in its events.
+  json j = Job(a, "py");
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_EQ(j["host_pid"], pid);
+  EXPECT_TRUE(IsAlive(pid));
+  EXPECT_TRUE(HasEvent(a, "py", "migrate-failed", "does not answer.*keeps running here"));
+  EXPECT_EQ(JsonInt(b.Json({"job", "show", "py"})["job"]["host_pid"]) != pid, true);
+  // The destination kept nothing of the refused attempts but its own (killed) job.
+  EXPECT_EQ(b.Json({"checkpoint", "list"})["checkpoints"].size(), 0u);
+  ASSERT_TRUE(WaitState(a, "py", "exited"));
+  EXPECT_EQ(Job(a, "py")["health"]["exit_code"], 0);
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+}
+
+}  // namespace
+}  // namespace cairn::testing
