@@ -61,6 +61,10 @@ struct DaemonOptions {
   std::string peer_token;
   std::string spool_dir;
   bool lazy_migrations = true;
+  // Test hooks (fault injection) for arriving migrations: fail the restore, or pause this
+  // many seconds once the whole image is in, before restoring. Off in production.
+  bool fail_migration_restore = false;
+  double pause_before_migration_restore_s = 0;
 };
 
 class Daemon {

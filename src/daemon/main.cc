@@ -181,6 +181,10 @@ int main(int argc, char** argv) {
   // Jobs are started by `cairn run`, which exits: their inits are then re-parented to us.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) return Fail(cairn::ErrnoStatus("prctl(PR_SET_CHILD_SUBREAPER)"));
   if (const char* p = std::getenv("CAIRND_TEST_PAUSE_IN_CHECKPOINT")) opts.pause_in_checkpoint_s = std::atof(p);
+  if (const char* p = std::getenv("CAIRND_TEST_FAIL_MIGRATION_RESTORE")) opts.fail_migration_restore = *p == '1';
+  if (const char* p = std::getenv("CAIRND_TEST_PAUSE_BEFORE_MIGRATION_RESTORE")) {
+    opts.pause_before_migration_restore_s = std::atof(p);
+  }
   // engine/job keeps its registry (NAME.job) under $CAIRN_STATE_DIR/jobs: the daemon's own.
   ::setenv("CAIRN_STATE_DIR", opts.state_dir.c_str(), 1);
 

@@ -526,6 +526,10 @@ void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
 
 absl::Status Daemon::RestoreReceived(Received& in) {
   in.files.clear();
+  if (opts_.pause_before_migration_restore_s > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(opts_.pause_before_migration_restore_s));
+  }
+  if (opts_.fail_migration_restore) return absl::InternalError("test hook: CAIRND_TEST_FAIL_MIGRATION_RESTORE");
   RETURN_IF_ERROR(RewriteForNode(in.partial, in.begin.from_job_dir(), in.job_dir, CgroupOf(in.name), EngineName(in.name)));
   if (::rename(in.partial.c_str(), in.dir.c_str()) != 0) return ErrnoStatus("rename " + in.partial);
   const api::JobSpec& spec = in.begin.spec();

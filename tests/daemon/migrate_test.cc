@@ -190,5 +190,90 @@ TEST_F(MigrateTest, FailedMigrationsLeaveTheJobRunningWhereItWas) {
   EXPECT_EQ(ReadFile(out + "/result"), expected);
 }
 
+// A program that keeps writing its memory (64 MiB, 20 000 pages a second) is moved while it
+// writes, then checks every page itself: each must hold the version it last wrote there.
+TEST_F(MigrateTest, WritingProgramFindsEveryPageItWroteAfterTheMove) {
+  std::string token_b = Token("token-b", "token-of-node-b-0123456789");
+  std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess b(Dir(), "node-b", {"--listen", addr_b, "--token-file", token_b});
+  ASSERT_TRUE(b.Start());
+  DaemonProcess a(Dir(), "node-a", {"--peer-token-file", token_b, "--spool-dir", Dir() + "/spool"});
+  ASSERT_TRUE(a.Start());
+  std::string work = Dir() + "/writer";
+  fs::create_directories(work);
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "w", "--", WORKLOAD_DIR "/incremental/inc_writer", work, "64", "20000"})
+                  .Exited(0));
+  ASSERT_TRUE(WaitFor([&] { return Exists(work + "/ready"); }, 30s)) << a.Cairn({"job", "logs", "w", "--stderr"}).out;
+  std::this_thread::sleep_for(300ms);
+
+  json m = a.Json({"job", "migrate", "w", "--to", addr_b});  // by address, not a configured peer
+  ASSERT_FALSE(m.is_null()) << a.Log() << b.Log();
+  EXPECT_EQ(m["to_node"], b.node());
+  EXPECT_GE(JsonInt(m["precopy_bytes"]), 64 << 20) << m.dump();
+  EXPECT_EQ(Job(a, "w")["state"], "migrated");
+
+  WriteFile(work + "/go", "");
+  ASSERT_TRUE(WaitState(b, "w", "exited"));
+  std::string log = b.Cairn({"job", "logs", "w"}).out;
+  EXPECT_TRUE(Matches(log, "PASS")) << log;
+  EXPECT_FALSE(Matches(log, "FAIL")) << log;
+}
+
+// The destination fails after the job was frozen and its image sent (its restore fails), and
+// another one dies while it receives: each time the job is thawed and carries on at the source.
+TEST_F(MigrateTest, DestinationFailingAfterTheFreezeOrDyingLeavesTheJobRunning) {
+  const std::string rounds = "6000000";
+  std::string expected = Expected(rounds);
+  std::string token = Token("token", "token-of-the-peers-0123456789");
+  std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  std::string addr_c = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess b(Dir(), "node-b", {"--listen", addr_b, "--token-file", token}, {"CAIRND_TEST_FAIL_MIGRATION_RESTORE=1"});
+  ASSERT_TRUE(b.Start());
+  DaemonProcess c(Dir(), "node-c", {"--listen", addr_c, "--token-file", token},
+                  {"CAIRND_TEST_PAUSE_BEFORE_MIGRATION_RESTORE=30"});
+  ASSERT_TRUE(c.Start());
+  DaemonProcess a(Dir(), "node-a",
+                  {"--peer", b.node() + "=" + addr_b, "--peer", c.node() + "=" + addr_c, "--peer-token-file", token,
+                   "--spool-dir", Dir() + "/spool"});
+  ASSERT_TRUE(a.Start());
+  std::string out = Dir() + "/py";
+  RunPython(a, out, rounds);
+  int pid = Job(a, "py")["host_pid"];
+
+  CommandResult failed = a.Cairn({"job", "migrate", "py", "--to", b.node()});
+  EXPECT_TRUE(failed.FailedCleanly()) << failed.Describe();
+  EXPECT_TRUE(Matches(failed.err, "test hook.*keeps running on node " + a.node())) << failed.err;
+  EXPECT_EQ(b.Json({"job", "list"})["jobs"].size(), 0u) << "the destination kept a failed job";
+  EXPECT_EQ(Job(a, "py")["state"], "running");
+
+  // c dies (SIGKILL) once it holds the whole image, before it restores.
+  std::thread killer([&] {
+    WaitFor(
+        [&] {
+          std::error_code ec;
+          for (auto& e : fs::directory_iterator(c.state_dir() + "/checkpoints/py", ec)) {
+            if (fs::exists(e.path() / "checkpoint.meta")) return true;
+          }
+          return false;
+        },
+        60s);
+    c.Kill();
+  });
+  CommandResult died = a.Cairn({"job", "migrate", "py", "--to", c.node()});
+  killer.join();
+  EXPECT_TRUE(died.FailedCleanly()) << died.Describe();
+  EXPECT_TRUE(Matches(died.err, "keeps running on node " + a.node())) << died.err;
+
+  json j = Job(a, "py");
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_EQ(j["host_pid"], pid);
+  EXPECT_TRUE(HasEvent(a, "py", "migrate-failed", "test hook"));
+  EXPECT_FALSE(fs::exists(Dir() + "/spool") && !fs::is_empty(Dir() + "/spool")) << "the spool keeps an image";
+  ASSERT_TRUE(WaitState(a, "py", "exited"));
+  EXPECT_EQ(Job(a, "py")["health"]["exit_code"], 0);
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_EQ(a.Cairn({"job", "logs", "py"}).out, "done\n");
+}
+
 }  // namespace
 }  // namespace cairn::testing
