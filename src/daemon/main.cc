@@ -40,6 +40,7 @@
 #include "daemon/migrate.h"
 #include "daemon/service.h"
 #include "engine/job/job.h"
+#include "engine/lazy/handler.h"
 
 namespace cairn::daemon {
 namespace {
@@ -60,17 +61,24 @@ int Fail(const absl::Status& s) {
 int main(int argc, char** argv) {
   using namespace cairn::daemon;
   // The engine's lazy restore (of jobs migrated here) starts its page handler as
-  // `/proc/self/exe lazy-pages ...`: that is `cairn`'s job, next to cairnd.
+  // `/proc/self/exe [-v|-vv] lazy-pages ...`: cairnd serves it itself, as `cairn` does.
   for (int i = 1; i < argc && i < 3; ++i) {
     if (std::string(argv[i]) != "lazy-pages") continue;
-    char self[4096] = {};
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    std::string cairn = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string("/usr/bin/cairnd");
-    cairn = cairn.substr(0, cairn.find_last_of('/')) + "/cairn";
-    argv[0] = cairn.data();
-    ::execv(cairn.c_str(), argv);
-    std::fprintf(stderr, "cairnd lazy-pages: cannot run %s: %s\n", cairn.c_str(), std::strerror(errno));
-    return 127;
+    CLI::App lazy{"cairnd lazy-pages: page handler of a lazy restore (started by cairnd itself)"};
+    cairn::lazy::HandlerOptions h;
+    int v = 0;
+    lazy.add_flag("-v", v);
+    auto* sub = lazy.add_subcommand("lazy-pages");
+    sub->add_option("--dir", h.dir)->required();
+    sub->add_option("--pid", h.pid)->required();
+    sub->add_option("--image-pid", h.image_pid)->required();
+    sub->add_option("--uffd", h.uffd)->required();
+    sub->add_option("--ready-fd", h.ready_fd)->required();
+    sub->add_option("--go-fd", h.go_fd)->required();
+    CLI11_PARSE(lazy, argc, argv);
+    cairn::InitLogging(v);
+    absl::Status s = cairn::lazy::ServePages(h);
+    return s.ok() ? 0 : Fail(s);
   }
   CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)"};
   DaemonOptions opts;

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <filesystem>
 #include <thread>
 
@@ -355,18 +357,29 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
 
   SendFn send = [&](const api::MigrationMessage& m) { return stream->Write(m); };
   ImageTail tail(dir + ".partial", send);
-  std::atomic<bool> stop{false};
+  std::mutex tail_mu;
+  std::condition_variable tail_cv;
+  bool stop = false;    // GUARDED_BY(tail_mu)
+  uint64_t passes = 0;  // GUARDED_BY(tail_mu): complete passes so far
   absl::Status tail_status;
   std::thread tailer([&] {
-    while (!stop.load()) {
-      tail_status = tail.Pass();
-      if (!tail_status.ok()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (;;) {
+      absl::Status st = tail.Pass();
+      std::unique_lock<std::mutex> l(tail_mu);
+      tail_status = st;
+      ++passes;
+      tail_cv.notify_all();
+      if (!st.ok()) return;
+      if (tail_cv.wait_for(l, std::chrono::milliseconds(5), [&] { return stop; })) return;
     }
   });
   auto stop_tailer = [&] {
     if (tailer.joinable()) {
-      stop = true;
+      {
+        std::lock_guard<std::mutex> l(tail_mu);
+        stop = true;
+      }
+      tail_cv.notify_all();
       tailer.join();
     }
   };
@@ -383,8 +396,19 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   d.leave_running = true;
   d.pre_copy = true;
   d.job_name = EngineName(name);
+  // Pre-copy writes the image faster than a network may carry it: before the freeze, let the
+  // stream catch up with everything written so far (a pass that started after now), so that
+  // the freeze only has to send what the frozen phase adds.
+  d.before_freeze = [&] {
+    auto t = Clock::now();
+    std::unique_lock<std::mutex> l(tail_mu);
+    uint64_t target = passes + 2;
+    tail_cv.wait(l, [&] { return passes >= target || !tail_status.ok() || stop; });
+    CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=caught_up ms={:.1f} sent={}", name, Since(t) * 1e3, tail.bytes());
+  };
   d.hand_off = [&](const dump::DumpResult& r) {
     auto t_hand = Clock::now();
+    CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=committed frozen_ms={:.1f}", name, r.frozen_seconds * 1e3);
     stop_tailer();
     if (!tail_status.ok()) {
       failure = tail_status;
@@ -401,6 +425,8 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
       failure = absl::IsUnavailable(st) ? stream_error("while the image was sent") : st;
       return false;
     }
+    CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=sent ms={:.1f} bytes_while_frozen={}", name, Since(t_hand) * 1e3,
+                    tail.bytes() - precopy_bytes + other_bytes);
     api::MigrationMessage fin;
     for (const auto& [f, n] : sizes) (*fin.mutable_finish()->mutable_sizes())[f] = n;
     api::MigrationReply reply;
@@ -413,6 +439,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
       return false;
     }
     downtime = r.frozen_seconds + Since(t_hand);
+    CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=running_there ms={:.1f}", name, Since(t_hand) * 1e3);
     restore_s = reply.restore_s();
     dest_pid = reply.host_pid();
     api::MigrationMessage commit;
@@ -525,6 +552,7 @@ void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
 }
 
 absl::Status Daemon::RestoreReceived(Received& in) {
+  auto t0 = Clock::now();
   in.files.clear();
   if (opts_.pause_before_migration_restore_s > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(opts_.pause_before_migration_restore_s));
@@ -533,6 +561,7 @@ absl::Status Daemon::RestoreReceived(Received& in) {
   RETURN_IF_ERROR(RewriteForNode(in.partial, in.begin.from_job_dir(), in.job_dir, CgroupOf(in.name), EngineName(in.name)));
   if (::rename(in.partial.c_str(), in.dir.c_str()) != 0) return ErrnoStatus("rename " + in.partial);
   const api::JobSpec& spec = in.begin.spec();
+  CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=image_rewritten ms={:.1f}", in.name, Since(t0) * 1e3);
   RETURN_IF_ERROR(SetLimits(CgroupOf(in.name), spec.limits().cpus(), spec.limits().memory_bytes()));
   restore::RestoreOptions ro;
   ro.dir = in.dir;

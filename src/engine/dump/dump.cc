@@ -572,6 +572,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     }
     inc.precopied = std::move(*pc);
   }
+  if (opts.before_freeze) opts.before_freeze();
   auto t_freeze = Clock::now();
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);

@@ -50,6 +50,9 @@ struct DumpOptions {
   // in. True: the processes now run elsewhere and are killed here. False: they are thawed
   // and carry on here (the dump itself still succeeds; DumpResult::handed_off says which).
   std::function<bool(const DumpResult&)> hand_off;
+  // Called once the pre-copy rounds are done, just before the freeze, while the processes
+  // run (a migration waits there until what pre-copy wrote has been sent on).
+  std::function<void()> before_freeze;
 };
 
 struct DumpResult {
