@@ -41,6 +41,7 @@ struct DaemonCommands::Options {
   CLI::App *run = nullptr, *list = nullptr, *show = nullptr, *logs = nullptr, *kill = nullptr, *checkpoint = nullptr,
            *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr, *migrate = nullptr;
   std::string to, to_token_file;
+  double restore_timeout = 60;
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
   CLI::App* node_info = nullptr;
 
@@ -183,6 +184,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.migrate->add_option("--to", o.to, "The destination: a peer's node name (cairnd --peer) or HOST:PORT")->required();
   o.migrate->add_option("--to-token-file", o.to_token_file,
                         "File with the destination's TCP token (default: the daemon's --peer-token-file)");
+  o.migrate->add_option("--restore-timeout", o.restore_timeout,
+                        "Seconds the job may stand frozen while the destination restores it; then it is thawed here")
+      ->capture_default_str();
   o.del = job->add_subcommand("delete", "Remove a job that does not run, with its checkpoints and logs");
   common(o.del);
   o.del->add_option("job", o.job, "Job name")->required();
@@ -422,6 +426,7 @@ int DaemonCommands::Run() {
     dapi::MigrateJobRequest req;
     req.set_name(o.job);
     req.set_to(o.to);
+    req.set_restore_timeout_s(o.restore_timeout);
     if (!o.to_token_file.empty()) {
       std::ifstream in(o.to_token_file);
       if (!in) return Fail(absl::StrCat("--to-token-file ", o.to_token_file, ": cannot read it"));

@@ -107,8 +107,10 @@ class Daemon {
   absl::StatusOr<api::MigrateJobResponse> Migrate(const api::MigrateJobRequest& req);
   // Migration, destination side: the stream from the source daemon. `read` returns false at
   // the end of the stream (or when it broke); `write` false when the source is gone.
+  // `cancelled`: the source gave up (it thawed the job): nothing may be restored any more.
   absl::Status ReceiveJob(const std::function<bool(api::MigrationMessage*)>& read,
-                          const std::function<bool(const api::MigrationReply&)>& write);
+                          const std::function<bool(const api::MigrationReply&)>& write,
+                          const std::function<bool()>& cancelled);
 
   // Events after `after_seq` for `job` (all when empty); waits up to `wait_ms` for one to arrive.
   std::vector<api::Event> WaitEvents(const std::string& job, uint64_t after_seq, int wait_ms);
@@ -152,7 +154,7 @@ class Daemon {
 
   struct Received;  // migrate.cc: a job arriving from another daemon
   explicit Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog);
-  absl::Status RestoreReceived(Received& in);
+  absl::Status RestoreReceived(Received& in, const std::function<bool()>& cancelled);
   void AbandonReceived(Received& in, const absl::Status& why);
   absl::Status Recover();
   absl::StatusOr<job::JobRecord> StartWithCairnRun(const std::string& name, const api::JobSpec& spec);

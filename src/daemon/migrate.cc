@@ -430,7 +430,31 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     api::MigrationMessage fin;
     for (const auto& [f, n] : sizes) (*fin.mutable_finish()->mutable_sizes())[f] = n;
     api::MigrationReply reply;
-    if (!stream->Write(fin) || !stream->Read(&reply)) {
+    // The job stands frozen while the destination restores it: not longer than the timeout.
+    double limit = req.restore_timeout_s() > 0 ? req.restore_timeout_s() : 60;
+    std::mutex wd_mu;
+    std::condition_variable wd_cv;
+    bool answered = false, timed_out = false;
+    std::thread watchdog([&] {
+      std::unique_lock<std::mutex> l(wd_mu);
+      if (!wd_cv.wait_for(l, std::chrono::duration<double>(limit), [&] { return answered; })) {
+        timed_out = true;
+        ctx.TryCancel();
+      }
+    });
+    bool ok = stream->Write(fin) && stream->Read(&reply);
+    {
+      std::lock_guard<std::mutex> l(wd_mu);
+      answered = true;
+    }
+    wd_cv.notify_all();
+    watchdog.join();
+    if (timed_out) {
+      failure = absl::DeadlineExceededError(absl::StrFormat(
+          "the destination did not run the job within %.0f s of receiving it (--restore-timeout)", limit));
+      return false;
+    }
+    if (!ok) {
       failure = stream_error("before the job ran there");
       return false;
     }
@@ -551,7 +575,7 @@ void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
         absl::StrCat("from node ", in.begin.from_node(), ": ", why.message(), in.running ? " (its copy here was killed)" : ""));
 }
 
-absl::Status Daemon::RestoreReceived(Received& in) {
+absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& cancelled) {
   auto t0 = Clock::now();
   in.files.clear();
   if (opts_.pause_before_migration_restore_s > 0) {
@@ -566,13 +590,17 @@ absl::Status Daemon::RestoreReceived(Received& in) {
   restore::RestoreOptions ro;
   ro.dir = in.dir;
   ro.lazy = opts_.lazy_migrations;
+  ro.lazy_min_bytes = 16 << 20;  // a job's init, a small job: copied at once, no page handler to start
+  // The source may have given up meanwhile (--restore-timeout) and thawed the job there.
+  if (cancelled()) return absl::CancelledError("the source called the migration off before the restore");
   ASSIGN_OR_RETURN(in.restored, restore::Restore(ro));
   in.running = true;
   return absl::OkStatus();
 }
 
 absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)>& read,
-                                const std::function<bool(const api::MigrationReply&)>& write) {
+                                const std::function<bool(const api::MigrationReply&)>& write,
+                                const std::function<bool()>& cancelled) {
   api::MigrationMessage m;
   if (!read(&m) || !m.has_begin()) return absl::InvalidArgumentError("migration stream: expected begin");
   Received in;
@@ -651,7 +679,7 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
     }
     break;
   }
-  if (absl::Status st = RestoreReceived(in); !st.ok()) {
+  if (absl::Status st = RestoreReceived(in, cancelled); !st.ok()) {
     return fail(Annotate(st, absl::StrCat("restore job ", in.name, " on node ", opts_.node)));
   }
   double restore_s = Since(t_finish);

@@ -146,7 +146,8 @@ grpc::Status GrpcService::ReceiveJob(grpc::ServerContext* ctx,
                                      grpc::ServerReaderWriter<api::MigrationReply, api::MigrationMessage>* stream) {
   CAIRN_AUTHORIZE(ctx);
   absl::Status st = daemon_->ReceiveJob([&](api::MigrationMessage* m) { return !ctx->IsCancelled() && stream->Read(m); },
-                                        [&](const api::MigrationReply& r) { return stream->Write(r); });
+                                        [&](const api::MigrationReply& r) { return stream->Write(r); },
+                                        [&] { return ctx->IsCancelled(); });
   return ToGrpc(st);
 }
 

@@ -69,6 +69,16 @@ class MigrateTest : public CairnTest {
                                          << state << "; daemon log:\n" << d.Log();
   }
 
+  // A line of the daemon's log holds both strings (a regex over the whole log is slow).
+  bool LogHas(const DaemonProcess& d, const std::string& a, const std::string& b) {
+    std::string log = ReadFile(Dir() + "/" + d.node() + ".log.run");  // the running daemon's
+    for (size_t at = log.find(a); at != std::string::npos; at = log.find(a, at + 1)) {
+      size_t end = log.find('\n', at);
+      if (log.substr(at, end == std::string::npos ? std::string::npos : end - at).find(b) != std::string::npos) return true;
+    }
+    return false;
+  }
+
   void RunPython(const DaemonProcess& d, const std::string& out, const std::string& rounds) {
     fs::create_directories(out);
     CommandResult r = d.Cairn({"job", "run", "--name", "py", "--checkpoint-every", "0", "--keep", "3", "--", "/usr/bin/env",
@@ -222,7 +232,7 @@ TEST_F(MigrateTest, WritingProgramFindsEveryPageItWroteAfterTheMove) {
 // The destination fails after the job was frozen and its image sent (its restore fails), and
 // another one dies while it receives: each time the job is thawed and carries on at the source.
 TEST_F(MigrateTest, DestinationFailingAfterTheFreezeOrDyingLeavesTheJobRunning) {
-  const std::string rounds = "6000000";
+  const std::string rounds = "20000000";
   std::string expected = Expected(rounds);
   std::string token = Token("token", "token-of-the-peers-0123456789");
   std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
@@ -232,9 +242,13 @@ TEST_F(MigrateTest, DestinationFailingAfterTheFreezeOrDyingLeavesTheJobRunning) 
   DaemonProcess c(Dir(), "node-c", {"--listen", addr_c, "--token-file", token},
                   {"CAIRND_TEST_PAUSE_BEFORE_MIGRATION_RESTORE=30"});
   ASSERT_TRUE(c.Start());
+  std::string addr_d = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess d(Dir(), "node-d", {"--listen", addr_d, "--token-file", token},
+                  {"CAIRND_TEST_PAUSE_BEFORE_MIGRATION_RESTORE=6"});
+  ASSERT_TRUE(d.Start());
   DaemonProcess a(Dir(), "node-a",
-                  {"--peer", b.node() + "=" + addr_b, "--peer", c.node() + "=" + addr_c, "--peer-token-file", token,
-                   "--spool-dir", Dir() + "/spool"});
+                  {"--peer", b.node() + "=" + addr_b, "--peer", c.node() + "=" + addr_c, "--peer", d.node() + "=" + addr_d,
+                   "--peer-token-file", token, "--spool-dir", Dir() + "/spool"});
   ASSERT_TRUE(a.Start());
   std::string out = Dir() + "/py";
   RunPython(a, out, rounds);
@@ -245,6 +259,13 @@ TEST_F(MigrateTest, DestinationFailingAfterTheFreezeOrDyingLeavesTheJobRunning) 
   EXPECT_TRUE(Matches(failed.err, "test hook.*keeps running on node " + a.node())) << failed.err;
   EXPECT_EQ(b.Json({"job", "list"})["jobs"].size(), 0u) << "the destination kept a failed job";
   EXPECT_EQ(Job(a, "py")["state"], "running");
+
+  // d takes longer to restore than the job may stand frozen: called off, thawed here; d then
+  // finds the migration called off and restores nothing.
+  CommandResult slow = a.Cairn({"job", "migrate", "py", "--to", d.node(), "--restore-timeout", "2"});
+  EXPECT_TRUE(slow.FailedCleanly()) << slow.Describe();
+  EXPECT_TRUE(Matches(slow.err, "did not run the job within 2 s.*keeps running on node " + a.node())) << slow.err;
+  EXPECT_TRUE(IsAlive(pid));
 
   // c dies (SIGKILL) once it holds the whole image, before it restores.
   std::thread killer([&] {
@@ -268,6 +289,8 @@ TEST_F(MigrateTest, DestinationFailingAfterTheFreezeOrDyingLeavesTheJobRunning) 
   EXPECT_EQ(j["state"], "running");
   EXPECT_EQ(j["host_pid"], pid);
   EXPECT_TRUE(HasEvent(a, "py", "migrate-failed", "test hook"));
+  EXPECT_TRUE(WaitFor([&] { return LogHas(d, "kind=migrate-in-failed", "called the migration off"); }, 20s));
+  EXPECT_EQ(d.Json({"job", "list"})["jobs"].size(), 0u);
   EXPECT_FALSE(fs::exists(Dir() + "/spool") && !fs::is_empty(Dir() + "/spool")) << "the spool keeps an image";
   ASSERT_TRUE(WaitState(a, "py", "exited"));
   EXPECT_EQ(Job(a, "py")["health"]["exit_code"], 0);

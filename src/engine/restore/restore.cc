@@ -508,7 +508,12 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
-    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, opts.lazy ? &lazy_handlers : nullptr, ids),
+    uint64_t saved = 0;
+    for (const image::Vma& v : p->vmas()) {
+      for (const image::PageBlock& b : v.blocks()) saved += b.length();
+    }
+    bool lazy = opts.lazy && saved >= opts.lazy_min_bytes;
+    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, lazy ? &lazy_handlers : nullptr, ids),
                      absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);

@@ -27,6 +27,9 @@ struct RestoreOptions {
   bool lazy = false;  // parallel page writers; 0: twice the CPUs (measured best on 2 cores)
   // The cgroup (under each v1 hierarchy) to restore into; empty: the one the image records.
   std::string cgroup;
+  // With lazy: a process with less saved memory than this is filled before it runs (starting
+  // its page handler would cost more than copying its pages).
+  uint64_t lazy_min_bytes = 0;
 };
 
 struct RestoreResult {
