@@ -614,6 +614,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
           "job %s still runs (pid %d): kill it first (cairn job kill %s), or checkpoint it with --kill", name,
           s.job.host_pid(), name));
     }
+    if (s.job.state() == "migrated") {
+      return absl::FailedPreconditionError(absl::StrCat("job ", name, " ", s.job.health().detail(),
+                                                        " and runs there: restoring it here would run it twice"));
+    }
     s.busy = true;
     spec = s.job.spec();
   }

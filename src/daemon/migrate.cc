@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <filesystem>
 #include <thread>
 
@@ -546,6 +547,7 @@ struct Daemon::Received {
   std::map<std::string, UniqueFd> files;
   restore::RestoreResult restored;
   bool running = false;
+  std::optional<api::Job> previous;  // the job's record here from before it migrated away
 };
 
 void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
@@ -565,11 +567,17 @@ void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
   std::error_code ec;
   fs::remove_all(in.dir, ec);
   fs::remove_all(in.partial, ec);
-  fs::remove_all(in.job_dir, ec);
+  if (!in.previous) fs::remove_all(in.job_dir, ec);
   RemoveCgroup(CgroupOf(in.name));
   {
     std::lock_guard<std::mutex> l(mu_);
-    jobs_.erase(in.name);
+    if (in.previous) {
+      JobState& s = jobs_[in.name];
+      s.job = *in.previous;
+      s.busy = false;
+    } else {
+      jobs_.erase(in.name);
+    }
   }
   Event(in.name, "migrate-in-failed",
         absl::StrCat("from node ", in.begin.from_node(), ": ", why.message(), in.running ? " (its copy here was killed)" : ""));
@@ -611,15 +619,22 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   RETURN_IF_ERROR(Annotate(job::CheckName(in.begin.checkpoint()), "checkpoint id"));
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (jobs_.count(in.name)) {
+    auto it = jobs_.find(in.name);
+    // A job that migrated away from here may come back: it takes its old record over.
+    if (it != jobs_.end() && (it->second.busy || it->second.job.state() != "migrated")) {
       return absl::AlreadyExistsError(absl::StrCat("job '", in.name, "' already exists on node ", opts_.node,
                                                    " (cairn job delete ", in.name, " there first)"));
     }
-    JobState placeholder;
-    placeholder.busy = true;
-    placeholder.job.set_name(in.name);
-    placeholder.job.set_state("starting");
-    jobs_.emplace(in.name, std::move(placeholder));
+    if (it != jobs_.end()) {
+      in.previous = it->second.job;
+      it->second.busy = true;
+    } else {
+      JobState placeholder;
+      placeholder.busy = true;
+      placeholder.job.set_name(in.name);
+      placeholder.job.set_state("starting");
+      jobs_.emplace(in.name, std::move(placeholder));
+    }
   }
   in.dir = CheckpointDir(in.name) + "/" + in.begin.checkpoint();
   in.partial = in.dir + ".partial";
@@ -699,6 +714,7 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   j.set_host_pid(in.restored.pid);
   j.set_start_time(ProcessStartTime(in.restored.pid).value_or(0));
   j.set_created(in.begin.created());
+  if (in.previous) j.set_restores(in.previous->restores());
   j.set_dir(in.job_dir);
   j.set_node(opts_.node);
   j.mutable_health()->set_state("running");

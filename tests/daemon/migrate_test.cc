@@ -201,13 +201,17 @@ TEST_F(MigrateTest, FailedMigrationsLeaveTheJobRunningWhereItWas) {
 }
 
 // A program that keeps writing its memory (64 MiB, 20 000 pages a second) is moved while it
-// writes, then checks every page itself: each must hold the version it last wrote there.
-TEST_F(MigrateTest, WritingProgramFindsEveryPageItWroteAfterTheMove) {
+// writes, there and back again, then checks every page itself: each must hold the version it
+// last wrote there.
+TEST_F(MigrateTest, WritingProgramFindsEveryPageItWroteAfterMovingThereAndBack) {
   std::string token_b = Token("token-b", "token-of-node-b-0123456789");
   std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
   DaemonProcess b(Dir(), "node-b", {"--listen", addr_b, "--token-file", token_b});
   ASSERT_TRUE(b.Start());
-  DaemonProcess a(Dir(), "node-a", {"--peer-token-file", token_b, "--spool-dir", Dir() + "/spool"});
+  std::string token_a = Token("token-a", "token-of-node-a-0123456789");
+  std::string addr_a = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess a(Dir(), "node-a",
+                  {"--listen", addr_a, "--token-file", token_a, "--peer-token-file", token_b, "--spool-dir", Dir() + "/spool"});
   ASSERT_TRUE(a.Start());
   std::string work = Dir() + "/writer";
   fs::create_directories(work);
@@ -222,9 +226,21 @@ TEST_F(MigrateTest, WritingProgramFindsEveryPageItWroteAfterTheMove) {
   EXPECT_GE(JsonInt(m["precopy_bytes"]), 64 << 20) << m.dump();
   EXPECT_EQ(Job(a, "w")["state"], "migrated");
 
+  // Not restorable where it left (it runs elsewhere).
+  CommandResult twice = a.Cairn({"job", "restore", "w"});
+  EXPECT_TRUE(twice.FailedCleanly()) << twice.Describe();
+  EXPECT_TRUE(Matches(twice.err, "migrated to node " + b.node() + " and runs there")) << twice.err;
+
+  // And back again: a takes its old record over.
+  json back = b.Json({"job", "migrate", "w", "--to", addr_a, "--to-token-file", token_a});
+  ASSERT_FALSE(back.is_null()) << a.Log() << b.Log();
+  EXPECT_EQ(back["to_node"], a.node());
+  EXPECT_EQ(Job(a, "w")["state"], "running");
+  EXPECT_EQ(Job(b, "w")["state"], "migrated");
+
   WriteFile(work + "/go", "");
-  ASSERT_TRUE(WaitState(b, "w", "exited"));
-  std::string log = b.Cairn({"job", "logs", "w"}).out;
+  ASSERT_TRUE(WaitState(a, "w", "exited"));
+  std::string log = a.Cairn({"job", "logs", "w"}).out;
   EXPECT_TRUE(Matches(log, "PASS")) << log;
   EXPECT_FALSE(Matches(log, "FAIL")) << log;
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "absl/strings/str_format.h"
@@ -463,6 +464,15 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
       RETURN_IF_ERROR(ok);
     }
     ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+    // A lazy restore's page handler still fills these areas ("um": registered with a
+    // userfaultfd in missing mode): their missing pages are not in the process yet.
+    for (const proc::MapEntry& m : maps) {
+      if (std::find(m.vm_flags.begin(), m.vm_flags.end(), "um") != m.vm_flags.end()) {
+        return absl::UnavailableError(absl::StrFormat(
+            "pid %d: its memory at %#x-%#x is still being filled by the page handler of a lazy restore", pid, m.start,
+            m.end));
+      }
+    }
     ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
     (*areas)[pid] = std::move(maps);
     for (const image::Vma& v : vmas) {
@@ -536,10 +546,21 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // while they are looked at: then look again.
   absl::Status checked;
   std::map<pid_t, std::vector<proc::MapEntry>> prechecked;  // each process's areas, read while it ran
-  for (int attempt = 0; attempt < 5; ++attempt) {
+  // A process still being filled by a lazy restore is waited for (its page handler brings
+  // every page in within about a second per GiB).
+  auto fill_deadline = Clock::now() + std::chrono::seconds(120);
+  for (int attempt = 0; attempt < 5;) {
     checked = PrecheckTree(opts, &prechecked);
+    if (absl::IsUnavailable(checked) && Clock::now() < fill_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
     if (!absl::IsNotFound(checked)) break;
+    ++attempt;
     RETURN_IF_ERROR(CheckTarget(opts.pid));  // the root itself is gone: say so
+  }
+  if (absl::IsUnavailable(checked)) {
+    return Annotate(checked, "waited 120 s for it; try again when its restore has brought every page in");
   }
   RETURN_IF_ERROR(checked);
 
