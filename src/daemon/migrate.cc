@@ -597,6 +597,7 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
   RETURN_IF_ERROR(SetLimits(CgroupOf(in.name), spec.limits().cpus(), spec.limits().memory_bytes()));
   restore::RestoreOptions ro;
   ro.dir = in.dir;
+  ro.cgroup = CgroupOf(in.name);
   ro.lazy = opts_.lazy_migrations;
   ro.lazy_min_bytes = 16 << 20;  // a job's init, a small job: copied at once, no page handler to start
   // The source may have given up meanwhile (--restore-timeout) and thawed the job there.
@@ -759,6 +760,11 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   c.set_size_bytes(size);
   if (auto meta = ReadFile(in.dir + "/" + image::kMetaFile); meta.ok()) {
     c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+  }
+  // With a remote --storage it goes there like any checkpoint (the page handler of a lazy
+  // restore keeps its own descriptors of the files); if that fails it stays here.
+  if (absl::Status st = StoreCheckpoint(c, in.begin.spec()); !st.ok()) {
+    CAIRN_LOG_WARN("checkpoint={} job={}: not stored ({}); kept on this node", c.id(), in.name, st.ToString());
   }
   c.set_state("complete");
   (void)catalog_->CompleteCheckpoint(c, 0);
