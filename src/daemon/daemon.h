@@ -14,6 +14,8 @@
 // files, thaws a freezer left frozen, and adopts every job still running by its recorded host
 // pid and start time; jobs whose process is gone are marked exited (status unknown).
 //
+// Migration to another daemon (Migrate / ReceiveJob) lives in migrate.cc (see migrate.h).
+//
 // Thread safety: all public methods may be called from any thread. Engine work on a job
 // (checkpoint, restore) is exclusive per job: a second one is refused while the first runs.
 

@@ -309,9 +309,11 @@ TEST_F(PreCopyTest, LeaveRunningThenTrackForAnIncremental) {
   ASSERT_TRUE(PassesAfterGo());
 }
 
-TEST_F(PreCopyTest, RefusedWithTreeOrParent) {
+// (Pre-copy of a tree is tested through the daemon's migrations: tests/daemon/migrate_test.cc.)
+TEST_F(PreCopyTest, RefusedWithParent) {
   ASSERT_TRUE(StartWriter());
-  CommandResult r = Cairn({"dump", "--pid", std::to_string(pid_), "--dir", *temp_ / "x", "--pre-copy", "--tree"});
+  CommandResult r =
+      Cairn({"dump", "--pid", std::to_string(pid_), "--dir", *temp_ / "x", "--pre-copy", "--parent", "earlier"});
   EXPECT_TRUE(r.FailedCleanly() && Matches(r.err, "pre-copy .* cannot be combined")) << r.Describe();
   EXPECT_FALSE(Exists(*temp_ / "x"));
   EXPECT_TRUE(IsAlive(pid_));
