@@ -21,6 +21,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -351,6 +352,22 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
                                                    ec ? ec.message() : std::strerror(errno))));
   }
   const std::string dir = absl::StrCat(opts_.spool_dir, "/", opts_.node, ".", ckid);
+  // What an earlier migration of this job left when the daemon died in it (none runs now: busy).
+  // Its names are NODE.JOB-YYYYMMDDTHHMMSSmmm-from-NODE[.partial] (job names may contain '-').
+  const std::string prefix = absl::StrCat(opts_.node, ".", name, "-");
+  auto stale = [&](const std::string& f) {
+    if (!absl::StartsWith(f, prefix) || f.size() < prefix.size() + 9 || f[prefix.size() + 8] != 'T') return false;
+    for (size_t k = 0; k < 8; ++k) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(f[prefix.size() + k]))) return false;
+    }
+    return true;
+  };
+  for (auto it = fs::directory_iterator(opts_.spool_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (stale(it->path().filename().string())) {
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+    }
+  }
   auto cleanup = [&] {
     fs::remove_all(dir, ec);
     fs::remove_all(dir + ".partial", ec);

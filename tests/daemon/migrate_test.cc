@@ -119,7 +119,6 @@ TEST_F(MigrateTest, RunningPython3JobMovesToTheOtherDaemonAndFinishesWithTheSame
   EXPECT_EQ(Job(a, "py")["state"], "migrated");
   EXPECT_TRUE(HasEvent(a, "py", "migrated", "to node " + b.node() + ".*downtime [0-9.]+ s, [0-9]+ bytes moved"));
   EXPECT_FALSE(fs::exists(Dir() + "/spool") && !fs::is_empty(Dir() + "/spool")) << "the spool keeps an image";
-  // The text form says the same.
   EXPECT_TRUE(HasEvent(b, "py", "migrated-in", "from node " + a.node()));
 
   // The destination runs it (same name, same policy), keeps the received image as a checkpoint,
