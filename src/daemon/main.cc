@@ -69,7 +69,10 @@ int main(int argc, char** argv) {
     int v = 0;
     lazy.add_flag("-v", v);
     auto* sub = lazy.add_subcommand("lazy-pages");
-    sub->add_option("--dir", h.dir)->required();
+    // The same options as `cairn lazy-pages` (src/cli/main.cc), which engine/lazy/launch.cc passes.
+    sub->add_option("--dir", h.dir);
+    sub->add_option("--page-server", h.page_server);
+    sub->add_option("--token-file", h.token_file);
     sub->add_option("--pid", h.pid)->required();
     sub->add_option("--image-pid", h.image_pid)->required();
     sub->add_option("--uffd", h.uffd)->required();
