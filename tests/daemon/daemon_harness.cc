@@ -142,4 +142,40 @@ int64_t JsonInt(const nlohmann::json& v) {
   return 0;
 }
 
+std::string DaemonFixture::Token(const std::string& name, const std::string& value) {
+  std::string path = Dir() + "/" + name;
+  WriteFile(path, value + "\n");
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+::testing::AssertionResult DaemonFixture::WaitState(const DaemonProcess& d, const std::string& name,
+                                                    const std::string& state, std::chrono::milliseconds timeout) {
+  std::string last;
+  bool ok = WaitFor(
+      [&] {
+        nlohmann::json j = nlohmann::json::parse(d.Cairn({"job", "show", name, "--json"}).out, nullptr, false);
+        if (j.is_discarded()) return false;
+        last = j["job"].value("state", "");
+        return last == state;
+      },
+      timeout);
+  if (ok) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "job " << name << " on " << d.node() << " is " << last << ", not " << state
+                                       << "; daemon log:\n"
+                                       << d.Log() << ReadFile(d.state_dir() + "/jobs/" + name + "/stderr.log");
+}
+
+std::string DaemonFixture::Expected(const std::string& rounds) {
+  std::string dir = Dir() + "/plain";
+  std::filesystem::create_directories(dir);
+  WriteFile(dir + "/stdin", "");
+  pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
+                           dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
+  Track(pid, kPython);
+  Ending e = WaitGone(pid, 120s);
+  EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
+  return ReadFile(dir + "/result");
+}
+
 }  // namespace cairn::testing

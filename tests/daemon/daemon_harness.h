@@ -79,4 +79,24 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
 // A JSON field that proto3 JSON may print as a string (64-bit integers) as a number.
 int64_t JsonInt(const nlohmann::json& v);
 
+// What the tests with real daemons share: their scratch directory, token files, a job's record,
+// waiting for a job's state, and the result of an uninterrupted run of kPythonHashChain.
+class DaemonFixture : public CairnTest {
+ protected:
+  static constexpr char kPython[] = "/usr/bin/python3";
+  static constexpr char kRounds[] = "4000000";
+
+  std::string Dir() const { return temp_->path(); }
+  // Writes `value` to DIR/NAME, mode 0600 (as a token file must be); returns the path.
+  std::string Token(const std::string& name, const std::string& value);
+  nlohmann::json Job(const DaemonProcess& d, const std::string& name) {
+    return d.Json({"job", "show", name})["job"];
+  }
+  // Waits until the job's state on `d` is `state`; the failure shows the daemon's and job's logs.
+  ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
+                                       std::chrono::milliseconds timeout = 60s);
+  // The result file of an uninterrupted run of kPythonHashChain with `rounds` (run in DIR/plain).
+  std::string Expected(const std::string& rounds = kRounds);
+};
+
 }  // namespace cairn::testing

@@ -18,45 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr char kPython[] = "/usr/bin/python3";
-constexpr char kRounds[] = "4000000";
-
-class DaemonTest : public CairnTest {
+class DaemonTest : public DaemonFixture {
  protected:
-  std::string Dir() const { return temp_->path(); }
-
-  // The result of an uninterrupted run of the script, computed once per test.
-  std::string Expected(const std::string& rounds = kRounds) {
-    std::string dir = Dir() + "/plain";
-    fs::create_directories(dir);
-    WriteFile(dir + "/stdin", "");
-    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
-                             dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
-    Track(pid, kPython);
-    Ending e = WaitGone(pid, 120s);
-    EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
-    return ReadFile(dir + "/result");
-  }
-
-  json Job(const DaemonProcess& d, const std::string& name) { return d.Json({"job", "show", name})["job"]; }
-
-  // Waits until the job's state is `state`.
-  ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
-                                       std::chrono::milliseconds timeout = 60s) {
-    std::string last;
-    bool ok = WaitFor(
-        [&] {
-          CommandResult r = d.Cairn({"job", "show", name, "--json"});
-          json j = json::parse(r.out, nullptr, false);
-          if (j.is_discarded()) return false;
-          last = j["job"].value("state", "");
-          return last == state;
-        },
-        timeout);
-    if (ok) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "job " << name << " is " << last << ", not " << state << "; daemon log:\n"
-                                         << d.Log() << ReadFile(d.state_dir() + "/jobs/" + name + "/stderr.log");
-  }
 };
 
 TEST_F(DaemonTest, TwoDaemonsRunListShowLogsKillDelete) {

@@ -16,34 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr char kPython[] = "/usr/bin/python3";
-
-class MigrateTest : public CairnTest {
+class MigrateTest : public DaemonFixture {
  protected:
-  std::string Dir() const { return temp_->path(); }
-
-  // The result of an uninterrupted run of the script.
-  std::string Expected(const std::string& rounds) {
-    std::string dir = Dir() + "/plain";
-    fs::create_directories(dir);
-    WriteFile(dir + "/stdin", "");
-    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
-                             dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
-    Track(pid, kPython);
-    Ending e = WaitGone(pid, 120s);
-    EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
-    return ReadFile(dir + "/result");
-  }
-
-  std::string Token(const std::string& name, const std::string& value) {
-    std::string path = Dir() + "/" + name;
-    WriteFile(path, value + "\n");
-    ::chmod(path.c_str(), 0600);
-    return path;
-  }
-
-  json Job(const DaemonProcess& d, const std::string& name) { return d.Json({"job", "show", name})["job"]; }
-
   ::testing::AssertionResult HasEvent(const DaemonProcess& d, const std::string& job, const std::string& kind,
                                       const std::string& pattern) {
     json events = d.Json({"job", "show", job})["events"];
@@ -51,22 +25,6 @@ class MigrateTest : public CairnTest {
       if (e.value("kind", "") == kind && Matches(e.value("detail", ""), pattern)) return ::testing::AssertionSuccess();
     }
     return ::testing::AssertionFailure() << "no " << kind << " event matching " << pattern << " in " << events.dump();
-  }
-
-  ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
-                                       std::chrono::milliseconds timeout = 120s) {
-    std::string last;
-    bool ok = WaitFor(
-        [&] {
-          json j = json::parse(d.Cairn({"job", "show", name, "--json"}).out, nullptr, false);
-          if (j.is_discarded()) return false;
-          last = j["job"].value("state", "");
-          return last == state;
-        },
-        timeout);
-    if (ok) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "job " << name << " on " << d.node() << " is " << last << ", not "
-                                         << state << "; daemon log:\n" << d.Log();
   }
 
   // A line of the daemon's log holds both strings (a regex over the whole log is slow).

@@ -20,13 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr char kPython[] = "/usr/bin/python3";
-constexpr char kRounds[] = "4000000";
-
-class StorageTest : public CairnTest {
+class StorageTest : public DaemonFixture {
  protected:
-  std::string Dir() const { return temp_->path(); }
-
   void StartS3() {
     if (std::string why = S3rver::Missing(); !why.empty()) GTEST_SKIP() << "no S3 server to test against: " << why;
     s3_ = std::make_unique<S3rver>(Dir() + "/s3", "bkt");
@@ -56,18 +51,6 @@ class StorageTest : public CairnTest {
     return keys;
   }
 
-  std::string Expected(const std::string& rounds = kRounds) {
-    std::string dir = Dir() + "/plain";
-    fs::create_directories(dir);
-    WriteFile(dir + "/stdin", "");
-    pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
-                             dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
-    Track(pid, kPython);
-    Ending e = WaitGone(pid, 120s);
-    EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
-    return ReadFile(dir + "/result");
-  }
-
   // Starts the python3 hash chain as job `name`, mid-computation after a second.
   ::testing::AssertionResult RunPython(const DaemonProcess& d, const std::string& name, const std::string& out,
                                        const std::string& rounds = kRounds) {
@@ -78,21 +61,6 @@ class StorageTest : public CairnTest {
     std::this_thread::sleep_for(1s);
     if (Exists(out + "/result")) return ::testing::AssertionFailure() << "python3 finished within 1 s";
     return ::testing::AssertionSuccess();
-  }
-
-  ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
-                                       std::chrono::milliseconds timeout = 60s) {
-    std::string last;
-    bool ok = WaitFor(
-        [&] {
-          json j = json::parse(d.Cairn({"job", "show", name, "--json"}).out, nullptr, false);
-          if (j.is_discarded()) return false;
-          last = j["job"].value("state", "");
-          return last == state;
-        },
-        timeout);
-    if (ok) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "job " << name << " is " << last << ", not " << state << "; daemon log:\n" << d.Log();
   }
 
   // A checkpoint that must fail in the store: the job keeps running, the row says failed, and
