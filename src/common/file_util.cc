@@ -62,4 +62,13 @@ absl::Status SyncDir(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status WriteFileSynced(const std::string& path, absl::string_view data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("create " + path);
+  absl::Status st = WriteAll(fd, data, path);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + path);
+  ::close(fd);
+  return st;
+}
+
 }  // namespace cairn

@@ -17,6 +17,9 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::string_view what);
 // Reads exactly `len` bytes at `offset`; a short read is a DataLoss error.
 absl::Status PreadAll(int fd, void* buf, size_t len, off_t offset, absl::string_view what);
 
+// Creates or truncates `path` (mode 0600), writes `data` and fsyncs it.
+absl::Status WriteFileSynced(const std::string& path, absl::string_view data);
+
 // fsyncs the directory at `path` so a rename or create inside it is durable.
 absl::Status SyncDir(const std::string& path);
 

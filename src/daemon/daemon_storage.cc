@@ -30,21 +30,13 @@ absl::StatusOr<std::string> MetaChecksum(const std::string& dir) {
   return absl::StrFormat("xxh3:%016x", image::Checksum(meta.data(), meta.size()));
 }
 
-absl::Status WriteSynced(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("create " + path);
-  absl::Status st = WriteAll(fd, data, path);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + path);
-  ::close(fd);
-  return st;
-}
 
 }  // namespace
 
 absl::Status Daemon::StoreCheckpoint(api::Checkpoint& c, const api::JobSpec& spec) {
   if (!opts_.store->Remote()) return absl::OkStatus();
   std::string local = c.location();
-  RETURN_IF_ERROR(WriteSynced(local + "/" + storage::kJobSpecFile, spec.SerializeAsString()));
+  RETURN_IF_ERROR(WriteFileSynced(local + "/" + storage::kJobSpecFile, spec.SerializeAsString()));
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::string location, opts_.store->Put(local, c.job(), c.id()));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -139,14 +139,6 @@ class S3 : public CheckpointStore {
     return absl::StrCat(prefix_, prefix_.empty() ? "" : "/", job, "/", id);
   }
 
-  static absl::Status WriteFileSynced(const std::string& path, const std::string& data) {
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return ErrnoStatus("create " + path);
-    absl::Status st = WriteAll(fd, data, path);
-    if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + path);
-    ::close(fd);
-    return st;
-  }
 
   // Runs `fn` over the manifest's files on up to `parallel_` threads; the first error wins.
   absl::Status ForEach(const Manifest& m, const std::function<absl::Status(const ManifestFile&)>& fn) {
