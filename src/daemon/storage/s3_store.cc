@@ -139,7 +139,6 @@ class S3 : public CheckpointStore {
     return absl::StrCat(prefix_, prefix_.empty() ? "" : "/", job, "/", id);
   }
 
-
   // Runs `fn` over the manifest's files on up to `parallel_` threads; the first error wins.
   absl::Status ForEach(const Manifest& m, const std::function<absl::Status(const ManifestFile&)>& fn) {
     std::atomic<size_t> next{0};
