@@ -134,6 +134,7 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--memory", o.memory, "Memory limit, e.g. 512M, 2G (cgroup memory.limit_in_bytes)");
   o.run->add_option("--checkpoint-every", o.every, "Checkpoint every this many seconds (0: only on demand)");
   o.run->add_option("--keep", o.keep, "Keep the last N complete checkpoints, plus pinned ones (0: all)");
+  o.run->add_flag("--pre-copy", o.pre_copy, "Take the periodic checkpoints with pre-copy (a short freeze)");
   o.run->add_flag("--no-signal-checkpoint", o.no_signal_checkpoint,
                   "Do not checkpoint this job when cairnd receives SIGUSR1 (a preemption hook)");
   o.run->add_flag("--no-shutdown-checkpoint", o.no_shutdown_checkpoint,
@@ -171,8 +172,8 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.checkpoint->add_option("job", o.job, "Job name")->required();
   o.checkpoint->add_flag("--pin", o.pin, "Keep this checkpoint whatever the retention says");
   o.checkpoint->add_flag("--kill", o.stop, "Stop the job once the checkpoint is complete");
-  o.checkpoint->add_flag("--incremental", o.incremental, "Incremental checkpoint (needs the engine's issue 4)");
-  o.checkpoint->add_flag("--pre-copy", o.pre_copy, "Pre-copy checkpoint (needs the engine's issue 4)");
+  o.checkpoint->add_flag("--incremental", o.incremental, "Incremental checkpoint (not passed through by the daemon yet)");
+  o.checkpoint->add_flag("--pre-copy", o.pre_copy, "Copy memory while the job runs; freeze it only for the rest");
   o.restore = job->add_subcommand("restore", "Restore a job that does not run from a checkpoint");
   common(o.restore);
   o.restore->add_option("job", o.job, "Job name")->required();
@@ -281,6 +282,7 @@ int DaemonCommands::Run() {
     s->mutable_checkpoint()->set_keep_last(o.keep);
     s->mutable_checkpoint()->set_on_shutdown(!o.no_shutdown_checkpoint);
     s->mutable_checkpoint()->set_on_signal(!o.no_signal_checkpoint);
+    s->mutable_checkpoint()->set_pre_copy(o.pre_copy);
     s->mutable_health()->set_hang_after_s(o.hang_after);
     s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
     s->mutable_health()->set_memory_pressure_ratio(o.pressure);
@@ -333,7 +335,8 @@ int DaemonCommands::Run() {
     }
     const auto& p = j.spec().checkpoint();
     std::printf("  policy    every %s, keep %s, %s on shutdown, %s on SIGUSR1\n",
-                p.interval_s() > 0 ? absl::StrFormat("%.0f s", p.interval_s()).c_str() : "- (on demand)",
+                p.interval_s() > 0 ? absl::StrFormat("%.0f s%s", p.interval_s(), p.pre_copy() ? " (pre-copy)" : "").c_str()
+                                   : "- (on demand)",
                 p.keep_last() > 0 ? absl::StrCat("last ", p.keep_last(), " + pinned").c_str() : "all",
                 p.on_shutdown() ? "checkpoint" : "no checkpoint", p.on_signal() ? "checkpoint" : "no checkpoint");
     std::printf("  limits    cpus %s, memory %s\n",

@@ -446,11 +446,11 @@ absl::Status Daemon::DeleteJob(const std::string& name) {
 }
 
 absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason) {
-  if (req.incremental() || req.pre_copy()) {
+  if (req.incremental()) {
     return absl::UnimplementedError(
-        "incremental and pre-copy checkpoints: the engine's modes (issue 4) are not passed through by the daemon "
-        "yet (its retention would have to keep an incremental checkpoint's parents, and pre-copy takes single "
-        "processes, not job trees); take a full checkpoint (without --incremental/--pre-copy)");
+        "incremental checkpoints: the engine's mode (issue 4) is not passed through by the daemon yet (its "
+        "retention would have to keep an incremental checkpoint's parents); take a full one, or --pre-copy for a "
+        "short freeze");
   }
   const std::string& name = req.name();
   pid_t pid = 0;
@@ -513,6 +513,9 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   const bool hold = req.kill() && opts_.store->Remote();
   d.leave_running = !req.kill() || hold;
   d.job_name = EngineName(name);
+  // Pre-copy: memory is copied while the job runs and the job is frozen only for what it wrote
+  // meanwhile. Asked for on this checkpoint, or by the job's policy for its periodic ones.
+  d.pre_copy = req.pre_copy() || (reason == "periodic" && spec.checkpoint().pre_copy());
   if (opts_.pause_in_checkpoint_s > 0) {
     double pause = opts_.pause_in_checkpoint_s;
     d.progress = [pause, paused = false](uint64_t, uint64_t) mutable {

@@ -108,11 +108,12 @@ TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
   ASSERT_FALSE(Exists(out + "/result")) << "python3 finished within 1 s: the checkpoint would not be mid-computation";
   int pid = Job(a, "py")["host_pid"];
 
-  // A checkpoint that leaves the job running, then one that stops it.
+  // A checkpoint that leaves the job running, then one with pre-copy that stops it (the restore
+  // below is from that one).
   json c1 = a.Json({"job", "checkpoint", "py", "--pin"})["checkpoint"];
   EXPECT_EQ(c1["state"], "complete") << c1.dump();
   EXPECT_TRUE(IsAlive(pid));
-  json c2 = a.Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
+  json c2 = a.Json({"job", "checkpoint", "py", "--kill", "--pre-copy"})["checkpoint"];
   ASSERT_EQ(c2["state"], "complete") << c2.dump();
   EXPECT_GT(JsonInt(c2["size_bytes"]), 1 << 20);
   EXPECT_TRUE(Matches(c2["checksum"].get<std::string>(), "^xxh3:[0-9a-f]{16}$")) << c2.dump();
@@ -301,9 +302,11 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
                        "i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done"})
                   .Exited(0));
   // A second job on the same period: both fall due together and are taken by two workers at once.
-  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "tock", "--checkpoint-every", "1", "--keep", "2", "--", "/bin/sh", "-c",
-                       "while true; do sleep 0.1; done"})
+  // Its periodic checkpoints are taken with pre-copy.
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "tock", "--checkpoint-every", "1", "--keep", "2", "--pre-copy", "--",
+                       "/bin/sh", "-c", "while true; do sleep 0.1; done"})
                   .Exited(0));
+  EXPECT_TRUE(Matches(a.Cairn({"job", "show", "tock"}).out, "every 1 s \\(pre-copy\\)"));
   json pinned = a.Json({"job", "checkpoint", "tick", "--pin"})["checkpoint"];
   ASSERT_EQ(pinned["state"], "complete");
   bool expired = WaitFor(
@@ -451,7 +454,7 @@ TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
   // Engine modes not passed through yet are refused by name.
   CommandResult inc = again.Cairn({"job", "checkpoint", "svc", "--incremental"});
   EXPECT_TRUE(inc.FailedCleanly());
-  EXPECT_TRUE(Matches(inc.err, "issue 4")) << inc.err;
+  EXPECT_TRUE(Matches(inc.err, "incremental checkpoints: .*not passed through")) << inc.err;
 }
 
 }  // namespace
