@@ -424,9 +424,20 @@ void CairnTest::SetUp() {
   ::chmod(temp_->path().c_str(), 0755);
 }
 
+namespace {
+uint64_t PidNamespaceOf(pid_t pid) {
+  struct stat st {};
+  return ::stat(("/proc/" + std::to_string(pid) + "/ns/pid").c_str(), &st) == 0 ? st.st_ino : 0;
+}
+}  // namespace
+
+void CairnTest::Track(pid_t pid, const std::string& argv0) { tracked_.push_back({pid, argv0, PidNamespaceOf(pid)}); }
+
 void CairnTest::TearDown() {
-  for (const auto& [pid, argv0] : tracked_) {
-    if (ProcessArgv0(pid) == argv0) KillAndWait(pid);
+  for (const Tracked& t : tracked_) {
+    if (ProcessArgv0(t.pid) != t.argv0) continue;
+    if (t.pid_ns != 0 && PidNamespaceOf(t.pid) != t.pid_ns) continue;  // the PID was reused elsewhere
+    KillAndWait(t.pid);
   }
   // Reap anything else re-parented to us (helpers cairn left behind).
   while (::waitpid(-1, nullptr, WNOHANG | __WALL) > 0) {

@@ -179,9 +179,12 @@ class CairnTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
-  // Registers a PID to kill after the test if it still runs `argv0` (checked so that a PID reused
-  // by an unrelated process is left alone).
-  void Track(pid_t pid, const std::string& argv0) { tracked_.emplace_back(pid, argv0); }
+  // Registers a PID to kill after the test if it still runs `argv0` in the PID namespace it was in
+  // when tracked (checked so that a PID reused by an unrelated process is left alone: PIDs wrap
+  // at 32768 here, and another test's python3 job in a daemon's PID namespace can get the PID of
+  // this test's finished python3). A process restored with the same PID in the same namespace
+  // is still killed.
+  void Track(pid_t pid, const std::string& argv0);
 
   // Runs `cairn ARGS...`; its output files go to the temp dir.
   CommandResult Cairn(const std::vector<std::string>& args, const CommandOptions& options = {});
@@ -195,7 +198,12 @@ class CairnTest : public ::testing::Test {
   ::testing::AssertionResult StartReady(Workload& w);
 
   std::unique_ptr<TempDir> temp_;
-  std::vector<std::pair<pid_t, std::string>> tracked_;
+  struct Tracked {
+    pid_t pid;
+    std::string argv0;
+    uint64_t pid_ns;  // inode of /proc/PID/ns/pid when tracked; 0 when it had already gone
+  };
+  std::vector<Tracked> tracked_;
 };
 
 }  // namespace cairn::testing
