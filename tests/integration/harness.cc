@@ -446,6 +446,30 @@ void CairnTest::TearDown() {
   temp_.reset();
 }
 
+::testing::AssertionResult CairnTest::DamageLargestPageBlock(const std::string& ckpt) {
+  // Blocks are listed as {"vaddr", "length", "fileOffset", ...} by inspect --json.
+  CommandResult meta = Cairn({"inspect", ckpt, "--json"});
+  if (!meta.Exited(0)) return ::testing::AssertionFailure() << meta.Describe();
+  std::regex block_re("\"length\":\\s*\"?(\\d+)\"?,\\s*\"(?:fileOffset|file_offset)\":\\s*\"?(\\d+)");
+  uint64_t best_len = 0, best_off = 0;
+  for (std::sregex_iterator it(meta.out.begin(), meta.out.end(), block_re), end; it != end; ++it) {
+    uint64_t len = std::stoull((*it)[1]), off = std::stoull((*it)[2]);
+    if (len > best_len) best_len = len, best_off = off;
+  }
+  if (best_len < (1u << 20)) {
+    return ::testing::AssertionFailure() << "no large page block found in " << meta.out.substr(0, 2000);
+  }
+  std::fstream f(ckpt + "/pages.img", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t at = best_off + best_len - 4096 + 100;  // in the block's last page
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x5a));
+  if (!f) return ::testing::AssertionFailure() << "could not rewrite " << ckpt << "/pages.img at " << at;
+  return ::testing::AssertionSuccess();
+}
+
 CommandResult CairnTest::Cairn(const std::vector<std::string>& args, const CommandOptions& options) {
   std::vector<std::string> argv = {CairnBinary()};
   argv.insert(argv.end(), args.begin(), args.end());

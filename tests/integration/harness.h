@@ -186,6 +186,10 @@ class CairnTest : public ::testing::Test {
   // is still killed.
   void Track(pid_t pid, const std::string& argv0);
 
+  // Flips a byte in the last page of the checkpoint's largest page block (found with `cairn
+  // inspect --json`), which must be at least 1 MiB: a damaged image for the checksum tests.
+  ::testing::AssertionResult DamageLargestPageBlock(const std::string& ckpt);
+
   // Runs `cairn ARGS...`; its output files go to the temp dir.
   CommandResult Cairn(const std::vector<std::string>& args, const CommandOptions& options = {});
   CommandResult Dump(pid_t pid, const std::string& dir, bool leave_running = false, const CommandOptions& options = {});

@@ -277,25 +277,8 @@ TEST_F(LazyDamage, BadBlockKillsTheProcessWithAClearError) {
   std::string ckpt = w.workdir() + "/ckpt";
   ASSERT_TRUE(DumpAndKill(w, ckpt));
   // The largest page block is in the 16 MiB private anonymous area, which --lazy leaves to the
-  // handler. Blocks are listed as {"vaddr", "length", "fileOffset", ...} by inspect --json.
-  CommandResult meta = Cairn({"inspect", ckpt, "--json"});
-  ASSERT_TRUE(meta.Exited(0)) << meta.Describe();
-  std::regex block_re("\"length\":\\s*\"?(\\d+)\"?,\\s*\"(?:fileOffset|file_offset)\":\\s*\"?(\\d+)");
-  uint64_t best_len = 0, best_off = 0;
-  for (std::sregex_iterator it(meta.out.begin(), meta.out.end(), block_re), end; it != end; ++it) {
-    uint64_t len = std::stoull((*it)[1]), off = std::stoull((*it)[2]);
-    if (len > best_len) best_len = len, best_off = off;
-  }
-  ASSERT_GE(best_len, 1u << 20) << "no large page block found in " << meta.out.substr(0, 2000);
-  {
-    std::fstream f(ckpt + "/pages.img", std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t at = best_off + best_len - 4096 + 100;  // in the block's last page
-    f.seekg(static_cast<std::streamoff>(at));
-    char c = 0;
-    f.get(c);
-    f.seekp(static_cast<std::streamoff>(at));
-    f.put(static_cast<char>(c ^ 0x5a));
-  }
+  // handler.
+  ASSERT_TRUE(DamageLargestPageBlock(ckpt));
   // The handler keeps writing to cairn's stderr after `restore --detach` has returned.
   std::string err_path = w.workdir() + "/restore.err";
   CommandResult restore = RunCommand(
