@@ -166,16 +166,21 @@ std::string DaemonFixture::Token(const std::string& name, const std::string& val
                                        << d.Log() << ReadFile(d.state_dir() + "/jobs/" + name + "/stderr.log");
 }
 
-std::string DaemonFixture::Expected(const std::string& rounds) {
+std::string DaemonFixture::Expected() {
   std::string dir = Dir() + "/plain";
   std::filesystem::create_directories(dir);
   WriteFile(dir + "/stdin", "");
-  pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", rounds}, dir + "/stdin",
+  pid_t pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, dir + "/result", kRounds}, dir + "/stdin",
                            dir + "/stdout", dir + "/stderr", {"PYTHONHASHSEED=0"});
   Track(pid, kPython);
   Ending e = WaitGone(pid, 120s);
   EXPECT_TRUE(e.ExitedWith(0)) << e.Describe() << ReadFile(dir + "/stderr");
   return ReadFile(dir + "/result");
+}
+
+std::vector<std::string> DaemonFixture::PythonJob(const std::string& out) {
+  std::filesystem::create_directories(out);
+  return {"/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c", kPythonHashChain, out + "/result", kRounds, out + "/go"};
 }
 
 }  // namespace cairn::testing

@@ -95,8 +95,13 @@ class DaemonFixture : public CairnTest {
   // Waits until the job's state on `d` is `state`; the failure shows the daemon's and job's logs.
   ::testing::AssertionResult WaitState(const DaemonProcess& d, const std::string& name, const std::string& state,
                                        std::chrono::milliseconds timeout = 60s);
-  // The result file of an uninterrupted run of kPythonHashChain with `rounds` (run in DIR/plain).
-  std::string Expected(const std::string& rounds = kRounds);
+  // The result file of an uninterrupted run of kPythonHashChain (in DIR/plain).
+  std::string Expected();
+  // The command line (for `job run -- ...`) of a kPythonHashChain job that writes OUT/result
+  // only once OUT/go exists (Release); creates OUT.
+  std::vector<std::string> PythonJob(const std::string& out);
+  // Lets the PythonJob writing to `out` finish.
+  void Release(const std::string& out) { WriteFile(out + "/go", ""); }
 };
 
 }  // namespace cairn::testing

@@ -519,8 +519,9 @@ Workload CairnTest::MakeWorkload(const std::string& name, const std::string& sub
 }
 
 const char kPythonHashChain[] = R"(
-import hashlib, os, sys
+import hashlib, os, sys, time
 out, n = sys.argv[1], int(sys.argv[2])
+gate = sys.argv[3] if len(sys.argv) > 3 else None
 h = hashlib.sha256(b"cairn").digest()
 acc = 0
 table = {}
@@ -529,6 +530,8 @@ for i in range(n):
     acc = (acc * 31 + h[0]) % 1000000007
     if i % 1000 == 0:
         table[i] = h.hex()
+while gate and not os.path.exists(gate):
+    time.sleep(0.02)
 with open(out + ".tmp", "w") as f:
     f.write("%s %d %d %s\n" % (h.hex(), acc, len(table), table[max(table)]))
 os.rename(out + ".tmp", out)

@@ -159,9 +159,11 @@ std::string LineStartingWith(const std::string& text, const std::string& prefix)
 bool Matches(const std::string& text, const std::string& pattern);
 
 // A deterministic python3 computation of a few CPU seconds (about 2 million rounds a second
-// here): `python3 -I -c kPythonHashChain OUT ROUNDS` writes "<digest> <acc> ..." to OUT through
-// a rename, so a partial result never shows, then prints "done". Real-program round trips
-// compare its result with an uninterrupted run's.
+// here): `python3 -I -c kPythonHashChain OUT ROUNDS [GATE]` writes "<digest> <acc> ..." to OUT
+// through a rename, so a partial result never shows, then prints "done". Given GATE, it waits
+// for that file to exist before it writes: a test that checkpoints or moves it cannot lose the
+// race with its end, however slow the machine. Real-program round trips compare its result
+// with an uninterrupted run's.
 extern const char kPythonHashChain[];
 
 // Checks the workload's output says PASS and nothing says FAIL.
