@@ -51,6 +51,8 @@ struct DaemonCommands::Options {
   unsigned keep = 0;
   bool no_shutdown_checkpoint = false;
   bool no_signal_checkpoint = false;
+  bool newest_stored = false;    // job restore --newest-stored
+  double taken_before = 0;
   std::string heartbeat_file;
   bool err = false;
   int64_t tail = 0;
@@ -179,6 +181,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.restore->add_option("job", o.job, "Job name")->required();
   o.restore->add_option("--checkpoint", o.id, "Checkpoint id (default: the newest complete one)");
   o.restore->add_option("--from", o.from, "A checkpoint location in a shared store (s3://… or a dir: store's directory), e.g. another node's");
+  o.restore->add_flag("--newest-stored", o.newest_stored,
+                      "The job's newest complete checkpoint in the shared store, whichever node took it (e.g. a lost node's)");
+  o.restore->add_option("--taken-before", o.taken_before, "With --newest-stored: taken at or before this time (unix seconds)");
   o.migrate = job->add_subcommand("migrate", "Move a running job to another node's daemon (it keeps running here if that fails)");
   common(o.migrate);
   o.migrate->add_option("job", o.job, "Job name")->required();
@@ -419,6 +424,8 @@ int DaemonCommands::Run() {
     req.set_name(o.job);
     req.set_checkpoint(o.id);
     req.set_from(o.from);
+    req.set_newest_stored(o.newest_stored);
+    req.set_taken_before(o.taken_before);
     dapi::RestoreJobResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::RestoreJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);

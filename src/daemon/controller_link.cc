@@ -226,6 +226,10 @@ void ControllerLink::FollowEvents(int wait_ms) {
   std::vector<api::Event> events = daemon_->WaitEvents("", seq_, wait_ms);
   for (const api::Event& e : events) {
     seq_ = std::max(seq_, e.seq());
+    if (e.kind() == "checkpoint" && !e.job().empty()) {
+      ReportCheckpoint(e);
+      continue;
+    }
     if (e.job().empty() || (e.kind() != "hung" && e.kind() != "memory-pressure")) continue;
     absl::StatusOr<api::GetJobResponse> j = daemon_->GetJob(e.job());
     if (!j.ok()) continue;
@@ -242,6 +246,22 @@ void ControllerLink::FollowEvents(int wait_ms) {
       s.set_memory_growth_mb_per_s(h.memory_growth_bytes_per_s() / (1 << 20));
     }
     Queue(std::move(s));
+  }
+}
+
+void ControllerLink::ReportCheckpoint(const api::Event& e) {
+  // Only a checkpoint other nodes can restore (one in a shared store) is worth telling about.
+  std::string storage = daemon_->Info().storage();
+  if (storage.empty() || storage == "local") return;
+  for (const api::Checkpoint& c : daemon_->ListCheckpoints(e.job())) {
+    if (c.state() != "complete" || !absl::StartsWith(e.detail(), "checkpoint " + c.id() + " ")) continue;
+    capi::NodeSignal s;
+    s.set_kind(capi::NodeSignal::CHECKPOINT);
+    s.set_job_id(e.job());
+    s.set_checkpoint_id(c.id());
+    s.set_checkpoint_time(e.time());
+    Queue(std::move(s));
+    return;
   }
 }
 

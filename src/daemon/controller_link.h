@@ -4,7 +4,7 @@
 // address and token the controller uses to reach this daemon; sends heartbeats at the interval
 // the controller asks for; and reports signals with ReportSignal: spot notices and GPU health
 // events (handed in by the watchers) and jobs that hang or come under memory pressure (followed
-// in the daemon's own event stream). A controller that is away is retried; signals wait (up to
+// in the daemon's own event stream), and checkpoints complete in a shared store. A controller that is away is retried; signals wait (up to
 // 100) until it answers; a controller that forgot the node (restart, re-election) gets a fresh
 // registration.
 //
@@ -23,6 +23,7 @@
 
 #include "absl/status/statusor.h"
 #include "controller.grpc.pb.h"
+#include "daemon.pb.h"
 #include "daemon/gpu_watch.h"
 #include "daemon/spot_watch.h"
 
@@ -79,6 +80,9 @@ class ControllerLink {
   void Queue(::cairn::api::NodeSignal s);
   void SendQueued();
   void FollowEvents(int wait_ms);
+  // A complete checkpoint in a shared store: reported (CHECKPOINT) so that the controller can
+  // have it restored elsewhere should this node be lost.
+  void ReportCheckpoint(const api::Event& e);
   void Status(const std::string& line);
 
   Daemon* const daemon_;

@@ -99,6 +99,10 @@ class Daemon {
   absl::StatusOr<api::RestoreJobResponse> Restore(const std::string& name, const std::string& checkpoint,
                                                   const std::string& from = "");
 
+  // The location of job `name`'s newest complete checkpoint in the shared store taken at or
+  // before `taken_before` (unix seconds; 0: any), whichever node took it (restore_newest.cc).
+  absl::StatusOr<std::string> NewestStored(const std::string& name, double taken_before);
+
   std::vector<api::Checkpoint> ListCheckpoints(const std::string& job);
   absl::StatusOr<api::Checkpoint> GetCheckpoint(const std::string& id);
   absl::Status DeleteCheckpoint(const std::string& id);

@@ -83,7 +83,16 @@ grpc::Status GrpcService::CheckpointJob(grpc::ServerContext* ctx, const api::Che
 grpc::Status GrpcService::RestoreJob(grpc::ServerContext* ctx, const api::RestoreJobRequest* req,
                                      api::RestoreJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  auto r = daemon_->Restore(req->name(), req->checkpoint(), req->from());
+  std::string from = req->from();
+  if (req->newest_stored()) {
+    if (!from.empty() || !req->checkpoint().empty()) {
+      return ToGrpc(absl::InvalidArgumentError("restore: give newest_stored, a checkpoint id or --from, not several"));
+    }
+    auto newest = daemon_->NewestStored(req->name(), req->taken_before());
+    if (!newest.ok()) return ToGrpc(newest.status());
+    from = *newest;
+  }
+  auto r = daemon_->Restore(req->name(), req->checkpoint(), from);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;

@@ -105,6 +105,7 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   s->set_name(job_id);
   for (const std::string& a : command) s->add_command(a);
   s->mutable_checkpoint()->set_on_shutdown(true);
+  if (auto p = intervals_.find(job_id); p != intervals_.end()) s->mutable_checkpoint()->set_interval_s(p->second);
   dapi::RunJobResponse resp;
   grpc::ClientContext c;
   Prepare(&c, *d);
@@ -130,6 +131,7 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
 
 DispatchResult CairndDispatcher::StartJob(const Job& job, const Node& node) {
   if (!job.spec.command.empty()) commands_[job.spec.id] = job.spec.command;
+  if (job.spec.checkpoint.interval_s > 0) intervals_[job.spec.id] = job.spec.checkpoint.interval_s;
   return Run(job.spec.id, job.spec.command, node.spec.id);
 }
 
@@ -228,6 +230,47 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
           true};
 }
 
+std::string CairndDispatcher::StopOld(const Decision& d) {
+  std::string why;
+  NodeDaemon* old = d.node_id.empty() ? nullptr : Find(d.node_id, &why);
+  if (old == nullptr) return "";
+  dapi::KillJobRequest k;
+  k.set_name(d.job_id);
+  dapi::KillJobResponse kr;
+  grpc::ClientContext c;
+  Prepare(&c, *old);
+  grpc::Status st = old->stub->KillJob(&c, k, &kr);
+  return st.ok() ? absl::StrCat("stopped on ", d.node_id, "; ")
+                 : absl::StrCat("not stopped on ", d.node_id, " (", Why(st), "); ");
+}
+
+DispatchResult CairndDispatcher::RestoreNewest(const Decision& d, const std::string& stopped) {
+  std::string why;
+  NodeDaemon* dst = Find(d.target_node_id, &why);
+  if (dst == nullptr) return {false, stopped + why};
+  // The target's daemon picks the job's newest checkpoint complete in the store it shares with
+  // the old node, taken no later than the one the decision names (the controller's record of it
+  // is the time the node reported it complete, at or after the time in its id).
+  dapi::RestoreJobRequest req;
+  req.set_name(d.job_id);
+  req.set_newest_stored(true);
+  req.set_taken_before(d.restore_from_time);
+  dapi::RestoreJobResponse resp;
+  grpc::ClientContext c;
+  Prepare(&c, *dst);
+  grpc::Status st = dst->stub->RestoreJob(&c, req, &resp);
+  if (!st.ok()) {
+    return {false,
+            absl::StrCat(stopped, "not carried out: cairnd on ", d.target_node_id, " at ", dst->address,
+                         " refused RestoreJob of job ", d.job_id, "'s newest stored checkpoint up to t=",
+                         absl::StrFormat("%.3f", d.restore_from_time), ": ", Why(st)),
+            true};
+  }
+  return {true, absl::StrFormat("%srestored on %s from its newest checkpoint in the shared store (up to t=%.3f) as "
+                                "pid %d in %.3f s",
+                                stopped, d.target_node_id, d.restore_from_time, resp.job().host_pid(), resp.seconds())};
+}
+
 DispatchResult CairndDispatcher::StopJob(const Job& job, const Node& node) {
   std::string why;
   NodeDaemon* d = Find(node.spec.id, &why);
@@ -309,24 +352,9 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
                                     resp.seconds())};
     }
     case Action::kRestore: {
-      if (d.restore_from_time >= 0) {
-        return {false, absl::StrFormat("not yet available: restoring job %s on %s from its checkpoint of t=%.0f needs "
-                                       "that checkpoint's location, and daemons do not report their checkpoints to "
-                                       "the controller yet",
-                                       d.job_id, d.target_node_id, d.restore_from_time)};
-      }
-      // From the beginning: the old copy must not run on beside the new one.
-      std::string stopped;
-      if (NodeDaemon* old = d.node_id.empty() ? nullptr : Find(d.node_id, &why); old != nullptr) {
-        dapi::KillJobRequest k;
-        k.set_name(d.job_id);
-        dapi::KillJobResponse kr;
-        grpc::ClientContext c;
-        Prepare(&c, *old);
-        grpc::Status st = old->stub->KillJob(&c, k, &kr);
-        stopped = st.ok() ? absl::StrCat("stopped on ", d.node_id, "; ")
-                          : absl::StrCat("not stopped on ", d.node_id, " (", Why(st), "); ");
-      }
+      // The old copy must not run on beside the new one.
+      std::string stopped = StopOld(d);
+      if (d.restore_from_time >= 0) return RestoreNewest(d, stopped);
       // The command is the one the job was submitted with, as given to StartJob.
       auto cmd = commands_.find(d.job_id);
       if (cmd == commands_.end()) {

@@ -10,9 +10,12 @@
 //                     remembers the node that holds the checkpoint.
 //   kResume        -> RestoreJob on the target: of the suspend checkpoint when the target took
 //                     it, else from the checkpoint's location in the shared store.
-//   kRestore       -> from the beginning (restore_from_time < 0): stop the job on its old node
-//                     when that node answers, then RunJob on the target. From a checkpoint: not
-//                     yet available (the controller does not know the daemons' checkpoints).
+//   kRestore       -> stop the job on its old node when that node answers (it must not run
+//                     twice); then from the beginning (restore_from_time < 0): RunJob on the
+//                     target; from a checkpoint: RestoreJob(newest_stored, taken_before =
+//                     restore_from_time) on the target, whose daemon restores the job's newest
+//                     complete checkpoint in the store it shares with the old node. The
+//                     controller learns of checkpoints from the daemons (NodeSignal CHECKPOINT).
 //   kMigrate       -> a move.
 //   kDrainNode     -> no daemon call: the controller stops placing there.
 //   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
@@ -72,6 +75,10 @@ class CairndDispatcher : public ActionDispatcher {
   // daemon is taking on its own (e.g. for a spot notice) to end first.
   absl::StatusOr<daemon::api::Checkpoint> Checkpoint(const std::string& job_id, const std::string& node_id, bool stop);
   DispatchResult Move(const Decision& d);
+  // Kills the job on the decision's old node where it answers; a note for the result.
+  std::string StopOld(const Decision& d);
+  // kRestore from a checkpoint: the newest stored one up to restore_from_time, on the target.
+  DispatchResult RestoreNewest(const Decision& d, const std::string& stopped);
 
   const double call_timeout_s_;
   const std::string tls_ca_;
@@ -87,6 +94,7 @@ class CairndDispatcher : public ActionDispatcher {
   // job -> the command it was started with (kRestore from the beginning runs it again). Kept in
   // memory: a restarted controller knows the commands of the jobs it starts from then on.
   std::map<std::string, std::vector<std::string>> commands_;
+  std::map<std::string, double> intervals_;  // job -> its periodic checkpoint interval (s), for RunJob
 };
 
 }  // namespace cairn::controller

@@ -520,6 +520,7 @@ absl::Status Controller::ReportSignal(const api::NodeSignal& req, api::ReportSig
   e.time = Now();
   e.node_id = req.node_id();
   e.job_id = req.job_id();
+  if (req.kind() == api::NodeSignal::CHECKPOINT) return RecordCheckpointLocked(req, resp);
   bool needs_node = true;
   switch (req.kind()) {
     case api::NodeSignal::SPOT_NOTICE:
@@ -566,6 +567,46 @@ absl::Status Controller::ReportSignal(const api::NodeSignal& req, api::ReportSig
   std::vector<api::Event> out;
   RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
   RETURN_IF_ERROR(HandleLocked(e, &out));
+  if (e.trigger == Trigger::kSpotNotice) {
+    // The cloud takes the node away: nothing new is placed or restored there from now on.
+    if (const Node* n = cluster_->FindNode(e.node_id); n != nullptr && n->health == NodeHealth::kHealthy) {
+      RETURN_IF_ERROR(cluster_->SetNodeHealth(e.node_id, NodeHealth::kDraining));
+      RETURN_IF_ERROR(SaveNodeLocked(e.node_id));
+      api::Event dr;
+      dr.set_kind("node-draining");
+      dr.set_node_id(e.node_id);
+      dr.set_reason(absl::StrFormat("spot reclaim announced in %.0f s: nothing new is placed there", e.notice_s));
+      RETURN_IF_ERROR(RecordLocked(std::move(dr), &out));
+    }
+  }
+  for (api::Event& o : out) *resp->add_events() = std::move(o);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::RecordCheckpointLocked(const api::NodeSignal& req, api::ReportSignalResponse* resp) {
+  Job* job = cluster_->MutableJob(req.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("signal checkpoint: unknown job `", req.job_id(), "`"));
+  }
+  if (req.checkpoint_time() <= 0 || req.checkpoint_id().empty()) {
+    return absl::InvalidArgumentError("signal checkpoint: give checkpoint_id and checkpoint_time (unix seconds)");
+  }
+  // A report the node repeats (a lost reply) is recorded once.
+  for (const CheckpointRecord& c : job->checkpoints) {
+    if (c.time == req.checkpoint_time()) return absl::OkStatus();
+  }
+  CheckpointRecord rec{req.checkpoint_time(), WorkDoneAt(*job, std::min(req.checkpoint_time(), Now()))};
+  auto at = std::upper_bound(job->checkpoints.begin(), job->checkpoints.end(), rec.time,
+                             [](double t, const CheckpointRecord& c) { return t < c.time; });
+  job->checkpoints.insert(at, rec);
+  api::Event ev;
+  ev.set_kind("checkpoint");
+  ev.set_node_id(req.node_id());
+  ev.set_job_id(req.job_id());
+  ev.set_reason(absl::StrFormat("checkpoint %s complete on %s at t=%.3f, in storage other nodes share", req.checkpoint_id(),
+                                req.node_id(), req.checkpoint_time()));
+  std::vector<api::Event> out;
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
   for (api::Event& o : out) *resp->add_events() = std::move(o);
   return absl::OkStatus();
 }

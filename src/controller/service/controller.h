@@ -87,6 +87,8 @@ class Controller {
   absl::Status PlacePendingLocked();
   // Runs the policy rules on `event`, records each decision and dispatches it.
   absl::Status HandleLocked(const Event& event, std::vector<api::Event>* out = nullptr);
+  // A node's report that a checkpoint of a job is complete in shared storage (NodeSignal CHECKPOINT).
+  absl::Status RecordCheckpointLocked(const api::NodeSignal& req, api::ReportSignalResponse* resp);
   // Applies a decision the dispatcher carried out to the model.
   absl::Status ApplyLocked(const Decision& d);
   absl::Status CheckHeartbeatsLocked();

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/match.h"
@@ -109,6 +110,21 @@ class Dir : public CheckpointStore {
     ::unlink((location + "/" + kManifestFile).c_str());  // not complete from here on
     RemoveLocalTree(location);
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> List(const std::string& job) override {
+    std::vector<std::string> ids;
+    std::error_code ec;
+    std::string dir = root_ + "/" + job;
+    if (!fs::exists(dir, ec)) return ids;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      std::string id = it->path().filename().string();
+      if (absl::EndsWith(id, ".partial") || !fs::exists(it->path() / kManifestFile)) continue;
+      ids.push_back(id);
+    }
+    if (ec) return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
+    std::sort(ids.begin(), ids.end());
+    return ids;
   }
 
  private:

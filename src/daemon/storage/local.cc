@@ -23,6 +23,11 @@ class Local : public CheckpointStore {
     RemoveLocalTree(location);
     return absl::OkStatus();
   }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& job) override {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the local store holds only this node's checkpoints of job ", job,
+        " (cairn checkpoint list); listing the checkpoints other nodes took needs a shared --storage (dir:/PATH or s3://)"));
+  }
 };
 
 }  // namespace

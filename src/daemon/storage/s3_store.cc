@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -132,6 +133,20 @@ class S3 : public CheckpointStore {
     S3Config cfg = client_.config();
     cfg.bucket = bucket;
     return RemoveKeys(S3Client(cfg), base);
+  }
+
+  absl::StatusOr<std::vector<std::string>> List(const std::string& job) override {
+    std::string base = KeyOf(job, "");  // PREFIX/JOB/
+    ASSIGN_OR_RETURN(std::vector<S3Object> objects, client_.List(base));
+    std::vector<std::string> ids;
+    const std::string tail = std::string("/") + kManifestFile;
+    for (const S3Object& o : objects) {
+      if (!absl::EndsWith(o.key, tail)) continue;
+      std::string id = o.key.substr(base.size(), o.key.size() - base.size() - tail.size());
+      if (!id.empty() && id.find('/') == std::string::npos) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+    return ids;
   }
 
  private:

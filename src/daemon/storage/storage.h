@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -40,6 +41,10 @@ class CheckpointStore {
   virtual absl::Status Fetch(const std::string& location, const std::string& dir) = 0;
   // Removes the checkpoint at `location`, its manifest first. A missing one is not an error.
   virtual absl::Status Remove(const std::string& location) = 0;
+  // The ids of `job`'s complete checkpoints in the store (those with a manifest; whichever node
+  // took them), in ascending order: cairnd's ids end in their UTC time, so the last is the newest.
+  // The local store refuses (it holds one node's checkpoints, which its catalog lists).
+  virtual absl::StatusOr<std::vector<std::string>> List(const std::string& job) = 0;
 };
 
 struct StoreOptions {
