@@ -17,12 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr char kPython[] = "/usr/bin/python3";
-constexpr char kRounds[] = "16000000";
-
-class RestoreNewestTest : public CairnTest {
+class RestoreNewestTest : public DaemonFixture {
  protected:
-  std::string Dir() const { return temp_->path(); }
   static std::string RestoredFrom(const DaemonProcess& d) {
     std::string from;
     for (const json& e : d.Json({"job", "show", "py"}).value("events", json::array())) {
@@ -42,23 +38,17 @@ TEST_F(RestoreNewestTest, NewestCompleteStoredCheckpointIsRestoredOnAnotherNode)
   ASSERT_TRUE(b.Start());
   ASSERT_TRUE(local.Start());
 
-  std::string plain = Dir() + "/plain", out = Dir() + "/out";
-  fs::create_directories(plain);
-  fs::create_directories(out);
-  WriteFile(plain + "/stdin", "");
-  pid_t plain_pid = SpawnProgram({kPython, "-I", "-c", kPythonHashChain, plain + "/result", kRounds}, plain + "/stdin",
-                                 plain + "/stdout", plain + "/stderr", {"PYTHONHASHSEED=0"});
-  // Not Track()ed: it is reaped below, and pids wrap quickly (pid_max 32768) -- a kill in TearDown
-  // could hit another test's python3 under the same pid. It ends on its own.
+  std::string expected = Expected();
+  std::string out = Dir() + "/out";
 
   // Nothing stored yet: a clear refusal.
   CommandResult none = b.Cairn({"job", "restore", "py", "--newest-stored"});
   EXPECT_TRUE(none.FailedCleanly()) << none.Describe();
   EXPECT_TRUE(absl::StrContains(none.err, "has no complete checkpoint in dir:" + shared)) << none.Describe();
 
-  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "py", "--", "/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c",
-                       kPythonHashChain, out + "/result", kRounds})
-                  .Exited(0));
+  std::vector<std::string> run = {"job", "run", "--name", "py", "--"};
+  for (auto& arg : PythonJob(out)) run.push_back(arg);
+  ASSERT_TRUE(a.Cairn(run).Exited(0));
   std::this_thread::sleep_for(500ms);
   json first = a.Json({"job", "checkpoint", "py"});
   std::this_thread::sleep_for(500ms);
@@ -67,7 +57,6 @@ TEST_F(RestoreNewestTest, NewestCompleteStoredCheckpointIsRestoredOnAnotherNode)
   ASSERT_FALSE(second.is_null());
   std::string id1 = first["checkpoint"].value("id", ""), id2 = second["checkpoint"].value("id", "");
   ASSERT_LT(id1, id2);
-  ASSERT_FALSE(Exists(out + "/result")) << "python3 finished before its checkpoints: make kRounds larger";
 
   // Newer-looking but incomplete ones in the store never count: no manifest, or still .partial.
   std::string later = "py-29991231T235959999";
@@ -93,11 +82,9 @@ TEST_F(RestoreNewestTest, NewestCompleteStoredCheckpointIsRestoredOnAnotherNode)
   // Unbounded: the newest complete one, the second.
   ASSERT_TRUE(b.Cairn({"job", "restore", "py", "--newest-stored"}).Exited(0));
   EXPECT_TRUE(absl::StartsWith(RestoredFrom(b), "from checkpoint " + id2 + " ")) << RestoredFrom(b);
-  ASSERT_TRUE(WaitFor([&] { return b.Json({"job", "show", "py"})["job"].value("state", "") == "exited"; }, 120s))
-      << b.Log();
-  Ending pe = WaitGone(plain_pid, 120s);
-  ASSERT_TRUE(pe.ExitedWith(0)) << pe.Describe();
-  EXPECT_EQ(ReadFile(out + "/result"), ReadFile(plain + "/result"));
+  Release(out);
+  ASSERT_TRUE(WaitState(b, "py", "exited", 120s));
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
   a.KillJobs();
   b.KillJobs();
 }
