@@ -638,10 +638,12 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(in.name);
-    // A job that migrated away from here may come back: it takes its old record over.
-    if (it != jobs_.end() && (it->second.busy || it->second.job.state() != "migrated")) {
-      return absl::AlreadyExistsError(absl::StrCat("job '", in.name, "' already exists on node ", opts_.node,
-                                                   " (cairn job delete ", in.name, " there first)"));
+    // A job that ran here before and no longer runs here (it migrated away, or ended with its
+    // node, e.g. one restarted after a crash) may come back: it takes its old record over.
+    if (it != jobs_.end()) ReapLocked(it->second);
+    if (it != jobs_.end() && (it->second.busy || it->second.job.state() == "running")) {
+      return absl::AlreadyExistsError(absl::StrCat("job '", in.name, "' already runs on node ", opts_.node,
+                                                   " (cairn job kill ", in.name, " there first)"));
     }
     if (it != jobs_.end()) {
       in.previous = it->second.job;

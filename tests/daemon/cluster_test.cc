@@ -83,10 +83,13 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
                       "--controller-token-file", ctok, "--price-per-hour", "0.45", "--spot", "--zone", "us-east-1a",
                       "--cloud", "aws", "--labels", "pool=spot,team=ml", "--spot-notices", "aws", "--spot-url-aws",
                       md.url(), "--spot-poll", "0.2", "--storage", "dir:" + shared});
+  // The on-demand node fails every live migration into it (a test hook, after the image is sent):
+  // moves then go through the shared store (e2e_test.cc has them go live).
   DaemonProcess od(Dir(), "od",
                    {"--listen", absl::StrCat("127.0.0.1:", pb), "--token-file", dtok, "--controller", controller,
                     "--controller-token-file", ctok, "--price-per-hour", "1.90", "--zone", "us-east-1b", "--cloud",
-                    "aws", "--labels", "pool=od", "--storage", "dir:" + shared});
+                    "aws", "--labels", "pool=od", "--storage", "dir:" + shared},
+                   {"CAIRND_TEST_FAIL_MIGRATION_RESTORE=1"});
   ASSERT_TRUE(spot.Start());
   ASSERT_TRUE(od.Start());
 
@@ -183,13 +186,15 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
       << od.Cairn({"job", "list"}).out << decision.dump();
   EXPECT_TRUE(WaitFor([&] { return JobIn(spot, "train").value("state", "") == "killed"; }, 20s))
       << spot.Cairn({"job", "list"}).out;
-  // The job that checkpoints on notice is moved: checkpointed and stopped on the spot node into
-  // the shared store, restored from there on the on-demand node.
+  // The job that checkpoints on notice is moved: its live migration fails (the hook), so it is
+  // checkpointed and stopped on the spot node into the shared store, restored from there on the
+  // on-demand node.
   EXPECT_EQ(moved.value("action", ""), "migrate") << moved.dump();
   EXPECT_EQ(moved.value("target_node_id", ""), od.node()) << moved.dump();
   std::string note = moved.value("dispatch", "");
   EXPECT_TRUE(absl::StartsWith(note, "moved through dir:" + shared)) << note;
   EXPECT_TRUE(absl::StrContains(note, "restored on " + od.node())) << note;
+  EXPECT_TRUE(absl::StrContains(note, "live migration failed (") && absl::StrContains(note, "test hook")) << note;
   EXPECT_EQ(JobIn(od, "keep").value("state", ""), "running") << od.Cairn({"job", "list"}).out;
   EXPECT_TRUE(IsAlive(JobIn(od, "keep").value("host_pid", 0)));
   EXPECT_TRUE(WaitFor([&] { return JobIn(spot, "keep").value("state", "") == "killed"; }, 20s))

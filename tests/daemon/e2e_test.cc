@@ -3,10 +3,10 @@
 // directories, one shared dir: checkpoint store), a metadata responder playing the spot node's
 // cloud. A python3 job (the hash chain of the integration harness) placed on the cheapest node,
 // the spot node A, keeps going across
-//   (b) a spot notice on A          -> spot-notice rule: checkpoint, move to B (the cheapest other);
+//   (b) a spot notice on A          -> spot-notice rule: move to B (the cheapest other), live;
 //   (c) B killed, daemon and job     -> node-lost rule: restore B's newest reported checkpoint on C
 //       (A is draining: its reclaim was announced);
-//   (d) B's machine back, cheaper    -> cheaper-capacity rule: move the job from C to B;
+//   (d) B's machine back, cheaper    -> cheaper-capacity rule: move the job from C to B, live;
 // and (e) ends with the result an uninterrupted run gives. Each move is a controller event with
 // its rule and reason, checked here; the job never runs on two nodes at once.
 //
@@ -145,7 +145,7 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
 
   step("a: running on A");
   // (b) A's cloud announces the reclaim: the spot-notice rule checkpoints the job and moves it to
-  // B, the cheapest other node, through the shared store; A drains.
+  // B, the cheapest other node, live, daemon to daemon; A drains.
   uint64_t seq = 0;
   for (const json& e : Events(c)) seq = std::max<uint64_t>(seq, JsonInt(e["seq"]));
   absl::Time at = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()) + 120);
@@ -157,7 +157,8 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
   EXPECT_EQ(notice.value("node_id", ""), a.node()) << notice.dump();
   EXPECT_EQ(notice.value("target_node_id", ""), b.node()) << notice.dump();
   EXPECT_TRUE(absl::StrContains(notice.value("reason", ""), "reclaim in")) << notice.dump();
-  ASSERT_TRUE(absl::StartsWith(notice.value("dispatch", ""), "moved through dir:" + shared)) << notice.dump() << a.Log();
+  ASSERT_TRUE(absl::StartsWith(notice.value("dispatch", ""), "migrated live from " + a.node() + " to " + b.node()))
+      << notice.dump() << a.Log() << b.Log();
   EXPECT_FALSE(WaitEvent(c, seq, [&](const json& e) {
                  return e.value("kind", "") == "node-draining" && e.value("node_id", "") == a.node();
                }, 10s).is_null());
@@ -219,7 +220,7 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
 
   step("c: restored on C");
   // (d) B's machine comes back (its daemon restarts): capacity at half C's price. The
-  // cheaper-capacity rule moves the job there, through the shared store.
+  // cheaper-capacity rule moves the job there, live, daemon to daemon.
   ASSERT_TRUE(b.Start());
   json returned = WaitEvent(c, JsonInt(restore["seq"]), [&](const json& e) {
     return e.value("kind", "") == "node-returned" && e.value("node_id", "") == b.node();
@@ -231,7 +232,8 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
   EXPECT_EQ(cheaper.value("node_id", ""), cn.node()) << cheaper.dump();
   EXPECT_EQ(cheaper.value("target_node_id", ""), b.node()) << cheaper.dump();
   EXPECT_TRUE(absl::StrContains(cheaper.value("reason", ""), "saving $")) << cheaper.dump();
-  ASSERT_TRUE(absl::StartsWith(cheaper.value("dispatch", ""), "moved through dir:" + shared)) << cheaper.dump() << cn.Log();
+  ASSERT_TRUE(absl::StartsWith(cheaper.value("dispatch", ""), "migrated live from " + cn.node() + " to " + b.node()))
+      << cheaper.dump() << cn.Log() << b.Log();
   EXPECT_NE(StateOn(cn), "running") << "the job must not run on two nodes";
   EXPECT_EQ(NodeOfJob(c), b.node());
 

@@ -128,7 +128,7 @@ TEST_F(MigrateTest, FailedMigrationsLeaveTheJobRunningWhereItWas) {
   ASSERT_TRUE(b.Cairn({"job", "run", "--name", "py", "--", "/bin/sleep", "60"}).Exited(0));
   CommandResult taken = a.Cairn({"job", "migrate", "py", "--to", addr_b, "--to-token-file", token_b});
   EXPECT_TRUE(taken.FailedCleanly()) << taken.Describe();
-  EXPECT_TRUE(Matches(taken.err, "already exists on node " + b.node())) << taken.err;
+  EXPECT_TRUE(Matches(taken.err, "already runs on node " + b.node())) << taken.err;
   ASSERT_TRUE(b.Cairn({"job", "kill", "py"}).Exited(0));
   // Unknown job, unknown node, this node.
   CommandResult nojob = a.Cairn({"job", "migrate", "nope", "--to", b.node(), "--to-token-file", token_b});

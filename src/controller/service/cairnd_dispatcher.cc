@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 
@@ -35,8 +36,9 @@ std::string CairndDispatcher::Describe() const {
   int with = 0;
   for (const auto& [id, d] : daemons_) with += d.stub != nullptr;
   return absl::StrFormat("cairnd: decisions are carried out by the node daemons over their gRPC API "
-                         "(%d of %d registered nodes gave a daemon address); jobs move through checkpoint "
-                         "storage the nodes share (cairnd --storage dir:/PATH or s3://...)",
+                         "(%d of %d registered nodes gave a daemon address); jobs move by live migration "
+                         "between the daemons, else through checkpoint storage the nodes share "
+                         "(cairnd --storage dir:/PATH or s3://...)",
                          with, daemons_.size());
 }
 
@@ -161,9 +163,31 @@ absl::StatusOr<dapi::Checkpoint> CairndDispatcher::Checkpoint(const std::string&
   }
 }
 
+absl::StatusOr<dapi::MigrateJobResponse> CairndDispatcher::Migrate(const std::string& job_id, NodeDaemon& src,
+                                                                    const NodeDaemon& dst) {
+  dapi::MigrateJobRequest req;
+  req.set_name(job_id);
+  req.set_to(dst.address);
+  req.set_token(dst.token);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    dapi::MigrateJobResponse resp;
+    grpc::ClientContext c;
+    Prepare(&c, src);
+    grpc::Status st = src.stub->MigrateJob(&c, req, &resp);
+    if (st.ok()) return resp;
+    // A checkpoint the daemon takes on its own (a spot notice's) is let finish first.
+    bool busy = st.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                absl::StrContains(st.error_message(), "in progress");
+    if (!busy || std::chrono::steady_clock::now() > until) return ToAbsl(st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 DispatchResult CairndDispatcher::Move(const Decision& d) {
   // The ways a job's state reaches another node, best first:
-  //   (1) daemon-to-daemon migration (`cairn job migrate`): not in this daemon API yet;
+  //   (1) daemon-to-daemon live migration (MigrateJob): the job runs on while most of its memory
+  //       moves; on failure it runs on at the source, untouched;
   //   (2) a checkpoint into the storage both nodes share, restored on the target (below);
   //   otherwise the state is saved where the job runs and the move is "not yet available".
   std::string why;
@@ -176,13 +200,22 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   }
   NodeDaemon* dst = Find(d.target_node_id, &why);
   if (dst == nullptr) return {false, why};
+  absl::StatusOr<dapi::MigrateJobResponse> live = Migrate(d.job_id, *src, *dst);
+  if (live.ok()) {
+    return {true, absl::StrFormat("migrated live from %s to %s: job frozen %.3f s, %d bytes moved (%d while it ran) "
+                                  "in %.3f s; %s keeps checkpoint %s",
+                                  d.node_id, d.target_node_id, live->downtime_s(), live->bytes(), live->precopy_bytes(),
+                                  live->total_s(), d.target_node_id, live->checkpoint())};
+  }
+  std::string not_live = absl::StrCat("live migration failed (", live.status().message(), "); ");
+  CAIRN_LOG_WARN("dispatcher: {}: {}trying checkpoint storage", d.job_id, not_live);
   dapi::NodeInfoResponse info;
   {
     grpc::ClientContext c;
     Prepare(&c, *src);
     grpc::Status st = src->stub->NodeInfo(&c, dapi::NodeInfoRequest(), &info);
     if (!st.ok()) {
-      return {false, absl::StrCat("not carried out: cairnd on ", d.node_id, " does not answer NodeInfo: ", Why(st)),
+      return {false, absl::StrCat(not_live, "not carried out: cairnd on ", d.node_id, " does not answer NodeInfo: ", Why(st)),
               true};
     }
   }
@@ -191,16 +224,16 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
     std::string saved = ck.ok() ? absl::StrFormat("checkpoint %s taken on %s (pinned; the job keeps running there)",
                                                   ck->id(), d.node_id)
                                 : absl::StrCat("no checkpoint taken on ", d.node_id, ": ", ck.status().message());
-    return {false, absl::StrCat("not yet available: moving job ", d.job_id, " from ", d.node_id, " to ",
-                                d.target_node_id, " needs daemon-to-daemon migration (cairn job migrate), not in this "
-                                "cairnd API yet, or checkpoint storage both nodes share, and ",
-                                d.node_id, " keeps its checkpoints on its local disk (cairnd --storage dir:/SHARED or "
+    return {false, absl::StrCat(not_live, "moving job ", d.job_id, " from ", d.node_id, " to ", d.target_node_id,
+                                " through checkpoint storage needs a store both nodes share, and ", d.node_id,
+                                " keeps its checkpoints on its local disk (cairnd --storage dir:/SHARED or "
                                 "s3://BUCKET on both); ", saved)};
   }
   // Stop the job at its checkpoint, so no work is done twice or lost.
   absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/true);
   if (!ck.ok()) {
-    return {false, absl::StrCat("not carried out (the job runs on where it was): ", ck.status().message()), true};
+    return {false, absl::StrCat(not_live, "not carried out (the job runs on where it was): ", ck.status().message()),
+            true};
   }
   dapi::RestoreJobRequest req;
   req.set_name(d.job_id);
@@ -211,9 +244,10 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   grpc::Status st = dst->stub->RestoreJob(&c, req, &resp);
   if (st.ok()) {
     return {true, absl::StrFormat("moved through %s: checkpoint %s on %s (%d bytes, job frozen %.3f s) restored on %s "
-                                  "as pid %d in %.3f s",
+                                  "as pid %d in %.3f s (%s)",
                                   info.storage(), ck->id(), d.node_id, ck->size_bytes(), ck->frozen_s(),
-                                  d.target_node_id, resp.job().host_pid(), resp.seconds())};
+                                  d.target_node_id, resp.job().host_pid(), resp.seconds(),
+                                  absl::StripSuffix(not_live, "; "))};
   }
   // The target could not take it: the job goes back to running where it was, from that checkpoint.
   dapi::RestoreJobRequest back;
@@ -224,7 +258,7 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   Prepare(&c2, *src);
   grpc::Status bst = src->stub->RestoreJob(&c2, back, &back_resp);
   return {false,
-          absl::StrCat("not carried out: cairnd on ", d.target_node_id, " refused RestoreJob from ", ck->location(), ": ",
+          absl::StrCat(not_live, "not carried out: cairnd on ", d.target_node_id, " refused RestoreJob from ", ck->location(), ": ",
                        Why(st), bst.ok() ? absl::StrCat("; the job runs again on ", d.node_id, " from that checkpoint")
                                          : absl::StrCat("; and restoring it on ", d.node_id, " failed too: ", Why(bst))),
           true};

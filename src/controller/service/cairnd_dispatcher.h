@@ -22,13 +22,14 @@
 //                     its record, logs and checkpoints stay on the node.
 //
 // A move of a job's state from node A to node B is, in order of preference: (1) the daemons' own
-// migration (`cairn job migrate`, daemon to daemon) -- not in this daemon API yet; (2) when A's
-// checkpoints live in a shared store (NodeInfo.storage: dir:/PATH or s3://...), a checkpoint on A
-// that stops the job, restored on B with RestoreJob(from = its location); should B refuse, the job
-// is restored on A from that checkpoint. Otherwise (A stores locally, or cannot be asked) the move
-// is reported "not yet available: ..." naming what is missing, after a pinned checkpoint on A where
-// A answers (the job keeps running there); the decision stays pending on the job. Move() is the one
-// place to add (1).
+// live migration: MigrateJob on A, to B's address with B's token (`cairn job migrate`), which
+// streams the job's memory to B while it runs and freezes it only for the rest; should it fail,
+// the job runs on at A untouched; (2) when A's checkpoints live in a shared store
+// (NodeInfo.storage: dir:/PATH or s3://...), a checkpoint on A that stops the job, restored on B
+// with RestoreJob(from = its location); should B refuse, the job is restored on A from that
+// checkpoint. Otherwise (A stores locally, or cannot be asked) the move is reported not carried
+// out, naming what is missing, after a pinned checkpoint on A where A answers (the job keeps
+// running there); the decision stays pending on the job.
 //
 // Thread safety: the controller calls it with its own lock held, one call at a time; a mutex
 // guards the node table all the same (NodeRegistered, Reaches).
@@ -75,6 +76,9 @@ class CairndDispatcher : public ActionDispatcher {
   // daemon is taking on its own (e.g. for a spot notice) to end first.
   absl::StatusOr<daemon::api::Checkpoint> Checkpoint(const std::string& job_id, const std::string& node_id, bool stop);
   DispatchResult Move(const Decision& d);
+  // MigrateJob of `job_id` from `src` to `dst` (waits for a checkpoint `src` takes on its own).
+  absl::StatusOr<daemon::api::MigrateJobResponse> Migrate(const std::string& job_id, NodeDaemon& src,
+                                                         const NodeDaemon& dst);
   // Kills the job on the decision's old node where it answers; a note for the result.
   std::string StopOld(const Decision& d);
   // kRestore from a checkpoint: the newest stored one up to restore_from_time, on the target.
