@@ -2,7 +2,8 @@
 // on loopback TCP with tokens, a metadata responder playing the spot node's cloud. The nodes
 // register and heartbeat with their facts; a submitted job is placed on the cheapest node and
 // really runs there; that node's spot notice reaches the controller as a signal, and the
-// controller's decisions are carried out by the daemons (a move through a shared dir: store).
+// controller's decisions are carried out by the daemons (a move through a shared dir: store); a
+// node back from a partition has its moved job stopped.
 
 #include <sys/stat.h>
 
@@ -295,6 +296,86 @@ TEST_F(ControllerWithDaemonsTest, RestartedControllerHasNodesRegisterAgain) {
   EXPECT_EQ(ParseJson(sub).value("node_id", ""), d.node());
   EXPECT_EQ(JobIn(d, "after").value("state", ""), "running") << d.Cairn({"job", "list"}).out << c->Log();
   d.KillJobs();
+}
+
+// A node cut off by a partition is declared lost while its job runs on there; the job is started
+// again on the other node; when the node comes back, its copy is stopped (fenced): the job never
+// runs twice for longer than the partition lasts.
+TEST_F(ControllerWithDaemonsTest, NodeBackFromAPartitionHasItsMovedJobStopped) {
+  ControllerProcess c(Dir(), "ctl", "sqlite:" + Dir() + "/controller.db",
+                      {"--dispatch", "cairnd", "--heartbeat-interval", "0.3", "--heartbeat-timeout", "2"});
+  ASSERT_TRUE(c.Start());
+  ASSERT_TRUE(c.WaitLeader(10s));
+  DaemonProcess x(Dir(), "x", {"--controller", c.address(), "--price-per-hour", "0.5"});
+  DaemonProcess y(Dir(), "y", {"--controller", c.address(), "--price-per-hour", "1"});
+  ASSERT_TRUE(x.Start());
+  ASSERT_TRUE(y.Start());
+  ASSERT_TRUE(WaitFor([&] { json st = Status(c); return !NodeIn(st, x.node()).is_null() && !NodeIn(st, y.node()).is_null(); },
+                      20s))
+      << c.Log();
+  CommandResult sub = Ctl(c, {"submit", "--id", "svc", "--cpus", "1", "--memory-mb", "50", "--json", "--",
+                              "/bin/sleep", "600"});
+  ASSERT_TRUE(sub.Exited(0)) << sub.Describe();
+  ASSERT_EQ(ParseJson(sub).value("node_id", ""), x.node()) << sub.out;
+  int on_x = JobIn(x, "svc").value("host_pid", 0);
+  ASSERT_GT(on_x, 0) << x.Cairn({"job", "list"}).out;
+
+  // The partition: x's daemon stops answering anyone (SIGSTOP); its job runs on.
+  ASSERT_EQ(::kill(x.pid(), SIGSTOP), 0);
+  json restarted;
+  bool moved = WaitFor(
+      [&] {
+        for (const json& e : Events(c)) {
+          if (e.value("kind", "") == "decision" && e.value("rule", "") == "node-lost" && e.value("job_id", "") == "svc") {
+            restarted = e;
+          }
+        }
+        return !restarted.is_null() && JobIn(y, "svc").value("state", "") == "running";
+      },
+      30s);
+  if (!moved) ::kill(x.pid(), SIGCONT);
+  ASSERT_TRUE(moved) << c.Log();
+  EXPECT_TRUE(absl::StrContains(restarted.value("dispatch", ""), "started on " + y.node())) << restarted.dump();
+  EXPECT_TRUE(IsAlive(on_x)) << "the partitioned copy should still run: nothing could reach it";
+
+  // The partition heals: x heartbeats again, and its copy of the job is stopped.
+  ASSERT_EQ(::kill(x.pid(), SIGCONT), 0);
+  json fenced;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& e : Events(c)) {
+          if (e.value("kind", "") == "fenced" && e.value("node_id", "") == x.node()) fenced = e;
+        }
+        return !fenced.is_null();
+      },
+      20s))
+      << c.Log() << x.Log();
+  EXPECT_TRUE(absl::StrContains(fenced.value("reason", ""), "job svc still ran on " + x.node())) << fenced.dump();
+  EXPECT_TRUE(absl::StrContains(fenced.value("reason", ""), "stopped there")) << fenced.dump();
+  EXPECT_TRUE(WaitGone(on_x, 10s).gone);
+  EXPECT_EQ(JobIn(x, "svc").value("state", ""), "killed");
+  EXPECT_EQ(JobIn(y, "svc").value("state", ""), "running");
+  // A job x runs that the controller never placed is left alone.
+  ASSERT_TRUE(x.Cairn({"job", "run", "--name", "mine", "--", "/bin/sleep", "600"}).Exited(0));
+  for (const json& n : Status(c).value("jobs", json::array())) {
+    if (n["spec"].value("id", "") == "svc") {
+      EXPECT_EQ(n.value("node_id", ""), y.node());
+    }
+  }
+  ASSERT_EQ(::kill(x.pid(), SIGSTOP), 0);
+  std::this_thread::sleep_for(3s);  // past the heartbeat timeout: lost again
+  ASSERT_EQ(::kill(x.pid(), SIGCONT), 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        int returned = 0;
+        for (const json& e : Events(c)) returned += e.value("kind", "") == "node-returned" && e.value("node_id", "") == x.node();
+        return returned >= 2;
+      },
+      20s))
+      << c.Log();
+  EXPECT_EQ(JobIn(x, "mine").value("state", ""), "running");
+  x.KillJobs();
+  y.KillJobs();
 }
 
 TEST_F(ControllerWithDaemonsTest, TcpControllerNeedsTheTokenFile) {

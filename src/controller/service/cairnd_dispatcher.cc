@@ -1,5 +1,6 @@
 #include "controller/service/cairnd_dispatcher.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -17,6 +18,9 @@ namespace cairn::controller {
 namespace {
 
 namespace dapi = ::cairn::daemon::api;
+
+// The deadline of calls to a node that was lost or has just come back (seconds).
+constexpr double kLostNodeCallS = 5;
 
 std::string Why(const grpc::Status& s) {
   return absl::StrCat(s.error_message(), " (gRPC code ", s.error_code(), ")");
@@ -87,9 +91,10 @@ CairndDispatcher::NodeDaemon* CairndDispatcher::Find(const std::string& node_id,
   return &it->second;
 }
 
-void CairndDispatcher::Prepare(grpc::ClientContext* c, const NodeDaemon& d) const {
+void CairndDispatcher::Prepare(grpc::ClientContext* c, const NodeDaemon& d, double timeout_s) const {
+  double t = timeout_s > 0 ? std::min(timeout_s, call_timeout_s_) : call_timeout_s_;
   c->set_deadline(std::chrono::system_clock::now() +
-                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(call_timeout_s_)));
+                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(t)));
   if (!d.token.empty()) c->AddMetadata("authorization", "Bearer " + d.token);
 }
 
@@ -272,10 +277,43 @@ std::string CairndDispatcher::StopOld(const Decision& d) {
   k.set_name(d.job_id);
   dapi::KillJobResponse kr;
   grpc::ClientContext c;
-  Prepare(&c, *old);
+  // A node declared lost seldom answers; one cut off by a partition would hold the call to its
+  // deadline, so it is short. Such a node is fenced when it comes back (Fence).
+  Prepare(&c, *old, kLostNodeCallS);
   grpc::Status st = old->stub->KillJob(&c, k, &kr);
   return st.ok() ? absl::StrCat("stopped on ", d.node_id, "; ")
                  : absl::StrCat("not stopped on ", d.node_id, " (", Why(st), "); ");
+}
+
+std::vector<std::string> CairndDispatcher::Fence(const std::string& node_id,
+                                                 const std::function<bool(const std::string&)>& runs_elsewhere) {
+  std::vector<std::string> notes;
+  std::string why;
+  NodeDaemon* d = Find(node_id, &why);
+  if (d == nullptr) return notes;
+  dapi::ListJobsResponse jobs;
+  grpc::ClientContext c;
+  Prepare(&c, *d, kLostNodeCallS);
+  if (grpc::Status st = d->stub->ListJobs(&c, dapi::ListJobsRequest(), &jobs); !st.ok()) {
+    notes.push_back(absl::StrCat("cannot fence node ", node_id, ": its daemon does not answer ListJobs: ", Why(st)));
+    return notes;
+  }
+  for (const dapi::Job& j : jobs.jobs()) {
+    if (j.state() != "running" || !runs_elsewhere(j.name())) continue;
+    dapi::KillJobRequest k;
+    k.set_name(j.name());
+    dapi::KillJobResponse kr;
+    grpc::ClientContext kc;
+    Prepare(&kc, *d, kLostNodeCallS);
+    grpc::Status st = d->stub->KillJob(&kc, k, &kr);
+    notes.push_back(st.ok() ? absl::StrFormat("job %s still ran on %s (pid %d), which is not its node any more: "
+                                              "stopped there",
+                                              j.name(), node_id, j.host_pid())
+                            : absl::StrFormat("job %s still runs on %s (pid %d), which is not its node any more, "
+                                              "and could not be stopped there: %s",
+                                              j.name(), node_id, j.host_pid(), Why(st)));
+  }
+  return notes;
 }
 
 DispatchResult CairndDispatcher::RestoreNewest(const Decision& d, const std::string& stopped) {

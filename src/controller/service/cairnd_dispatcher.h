@@ -18,6 +18,8 @@
 //                     controller learns of checkpoints from the daemons (NodeSignal CHECKPOINT).
 //   kMigrate       -> a move.
 //   kDrainNode     -> no daemon call: the controller stops placing there.
+//   Fence          -> ListJobs on a node that came back; KillJob of each running job the
+//                     controller has placed elsewhere since.
 //   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
 //                     its record, logs and checkpoints stay on the node.
 //
@@ -59,6 +61,8 @@ class CairndDispatcher : public ActionDispatcher {
   void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
                       const std::string& daemon_token) override;
   bool Reaches(const std::string& node_id) const override;
+  std::vector<std::string> Fence(const std::string& node_id,
+                                 const std::function<bool(const std::string& job_id)>& runs_elsewhere) override;
 
  private:
   struct NodeDaemon {
@@ -70,7 +74,8 @@ class CairndDispatcher : public ActionDispatcher {
 
   // The node's daemon, or the reason it cannot be reached (as a note).
   NodeDaemon* Find(const std::string& node_id, std::string* why);
-  void Prepare(grpc::ClientContext* c, const NodeDaemon& d) const;
+  // Sets the call's deadline (`timeout_s`, or the dispatcher's call timeout) and token.
+  void Prepare(grpc::ClientContext* c, const NodeDaemon& d, double timeout_s = 0) const;
   DispatchResult Run(const std::string& job_id, const std::vector<std::string>& command, const std::string& node_id);
   // Checkpoints `job_id` on `node_id` (pinned; `stop`: then stops it). Waits for a checkpoint the
   // daemon is taking on its own (e.g. for a spot notice) to end first.

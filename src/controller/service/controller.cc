@@ -406,6 +406,21 @@ absl::Status Controller::CheckHeartbeatsLocked() {
   return absl::OkStatus();
 }
 
+absl::Status Controller::FenceLocked(const std::string& node_id) {
+  std::vector<std::string> notes = dispatcher_->Fence(node_id, [&](const std::string& job_id) {
+    const Job* j = cluster_->FindJob(job_id);
+    return j != nullptr && j->node_id != node_id;
+  });
+  for (std::string& note : notes) {
+    api::Event ev;
+    ev.set_kind("fenced");
+    ev.set_node_id(node_id);
+    ev.set_reason(std::move(note));
+    RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Controller::CheckDeadlinesLocked() {
   std::vector<std::string> waiting;
   cluster_->ForEachJob([&](const Job& j) {
@@ -473,6 +488,7 @@ absl::Status Controller::RegisterNode(const api::RegisterNodeRequest& req, api::
   last_heartbeat_[id] = Clock::now();
   RETURN_IF_ERROR(SaveNodeLocked(id));
   RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  RETURN_IF_ERROR(FenceLocked(id));
   resp->set_heartbeat_interval_s(options_.heartbeat_interval_s);
   resp->set_heartbeat_timeout_s(options_.heartbeat_timeout_s);
   RETURN_IF_ERROR(PlacePendingLocked());
@@ -510,6 +526,7 @@ absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req, api::Heartb
   ev.set_node_id(req.node_id());
   ev.set_reason(absl::StrFormat("heartbeat after %.1f s of silence", quiet));
   RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  RETURN_IF_ERROR(FenceLocked(req.node_id()));
   return PlacePendingLocked();
 }
 

@@ -92,6 +92,9 @@ class Controller {
   // Applies a decision the dispatcher carried out to the model.
   absl::Status ApplyLocked(const Decision& d);
   absl::Status CheckHeartbeatsLocked();
+  // A node came back or registered again: its daemon stops the jobs it still runs that are placed
+  // on other nodes now (a partitioned node declared lost), each an event "fenced".
+  absl::Status FenceLocked(const std::string& node_id);
   // The deadline guard: runs the deadline-check rule on every pending or suspended batch job
   // with a deadline that has no decision waiting for a node already.
   absl::Status CheckDeadlinesLocked();

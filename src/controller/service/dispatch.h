@@ -7,7 +7,9 @@
 //
 // Thread safety: the controller calls a dispatcher with its own lock held, one call at a time.
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "controller/cluster.h"
 #include "controller/policy.h"
@@ -40,6 +42,16 @@ class ActionDispatcher {
   virtual void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
                               const std::string& daemon_token) {
     (void)node_id, (void)daemon_address, (void)daemon_token;
+  }
+  // Fencing: the node came back (it was lost, or its daemon registered again). Stops there every
+  // job it still runs that `runs_elsewhere` says the controller has placed on another node (or
+  // not at all) since -- a node cut off by a partition keeps running its jobs while they are
+  // restored elsewhere, and no job may run twice. Jobs the controller never knew are left alone.
+  // Returns one note per job stopped or failed to stop.
+  virtual std::vector<std::string> Fence(const std::string& node_id,
+                                         const std::function<bool(const std::string& job_id)>& runs_elsewhere) {
+    (void)node_id, (void)runs_elsewhere;
+    return {};
   }
   // False when the dispatcher needs the node to register again (it does not know how to reach
   // the node's daemon, e.g. after the controller restarted); heartbeats then ask for it.
