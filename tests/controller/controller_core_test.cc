@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "controller/service/controller.h"
 
 namespace cairn::controller {
@@ -160,6 +161,49 @@ TEST_F(ControllerCoreTest, CarriedOutDecisionMovesTheJob) {
   api::ClusterStatusResponse st2;
   ASSERT_TRUE(again.ClusterStatus(&st2).ok());
   EXPECT_EQ(st2.jobs(0).node_id(), "b");
+}
+
+// The checkpoints nodes report are kept in the store: a new leader restores a lost node's job
+// from the newest one, not from the beginning.
+TEST_F(ControllerCoreTest, ReportedCheckpointsSurviveALeaderChange) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
+  ASSERT_EQ(sr.node_id(), "a");
+  double t = 0;
+  for (int i = 0; i < 40; ++i) {  // more than the controller keeps: only the newest stay
+    api::NodeSignal ck;
+    ck.set_kind(api::NodeSignal::CHECKPOINT);
+    ck.set_node_id("a");
+    ck.set_job_id("j");
+    ck.set_checkpoint_id("j-" + std::to_string(i));
+    t = absl::ToUnixMicros(absl::Now()) / 1e6 - 40 + i;
+    ck.set_checkpoint_time(t);
+    api::ReportSignalResponse resp;
+    ASSERT_TRUE(controller_.ReportSignal(ck, &resp).ok());
+  }
+
+  DoingDispatcher d2;
+  Controller again(&store_, &d2, Options());
+  again.Tick();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  api::HeartbeatRequest hb;
+  hb.set_node_id("b");
+  ASSERT_TRUE(again.Heartbeat(hb).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  again.Tick();
+  ASSERT_EQ(d2.carried.size(), 1u);
+  EXPECT_EQ(d2.carried[0].action, Action::kRestore);
+  EXPECT_EQ(d2.carried[0].target_node_id, "b");
+  EXPECT_DOUBLE_EQ(d2.carried[0].restore_from_time, t) << "restored from the newest reported checkpoint";
+  auto stored = store_.Get("jobs/j");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  api::StoredJob sj;
+  ASSERT_TRUE(sj.ParseFromString(**stored));
+  EXPECT_EQ(sj.checkpoints_size(), 32);
+  EXPECT_DOUBLE_EQ(sj.checkpoints(sj.checkpoints_size() - 1).time(), t);
 }
 
 // A spot notice reported by a node runs the spot-notice rule; its decisions come back as events.

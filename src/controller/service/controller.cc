@@ -22,6 +22,16 @@ constexpr char kEvents[] = "events/";
 
 std::string EventKey(uint64_t seq) { return absl::StrFormat("%s%020u", kEvents, seq); }
 
+// A job keeps its newest checkpoints only, in memory and in the store: the rules look at the
+// newest one, or the newest before a hang.
+constexpr size_t kKeptCheckpoints = 32;
+
+void KeepNewestCheckpoints(Job* job) {
+  if (job->checkpoints.size() > kKeptCheckpoints) {
+    job->checkpoints.erase(job->checkpoints.begin(), job->checkpoints.end() - kKeptCheckpoints);
+  }
+}
+
 std::string Describe(const NodeSpec& s) {
   std::string gpus = s.capacity.gpus > 0 ? absl::StrFormat(", %d %s", s.capacity.gpus, s.gpu_type) : "";
   return absl::StrFormat("%.1f CPU, %d MB%s, $%.4f/h %s, zone %s, cloud %s", s.capacity.cpus,
@@ -187,6 +197,7 @@ absl::Status Controller::LoadLocked() {
     if (!sj.pending_action().empty()) pending_action_[id] = sj.pending_action();
     specs_[id] = sj.spec();
     started_[id] = sj.started();
+    for (const api::StoredCheckpoint& c : sj.checkpoints()) job->checkpoints.push_back({c.time(), c.work_s()});
   }
   for (const api::StoredNode& sn : stored_nodes) {
     RETURN_IF_ERROR(cluster_->SetNodeHealth(sn.spec().id(), HealthFromName(sn.health())));
@@ -228,6 +239,11 @@ absl::Status Controller::SaveJobLocked(const std::string& id) {
   sj.set_suspended_for(std::string(SuspendReasonName(j->suspended_for)));
   if (auto it = pending_action_.find(id); it != pending_action_.end()) sj.set_pending_action(it->second);
   sj.set_started(started_[id]);
+  for (const CheckpointRecord& c : j->checkpoints) {
+    api::StoredCheckpoint* sc = sj.add_checkpoints();
+    sc->set_time(c.time);
+    sc->set_work_s(c.work_s);
+  }
   absl::Status s = store_->Put(absl::StrCat(kJobs, id), sj.SerializeAsString());
   return s.ok() ? s : StoreFailedLocked(s);
 }
@@ -356,7 +372,10 @@ absl::Status Controller::ApplyLocked(const Decision& d) {
   Job* job = d.job_id.empty() ? nullptr : cluster_->MutableJob(d.job_id);
   switch (d.action) {
     case Action::kCheckpoint:
-      if (job != nullptr) job->checkpoints.push_back({Now(), WorkDoneAt(*job, Now())});
+      if (job != nullptr) {
+        job->checkpoints.push_back({Now(), WorkDoneAt(*job, Now())});
+        KeepNewestCheckpoints(job);
+      }
       return absl::OkStatus();
     case Action::kDrainNode:
       return cluster_->SetNodeHealth(d.node_id, NodeHealth::kDraining);
@@ -616,6 +635,8 @@ absl::Status Controller::RecordCheckpointLocked(const api::NodeSignal& req, api:
   auto at = std::upper_bound(job->checkpoints.begin(), job->checkpoints.end(), rec.time,
                              [](double t, const CheckpointRecord& c) { return t < c.time; });
   job->checkpoints.insert(at, rec);
+  KeepNewestCheckpoints(job);
+  RETURN_IF_ERROR(SaveJobLocked(req.job_id()));
   api::Event ev;
   ev.set_kind("checkpoint");
   ev.set_node_id(req.node_id());
