@@ -80,5 +80,24 @@ TEST(CairndDispatcher, DrainNeedsNoDaemonAndMovesNeedKnownNodes) {
   EXPECT_TRUE(absl::StrContains(r.note, "not carried out: node b has not registered")) << r.note;
 }
 
+// A restart from the beginning needs the job's command: known from StartJob, or, for a job a
+// previous leader started, from KnowJob (the controller calls it for every job it loads).
+TEST(CairndDispatcher, RestartFromTheBeginningUsesTheCommandOfAKnownJob) {
+  CairndDispatcher d(5);
+  d.NodeRegistered("b", "unix:/nonexistent/cairnd.sock", "");
+  Decision restart;
+  restart.action = Action::kRestore;
+  restart.job_id = "j";
+  restart.target_node_id = "b";
+  restart.restore_from_time = -1;
+  DispatchResult r = d.Carry(restart);
+  EXPECT_FALSE(r.done);
+  EXPECT_TRUE(absl::StrContains(r.note, "the command of job j is not known")) << r.note;
+  d.KnowJob(MakeJob("j", {"/bin/sleep", "60"}));
+  r = d.Carry(restart);
+  EXPECT_FALSE(r.done);
+  EXPECT_TRUE(absl::StrContains(r.note, "cairnd on b at unix:/nonexistent/cairnd.sock refused RunJob")) << r.note;
+}
+
 }  // namespace
 }  // namespace cairn::controller

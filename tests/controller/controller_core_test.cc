@@ -82,6 +82,8 @@ class DoingDispatcher : public ActionDispatcher {
     return {true, "stopped"};
   }
   std::string Describe() const override { return "fake"; }
+  void KnowJob(const Job& job) override { known.push_back(job.spec.id); }
+  std::vector<std::string> known;
   std::vector<std::string> started;
   std::vector<Decision> carried;
   std::vector<std::string> stopped;
@@ -188,6 +190,7 @@ TEST_F(ControllerCoreTest, ReportedCheckpointsSurviveALeaderChange) {
   DoingDispatcher d2;
   Controller again(&store_, &d2, Options());
   again.Tick();
+  EXPECT_EQ(d2.known, std::vector<std::string>{"j"}) << "the new leader tells its dispatcher the jobs it loaded";
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   api::HeartbeatRequest hb;
   hb.set_node_id("b");

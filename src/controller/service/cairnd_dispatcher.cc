@@ -136,9 +136,13 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   return {true, absl::StrFormat("started on %s by cairnd at %s: pid %d", node_id, d->address, resp.job().host_pid())};
 }
 
-DispatchResult CairndDispatcher::StartJob(const Job& job, const Node& node) {
+void CairndDispatcher::KnowJob(const Job& job) {
   if (!job.spec.command.empty()) commands_[job.spec.id] = job.spec.command;
   if (job.spec.checkpoint.interval_s > 0) intervals_[job.spec.id] = job.spec.checkpoint.interval_s;
+}
+
+DispatchResult CairndDispatcher::StartJob(const Job& job, const Node& node) {
+  KnowJob(job);
   return Run(job.spec.id, job.spec.command, node.spec.id);
 }
 

@@ -61,6 +61,7 @@ class CairndDispatcher : public ActionDispatcher {
   void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
                       const std::string& daemon_token) override;
   bool Reaches(const std::string& node_id) const override;
+  void KnowJob(const Job& job) override;
   std::vector<std::string> Fence(const std::string& node_id,
                                  const std::function<bool(const std::string& job_id)>& runs_elsewhere) override;
 
@@ -100,8 +101,8 @@ class CairndDispatcher : public ActionDispatcher {
     bool shared = false;   // the store is one other nodes can reach
   };
   std::map<std::string, Suspended> suspended_;  // job -> its suspend checkpoint
-  // job -> the command it was started with (kRestore from the beginning runs it again). Kept in
-  // memory: a restarted controller knows the commands of the jobs it starts from then on.
+  // job -> the command it was submitted with (kRestore from the beginning runs it again), from
+  // StartJob and KnowJob.
   std::map<std::string, std::vector<std::string>> commands_;
   std::map<std::string, double> intervals_;  // job -> its periodic checkpoint interval (s), for RunJob
 };

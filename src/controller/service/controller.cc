@@ -198,6 +198,7 @@ absl::Status Controller::LoadLocked() {
     specs_[id] = sj.spec();
     started_[id] = sj.started();
     for (const api::StoredCheckpoint& c : sj.checkpoints()) job->checkpoints.push_back({c.time(), c.work_s()});
+    dispatcher_->KnowJob(*job);
   }
   for (const api::StoredNode& sn : stored_nodes) {
     RETURN_IF_ERROR(cluster_->SetNodeHealth(sn.spec().id(), HealthFromName(sn.health())));

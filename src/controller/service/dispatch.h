@@ -43,6 +43,9 @@ class ActionDispatcher {
                               const std::string& daemon_token) {
     (void)node_id, (void)daemon_address, (void)daemon_token;
   }
+  // The controller knows `job` (a new leader loaded it from the store): what the dispatcher
+  // needs of it later (its command, to run it again from the beginning) is taken from here.
+  virtual void KnowJob(const Job& job) { (void)job; }
   // Fencing: the node came back (it was lost, or its daemon registered again). Stops there every
   // job it still runs that `runs_elsewhere` says the controller has placed on another node (or
   // not at all) since -- a node cut off by a partition keeps running its jobs while they are
