@@ -60,6 +60,7 @@ struct DaemonCommands::Options {
   int signal = 0;
   bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false;
   unsigned count = 0;
+  uint32_t full_every = 0;
   uint64_t after = 0;
   CLI::Option* watch_after = nullptr;
 };
@@ -137,6 +138,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--checkpoint-every", o.every, "Checkpoint every this many seconds (0: only on demand)");
   o.run->add_option("--keep", o.keep, "Keep the last N complete checkpoints, plus pinned ones (0: all)");
   o.run->add_flag("--pre-copy", o.pre_copy, "Take the periodic checkpoints with pre-copy (a short freeze)");
+  o.run->add_flag("--incremental", o.incremental,
+                  "Make the periodic checkpoints incremental: only the pages written since the previous one");
+  o.run->add_option("--full-every", o.full_every, "With --incremental: every Nth periodic checkpoint is a full one (default 8)");
   o.run->add_flag("--no-signal-checkpoint", o.no_signal_checkpoint,
                   "Do not checkpoint this job when cairnd receives SIGUSR1 (a preemption hook)");
   o.run->add_flag("--no-shutdown-checkpoint", o.no_shutdown_checkpoint,
@@ -174,7 +178,8 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.checkpoint->add_option("job", o.job, "Job name")->required();
   o.checkpoint->add_flag("--pin", o.pin, "Keep this checkpoint whatever the retention says");
   o.checkpoint->add_flag("--kill", o.stop, "Stop the job once the checkpoint is complete");
-  o.checkpoint->add_flag("--incremental", o.incremental, "Incremental checkpoint (not passed through by the daemon yet)");
+  o.checkpoint->add_flag("--incremental", o.incremental,
+                         "Only the pages written since the job's newest checkpoint (a full one when it cannot)");
   o.checkpoint->add_flag("--pre-copy", o.pre_copy, "Copy memory while the job runs; freeze it only for the rest");
   o.restore = job->add_subcommand("restore", "Restore a job that does not run from a checkpoint");
   common(o.restore);
@@ -288,6 +293,8 @@ int DaemonCommands::Run() {
     s->mutable_checkpoint()->set_on_shutdown(!o.no_shutdown_checkpoint);
     s->mutable_checkpoint()->set_on_signal(!o.no_signal_checkpoint);
     s->mutable_checkpoint()->set_pre_copy(o.pre_copy);
+    s->mutable_checkpoint()->set_incremental(o.incremental);
+    s->mutable_checkpoint()->set_full_every(o.full_every);
     s->mutable_health()->set_hang_after_s(o.hang_after);
     s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
     s->mutable_health()->set_memory_pressure_ratio(o.pressure);
@@ -340,7 +347,9 @@ int DaemonCommands::Run() {
     }
     const auto& p = j.spec().checkpoint();
     std::printf("  policy    every %s, keep %s, %s on shutdown, %s on SIGUSR1\n",
-                p.interval_s() > 0 ? absl::StrFormat("%.0f s%s", p.interval_s(), p.pre_copy() ? " (pre-copy)" : "").c_str()
+                p.interval_s() > 0 ? absl::StrFormat("%.0f s%s", p.interval_s(),
+                                                     p.pre_copy() ? " (pre-copy)" : p.incremental() ? " (incremental)" : "")
+                                         .c_str()
                                    : "- (on demand)",
                 p.keep_last() > 0 ? absl::StrCat("last ", p.keep_last(), " + pinned").c_str() : "all",
                 p.on_shutdown() ? "checkpoint" : "no checkpoint", p.on_signal() ? "checkpoint" : "no checkpoint");

@@ -4,7 +4,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
+#include <map>
+#include <set>
 
 #include "absl/time/clock.h"
 #include "common/status.h"
@@ -241,13 +244,28 @@ absl::StatusOr<std::vector<api::Checkpoint>> Catalog::CompleteCheckpoint(const a
     std::vector<api::Checkpoint> expired;
     if (keep == 0) return expired;
     ASSIGN_OR_RETURN(std::vector<api::Checkpoint> all, ListCheckpointsLocked(c.job()));
-    std::vector<api::Checkpoint> unpinned;
-    for (auto& x : all) {
-      if (x.state() == "complete" && !x.pinned()) unpinned.push_back(std::move(x));
+    std::vector<const api::Checkpoint*> unpinned;
+    for (const auto& x : all) {
+      if (x.state() == "complete" && !x.pinned()) unpinned.push_back(&x);
     }
-    for (size_t i = 0; i + keep < unpinned.size(); ++i) {
-      RETURN_IF_ERROR(DeleteCheckpointLocked(unpinned[i].id()));
-      expired.push_back(std::move(unpinned[i]));
+    size_t over = unpinned.size() > keep ? unpinned.size() - keep : 0;
+    // What stays (the newest `keep`, pinned ones, any not complete) keeps its parents, down to
+    // a full checkpoint: an incremental checkpoint is restored through them.
+    std::map<std::string, const api::Checkpoint*> by_id;
+    for (const auto& x : all) by_id[x.id()] = &x;
+    std::set<std::string> needed;
+    for (const auto& x : all) {
+      bool expiring = std::find(unpinned.begin(), unpinned.begin() + over, &x) != unpinned.begin() + over;
+      if (expiring) continue;
+      for (const api::Checkpoint* p = &x; p != nullptr && !p->parent().empty() && needed.insert(p->parent()).second;) {
+        auto it = by_id.find(p->parent());
+        p = it == by_id.end() ? nullptr : it->second;
+      }
+    }
+    for (size_t i = 0; i < over; ++i) {
+      if (needed.count(unpinned[i]->id())) continue;
+      RETURN_IF_ERROR(DeleteCheckpointLocked(unpinned[i]->id()));
+      expired.push_back(*unpinned[i]);
     }
     return expired;
   };

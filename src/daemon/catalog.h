@@ -41,9 +41,9 @@ class Catalog {
   absl::StatusOr<std::vector<api::Checkpoint>> ListCheckpoints(const std::string& job);
   absl::Status DeleteCheckpoint(const std::string& id);
   // Saves `c` (now complete) and, in the same transaction, deletes the rows of the job's oldest
-  // unpinned complete checkpoints beyond the newest `keep` (0: keep all). Returns the rows deleted,
-  // whose files the caller removes: so no reader ever sees more than `keep` of them, and none
-  // whose files are gone.
+  // unpinned complete checkpoints beyond the newest `keep` (0: keep all) -- except those a kept
+  // checkpoint builds on (its incremental parents, down to a full one). Returns the rows deleted,
+  // whose files the caller removes: so no reader ever sees a row whose files are gone.
   absl::StatusOr<std::vector<api::Checkpoint>> CompleteCheckpoint(const api::Checkpoint& c, uint32_t keep);
 
   // Appends an event; returns it with its sequence number and time.

@@ -209,6 +209,10 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
     return absl::InvalidArgumentError("job run: limits cannot be negative");
   }
   if (spec.checkpoint().interval_s() < 0) return absl::InvalidArgumentError("job run: --checkpoint-every cannot be negative");
+  if (spec.checkpoint().incremental() && spec.checkpoint().pre_copy()) {
+    return absl::InvalidArgumentError("job run: periodic checkpoints are either incremental or pre-copy: give one of "
+                                      "--incremental, --pre-copy");
+  }
   const std::string name = spec.name();
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -446,11 +450,9 @@ absl::Status Daemon::DeleteJob(const std::string& name) {
 }
 
 absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason) {
-  if (req.incremental()) {
-    return absl::UnimplementedError(
-        "incremental checkpoints: the engine's mode (issue 4) is not passed through by the daemon yet (its "
-        "retention would have to keep an incremental checkpoint's parents); take a full one, or --pre-copy for a "
-        "short freeze");
+  if (req.incremental() && req.pre_copy()) {
+    return absl::InvalidArgumentError("a checkpoint is either incremental or pre-copy: give one of --incremental, "
+                                      "--pre-copy");
   }
   const std::string& name = req.name();
   pid_t pid = 0;
@@ -503,6 +505,12 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
     return st;
   }
   Event(name, "checkpoint-writing", absl::StrCat("checkpoint ", c.id(), " (", reason, ")"));
+  // Incremental: asked for on this checkpoint, or by the job's policy for its periodic ones. It
+  // builds on the job's newest checkpoint when it can (IncrementalParent), else it is full.
+  const bool incremental_job = spec.checkpoint().incremental();
+  const bool incremental = req.incremental() || (reason == "periodic" && incremental_job);
+  std::string full_why;
+  const std::string parent = incremental ? IncrementalParent(name, spec, &full_why) : "";
 
   dump::DumpOptions d;
   d.pid = pid;
@@ -515,7 +523,11 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   d.job_name = EngineName(name);
   // Pre-copy: memory is copied while the job runs and the job is frozen only for what it wrote
   // meanwhile. Asked for on this checkpoint, or by the job's policy for its periodic ones.
-  d.pre_copy = req.pre_copy() || (reason == "periodic" && spec.checkpoint().pre_copy());
+  d.pre_copy = !incremental && (req.pre_copy() || (reason == "periodic" && spec.checkpoint().pre_copy()));
+  if (!parent.empty()) d.parent = CheckpointDir(name) + "/" + parent;
+  // A job that keeps running after a checkpoint of an incremental job has its writes tracked
+  // from here, so that the next checkpoint can build on this one.
+  d.track = d.leave_running && !hold && !d.pre_copy && (incremental_job || req.incremental());
   if (opts_.pause_in_checkpoint_s > 0) {
     double pause = opts_.pause_in_checkpoint_s;
     d.progress = [pause, paused = false](uint64_t, uint64_t) mutable {
@@ -557,6 +569,13 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   c.set_frozen_s(r->frozen_seconds);
   c.set_total_s(r->total_seconds);
   c.set_state("complete");
+  if (r->incremental) c.set_parent(parent);
+  std::string kind;
+  if (incremental) {
+    kind = r->incremental ? absl::StrCat(", incremental on ", parent)
+                          : absl::StrCat(", full (", parent.empty() ? full_why : "no process's writes were tracked", ")");
+    for (const std::string& note : r->notes) absl::StrAppend(&kind, "; ", note);
+  }
   // Retention is applied in the same catalog transaction; the expired checkpoints' files go after.
   absl::StatusOr<std::vector<api::Checkpoint>> expired = catalog_->CompleteCheckpoint(c, keep);
   done(req.kill());
@@ -573,8 +592,9 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
     if (checkpoint_seconds_.size() > 1000) checkpoint_seconds_.erase(checkpoint_seconds_.begin());
     if (frozen_seconds_.size() > 1000) frozen_seconds_.erase(frozen_seconds_.begin());
   }
-  Event(name, "checkpoint", absl::StrFormat("checkpoint %s complete: %d bytes, frozen %.3f s, total %.3f s%s", c.id(),
-                                            c.size_bytes(), c.frozen_s(), c.total_s(), req.kill() ? ", job stopped" : ""));
+  Event(name, "checkpoint", absl::StrFormat("checkpoint %s complete: %d bytes, frozen %.3f s, total %.3f s%s%s", c.id(),
+                                            c.size_bytes(), c.frozen_s(), c.total_s(), kind,
+                                            req.kill() ? ", job stopped" : ""));
   for (const api::Checkpoint& old : *expired) {
     absl::Status gone = DropCheckpointFiles(old);
     Event(name, "checkpoint-expired", absl::StrCat("checkpoint ", old.id(), " removed (keep last ", keep, ")",
@@ -648,14 +668,22 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return fail(st);
   }
-  bool fetched = false;
-  auto local = LocalCheckpoint(*chosen, &fetched);
-  if (!local.ok()) return fail(Annotate(local.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
+  std::vector<std::string> fetched;
+  auto local = LocalChain(*chosen, &fetched);
+  auto drop_fetched = [&] {
+    if (!opts_.keep_local) {
+      for (const std::string& dir : fetched) RemoveTree(dir);
+    }
+  };
+  if (!local.ok()) {
+    drop_fetched();
+    return fail(Annotate(local.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
+  }
   restore::RestoreOptions ro;
   ro.dir = *local;
   ro.cgroup = CgroupOf(name);
   auto r = restore::Restore(ro);
-  if (fetched && !opts_.keep_local) RemoveTree(*local);
+  drop_fetched();
   if (!r.ok()) return fail(Annotate(r.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
   restores_++;
   api::RestoreJobResponse resp;
@@ -702,6 +730,11 @@ absl::Status Daemon::DeleteCheckpoint(const std::string& id) {
   ASSIGN_OR_RETURN(api::Checkpoint c, GetCheckpoint(id));
   if (c.state() == "writing") {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is still being written"));
+  }
+  if (std::optional<std::string> child = ChildOf(c.job(), id)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", id, " is the parent of incremental checkpoint ",
+                                                      *child, ", which is restored through it: delete ", *child,
+                                                      " first"));
   }
   // The stored files first (a store can refuse: then the row stays, to try again), then the row.
   if (absl::Status st = DropCheckpointFiles(c); !st.ok()) {

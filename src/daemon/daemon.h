@@ -197,6 +197,17 @@ class Daemon {
   // Holds a job still in its freezer cgroup (true once FROZEN), or lets it go.
   bool FreezeJob(const std::string& name);
 
+  // Incremental checkpoints (incremental.cc).
+  // The id of the checkpoint an incremental checkpoint of `name` builds on: its newest complete
+  // one, when that one's files are on this node's disk and its chain is shorter than the
+  // policy's full_every. "" for a full one, with the reason in *why.
+  std::string IncrementalParent(const std::string& name, const api::JobSpec& spec, std::string* why);
+  // LocalCheckpoint of `c` and of every checkpoint it builds on (a chain is restored from one
+  // folder); the directories fetched from the store are added to *fetched.
+  absl::StatusOr<std::string> LocalChain(const api::Checkpoint& c, std::vector<std::string>* fetched);
+  // The checkpoint of `name` that builds on `id`, if any (it must not be deleted alone).
+  std::optional<std::string> ChildOf(const std::string& name, const std::string& id);
+
   DaemonOptions opts_;
   std::unique_ptr<Catalog> catalog_;
   double started_ = 0;

@@ -18,6 +18,7 @@
 #include "daemon/daemon.h"
 #include "daemon/storage/manifest.h"
 #include "engine/image/format.h"
+#include "engine/image/image.h"
 #include "engine/job/job.h"
 
 namespace cairn::daemon {
@@ -135,6 +136,18 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
   auto sum = MetaChecksum(local);
   if (!sum.ok()) return cleanup(sum.status());
   c.set_checksum(*sum);
+  // An incremental checkpoint comes with the chain it builds on, stored beside it.
+  auto image = image::ImageReader::Open(local);
+  if (!image.ok()) return cleanup(Annotate(image.status(), absl::StrCat("restore --from ", from)));
+  if (std::string parent = (*image)->meta().parent().dir(); !parent.empty()) {
+    std::string from_dir(absl::StripSuffix(from, "/"));
+    std::string parent_from = from_dir.substr(0, from_dir.find_last_of('/') + 1) + parent;
+    auto imported = ImportCheckpoint(name, parent_from);
+    if (!imported.ok()) {
+      return cleanup(Annotate(imported.status(), absl::StrCat(from, " builds on ", parent_from)));
+    }
+    c.set_parent(parent);
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!jobs_.count(name)) {

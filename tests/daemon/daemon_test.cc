@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "daemon_harness.h"
@@ -339,6 +340,75 @@ TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   EXPECT_TRUE(Matches(a.Cairn({"checkpoint", "pin", pinned["id"]}).out, "complete, pinned"));
 }
 
+// Periodic incremental checkpoints of a program that keeps writing its 64 MiB: after a full one,
+// each saves only what was written since its parent, a full one again every 3; retention keeps
+// the parents of what it keeps, and a parent cannot be deleted alone; the job restored from its
+// newest (incremental) checkpoint finds every page it wrote.
+TEST_F(DaemonTest, IncrementalCheckpointsKeepTheirChainAndRestore) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  std::string work = Dir() + "/writer";
+  fs::create_directories(work);
+  CommandResult both = a.Cairn({"job", "run", "--name", "x", "--incremental", "--pre-copy", "--", "/bin/true"});
+  EXPECT_TRUE(both.FailedCleanly()) << both.Describe();
+  EXPECT_TRUE(Matches(both.err, "either incremental or pre-copy")) << both.err;
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "w", "--checkpoint-every", "1", "--incremental", "--full-every", "3", "--keep",
+                       "2", "--", WORKLOAD_DIR "/incremental/inc_writer", work, "64", "2000"})
+                  .Exited(0));
+  ASSERT_TRUE(WaitFor([&] { return Exists(work + "/ready"); }, 30s)) << a.Cairn({"job", "logs", "w", "--stderr"}).out;
+  EXPECT_TRUE(Matches(a.Cairn({"job", "show", "w"}).out, "every 1 s \\(incremental\\)"));
+  auto taken = [&] {
+    std::string out = a.Cairn({"job", "watch", "w", "--after", "0", "--count", "1000", "--timeout", "1"}).out;
+    int n = 0;
+    for (size_t at = out.find(" complete: "); at != std::string::npos; at = out.find(" complete: ", at + 1)) ++n;
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return taken() >= 5; }, 60s)) << a.Log();
+  // The last one, incremental too, stops the job.
+  json last = a.Json({"job", "checkpoint", "w", "--incremental", "--kill"})["checkpoint"];
+  ASSERT_EQ(last["state"], "complete") << last.dump() << a.Log();
+  ASSERT_TRUE(WaitState(a, "w", "killed"));
+
+  json list = a.Json({"checkpoint", "list", "--job", "w"})["checkpoints"];
+  std::map<std::string, json> by_id;
+  for (const json& c : list) by_id[c["id"]] = c;
+  int full = 0, incremental = 0;
+  int64_t full_bytes = 0, max_incremental_bytes = 0;
+  for (const json& c : list) {
+    ASSERT_EQ(c["state"], "complete") << c.dump();
+    EXPECT_TRUE(fs::exists(c["location"].get<std::string>() + "/checkpoint.meta")) << c.dump();
+    std::string parent = c.value("parent", "");
+    if (parent.empty()) {
+      ++full;
+      full_bytes = std::max(full_bytes, JsonInt(c["size_bytes"]));
+      continue;
+    }
+    ++incremental;
+    max_incremental_bytes = std::max(max_incremental_bytes, JsonInt(c["size_bytes"]));
+    EXPECT_TRUE(by_id.count(parent)) << "retention removed " << parent << ", the parent of " << c["id"] << ": "
+                                     << list.dump();
+  }
+  EXPECT_GE(full, 1) << list.dump();
+  EXPECT_GE(incremental, 1) << list.dump();
+  EXPECT_GT(full_bytes, 64 << 20);
+  EXPECT_LT(max_incremental_bytes, full_bytes / 2) << list.dump();
+  ASSERT_FALSE(last.value("parent", "").empty()) << last.dump();
+  CommandResult del = a.Cairn({"checkpoint", "delete", last["parent"]});
+  EXPECT_TRUE(del.FailedCleanly()) << del.Describe();
+  EXPECT_TRUE(Matches(del.err, "is the parent of incremental checkpoint " + last["id"].get<std::string>())) << del.err;
+  CommandResult events = a.Cairn({"job", "watch", "w", "--after", "0", "--count", "1000", "--timeout", "1"});
+  EXPECT_TRUE(Matches(events.out, "checkpoint .* complete: .*incremental on ")) << events.out;
+
+  // Restored from the newest, incremental checkpoint: every page as the program last wrote it.
+  CommandResult restore = a.Cairn({"job", "restore", "w"});
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << a.Log();
+  WriteFile(work + "/go", "");
+  ASSERT_TRUE(WaitState(a, "w", "exited"));
+  std::string log = a.Cairn({"job", "logs", "w"}).out;
+  EXPECT_TRUE(Matches(log, "PASS")) << log;
+  EXPECT_FALSE(Matches(log, "FAIL")) << log;
+}
+
 TEST_F(DaemonTest, HealthSignalsInTheWatchStreamAndShow) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());
@@ -448,10 +518,16 @@ TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
   EXPECT_EQ(Job(again, "svc")["state"], "running");
   EXPECT_EQ(Job(again, "skip")["state"], "running");
 
-  // Engine modes not passed through yet are refused by name.
-  CommandResult inc = again.Cairn({"job", "checkpoint", "svc", "--incremental"});
-  EXPECT_TRUE(inc.FailedCleanly());
-  EXPECT_TRUE(Matches(inc.err, "incremental checkpoints: .*not passed through")) << inc.err;
+  // An incremental checkpoint needs the job's writes tracked since its parent: here (the parent
+  // was taken without tracking) it is a full one, and says why; both modes at once are refused.
+  CommandResult both = again.Cairn({"job", "checkpoint", "svc", "--incremental", "--pre-copy"});
+  EXPECT_TRUE(both.FailedCleanly()) << both.Describe();
+  EXPECT_TRUE(Matches(both.err, "either incremental or pre-copy")) << both.err;
+  json inc = again.Json({"job", "checkpoint", "svc", "--incremental"})["checkpoint"];
+  EXPECT_EQ(inc["state"], "complete") << inc.dump();
+  EXPECT_EQ(inc.value("parent", ""), "") << inc.dump();
+  CommandResult events = again.Cairn({"job", "watch", "svc", "--after", "0", "--count", "1000", "--timeout", "1"});
+  EXPECT_TRUE(Matches(events.out, "full \\(no process's writes were tracked")) << events.out;
 }
 
 }  // namespace

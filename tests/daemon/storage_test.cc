@@ -204,6 +204,44 @@ TEST_F(StorageTest, BadStorageOptionsAreRefusedAtStart) {
   refused({"--storage", "s3://bkt", "--s3-credentials", cred}, {}, "chmod 600");
 }
 
+// An incremental checkpoint in a shared store is restored on another node with the chain it
+// builds on: the node fetches the parent stored beside it.
+TEST_F(StorageTest, IncrementalCheckpointRestoresOnAnotherNodeWithItsParent) {
+  std::string shared = Dir() + "/nfs";
+  fs::create_directories(shared);
+  // The parent must stay on a's disk for a's next checkpoint to build on it.
+  DaemonProcess a(Dir(), "node-a", {"--storage", "dir:" + shared, "--keep-local-copy"});
+  DaemonProcess b(Dir(), "node-b", {"--storage", "dir:" + shared});
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  std::string work = Dir() + "/writer";
+  fs::create_directories(work);
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "w", "--incremental", "--", WORKLOAD_DIR "/incremental/inc_writer", work,
+                       "32", "2000"})
+                  .Exited(0));
+  ASSERT_TRUE(WaitFor([&] { return Exists(work + "/ready"); }, 30s));
+  json full = a.Json({"job", "checkpoint", "w"})["checkpoint"];
+  ASSERT_EQ(full["state"], "complete") << full.dump() << a.Log();
+  std::this_thread::sleep_for(500ms);
+  json inc = a.Json({"job", "checkpoint", "w", "--incremental", "--kill"})["checkpoint"];
+  ASSERT_EQ(inc["state"], "complete") << inc.dump() << a.Log();
+  ASSERT_EQ(inc.value("parent", ""), full["id"]) << inc.dump();
+  ASSERT_TRUE(WaitState(a, "w", "killed"));
+
+  CommandResult r = b.Cairn({"job", "restore", "w", "--checkpoint", inc["id"]});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe() << b.Log();
+  json parent = b.Json({"checkpoint", "show", full["id"]})["checkpoint"];
+  EXPECT_EQ(parent["reason"], "imported") << parent.dump();
+  EXPECT_EQ(b.Json({"checkpoint", "show", inc["id"]})["checkpoint"]["parent"], full["id"]);
+  WriteFile(work + "/go", "");
+  ASSERT_TRUE(WaitState(b, "w", "exited"));
+  // The restored program writes on to the files it had open: a's log of it (a restore from a
+  // store, unlike a migration, does not move logs; on one machine a's path exists).
+  std::string log = ReadFile(a.state_dir() + "/jobs/w/stdout.log");
+  EXPECT_TRUE(Matches(log, "PASS")) << log;
+  EXPECT_FALSE(Matches(log, "FAIL")) << log;
+}
+
 TEST_F(StorageTest, SharedDirectoryRestoresOnAnotherNodeByCheckpointId) {
   std::string expected = Expected();
   std::string shared = Dir() + "/nfs";
