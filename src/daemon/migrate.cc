@@ -256,8 +256,9 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   }
   pid_t pid = 0;
   api::Job job;
-  {
-    std::lock_guard<std::mutex> l(mu_);
+  // A checkpoint in progress (a periodic one) is let finish first, up to 60 s.
+  for (int waited = 0;; ++waited) {
+    std::unique_lock<std::mutex> l(mu_);
     auto it = jobs_.find(name);
     if (it == jobs_.end() || it->second.job.state() == "starting") {
       return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node, " (cairn job list)"));
@@ -265,8 +266,13 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     JobState& s = it->second;
     ReapLocked(s);
     if (s.busy) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("a checkpoint, restore or migration of job ", name, " is in progress; try again when it ends"));
+      if (waited >= 1200) {
+        return absl::FailedPreconditionError(absl::StrCat("a checkpoint, restore or migration of job ", name,
+                                                          " is still in progress after 60 s; try again when it ends"));
+      }
+      l.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
     }
     if (s.job.state() != "running") {
       return absl::FailedPreconditionError(
@@ -275,6 +281,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.busy = true;
     pid = s.job.host_pid();
     job = s.job;
+    break;
   }
   auto release = [&] {
     std::lock_guard<std::mutex> l(mu_);

@@ -156,9 +156,9 @@ TEST_F(MigrateTest, FailedMigrationsLeaveTheJobRunningWhereItWas) {
   EXPECT_EQ(ReadFile(out + "/result"), expected);
 }
 
-// A program that keeps writing its memory (64 MiB, 20 000 pages a second) is moved while it
-// writes, there and back again, then checks every page itself: each must hold the version it
-// last wrote there.
+// A program that keeps writing its memory (64 MiB, 20 000 pages a second), with incremental
+// periodic checkpoints, is moved while it writes, there and back again, then checks every page
+// itself: each must hold the version it last wrote there.
 TEST_F(MigrateTest, WritingProgramFindsEveryPageItWroteAfterMovingThereAndBack) {
   std::string token_b = Token("token-b", "token-of-node-b-0123456789");
   std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
@@ -171,10 +171,13 @@ TEST_F(MigrateTest, WritingProgramFindsEveryPageItWroteAfterMovingThereAndBack) 
   ASSERT_TRUE(a.Start());
   std::string work = Dir() + "/writer";
   fs::create_directories(work);
-  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "w", "--", WORKLOAD_DIR "/incremental/inc_writer", work, "64", "20000"})
+  // Incremental periodic checkpoints: the job's writes are tracked (a tracker parked in it) when
+  // it moves.
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "w", "--checkpoint-every", "1", "--incremental", "--",
+                       WORKLOAD_DIR "/incremental/inc_writer", work, "64", "20000"})
                   .Exited(0));
   ASSERT_TRUE(WaitFor([&] { return Exists(work + "/ready"); }, 30s)) << a.Cairn({"job", "logs", "w", "--stderr"}).out;
-  std::this_thread::sleep_for(300ms);
+  ASSERT_TRUE(WaitFor([&] { return a.Json({"checkpoint", "list", "--job", "w"})["checkpoints"].size() >= 2; }, 30s));
 
   json m = a.Json({"job", "migrate", "w", "--to", addr_b});  // by address, not a configured peer
   ASSERT_FALSE(m.is_null()) << a.Log() << b.Log();
