@@ -354,6 +354,39 @@ TEST_F(BadInput, DumpOfAStatefulDeviceIsRefused) {
   EXPECT_TRUE(state && (*state == 'S' || *state == 'R')) << "sleep is in state " << state.value_or('-');
 }
 
+// The same device held by a child, dumped with --tree: refused before anything is frozen, naming
+// the child and the device; root and child run on untraced.
+TEST_F(BadInput, TreeDumpOfAChildHoldingAStatefulDeviceIsRefused) {
+  if (!Exists("/dev/net/tun")) GTEST_SKIP() << "/dev/net/tun does not exist on this machine";
+  std::string dir = *temp_ / "ckpt";
+  pid_t root = SpawnProgram({"/bin/sh", "-c", "/bin/sleep 30 </dev/net/tun & wait"}, "/dev/null", *temp_ / "out",
+                            *temp_ / "err");
+  ASSERT_GT(root, 0);
+  Track(root, "/bin/sh");
+  pid_t child = 0;
+  for (int i = 0; i < 400 && child == 0; ++i) {
+    std::istringstream kids(ReadFile("/proc/" + std::to_string(root) + "/task/" + std::to_string(root) + "/children"));
+    pid_t c = 0;
+    if (kids >> c && ProcessArgv0(c) == "/bin/sleep") child = c;
+    if (child == 0) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GT(child, 0) << "sh did not start its sleep child";
+  Track(child, "/bin/sleep");
+  CommandResult r = Cairn({"dump", "--pid", std::to_string(root), "--tree", "--dir", dir}, WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(r, "tun/tap interface"));
+  EXPECT_TRUE(Matches(r.err, "pid " + std::to_string(child) + " fd 0 is a tun/tap interface \\(/dev/net/tun\\)"))
+      << r.err;
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  EXPECT_FALSE(Exists(dir + ".partial")) << dir << ".partial left behind";
+  for (pid_t pid : {root, child}) {
+    auto state = ProcessState(pid);
+    EXPECT_TRUE(state && (*state == 'S' || *state == 'R')) << "pid " << pid << " is in state '"
+                                                           << state.value_or('-') << "' after a refused dump";
+    EXPECT_EQ(LineStartingWith(ReadFile("/proc/" + std::to_string(pid) + "/status"), "TracerPid:"), "TracerPid:\t0")
+        << "pid " << pid << " is still traced";
+  }
+}
+
 // ---- dump --tree: trees holding what cairn cannot checkpoint yet
 
 // `dump --tree` of a tree holding what cairn refuses must stop before it changes anything: a

@@ -248,6 +248,60 @@ if __name__ == "__main__":
     print("done")
 )";
 
+// Two Processes accumulate into multiprocessing shared memory: a sum and a count in an Array of
+// its own lock (a deleted file in /dev/shm, the lock a POSIX semaphore), each task's digest in an
+// anonymous mmap (MAP_SHARED|MAP_ANONYMOUS, inherited by fork) and its reverse in a
+// shared_memory.SharedMemory (POSIX shm in /dev/shm, which starts the resource tracker, an exec'd
+// python3, as a third child). Each worker, halfway through its tasks, creates OUT.half<k> and waits
+// for GATE: the first half of the results then lives only in that shared memory, so the checkpoint
+// is mid-computation by construction, however fast the machine; the result, written once the
+// workers are done, depends on every byte of it.
+constexpr char kPythonSharedMemoryScript[] = R"(
+import hashlib, mmap, multiprocessing as mp, os, sys, time
+from multiprocessing import shared_memory
+
+def chain(i, rounds):
+    h = hashlib.sha256(b"cairn-%d" % i).digest()
+    for _ in range(rounds):
+        h = hashlib.sha256(h).digest()
+    return h
+
+def worker(k, ids, rounds, acc, anon, shm, half, gate):
+    for n, i in enumerate(ids):
+        if n == len(ids) // 2:
+            open(half + str(k), "w").close()
+            while not os.path.exists(gate):
+                time.sleep(0.01)
+        h = chain(i, rounds)
+        with acc.get_lock():
+            acc[0] = (acc[0] + int.from_bytes(h[:8], "little")) % 2**64
+            acc[1] += 1
+        anon[32 * i:32 * i + 32] = h
+        shm.buf[32 * i:32 * i + 32] = h[::-1]
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    out, tasks, rounds, gate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    acc = mp.Array("Q", 2)
+    anon = mmap.mmap(-1, 32 * tasks)
+    shm = shared_memory.SharedMemory(create=True, size=32 * tasks)
+    procs = [mp.Process(target=worker, args=(k, range(k, tasks, 2), rounds, acc, anon, shm, out + ".half", gate))
+             for k in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    with open(out + ".tmp", "w") as f:
+        f.write("sum %d count %d\n" % (acc[0], acc[1]))
+        for i in range(tasks):
+            f.write("%d %s %s\n" % (i, anon[32 * i:32 * i + 32].hex(), bytes(shm.buf[32 * i:32 * i + 32]).hex()))
+        f.write("exit codes %s\n" % [p.exitcode for p in procs])
+    shm.close()
+    shm.unlink()
+    os.rename(out + ".tmp", out)
+    print("done")
+)";
+
 // 16 tasks of this many rounds take about 1.5 s on two cores.
 constexpr char kPythonTreeTasks[] = "16";
 constexpr char kPythonTreeRounds[] = "400000";
@@ -284,30 +338,47 @@ class RealProgramTrees : public RealPrograms {
 
   // Runs `script` to completion as a reference, then again, checkpointing the tree with --tree
   // (killing it) once `min_children` children compute, restoring it and letting it finish; the
-  // result files must be identical.
-  void RoundTripTree(const char* script, size_t min_children) {
+  // result files must be identical. A `gated` script takes a GATE path as its last argument and
+  // creates RESULT.half0 and RESULT.half1 once mid-computation, then waits for GATE: the checkpoint
+  // is taken once both exist and GATE is created after the restore (at once in the reference run).
+  void RoundTripTree(const char* script, size_t min_children, bool gated = false) {
     ASSERT_TRUE(fs::exists(kPython)) << kPython << " is required (scripts/install-deps.sh installs it)";
     const std::vector<std::string> env = {"PYTHONHASHSEED=0"};
     std::string plain = *temp_ / "plain";
-    ASSERT_TRUE(RunToEnd({kPython, "-I", "-c", script, plain + "/result", kPythonTreeTasks, kPythonTreeRounds}, plain, env));
+    std::vector<std::string> plain_argv = {kPython, "-I", "-c", script, plain + "/result", kPythonTreeTasks, kPythonTreeRounds};
+    if (gated) {
+      fs::create_directories(plain);
+      WriteFile(plain + "/gate", "");
+      plain_argv.push_back(plain + "/gate");
+    }
+    ASSERT_TRUE(RunToEnd(plain_argv, plain, env));
     std::string expected = ReadFile(plain + "/result");
     ASSERT_FALSE(expected.empty());
 
     std::string dir = *temp_ / "work";
     fs::create_directories(dir);
     WriteFile(dir + "/stdin", "");
-    pid_t pid = SpawnProgram({kPython, "-I", "-c", script, dir + "/result", kPythonTreeTasks, kPythonTreeRounds},
-                             dir + "/stdin", dir + "/stdout", dir + "/stderr", env);
+    std::vector<std::string> argv = {kPython, "-I", "-c", script, dir + "/result", kPythonTreeTasks, kPythonTreeRounds};
+    if (gated) argv.push_back(dir + "/gate");
+    pid_t pid = SpawnProgram(argv, dir + "/stdin", dir + "/stdout", dir + "/stderr", env);
     ASSERT_GT(pid, 0);
     Track(pid, kPython);
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (Children(pid).size() < min_children && IsAlive(pid) && std::chrono::steady_clock::now() < deadline) {
+    auto deadline = std::chrono::steady_clock::now() + (gated ? 60s : 10s);
+    auto started = [&] {
+      if (Children(pid).size() < min_children) return false;
+      return !gated || (Exists(dir + "/result.half0") && Exists(dir + "/result.half1"));
+    };
+    while (!started() && IsAlive(pid) && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(5ms);
     }
     std::vector<pid_t> children = Children(pid);
     for (pid_t c : children) Track(c, kPython);
     ASSERT_GE(children.size(), min_children) << "python3 did not start its workers: " << ReadFile(dir + "/stderr");
-    std::this_thread::sleep_for(500ms);  // into the computation
+    if (gated) {
+      ASSERT_TRUE(started()) << "python3's workers did not get halfway in 60 s: " << ReadFile(dir + "/stderr");
+    } else {
+      std::this_thread::sleep_for(500ms);  // into the computation
+    }
     ASSERT_TRUE(IsAlive(pid)) << "python3 ended early: " << ReadFile(dir + "/stderr");
     ASSERT_FALSE(Exists(dir + "/result")) << "python3 already finished; the checkpoint would not be mid-computation";
 
@@ -325,6 +396,11 @@ class RealProgramTrees : public RealPrograms {
     }
     CommandResult restore = Restore(ckpt, /*detach=*/true, WithTimeout(120s));
     ASSERT_TRUE(restore.Exited(0)) << "cairn restore failed " << restore.Describe();
+    if (gated) {
+      std::this_thread::sleep_for(100ms);
+      ASSERT_FALSE(Exists(dir + "/result")) << "the restored python3 wrote its result before the gate opened";
+      WriteFile(dir + "/gate", "");
+    }
     Ending end = WaitGone(pid, 60s);
     ASSERT_TRUE(end.gone) << "restored python3 did not finish in 60 s";
     if (end.status) {
@@ -343,6 +419,11 @@ TEST_F(RealProgramTrees, Python3MultiprocessingPoolAndPipeMidComputation) {
 
 TEST_F(RealProgramTrees, Python3MultiprocessingProcessesAndPipesMidComputation) {
   RoundTripTree(kPythonProcessesScript, 2);
+}
+
+TEST_F(RealProgramTrees, Python3MultiprocessingSharedMemoryMidComputation) {
+  // The two workers and the shared_memory resource tracker.
+  RoundTripTree(kPythonSharedMemoryScript, 3, /*gated=*/true);
 }
 
 // redis-server (threads, epoll, a listening TCP socket, pipes) holding 1,000 keys written by a

@@ -1,7 +1,7 @@
 // Round trips of whole process trees through `cairn dump --tree` and `cairn restore`, one workload
 // per feature (tests/workloads/wl_tree_*.c): pipes between processes, shared open file descriptions,
-// sessions and process groups, zombies, the child-subreaper flag and parent-death signal, and a tree
-// that forks and reaps while it is being checkpointed.
+// sessions and process groups, zombies, the child-subreaper flag and parent-death signal, shared
+// memory (anonymous, memfd, POSIX), and a tree that forks and reaps while it is being checkpointed.
 //
 // Besides the workloads' own checks (they PASS only if their state survived), the tests check the
 // tree from outside: the checkpoint holds exactly the processes the tree had, `dump` leaves none of
@@ -53,6 +53,7 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_orphaned_group"},
     {"wl_tree_orphaned_session"},
     {"wl_tree_posix_shm"},
+    {"wl_tree_shared_anon", true, true, /*leave_running=*/true},
     {"wl_tree_subreaper_pdeathsig"},
     {"wl_tree_zombie"},
 };

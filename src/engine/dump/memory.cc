@@ -118,6 +118,42 @@ bool ScanArea(int pagemap_fd, const image::Vma& v, size_t vi, std::vector<Run>* 
   return true;
 }
 
+// Appends the runs of shared anonymous area `v` (index `vi`) that hold data. Its pages may
+// have been touched only by other processes of the tree, so the page tables of `pid` do not
+// show them; the object itself does: /proc/PID/map_files opens it, and SEEK_DATA/SEEK_HOLE
+// walk its pages (in memory or swapped out). Returns false when that is not possible (the
+// caller scans the page tables instead).
+bool ShmemDataRuns(pid_t pid, const image::Vma& v, size_t vi, std::vector<Run>* runs) {
+  std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, v.start(), v.end());
+  UniqueFd fd(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    CAIRN_LOG_DEBUG("event=shmem_seek_unavailable path={} errno={}", link, errno);
+    return false;
+  }
+  size_t before = runs->size();
+  off_t len = static_cast<off_t>(v.end() - v.start());
+  off_t off = 0;
+  while (off < len) {
+    off_t data = ::lseek(fd.get(), off, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // no data past off
+    if (data < 0) {
+      runs->resize(before);
+      return false;
+    }
+    if (data >= len) break;
+    off_t hole = ::lseek(fd.get(), data, SEEK_HOLE);
+    if (hole < 0) {
+      runs->resize(before);
+      return false;
+    }
+    off_t start = data / static_cast<off_t>(kPage) * static_cast<off_t>(kPage);
+    off_t end = std::min(len, (hole + static_cast<off_t>(kPage) - 1) / static_cast<off_t>(kPage) * static_cast<off_t>(kPage));
+    if (end > start) runs->push_back({vi, v.start() + static_cast<uint64_t>(start), static_cast<uint64_t>(end - start)});
+    off = end > start ? end : start + static_cast<off_t>(kPage);
+  }
+  return true;
+}
+
 absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vma>& vmas,
                                           std::set<uint64_t>* saved_shmem, const WrittenPages* written,
                                           std::vector<std::vector<image::PageBlock>>* zero_blocks) {
@@ -153,6 +189,7 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
     // PAGEMAP_SCAN reports only the ranges that hold pages, so a huge sparse reservation
     // (a JVM heap, a Go arena, a sanitizer's shadow) costs nothing; older kernels fall back
     // to reading pagemap entry by entry.
+    if (v.kind() == image::Vma::SHARED_ANON && ShmemDataRuns(pid, v, i, &runs)) continue;
     if (ScanArea(pm.get(), v, i, &runs)) continue;
     for (uint64_t addr = v.start(); addr < v.end();) {
       uint64_t n = std::min<uint64_t>((v.end() - addr) / kPage, kPagemapBatch);

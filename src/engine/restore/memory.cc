@@ -227,15 +227,10 @@ absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::ve
   return absl::ResourceExhaustedError("no free address range for the restorer's work area");
 }
 
-absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep, bool keep_shared) {
+absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep,
+                                 const std::vector<Range>& staged) {
   pid_t pid = inj.tid();
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
-  std::vector<Range> own_shared;
-  if (keep_shared) {
-    for (const image::Vma& v : proc.vmas()) {
-      if (v.kind() == image::Vma::SHARED_ANON) own_shared.push_back({v.start(), v.end()});
-    }
-  }
   std::map<std::string, Range> cur_kernel;
   for (const proc::MapEntry& m : maps) {
     if (IsKernelArea(m.path)) {
@@ -244,7 +239,7 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
     }
     if (Overlaps(m.start, m.end, keep.start, keep.end)) continue;
     bool shared_kept = false;
-    for (const Range& r : own_shared) shared_kept = shared_kept || (m.start == r.start && m.end == r.end && m.shared);
+    for (const Range& r : staged) shared_kept = shared_kept || (m.start >= r.start && m.end <= r.end && m.shared);
     if (shared_kept) continue;
     RETURN_IF_ERROR(inj.Call(absl::StrFormat("munmap restorer area %#x-%#x", m.start, m.end), SYS_munmap,
                              m.start, m.end - m.start).status());
@@ -312,22 +307,121 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
   return absl::OkStatus();
 }
 
-absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                              const std::vector<const image::Process*>& procs, int threads) {
-  std::set<uint64_t> created;
-  std::vector<AreaFill> areas;
+namespace {
+
+// One shared anonymous object: the area whose pages were saved (the first one found) and the
+// length of the largest area mapping it.
+struct SharedAnonObject {
+  uint64_t id = 0;
+  const image::Process* proc = nullptr;
+  const image::Vma* vma = nullptr;
+  uint64_t len = 0;
+};
+
+std::vector<SharedAnonObject> SharedAnonObjects(const std::vector<const image::Process*>& procs) {
+  std::vector<SharedAnonObject> out;
+  std::map<uint64_t, size_t> index;
   for (const image::Process* p : procs) {
     for (const image::Vma& v : p->vmas()) {
-      if (v.kind() != image::Vma::SHARED_ANON || !created.insert(v.shmem_id()).second) continue;
-      ASSIGN_OR_RETURN(long addr, inj.Call(absl::StrFormat("mmap shared anonymous %#x-%#x", v.start(), v.end()),
-                                           SYS_mmap, v.start(), v.end() - v.start(), PROT_READ | PROT_WRITE,
-                                           MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, static_cast<uint64_t>(-1), 0));
-      if (static_cast<uint64_t>(addr) != v.start()) return absl::InternalError("shared mapping placed elsewhere");
-      AreaFill fill{&v, image::ResolveArea(img, *p, v)};
-      if (!fill.pieces.empty()) areas.push_back(std::move(fill));
+      if (v.kind() != image::Vma::SHARED_ANON) continue;
+      auto [it, fresh] = index.emplace(v.shmem_id(), out.size());
+      if (fresh) out.push_back({v.shmem_id(), p, &v, 0});
+      out[it->second].len = std::max(out[it->second].len, v.end() - v.start());
     }
   }
-  return FillAreas(inj, scratch, img.dir(), areas, threads);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SharedAnonStaging> PlanSharedAnon(const std::vector<const image::Process*>& procs,
+                                                 std::vector<Range> avoid) {
+  SharedAnonStaging staging;
+  if (procs.empty()) return staging;
+  for (const image::Process* p : procs) {
+    for (const image::Vma& v : p->vmas()) avoid.push_back({v.start(), v.end()});
+  }
+  for (const SharedAnonObject& o : SharedAnonObjects(procs)) {
+    ASSIGN_OR_RETURN(uint64_t at, FindFreeRange(*procs[0], avoid, o.len));
+    staging[o.id] = {at, at + o.len};
+    avoid.push_back(staging[o.id]);
+  }
+  return staging;
+}
+
+absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
+                              const std::vector<const image::Process*>& procs, const SharedAnonStaging& staging,
+                              int threads) {
+  // The root's address space holds only the work area (free in every layout) and the root's
+  // own vDSO/vvar by now.
+  std::vector<Range> kernel;
+  for (const image::Vma& v : procs[0]->vmas()) {
+    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) kernel.push_back({v.start(), v.end()});
+  }
+  // Objects are made in rounds of objects that do not overlap where they were saved: each
+  // round is mapped there, filled, and moved to its staging ranges, clearing the way.
+  std::vector<SharedAnonObject> pending = SharedAnonObjects(procs);
+  while (!pending.empty()) {
+    std::vector<SharedAnonObject> round, later;
+    for (const SharedAnonObject& o : pending) {
+      uint64_t start = o.vma->start();
+      bool clash = std::any_of(round.begin(), round.end(), [&](const SharedAnonObject& r) {
+        return Overlaps(start, start + o.len, r.vma->start(), r.vma->start() + r.len);
+      });
+      (clash ? later : round).push_back(o);
+    }
+    std::vector<AreaFill> areas;
+    for (const SharedAnonObject& o : round) {
+      uint64_t start = o.vma->start();
+      for (const Range& k : kernel) {
+        if (Overlaps(start, start + o.len, k.start, k.end)) {
+          return absl::UnimplementedError(absl::StrFormat(
+              "pid %d's shared anonymous memory at %#x-%#x lies where the root process (pid %d) had its vDSO; "
+              "restoring such a tree is not supported yet",
+              o.proc->pid(), start, start + o.len, procs[0]->pid()));
+        }
+      }
+      ASSIGN_OR_RETURN(long addr, inj.Call(absl::StrFormat("mmap shared anonymous %#x-%#x", start, start + o.len),
+                                           SYS_mmap, start, o.len, PROT_READ | PROT_WRITE,
+                                           MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, static_cast<uint64_t>(-1), 0));
+      if (static_cast<uint64_t>(addr) != start) return absl::InternalError("shared mapping placed elsewhere");
+      AreaFill fill{o.vma, image::ResolveArea(img, *o.proc, *o.vma)};
+      if (!fill.pieces.empty()) areas.push_back(std::move(fill));
+    }
+    RETURN_IF_ERROR(FillAreas(inj, scratch, img.dir(), areas, threads));
+    for (const SharedAnonObject& o : round) {
+      auto it = staging.find(o.id);
+      if (it == staging.end() || it->second.end - it->second.start != o.len) {
+        return absl::InternalError(absl::StrFormat("no staging range for shared anonymous object %d", o.id));
+      }
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("mremap shared anonymous %#x-%#x to staging %#x", o.vma->start(),
+                                               o.vma->start() + o.len, it->second.start),
+                               SYS_mremap, o.vma->start(), o.len, o.len, MREMAP_MAYMOVE | MREMAP_FIXED,
+                               it->second.start)
+                          .status());
+    }
+    pending = std::move(later);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlaceSharedAnon(inject::Injector& inj, const image::Process& proc, const SharedAnonStaging& staging) {
+  for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() != image::Vma::SHARED_ANON) continue;
+    auto it = staging.find(v.shmem_id());
+    if (it == staging.end() || v.end() - v.start() > it->second.end - it->second.start) {
+      return absl::InternalError(absl::StrFormat("no staging range for shared anonymous %#x-%#x", v.start(), v.end()));
+    }
+    // Old size 0: a new mapping of the same shared pages, the staging one stays for the others.
+    RETURN_IF_ERROR(inj.Call(absl::StrFormat("mremap shared anonymous %#x-%#x from staging", v.start(), v.end()),
+                             SYS_mremap, it->second.start, 0, v.end() - v.start(), MREMAP_MAYMOVE | MREMAP_FIXED,
+                             v.start())
+                        .status());
+  }
+  for (const auto& [id, r] : staging) {
+    RETURN_IF_ERROR(inj.Call("munmap shared anonymous staging", SYS_munmap, r.start, r.end - r.start).status());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,

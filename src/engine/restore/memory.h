@@ -25,17 +25,33 @@ struct Range {
 // Finds `len` bytes free in both the saved layout and `avoid` (page-aligned, above 1 MiB).
 absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::vector<Range>& avoid, uint64_t len);
 
-// Unmaps everything in `pid` except `keep` (the work area), the process's own shared
-// anonymous areas when `keep_shared` (created earlier by CreateSharedAnon) and the
-// vDSO/vvar areas, then moves those to their saved addresses. Fails clearly when the
-// vDSO differs from the dumped one.
-absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep, bool keep_shared);
+// Where each shared anonymous object (MAP_SHARED|MAP_ANONYMOUS) of a checkpoint waits between
+// its creation in the tree's root and its placement in the processes that map it: shmem id ->
+// a range free in every saved layout. Distinct objects may lie at the same address in different
+// processes (each mapped after a fork), so no object can simply be created where it was.
+using SharedAnonStaging = std::map<uint64_t, Range>;
 
-// Creates every shared anonymous object of the checkpoint (MAP_SHARED|MAP_ANONYMOUS,
-// possibly shared between processes) in the task `inj` drives — the tree's root, before
-// it forks the others, so that they inherit the same objects — and fills its pages.
+// Chooses the staging ranges, free in every process's saved layout and in `avoid`.
+absl::StatusOr<SharedAnonStaging> PlanSharedAnon(const std::vector<const image::Process*>& procs,
+                                                 std::vector<Range> avoid);
+
+// Unmaps everything in `pid` except `keep` (the work area), the `staged` ranges (shared
+// anonymous objects created earlier by CreateSharedAnon) and the vDSO/vvar areas, then moves
+// those to their saved addresses. Fails clearly when the vDSO differs from the dumped one.
+absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep,
+                                 const std::vector<Range>& staged = {});
+
+// Creates every shared anonymous object of the checkpoint (possibly shared between processes)
+// in the task `inj` drives — the tree's root, before it forks the others, so that they inherit
+// the same objects: each is mapped where it was saved, filled, and moved to its staging range.
 absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                              const std::vector<const image::Process*>& procs, int threads);
+                              const std::vector<const image::Process*>& procs, const SharedAnonStaging& staging,
+                              int threads);
+
+// Maps the process's own shared anonymous areas from their objects' staging ranges (a second
+// mapping of the same pages, mremap with old size 0) to their saved addresses, then unmaps
+// every staging range.
+absl::Status PlaceSharedAnon(inject::Injector& inj, const image::Process& proc, const SharedAnonStaging& staging);
 
 // Maps every saved area, writes the saved pages (verifying each block), sets protections
 // and advice. Pages are written with `threads` parallel writers.

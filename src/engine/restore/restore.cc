@@ -255,8 +255,8 @@ class StandIns {
 // work area and the master descriptors. Sessions are created before the children that
 // belong to them are forked; process groups are joined once every group exists.
 absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
-                           uint64_t work_area, bool mount_proc, bool own_pid_ns, int fill_threads, Tasks& tasks,
-                           IdMap& ids) {
+                           uint64_t work_area, const SharedAnonStaging& staging, bool mount_proc, bool own_pid_ns,
+                           int fill_threads, Tasks& tasks, IdMap& ids) {
   for (const image::Process* p : procs) {
     pid_t host = ids.Host(p->pid());
     inject::Injector inj(host, work_area);
@@ -270,8 +270,8 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     if (p == procs[0]) {
       // Shared anonymous memory is created in the root, on an address space emptied of the
       // restorer's areas, before anything is forked: every process inherits it.
-      RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/false));
-      RETURN_IF_ERROR(CreateSharedAnon(inj, sc, img, procs, fill_threads));
+      RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}));
+      RETURN_IF_ERROR(CreateSharedAnon(inj, sc, img, procs, staging, fill_threads));
     }
     if (p == procs[0] && mount_proc) {
       // The job's own mount namespace: private propagation, and a /proc that shows its
@@ -374,13 +374,17 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
-                          uint64_t work_area, int fill_threads, lazy::LazyHandlers* lazy_handlers, IdMap& ids) {
+                          uint64_t work_area, const SharedAnonStaging& staging, int fill_threads,
+                          lazy::LazyHandlers* lazy_handlers, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
   RETURN_IF_ERROR(inj.Call("close_range (restorer's descriptors)", SYS_close_range, 0,
                            static_cast<uint64_t>(masters.base - 1), 0).status());
-  RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, /*keep_shared=*/true));
+  std::vector<Range> staged;
+  for (const auto& [id, r] : staging) staged.push_back(r);
+  RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, staged));
+  RETURN_IF_ERROR(PlaceSharedAnon(inj, proc, staging));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
   RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects, lazy_handlers));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
@@ -456,6 +460,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Vma& v : p->vmas()) avoid.push_back({v.start(), v.end()});
   }
   ASSIGN_OR_RETURN(uint64_t work_area, FindFreeRange(*procs[0], avoid, kWorkAreaSize));
+  avoid.push_back({work_area, work_area + kWorkAreaSize});
+  ASSIGN_OR_RETURN(SharedAnonStaging staging, PlanSharedAnon(procs, avoid));
 
   pid_t root = procs[0]->pid();
   clone_args args{};
@@ -500,7 +506,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   absl::Status built =
-      BuildSkeleton(*img, procs, work_area, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
+      BuildSkeleton(*img, procs, work_area, staging, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
   masters->owned.clear();  // every task holds its own copies now
   lazy::LazyHandlers lazy_handlers;  // restore --lazy
   lazy_handlers.page_server = opts.page_server;
@@ -513,7 +519,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       for (const image::PageBlock& b : v.blocks()) saved += b.length();
     }
     bool lazy = opts.lazy && saved >= opts.lazy_min_bytes;
-    built = Annotate(BuildProcess(*img, *p, *masters, work_area, threads, lazy ? &lazy_handlers : nullptr, ids),
+    built = Annotate(BuildProcess(*img, *p, *masters, work_area, staging, threads, lazy ? &lazy_handlers : nullptr, ids),
                      absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);
