@@ -383,25 +383,31 @@ void Daemon::SampleLocked(JobState& s, double now) {
   }
 }
 
+absl::StatusOr<Daemon::JobState*> Daemon::IdleJobLocked(std::unique_lock<std::mutex>& l, const std::string& name) {
+  for (int waited = 0;; ++waited) {
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) {
+      return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node, " (cairn job list)"));
+    }
+    if (!it->second.busy) return &it->second;
+    if (waited >= 1200) {
+      return absl::FailedPreconditionError(absl::StrCat("a checkpoint, restore or migration of job ", name,
+                                                        " is still in progress after 60 s; try again when it ends"));
+    }
+    l.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    l.lock();
+  }
+}
+
 absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
   if (sig == 0) sig = SIGKILL;
   if (sig < 1 || sig > 64) return absl::InvalidArgumentError(absl::StrCat("job kill: no signal ", sig));
-  // A checkpoint or restore in progress is let finish first (up to 60 s): killing a job the
-  // engine holds frozen would leave its checkpoint half-done.
-  for (int waited = 0;; ++waited) {
+  {
+    // Killing a job the engine holds frozen would leave its checkpoint half-done: IdleJobLocked.
     std::unique_lock<std::mutex> l(mu_);
-    auto it = jobs_.find(name);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
-    JobState& s = it->second;
-    if (s.busy) {
-      if (waited >= 1200) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("job ", name, " is still being checkpointed or restored after 60 s; try again"));
-      }
-      l.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      continue;
-    }
+    ASSIGN_OR_RETURN(JobState * found, IdleJobLocked(l, name));
+    JobState& s = *found;
     if (s.job.state() != "running") {
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " does not run (", s.job.state(), ")"));
     }
@@ -411,7 +417,6 @@ absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
     }
     if (::kill(s.job.host_pid(), sig) != 0) return ErrnoStatus(absl::StrCat("kill job ", name, " pid ", s.job.host_pid()));
     s.killed_by_user = sig == SIGKILL;
-    break;
   }
   Event(name, "signal", absl::StrCat("sent signal ", sig));
   for (int i = 0; i < 100; ++i) {
@@ -459,15 +464,10 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   uint32_t keep = 0;
   api::JobSpec spec;
   {
-    std::lock_guard<std::mutex> l(mu_);
-    auto it = jobs_.find(name);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
-    JobState& s = it->second;
+    std::unique_lock<std::mutex> l(mu_);
+    ASSIGN_OR_RETURN(JobState * found, IdleJobLocked(l, name));
+    JobState& s = *found;
     ReapLocked(s);
-    if (s.busy) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("a checkpoint or restore of job ", name, " is already in progress; try again when it ends"));
-    }
     if (s.job.state() != "running") {
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " does not run (", s.job.state(),
                                                         "): only a running job can be checkpointed"));

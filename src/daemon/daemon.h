@@ -197,6 +197,10 @@ class Daemon {
   // Holds a job still in its freezer cgroup (true once FROZEN), or lets it go.
   bool FreezeJob(const std::string& name);
 
+  // The job `name`, once no checkpoint, restore or migration of it is in progress (waits up to
+  // 60 s, `l` on mu_ released meanwhile and held on return).
+  absl::StatusOr<JobState*> IdleJobLocked(std::unique_lock<std::mutex>& l, const std::string& name);
+
   // Incremental checkpoints (incremental.cc).
   // The id of the checkpoint an incremental checkpoint of `name` builds on: its newest complete
   // one, when that one's files are on this node's disk and its chain is shorter than the

@@ -256,24 +256,14 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   }
   pid_t pid = 0;
   api::Job job;
-  // A checkpoint in progress (a periodic one) is let finish first, up to 60 s.
-  for (int waited = 0;; ++waited) {
+  {
     std::unique_lock<std::mutex> l(mu_);
-    auto it = jobs_.find(name);
-    if (it == jobs_.end() || it->second.job.state() == "starting") {
+    ASSIGN_OR_RETURN(JobState * found, IdleJobLocked(l, name));
+    JobState& s = *found;
+    if (s.job.state() == "starting") {
       return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node, " (cairn job list)"));
     }
-    JobState& s = it->second;
     ReapLocked(s);
-    if (s.busy) {
-      if (waited >= 1200) {
-        return absl::FailedPreconditionError(absl::StrCat("a checkpoint, restore or migration of job ", name,
-                                                          " is still in progress after 60 s; try again when it ends"));
-      }
-      l.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      continue;
-    }
     if (s.job.state() != "running") {
       return absl::FailedPreconditionError(
           absl::StrCat("job ", name, " does not run (", s.job.state(), "): only a running job can be migrated"));
@@ -281,7 +271,6 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.busy = true;
     pid = s.job.host_pid();
     job = s.job;
-    break;
   }
   auto release = [&] {
     std::lock_guard<std::mutex> l(mu_);
