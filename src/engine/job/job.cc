@@ -171,6 +171,25 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
   UniqueFd go_r(go[0]), go_w(go[1]);
 
+  // The init: the small static cairn-init beside this executable when there is one (a job's
+  // checkpoints then hold a few areas of it, not this program's libraries and heap), else
+  // InitMain below. Its command line is built here: between clone3 and exec the child of a
+  // threaded parent must not allocate.
+  std::string init_exe;
+  std::vector<std::string> init_args;
+  std::vector<char*> init_argv;
+  if (std::error_code ec; true) {
+    std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    std::string candidate = (self.parent_path() / "cairn-init").string();
+    if (!ec && ::access(candidate.c_str(), X_OK) == 0) init_exe = candidate;
+  }
+  if (!init_exe.empty()) {
+    init_args = {"cairn-init", std::to_string(go_r.get()), std::to_string(out.get()), std::to_string(err.get()), "--"};
+    init_args.insert(init_args.end(), opts.argv.begin(), opts.argv.end());
+    for (std::string& a : init_args) init_argv.push_back(a.data());
+    init_argv.push_back(nullptr);
+  }
+
   // The init is PID 1 of a new PID namespace. clone3 rather than unshare + fork, so that
   // cairn itself stays able to create threads (unshare(CLONE_NEWPID) would forbid it).
   clone_args args{};
@@ -180,6 +199,10 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (init < 0) return ErrnoStatus("clone3(CLONE_NEWPID): cairn run needs root");
   if (init == 0) {
     go_w.Reset();
+    if (!init_exe.empty()) {
+      for (int fd : {go_r.get(), out.get(), err.get()}) ::fcntl(fd, F_SETFD, 0);
+      ::execv(init_exe.c_str(), init_argv.data());
+    }
     InitMain(go_r.get(), out.get(), err.get(), opts.argv);
   }
   go_r.Reset();

@@ -447,13 +447,14 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     nofile.rlim_cur = nofile.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  CAIRN_LOG_DEBUG("event=restore_stage stage=image_opened");
   auto masters = OpenMasters(*img, procs);
   if (!masters.ok()) {
     return Annotate(masters.status(), absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }
 
   // A work area free in every saved layout and in our own.
-  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> own, proc::ReadSmaps(::getpid()));
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> own, proc::ReadMaps(::getpid()));
   std::vector<Range> avoid;
   for (const auto& m : own) avoid.push_back({m.start, m.end});
   for (const image::Process* p : procs) {
@@ -462,6 +463,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   ASSIGN_OR_RETURN(uint64_t work_area, FindFreeRange(*procs[0], avoid, kWorkAreaSize));
   avoid.push_back({work_area, work_area + kWorkAreaSize});
   ASSIGN_OR_RETURN(SharedAnonStaging staging, PlanSharedAnon(procs, avoid));
+  CAIRN_LOG_DEBUG("event=restore_stage stage=planned");
 
   pid_t root = procs[0]->pid();
   clone_args args{};
@@ -503,10 +505,12 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (!cgroup.empty()) RETURN_IF_ERROR(job::JoinCgroup(cgroup, root_host));
   if (meta.own_ipc_ns()) RETURN_IF_ERROR(CreateSysvIpc(root_host, *img, meta.ipc()));
 
+  CAIRN_LOG_DEBUG("event=restore_stage stage=root_created");
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   absl::Status built =
       BuildSkeleton(*img, procs, work_area, staging, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
+  CAIRN_LOG_DEBUG("event=restore_stage stage=skeleton_built");
   masters->owned.clear();  // every task holds its own copies now
   lazy::LazyHandlers lazy_handlers;  // restore --lazy
   lazy_handlers.page_server = opts.page_server;

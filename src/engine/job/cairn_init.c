@@ -1,0 +1,85 @@
+// cairn-init: PID 1 of a job's PID namespace (`cairn run`, cairnd's jobs). A small static
+// program, so that the init every checkpoint of a job saves and every restore rebuilds is a
+// handful of memory areas, not the cairn binary with its libraries and heap.
+//
+//   cairn-init GO_FD OUT_FD ERR_FD -- COMMAND [ARGS...]
+//
+// Waits for one byte on GO_FD (its parent has put it in the job's cgroup), gives itself a mount
+// namespace with a /proc of its PID namespace, starts COMMAND in a new session with stdin
+// /dev/null and stdout/stderr on OUT_FD/ERR_FD, forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and
+// SIGUSR2 to it, reaps every orphan of the namespace, and exits with COMMAND's status (128 +
+// signal when a signal ended it). Exit 125: it could not set the job up; 127: COMMAND could not
+// be run. src/engine/job/job.cc starts it (and has the same init built in, for a cairn without
+// this file beside it).
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static pid_t g_command;
+
+static void Forward(int sig) {
+  if (g_command > 0) kill(g_command, sig);
+}
+
+static int Fd(const char* s) {
+  char* end = NULL;
+  long v = strtol(s, &end, 10);
+  return *s != '\0' && *end == '\0' && v >= 0 && v < 1 << 20 ? (int)v : -1;
+}
+
+int main(int argc, char** argv) {
+  int go_fd = argc > 5 ? Fd(argv[1]) : -1, out_fd = argc > 5 ? Fd(argv[2]) : -1, err_fd = argc > 5 ? Fd(argv[3]) : -1;
+  if (go_fd < 0 || out_fd < 0 || err_fd < 0 || strcmp(argv[4], "--") != 0) {
+    fprintf(stderr, "cairn-init: started by cairn run only (cairn-init GO_FD OUT_FD ERR_FD -- COMMAND...)\n");
+    return 125;
+  }
+  prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+  char go = 0;
+  if (read(go_fd, &go, 1) != 1) _exit(125);  // the parent failed to set us up
+  close(go_fd);
+  if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("proc", "/proc", "proc", 0, NULL) != 0) {
+    dprintf(err_fd, "cairn-init: cannot set up the mount namespace: %s\n", strerror(errno));
+    _exit(125);
+  }
+  pid_t cmd = fork();
+  if (cmd == 0) {
+    setsid();
+    int null_fd = open("/dev/null", O_RDONLY);
+    dup2(null_fd, 0);
+    dup2(out_fd, 1);
+    dup2(err_fd, 2);
+    syscall(SYS_close_range, 3, ~0U, 0);
+    execvp(argv[5], argv + 5);
+    dprintf(2, "cairn-init: cannot run %s: %s\n", argv[5], strerror(errno));
+    _exit(127);
+  }
+  syscall(SYS_close_range, 0, ~0U, 0);
+  if (cmd < 0) _exit(125);
+  g_command = cmd;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = Forward;
+  sa.sa_flags = SA_RESTART;
+  const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2};
+  for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; ++i) sigaction(forwarded[i], &sa, NULL);
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(-1, &status, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      _exit(125);
+    }
+    if (r == cmd) _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+}
