@@ -76,4 +76,13 @@ for rep in $(seq "$REPS"); do
     "$(jq -r '(.bytes | tonumber) / 1048576' "$j")" "$(jq -r '(.precopy_bytes | tonumber) / 1048576' "$j")" \
     "$(jq -r '.restore_s * 1000' "$j")" "$(jq -r '.total_s' "$j")" "$check"
   "$CAIRN" job kill --socket "$T/$B.sock" "h$rep" >/dev/null 2>&1 || true
+  # Each run on its own: b has stored (fsynced) the image it received before the next one starts,
+  # and both forget the job (its 1 GiB checkpoint would otherwise be written back meanwhile).
+  for _ in $(seq 600); do
+    "$CAIRN" checkpoint list --socket "$T/$B.sock" --job "h$rep" --json | jq -e '[.checkpoints[] | select(.state == "writing")] | length == 0' >/dev/null && break
+    sleep 0.1
+  done
+  "$CAIRN" job delete --socket "$T/$B.sock" "h$rep" >/dev/null 2>&1 || true
+  "$CAIRN" job delete --socket "$T/$A.sock" "h$rep" >/dev/null 2>&1 || true
+  sync
 done
