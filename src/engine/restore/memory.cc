@@ -230,20 +230,43 @@ absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::ve
 absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep,
                                  const std::vector<Range>& staged) {
   pid_t pid = inj.tid();
-  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+  // The layout only (maps, not smaps: smaps walks every page table of the restorer's copy).
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
   std::map<std::string, Range> cur_kernel;
+  // What stays: the work area, the kernel's areas, the staging ranges (they hold only the shared
+  // anonymous objects made for the tree). Everything else of the restorer's copy goes, in one
+  // munmap per gap between those (munmap of an unmapped range is no error), not one per area.
+  std::vector<Range> stays = {keep};
   for (const proc::MapEntry& m : maps) {
     if (IsKernelArea(m.path)) {
       cur_kernel[m.path] = {m.start, m.end};
-      continue;
+      stays.push_back({m.start, m.end});
     }
-    if (Overlaps(m.start, m.end, keep.start, keep.end)) continue;
-    bool shared_kept = false;
-    for (const Range& r : staged) shared_kept = shared_kept || (m.start >= r.start && m.end <= r.end && m.shared);
-    if (shared_kept) continue;
-    RETURN_IF_ERROR(inj.Call(absl::StrFormat("munmap restorer area %#x-%#x", m.start, m.end), SYS_munmap,
-                             m.start, m.end - m.start).status());
   }
+  for (const Range& r : staged) stays.push_back(r);
+  std::sort(stays.begin(), stays.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  constexpr uint64_t kUserTop = 0x7ffffffff000;  // x86-64, 4-level page tables (the highest user page + 1)
+  uint64_t lowest = UINT64_MAX, highest = 0;  // unmap only where the restorer's copy has areas
+  for (const proc::MapEntry& m : maps) {
+    if (m.end > kUserTop) continue;
+    lowest = std::min(lowest, m.start);
+    highest = std::max(highest, m.end);
+  }
+  uint64_t from = lowest;
+  auto unmap_to = [&](uint64_t to) -> absl::Status {
+    to = std::min(to, highest);
+    if (from < to) {
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("munmap restorer areas %#x-%#x", from, to), SYS_munmap, from, to - from)
+                          .status());
+    }
+    return absl::OkStatus();
+  };
+  for (const Range& r : stays) {
+    if (r.start >= kUserTop) continue;
+    RETURN_IF_ERROR(unmap_to(r.start));
+    from = std::max(from, r.end);
+  }
+  RETURN_IF_ERROR(unmap_to(kUserTop));
   // Saved kernel areas, keyed by name.
   std::map<std::string, Range> saved;
   for (const image::Vma& v : proc.vmas()) {
