@@ -146,6 +146,7 @@ absl::Status Daemon::Recover() {
     if (c.state() != "writing") continue;
     (void)DropCheckpointFiles(c);
     c.set_state("failed");
+    c.set_parent("");
     c.set_error("interrupted: the daemon stopped while writing it; its files were removed on restart");
     RETURN_IF_ERROR(catalog_->PutCheckpoint(c));
     Event(c.job(), "checkpoint-cleaned", absl::StrCat("checkpoint ", c.id(), " was left half-written by a crash: removed"));
@@ -494,6 +495,15 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   c.set_pinned(req.pin());
   c.set_reason(reason);
   c.set_created(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  // Incremental: asked for on this checkpoint, or by the job's policy for its periodic ones. It
+  // builds on the job's newest checkpoint when it can (IncrementalParent), else it is full. The
+  // row names its parent while it is written, so that the parent is neither deleted nor expired
+  // under it (cleared below if the dump turns out full).
+  const bool incremental_job = spec.checkpoint().incremental();
+  const bool incremental = req.incremental() || (reason == "periodic" && incremental_job);
+  std::string full_why;
+  const std::string parent = incremental ? IncrementalParent(name, spec, &full_why) : "";
+  c.set_parent(parent);
   std::error_code ec;
   fs::create_directories(CheckpointDir(name), ec);
   if (ec) {
@@ -505,12 +515,6 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
     return st;
   }
   Event(name, "checkpoint-writing", absl::StrCat("checkpoint ", c.id(), " (", reason, ")"));
-  // Incremental: asked for on this checkpoint, or by the job's policy for its periodic ones. It
-  // builds on the job's newest checkpoint when it can (IncrementalParent), else it is full.
-  const bool incremental_job = spec.checkpoint().incremental();
-  const bool incremental = req.incremental() || (reason == "periodic" && incremental_job);
-  std::string full_why;
-  const std::string parent = incremental ? IncrementalParent(name, spec, &full_why) : "";
 
   dump::DumpOptions d;
   d.pid = pid;
@@ -555,6 +559,7 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   if (!stored.ok()) {
     (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself
     c.set_state("failed");
+    c.set_parent("");  // it builds on nothing: its parent may go
     c.set_error(std::string(stored.message()));
     (void)catalog_->PutCheckpoint(c);
     checkpoints_failed_++;
@@ -569,7 +574,7 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   c.set_frozen_s(r->frozen_seconds);
   c.set_total_s(r->total_seconds);
   c.set_state("complete");
-  if (r->incremental) c.set_parent(parent);
+  if (!r->incremental) c.set_parent("");
   std::string kind;
   if (incremental) {
     kind = r->incremental ? absl::StrCat(", incremental on ", parent)

@@ -193,7 +193,8 @@ class Daemon {
   absl::Status DropCheckpointFiles(const api::Checkpoint& c, bool from_store = true);
   // Fetches the checkpoint at `from` into this node, creating the job `name` from the stored spec
   // when this node lacks it, and records it (reason "imported"); returns its id.
-  absl::StatusOr<std::string> ImportCheckpoint(const std::string& name, const std::string& from);
+  // `depth`: how many children down a chain this call imports the parent of.
+  absl::StatusOr<std::string> ImportCheckpoint(const std::string& name, const std::string& from, int depth = 0);
   // Holds a job still in its freezer cgroup (true once FROZEN), or lets it go.
   bool FreezeJob(const std::string& name);
 

@@ -18,6 +18,7 @@
 #include "daemon/daemon.h"
 #include "daemon/storage/manifest.h"
 #include "engine/image/format.h"
+#include "engine/image/chain.h"
 #include "engine/image/image.h"
 #include "engine/job/job.h"
 
@@ -87,7 +88,11 @@ absl::Status Daemon::DropCheckpointFiles(const api::Checkpoint& c, bool from_sto
   return st;
 }
 
-absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, const std::string& from) {
+absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, const std::string& from, int depth) {
+  if (depth > image::kMaxChainLength) {
+    return absl::DataLossError(absl::StrCat(from, ": a chain of parents longer than ", image::kMaxChainLength,
+                                            " (a loop?)"));
+  }
   RETURN_IF_ERROR(job::CheckName(name));
   std::string id(absl::StripSuffix(from, "/"));
   id = id.substr(id.find_last_of('/') + 1);
@@ -140,9 +145,12 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
   auto image = image::ImageReader::Open(local);
   if (!image.ok()) return cleanup(Annotate(image.status(), absl::StrCat("restore --from ", from)));
   if (std::string parent = (*image)->meta().parent().dir(); !parent.empty()) {
+    // A plain name next to this checkpoint in the store: nothing from the image names a path.
+    if (absl::Status bad = image::CheckParentName(parent); !bad.ok()) return cleanup(Annotate(bad, from));
+    if (parent == id) return cleanup(absl::DataLossError(absl::StrCat(from, ": the checkpoint names itself as its parent")));
     std::string from_dir(absl::StripSuffix(from, "/"));
     std::string parent_from = from_dir.substr(0, from_dir.find_last_of('/') + 1) + parent;
-    auto imported = ImportCheckpoint(name, parent_from);
+    auto imported = ImportCheckpoint(name, parent_from, depth + 1);
     if (!imported.ok()) {
       return cleanup(Annotate(imported.status(), absl::StrCat(from, " builds on ", parent_from)));
     }

@@ -82,7 +82,7 @@ std::optional<std::string> Daemon::ChildOf(const std::string& name, const std::s
   auto cps = catalog_->ListCheckpoints(name);
   if (!cps.ok()) return std::nullopt;
   for (const api::Checkpoint& c : *cps) {
-    if (c.parent() == id) return c.id();
+    if (c.parent() == id && c.state() != "failed") return c.id();  // complete, or being written on it
   }
   return std::nullopt;
 }

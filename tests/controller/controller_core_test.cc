@@ -166,7 +166,7 @@ TEST_F(ControllerCoreTest, CarriedOutDecisionMovesTheJob) {
 }
 
 // The checkpoints nodes report are kept in the store: a new leader restores a lost node's job
-// from the newest one, not from the beginning.
+// from the newest one, not from the beginning; only the job's own node's reports count.
 TEST_F(ControllerCoreTest, ReportedCheckpointsSurviveALeaderChange) {
   api::RegisterNodeResponse rr;
   ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
@@ -186,6 +186,15 @@ TEST_F(ControllerCoreTest, ReportedCheckpointsSurviveALeaderChange) {
     api::ReportSignalResponse resp;
     ASSERT_TRUE(controller_.ReportSignal(ck, &resp).ok());
   }
+  // A node the job is not placed on (one cut off by a partition, say) does not speak for it.
+  api::NodeSignal stale;
+  stale.set_kind(api::NodeSignal::CHECKPOINT);
+  stale.set_node_id("b");
+  stale.set_job_id("j");
+  stale.set_checkpoint_id("j-from-b");
+  stale.set_checkpoint_time(t + 5);
+  api::ReportSignalResponse stale_resp;
+  ASSERT_TRUE(controller_.ReportSignal(stale, &stale_resp).ok());
 
   DoingDispatcher d2;
   Controller again(&store_, &d2, Options());

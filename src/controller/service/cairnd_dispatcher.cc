@@ -21,6 +21,24 @@ namespace dapi = ::cairn::daemon::api;
 
 // The deadline of calls to a node that was lost or has just come back (seconds).
 constexpr double kLostNodeCallS = 5;
+// A migration's deadline beyond the call timeout (seconds): the source waits up to 60 s for a
+// checkpoint in progress and up to 60 s for the target's restore.
+constexpr double kMigrationExtraS = 150;
+
+// An error after which the job surely runs on where it was (the daemon refused, or the migration
+// failed and was rolled back), as against no answer at all.
+bool IsFinal(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+      return false;
+    default:
+      return true;
+  }
+}
 
 std::string Why(const grpc::Status& s) {
   return absl::StrCat(s.error_message(), " (gRPC code ", s.error_code(), ")");
@@ -183,6 +201,11 @@ absl::StatusOr<dapi::MigrateJobResponse> CairndDispatcher::Migrate(const std::st
     dapi::MigrateJobResponse resp;
     grpc::ClientContext c;
     Prepare(&c, src);
+    // A migration may wait up to 60 s for a checkpoint in progress and up to 60 s for the
+    // target's restore, on top of the copy: its deadline is longer than other calls'.
+    c.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::duration<double>(call_timeout_s_ + kMigrationExtraS)));
     grpc::Status st = src.stub->MigrateJob(&c, req, &resp);
     if (st.ok()) return resp;
     // A checkpoint the daemon takes on its own (a spot notice's) is let finish first.
@@ -209,7 +232,36 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   }
   NodeDaemon* dst = Find(d.target_node_id, &why);
   if (dst == nullptr) return {false, why};
-  absl::StatusOr<dapi::MigrateJobResponse> live = Migrate(d.job_id, *src, *dst);
+  // Live migration sends the target's token to the source; daemons migrate to each other in the
+  // clear, so with TLS in the cluster moves go through the store.
+  absl::StatusOr<dapi::MigrateJobResponse> live =
+      tls_ca_.empty() ? Migrate(d.job_id, *src, *dst)
+                      : absl::StatusOr<dapi::MigrateJobResponse>(absl::FailedPreconditionError(
+                            "not tried: daemons migrate to each other without TLS, and this cluster uses TLS"));
+  if (!live.ok() && !IsFinal(live.status())) {
+    // No answer (a deadline, a broken connection): the migration may have gone through. The
+    // source says where the job is.
+    dapi::GetJobRequest g;
+    g.set_name(d.job_id);
+    dapi::GetJobResponse got;
+    grpc::ClientContext c;
+    Prepare(&c, *src);
+    grpc::Status gst = src->stub->GetJob(&c, g, &got);
+    if (gst.ok() && got.job().state() == "migrated") {
+      return {true, absl::StrCat("migrated live from ", d.node_id, " to ", d.target_node_id, " (the reply was lost: ",
+                                 live.status().message(), "; ", d.node_id, " says: ", got.job().health().detail(), ")")};
+    }
+    if (!gst.ok() || got.job().state() != "running") {
+      return {false,
+              absl::StrCat("not carried out: live migration to ", d.target_node_id, " ended without an answer (",
+                           live.status().message(), ") and cairnd on ", d.node_id,
+                           gst.ok() ? absl::StrCat(" says the job is ", got.job().state())
+                                    : absl::StrCat(" does not answer: ", Why(gst)),
+                           "; nothing else was tried")
+                  ,
+              true};
+    }
+  }
   if (live.ok()) {
     return {true, absl::StrFormat("migrated live from %s to %s: job frozen %.3f s, %d bytes moved (%d while it ran) "
                                   "in %.3f s; %s keeps checkpoint %s",
@@ -274,6 +326,9 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
 }
 
 std::string CairndDispatcher::StopOld(const Decision& d) {
+  // A lost node is not asked: it does not answer, or (cut off by a partition) would take the
+  // request only when it comes back -- and then it is fenced (Fence), which says so.
+  if (d.rule == "node-lost") return absl::StrCat(d.node_id, " is lost: its copy is stopped when it comes back; ");
   std::string why;
   NodeDaemon* old = d.node_id.empty() ? nullptr : Find(d.node_id, &why);
   if (old == nullptr) return "";
@@ -281,8 +336,8 @@ std::string CairndDispatcher::StopOld(const Decision& d) {
   k.set_name(d.job_id);
   dapi::KillJobResponse kr;
   grpc::ClientContext c;
-  // A node declared lost seldom answers; one cut off by a partition would hold the call to its
-  // deadline, so it is short. Such a node is fenced when it comes back (Fence).
+  // A node that does not answer would hold the call (and the controller) to its deadline, so it
+  // is short.
   Prepare(&c, *old, kLostNodeCallS);
   grpc::Status st = old->stub->KillJob(&c, k, &kr);
   return st.ok() ? absl::StrCat("stopped on ", d.node_id, "; ")

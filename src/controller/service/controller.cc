@@ -429,7 +429,7 @@ absl::Status Controller::CheckHeartbeatsLocked() {
 absl::Status Controller::FenceLocked(const std::string& node_id) {
   std::vector<std::string> notes = dispatcher_->Fence(node_id, [&](const std::string& job_id) {
     const Job* j = cluster_->FindJob(job_id);
-    return j != nullptr && j->node_id != node_id;
+    return j != nullptr && !j->node_id.empty() && j->node_id != node_id;
   });
   for (std::string& note : notes) {
     api::Event ev;
@@ -627,6 +627,14 @@ absl::Status Controller::RecordCheckpointLocked(const api::NodeSignal& req, api:
   }
   if (req.checkpoint_time() <= 0 || req.checkpoint_id().empty()) {
     return absl::InvalidArgumentError("signal checkpoint: give checkpoint_id and checkpoint_time (unix seconds)");
+  }
+  // Only the node the job is placed on speaks for it: a node cut off by a partition may still
+  // checkpoint a copy the controller has since restored elsewhere.
+  if (req.node_id() != job->node_id) {
+    CAIRN_LOG_WARN("controller {}: checkpoint {} of job {} reported by node {}, but the job is placed on {}: ignored",
+                   options_.id, req.checkpoint_id(), req.job_id(), req.node_id(),
+                   job->node_id.empty() ? "no node" : job->node_id);
+    return absl::OkStatus();
   }
   // A report the node repeats (a lost reply) is recorded once.
   for (const CheckpointRecord& c : job->checkpoints) {

@@ -47,8 +47,8 @@ class ActionDispatcher {
   // needs of it later (its command, to run it again from the beginning) is taken from here.
   virtual void KnowJob(const Job& job) { (void)job; }
   // Fencing: the node came back (it was lost, or its daemon registered again). Stops there every
-  // job it still runs that `runs_elsewhere` says the controller has placed on another node (or
-  // not at all) since -- a node cut off by a partition keeps running its jobs while they are
+  // job it still runs that `runs_elsewhere` says the controller has placed on another node
+  // since -- a node cut off by a partition keeps running its jobs while they are
   // restored elsewhere, and no job may run twice. Jobs the controller never knew are left alone.
   // Returns one note per job stopped or failed to stop.
   virtual std::vector<std::string> Fence(const std::string& node_id,
