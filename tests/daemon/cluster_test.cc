@@ -11,46 +11,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "controller_harness.h"
-#include "daemon_harness.h"
+#include "cluster_harness.h"
 
 namespace cairn::testing {
 namespace {
 
 using nlohmann::json;
 
-class ControllerWithDaemonsTest : public CairnTest {
+class ControllerWithDaemonsTest : public ClusterFixture {
  protected:
-  std::string Dir() const { return temp_->path(); }
-  std::string Token(const std::string& name, const std::string& secret) {
-    std::string path = Dir() + "/" + name;
-    WriteFile(path, secret + "\n");
-    ::chmod(path.c_str(), 0600);
-    return path;
-  }
-  CommandResult Ctl(const ControllerProcess& c, std::vector<std::string> args) {
-    return RunCairn(args, Dir(), {"CAIRN_CONTROLLER=" + c.address()});
-  }
-  json Status(const ControllerProcess& c) {
-    CommandResult r = Ctl(c, {"cluster", "status", "--json"});
-    json j = json::parse(r.out, nullptr, false);
-    return j.is_discarded() ? json() : j;
-  }
-  static json NodeIn(const json& st, const std::string& id) {
-    for (const json& n : st.value("nodes", json::array())) {
-      if (n["spec"].value("id", "") == id) return n;
-    }
-    return json();
-  }
-  std::vector<json> Events(const ControllerProcess& c) {
-    CommandResult r = Ctl(c, {"events", "--json"});
-    json j = json::parse(r.out, nullptr, false);
-    std::vector<json> out;
-    if (!j.is_discarded()) {
-      for (const json& e : j.value("events", json::array())) out.push_back(e);
-    }
-    return out;
-  }
   static json JobIn(const DaemonProcess& d, const std::string& name) {
     CommandResult r = d.Cairn({"job", "list", "--json"});
     json j = json::parse(r.out, nullptr, false);

@@ -24,8 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "controller_harness.h"
-#include "daemon_harness.h"
+#include "cluster_harness.h"
 
 namespace cairn::testing {
 namespace {
@@ -33,36 +32,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class EndToEndTest : public DaemonFixture {
+class EndToEndTest : public ClusterFixture {
  protected:
-  CommandResult Ctl(const ControllerProcess& c, std::vector<std::string> args) {
-    return RunCairn(args, Dir(), {"CAIRN_CONTROLLER=" + c.address()});
-  }
-  std::vector<json> Events(const ControllerProcess& c) {
-    json j = json::parse(Ctl(c, {"events", "--json"}).out, nullptr, false);
-    std::vector<json> out;
-    if (!j.is_discarded()) {
-      for (const json& e : j.value("events", json::array())) out.push_back(e);
-    }
-    return out;
-  }
-  // The first event after `after_seq` that `pred` accepts, waited for.
-  json WaitEvent(const ControllerProcess& c, uint64_t after_seq, const std::function<bool(const json&)>& pred,
-                 std::chrono::milliseconds timeout) {
-    json found;
-    WaitFor(
-        [&] {
-          for (const json& e : Events(c)) {
-            if (static_cast<uint64_t>(JsonInt(e["seq"])) > after_seq && pred(e)) {
-              found = e;
-              return true;
-            }
-          }
-          return false;
-        },
-        timeout);
-    return found;
-  }
   static bool Decision(const json& e, const std::string& rule) {
     return e.value("kind", "") == "decision" && e.value("rule", "") == rule && e.value("job_id", "") == "train";
   }
@@ -76,9 +47,7 @@ class EndToEndTest : public DaemonFixture {
   }
   // The controller's view of the job: its node.
   std::string NodeOfJob(const ControllerProcess& c) {
-    json st = json::parse(Ctl(c, {"cluster", "status", "--json"}).out, nullptr, false);
-    if (st.is_discarded()) return "";
-    for (const json& j : st.value("jobs", json::array())) {
+    for (const json& j : Status(c).value("jobs", json::array())) {
       if (j["spec"].value("id", "") == "train") return j.value("node_id", "");
     }
     return "";
