@@ -121,6 +121,15 @@ class ControllerCoreTest : public ::testing::Test {
     o.heartbeat_timeout_s = 0.2;
     return o;
   }
+  // Only node b heartbeats; a goes silent past the heartbeat timeout, and `c` notices.
+  static void OnlyBHeartbeatsUntilALost(Controller& c) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    api::HeartbeatRequest hb;
+    hb.set_node_id("b");
+    ASSERT_TRUE(c.Heartbeat(hb).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    c.Tick();
+  }
   MemoryStore store_;
   DoingDispatcher dispatcher_;
   Controller controller_;
@@ -137,13 +146,7 @@ TEST_F(ControllerCoreTest, CarriedOutDecisionMovesTheJob) {
   ASSERT_EQ(sr.node_id(), "a");
   ASSERT_EQ(dispatcher_.started, std::vector<std::string>{"j@a"});
 
-  // Only b heartbeats; a goes silent past the timeout.
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  api::HeartbeatRequest hb;
-  hb.set_node_id("b");
-  ASSERT_TRUE(controller_.Heartbeat(hb).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  controller_.Tick();
+  OnlyBHeartbeatsUntilALost(controller_);
 
   ASSERT_EQ(dispatcher_.carried.size(), 1u);
   EXPECT_EQ(dispatcher_.carried[0].action, Action::kRestore);
@@ -200,12 +203,7 @@ TEST_F(ControllerCoreTest, ReportedCheckpointsSurviveALeaderChange) {
   Controller again(&store_, &d2, Options());
   again.Tick();
   EXPECT_EQ(d2.known, std::vector<std::string>{"j"}) << "the new leader tells its dispatcher the jobs it loaded";
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  api::HeartbeatRequest hb;
-  hb.set_node_id("b");
-  ASSERT_TRUE(again.Heartbeat(hb).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  again.Tick();
+  OnlyBHeartbeatsUntilALost(again);
   ASSERT_EQ(d2.carried.size(), 1u);
   EXPECT_EQ(d2.carried[0].action, Action::kRestore);
   EXPECT_EQ(d2.carried[0].target_node_id, "b");
