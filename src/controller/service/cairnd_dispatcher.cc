@@ -221,14 +221,12 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   //   (1) daemon-to-daemon live migration (MigrateJob): the job runs on while most of its memory
   //       moves; on failure it runs on at the source, untouched;
   //   (2) a checkpoint into the storage both nodes share, restored on the target (below);
-  //   otherwise the state is saved where the job runs and the move is "not yet available".
+  //   otherwise a pinned checkpoint is taken where the job runs, and the move is not carried out.
   std::string why;
   NodeDaemon* src = d.node_id.empty() ? nullptr : Find(d.node_id, &why);
   if (src == nullptr) {
     return {false, absl::StrCat("not yet available: moving job ", d.job_id, " to ", d.target_node_id,
-                                " needs a checkpoint the target can reach, and ",
-                                d.node_id.empty() ? "the job runs nowhere" : why,
-                                " (daemons do not report their checkpoints to the controller yet)")};
+                                " needs the node it runs on, and ", d.node_id.empty() ? "the job runs nowhere" : why)};
   }
   NodeDaemon* dst = Find(d.target_node_id, &why);
   if (dst == nullptr) return {false, why};
@@ -252,13 +250,11 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
                                  live.status().message(), "; ", d.node_id, " says: ", got.job().health().detail(), ")")};
     }
     if (!gst.ok() || got.job().state() != "running") {
+      std::string where = gst.ok() ? absl::StrCat(" says the job is ", got.job().state())
+                                   : absl::StrCat(" does not answer: ", Why(gst));
       return {false,
               absl::StrCat("not carried out: live migration to ", d.target_node_id, " ended without an answer (",
-                           live.status().message(), ") and cairnd on ", d.node_id,
-                           gst.ok() ? absl::StrCat(" says the job is ", got.job().state())
-                                    : absl::StrCat(" does not answer: ", Why(gst)),
-                           "; nothing else was tried")
-                  ,
+                           live.status().message(), ") and cairnd on ", d.node_id, where, "; nothing else was tried"),
               true};
     }
   }

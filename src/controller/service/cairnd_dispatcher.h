@@ -11,7 +11,8 @@
 //   kResume        -> RestoreJob on the target: of the suspend checkpoint when the target took
 //                     it, else from the checkpoint's location in the shared store.
 //   kRestore       -> stop the job on its old node when that node answers (it must not run
-//                     twice); then from the beginning (restore_from_time < 0): RunJob on the
+//                     twice; a node the node-lost rule gave up is not called: it is fenced when
+//                     it comes back); then from the beginning (restore_from_time < 0): RunJob on the
 //                     target; from a checkpoint: RestoreJob(newest_stored, taken_before =
 //                     restore_from_time) on the target, whose daemon restores the job's newest
 //                     complete checkpoint in the store it shares with the old node. The
