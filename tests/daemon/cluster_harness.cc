@@ -4,6 +4,32 @@ namespace cairn::testing {
 
 using nlohmann::json;
 
+std::unique_ptr<ControllerProcess> ClusterFixture::StartTcpController(const std::string& heartbeat_timeout_s) {
+  controller_token_ = Token("controller.token", "controller-token-0123456789abcdef");
+  daemon_token_ = Token("daemon.token", "daemon-token-0123456789abcdef");
+  controller_tcp_ = "127.0.0.1:" + std::to_string(FreePort());
+  auto c = std::make_unique<ControllerProcess>(
+      Dir(), "ctl", "sqlite:" + Dir() + "/controller.db",
+      std::vector<std::string>{"--dispatch", "cairnd", "--listen", controller_tcp_, "--token-file", controller_token_,
+                               "--heartbeat-interval", "0.3", "--heartbeat-timeout", heartbeat_timeout_s});
+  ::testing::AssertionResult started = c->Start();
+  EXPECT_TRUE(started);
+  if (!started || !c->WaitLeader(10s)) {
+    ADD_FAILURE() << "the controller did not lead: " << c->Log();
+    return nullptr;
+  }
+  return c;
+}
+
+std::vector<std::string> ClusterFixture::JoinArgs(const std::string& price, const std::string& shared,
+                                                  std::vector<std::string> more) {
+  std::vector<std::string> a = {"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--token-file", daemon_token_,
+                                "--controller", controller_tcp_, "--controller-token-file", controller_token_,
+                                "--price-per-hour", price, "--cloud", "aws", "--storage", "dir:" + shared};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
 CommandResult ClusterFixture::Ctl(const ControllerProcess& c, std::vector<std::string> args) {
   return RunCairn(args, Dir(), {"CAIRN_CONTROLLER=" + c.address()});
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,13 @@ namespace cairn::testing {
 
 class ClusterFixture : public DaemonFixture {
  protected:
+  // A `cairn-controller --dispatch cairnd` on loopback TCP with a token, heartbeats every 0.3 s
+  // and the given timeout, started and leading (null, with the failure recorded, if not).
+  std::unique_ptr<ControllerProcess> StartTcpController(const std::string& heartbeat_timeout_s);
+  // The arguments of a cairnd that joins that controller: TCP with its own token on a free port,
+  // the price, checkpoints in the shared directory `shared` (dir:), then `more`.
+  std::vector<std::string> JoinArgs(const std::string& price, const std::string& shared, std::vector<std::string> more);
+
   // `cairn ARGS...` against controller `c`.
   CommandResult Ctl(const ControllerProcess& c, std::vector<std::string> args);
   // `cairn cluster status --json` (null when it does not answer).
@@ -26,6 +34,9 @@ class ClusterFixture : public DaemonFixture {
   // The first event after `after_seq` that `pred` accepts, waited for up to `timeout` (null if none).
   nlohmann::json WaitEvent(const ControllerProcess& c, uint64_t after_seq,
                            const std::function<bool(const nlohmann::json&)>& pred, std::chrono::milliseconds timeout);
+
+ private:
+  std::string controller_tcp_, controller_token_, daemon_token_;
 };
 
 }  // namespace cairn::testing

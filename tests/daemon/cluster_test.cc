@@ -32,33 +32,22 @@ class ControllerWithDaemonsTest : public ClusterFixture {
 };
 
 TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNoticeIsActedOn) {
-  std::string ctok = Token("controller.token", "controller-token-0123456789abcdef");
-  std::string dtok = Token("daemon.token", "daemon-token-0123456789abcdef");
-  int cport = FreePort();
-  ControllerProcess c(Dir(), "ctl", "sqlite:" + Dir() + "/controller.db",
-                      {"--dispatch", "cairnd", "--listen", absl::StrCat("127.0.0.1:", cport), "--token-file", ctok,
-                       "--heartbeat-interval", "0.3", "--heartbeat-timeout", "5"});
-  ASSERT_TRUE(c.Start());
-  ASSERT_TRUE(c.WaitLeader(10s));
+  std::unique_ptr<ControllerProcess> cp = StartTcpController("5");
+  ASSERT_NE(cp, nullptr);
+  ControllerProcess& c = *cp;
   MetadataResponder md(Dir() + "/md");
   ASSERT_TRUE(md.Start());
 
-  std::string controller = absl::StrCat("127.0.0.1:", cport);
   // Checkpoint storage both nodes share: what a move goes through.
   std::string shared = Dir() + "/shared-store";
   ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
-  int pa = FreeTcpPort(), pb = FreeTcpPort();
   DaemonProcess spot(Dir(), "spot",
-                     {"--listen", absl::StrCat("127.0.0.1:", pa), "--token-file", dtok, "--controller", controller,
-                      "--controller-token-file", ctok, "--price-per-hour", "0.45", "--spot", "--zone", "us-east-1a",
-                      "--cloud", "aws", "--labels", "pool=spot,team=ml", "--spot-notices", "aws", "--spot-url-aws",
-                      md.url(), "--spot-poll", "0.2", "--storage", "dir:" + shared});
+                     JoinArgs("0.45", shared,
+                              {"--spot", "--zone", "us-east-1a", "--labels", "pool=spot,team=ml", "--spot-notices",
+                               "aws", "--spot-url-aws", md.url(), "--spot-poll", "0.2"}));
   // The on-demand node fails every live migration into it (a test hook, after the image is sent):
   // moves then go through the shared store (e2e_test.cc has them go live).
-  DaemonProcess od(Dir(), "od",
-                   {"--listen", absl::StrCat("127.0.0.1:", pb), "--token-file", dtok, "--controller", controller,
-                    "--controller-token-file", ctok, "--price-per-hour", "1.90", "--zone", "us-east-1b", "--cloud",
-                    "aws", "--labels", "pool=od", "--storage", "dir:" + shared},
+  DaemonProcess od(Dir(), "od", JoinArgs("1.90", shared, {"--zone", "us-east-1b", "--labels", "pool=od"}),
                    {"CAIRND_TEST_FAIL_MIGRATION_RESTORE=1"});
   ASSERT_TRUE(spot.Start());
   ASSERT_TRUE(od.Start());

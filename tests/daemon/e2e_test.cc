@@ -63,32 +63,19 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
   std::string expected = Expected();
   ASSERT_FALSE(expected.empty());
 
-  std::string ctok = Token("controller.token", "controller-token-0123456789abcdef");
-  std::string dtok = Token("daemon.token", "daemon-token-0123456789abcdef");
-  int cport = FreePort();
-  ControllerProcess c(Dir(), "ctl", "sqlite:" + Dir() + "/controller.db",
-                      {"--dispatch", "cairnd", "--listen", absl::StrCat("127.0.0.1:", cport), "--token-file", ctok,
-                       "--heartbeat-interval", "0.3", "--heartbeat-timeout", "4"});
-  ASSERT_TRUE(c.Start());
-  ASSERT_TRUE(c.WaitLeader(10s));
+  std::unique_ptr<ControllerProcess> cp = StartTcpController("4");
+  ASSERT_NE(cp, nullptr);
+  ControllerProcess& c = *cp;
   MetadataResponder md(Dir() + "/md");
   ASSERT_TRUE(md.Start());
-  std::string controller = absl::StrCat("127.0.0.1:", cport);
   std::string shared = Dir() + "/shared-store";
   ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
-  auto daemon_args = [&](int port, const std::string& price, std::vector<std::string> more) {
-    std::vector<std::string> a = {"--listen", absl::StrCat("127.0.0.1:", port), "--token-file", dtok, "--controller",
-                                  controller, "--controller-token-file", ctok, "--price-per-hour", price, "--cloud",
-                                  "aws", "--storage", "dir:" + shared};
-    a.insert(a.end(), more.begin(), more.end());
-    return a;
-  };
   DaemonProcess a(Dir(), "a",
-                  daemon_args(FreeTcpPort(), "0.30",
-                              {"--spot", "--zone", "us-east-1a", "--spot-notices", "aws", "--spot-url-aws", md.url(),
-                               "--spot-poll", "0.2"}));
-  DaemonProcess b(Dir(), "b", daemon_args(FreeTcpPort(), "0.60", {"--zone", "us-east-1b"}));
-  DaemonProcess cn(Dir(), "c", daemon_args(FreeTcpPort(), "1.20", {"--zone", "us-east-1c"}));
+                  JoinArgs("0.30", shared,
+                           {"--spot", "--zone", "us-east-1a", "--spot-notices", "aws", "--spot-url-aws", md.url(),
+                            "--spot-poll", "0.2"}));
+  DaemonProcess b(Dir(), "b", JoinArgs("0.60", shared, {"--zone", "us-east-1b"}));
+  DaemonProcess cn(Dir(), "c", JoinArgs("1.20", shared, {"--zone", "us-east-1c"}));
   ASSERT_TRUE(a.Start());
   ASSERT_TRUE(b.Start());
   ASSERT_TRUE(cn.Start());
