@@ -446,6 +446,20 @@ void CairnTest::TearDown() {
   temp_.reset();
 }
 
+::testing::AssertionResult CairnTest::KilledByPageHandler(pid_t pid, const std::string& err_path, std::string* err) {
+  Ending end = WaitGone(pid, 20s);
+  if (!end.gone) return ::testing::AssertionFailure() << "the restored process still runs: " << ReadFile(err_path);
+  if (!end.status || !WIFSIGNALED(*end.status) || WTERMSIG(*end.status) != SIGKILL) {
+    return ::testing::AssertionFailure() << "want killed by SIGKILL, got " << end.Describe();
+  }
+  err->clear();
+  for (int i = 0; i < 200 && !Matches(*err, "killed"); ++i) {
+    std::this_thread::sleep_for(20ms);
+    *err = ReadFile(err_path);
+  }
+  return ::testing::AssertionSuccess();
+}
+
 ::testing::AssertionResult CairnTest::DamageLargestPageBlock(const std::string& ckpt) {
   // Blocks are listed as {"vaddr", "length", "fileOffset", ...} by inspect --json.
   CommandResult meta = Cairn({"inspect", ckpt, "--json"});

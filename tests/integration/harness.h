@@ -192,6 +192,11 @@ class CairnTest : public ::testing::Test {
   // inspect --json`), which must be at least 1 MiB: a damaged image for the checksum tests.
   ::testing::AssertionResult DamageLargestPageBlock(const std::string& ckpt);
 
+  // Waits for lazily restored process `pid` to be killed (SIGKILL) by its page handler, and sets
+  // *err to the handler's message from `err_path` (written as it kills it): the failure tests of
+  // a lazy restore (damaged image, page server gone).
+  ::testing::AssertionResult KilledByPageHandler(pid_t pid, const std::string& err_path, std::string* err);
+
   // Runs `cairn ARGS...`; its output files go to the temp dir.
   CommandResult Cairn(const std::vector<std::string>& args, const CommandOptions& options = {});
   CommandResult Dump(pid_t pid, const std::string& dir, bool leave_running = false, const CommandOptions& options = {});
