@@ -109,12 +109,6 @@ CairndDispatcher::NodeDaemon* CairndDispatcher::Find(const std::string& node_id,
   return &it->second;
 }
 
-void CairndDispatcher::Prepare(grpc::ClientContext* c, const NodeDaemon& d, double timeout_s) const {
-  double t = timeout_s > 0 ? std::min(timeout_s, call_timeout_s_) : call_timeout_s_;
-  c->set_deadline(std::chrono::system_clock::now() +
-                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(t)));
-  if (!d.token.empty()) c->AddMetadata("authorization", "Bearer " + d.token);
-}
 
 DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vector<std::string>& command,
                                      const std::string& node_id) {
@@ -132,17 +126,13 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   s->mutable_checkpoint()->set_on_shutdown(true);
   if (auto p = intervals_.find(job_id); p != intervals_.end()) s->mutable_checkpoint()->set_interval_s(p->second);
   dapi::RunJobResponse resp;
-  grpc::ClientContext c;
-  Prepare(&c, *d);
-  grpc::Status st = d->stub->RunJob(&c, req, &resp);
+  grpc::Status st = Call(*d, &dapi::Daemon::Stub::RunJob, req, &resp);
   if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
     // A retry after a lost reply finds the job there already: started if it runs.
     dapi::GetJobRequest g;
     g.set_name(job_id);
     dapi::GetJobResponse got;
-    grpc::ClientContext c2;
-    Prepare(&c2, *d);
-    if (d->stub->GetJob(&c2, g, &got).ok() && got.job().state() == "running") {
+    if (Call(*d, &dapi::Daemon::Stub::GetJob, g, &got).ok() && got.job().state() == "running") {
       return {true, absl::StrFormat("already running on %s (cairnd at %s, pid %d)", node_id, d->address,
                                     got.job().host_pid())};
     }
@@ -176,9 +166,7 @@ absl::StatusOr<dapi::Checkpoint> CairndDispatcher::Checkpoint(const std::string&
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     dapi::CheckpointJobResponse resp;
-    grpc::ClientContext c;
-    Prepare(&c, *d);
-    grpc::Status st = d->stub->CheckpointJob(&c, req, &resp);
+    grpc::Status st = Call(*d, &dapi::Daemon::Stub::CheckpointJob, req, &resp);
     if (st.ok()) return resp.checkpoint();
     bool busy = st.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
                 absl::StrContains(st.error_message(), "in progress");
@@ -199,14 +187,9 @@ absl::StatusOr<dapi::MigrateJobResponse> CairndDispatcher::Migrate(const std::st
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     dapi::MigrateJobResponse resp;
-    grpc::ClientContext c;
-    Prepare(&c, src);
     // A migration may wait up to 60 s for a checkpoint in progress and up to 60 s for the
     // target's restore, on top of the copy: its deadline is longer than other calls'.
-    c.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::duration<double>(call_timeout_s_ + kMigrationExtraS)));
-    grpc::Status st = src.stub->MigrateJob(&c, req, &resp);
+    grpc::Status st = Call(src, &dapi::Daemon::Stub::MigrateJob, req, &resp, call_timeout_s_ + kMigrationExtraS);
     if (st.ok()) return resp;
     // A checkpoint the daemon takes on its own (a spot notice's) is let finish first.
     bool busy = st.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
@@ -242,9 +225,7 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
     dapi::GetJobRequest g;
     g.set_name(d.job_id);
     dapi::GetJobResponse got;
-    grpc::ClientContext c;
-    Prepare(&c, *src);
-    grpc::Status gst = src->stub->GetJob(&c, g, &got);
+    grpc::Status gst = Call(*src, &dapi::Daemon::Stub::GetJob, g, &got);
     if (gst.ok() && got.job().state() == "migrated") {
       return {true, absl::StrCat("migrated live from ", d.node_id, " to ", d.target_node_id, " (the reply was lost: ",
                                  live.status().message(), "; ", d.node_id, " says: ", got.job().health().detail(), ")")};
@@ -268,9 +249,7 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   CAIRN_LOG_WARN("dispatcher: {}: {}trying checkpoint storage", d.job_id, not_live);
   dapi::NodeInfoResponse info;
   {
-    grpc::ClientContext c;
-    Prepare(&c, *src);
-    grpc::Status st = src->stub->NodeInfo(&c, dapi::NodeInfoRequest(), &info);
+    grpc::Status st = Call(*src, &dapi::Daemon::Stub::NodeInfo, dapi::NodeInfoRequest(), &info);
     if (!st.ok()) {
       return {false, absl::StrCat(not_live, "not carried out: cairnd on ", d.node_id, " does not answer NodeInfo: ", Why(st)),
               true};
@@ -296,9 +275,7 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   req.set_name(d.job_id);
   req.set_from(ck->location());
   dapi::RestoreJobResponse resp;
-  grpc::ClientContext c;
-  Prepare(&c, *dst);
-  grpc::Status st = dst->stub->RestoreJob(&c, req, &resp);
+  grpc::Status st = Call(*dst, &dapi::Daemon::Stub::RestoreJob, req, &resp);
   if (st.ok()) {
     return {true, absl::StrFormat("moved through %s: checkpoint %s on %s (%d bytes, job frozen %.3f s) restored on %s "
                                   "as pid %d in %.3f s (%s)",
@@ -311,9 +288,7 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
   back.set_name(d.job_id);
   back.set_checkpoint(ck->id());
   dapi::RestoreJobResponse back_resp;
-  grpc::ClientContext c2;
-  Prepare(&c2, *src);
-  grpc::Status bst = src->stub->RestoreJob(&c2, back, &back_resp);
+  grpc::Status bst = Call(*src, &dapi::Daemon::Stub::RestoreJob, back, &back_resp);
   return {false,
           absl::StrCat(not_live, "not carried out: cairnd on ", d.target_node_id, " refused RestoreJob from ", ck->location(), ": ",
                        Why(st), bst.ok() ? absl::StrCat("; the job runs again on ", d.node_id, " from that checkpoint")
@@ -331,11 +306,9 @@ std::string CairndDispatcher::StopOld(const Decision& d) {
   dapi::KillJobRequest k;
   k.set_name(d.job_id);
   dapi::KillJobResponse kr;
-  grpc::ClientContext c;
   // A node that does not answer would hold the call (and the controller) to its deadline, so it
   // is short.
-  Prepare(&c, *old, kLostNodeCallS);
-  grpc::Status st = old->stub->KillJob(&c, k, &kr);
+  grpc::Status st = Call(*old, &dapi::Daemon::Stub::KillJob, k, &kr, kLostNodeCallS);
   return st.ok() ? absl::StrCat("stopped on ", d.node_id, "; ")
                  : absl::StrCat("not stopped on ", d.node_id, " (", Why(st), "); ");
 }
@@ -347,9 +320,7 @@ std::vector<std::string> CairndDispatcher::Fence(const std::string& node_id,
   NodeDaemon* d = Find(node_id, &why);
   if (d == nullptr) return notes;
   dapi::ListJobsResponse jobs;
-  grpc::ClientContext c;
-  Prepare(&c, *d, kLostNodeCallS);
-  if (grpc::Status st = d->stub->ListJobs(&c, dapi::ListJobsRequest(), &jobs); !st.ok()) {
+  if (grpc::Status st = Call(*d, &dapi::Daemon::Stub::ListJobs, dapi::ListJobsRequest(), &jobs, kLostNodeCallS); !st.ok()) {
     notes.push_back(absl::StrCat("cannot fence node ", node_id, ": its daemon does not answer ListJobs: ", Why(st)));
     return notes;
   }
@@ -358,9 +329,7 @@ std::vector<std::string> CairndDispatcher::Fence(const std::string& node_id,
     dapi::KillJobRequest k;
     k.set_name(j.name());
     dapi::KillJobResponse kr;
-    grpc::ClientContext kc;
-    Prepare(&kc, *d, kLostNodeCallS);
-    grpc::Status st = d->stub->KillJob(&kc, k, &kr);
+    grpc::Status st = Call(*d, &dapi::Daemon::Stub::KillJob, k, &kr, kLostNodeCallS);
     notes.push_back(st.ok() ? absl::StrFormat("job %s still ran on %s (pid %d), which is not its node any more: "
                                               "stopped there",
                                               j.name(), node_id, j.host_pid())
@@ -383,9 +352,7 @@ DispatchResult CairndDispatcher::RestoreNewest(const Decision& d, const std::str
   req.set_newest_stored(true);
   req.set_taken_before(d.restore_from_time);
   dapi::RestoreJobResponse resp;
-  grpc::ClientContext c;
-  Prepare(&c, *dst);
-  grpc::Status st = dst->stub->RestoreJob(&c, req, &resp);
+  grpc::Status st = Call(*dst, &dapi::Daemon::Stub::RestoreJob, req, &resp);
   if (!st.ok()) {
     return {false,
             absl::StrCat(stopped, "not carried out: cairnd on ", d.target_node_id, " at ", dst->address,
@@ -406,9 +373,7 @@ DispatchResult CairndDispatcher::StopJob(const Job& job, const Node& node) {
   dapi::KillJobRequest req;
   req.set_name(job.spec.id);
   dapi::KillJobResponse resp;
-  grpc::ClientContext c;
-  Prepare(&c, *d);
-  grpc::Status st = d->stub->KillJob(&c, req, &resp);
+  grpc::Status st = Call(*d, &dapi::Daemon::Stub::KillJob, req, &resp);
   if (st.ok()) return {true, absl::StrCat("killed on ", node.spec.id, " by cairnd at ", d->address)};
   if (st.error_code() == grpc::StatusCode::NOT_FOUND ||
       (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION && absl::StrContains(st.error_message(), "does not run"))) {
@@ -439,10 +404,9 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
       s.shared = absl::StartsWith(s.location, "s3://");
       if (!s.shared) {  // a directory: shared when the node's store is a dir: store
         dapi::NodeInfoResponse info;
-        grpc::ClientContext c;
         if (NodeDaemon* nd = Find(d.node_id, &why); nd != nullptr) {
-          Prepare(&c, *nd);
-          s.shared = nd->stub->NodeInfo(&c, dapi::NodeInfoRequest(), &info).ok() && absl::StartsWith(info.storage(), "dir:");
+          s.shared = Call(*nd, &dapi::Daemon::Stub::NodeInfo, dapi::NodeInfoRequest(), &info).ok() &&
+                     absl::StartsWith(info.storage(), "dir:");
         }
       }
       return {true, absl::StrFormat("checkpoint %s on %s complete and the job stopped; it resumes from %s", ck->id(),
@@ -467,9 +431,7 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
         req.set_from(it->second.location);
       }
       dapi::RestoreJobResponse resp;
-      grpc::ClientContext c;
-      Prepare(&c, *nd);
-      grpc::Status st = nd->stub->RestoreJob(&c, req, &resp);
+      grpc::Status st = Call(*nd, &dapi::Daemon::Stub::RestoreJob, req, &resp);
       if (!st.ok()) {
         return {false, absl::StrCat("not carried out: cairnd on ", d.target_node_id, " refused RestoreJob: ", Why(st)),
                 true};

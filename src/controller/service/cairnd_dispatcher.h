@@ -37,6 +37,7 @@
 // Thread safety: the controller calls it with its own lock held, one call at a time; a mutex
 // guards the node table all the same (NodeRegistered, Reaches).
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -76,8 +77,19 @@ class CairndDispatcher : public ActionDispatcher {
 
   // The node's daemon, or the reason it cannot be reached (as a note).
   NodeDaemon* Find(const std::string& node_id, std::string* why);
-  // Sets the call's deadline (`timeout_s`, or the dispatcher's call timeout) and token.
-  void Prepare(grpc::ClientContext* c, const NodeDaemon& d, double timeout_s = 0) const;
+  // Calls `method` on node `d`'s daemon with its token, within `timeout_s` (0: the dispatcher's
+  // call timeout).
+  template <typename Req, typename Resp>
+  grpc::Status Call(const NodeDaemon& d,
+                    grpc::Status (daemon::api::Daemon::Stub::*method)(grpc::ClientContext*, const Req&, Resp*),
+                    const Req& req, Resp* resp, double timeout_s = 0) const {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::duration<double>(timeout_s > 0 ? timeout_s : call_timeout_s_)));
+    if (!d.token.empty()) c.AddMetadata("authorization", "Bearer " + d.token);
+    return (d.stub.get()->*method)(&c, req, resp);
+  }
   DispatchResult Run(const std::string& job_id, const std::vector<std::string>& command, const std::string& node_id);
   // Checkpoints `job_id` on `node_id` (pinned; `stop`: then stops it). Waits for a checkpoint the
   // daemon is taking on its own (e.g. for a spot notice) to end first.
