@@ -178,6 +178,15 @@ std::string DaemonFixture::Expected() {
   return ReadFile(dir + "/result");
 }
 
+::testing::AssertionResult DaemonFixture::WriterPasses(const DaemonProcess& d, const std::string& name,
+                                                       const std::string& work) {
+  WriteFile(work + "/go", "");
+  if (auto exited = WaitState(d, name, "exited"); !exited) return exited;
+  std::string log = d.Cairn({"job", "logs", name}).out;
+  if (!Matches(log, "PASS") || Matches(log, "FAIL")) return ::testing::AssertionFailure() << "job " << name << " says: " << log;
+  return ::testing::AssertionSuccess();
+}
+
 std::vector<std::string> DaemonFixture::PythonJob(const std::string& out) {
   std::filesystem::create_directories(out);
   return {"/usr/bin/env", "PYTHONHASHSEED=0", kPython, "-I", "-c", kPythonHashChain, out + "/result", kRounds, out + "/go"};

@@ -100,6 +100,9 @@ class DaemonFixture : public CairnTest {
   // The command line (for `job run -- ...`) of a kPythonHashChain job that writes OUT/result
   // only once OUT/go exists (Release); creates OUT.
   std::vector<std::string> PythonJob(const std::string& out);
+  // Tells the inc_writer job `name` on `d` (workdir `work`) to check its pages (WORK/go), waits
+  // for it to exit and checks that its log says PASS and no FAIL.
+  ::testing::AssertionResult WriterPasses(const DaemonProcess& d, const std::string& name, const std::string& work);
   // Lets the PythonJob writing to `out` finish.
   void Release(const std::string& out) { WriteFile(out + "/go", ""); }
 };
