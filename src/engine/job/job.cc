@@ -178,10 +178,9 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   std::string init_exe;
   std::vector<std::string> init_args;
   std::vector<char*> init_argv;
-  if (std::error_code ec; true) {
-    std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-    std::string candidate = (self.parent_path() / "cairn-init").string();
-    if (!ec && ::access(candidate.c_str(), X_OK) == 0) init_exe = candidate;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (std::string beside = (self.parent_path() / "cairn-init").string(); !ec && ::access(beside.c_str(), X_OK) == 0) {
+    init_exe = beside;
   }
   if (!init_exe.empty()) {
     init_args = {"cairn-init", std::to_string(go_r.get()), std::to_string(out.get()), std::to_string(err.get()), "--"};
