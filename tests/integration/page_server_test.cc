@@ -72,6 +72,16 @@ class PageServerTest : public CairnTest {
     return Cairn(args, WithTimeout(60s));
   }
 
+  // A detached lazy restore from `s` whose stderr goes to `err_path`: the page handler writes
+  // there after the command has returned.
+  CommandResult RestoreDetachedTo(const Server& s, const std::string& token, const std::string& err_path,
+                                  const std::string& cwd) {
+    return RunCommand({"/bin/sh", "-c",
+                       "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
+                       CAIRN_BIN, s.addr, token, err_path},
+                      cwd);
+  }
+
   // The server is one-shot: once the restore has every page, it exits 0.
   ::testing::AssertionResult ServerFinished(const Server& s) {
     Ending end = WaitGone(s.pid, 30s);
@@ -178,10 +188,7 @@ TEST_F(PageServerTest, ServerKilledMidwayKillsTheProcess) {
   Server s;
   ASSERT_TRUE(StartServer(ckpt, token, &s, {"--max-rate", "1024"}));  // 1 MiB/s: 16 s for the big area
   std::string err_path = w.workdir() + "/restore.err";
-  CommandResult restore = RunCommand({"/bin/sh", "-c",
-                                      "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
-                                      CAIRN_BIN, s.addr, token, err_path},
-                                     w.workdir());
+  CommandResult restore = RestoreDetachedTo(s, token, err_path, w.workdir());
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
   ASSERT_TRUE(IsAlive(w.pid())) << "the process must run before all its pages are in";
   ASSERT_EQ(::kill(s.pid, SIGKILL), 0);
@@ -236,10 +243,7 @@ TEST_F(PageServerTest, DamagedBlockOnTheServerKillsTheProcess) {
   Server s;
   ASSERT_TRUE(StartServer(ckpt, token, &s));
   std::string err_path = w.workdir() + "/restore.err";
-  CommandResult restore = RunCommand({"/bin/sh", "-c",
-                                      "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
-                                      CAIRN_BIN, s.addr, token, err_path},
-                                     w.workdir());
+  CommandResult restore = RestoreDetachedTo(s, token, err_path, w.workdir());
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
   std::string err;
   ASSERT_TRUE(KilledByPageHandler(w.pid(), err_path, &err)) << "(a damaged page block)";
