@@ -8,18 +8,38 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "engine/inject/batch.h"
 #include "engine/inject/ptrace.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/stat.h"
 
 namespace cairn::dump {
 namespace {
+
+constexpr int kSignals = 64;
+
+// Where the batched queries leave their answers in the scratch area; the call table
+// (batch.h) sits above them.
+constexpr size_t kSigactionsOff = 0;  // kSignals × KernelSigaction
+constexpr size_t kItimersOff = 4096;  // 3 × itimerval
+constexpr size_t kPdeathsigOff = 4096 + 256;
+constexpr size_t kSubreaperOff = 4096 + 264;
+constexpr size_t kThreadTidAddrOff = 4096 + 272;
+constexpr size_t kThreadAltStackOff = 4096 + 288;  // stack_t
+constexpr size_t kTimersOff = 8192;                // itimerspec per POSIX timer
+constexpr size_t kTimersPerBatch = 128;
+constexpr size_t kTableOff = 32 * 1024;
+static_assert(kTimersOff + kTimersPerBatch * sizeof(itimerspec) <= kTableOff);
+static_assert(kTableOff + 2 * kTimersPerBatch * 64 <= inject::RemoteScratch::kSize);
 
 // The kernel's struct sigaction for rt_sigaction on x86-64.
 struct KernelSigaction {
@@ -28,9 +48,20 @@ struct KernelSigaction {
   uint64_t restorer;
   uint64_t mask;
 };
+static_assert(kSigactionsOff + kSignals * sizeof(KernelSigaction) <= kItimersOff);
+
+constexpr size_t SigactionOff(int sig) { return kSigactionsOff + static_cast<size_t>(sig - 1) * sizeof(KernelSigaction); }
+
+// A batched call's failure, as Injector::Call reports it.
+absl::Status Check(const inject::BatchedCall& c, absl::string_view what, pid_t pid) {
+  if (c.result < 0 && c.result > -4096) {
+    return ErrnoStatus(absl::StrCat(what, " (in pid ", pid, ")"), static_cast<int>(-c.result));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CaptureThread(pid_t pid, const FrozenProcess::ThreadState& ts, uint64_t syscall_insn,
-                           inject::RemoteScratch& scratch, image::Thread* t) {
+                           inject::CallBatch& batch, inject::RemoteScratch& scratch, image::Thread* t) {
   pid_t tid = ts.tid;
   t->set_tid(tid);
   ASSIGN_OR_RETURN(user_regs_struct regs, inject::GetRegs(tid));
@@ -56,29 +87,38 @@ absl::Status CaptureThread(pid_t pid, const FrozenProcess::ThreadState& ts, uint
   ASSIGN_OR_RETURN(std::string comm, ReadFile(absl::StrCat("/proc/", pid, "/task/", tid, "/comm")));
   t->set_comm(std::string(absl::StripTrailingAsciiWhitespace(comm)));
 
+  // The thread's own values: its clear-child-tid address and alternate stack.
   inject::Injector inj(tid, syscall_insn);
-  RETURN_IF_ERROR(inj.Call("prctl(PR_GET_TID_ADDRESS)", SYS_prctl, PR_GET_TID_ADDRESS, scratch.addr()).status());
+  std::array<inject::BatchedCall, 2> calls{{
+      {SYS_prctl, {PR_GET_TID_ADDRESS, scratch.addr() + kThreadTidAddrOff}},
+      {SYS_sigaltstack, {0, scratch.addr() + kThreadAltStackOff}},
+  }};
+  RETURN_IF_ERROR(batch.Run(inj, scratch, kTableOff, calls));
+  RETURN_IF_ERROR(Check(calls[0], "prctl(PR_GET_TID_ADDRESS)", tid));
+  RETURN_IF_ERROR(Check(calls[1], "sigaltstack", tid));
   uint64_t tid_addr = 0;
-  RETURN_IF_ERROR(scratch.Get(0, &tid_addr, sizeof tid_addr));
+  RETURN_IF_ERROR(scratch.Get(kThreadTidAddrOff, &tid_addr, sizeof tid_addr));
   t->set_clear_child_tid(tid_addr);
-
-  RETURN_IF_ERROR(inj.Call("sigaltstack", SYS_sigaltstack, 0, scratch.addr()).status());
   stack_t ss{};
-  RETURN_IF_ERROR(scratch.Get(0, &ss, sizeof ss));
+  RETURN_IF_ERROR(scratch.Get(kThreadAltStackOff, &ss, sizeof ss));
   t->mutable_altstack()->set_sp(reinterpret_cast<uint64_t>(ss.ss_sp));
   t->mutable_altstack()->set_flags(ss.ss_flags);
   t->mutable_altstack()->set_size(ss.ss_size);
   return absl::OkStatus();
 }
 
-absl::Status CaptureSignals(inject::Injector& inj, inject::RemoteScratch& scratch, pid_t pid,
-                            image::Process* out) {
-  for (int sig = 1; sig <= 64; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    RETURN_IF_ERROR(inj.Call(absl::StrCat("rt_sigaction(", sig, ")"), SYS_rt_sigaction, sig, 0,
-                             scratch.addr(), 8).status());
-    KernelSigaction ka{};
-    RETURN_IF_ERROR(scratch.Get(0, &ka, sizeof ka));
+absl::Status CaptureSignals(inject::CallBatch& batch, inject::Injector& inj, inject::RemoteScratch& scratch,
+                            pid_t pid, image::Process* out) {
+  std::array<inject::BatchedCall, kSignals> calls;
+  for (int sig = 1; sig <= kSignals; ++sig) {
+    calls[sig - 1] = {SYS_rt_sigaction, {static_cast<uint64_t>(sig), 0, scratch.addr() + SigactionOff(sig), 8}};
+  }
+  RETURN_IF_ERROR(batch.Run(inj, scratch, kTableOff, calls));
+  std::array<KernelSigaction, kSignals> actions;
+  RETURN_IF_ERROR(scratch.Get(SigactionOff(1), actions.data(), sizeof actions));
+  for (int sig = 1; sig <= kSignals; ++sig) {
+    RETURN_IF_ERROR(Check(calls[sig - 1], absl::StrCat("rt_sigaction(", sig, ")"), pid));
+    const KernelSigaction& ka = actions[sig - 1];
     if (ka.handler == reinterpret_cast<uint64_t>(SIG_DFL) && ka.flags == 0 && ka.mask == 0) continue;
     image::SigAction* a = out->add_sigactions();
     a->set_signo(sig);
@@ -92,42 +132,104 @@ absl::Status CaptureSignals(inject::Injector& inj, inject::RemoteScratch& scratc
   return absl::OkStatus();
 }
 
-absl::Status CaptureTimers(inject::Injector& inj, inject::RemoteScratch& scratch, pid_t pid,
-                           image::Process* out) {
-  for (int which : {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF}) {
-    RETURN_IF_ERROR(inj.Call("getitimer", SYS_getitimer, which, scratch.addr()).status());
-    itimerval it{};
-    RETURN_IF_ERROR(scratch.Get(0, &it, sizeof it));
+absl::Status CaptureTimers(inject::CallBatch& batch, inject::Injector& inj, inject::RemoteScratch& scratch,
+                           pid_t pid, image::Process* out) {
+  constexpr std::array<int, 3> kWhich = {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF};
+  std::array<inject::BatchedCall, kWhich.size()> itimer_calls;
+  for (size_t i = 0; i < kWhich.size(); ++i) {
+    itimer_calls[i] = {SYS_getitimer, {static_cast<uint64_t>(kWhich[i]), scratch.addr() + kItimersOff + i * sizeof(itimerval)}};
+  }
+  RETURN_IF_ERROR(batch.Run(inj, scratch, kTableOff, itimer_calls));
+  std::array<itimerval, kWhich.size()> itimers{};
+  RETURN_IF_ERROR(scratch.Get(kItimersOff, itimers.data(), sizeof itimers));
+  for (size_t i = 0; i < kWhich.size(); ++i) {
+    RETURN_IF_ERROR(Check(itimer_calls[i], "getitimer", pid));
+    const itimerval& it = itimers[i];
     if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0 && it.it_interval.tv_sec == 0 &&
         it.it_interval.tv_usec == 0) {
       continue;
     }
     image::Itimer* t = out->add_itimers();
-    t->set_which(which);
+    t->set_which(kWhich[i]);
     t->set_interval_us(it.it_interval.tv_sec * 1000000ULL + it.it_interval.tv_usec);
     t->set_value_us(it.it_value.tv_sec * 1000000ULL + it.it_value.tv_usec);
   }
+
+  // POSIX timers, a batch of kTimersPerBatch at a time: the time left and the overrun count.
   ASSIGN_OR_RETURN(std::vector<proc::TimerInfo> timers, proc::ReadTimers(pid));
-  for (const proc::TimerInfo& ti : timers) {
-    RETURN_IF_ERROR(inj.Call(absl::StrCat("timer_gettime(", ti.id, ")"), SYS_timer_gettime, ti.id,
-                             scratch.addr()).status());
-    itimerspec its{};
-    RETURN_IF_ERROR(scratch.Get(0, &its, sizeof its));
-    ASSIGN_OR_RETURN(long overrun, inj.Call("timer_getoverrun", SYS_timer_getoverrun, ti.id));
-    image::PosixTimer* t = out->add_posix_timers();
-    t->set_id(ti.id);
-    t->set_clock(ti.clock);
-    if (ti.notify == "none") {
-      t->set_notify(SIGEV_NONE);
-    } else {
-      t->set_notify(ti.to_thread ? SIGEV_THREAD_ID : SIGEV_SIGNAL);
+  for (size_t first = 0; first < timers.size(); first += kTimersPerBatch) {
+    size_t n = std::min(kTimersPerBatch, timers.size() - first);
+    std::vector<inject::BatchedCall> calls;
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t id = static_cast<uint64_t>(timers[first + k].id);
+      calls.push_back({SYS_timer_gettime, {id, scratch.addr() + kTimersOff + k * sizeof(itimerspec)}});
+      calls.push_back({SYS_timer_getoverrun, {id}});
     }
-    t->set_signo(ti.signo);
-    t->set_sigval(ti.sigval);
-    t->set_notify_tid(ti.notify_tid);
-    t->set_interval_ns(its.it_interval.tv_sec * 1000000000ULL + its.it_interval.tv_nsec);
-    t->set_value_ns(its.it_value.tv_sec * 1000000000ULL + its.it_value.tv_nsec);
-    t->set_overrun(static_cast<int32_t>(overrun));
+    RETURN_IF_ERROR(batch.Run(inj, scratch, kTableOff, calls));
+    std::vector<itimerspec> times(n);
+    RETURN_IF_ERROR(scratch.Get(kTimersOff, times.data(), n * sizeof(itimerspec)));
+    for (size_t k = 0; k < n; ++k) {
+      const proc::TimerInfo& ti = timers[first + k];
+      RETURN_IF_ERROR(Check(calls[2 * k], absl::StrCat("timer_gettime(", ti.id, ")"), pid));
+      RETURN_IF_ERROR(Check(calls[2 * k + 1], absl::StrCat("timer_getoverrun(", ti.id, ")"), pid));
+      const itimerspec& its = times[k];
+      image::PosixTimer* t = out->add_posix_timers();
+      t->set_id(ti.id);
+      t->set_clock(ti.clock);
+      if (ti.notify == "none") {
+        t->set_notify(SIGEV_NONE);
+      } else {
+        t->set_notify(ti.to_thread ? SIGEV_THREAD_ID : SIGEV_SIGNAL);
+      }
+      t->set_signo(ti.signo);
+      t->set_sigval(ti.sigval);
+      t->set_notify_tid(ti.notify_tid);
+      t->set_interval_ns(its.it_interval.tv_sec * 1000000000ULL + its.it_interval.tv_nsec);
+      t->set_value_ns(its.it_value.tv_sec * 1000000000ULL + its.it_value.tv_nsec);
+      t->set_overrun(static_cast<int32_t>(calls[2 * k + 1].result));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Everything asked of the process with injected calls, in a few batches (see batch.h).
+absl::Status CaptureWithBatch(const FrozenProcess& fp, uint64_t syscall_insn, inject::CallBatch& batch,
+                              inject::Injector& inj, inject::RemoteScratch& scratch, int proc_umask,
+                              image::Process* out) {
+  pid_t pid = fp.pid();
+  for (const auto& ts : fp.threads()) {
+    RETURN_IF_ERROR(Annotate(CaptureThread(pid, ts, syscall_insn, batch, scratch, out->add_threads()),
+                             absl::StrCat("capture thread ", ts.tid)));
+  }
+  RETURN_IF_ERROR(CaptureSignals(batch, inj, scratch, pid, out));
+  RETURN_IF_ERROR(CaptureTimers(batch, inj, scratch, pid, out));
+
+  // Small per-process values.
+  std::array<inject::BatchedCall, 5> calls{{
+      {SYS_brk, {0}},
+      {SYS_personality, {0xffffffffULL}},
+      {SYS_prctl, {PR_GET_PDEATHSIG, scratch.addr() + kPdeathsigOff}},
+      {SYS_prctl, {PR_GET_DUMPABLE}},
+      {SYS_prctl, {PR_GET_CHILD_SUBREAPER, scratch.addr() + kSubreaperOff}},
+  }};
+  RETURN_IF_ERROR(batch.Run(inj, scratch, kTableOff, calls));
+  const char* what[] = {"brk(0)", "personality", "prctl(PR_GET_PDEATHSIG)", "prctl(PR_GET_DUMPABLE)",
+                        "prctl(PR_GET_CHILD_SUBREAPER)"};
+  for (size_t i = 0; i < calls.size(); ++i) RETURN_IF_ERROR(Check(calls[i], what[i], pid));
+  out->mutable_mm()->set_brk(static_cast<uint64_t>(calls[0].result));
+  out->set_personality(static_cast<uint32_t>(calls[1].result));
+  int pdeathsig = 0, subreaper = 0;
+  RETURN_IF_ERROR(scratch.Get(kPdeathsigOff, &pdeathsig, sizeof pdeathsig));
+  RETURN_IF_ERROR(scratch.Get(kSubreaperOff, &subreaper, sizeof subreaper));
+  out->set_pdeathsig(pdeathsig);
+  out->mutable_creds()->set_dumpable(static_cast<int32_t>(calls[3].result));
+  out->set_child_subreaper(subreaper != 0);
+  if (proc_umask >= 0) {
+    out->set_umask(static_cast<uint32_t>(proc_umask));
+  } else {  // a kernel older than 4.7 does not show it: read it back and set it again
+    ASSIGN_OR_RETURN(long mask, inj.Call("umask", SYS_umask, 0));
+    RETURN_IF_ERROR(inj.Call("umask", SYS_umask, static_cast<uint64_t>(mask)).status());
+    out->set_umask(static_cast<uint32_t>(mask));
   }
   return absl::OkStatus();
 }
@@ -145,12 +247,12 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, in
   out->set_comm(st.comm);
   out->set_stopped(fp.was_stopped());
 
-  for (const auto& ts : fp.threads()) {
-    RETURN_IF_ERROR(Annotate(CaptureThread(pid, ts, syscall_insn, scratch, out->add_threads()),
-                             absl::StrCat("capture thread ", ts.tid)));
-  }
-  RETURN_IF_ERROR(CaptureSignals(inj, scratch, pid, out));
-  RETURN_IF_ERROR(CaptureTimers(inj, scratch, pid, out));
+  ASSIGN_OR_RETURN(proc::Status status, proc::ReadStatus(pid));
+  ASSIGN_OR_RETURN(inject::CallBatch batch, inject::CallBatch::Create(inj));
+  absl::Status captured = CaptureWithBatch(fp, syscall_insn, batch, inj, scratch, status.umask, out);
+  absl::Status unmapped = batch.Unmap(inj);
+  RETURN_IF_ERROR(captured);
+  RETURN_IF_ERROR(unmapped);
 
   // Process (mm) layout.
   image::MmLayout* mm = out->mutable_mm();
@@ -164,26 +266,8 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, in
   mm->set_arg_end(st.arg_end);
   mm->set_env_start(st.env_start);
   mm->set_env_end(st.env_end);
-  ASSIGN_OR_RETURN(long brk, inj.Call("brk(0)", SYS_brk, 0));
-  mm->set_brk(static_cast<uint64_t>(brk));
   ASSIGN_OR_RETURN(std::string auxv, ReadFile(absl::StrCat("/proc/", pid, "/auxv")));
   mm->set_auxv(std::move(auxv));
-
-  // Small per-process values.
-  ASSIGN_OR_RETURN(long mask, inj.Call("umask", SYS_umask, 0));
-  RETURN_IF_ERROR(inj.Call("umask", SYS_umask, static_cast<uint64_t>(mask)).status());
-  out->set_umask(static_cast<uint32_t>(mask));
-  ASSIGN_OR_RETURN(long pers, inj.Call("personality", SYS_personality, 0xffffffffULL));
-  out->set_personality(static_cast<uint32_t>(pers));
-  RETURN_IF_ERROR(inj.Call("prctl(PR_GET_PDEATHSIG)", SYS_prctl, PR_GET_PDEATHSIG, scratch.addr()).status());
-  int pdeathsig = 0;
-  RETURN_IF_ERROR(scratch.Get(0, &pdeathsig, sizeof pdeathsig));
-  out->set_pdeathsig(pdeathsig);
-  ASSIGN_OR_RETURN(long dumpable, inj.Call("prctl(PR_GET_DUMPABLE)", SYS_prctl, PR_GET_DUMPABLE));
-  RETURN_IF_ERROR(inj.Call("prctl(PR_GET_CHILD_SUBREAPER)", SYS_prctl, PR_GET_CHILD_SUBREAPER, scratch.addr()).status());
-  int subreaper = 0;
-  RETURN_IF_ERROR(scratch.Get(0, &subreaper, sizeof subreaper));
-  out->set_child_subreaper(subreaper != 0);
 
   for (int r = 0; r < RLIMIT_NLIMITS; ++r) {
     rlimit rl{};
@@ -215,7 +299,6 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, in
     }
   }
 
-  ASSIGN_OR_RETURN(proc::Status status, proc::ReadStatus(pid));
   image::Creds* c = out->mutable_creds();
   for (uint32_t u : status.uid) c->add_uids(u);
   for (uint32_t g : status.gid) c->add_gids(g);
@@ -226,7 +309,6 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, in
   c->set_cap_bnd(status.cap_bnd);
   c->set_cap_amb(status.cap_amb);
   c->set_no_new_privs(status.no_new_privs);
-  c->set_dumpable(static_cast<int32_t>(dumpable));
   return absl::OkStatus();
 }
 

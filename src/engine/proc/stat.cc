@@ -86,6 +86,14 @@ absl::StatusOr<Status> ParseStatus(absl::string_view text) {
     else if (key == "CapAmb") ok = cap(&st.cap_amb);
     else if (key == "NoNewPrivs") st.no_new_privs = val == "1";
     else if (key == "Seccomp") ok = absl::SimpleAtoi(val, &st.seccomp);
+    else if (key == "Umask") {
+      st.umask = 0;
+      ok = !val.empty() && val.size() <= 4;
+      for (char c : val) {
+        if (c < '0' || c > '7') ok = false;
+        st.umask = st.umask * 8 + (c - '0');
+      }
+    }
     else if (key == "NSpid") {
       for (absl::string_view t : absl::StrSplit(val, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
         pid_t id = 0;

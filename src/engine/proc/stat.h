@@ -40,6 +40,7 @@ struct Status {
   uint64_t cap_inh = 0, cap_prm = 0, cap_eff = 0, cap_bnd = 0, cap_amb = 0;
   bool no_new_privs = false;
   int seccomp = 0;
+  int umask = -1;  // "Umask" (Linux 4.7+); -1 when not shown
   std::vector<pid_t> nspids;  // "NSpid": the id in each nested PID namespace, outermost first
 };
 

@@ -1,5 +1,7 @@
 #include "engine/inject/injector.h"
 
+#include <sys/prctl.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -21,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
+#include "engine/inject/batch.h"
 #include "engine/inject/ptrace.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
@@ -344,6 +347,75 @@ TEST_F(InjectorTest, RegistersAreUnchangedAndChildResumesAfterDetach) {
   ASSERT_TRUE(st.ok()) << st.status();
   EXPECT_NE(st->state, 't') << "child still traced-stopped";
   EXPECT_NE(st->state, 'Z');
+}
+
+// Runs getpid, getppid, a failing close and prctl(PR_GET_NAME) as one batch and checks
+// each answer, the thread's registers afterwards, and that its code page is gone.
+void ExpectBatchAnswers(Injector& inj, pid_t pid, CallBatch& batch) {
+  auto before = GetRegs(pid);
+  ASSERT_TRUE(before.ok()) << before.status();
+  auto scratch = RemoteScratch::Map(inj);
+  ASSERT_TRUE(scratch.ok()) << scratch.status();
+  std::vector<BatchedCall> calls = {
+      {SYS_getpid, {}},
+      {SYS_getppid, {}},
+      {SYS_close, {12345}},
+      {SYS_prctl, {PR_GET_NAME, scratch->addr()}},
+  };
+  // Enough rows that a loop stopping early or running over would show.
+  for (int i = 0; i < 100; ++i) calls.push_back({SYS_getpid, {}});
+  ASSERT_TRUE(batch.Run(inj, *scratch, 4096, calls).ok());
+  EXPECT_EQ(calls[0].result, pid);
+  EXPECT_EQ(calls[1].result, ::getpid());
+  EXPECT_EQ(calls[2].result, -EBADF);
+  EXPECT_EQ(calls[3].result, 0);
+  for (size_t i = 4; i < calls.size(); ++i) EXPECT_EQ(calls[i].result, pid) << "row " << i;
+  char name[16] = {};
+  ASSERT_TRUE(scratch->Get(0, name, sizeof name).ok());
+  auto comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_EQ(std::string(name) + "\n", *comm);
+
+  ASSERT_TRUE(scratch->Unmap(inj).ok());
+  ASSERT_TRUE(batch.Unmap(inj).ok());
+  auto after = GetRegs(pid);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ExpectSameRegs(*before, *after);
+}
+
+TEST_F(InjectorTest, CallBatchRunsEveryCallInOneGoAndLeavesNoTrace) {
+  StartStoppedSpinner();
+  ASSERT_FALSE(HasFailure());
+  const uint64_t frozen = Count();
+  auto maps_before = proc::ReadMaps(pid_);
+  ASSERT_TRUE(maps_before.ok()) << maps_before.status();
+  auto batch = CallBatch::Create(*inj_);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_TRUE(batch->batched()) << "this machine allows an executable page";
+  {
+    auto maps = proc::ReadMaps(pid_);
+    ASSERT_TRUE(maps.ok()) << maps.status();
+    for (const proc::MapEntry& e : *maps) {
+      EXPECT_FALSE((e.prot & PROT_WRITE) && (e.prot & PROT_EXEC)) << "writable and executable at " << e.start;
+    }
+  }
+  ExpectBatchAnswers(*inj_, pid_, *batch);
+  EXPECT_EQ(Count(), frozen) << "the child ran its own code during the batch";
+  auto maps_after = proc::ReadMaps(pid_);
+  ASSERT_TRUE(maps_after.ok()) << maps_after.status();
+  EXPECT_EQ(maps_after->size(), maps_before->size()) << "the batch's page is still mapped";
+
+  ASSERT_TRUE(SetSigmask(pid_, old_mask_).ok());
+  ASSERT_TRUE(Detach(pid_).ok());
+  EXPECT_TRUE(CounterPasses(frozen + 1000)) << "child did not resume after the batch";
+}
+
+TEST_F(InjectorTest, CallBatchOneByOneGivesTheSameAnswers) {
+  StartStoppedSpinner();
+  ASSERT_FALSE(HasFailure());
+  CallBatch batch = CallBatch::OneByOne();
+  EXPECT_FALSE(batch.batched());
+  ExpectBatchAnswers(*inj_, pid_, batch);
 }
 
 TEST_F(InjectorTest, RemoteMemoryReadWrite) {

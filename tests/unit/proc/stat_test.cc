@@ -2,6 +2,7 @@
 
 #include <grp.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -162,6 +163,7 @@ TEST(ParseStatusTest, CredentialsAndSecurityState) {
   EXPECT_EQ(st->cap_amb, 0x400u);
   EXPECT_TRUE(st->no_new_privs);
   EXPECT_EQ(st->seccomp, 2);
+  EXPECT_EQ(st->umask, 022);
 }
 
 TEST(ParseStatusTest, NoGroupsAndDefaults) {
@@ -171,11 +173,13 @@ TEST(ParseStatusTest, NoGroupsAndDefaults) {
   EXPECT_FALSE(st->no_new_privs);
   EXPECT_EQ(st->seccomp, 0);
   EXPECT_EQ(st->cap_eff, 0u);
+  EXPECT_EQ(st->umask, -1) << "no Umask line: unknown";
 }
 
 TEST(ParseStatusTest, MalformedIsDataLoss) {
   for (const char* text : {"Uid:\t1\t2\t3\n", "Uid:\t1\t2\t3\t4\t5\n", "Gid:\ta\tb\tc\td\n",
-                           "Groups:\t4 x\n", "CapEff:\tzz\n", "Seccomp:\tstrict\n"}) {
+                           "Groups:\t4 x\n", "CapEff:\tzz\n", "Seccomp:\tstrict\n",
+                           "Umask:\t0089\n", "Umask:\t\n"}) {
     SCOPED_TRACE(text);
     auto st = ParseStatus(text);
     ASSERT_FALSE(st.ok());
@@ -199,6 +203,9 @@ TEST(ReadStatusTest, SelfMatchesSyscalls) {
   std::sort(want.begin(), want.end());
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, want);
+  mode_t mask = ::umask(022);
+  ::umask(mask);
+  EXPECT_EQ(st->umask, static_cast<int>(mask));
 }
 
 TEST(ListTasksTest, SeesEveryThread) {
