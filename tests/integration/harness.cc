@@ -461,20 +461,26 @@ void CairnTest::TearDown() {
 }
 
 ::testing::AssertionResult CairnTest::DamageLargestPageBlock(const std::string& ckpt) {
-  // Blocks are listed as {"vaddr", "length", "fileOffset", ...} by inspect --json.
+  // Blocks are listed as {"vaddr", "length", "fileOffset", ...} by inspect --json. Dumps cut
+  // memory into blocks of about 1 MiB, so the largest stretch of memory saved in one piece
+  // (blocks that follow each other) is found, and its last block damaged.
   CommandResult meta = Cairn({"inspect", ckpt, "--json"});
   if (!meta.Exited(0)) return ::testing::AssertionFailure() << meta.Describe();
-  std::regex block_re("\"length\":\\s*\"?(\\d+)\"?,\\s*\"(?:fileOffset|file_offset)\":\\s*\"?(\\d+)");
-  uint64_t best_len = 0, best_off = 0;
+  std::regex block_re(
+      "\"vaddr\":\\s*\"?(\\d+)\"?,\\s*\"length\":\\s*\"?(\\d+)\"?,\\s*\"(?:fileOffset|file_offset)\":\\s*\"?(\\d+)");
+  uint64_t best_len = 0, best_off = 0, best_block = 0;
+  uint64_t run_end = 0, run_len = 0;
   for (std::sregex_iterator it(meta.out.begin(), meta.out.end(), block_re), end; it != end; ++it) {
-    uint64_t len = std::stoull((*it)[1]), off = std::stoull((*it)[2]);
-    if (len > best_len) best_len = len, best_off = off;
+    uint64_t vaddr = std::stoull((*it)[1]), len = std::stoull((*it)[2]), off = std::stoull((*it)[3]);
+    run_len = vaddr == run_end ? run_len + len : len;
+    run_end = vaddr + len;
+    if (run_len > best_len) best_len = run_len, best_off = off, best_block = len;
   }
   if (best_len < (1u << 20)) {
     return ::testing::AssertionFailure() << "no large page block found in " << meta.out.substr(0, 2000);
   }
   std::fstream f(ckpt + "/pages.img", std::ios::in | std::ios::out | std::ios::binary);
-  uint64_t at = best_off + best_len - 4096 + 100;  // in the block's last page
+  uint64_t at = best_off + best_block - 4096 + 100;  // in the block's last page
   f.seekg(static_cast<std::streamoff>(at));
   char c = 0;
   f.get(c);

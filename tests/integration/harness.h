@@ -188,8 +188,9 @@ class CairnTest : public ::testing::Test {
   // is still killed.
   void Track(pid_t pid, const std::string& argv0);
 
-  // Flips a byte in the last page of the checkpoint's largest page block (found with `cairn
-  // inspect --json`), which must be at least 1 MiB: a damaged image for the checksum tests.
+  // Flips a byte in the last page block of the checkpoint's largest stretch of memory saved in
+  // one piece (found with `cairn inspect --json`), which must be at least 1 MiB: a damaged
+  // image for the checksum tests.
   ::testing::AssertionResult DamageLargestPageBlock(const std::string& ckpt);
 
   // Waits for lazily restored process `pid` to be killed (SIGKILL) by its page handler, and sets

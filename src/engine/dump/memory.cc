@@ -32,8 +32,14 @@ constexpr uint64_t kPmPresent = 1ULL << 63;
 constexpr uint64_t kPmSwapped = 1ULL << 62;
 constexpr uint64_t kPmFileOrShared = 1ULL << 61;
 
-constexpr size_t kBufferBytes = 8 << 20;  // one read batch
-constexpr size_t kBuffers = 4;            // in flight: bounds the dumper's memory to 32 MiB
+// One read batch. Small enough that a buffer is still in the caches when the writer
+// copies it into the file (8 MiB buffers made a 256 MiB dump ~20% slower), large enough
+// that handing buffers between the threads costs nothing.
+constexpr size_t kBufferBytes = 1 << 20;
+// dump --compress: each buffer is cut into blocks compressed on every core, so it must
+// hold several of them.
+constexpr size_t kCompressBufferBytes = 8 << 20;
+constexpr size_t kBuffers = 4;  // in flight: bounds the dumper's memory to 32 MiB
 constexpr uint64_t kPagemapBatch = 65536; // pages per pagemap read (512 KiB of entries)
 constexpr uint64_t kCompressChunk = 1 << 20;  // dump --compress: largest compressed block
 
@@ -412,8 +418,12 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
 
   // Left uninitialised: a small dump touches only what it reads (zeroing 32 MiB would
   // cost more than the whole dump of a small process).
+  MemoryStats stats;
+  const image::Compression comp = writer.compression();
+  const bool compress = comp.codec != image::PageBlock::NONE;
+  const size_t buffer_bytes = compress ? kCompressBufferBytes : kBufferBytes;
   std::vector<std::unique_ptr<char[]>> buffers;
-  for (size_t i = 0; i < kBuffers; ++i) buffers.emplace_back(new char[kBufferBytes]);
+  for (size_t i = 0; i < kBuffers; ++i) buffers.emplace_back(new char[buffer_bytes]);
   std::mutex mu;
   std::condition_variable cv;
   std::deque<char*> free_bufs;  // GUARDED_BY(mu)
@@ -421,10 +431,6 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   bool reader_done = false;                  // GUARDED_BY(mu)
   absl::Status writer_status;                // GUARDED_BY(mu)
   for (auto& b : buffers) free_bufs.push_back(b.get());
-
-  MemoryStats stats;
-  const image::Compression comp = writer.compression();
-  const bool compress = comp.codec != image::PageBlock::NONE;
 
   // The writer appends what the reader prepared; reading, zero detection and checksums
   // happen on the reader's side so the two threads carry about equal work.
@@ -485,7 +491,7 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         buf = free_bufs.front();
         free_bufs.pop_front();
       }
-      uint64_t len = std::min<uint64_t>(r.len - off, kBufferBytes);
+      uint64_t len = std::min<uint64_t>(r.len - off, buffer_bytes);
       read_status = inject::ReadRemote(pid, r.start + off, buf, len);
       if (!read_status.ok() && unread != nullptr) {
         // A running process may have unmapped the area meanwhile: the caller copies the
