@@ -594,6 +594,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     inc.precopied = std::move(*pc);
   }
   if (opts.before_freeze) opts.before_freeze();
+  CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=prepare ms={:.2f}", opts.pid, Since(t0) * 1e3);
   auto t_freeze = Clock::now();
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
@@ -613,8 +614,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // A hand-off commits while frozen too: the image must be complete before it is handed on.
   if (result.ok() && (!opts.leave_running || opts.hand_off)) {
     ckpt.set_downtime_seconds(Since(t_freeze));
+    auto t_commit = Clock::now();
     absl::Status committed = Commit(*writer, ckpt, inc, &*result);
     if (!committed.ok()) result = committed;
+    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=commit ms={:.2f}", opts.pid, Since(t_commit) * 1e3);
   }
   auto failed = [&](const absl::Status& s) {
     return Annotate(s, absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
@@ -648,8 +651,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       return failed(committed);
     }
   } else {
+    auto t_kill = Clock::now();
     RETURN_IF_ERROR(ft.Kill());
     result->frozen_seconds = Since(t_freeze);
+    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=kill ms={:.2f}", opts.pid, Since(t_kill) * 1e3);
   }
   result->total_seconds = Since(t0);
   CAIRN_LOG_INFO("event=dump pid={} dir={} threads={} pages={} seconds={:.3f}", opts.pid, opts.dir,

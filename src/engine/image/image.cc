@@ -125,7 +125,18 @@ absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* d
   b.set_xxh3(xxh3);
   RETURN_IF_ERROR(WriteAt(static_cast<const char*>(data), len, pages_off_));
   pages_off_ += len;
+  StartWriteback();
   return b;
+}
+
+void ImageWriter::StartWriteback() {
+  constexpr uint64_t kWritebackChunk = 8 << 20;
+  if (pages_off_ - writeback_from_ < kWritebackChunk) return;
+  // Asynchronous (no wait for completion); a no-op on tmpfs. A failure here only means
+  // the fsync at Commit does all the work, as it would without this.
+  (void)::sync_file_range(pages_.get(), static_cast<off_t>(writeback_from_),
+                          static_cast<off_t>(pages_off_ - writeback_from_), SYNC_FILE_RANGE_WRITE);
+  writeback_from_ = pages_off_;
 }
 
 absl::StatusOr<PageBlock> ImageWriter::AppendStored(uint64_t vaddr, uint64_t len, const void* stored,
@@ -139,6 +150,7 @@ absl::StatusOr<PageBlock> ImageWriter::AppendStored(uint64_t vaddr, uint64_t len
   b.set_stored_length(stored_len);
   RETURN_IF_ERROR(WriteAt(static_cast<const char*>(stored), stored_len, pages_off_));
   pages_off_ += stored_len;
+  StartWriteback();
   return b;
 }
 

@@ -63,10 +63,15 @@ class ImageWriter {
   UniqueFd pages_, files_;
   uint64_t pages_off_ = kHeaderSize;
   uint64_t files_off_ = kHeaderSize;
+  uint64_t writeback_from_ = 0;  // pages.img below this has been handed to writeback
   bool committed_ = false;
   Compression compression_;
 
   absl::Status WriteAt(const char* p, size_t len, uint64_t off);
+  // Starts writeback of what was appended to pages.img since the last call, once there is
+  // enough of it, so the disk writes while later pages are copied and Commit's fsync
+  // waits only for the tail.
+  void StartWriteback();
 };
 
 // Where a reader's stored page bytes come from when pages.img is not on this machine: a page
