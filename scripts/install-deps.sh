@@ -11,6 +11,7 @@ packages=(
   libabsl-dev libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc libsqlite3-dev libcurl4-openssl-dev
   libxxhash-dev libzstd-dev liblz4-dev
+  libssl-dev zlib1g-dev libc-ares-dev libre2-dev  # (their .a files too: cmake/StaticDeps.cmake)
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps util-linux zstd xz-utils
