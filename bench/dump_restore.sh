@@ -12,13 +12,12 @@ build=${BUILD:-build-bench}
 # An existing build directory (e.g. BUILD=build) keeps its configuration; a missing one is made
 # for benchmarks (Release, no tests).
 [[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn mem_holder plain_write >/dev/null
+ninja -C "$build" cairn mem_holder plain_write timed >/dev/null
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(256 1024 4096)
 dirs=(${BENCH_DIRS:-/var/tmp /dev/shm})
 reps=${REPS:-3}
 
-now() { date +%s.%N; }
 rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
 
 echo "| where | size | plain write GB/s | dump GB/s | dump/plain | restore GB/s | dumper max RSS MiB |"
@@ -39,9 +38,8 @@ for where in "${dirs[@]}"; do
       plain_s=$("$build/bench/plain_write" "$mib" "$work/plain")
       rm -f "$work/plain"
       sync
-      t0=$(now)
-      rss=$( { /usr/bin/time -f "%M" "$build/cairn" dump --pid "$pid" --dir "$work/ckpt" >/dev/null; } 2>&1 | tail -n 1)
-      t1=$(now)
+      # bench/timed: the command's own time, from its fork to its exit.
+      read -r dump_s rss < <("$build/bench/timed" "$build/cairn" dump --pid "$pid" --dir "$work/ckpt" 2>&1 >/dev/null | tail -n 1)
       { wait "$pid"; } 2>/dev/null || true
       sync
       # The limit is the faster of two plain writes, one before and one after the dump:
@@ -55,14 +53,10 @@ for where in "${dirs[@]}"; do
       # received a checkpoint has them in memory).
       cat "$work/ckpt/pages.img" >/dev/null
       "$build/cairn" --help >/dev/null
-      t2=$(now)
-      "$build/cairn" restore --dir "$work/ckpt" --detach >/dev/null
-      t3=$(now)
+      read -r restore_s _ < <("$build/bench/timed" "$build/cairn" restore --dir "$work/ckpt" --detach 2>&1 >/dev/null | tail -n 1)
       kill -9 "$pid" 2>/dev/null || true
       { wait "$pid"; } 2>/dev/null || true
       rm -rf "$work"
-      dump_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-      restore_s=$(awk -v a="$t2" -v b="$t3" 'BEGIN { print b - a }')
       pw=$(rate "$bytes" "$plain_s")
       dw=$(rate "$bytes" "$dump_s")
       rw=$(rate "$bytes" "$restore_s")
