@@ -578,6 +578,8 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
   writer->set_compression(opts.compression);
+  // Frozen until the commit: the disk may as well start writing while pages are copied.
+  writer->set_early_writeback(!opts.leave_running || opts.hand_off);
   if (opts.pre_copy) {
     absl::StatusOr<std::map<pid_t, PreCopied>> pc = absl::UnknownError("");
     if (opts.tree) {

@@ -131,7 +131,7 @@ absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* d
 
 void ImageWriter::StartWriteback() {
   constexpr uint64_t kWritebackChunk = 8 << 20;
-  if (pages_off_ - writeback_from_ < kWritebackChunk) return;
+  if (!early_writeback_ || pages_off_ - writeback_from_ < kWritebackChunk) return;
   // Asynchronous (no wait for completion); a no-op on tmpfs. A failure here only means
   // the fsync at Commit does all the work, as it would without this.
   (void)::sync_file_range(pages_.get(), static_cast<off_t>(writeback_from_),

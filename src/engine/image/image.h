@@ -33,6 +33,13 @@ class ImageWriter {
   // Same, with the block's XXH3-64 already computed by the caller (Checksum()).
   absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3);
 
+  // Start writing pages.img back to the disk while pages are still being appended, so that
+  // Commit's fsync waits only for the tail. For a dump whose processes stay frozen until the
+  // commit (the fsync is then part of the freeze); one that lets them run before the commit
+  // leaves the writeback to the fsync: early writeback throttles the copy to the disk's speed
+  // and so lengthens the freeze. Off by default.
+  void set_early_writeback(bool on) { early_writeback_ = on; }
+
   // How page blocks should be compressed (dump --compress); set by the dump driver.
   const Compression& compression() const { return compression_; }
   void set_compression(const Compression& c) { compression_ = c; }
@@ -63,14 +70,14 @@ class ImageWriter {
   UniqueFd pages_, files_;
   uint64_t pages_off_ = kHeaderSize;
   uint64_t files_off_ = kHeaderSize;
+  bool early_writeback_ = false;
   uint64_t writeback_from_ = 0;  // pages.img below this has been handed to writeback
   bool committed_ = false;
   Compression compression_;
 
   absl::Status WriteAt(const char* p, size_t len, uint64_t off);
-  // Starts writeback of what was appended to pages.img since the last call, once there is
-  // enough of it, so the disk writes while later pages are copied and Commit's fsync
-  // waits only for the tail.
+  // With early writeback: starts writeback of what was appended to pages.img since the last
+  // call, once there is enough of it.
   void StartWriteback();
 };
 
