@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/sysmacros.h>
 
 #include <algorithm>
@@ -218,73 +219,120 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
 }
 
 // A run of non-zero pages inside a filled buffer, with its checksum; or, with `zero`, a
-// run of zero pages to record as such.
+// run of zero pages to record as such. `vma` and `vaddr` say whose pages they are.
 struct Segment {
   uint64_t offset = 0;  // in the buffer
   uint64_t len = 0;
   uint64_t xxh3 = 0;
   bool zero = false;
+  size_t vma = 0;
+  uint64_t vaddr = 0;
 };
 
-// A filled buffer waiting to be written: pages of one area at `addr`.
+// A filled buffer waiting to be written: pages of one or more runs, in the order of their
+// segments.
 struct Batch {
-  size_t vma = 0;
-  uint64_t addr = 0;
   std::vector<Segment> segments;
   char* buf = nullptr;
 };
 
-// Splits a buffer into runs of pages to save, dropping zero pages when `skip_zero`
-// (a missing anonymous page reads back as zeros), or recording them as zero runs with
-// `keep_zero`, and checksums each run of data.
-std::vector<Segment> Segments(const char* data, uint64_t len, bool skip_zero, bool keep_zero, bool checksum) {
-  std::vector<Segment> out;
+// A piece of a run placed in a buffer: `len` bytes of area `vma` at `vaddr`, read to
+// `offset` of the buffer.
+struct Piece {
+  size_t vma = 0;
+  uint64_t vaddr = 0;
+  uint64_t len = 0;
+  uint64_t offset = 0;
+  bool keep_zero = false;
+};
+
+// Reads `pieces` into `buf` with as few process_vm_readv calls as it takes (one per
+// kMaxRemoteIovecs pieces): the last round of a pre-copy or an incremental dump is thousands
+// of scattered single pages. On any failure each piece is read alone (ReadRemote's
+// /proc/PID/mem fallback, and a clear error naming the piece that cannot be read).
+constexpr size_t kMaxRemoteIovecs = 1024;  // UIO_MAXIOV
+bool ReadPieces(pid_t pid, const std::vector<Piece>& pieces, char* buf) {
+  std::vector<iovec> remote;
+  for (size_t first = 0; first < pieces.size(); first += kMaxRemoteIovecs) {
+    size_t n = std::min(kMaxRemoteIovecs, pieces.size() - first);
+    remote.clear();
+    uint64_t want = 0;
+    for (size_t k = first; k < first + n; ++k) {
+      remote.push_back({reinterpret_cast<void*>(pieces[k].vaddr), pieces[k].len});
+      want += pieces[k].len;
+    }
+    iovec local{buf + pieces[first].offset, want};
+    if (::process_vm_readv(pid, &local, 1, remote.data(), remote.size(), 0) != static_cast<ssize_t>(want)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+image::PageBlock ZeroBlock(uint64_t vaddr, uint64_t len) {
+  image::PageBlock b;
+  b.set_vaddr(vaddr);
+  b.set_length(len);
+  b.set_zero(true);
+  return b;
+}
+
+// Splits a piece of a buffer into runs of pages to save, dropping zero pages when
+// `skip_zero` (a missing anonymous page reads back as zeros), or recording them as zero runs
+// when the piece says `keep_zero`, and checksums each run of data. Appends them to `out`.
+void AddSegments(const char* buf, const Piece& piece, bool skip_zero, bool checksum, std::vector<Segment>* out) {
+  const char* data = buf + piece.offset;
+  auto add = [&](uint64_t i, uint64_t j, bool zero) {
+    uint64_t sum = zero || !checksum ? 0 : image::Checksum(data + i, j - i);
+    out->push_back({piece.offset + i, j - i, sum, zero, piece.vma, piece.vaddr + i});
+  };
   uint64_t i = 0;
-  while (i < len) {
+  while (i < piece.len) {
     if (skip_zero && IsZeroPage(data + i)) {
       uint64_t j = i + kPage;
-      while (j < len && IsZeroPage(data + j)) j += kPage;
-      if (keep_zero) out.push_back({i, j - i, 0, true});
+      while (j < piece.len && IsZeroPage(data + j)) j += kPage;
+      if (piece.keep_zero) add(i, j, true);
       i = j;
       continue;
     }
     uint64_t j = i + kPage;
-    while (j < len && !(skip_zero && IsZeroPage(data + j))) j += kPage;
-    out.push_back({i, j - i, checksum ? image::Checksum(data + i, j - i) : 0});
+    while (j < piece.len && !(skip_zero && IsZeroPage(data + j))) j += kPage;
+    add(i, j, false);
     i = j;
   }
-  return out;
 }
 
 // dump --compress: cuts the segments of one buffer into blocks of at most kCompressChunk,
 // compresses them on every core, and appends them in order (a block that does not shrink
 // is stored as it is). Zero segments become zero blocks.
-absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compression& comp, uint64_t addr,
-                              const char* data, const std::vector<Segment>& segments,
-                              std::vector<image::PageBlock>* out, MemoryStats* stats) {
+absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compression& comp, const char* data,
+                              const std::vector<Segment>& segments, std::vector<std::vector<image::PageBlock>>* blocks,
+                              MemoryStats* stats) {
   struct Chunk {
-    uint64_t off = 0, len = 0;
-    bool zero = false, packed = false;
+    const Segment* seg = nullptr;
+    uint64_t off = 0, len = 0;  // within the segment
+    bool packed = false;
     std::string stored;
     uint64_t xxh3 = 0;
   };
   std::vector<Chunk> chunks;
   for (const Segment& seg : segments) {
     if (seg.zero) {
-      chunks.push_back({seg.offset, seg.len, true, false, {}, 0});
+      chunks.push_back({&seg, 0, seg.len, false, {}, 0});
       continue;
     }
     for (uint64_t o = 0; o < seg.len; o += kCompressChunk) {
-      chunks.push_back({seg.offset + o, std::min<uint64_t>(kCompressChunk, seg.len - o), false, false, {}, 0});
+      chunks.push_back({&seg, o, std::min<uint64_t>(kCompressChunk, seg.len - o), false, {}, 0});
     }
   }
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < chunks.size();) {
       Chunk& c = chunks[i];
-      if (c.zero) continue;
-      c.packed = image::Compress(comp, data + c.off, c.len, &c.stored);
-      c.xxh3 = c.packed ? image::Checksum(c.stored.data(), c.stored.size()) : image::Checksum(data + c.off, c.len);
+      if (c.seg->zero) continue;
+      const char* at = data + c.seg->offset + c.off;
+      c.packed = image::Compress(comp, at, c.len, &c.stored);
+      c.xxh3 = c.packed ? image::Checksum(c.stored.data(), c.stored.size()) : image::Checksum(at, c.len);
     }
   };
   size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), chunks.size());
@@ -293,20 +341,35 @@ absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compressi
   work();
   for (auto& t : pool) t.join();
   for (const Chunk& c : chunks) {
-    if (c.zero) {
-      image::PageBlock zb;
-      zb.set_vaddr(addr + c.off);
-      zb.set_length(c.len);
-      zb.set_zero(true);
-      out->push_back(std::move(zb));
+    uint64_t vaddr = c.seg->vaddr + c.off;
+    std::vector<image::PageBlock>& out = (*blocks)[c.seg->vma];
+    if (c.seg->zero) {
+      out.push_back(ZeroBlock(vaddr, c.len));
       continue;
     }
-    auto block = c.packed ? writer.AppendStored(addr + c.off, c.len, c.stored.data(), c.stored.size(), c.xxh3, comp.codec)
-                          : writer.AppendPages(addr + c.off, data + c.off, c.len, c.xxh3);
+    auto block = c.packed ? writer.AppendStored(vaddr, c.len, c.stored.data(), c.stored.size(), c.xxh3, comp.codec)
+                          : writer.AppendPages(vaddr, data + c.seg->offset + c.off, c.len, c.xxh3);
     if (!block.ok()) return block.status();
-    out->push_back(std::move(*block));
+    out.push_back(std::move(*block));
     stats->pages += c.len / kPage;
     stats->bytes += c.len;
+  }
+  return absl::OkStatus();
+}
+
+// Appends the segments of one filled buffer as they are (no compression).
+absl::Status AppendPlain(image::ImageWriter& writer, const char* data, const std::vector<Segment>& segments,
+                         std::vector<std::vector<image::PageBlock>>* blocks, MemoryStats* stats) {
+  for (const Segment& seg : segments) {
+    std::vector<image::PageBlock>& out = (*blocks)[seg.vma];
+    if (seg.zero) {
+      out.push_back(ZeroBlock(seg.vaddr, seg.len));
+      continue;
+    }
+    ASSIGN_OR_RETURN(image::PageBlock block, writer.AppendPages(seg.vaddr, data + seg.offset, seg.len, seg.xxh3));
+    out.push_back(std::move(block));
+    stats->pages += seg.len / kPage;
+    stats->bytes += seg.len;
   }
   return absl::OkStatus();
 }
@@ -444,34 +507,8 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
         b = std::move(full.front());
         full.pop_front();
       }
-      absl::Status s;
-      const char* data = b.buf;
-      if (compress) {
-        s = AppendCompressed(writer, comp, b.addr, data, b.segments, &blocks[b.vma], &stats);
-        std::lock_guard lock(mu);
-        free_bufs.push_back(b.buf);
-        if (!s.ok() && writer_status.ok()) writer_status = s;
-        cv.notify_all();
-        continue;
-      }
-      for (const Segment& seg : b.segments) {
-        if (seg.zero) {
-          image::PageBlock zb;
-          zb.set_vaddr(b.addr + seg.offset);
-          zb.set_length(seg.len);
-          zb.set_zero(true);
-          blocks[b.vma].push_back(std::move(zb));
-          continue;
-        }
-        auto block = writer.AppendPages(b.addr + seg.offset, data + seg.offset, seg.len, seg.xxh3);
-        if (!block.ok()) {
-          s = block.status();
-          break;
-        }
-        blocks[b.vma].push_back(*block);
-        stats.pages += seg.len / kPage;
-        stats.bytes += seg.len;
-      }
+      absl::Status s = compress ? AppendCompressed(writer, comp, b.buf, b.segments, &blocks, &stats)
+                                : AppendPlain(writer, b.buf, b.segments, &blocks, &stats);
       std::lock_guard lock(mu);
       free_bufs.push_back(b.buf);
       if (!s.ok() && writer_status.ok()) writer_status = s;
@@ -479,48 +516,66 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
     }
   });
 
+  // The reader fills each buffer with as many runs (or pieces of a run) as fit, and reads
+  // them with one system call.
   absl::Status read_status;
   uint64_t done = 0;
-  for (const Run& r : runs) {
-    for (uint64_t off = 0; off < r.len && read_status.ok();) {
-      char* buf;
-      {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return !free_bufs.empty() || !writer_status.ok(); });
-        if (!writer_status.ok()) break;
-        buf = free_bufs.front();
-        free_bufs.pop_front();
-      }
-      uint64_t len = std::min<uint64_t>(r.len - off, buffer_bytes);
-      read_status = inject::ReadRemote(pid, r.start + off, buf, len);
-      if (!read_status.ok() && unread != nullptr) {
-        // A running process may have unmapped the area meanwhile: the caller copies the
-        // rest of the run again once the process is frozen, if it still exists then.
-        unread->emplace_back(r.start + off, r.start + r.len);
-        read_status = absl::OkStatus();
-        std::lock_guard lock(mu);
-        free_bufs.push_back(buf);
-        break;
-      }
-      if (!read_status.ok()) {
-        read_status = Annotate(read_status, absl::StrFormat("read memory of pid %d at %#x", pid, r.start + off));
-        std::lock_guard lock(mu);
-        free_bufs.push_back(buf);
-        break;
-      }
-      const image::Vma& v = vmas[r.vma];
-      Batch batch{r.vma, r.start + off,
-                  Segments(buf, len, v.kind() != image::Vma::FILE_PRIVATE, r.keep_zero, !compress), buf};
-      {
-        std::lock_guard lock(mu);
-        full.push_back(std::move(batch));
-      }
-      cv.notify_all();
-      off += len;
-      done += len;
-      if (progress) progress(done, total);
+  size_t next_run = 0;
+  uint64_t run_off = 0;  // in runs[next_run]
+  std::vector<Piece> pieces;
+  while (next_run < runs.size()) {
+    char* buf;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !free_bufs.empty() || !writer_status.ok(); });
+      if (!writer_status.ok()) break;
+      buf = free_bufs.front();
+      free_bufs.pop_front();
     }
-    if (!read_status.ok()) break;
+    pieces.clear();
+    uint64_t used = 0;
+    while (next_run < runs.size() && used < buffer_bytes) {
+      const Run& r = runs[next_run];
+      uint64_t len = std::min<uint64_t>(r.len - run_off, buffer_bytes - used);
+      pieces.push_back({r.vma, r.start + run_off, len, used, r.keep_zero});
+      used += len;
+      run_off += len;
+      if (run_off == r.len) ++next_run, run_off = 0;
+    }
+    std::vector<bool> skipped(pieces.size(), false);
+    if (!ReadPieces(pid, pieces, buf)) {
+      for (size_t k = 0; k < pieces.size() && read_status.ok(); ++k) {
+        const Piece& piece = pieces[k];
+        absl::Status s = inject::ReadRemote(pid, piece.vaddr, buf + piece.offset, piece.len);
+        if (s.ok()) continue;
+        if (unread != nullptr) {
+          // A running process may have unmapped the area meanwhile: the caller copies
+          // these pages again once the process is frozen, if they still exist then.
+          unread->emplace_back(piece.vaddr, piece.vaddr + piece.len);
+          skipped[k] = true;
+          continue;
+        }
+        read_status = Annotate(s, absl::StrFormat("read memory of pid %d at %#x", pid, piece.vaddr));
+      }
+    }
+    if (!read_status.ok()) {
+      std::lock_guard lock(mu);
+      free_bufs.push_back(buf);
+      break;
+    }
+    Batch batch{{}, buf};
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      if (skipped[k]) continue;
+      bool skip_zero = vmas[pieces[k].vma].kind() != image::Vma::FILE_PRIVATE;
+      AddSegments(buf, pieces[k], skip_zero, /*checksum=*/!compress, &batch.segments);
+    }
+    {
+      std::lock_guard lock(mu);
+      full.push_back(std::move(batch));
+    }
+    cv.notify_all();
+    done += used;
+    if (progress) progress(done, total);
   }
   {
     std::lock_guard lock(mu);
