@@ -34,10 +34,10 @@ class ImageWriter {
   absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3);
 
   // Start writing pages.img back to the disk while pages are still being appended, so that
-  // Commit's fsync waits only for the tail. For a dump whose processes stay frozen until the
-  // commit (the fsync is then part of the freeze); one that lets them run before the commit
-  // leaves the writeback to the fsync: early writeback throttles the copy to the disk's speed
-  // and so lengthens the freeze. Off by default.
+  // Commit's fsync waits only for the tail: for a dump that kills its processes after the
+  // commit. A dump that lets them run before the commit leaves the writeback to the fsync:
+  // early writeback throttles the copy to the disk's speed and so lengthens the freeze.
+  // Off by default.
   void set_early_writeback(bool on) { early_writeback_ = on; }
 
   // How page blocks should be compressed (dump --compress); set by the dump driver.
