@@ -30,6 +30,9 @@ DaemonProcess::~DaemonProcess() {
     Kill(SIGKILL);
     Wait(10s);
   }
+  // The daemon's default spool for outgoing migrations (cairnd --spool-dir), outside the test
+  // directory; it is empty once its migrations are done.
+  ::rmdir(("/dev/shm/cairnd-" + node_).c_str());
 }
 
 ::testing::AssertionResult DaemonProcess::Start(std::chrono::milliseconds timeout) {
