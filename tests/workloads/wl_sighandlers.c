@@ -1,5 +1,6 @@
 // Signal dispositions: handlers installed with SA_SIGINFO, SA_RESTART, SA_ONSTACK (with sigaltstack),
-// SA_NODEFER|SA_RESETHAND, SA_NOCLDWAIT, a non-empty sa_mask, and SIG_IGN for two signals. After
+// SA_NODEFER|SA_RESETHAND, SA_NOCLDWAIT, a non-empty sa_mask, and SIG_IGN for two signals. One
+// handler is for SIGTRAP, the signal an injected call's trap would reset to SIG_DFL. After
 // restore sigaction() must return the same struct for every signal, the alternate stacks (one in the
 // main thread, another with SS_AUTODISARM in a second thread) must be the same, and raising each
 // signal must run the right handler with the right flags in effect.
@@ -25,7 +26,7 @@ static unsigned char g_thread_alt[kAltSize];
 static struct sigaction g_before[NSIG];
 static int g_have_before[NSIG];
 
-static volatile sig_atomic_t g_usr1_ok, g_usr2_ran, g_hup_on, g_int_ok, g_term_ok, g_rt_ok, g_chld_ran;
+static volatile sig_atomic_t g_usr1_ok, g_usr2_ran, g_hup_on, g_int_ok, g_term_ok, g_rt_ok, g_chld_ran, g_trap_ran;
 static unsigned char* volatile g_expected_alt;
 
 static int OnStack(const void* p, const unsigned char* alt) {
@@ -38,6 +39,8 @@ static void OnUsr1(int sig, siginfo_t* info, void* ctx) {
 }
 
 static void OnUsr2(int sig) { g_usr2_ran = sig == SIGUSR2; }
+
+static void OnTrap(int sig) { g_trap_ran = sig == SIGTRAP; }
 
 static void OnHup(int sig) {
   volatile char here = 0;
@@ -149,6 +152,7 @@ int main(int argc, char** argv) {
   Install(SIGCHLD, NULL, OnChld, SA_SIGINFO | SA_NOCLDWAIT | SA_NOCLDSTOP, NULL);
   Install(SIGPIPE, SIG_IGN, NULL, 0, NULL);
   Install(SIGQUIT, SIG_IGN, NULL, SA_RESTART, NULL);
+  Install(SIGTRAP, OnTrap, NULL, SA_RESTART, NULL);
   Snapshot(g_before, g_have_before);
 
   pthread_t thread;
@@ -166,6 +170,8 @@ int main(int argc, char** argv) {
   WL_CHECK(g_usr1_ok, "SA_SIGINFO handler for SIGUSR1 did not run with the right siginfo");
   raise(SIGUSR2);
   WL_CHECK(g_usr2_ran, "SIGUSR2 handler did not run");
+  raise(SIGTRAP);
+  WL_CHECK(g_trap_ran, "SIGTRAP handler did not run");
   g_expected_alt = g_main_alt;
   raise(SIGHUP);
   WL_CHECK(g_hup_on == 1, "SIGHUP handler did not run on the alternate stack");

@@ -78,12 +78,23 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
     ASSIGN_OR_RETURN(t.sigmask, inject::GetSigmask(t.tid));
     RETURN_IF_ERROR(inject::SetSigmask(t.tid, kAllSignals));
   }
+  // Before anything is injected: the first injection's trap would reset it.
+  ASSIGN_OR_RETURN(bool sigtrap_set, inject::SigtrapIsSet(pid));
+  if (sigtrap_set) {
+    ASSIGN_OR_RETURN(fp.sigtrap_insn_, inject::VdsoSyscallInsn(pid));
+    ASSIGN_OR_RETURN(fp.sigtrap_, inject::GetSigtrapAction(pid, fp.sigtrap_insn_));
+  }
   CAIRN_LOG_DEBUG("event=frozen pid={} threads={}", pid, fp.threads_.size());
   return fp;
 }
 
 FrozenProcess::FrozenProcess(FrozenProcess&& other) noexcept
-    : pid_(other.pid_), threads_(std::move(other.threads_)), done_(other.done_), was_stopped_(other.was_stopped_) {
+    : pid_(other.pid_),
+      threads_(std::move(other.threads_)),
+      done_(other.done_),
+      was_stopped_(other.was_stopped_),
+      sigtrap_(other.sigtrap_),
+      sigtrap_insn_(other.sigtrap_insn_) {
   other.done_ = true;
 }
 
@@ -97,6 +108,7 @@ FrozenProcess::~FrozenProcess() {
 absl::Status FrozenProcess::Thaw() {
   done_ = true;
   absl::Status first;
+  if (sigtrap_) first = Annotate(inject::SetSigtrapAction(pid_, sigtrap_insn_, *sigtrap_), "put back the SIGTRAP action");
   for (const ThreadState& t : threads_) {
     absl::Status s = inject::SetSigmask(t.tid, t.sigmask);
     if (s.ok()) s = inject::Detach(t.tid, 0);

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <optional>
+
 #include "absl/status/statusor.h"
+#include "engine/inject/sigtrap.h"
 
 namespace cairn::dump {
 
@@ -31,6 +34,9 @@ class FrozenProcess {
   // The process was in a group stop (stopped by SIGSTOP, SIGTSTP...) before it was frozen.
   bool was_stopped() const { return was_stopped_; }
   const std::vector<ThreadState>& threads() const { return threads_; }
+  // The process's SIGTRAP action as it was before any injection, when it ignores SIGTRAP or
+  // has a handler for it (see inject/sigtrap.h); Thaw puts it back.
+  const std::optional<inject::KernelSigaction>& sigtrap_action() const { return sigtrap_; }
 
   // Restores each thread's signal mask and detaches, letting the process carry on.
   absl::Status Thaw();
@@ -47,6 +53,8 @@ class FrozenProcess {
   std::vector<ThreadState> threads_;
   bool done_ = false;
   bool was_stopped_ = false;
+  std::optional<inject::KernelSigaction> sigtrap_;
+  uint64_t sigtrap_insn_ = 0;  // the vDSO `syscall` instruction that reads and sets it
 };
 
 }  // namespace cairn::dump

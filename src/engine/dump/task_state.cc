@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <cstring>
 #include <vector>
 
@@ -107,8 +108,9 @@ absl::Status CaptureThread(pid_t pid, const FrozenProcess::ThreadState& ts, uint
   return absl::OkStatus();
 }
 
+// `sigtrap`: the SIGTRAP action read before the first injection reset it (freeze.h).
 absl::Status CaptureSignals(inject::CallBatch& batch, inject::Injector& inj, inject::RemoteScratch& scratch,
-                            pid_t pid, image::Process* out) {
+                            pid_t pid, const std::optional<inject::KernelSigaction>& sigtrap, image::Process* out) {
   std::array<inject::BatchedCall, kSignals> calls;
   for (int sig = 1; sig <= kSignals; ++sig) {
     calls[sig - 1] = {SYS_rt_sigaction, {static_cast<uint64_t>(sig), 0, scratch.addr() + SigactionOff(sig), 8}};
@@ -118,7 +120,8 @@ absl::Status CaptureSignals(inject::CallBatch& batch, inject::Injector& inj, inj
   RETURN_IF_ERROR(scratch.Get(SigactionOff(1), actions.data(), sizeof actions));
   for (int sig = 1; sig <= kSignals; ++sig) {
     RETURN_IF_ERROR(Check(calls[sig - 1], absl::StrCat("rt_sigaction(", sig, ")"), pid));
-    const KernelSigaction& ka = actions[sig - 1];
+    KernelSigaction ka = actions[sig - 1];
+    if (sig == SIGTRAP && sigtrap) ka = {sigtrap->handler, sigtrap->flags, sigtrap->restorer, sigtrap->mask};
     if (ka.handler == reinterpret_cast<uint64_t>(SIG_DFL) && ka.flags == 0 && ka.mask == 0) continue;
     image::SigAction* a = out->add_sigactions();
     a->set_signo(sig);
@@ -201,7 +204,7 @@ absl::Status CaptureWithBatch(const FrozenProcess& fp, uint64_t syscall_insn, in
     RETURN_IF_ERROR(Annotate(CaptureThread(pid, ts, syscall_insn, batch, scratch, out->add_threads()),
                              absl::StrCat("capture thread ", ts.tid)));
   }
-  RETURN_IF_ERROR(CaptureSignals(batch, inj, scratch, pid, out));
+  RETURN_IF_ERROR(CaptureSignals(batch, inj, scratch, pid, fp.sigtrap_action(), out));
   RETURN_IF_ERROR(CaptureTimers(batch, inj, scratch, pid, out));
 
   // Small per-process values.

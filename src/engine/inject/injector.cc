@@ -65,6 +65,60 @@ absl::StatusOr<long> Injector::StepOverSyscall(long nr) {
   return static_cast<long>(after.rax);
 }
 
+absl::StatusOr<long> Injector::RawAtSyscallStops(long nr, std::array<uint64_t, 6> args) {
+  ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
+  user_regs_struct regs = saved;
+  regs.rip = syscall_insn_;
+  regs.rax = static_cast<uint64_t>(nr);
+  regs.orig_rax = static_cast<uint64_t>(-1);
+  regs.rdi = args[0];
+  regs.rsi = args[1];
+  regs.rdx = args[2];
+  regs.r10 = args[3];
+  regs.r8 = args[4];
+  regs.r9 = args[5];
+  RETURN_IF_ERROR(SetRegs(tid_, regs));
+  absl::StatusOr<long> result = absl::UnknownError("");
+  // Two syscall stops: at the call's entry, then at its exit. Every catchable signal is
+  // blocked, so a SIGTRAP stop here is one of them (reported as SIGTRAP|0x80 with
+  // PTRACE_O_TRACESYSGOOD, plain SIGTRAP without).
+  absl::Status ran;
+  for (int stops = 0; stops < 2 && ran.ok();) {
+    ran = Syscall(tid_);
+    while (ran.ok()) {
+      absl::StatusOr<StopInfo> stop = WaitStop(tid_);
+      if (!stop.ok()) {
+        ran = stop.status();
+        break;
+      }
+      if (stop->kind == StopInfo::Kind::kSignalStop && (stop->signal & 0x7f) == SIGTRAP) {
+        ++stops;
+        break;
+      }
+      if (stop->kind == StopInfo::Kind::kExited || stop->kind == StopInfo::Kind::kKilled) {
+        return absl::AbortedError(absl::StrCat("thread ", tid_, " died during injected syscall ", nr));
+      }
+      if (stop->kind == StopInfo::Kind::kEventStop) {  // a leftover interrupt: go on
+        ran = Syscall(tid_);
+        continue;
+      }
+      ran = absl::InternalError(absl::StrCat("thread ", tid_, " stopped by signal ", stop->signal,
+                                             " during injected syscall ", nr,
+                                             " (signals must be blocked while injecting)"));
+    }
+  }
+  if (ran.ok()) {
+    absl::StatusOr<user_regs_struct> after = GetRegs(tid_);
+    result = after.ok() ? absl::StatusOr<long>(static_cast<long>(after->rax)) : after.status();
+  } else {
+    result = ran;
+  }
+  absl::Status restored = SetRegs(tid_, saved);
+  if (!result.ok()) return result;
+  RETURN_IF_ERROR(restored);
+  return result;
+}
+
 absl::StatusOr<long> Injector::Call(absl::string_view what, long nr, uint64_t a0, uint64_t a1,
                                     uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5) {
   ASSIGN_OR_RETURN(long rc, Raw(nr, {a0, a1, a2, a3, a4, a5}));

@@ -40,6 +40,12 @@ class Injector {
   // failure). A status error means the injection itself failed (thread vanished...).
   absl::StatusOr<long> Raw(long nr, std::array<uint64_t, 6> args = {});
 
+  // Like Raw, but driven by syscall stops (PTRACE_SYSCALL: one at entry, one at exit)
+  // instead of a single-step. Twice the round trips, but no trap signal: the single-step's
+  // SIGTRAP is forced on the thread, and a forced signal that is blocked or ignored resets
+  // the process's action for it to SIG_DFL (see sigtrap.h).
+  absl::StatusOr<long> RawAtSyscallStops(long nr, std::array<uint64_t, 6> args = {});
+
   // Like Raw, but a negative return becomes an error naming `what`.
   absl::StatusOr<long> Call(absl::string_view what, long nr, uint64_t a0 = 0, uint64_t a1 = 0,
                             uint64_t a2 = 0, uint64_t a3 = 0, uint64_t a4 = 0, uint64_t a5 = 0);

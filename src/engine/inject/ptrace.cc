@@ -72,6 +72,10 @@ absl::Status SingleStep(pid_t tid) {
   return Check(Ptrace(PTRACE_SINGLESTEP, tid, nullptr, nullptr), "ptrace(SINGLESTEP)", tid);
 }
 
+absl::Status Syscall(pid_t tid) {
+  return Check(Ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr), "ptrace(SYSCALL)", tid);
+}
+
 absl::StatusOr<user_regs_struct> GetRegs(pid_t tid) {
   user_regs_struct regs{};
   RETURN_IF_ERROR(Check(Ptrace(PTRACE_GETREGS, tid, nullptr, &regs), "ptrace(GETREGS)", tid));

@@ -84,6 +84,8 @@ absl::StatusOr<Status> ParseStatus(absl::string_view text) {
     else if (key == "CapEff") ok = cap(&st.cap_eff);
     else if (key == "CapBnd") ok = cap(&st.cap_bnd);
     else if (key == "CapAmb") ok = cap(&st.cap_amb);
+    else if (key == "SigIgn") ok = cap(&st.sig_ignored);
+    else if (key == "SigCgt") ok = cap(&st.sig_caught);
     else if (key == "NoNewPrivs") st.no_new_privs = val == "1";
     else if (key == "Seccomp") ok = absl::SimpleAtoi(val, &st.seccomp);
     else if (key == "Umask") {

@@ -41,6 +41,8 @@ struct Status {
   bool no_new_privs = false;
   int seccomp = 0;
   int umask = -1;  // "Umask" (Linux 4.7+); -1 when not shown
+  uint64_t sig_ignored = 0;  // "SigIgn": bit N-1 set when signal N is ignored
+  uint64_t sig_caught = 0;   // "SigCgt": bit N-1 set when signal N has a handler
   std::vector<pid_t> nspids;  // "NSpid": the id in each nested PID namespace, outermost first
 };
 

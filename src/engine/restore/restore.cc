@@ -28,6 +28,7 @@
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
+#include "engine/inject/sigtrap.h"
 #include "engine/job/job.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
@@ -529,6 +530,20 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (built.ok()) built = ApplySeals(*masters);
   if (built.ok()) built = lazy_handlers.WaitReady();
   if (built.ok() && meta.own_ipc_ns()) built = RemoveDestroyedSegments(root_host, meta.ipc());
+  // Last, after every other injection (each one's trap resets it): a SIGTRAP handler or
+  // SIG_IGN, set at syscall stops (inject/sigtrap.h).
+  for (const image::Process* p : procs) {
+    if (!built.ok()) break;
+    if (p->zombie()) continue;
+    for (const image::SigAction& a : p->sigactions()) {
+      if (a.signo() != SIGTRAP) continue;
+      pid_t host = ids.Host(p->pid());
+      absl::StatusOr<uint64_t> insn = inject::VdsoSyscallInsn(host);
+      built = insn.ok() ? inject::SetSigtrapAction(host, *insn, {a.handler(), a.flags(), a.restorer(), a.mask()})
+                        : insn.status();
+      built = Annotate(built, absl::StrCat("pid ", p->pid(), ": set its SIGTRAP action"));
+    }
+  }
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }

@@ -139,6 +139,8 @@ constexpr char kStatus[] =
     "Gid:\t2000\t2001\t2002\t2003\n"
     "FDSize:\t64\n"
     "Groups:\t4 24 27 \n"
+    "SigIgn:\t0000000000001000\n"
+    "SigCgt:\t0000000180004002\n"
     "NStgid:\t1234\n"
     "CapInh:\t0000000000000000\n"
     "CapPrm:\t000001ffffffffff\n"
@@ -164,6 +166,8 @@ TEST(ParseStatusTest, CredentialsAndSecurityState) {
   EXPECT_TRUE(st->no_new_privs);
   EXPECT_EQ(st->seccomp, 2);
   EXPECT_EQ(st->umask, 022);
+  EXPECT_EQ(st->sig_ignored, 0x1000u);
+  EXPECT_EQ(st->sig_caught, 0x180004002u);
 }
 
 TEST(ParseStatusTest, NoGroupsAndDefaults) {

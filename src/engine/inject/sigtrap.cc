@@ -1,0 +1,69 @@
+#include "engine/inject/sigtrap.h"
+
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/user.h>
+
+#include "common/status.h"
+#include "engine/inject/injector.h"
+#include "engine/inject/ptrace.h"
+#include "engine/proc/maps.h"
+#include "engine/proc/stat.h"
+
+namespace cairn::inject {
+namespace {
+
+constexpr uint64_t kRedZone = 128;
+constexpr uint64_t kAllSignals = ~0ULL;
+
+// Where the struct goes: below the stack pointer and its red zone, 16-byte aligned.
+absl::StatusOr<uint64_t> BelowStack(pid_t tid) {
+  ASSIGN_OR_RETURN(user_regs_struct regs, GetRegs(tid));
+  return (regs.rsp - kRedZone - sizeof(KernelSigaction)) & ~uint64_t{15};
+}
+
+// Runs rt_sigaction(SIGTRAP, act, oldact) at syscall stops with every signal blocked.
+absl::Status SigtrapCall(pid_t tid, uint64_t syscall_insn, uint64_t act, uint64_t oldact) {
+  ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid));
+  RETURN_IF_ERROR(SetSigmask(tid, kAllSignals));
+  Injector inj(tid, syscall_insn);
+  absl::StatusOr<long> rc = inj.RawAtSyscallStops(SYS_rt_sigaction, {SIGTRAP, act, oldact, 8});
+  absl::Status unmasked = SetSigmask(tid, mask);
+  RETURN_IF_ERROR(rc.status());
+  if (*rc < 0 && *rc > -4096) {
+    return ErrnoStatus(absl::StrCat("rt_sigaction(SIGTRAP) (in pid ", tid, ")"), static_cast<int>(-*rc));
+  }
+  return unmasked;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> SigtrapIsSet(pid_t pid) {
+  ASSIGN_OR_RETURN(proc::Status st, proc::ReadStatus(pid));
+  const uint64_t bit = uint64_t{1} << (SIGTRAP - 1);
+  return ((st.sig_ignored | st.sig_caught) & bit) != 0;
+}
+
+absl::StatusOr<KernelSigaction> GetSigtrapAction(pid_t tid, uint64_t syscall_insn) {
+  ASSIGN_OR_RETURN(uint64_t at, BelowStack(tid));
+  RETURN_IF_ERROR(SigtrapCall(tid, syscall_insn, 0, at));
+  KernelSigaction action;
+  RETURN_IF_ERROR(ReadRemote(tid, at, &action, sizeof action));
+  return action;
+}
+
+absl::Status SetSigtrapAction(pid_t tid, uint64_t syscall_insn, const KernelSigaction& action) {
+  ASSIGN_OR_RETURN(uint64_t at, BelowStack(tid));
+  RETURN_IF_ERROR(WriteRemote(tid, at, &action, sizeof action));
+  return SigtrapCall(tid, syscall_insn, at, 0);
+}
+
+absl::StatusOr<uint64_t> VdsoSyscallInsn(pid_t pid) {
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
+  for (const proc::MapEntry& m : maps) {
+    if (m.path == "[vdso]") return FindSyscallInsn(pid, m.start, m.end);
+  }
+  return absl::NotFoundError(absl::StrCat("pid ", pid, " has no vDSO"));
+}
+
+}  // namespace cairn::inject
