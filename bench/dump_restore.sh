@@ -38,8 +38,11 @@ for where in "${dirs[@]}"; do
       plain_s=$("$build/bench/plain_write" "$mib" "$work/plain")
       rm -f "$work/plain"
       sync
-      # bench/timed: the command's own time, from its fork to its exit.
-      read -r dump_s rss < <("$build/bench/timed" "$build/cairn" dump --pid "$pid" --dir "$work/ckpt" 2>&1 >/dev/null | tail -n 1)
+      # bench/timed: the command's own time, from its fork to its exit. A failed command stops
+      # the bench with its message rather than giving a figure.
+      "$build/bench/timed" "$build/cairn" dump --pid "$pid" --dir "$work/ckpt" >/dev/null 2>"$work/timed" ||
+        { cat "$work/timed" >&2; exit 1; }
+      read -r dump_s rss < <(tail -n 1 "$work/timed")
       { wait "$pid"; } 2>/dev/null || true
       sync
       # The limit is the faster of two plain writes, one before and one after the dump:
@@ -53,7 +56,9 @@ for where in "${dirs[@]}"; do
       # received a checkpoint has them in memory).
       cat "$work/ckpt/pages.img" >/dev/null
       "$build/cairn" --help >/dev/null
-      read -r restore_s _ < <("$build/bench/timed" "$build/cairn" restore --dir "$work/ckpt" --detach 2>&1 >/dev/null | tail -n 1)
+      "$build/bench/timed" "$build/cairn" restore --dir "$work/ckpt" --detach >/dev/null 2>"$work/timed" ||
+        { cat "$work/timed" >&2; exit 1; }
+      read -r restore_s _ < <(tail -n 1 "$work/timed")
       kill -9 "$pid" 2>/dev/null || true
       { wait "$pid"; } 2>/dev/null || true
       rm -rf "$work"

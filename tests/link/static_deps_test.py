@@ -17,9 +17,9 @@ import sys
 
 # Shared objects that must not be loaded when the dependencies are static.
 STATIC_SONAMES = re.compile(r"^lib(absl_|protobuf|grpc|gpr|upb|address_sorting|re2|cares|sqlite3|xxhash|lz4)")
-# The C/C++ runtime: always shared, never compared.
-RUNTIME = re.compile(r"^(linux-vdso\.so|ld-linux|lib(c|m|stdc\+\+|gcc_s)\.so)")
-CAIRN_ALLOWED = re.compile(r"^(linux-vdso\.so|ld-linux|lib(c|m|stdc\+\+|gcc_s|spdlog|fmt)\.so)")
+# The C/C++ runtime (and a sanitizer build's runtimes): always shared, never compared.
+RUNTIME = re.compile(r"^(linux-vdso\.so|ld-linux|lib(c|m|stdc\+\+|gcc_s|asan|ubsan|lsan|tsan)\.so)")
+CAIRN_ALLOWED = re.compile(r"^(linux-vdso\.so|ld-linux|lib(c|m|stdc\+\+|gcc_s|spdlog|fmt|asan|ubsan|lsan|tsan)\.so)")
 
 
 def executables(build_dir):

@@ -40,7 +40,7 @@ constexpr size_t kBufferBytes = 1 << 20;
 // dump --compress: each buffer is cut into blocks compressed on every core, so it must
 // hold several of them.
 constexpr size_t kCompressBufferBytes = 8 << 20;
-constexpr size_t kBuffers = 4;  // in flight: bounds the dumper's memory to 32 MiB
+constexpr size_t kBuffers = 4;  // in flight: the dumper's buffers take 4 MiB (32 MiB with --compress)
 constexpr uint64_t kPagemapBatch = 65536; // pages per pagemap read (512 KiB of entries)
 constexpr uint64_t kCompressChunk = 1 << 20;  // dump --compress: largest compressed block
 
@@ -246,11 +246,13 @@ struct Piece {
   bool keep_zero = false;
 };
 
-// Reads `pieces` into `buf` with as few process_vm_readv calls as it takes (one per
-// kMaxRemoteIovecs pieces): the last round of a pre-copy or an incremental dump is thousands
-// of scattered single pages. On any failure each piece is read alone (ReadRemote's
-// /proc/PID/mem fallback, and a clear error naming the piece that cannot be read).
 constexpr size_t kMaxRemoteIovecs = 1024;  // UIO_MAXIOV
+
+// Reads `pieces` (laid out one after another in `buf`) with as few process_vm_readv calls as
+// it takes, one per kMaxRemoteIovecs pieces: the last round of a pre-copy or an incremental
+// dump is thousands of scattered single pages. False on any failure or short read: the
+// caller then reads the pieces one by one (ReadRemote's /proc/PID/mem fallback, and an error
+// naming the piece that cannot be read).
 bool ReadPieces(pid_t pid, const std::vector<Piece>& pieces, char* buf) {
   std::vector<iovec> remote;
   for (size_t first = 0; first < pieces.size(); first += kMaxRemoteIovecs) {
@@ -479,12 +481,12 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
   uint64_t total = 0;
   for (const Run& r : runs) total += r.len;
 
-  // Left uninitialised: a small dump touches only what it reads (zeroing 32 MiB would
-  // cost more than the whole dump of a small process).
   MemoryStats stats;
   const image::Compression comp = writer.compression();
   const bool compress = comp.codec != image::PageBlock::NONE;
   const size_t buffer_bytes = compress ? kCompressBufferBytes : kBufferBytes;
+  // Left uninitialised: a small dump touches only what it reads (zeroing 32 MiB would
+  // cost more than the whole dump of a small process).
   std::vector<std::unique_ptr<char[]>> buffers;
   for (size_t i = 0; i < kBuffers; ++i) buffers.emplace_back(new char[buffer_bytes]);
   std::mutex mu;

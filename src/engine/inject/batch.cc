@@ -5,6 +5,10 @@
 #include <sys/syscall.h>
 #include <sys/user.h>
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/inject/ptrace.h"
@@ -57,8 +61,11 @@ absl::StatusOr<CallBatch> CallBatch::Create(Injector& inj) {
   CallBatch batch(static_cast<uint64_t>(*addr));
   absl::Status put = WriteRemote(inj.tid(), batch.code_, kLoop, sizeof kLoop);
   if (!put.ok()) {
-    (void)batch.Unmap(inj);
-    return Annotate(put, "write the call batch's loop");
+    // /proc/PID/mem may refuse to write a read-only page (proc_mem.force_override=never, a
+    // security module): call by call then.
+    CAIRN_LOG_DEBUG("event=call_batch_unavailable tid={} why=\"{}\"", inj.tid(), std::string(put.message()));
+    RETURN_IF_ERROR(batch.Unmap(inj));
+    return CallBatch(0);
   }
   return batch;
 }
@@ -91,6 +98,7 @@ absl::Status CallBatch::RunLoop(Injector& inj, uint64_t table, size_t count) {
   regs.rip = code_;
   regs.r12 = table;
   regs.r13 = count;
+  regs.eflags &= ~uint64_t{0x100};  // no trap flag (a program single-stepping itself): run to the int3
   regs.orig_rax = static_cast<uint64_t>(-1);  // no syscall-restart fixup on the way out
   RETURN_IF_ERROR(SetRegs(tid, regs));
   absl::Status ran = Cont(tid);
@@ -100,7 +108,16 @@ absl::Status CallBatch::RunLoop(Injector& inj, uint64_t table, size_t count) {
       ran = stop.status();
       break;
     }
-    if (stop->kind == StopInfo::Kind::kSignalStop && stop->signal == SIGTRAP) break;  // the int3
+    if (stop->kind == StopInfo::Kind::kSignalStop && stop->signal == SIGTRAP) {
+      // The loop's int3 leaves rip just past it with every row done; anything else is a
+      // SIGTRAP from outside, taken while the loop ran.
+      absl::StatusOr<user_regs_struct> at = GetRegs(tid);
+      if (at.ok() && at->rip == code_ + sizeof kLoop && at->r13 == 0) break;
+      ran = at.ok() ? absl::InternalError(absl::StrCat("thread ", tid, " took a SIGTRAP from outside during a batch of "
+                                                       "injected syscalls; try again"))
+                    : at.status();
+      break;
+    }
     if (stop->kind == StopInfo::Kind::kExited || stop->kind == StopInfo::Kind::kKilled) {
       return absl::AbortedError(absl::StrCat("thread ", tid, " died during a batch of injected syscalls"));
     }
@@ -110,7 +127,8 @@ absl::Status CallBatch::RunLoop(Injector& inj, uint64_t table, size_t count) {
     }
     // A fault in the loop (its signal is discarded: the thread is resumed later with 0).
     ran = absl::InternalError(absl::StrCat("thread ", tid, " stopped by signal ", stop->signal,
-                                           " during a batch of injected syscalls"));
+                                           " during a batch of injected syscalls (signals must be blocked while "
+                                           "injecting)"));
   }
   // Put the thread back as it was on every path.
   absl::Status restored = SetRegs(tid, saved);

@@ -39,6 +39,11 @@ class CallBatch {
   // A batch without the page: every call is single-stepped (what Create falls back to).
   static CallBatch OneByOne() { return CallBatch(0); }
 
+  // Move-only: one owner unmaps the page.
+  CallBatch(CallBatch&& other) noexcept : code_(other.code_) { other.code_ = 0; }
+  CallBatch& operator=(CallBatch&&) = delete;
+  CallBatch(const CallBatch&) = delete;
+
   // Runs `calls` in order in the thread of `inj` (any thread of the process), with their
   // table at offset `table_off` of `scratch`; fills in each result. A status error means
   // the injection failed (the thread vanished, or stopped for a reason other than the

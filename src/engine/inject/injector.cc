@@ -62,6 +62,11 @@ absl::StatusOr<long> Injector::StepOverSyscall(long nr) {
                                             " (signals must be blocked while injecting)"));
   }
   ASSIGN_OR_RETURN(user_regs_struct after, GetRegs(tid_));
+  // The step over the 2-byte instruction; a SIGTRAP from outside stops the thread elsewhere.
+  if (after.rip != syscall_insn_ + 2) {
+    return absl::InternalError(absl::StrCat("thread ", tid_, " took a SIGTRAP from outside during injected syscall ",
+                                            nr, "; try again"));
+  }
   return static_cast<long>(after.rax);
 }
 

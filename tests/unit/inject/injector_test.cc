@@ -1,10 +1,10 @@
 #include "engine/inject/injector.h"
 
-#include <sys/prctl.h>
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
