@@ -1,6 +1,5 @@
 #include "engine/inject/injector.h"
 
-
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
