@@ -68,7 +68,12 @@ struct Ctx {
   UniqueFd fd;
   Segs pending;
   bool gone = false;
+  int stale_tries = 0;  // UFFDIO_COPY of one page found no area there, in a row
 };
+
+// How often a page whose area is not there is tried again (after reading the queued events)
+// before it is dropped: ~0.1 s of retries.
+constexpr int kMaxStaleTries = 1000;
 
 enum class Outcome { kOk, kAgain, kGone };
 
@@ -170,25 +175,37 @@ void Handler::KillAll() {
 
 absl::StatusOr<Outcome> Handler::Copy(Ctx& c, uint64_t dst, const char* src, uint64_t len) {
   uint64_t done = 0;
+  bool by_page = false;
   while (done < len) {
     uffdio_copy cp{};
     cp.dst = dst + done;
     cp.src = reinterpret_cast<uint64_t>(src + done);
-    cp.len = len - done;
+    cp.len = by_page ? kPage : len - done;
     int rc = ::ioctl(c.fd.get(), UFFDIO_COPY, &cp);
-    if (rc == 0) {
-      done = len;
-      break;
-    }
-    int err = errno;
-    if (cp.copy > 0) {
-      Carve(c.pending, dst + done, dst + done + static_cast<uint64_t>(cp.copy));
-      copied_ += static_cast<uint64_t>(cp.copy);
-      done += static_cast<uint64_t>(cp.copy);
+    if (rc == 0 || cp.copy > 0) {
+      uint64_t n = rc == 0 ? cp.len : static_cast<uint64_t>(cp.copy);
+      Carve(c.pending, dst + done, dst + done + n);
+      copied_ += n;
+      done += n;
+      c.stale_tries = 0;
       continue;
     }
-    if (err == EEXIST || err == ENOENT || err == EFAULT) {
-      // Already there, or the area is gone (its unmap event follows): nothing to copy.
+    int err = errno;
+    if (err == EEXIST) {  // already there
+      Carve(c.pending, dst + done, dst + done + kPage);
+      done += kPage;
+      continue;
+    }
+    if (err == ENOENT || err == EFAULT) {
+      // The range must lie in one area: the process may have split, shrunk or moved it since
+      // (mremap, munmap, mprotect). Page by page, each page's own fate shows.
+      if (!by_page && len - done > kPage) {
+        by_page = true;
+        continue;
+      }
+      // This page's area is gone or moved: its event (unmap, remap) is queued, and the process
+      // waits until it is read. Read it first; a page that stays unreachable is dropped.
+      if (++c.stale_tries <= kMaxStaleTries) return Outcome::kAgain;
       Carve(c.pending, dst + done, dst + done + kPage);
       done += kPage;
       continue;
@@ -197,8 +214,6 @@ absl::StatusOr<Outcome> Handler::Copy(Ctx& c, uint64_t dst, const char* src, uin
     if (err == ESRCH) return Outcome::kGone;    // the process exited
     return ErrnoStatus(absl::StrFormat("UFFDIO_COPY to %#x in pid %d", dst + done, opts_.pid));
   }
-  Carve(c.pending, dst, dst + len);
-  copied_ += len;
   return Outcome::kOk;
 }
 
