@@ -1,6 +1,7 @@
 // Signal dispositions: handlers installed with SA_SIGINFO, SA_RESTART, SA_ONSTACK (with sigaltstack),
 // SA_NODEFER|SA_RESETHAND, SA_NOCLDWAIT, a non-empty sa_mask, and SIG_IGN for two signals. One
-// handler is for SIGTRAP, the signal an injected call's trap would reset to SIG_DFL. After
+// handler is for SIGTRAP, the signal an injected call's trap would reset to SIG_DFL; the main
+// thread waits for go blocked in read(), which must restart (not fail) after the checkpoint. After
 // restore sigaction() must return the same struct for every signal, the alternate stacks (one in the
 // main thread, another with SS_AUTODISARM in a second thread) must be the same, and raising each
 // signal must run the right handler with the right flags in effect.
@@ -124,6 +125,16 @@ static volatile int g_go;
 static volatile int g_parked;
 static volatile int g_thread_result;  // 1 ok, -1 failed
 
+static int g_wake[2];
+
+// Writes to the main thread's pipe once go exists.
+static void* Waker(void* arg) {
+  (void)arg;
+  wl_wait_go();
+  if (write(g_wake[1], "g", 1) != 1) wl_fail("write wake pipe: %s", wl_errstr());
+  return NULL;
+}
+
 static void* ThreadMain(void* arg) {
   (void)arg;
   stack_t ss = {.ss_sp = g_thread_alt, .ss_size = kAltSize, .ss_flags = SS_AUTODISARM};
@@ -160,8 +171,17 @@ int main(int argc, char** argv) {
   WL_CHECK(rc == 0, "pthread_create: %s", strerror(rc));
   while (!g_parked) wl_sleep_ms(1);
 
+  WL_SYS(pipe(g_wake));
+  pthread_t waker;
+  rc = pthread_create(&waker, NULL, Waker, NULL);
+  WL_CHECK(rc == 0, "pthread_create: %s", strerror(rc));
+
   wl_signal_ready();
-  wl_wait_go();
+  char wake = 0;
+  ssize_t got = read(g_wake[0], &wake, 1);
+  WL_CHECK(got == 1 && wake == 'g', "read() blocked across the checkpoint returned %zd (%s)", got,
+           got < 0 ? wl_errstr() : "no error");
+  pthread_join(waker, NULL);
 
   CompareAll();
   CheckAltStack(g_main_alt, 0, "main thread");

@@ -44,6 +44,9 @@ class Injector {
   // instead of a single-step. Twice the round trips, but no trap signal: the single-step's
   // SIGTRAP is forced on the thread, and a forced signal that is blocked or ignored resets
   // the process's action for it to SIG_DFL (see sigtrap.h).
+  // The thread is left at a syscall-exit stop, not inside the kernel's signal handling: a
+  // call it was frozen in is restarted only because detaching (Detach) sends it through the
+  // signal handling again (wl_sighandlers checks a read() blocked across a checkpoint).
   absl::StatusOr<long> RawAtSyscallStops(long nr, std::array<uint64_t, 6> args = {});
 
   // Like Raw, but a negative return becomes an error naming `what`.
