@@ -17,8 +17,7 @@
 
 namespace cairn::inject {
 
-absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
-  ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
+user_regs_struct Injector::CallRegs(const user_regs_struct& saved, long nr, const std::array<uint64_t, 6>& args) const {
   user_regs_struct regs = saved;
   regs.rip = syscall_insn_;
   regs.rax = static_cast<uint64_t>(nr);
@@ -29,7 +28,12 @@ absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
   regs.r10 = args[3];
   regs.r8 = args[4];
   regs.r9 = args[5];
-  RETURN_IF_ERROR(SetRegs(tid_, regs));
+  return regs;
+}
+
+absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
+  ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
+  RETURN_IF_ERROR(SetRegs(tid_, CallRegs(saved, nr, args)));
   absl::StatusOr<long> result = StepOverSyscall(nr);
   // Put the thread back as it was on every path, so that a failed injection never leaves
   // a process that would crash when it is let go.
@@ -72,17 +76,7 @@ absl::StatusOr<long> Injector::StepOverSyscall(long nr) {
 
 absl::StatusOr<long> Injector::RawAtSyscallStops(long nr, std::array<uint64_t, 6> args) {
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
-  user_regs_struct regs = saved;
-  regs.rip = syscall_insn_;
-  regs.rax = static_cast<uint64_t>(nr);
-  regs.orig_rax = static_cast<uint64_t>(-1);
-  regs.rdi = args[0];
-  regs.rsi = args[1];
-  regs.rdx = args[2];
-  regs.r10 = args[3];
-  regs.r8 = args[4];
-  regs.r9 = args[5];
-  RETURN_IF_ERROR(SetRegs(tid_, regs));
+  RETURN_IF_ERROR(SetRegs(tid_, CallRegs(saved, nr, args)));
   absl::StatusOr<long> result = absl::UnknownError("");
   // Two syscall stops: at the call's entry, then at its exit. Every catchable signal is
   // blocked, so a SIGTRAP stop here is one of them (reported as SIGTRAP|0x80 with

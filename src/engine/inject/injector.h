@@ -14,6 +14,7 @@
 // Not thread-safe: one Injector per traced thread, used from the tracer thread only.
 
 #include <sys/types.h>
+#include <sys/user.h>
 
 #include <array>
 #include <cstdint>
@@ -54,6 +55,9 @@ class Injector {
                             uint64_t a2 = 0, uint64_t a3 = 0, uint64_t a4 = 0, uint64_t a5 = 0);
 
  private:
+  // `saved` with rip at the syscall instruction, the call's number and arguments loaded,
+  // and orig_rax -1 so the kernel applies no syscall-restart fixup to the injected call.
+  user_regs_struct CallRegs(const user_regs_struct& saved, long nr, const std::array<uint64_t, 6>& args) const;
   // Single-steps over the syscall instruction and returns rax at the syscall's exit.
   absl::StatusOr<long> StepOverSyscall(long nr);
 
