@@ -5,6 +5,7 @@
 //   root
 //   ├── Z7   exited with status 7               (a zombie at checkpoint time)
 //   ├── ZT   killed by SIGTERM                  (a zombie at checkpoint time)
+//   ├── ZK   killed by SIGKILL                  (a zombie at checkpoint time)
 //   └── L    alive, waits for go
 //       └── Z3   exited with status 3, L has not reaped it (a zombie below a live non-root process)
 //
@@ -70,17 +71,24 @@ int main(int argc, char** argv) {
   if (zt == 0) {
     for (;;) pause();
   }
+  pid_t zk = WL_SYS(fork());
+  if (zk == 0) {
+    for (;;) pause();
+  }
   pid_t l = WL_SYS(fork());
   if (l == 0) run_l();
   WL_SYS(kill(zt, SIGTERM));
+  WL_SYS(kill(zk, SIGKILL));
   wait_ended_unreaped(z7, "Z7");
   wait_ended_unreaped(zt, "ZT");
+  wait_ended_unreaped(zk, "ZK");
   wl_tree_announce_pid("Z7", z7);
   wl_tree_announce_pid("ZT", zt);
+  wl_tree_announce_pid("ZK", zk);
   wl_tree_announce();
   wl_tree_wait_announced("L");
   wl_tree_wait_announced("Z3");
-  const char line[] = "tree_zombie: set up, 3 zombies\n";
+  const char line[] = "tree_zombie: set up, 4 zombies\n";
   wl_tree_write_all(1, line, sizeof line - 1, "stdout");
   wl_signal_ready();
 
@@ -89,6 +97,7 @@ int main(int argc, char** argv) {
   wl_tree_check_own_ids(&ids);
   expect_zombie(z7, "Z7", 7 << 8);
   expect_zombie(zt, "ZT", SIGTERM);
+  expect_zombie(zk, "ZK", SIGKILL);
   wl_tree_expect_child_ok(l, "L");
   wl_tree_expect_no_children();
   wl_pass();

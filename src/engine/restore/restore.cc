@@ -413,6 +413,16 @@ absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area, const 
     int sig = WTERMSIG(status);
     rlimit no_core{0, 0};
     ::prlimit(pid, RLIMIT_CORE, &no_core, nullptr);
+    if (sig == SIGKILL) {
+      // Not sent from inside: SIGKILL cannot be held back, so the task would die in the
+      // injected call. The tracer collects its death; its parent then finds the zombie.
+      if (::kill(pid, SIGKILL) != 0) return ErrnoStatus(absl::StrCat("kill zombie ", proc.pid()));
+      for (;;) {
+        ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(pid));
+        if (stop.kind == inject::StopInfo::Kind::kKilled || stop.kind == inject::StopInfo::Kind::kExited) break;
+      }
+      return absl::OkStatus();
+    }
     inject::Injector inj(pid, work_area);
     RETURN_IF_ERROR(inj.Call("tgkill", SYS_tgkill, proc.pid(), proc.pid(), sig).status());
     RETURN_IF_ERROR(inject::SetSigmask(pid, 0));
