@@ -46,24 +46,36 @@ absl::StatusOr<bool> SigtrapIsSet(pid_t pid) {
 
 absl::StatusOr<KernelSigaction> GetSigtrapAction(pid_t tid, uint64_t syscall_insn) {
   ASSIGN_OR_RETURN(uint64_t at, BelowStack(tid));
+  KernelSigaction before, action;
+  RETURN_IF_ERROR(Annotate(ReadRemote(tid, at, &before, sizeof before), "read the stack below the stack pointer"));
   RETURN_IF_ERROR(SigtrapCall(tid, syscall_insn, 0, at));
-  KernelSigaction action;
   RETURN_IF_ERROR(ReadRemote(tid, at, &action, sizeof action));
+  // What was there goes back: code that runs its signal handlers elsewhere (Go) may use it.
+  RETURN_IF_ERROR(WriteRemote(tid, at, &before, sizeof before));
   return action;
 }
 
 absl::Status SetSigtrapAction(pid_t tid, uint64_t syscall_insn, const KernelSigaction& action) {
   ASSIGN_OR_RETURN(uint64_t at, BelowStack(tid));
+  KernelSigaction before;
+  RETURN_IF_ERROR(Annotate(ReadRemote(tid, at, &before, sizeof before), "read the stack below the stack pointer"));
   RETURN_IF_ERROR(WriteRemote(tid, at, &action, sizeof action));
-  return SigtrapCall(tid, syscall_insn, at, 0);
+  absl::Status set = SigtrapCall(tid, syscall_insn, at, 0);
+  absl::Status put_back = WriteRemote(tid, at, &before, sizeof before);
+  RETURN_IF_ERROR(set);
+  return put_back;
 }
 
 absl::StatusOr<uint64_t> VdsoSyscallInsn(pid_t pid) {
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
   for (const proc::MapEntry& m : maps) {
-    if (m.path == "[vdso]") return FindSyscallInsn(pid, m.start, m.end);
+    if (m.path != "[vdso]") continue;
+    absl::StatusOr<uint64_t> insn = FindSyscallInsn(pid, m.start, m.end);
+    if (absl::IsNotFound(insn.status())) return absl::FailedPreconditionError(insn.status().message());
+    return insn;
   }
-  return absl::NotFoundError(absl::StrCat("pid ", pid, " has no vDSO"));
+  // Not NotFound: a tree dump reads that as a process that exited meanwhile.
+  return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO; cannot inject syscalls"));
 }
 
 }  // namespace cairn::inject

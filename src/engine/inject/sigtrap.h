@@ -8,8 +8,8 @@
 // injection: in the checkpoint, and in a process left running. The engine reads that action
 // before its first injection and puts it back after its last one, with calls driven by
 // syscall stops (Injector::RawAtSyscallStops), which force no signal. The action's struct
-// is passed below the thread's stack pointer, past the red zone: memory the thread's code
-// may not rely on while it is stopped.
+// is passed below the thread's stack pointer, past the red zone, and what was there is put
+// back afterwards.
 
 #include <sys/types.h>
 
@@ -38,7 +38,7 @@ absl::StatusOr<bool> SigtrapIsSet(pid_t pid);
 absl::StatusOr<KernelSigaction> GetSigtrapAction(pid_t tid, uint64_t syscall_insn);
 absl::Status SetSigtrapAction(pid_t tid, uint64_t syscall_insn, const KernelSigaction& action);
 
-// The address of a `syscall` instruction in the vDSO of `pid`.
+// The address of a `syscall` instruction in the vDSO of `pid` (FailedPrecondition without).
 absl::StatusOr<uint64_t> VdsoSyscallInsn(pid_t pid);
 
 }  // namespace cairn::inject

@@ -68,7 +68,8 @@ struct Ctx {
   UniqueFd fd;
   Segs pending;
   bool gone = false;
-  int stale_tries = 0;  // UFFDIO_COPY of one page found no area there, in a row
+  uint64_t stale_page = 0;  // the page UFFDIO_COPY last found no area at...
+  int stale_tries = 0;      // ...and how often in a row
 };
 
 // How often a page whose area is not there is tried again (after reading the queued events)
@@ -76,6 +77,12 @@ struct Ctx {
 constexpr int kMaxStaleTries = 1000;
 
 enum class Outcome { kOk, kAgain, kGone };
+
+// Wakes the threads waiting on a fault at `page` (needs no area: UFFDIO_WAKE only wakes).
+void Wake(Ctx& c, uint64_t page) {
+  uffdio_range r{page, kPage};
+  ::ioctl(c.fd.get(), UFFDIO_WAKE, &r);
+}
 
 uint64_t StoredLength(const image::PageBlock& b) {
   return b.codec() != image::PageBlock::NONE ? b.stored_length() : b.length();
@@ -187,12 +194,12 @@ absl::StatusOr<Outcome> Handler::Copy(Ctx& c, uint64_t dst, const char* src, uin
       Carve(c.pending, dst + done, dst + done + n);
       copied_ += n;
       done += n;
-      c.stale_tries = 0;
       continue;
     }
     int err = errno;
-    if (err == EEXIST) {  // already there
+    if (err == EEXIST) {  // already there: a thread that faulted on it may still wait
       Carve(c.pending, dst + done, dst + done + kPage);
+      Wake(c, dst + done);
       done += kPage;
       continue;
     }
@@ -205,8 +212,12 @@ absl::StatusOr<Outcome> Handler::Copy(Ctx& c, uint64_t dst, const char* src, uin
       }
       // This page's area is gone or moved: its event (unmap, remap) is queued, and the process
       // waits until it is read. Read it first; a page that stays unreachable is dropped.
+      uint64_t page = dst + done;
+      if (page != c.stale_page) c.stale_page = page, c.stale_tries = 0;
       if (++c.stale_tries <= kMaxStaleTries) return Outcome::kAgain;
-      Carve(c.pending, dst + done, dst + done + kPage);
+      c.stale_page = 0, c.stale_tries = 0;
+      Carve(c.pending, page, page + kPage);
+      Wake(c, page);
       done += kPage;
       continue;
     }
@@ -265,13 +276,15 @@ absl::StatusOr<Outcome> Handler::ServeFault(Ctx& c, uint64_t addr) {
   z.range.len = kPage;
   if (::ioctl(c.fd.get(), UFFDIO_ZEROPAGE, &z) == 0) return Outcome::kOk;
   if (errno == EEXIST) {
-    uffdio_range r{page, kPage};
-    ::ioctl(c.fd.get(), UFFDIO_WAKE, &r);
+    Wake(c, page);
     return Outcome::kOk;
   }
   if (errno == EAGAIN) return Outcome::kAgain;
   if (errno == ESRCH) return Outcome::kGone;
-  if (errno == ENOENT || errno == EFAULT) return Outcome::kOk;
+  if (errno == ENOENT || errno == EFAULT) {  // the area is gone: the faulting thread retries and sees that
+    Wake(c, page);
+    return Outcome::kOk;
+  }
   return ErrnoStatus(absl::StrFormat("UFFDIO_ZEROPAGE at %#x in pid %d", page, opts_.pid));
 }
 
