@@ -121,6 +121,26 @@ class ControllerCoreTest : public ::testing::Test {
     o.heartbeat_timeout_s = 0.2;
     return o;
   }
+  // Nodes a (spot, $0.9/h) and b (on demand, $3/h); job j, placed on a, the cheaper.
+  void PlaceJobOnA() {
+    api::RegisterNodeResponse rr;
+    ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+    ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
+    api::SubmitJobResponse sr;
+    ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
+    ASSERT_EQ(sr.node_id(), "a");
+  }
+  // `node` reports a checkpoint `id` of job j taken at `time` (Unix seconds).
+  void ReportCheckpoint(const std::string& node, const std::string& id, double time) {
+    api::NodeSignal ck;
+    ck.set_kind(api::NodeSignal::CHECKPOINT);
+    ck.set_node_id(node);
+    ck.set_job_id("j");
+    ck.set_checkpoint_id(id);
+    ck.set_checkpoint_time(time);
+    api::ReportSignalResponse resp;
+    ASSERT_TRUE(controller_.ReportSignal(ck, &resp).ok());
+  }
   // Only node b heartbeats; a goes silent past the heartbeat timeout, and `c` notices.
   static void OnlyBHeartbeatsUntilALost(Controller& c) {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
@@ -138,12 +158,8 @@ class ControllerCoreTest : public ::testing::Test {
 // With a dispatcher that carries actions out, a lost node's job is rebound to the target the
 // node-lost rule chose, and nothing stays pending.
 TEST_F(ControllerCoreTest, CarriedOutDecisionMovesTheJob) {
-  api::RegisterNodeResponse rr;
-  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
-  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
-  api::SubmitJobResponse sr;
-  ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
-  ASSERT_EQ(sr.node_id(), "a");
+  PlaceJobOnA();
+  ASSERT_FALSE(HasFatalFailure());
   ASSERT_EQ(dispatcher_.started, std::vector<std::string>{"j@a"});
 
   OnlyBHeartbeatsUntilALost(controller_);
@@ -171,33 +187,17 @@ TEST_F(ControllerCoreTest, CarriedOutDecisionMovesTheJob) {
 // The checkpoints nodes report are kept in the store: a new leader restores a lost node's job
 // from the newest one, not from the beginning; only the job's own node's reports count.
 TEST_F(ControllerCoreTest, ReportedCheckpointsSurviveALeaderChange) {
-  api::RegisterNodeResponse rr;
-  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
-  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
-  api::SubmitJobResponse sr;
-  ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
-  ASSERT_EQ(sr.node_id(), "a");
+  PlaceJobOnA();
+  ASSERT_FALSE(HasFatalFailure());
   double t = 0;
   for (int i = 0; i < 40; ++i) {  // more than the controller keeps: only the newest stay
-    api::NodeSignal ck;
-    ck.set_kind(api::NodeSignal::CHECKPOINT);
-    ck.set_node_id("a");
-    ck.set_job_id("j");
-    ck.set_checkpoint_id("j-" + std::to_string(i));
     t = absl::ToUnixMicros(absl::Now()) / 1e6 - 40 + i;
-    ck.set_checkpoint_time(t);
-    api::ReportSignalResponse resp;
-    ASSERT_TRUE(controller_.ReportSignal(ck, &resp).ok());
+    ReportCheckpoint("a", "j-" + std::to_string(i), t);
+    ASSERT_FALSE(HasFatalFailure());
   }
   // A node the job is not placed on (one cut off by a partition, say) does not speak for it.
-  api::NodeSignal stale;
-  stale.set_kind(api::NodeSignal::CHECKPOINT);
-  stale.set_node_id("b");
-  stale.set_job_id("j");
-  stale.set_checkpoint_id("j-from-b");
-  stale.set_checkpoint_time(t + 5);
-  api::ReportSignalResponse stale_resp;
-  ASSERT_TRUE(controller_.ReportSignal(stale, &stale_resp).ok());
+  ReportCheckpoint("b", "j-from-b", t + 5);
+  ASSERT_FALSE(HasFatalFailure());
 
   DoingDispatcher d2;
   Controller again(&store_, &d2, Options());
@@ -379,12 +379,8 @@ TEST_F(ControllerCoreTest, CancelStopsTheJobAndFreesItsPlace) {
 
 // A node with jobs bound cannot be removed; without, it is removed from the model and the store.
 TEST_F(ControllerCoreTest, RemoveNodeOnlyWithoutJobs) {
-  api::RegisterNodeResponse rr;
-  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
-  ASSERT_TRUE(controller_.RegisterNode(Node("b", 3.0, false), &rr).ok());
-  api::SubmitJobResponse sr;
-  ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
-  ASSERT_EQ(sr.node_id(), "a");
+  PlaceJobOnA();
+  ASSERT_FALSE(HasFatalFailure());
   api::RemoveNodeRequest req;
   req.set_node_id("a");
   api::RemoveNodeResponse resp;
