@@ -1,5 +1,10 @@
 #include "cluster_harness.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 namespace cairn::testing {
 
 using nlohmann::json;
@@ -28,6 +33,16 @@ std::vector<std::string> ClusterFixture::JoinArgs(const std::string& price, cons
                                 "--price-per-hour", price, "--cloud", "aws", "--storage", "dir:" + shared};
   a.insert(a.end(), more.begin(), more.end());
   return a;
+}
+
+std::string ClusterFixture::SharedStore() {
+  std::string shared = Dir() + "/shared-store";
+  EXPECT_EQ(::mkdir(shared.c_str(), 0700), 0) << shared << ": " << std::strerror(errno);
+  return shared;
+}
+
+std::vector<std::string> ClusterFixture::SpotArgs(const std::string& metadata_url, const std::string& zone) {
+  return {"--spot", "--zone", zone, "--spot-notices", "aws", "--spot-url-aws", metadata_url, "--spot-poll", "0.2"};
 }
 
 CommandResult ClusterFixture::Ctl(const ControllerProcess& c, std::vector<std::string> args) {

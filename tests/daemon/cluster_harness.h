@@ -22,6 +22,11 @@ class ClusterFixture : public DaemonFixture {
   // The arguments of a cairnd that joins that controller: TCP with its own token on a free port,
   // the price, checkpoints in the shared directory `shared` (dir:), then `more`.
   std::vector<std::string> JoinArgs(const std::string& price, const std::string& shared, std::vector<std::string> more);
+  // The checkpoint store every node of the test shares (a directory made under Dir()).
+  std::string SharedStore();
+  // The arguments of a spot node whose cloud (the metadata responder at `metadata_url`) is
+  // polled for reclaim notices every 0.2 s, in `zone`.
+  static std::vector<std::string> SpotArgs(const std::string& metadata_url, const std::string& zone);
 
   // `cairn ARGS...` against controller `c`.
   CommandResult Ctl(const ControllerProcess& c, std::vector<std::string> args);

@@ -39,12 +39,11 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   ASSERT_TRUE(md.Start());
 
   // Checkpoint storage both nodes share: what a move goes through.
-  std::string shared = Dir() + "/shared-store";
-  ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
-  DaemonProcess spot(Dir(), "spot",
-                     JoinArgs("0.45", shared,
-                              {"--spot", "--zone", "us-east-1a", "--labels", "pool=spot,team=ml", "--spot-notices",
-                               "aws", "--spot-url-aws", md.url(), "--spot-poll", "0.2"}));
+  std::string shared = SharedStore();
+  ASSERT_FALSE(HasFailure());
+  std::vector<std::string> spot_args = SpotArgs(md.url(), "us-east-1a");
+  spot_args.insert(spot_args.end(), {"--labels", "pool=spot,team=ml"});
+  DaemonProcess spot(Dir(), "spot", JoinArgs("0.45", shared, spot_args));
   // The on-demand node fails every live migration into it (a test hook, after the image is sent):
   // moves then go through the shared store (e2e_test.cc has them go live).
   DaemonProcess od(Dir(), "od", JoinArgs("1.90", shared, {"--zone", "us-east-1b", "--labels", "pool=od"}),

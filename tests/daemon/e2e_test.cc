@@ -45,6 +45,17 @@ class EndToEndTest : public ClusterFixture {
     json j = JobOn(d);
     return j.is_null() ? "" : j["job"].value("state", "");
   }
+  // `decision` moves the job from `from` to `to` for a reason that mentions `why`, and the
+  // dispatcher carried it out live, daemon to daemon.
+  static void ExpectLiveMove(const json& decision, const DaemonProcess& from, const DaemonProcess& to,
+                             const std::string& why) {
+    EXPECT_EQ(decision.value("action", ""), "migrate") << decision.dump();
+    EXPECT_EQ(decision.value("node_id", ""), from.node()) << decision.dump();
+    EXPECT_EQ(decision.value("target_node_id", ""), to.node()) << decision.dump();
+    EXPECT_TRUE(absl::StrContains(decision.value("reason", ""), why)) << decision.dump();
+    ASSERT_TRUE(absl::StartsWith(decision.value("dispatch", ""), "migrated live from " + from.node() + " to " + to.node()))
+        << decision.dump() << from.Log() << to.Log();
+  }
   // The controller's view of the job: its node.
   std::string NodeOfJob(const ControllerProcess& c) {
     for (const json& j : Status(c).value("jobs", json::array())) {
@@ -68,12 +79,9 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
   ControllerProcess& c = *cp;
   MetadataResponder md(Dir() + "/md");
   ASSERT_TRUE(md.Start());
-  std::string shared = Dir() + "/shared-store";
-  ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
-  DaemonProcess a(Dir(), "a",
-                  JoinArgs("0.30", shared,
-                           {"--spot", "--zone", "us-east-1a", "--spot-notices", "aws", "--spot-url-aws", md.url(),
-                            "--spot-poll", "0.2"}));
+  std::string shared = SharedStore();
+  ASSERT_FALSE(HasFailure());
+  DaemonProcess a(Dir(), "a", JoinArgs("0.30", shared, SpotArgs(md.url(), "us-east-1a")));
   DaemonProcess b(Dir(), "b", JoinArgs("0.60", shared, {"--zone", "us-east-1b"}));
   DaemonProcess cn(Dir(), "c", JoinArgs("1.20", shared, {"--zone", "us-east-1c"}));
   ASSERT_TRUE(a.Start());
@@ -109,12 +117,8 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
                           absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", at, absl::UTCTimeZone()) + R"("})");
   json notice = WaitEvent(c, seq, [](const json& e) { return Decision(e, "spot-notice"); }, 60s);
   ASSERT_FALSE(notice.is_null()) << c.Log() << a.Log();
-  EXPECT_EQ(notice.value("action", ""), "migrate") << notice.dump();
-  EXPECT_EQ(notice.value("node_id", ""), a.node()) << notice.dump();
-  EXPECT_EQ(notice.value("target_node_id", ""), b.node()) << notice.dump();
-  EXPECT_TRUE(absl::StrContains(notice.value("reason", ""), "reclaim in")) << notice.dump();
-  ASSERT_TRUE(absl::StartsWith(notice.value("dispatch", ""), "migrated live from " + a.node() + " to " + b.node()))
-      << notice.dump() << a.Log() << b.Log();
+  ExpectLiveMove(notice, a, b, "reclaim in");
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_FALSE(WaitEvent(c, seq, [&](const json& e) {
                  return e.value("kind", "") == "node-draining" && e.value("node_id", "") == a.node();
                }, 10s).is_null());
@@ -184,12 +188,8 @@ TEST_F(EndToEndTest, JobKeepsGoingAcrossSpotNoticeNodeLossAndCheaperCapacity) {
   ASSERT_FALSE(returned.is_null()) << c.Log() << b.Log();
   json cheaper = WaitEvent(c, JsonInt(returned["seq"]), [](const json& e) { return Decision(e, "cheaper-capacity"); }, 60s);
   ASSERT_FALSE(cheaper.is_null()) << c.Log();
-  EXPECT_EQ(cheaper.value("action", ""), "migrate") << cheaper.dump();
-  EXPECT_EQ(cheaper.value("node_id", ""), cn.node()) << cheaper.dump();
-  EXPECT_EQ(cheaper.value("target_node_id", ""), b.node()) << cheaper.dump();
-  EXPECT_TRUE(absl::StrContains(cheaper.value("reason", ""), "saving $")) << cheaper.dump();
-  ASSERT_TRUE(absl::StartsWith(cheaper.value("dispatch", ""), "migrated live from " + cn.node() + " to " + b.node()))
-      << cheaper.dump() << cn.Log() << b.Log();
+  ExpectLiveMove(cheaper, cn, b, "saving $");
+  ASSERT_FALSE(HasFatalFailure());
   EXPECT_NE(StateOn(cn), "running") << "the job must not run on two nodes";
   EXPECT_EQ(NodeOfJob(c), b.node());
 
