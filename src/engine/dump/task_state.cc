@@ -42,23 +42,14 @@ constexpr size_t kTableOff = 32 * 1024;
 static_assert(kTimersOff + kTimersPerBatch * sizeof(itimerspec) <= kTableOff);
 static_assert(kTableOff + 2 * kTimersPerBatch * 64 <= inject::RemoteScratch::kSize);
 
-// The kernel's struct sigaction for rt_sigaction on x86-64.
-struct KernelSigaction {
-  uint64_t handler;
-  uint64_t flags;
-  uint64_t restorer;
-  uint64_t mask;
-};
+using inject::KernelSigaction;
 static_assert(kSigactionsOff + kSignals * sizeof(KernelSigaction) <= kItimersOff);
 
 constexpr size_t SigactionOff(int sig) { return kSigactionsOff + static_cast<size_t>(sig - 1) * sizeof(KernelSigaction); }
 
 // A batched call's failure, as Injector::Call reports it.
 absl::Status Check(const inject::BatchedCall& c, absl::string_view what, pid_t pid) {
-  if (c.result < 0 && c.result > -4096) {
-    return ErrnoStatus(absl::StrCat(what, " (in pid ", pid, ")"), static_cast<int>(-c.result));
-  }
-  return absl::OkStatus();
+  return inject::SyscallResult(what, pid, c.result).status();
 }
 
 absl::Status CaptureThread(pid_t pid, const FrozenProcess::ThreadState& ts, uint64_t syscall_insn,
@@ -120,8 +111,7 @@ absl::Status CaptureSignals(inject::CallBatch& batch, inject::Injector& inj, inj
   RETURN_IF_ERROR(scratch.Get(SigactionOff(1), actions.data(), sizeof actions));
   for (int sig = 1; sig <= kSignals; ++sig) {
     RETURN_IF_ERROR(Check(calls[sig - 1], absl::StrCat("rt_sigaction(", sig, ")"), pid));
-    KernelSigaction ka = actions[sig - 1];
-    if (sig == SIGTRAP && sigtrap) ka = {sigtrap->handler, sigtrap->flags, sigtrap->restorer, sigtrap->mask};
+    const KernelSigaction& ka = sig == SIGTRAP && sigtrap ? *sigtrap : actions[sig - 1];
     if (ka.handler == reinterpret_cast<uint64_t>(SIG_DFL) && ka.flags == 0 && ka.mask == 0) continue;
     image::SigAction* a = out->add_sigactions();
     a->set_signo(sig);

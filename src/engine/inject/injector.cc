@@ -121,9 +121,11 @@ absl::StatusOr<long> Injector::RawAtSyscallStops(long nr, std::array<uint64_t, 6
 absl::StatusOr<long> Injector::Call(absl::string_view what, long nr, uint64_t a0, uint64_t a1,
                                     uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5) {
   ASSIGN_OR_RETURN(long rc, Raw(nr, {a0, a1, a2, a3, a4, a5}));
-  if (rc < 0 && rc > -4096) {
-    return ErrnoStatus(absl::StrCat(what, " (in pid ", tid_, ")"), static_cast<int>(-rc));
-  }
+  return SyscallResult(what, tid_, rc);
+}
+
+absl::StatusOr<long> SyscallResult(absl::string_view what, pid_t tid, long rc) {
+  if (rc < 0 && rc > -4096) return ErrnoStatus(absl::StrCat(what, " (in pid ", tid, ")"), static_cast<int>(-rc));
   return rc;
 }
 

@@ -66,6 +66,18 @@ class Injector {
   pid_t last_new_task_ = 0;
 };
 
+// `rc`, the raw return of a system call injected into `tid`, or (a negative errno) an
+// error naming `what` and the thread.
+absl::StatusOr<long> SyscallResult(absl::string_view what, pid_t tid, long rc);
+
+// The kernel's struct sigaction for rt_sigaction on x86-64.
+struct KernelSigaction {
+  uint64_t handler = 0;
+  uint64_t flags = 0;
+  uint64_t restorer = 0;
+  uint64_t mask = 0;
+};
+
 // Finds a `syscall` instruction inside [start, end) of `pid`'s memory (typically the vDSO).
 absl::StatusOr<uint64_t> FindSyscallInsn(pid_t pid, uint64_t start, uint64_t end);
 

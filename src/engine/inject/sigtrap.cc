@@ -30,9 +30,7 @@ absl::Status SigtrapCall(pid_t tid, uint64_t syscall_insn, uint64_t act, uint64_
   absl::StatusOr<long> rc = inj.RawAtSyscallStops(SYS_rt_sigaction, {SIGTRAP, act, oldact, 8});
   absl::Status unmasked = SetSigmask(tid, mask);
   RETURN_IF_ERROR(rc.status());
-  if (*rc < 0 && *rc > -4096) {
-    return ErrnoStatus(absl::StrCat("rt_sigaction(SIGTRAP) (in pid ", tid, ")"), static_cast<int>(-*rc));
-  }
+  RETURN_IF_ERROR(SyscallResult("rt_sigaction(SIGTRAP)", tid, *rc).status());
   return unmasked;
 }
 

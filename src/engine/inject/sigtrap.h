@@ -17,16 +17,9 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "engine/inject/injector.h"
 
 namespace cairn::inject {
-
-// The kernel's struct sigaction for rt_sigaction on x86-64.
-struct KernelSigaction {
-  uint64_t handler = 0;
-  uint64_t flags = 0;
-  uint64_t restorer = 0;
-  uint64_t mask = 0;
-};
 
 // Whether process `pid` ignores SIGTRAP or has a handler for it (/proc/PID/status): only
 // then is there anything to keep.

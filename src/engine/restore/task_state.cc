@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
 
 namespace cairn::restore {
@@ -23,9 +24,7 @@ namespace {
 
 constexpr int kPrTimerCreateRestoreIds = 77;  // linux 6.15+, not in Debian 12's headers
 
-struct KernelSigaction {
-  uint64_t handler, flags, restorer, mask;
-};
+using inject::KernelSigaction;
 
 struct PrctlMmMap {
   uint64_t start_code, end_code, start_data, end_data, start_brk, brk, start_stack;
