@@ -1,5 +1,6 @@
 // `cairn`: checkpoint a running process from the outside and bring it back.
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "cli/output.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
+#include "common/stop_points.h"
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
 #include "engine/image/chain.h"
@@ -112,6 +114,13 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
       if (done == total) std::fprintf(stderr, "\n");
     };
   }
+  // SIGTERM (timeout, systemd), SIGINT (^C) and SIGHUP end the dump cleanly: it stops at its
+  // next stop point, puts the processes back as they were and removes what it wrote
+  // (common/stop_points.h). Whatever kills it instead, its guardian does the same.
+  struct sigaction cancel {};
+  cancel.sa_handler = [](int sig) { RequestCancel(sig); };
+  sigemptyset(&cancel.sa_mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &cancel, nullptr);
   auto r = dump::Dump(opts);
   if (!r.ok()) return Fail(r.status());
   std::printf("dumped pid %d to %s: %d process%s, %d threads, %d areas, %llu pages (%s) in %.3f s (frozen %.3f s), %s\n",

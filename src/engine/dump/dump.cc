@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -18,12 +19,14 @@
 #include "common/status.h"
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
+#include "engine/dump/guardian.h"
 #include "engine/dump/incremental.h"
 #include "engine/dump/memory.h"
 #include "engine/dump/precopy.h"
 #include "engine/dump/precopy_tree.h"
 #include "engine/dump/tracker.h"
 #include "engine/dump/namespaces.h"
+#include "common/stop_points.h"
 #include "engine/dump/sysv_ipc.h"
 #include "engine/dump/task_state.h"
 #include "common/unique_fd.h"
@@ -68,6 +71,20 @@ absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& 
   return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO; cannot inject syscalls"));
 }
 
+// An address where `len` bytes can be mapped in a process whose areas are `maps` (it is
+// frozen: they stay so), a page away from its neighbours, searched from the top down.
+absl::StatusOr<uint64_t> FreeRange(const std::vector<proc::MapEntry>& maps, uint64_t len) {
+  constexpr uint64_t kPage = 4096, kLowest = 0x10000, kTop = 0x7ffffffff000ULL;
+  uint64_t above = kTop;
+  for (auto it = maps.rbegin(); it != maps.rend(); ++it) {
+    if (it->start >= kTop) continue;  // [vsyscall]
+    if (above >= it->end + len + 2 * kPage) return above - kPage - len;
+    above = it->start;
+  }
+  if (above >= kLowest + len + 2 * kPage) return above - kPage - len;
+  return absl::ResourceExhaustedError("no free address range for the dump's scratch area");
+}
+
 bool HasFlag(const image::Vma& v, const char* flag) {
   return std::find(v.vm_flags().begin(), v.vm_flags().end(), flag) != v.vm_flags().end();
 }
@@ -98,7 +115,7 @@ struct IncrementalContext {
   void Discard(bool all) {
     for (const TrackerUse& t : trackers) {
       if (!all && !t.created) continue;
-      inject::Injector inj(t.pid, t.syscall_insn);
+      inject::Injector inj(t.pid, t.syscall_insn, inject::Injector::Drive::kGuarded);
       absl::Status s = Tracker::Discard(inj, t.remote_fd);
       if (!s.ok()) CAIRN_LOG_WARN("event=tracker_discard_failed pid={} error=\"{}\"", t.pid, s.ToString());
     }
@@ -175,16 +192,25 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   uint64_t vdso_start = 0, vdso_end = 0;
   ASSIGN_OR_RETURN(uint64_t vdso_sum, VdsoChecksum(pid, vmas, &vdso_start, &vdso_end));
   proc->set_vdso_xxh3(vdso_sum);
-  ASSIGN_OR_RETURN(uint64_t syscall_insn, inject::FindSyscallInsn(pid, vdso_start, vdso_end));
+  // Only now, with the vDSO's checksum taken: the trampoline goes in its tail.
+  RETURN_IF_ERROR(fp.InstallTrampoline());
+  uint64_t syscall_insn = fp.trampoline().syscall_insn();
+  inject::Injector inj = fp.injector(pid);
+  RETURN_IF_ERROR(StopPoint("trampoline"));
 
-  inject::Injector inj(pid, syscall_insn);
-  ASSIGN_OR_RETURN(inject::RemoteScratch scratch, inject::RemoteScratch::Map(inj));
+  // The scratch area, at an address journaled before it is mapped (guardian.h).
+  ASSIGN_OR_RETURN(uint64_t scratch_at, FreeRange(maps, inject::RemoteScratch::kSize));
+  if (fp.journal() != nullptr) fp.journal()->ScratchAt(fp.journal_index(), scratch_at, inject::RemoteScratch::kSize);
+  ASSIGN_OR_RETURN(inject::RemoteScratch scratch, inject::RemoteScratch::Map(inj, /*shared=*/true, scratch_at));
   timer.Mark("areas");
-  absl::Status st = CaptureTaskState(fp, syscall_insn, inj, scratch, proc);
+  absl::Status st = StopPoint("scratch");  // the scratch area is unmapped on every path
+  if (st.ok()) st = CaptureTaskState(fp, inj, scratch, proc);
   absl::Status unmap = scratch.Unmap(inj);
+  if (unmap.ok() && fp.journal() != nullptr) fp.journal()->ScratchGone(fp.journal_index());
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
   timer.Mark("task_state");
+  RETURN_IF_ERROR(StopPoint("task_state"));
 
   // Incremental: which pages were written since the parent (see tracker.h).
   std::vector<int> strays;
@@ -206,6 +232,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     auto t = created ? Tracker::Create(inj) : Tracker::Take(pid, tracker_fd);
     if (!t.ok()) return Annotate(t.status(), "start tracking writes");
     tracker.emplace(std::move(*t));
+    if (created && fp.journal() != nullptr) fp.journal()->TrackerCreated(fp.journal_index(), tracker->remote_fd());
     inc.trackers.push_back({pid, syscall_insn, tracker->remote_fd(), created});
   } else if (tracker_fd >= 0 && opts.leave_running) {
     // A tracker nobody will use again: tracking ends here.
@@ -298,7 +325,7 @@ struct FrozenTree {
 
 // Freezes `root` and, with `tree`, every descendant. A process is frozen before its
 // children are listed, so children forked meanwhile are found in the next round.
-absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree) {
+absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree, GuardJournal* journal) {
   FrozenTree ft;
   std::deque<pid_t> queue = {root};
   std::set<pid_t> known = {root};
@@ -312,7 +339,7 @@ absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree) {
       ft.order.push_back(pid);
       continue;
     }
-    auto fp = FrozenProcess::Freeze(pid);
+    auto fp = FrozenProcess::Freeze(pid, journal);
     if (!fp.ok() && pid != root && absl::IsNotFound(fp.status())) {
       // A child that exited while its parent was being frozen: keep it as the zombie it
       // now is, or drop it if it is gone (auto-reaped).
@@ -354,6 +381,7 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
 absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer,
                                       IncrementalContext& inc, image::Checkpoint& ckpt) {
   DumpResult result;
+  RETURN_IF_ERROR(StopPoint("frozen"));
   ckpt.set_id(NewImageId());
   ckpt.set_cairn_version(CAIRN_VERSION);
   ckpt.set_job_name(opts.job_name);
@@ -402,6 +430,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   }
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   timer.Mark("fds");
+  RETURN_IF_ERROR(StopPoint("fds"));
   if (inc.incremental_procs > 0) {
     ckpt.mutable_parent()->set_dir(inc.parent->name);
     ckpt.mutable_parent()->set_id(inc.parent->meta().id());
@@ -497,6 +526,18 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
   return CheckFdsSupported(live, FdOptions{opts.tcp_close});
 }
 
+// Journals the checkpoint directory being written (DIR.partial), and whether committing it
+// (renaming it to DIR) means the processes are to die.
+absl::Status JournalCheckpointDir(const std::string& dir, bool kill_on_commit, GuardJournal& journal) {
+  std::string final_dir = dir;
+  while (final_dir.size() > 1 && final_dir.back() == '/') final_dir.pop_back();
+  std::string partial = final_dir + ".partial";
+  struct stat st {};
+  if (::stat(partial.c_str(), &st) != 0) return ErrnoStatus("stat " + partial);
+  journal.SetCheckpointDir(final_dir, st.st_dev, st.st_ino, kill_on_commit);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckTarget(pid_t pid) {
@@ -569,6 +610,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     ASSIGN_OR_RETURN(Parent p, OpenParent(opts.dir, opts.parent));
     parent.emplace(std::move(p));
   }
+  // From here on the processes are changed: the guardian puts them back if this process
+  // dies before it has (guardian.h).
+  ASSIGN_OR_RETURN(std::unique_ptr<Guardian> guardian, Guardian::Start());
+  GuardJournal& journal = guardian->journal();
   IncrementalContext inc;
   inc.parent = parent ? &*parent : nullptr;
   inc.prechecked = std::move(prechecked);
@@ -582,11 +627,14 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // pages are copied. (Not for a hand-off: a live migration's freeze was longer with it,
   // 57-153 ms against 55-89 ms in bench/migrate.sh.)
   writer->set_early_writeback(!opts.leave_running);
+  RETURN_IF_ERROR(JournalCheckpointDir(opts.dir, !opts.leave_running, journal));
   if (opts.pre_copy) {
+    PreCopyOptions precopy = opts.precopy;
+    precopy.journal = &journal;
     absl::StatusOr<std::map<pid_t, PreCopied>> pc = absl::UnknownError("");
     if (opts.tree) {
-      pc = PreCopyTree(opts.pid, *writer, opts.precopy, opts.progress);
-    } else if (auto one = PreCopy(opts.pid, *writer, opts.precopy, opts.progress); one.ok()) {
+      pc = PreCopyTree(opts.pid, *writer, precopy, opts.progress);
+    } else if (auto one = PreCopy(opts.pid, *writer, precopy, opts.progress); one.ok()) {
       pc = std::map<pid_t, PreCopied>();
       pc->emplace(opts.pid, std::move(*one));
     } else {
@@ -600,7 +648,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   if (opts.before_freeze) opts.before_freeze();
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=prepare ms={:.2f}", opts.pid, Since(t0) * 1e3);
   auto t_freeze = Clock::now();
-  ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree));
+  ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree, &journal));
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
   image::Checkpoint ckpt;
   absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt);
@@ -622,6 +670,8 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     absl::Status committed = Commit(*writer, ckpt, inc, &*result);
     if (!committed.ok()) result = committed;
     CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=commit ms={:.2f}", opts.pid, Since(t_commit) * 1e3);
+    if (committed.ok() && !opts.leave_running) journal.SetOutcome(GuardJournal::Outcome::kKill);
+    if (committed.ok()) FaultPoint("committed");
   }
   auto failed = [&](const absl::Status& s) {
     return Annotate(s, absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
@@ -638,6 +688,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     result->frozen_seconds = Since(t_freeze);
     result->handed_off = opts.hand_off(*result);
     if (result->handed_off) {
+      journal.SetOutcome(GuardJournal::Outcome::kKill);
       RETURN_IF_ERROR(ft.Kill());
     } else {
       RETURN_IF_ERROR(ft.Thaw());
@@ -648,12 +699,14 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     RETURN_IF_ERROR(ft.Thaw());
     result->frozen_seconds = Since(t_freeze);
     ckpt.set_downtime_seconds(result->frozen_seconds);
-    absl::Status committed = Commit(*writer, ckpt, inc, &*result);
+    absl::Status committed = StopPoint("thawed");
+    if (committed.ok()) committed = Commit(*writer, ckpt, inc, &*result);
     if (!committed.ok()) {
       writer->Abort();
       for (const TrackerUse& t : inc.trackers) ClearTrackerState(t.pid);
       return failed(committed);
     }
+    journal.SetOutcome(GuardJournal::Outcome::kDone);  // the trackers it made are kept
   } else {
     auto t_kill = Clock::now();
     RETURN_IF_ERROR(ft.Kill());

@@ -9,18 +9,17 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/inject/ptrace.h"
+#include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
+#include "engine/dump/tracker.h"
 
 namespace cairn::dump {
 
 using inject::StopInfo;
 
-namespace {
-constexpr uint64_t kAllSignals = ~0ULL;
-}
-
-absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
+absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* journal) {
   FrozenProcess fp(pid);
+  fp.journal_ = journal;
   if (auto st = proc::ReadStat(pid); st.ok()) fp.was_stopped_ = st->state == 'T';
   std::set<pid_t> seized;
   for (int round = 0;; ++round) {
@@ -74,15 +73,15 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid) {
     return absl::NotFoundError(absl::StrCat("pid ", pid, " exited while being frozen"));
   }
   std::rotate(fp.threads_.begin(), leader, leader + 1);
+  if (journal != nullptr) {
+    ASSIGN_OR_RETURN(uint64_t start, ProcessStartTime(pid));
+    ASSIGN_OR_RETURN(fp.journal_index_, journal->AddProcess(pid, start));
+  }
   for (ThreadState& t : fp.threads_) {
     ASSIGN_OR_RETURN(t.sigmask, inject::GetSigmask(t.tid));
-    RETURN_IF_ERROR(inject::SetSigmask(t.tid, kAllSignals));
-  }
-  // Before anything is injected: the first injection's trap would reset it.
-  ASSIGN_OR_RETURN(bool sigtrap_set, inject::SigtrapIsSet(pid));
-  if (sigtrap_set) {
-    ASSIGN_OR_RETURN(fp.sigtrap_insn_, inject::VdsoSyscallInsn(pid));
-    ASSIGN_OR_RETURN(fp.sigtrap_, inject::GetSigtrapAction(pid, fp.sigtrap_insn_));
+    if (journal == nullptr) continue;
+    ASSIGN_OR_RETURN(user_regs_struct regs, inject::GetRegs(t.tid));
+    RETURN_IF_ERROR(journal->AddThread(fp.journal_index_, t.tid, regs, t.sigmask));
   }
   CAIRN_LOG_DEBUG("event=frozen pid={} threads={}", pid, fp.threads_.size());
   return fp;
@@ -93,8 +92,9 @@ FrozenProcess::FrozenProcess(FrozenProcess&& other) noexcept
       threads_(std::move(other.threads_)),
       done_(other.done_),
       was_stopped_(other.was_stopped_),
-      sigtrap_(other.sigtrap_),
-      sigtrap_insn_(other.sigtrap_insn_) {
+      trampoline_(std::move(other.trampoline_)),
+      journal_(other.journal_),
+      journal_index_(other.journal_index_) {
   other.done_ = true;
 }
 
@@ -105,14 +105,33 @@ FrozenProcess::~FrozenProcess() {
   }
 }
 
+absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid) {
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
+  for (const proc::MapEntry& m : maps) {
+    if (m.path == "[vdso]") return std::make_pair(m.start, m.end);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "pid ", pid, " has no vDSO (it unmapped it); cairn injects its calls from the vDSO and cannot checkpoint it"));
+}
+
+absl::Status FrozenProcess::InstallTrampoline() {
+  if (trampoline_.installed()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto vdso, VdsoRange(pid_));
+  if (journal_ != nullptr) journal_->TrampolineWriting(journal_index_);
+  ASSIGN_OR_RETURN(trampoline_, inject::Trampoline::Install(pid_, vdso.first, vdso.second));
+  if (journal_ != nullptr) journal_->TrampolineAt(journal_index_, trampoline_.addr());
+  return absl::OkStatus();
+}
+
 absl::Status FrozenProcess::Thaw() {
   done_ = true;
-  absl::Status first;
-  if (sigtrap_) first = Annotate(inject::SetSigtrapAction(pid_, sigtrap_insn_, *sigtrap_), "put back the SIGTRAP action");
+  // Every thread has its own registers and mask back (no injection is under way), so once
+  // the trampoline is gone there is nothing of the dump left to undo.
+  absl::Status first = trampoline_.Remove();
+  if (journal_ != nullptr && first.ok()) journal_->Thawed(journal_index_);
   for (const ThreadState& t : threads_) {
-    absl::Status s = inject::SetSigmask(t.tid, t.sigmask);
-    if (s.ok()) s = inject::Detach(t.tid, 0);
-    if (!s.ok() && first.ok()) first = s;
+    absl::Status s = inject::Detach(t.tid, 0);
+    if (!s.ok() && first.ok() && !absl::IsNotFound(s)) first = s;
   }
   return first;
 }

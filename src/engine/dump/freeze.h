@@ -1,17 +1,21 @@
 #pragma once
 // Freezing a process from the outside: every thread seized with ptrace and stopped in a
-// PTRACE_EVENT_STOP, with all catchable signals blocked so that none is dequeued while
-// the engine works. Thawing puts every thread back exactly as it was.
+// PTRACE_EVENT_STOP. Freezing changes nothing in the threads (registers, signal mask): a
+// dumper that dies leaves a process that carries on as if it had not been frozen, but
+// for a thread caught inside an injected call, which the dump's guardian puts back (see
+// guardian.h for the whole argument). Thawing lets every thread go as it was.
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
-#include <optional>
-
 #include "absl/status/statusor.h"
-#include "engine/inject/sigtrap.h"
+#include "engine/dump/guardian.h"
+#include "engine/inject/batch.h"
+#include "engine/inject/injector.h"
+#include "engine/inject/trampoline.h"
 
 namespace cairn::dump {
 
@@ -19,12 +23,13 @@ class FrozenProcess {
  public:
   struct ThreadState {
     pid_t tid = 0;
-    uint64_t sigmask = 0;  // the thread's own blocked mask, before the engine blocked all
+    uint64_t sigmask = 0;  // the thread's blocked mask
   };
 
   // Seizes and stops every thread of `pid`, listing /proc/PID/task until no new thread
-  // appears. On failure, every thread already seized is released untouched.
-  static absl::StatusOr<FrozenProcess> Freeze(pid_t pid);
+  // appears, and records each (registers, mask) in `journal` when given. On failure,
+  // every thread already seized is released untouched.
+  static absl::StatusOr<FrozenProcess> Freeze(pid_t pid, GuardJournal* journal = nullptr);
 
   FrozenProcess(FrozenProcess&& other) noexcept;
   FrozenProcess& operator=(FrozenProcess&&) = delete;
@@ -34,11 +39,21 @@ class FrozenProcess {
   // The process was in a group stop (stopped by SIGSTOP, SIGTSTP...) before it was frozen.
   bool was_stopped() const { return was_stopped_; }
   const std::vector<ThreadState>& threads() const { return threads_; }
-  // The process's SIGTRAP action as it was before any injection, when it ignores SIGTRAP or
-  // has a handler for it (see inject/sigtrap.h); Thaw puts it back.
-  const std::optional<inject::KernelSigaction>& sigtrap_action() const { return sigtrap_; }
 
-  // Restores each thread's signal mask and detaches, letting the process carry on.
+  // Writes the injection trampoline into the process (inject/trampoline.h), journaled.
+  // Every injection into a frozen process goes through it; Thaw removes it.
+  absl::Status InstallTrampoline();
+  const inject::Trampoline& trampoline() const { return trampoline_; }
+  // A guarded injector for thread `tid` of the process (REQUIRES: InstallTrampoline).
+  inject::Injector injector(pid_t tid) const {
+    return inject::Injector(tid, trampoline_.syscall_insn(), inject::Injector::Drive::kGuarded);
+  }
+  inject::CallBatch batch() const { return inject::CallBatch(trampoline_); }
+
+  GuardJournal* journal() const { return journal_; }
+  int journal_index() const { return journal_index_; }
+
+  // Removes the trampoline and detaches, letting the process carry on.
   absl::Status Thaw();
   // SIGKILLs the process and reaps the tracer's notifications of its threads.
   absl::Status Kill();
@@ -53,8 +68,12 @@ class FrozenProcess {
   std::vector<ThreadState> threads_;
   bool done_ = false;
   bool was_stopped_ = false;
-  std::optional<inject::KernelSigaction> sigtrap_;
-  uint64_t sigtrap_insn_ = 0;  // the vDSO `syscall` instruction that reads and sets it
+  inject::Trampoline trampoline_;
+  GuardJournal* journal_ = nullptr;
+  int journal_index_ = -1;
 };
+
+// The [vdso] area of `pid`: FailedPrecondition when it has none (cannot inject safely).
+absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid);
 
 }  // namespace cairn::dump

@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/image/format.h"
+#include "common/stop_points.h"
 #include "engine/inject/injector.h"
 #include "engine/proc/pagemap_scan.h"
 
@@ -578,6 +579,9 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
     cv.notify_all();
     done += used;
     if (progress) progress(done, total);
+    if (done == used) FaultPoint("pages");  // the first buffer is on its way to the image
+    read_status = CheckCancelled();
+    if (!read_status.ok()) break;
   }
   {
     std::lock_guard lock(mu);

@@ -35,7 +35,7 @@ bool Tracked(const image::Vma& v) {
 // act on that address space from here while the process runs: a page written before its
 // protection is copied by round 1 after it, so no write is missed. Returns how long the
 // process was stopped.
-absl::StatusOr<double> StartTracking(pid_t pid, int* tracker_fd) {
+absl::StatusOr<double> StartTracking(pid_t pid, GuardJournal* journal, int* tracker_fd) {
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
   std::vector<int> strays;
@@ -46,13 +46,11 @@ absl::StatusOr<double> StartTracking(pid_t pid, int* tracker_fd) {
     ASSIGN_OR_RETURN(Tracker t, Tracker::Take(pid, fd));
     tracker.emplace(std::move(t));
   } else {
-    auto vdso = std::find_if(vmas.begin(), vmas.end(), [](const image::Vma& v) { return v.kind() == image::Vma::VDSO; });
-    if (vdso == vmas.end()) return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO"));
-    ASSIGN_OR_RETURN(uint64_t insn, inject::FindSyscallInsn(pid, vdso->start(), vdso->end()));
     auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(pid));
+    ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(pid, journal));
+    RETURN_IF_ERROR(fp.InstallTrampoline());
     auto t1 = Clock::now();
-    inject::Injector inj(pid, insn);
+    inject::Injector inj = fp.injector(pid);
     absl::StatusOr<Tracker> t = absl::UnknownError("");
     absl::Status closed;
     for (int stray : strays) {
@@ -62,6 +60,7 @@ absl::StatusOr<double> StartTracking(pid_t pid, int* tracker_fd) {
       t = Tracker::Take(pid, fd);
     } else if (closed.ok()) {
       t = Tracker::Create(inj);
+      if (t.ok() && journal != nullptr) journal->TrackerCreated(fp.journal_index(), t->remote_fd());
     } else {
       t = closed;
     }
@@ -109,7 +108,7 @@ class LowPriority {
 absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const PreCopyOptions& opts,
                                   const ProgressFn& progress) {
   PreCopied out;
-  ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid, &out.tracker_fd));
+  ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid, opts.journal, &out.tracker_fd));
   LowPriority low;
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

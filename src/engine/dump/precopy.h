@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/dump/guardian.h"
 #include "engine/dump/memory.h"
 #include "engine/image/image.h"
 #include "engine/proc/maps.h"
@@ -34,6 +35,7 @@ struct PreCopyOptions {
   int max_rounds = 8;                // copy rounds while the process runs (at least 1)
   uint64_t small_bytes = 8ull << 20;  // stop once a round finds less than this written
   uint64_t rate_bytes = 0;            // copy at most this many bytes per second (0: no limit)
+  GuardJournal* journal = nullptr;    // the dump's (guardian.h): the tracker it creates
 };
 
 struct PreCopied {

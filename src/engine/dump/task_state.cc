@@ -52,8 +52,9 @@ absl::Status Check(const inject::BatchedCall& c, absl::string_view what, pid_t p
   return inject::SyscallResult(what, pid, c.result).status();
 }
 
-absl::Status CaptureThread(pid_t pid, const FrozenProcess::ThreadState& ts, uint64_t syscall_insn,
-                           inject::CallBatch& batch, inject::RemoteScratch& scratch, image::Thread* t) {
+absl::Status CaptureThread(const FrozenProcess& fp, const FrozenProcess::ThreadState& ts, inject::CallBatch& batch,
+                           inject::RemoteScratch& scratch, image::Thread* t) {
+  pid_t pid = fp.pid();
   pid_t tid = ts.tid;
   t->set_tid(tid);
   ASSIGN_OR_RETURN(user_regs_struct regs, inject::GetRegs(tid));
@@ -80,7 +81,7 @@ absl::Status CaptureThread(pid_t pid, const FrozenProcess::ThreadState& ts, uint
   t->set_comm(std::string(absl::StripTrailingAsciiWhitespace(comm)));
 
   // The thread's own values: its clear-child-tid address and alternate stack.
-  inject::Injector inj(tid, syscall_insn);
+  inject::Injector inj = fp.injector(tid);
   std::array<inject::BatchedCall, 2> calls{{
       {SYS_prctl, {PR_GET_TID_ADDRESS, scratch.addr() + kThreadTidAddrOff}},
       {SYS_sigaltstack, {0, scratch.addr() + kThreadAltStackOff}},
@@ -99,9 +100,9 @@ absl::Status CaptureThread(pid_t pid, const FrozenProcess::ThreadState& ts, uint
   return absl::OkStatus();
 }
 
-// `sigtrap`: the SIGTRAP action read before the first injection reset it (freeze.h).
+// Guarded injections force no trap, so the SIGTRAP action is read like the others.
 absl::Status CaptureSignals(inject::CallBatch& batch, inject::Injector& inj, inject::RemoteScratch& scratch,
-                            pid_t pid, const std::optional<inject::KernelSigaction>& sigtrap, image::Process* out) {
+                            pid_t pid, image::Process* out) {
   std::array<inject::BatchedCall, kSignals> calls;
   for (int sig = 1; sig <= kSignals; ++sig) {
     calls[sig - 1] = {SYS_rt_sigaction, {static_cast<uint64_t>(sig), 0, scratch.addr() + SigactionOff(sig), 8}};
@@ -111,7 +112,7 @@ absl::Status CaptureSignals(inject::CallBatch& batch, inject::Injector& inj, inj
   RETURN_IF_ERROR(scratch.Get(SigactionOff(1), actions.data(), sizeof actions));
   for (int sig = 1; sig <= kSignals; ++sig) {
     RETURN_IF_ERROR(Check(calls[sig - 1], absl::StrCat("rt_sigaction(", sig, ")"), pid));
-    const KernelSigaction& ka = sig == SIGTRAP && sigtrap ? *sigtrap : actions[sig - 1];
+    const KernelSigaction& ka = actions[sig - 1];
     if (ka.handler == reinterpret_cast<uint64_t>(SIG_DFL) && ka.flags == 0 && ka.mask == 0) continue;
     image::SigAction* a = out->add_sigactions();
     a->set_signo(sig);
@@ -186,15 +187,14 @@ absl::Status CaptureTimers(inject::CallBatch& batch, inject::Injector& inj, inje
 }
 
 // Everything asked of the process with injected calls, in a few batches (see batch.h).
-absl::Status CaptureWithBatch(const FrozenProcess& fp, uint64_t syscall_insn, inject::CallBatch& batch,
-                              inject::Injector& inj, inject::RemoteScratch& scratch, int proc_umask,
-                              image::Process* out) {
+absl::Status CaptureWithBatch(const FrozenProcess& fp, inject::CallBatch& batch, inject::Injector& inj,
+                              inject::RemoteScratch& scratch, int proc_umask, image::Process* out) {
   pid_t pid = fp.pid();
   for (const auto& ts : fp.threads()) {
-    RETURN_IF_ERROR(Annotate(CaptureThread(pid, ts, syscall_insn, batch, scratch, out->add_threads()),
+    RETURN_IF_ERROR(Annotate(CaptureThread(fp, ts, batch, scratch, out->add_threads()),
                              absl::StrCat("capture thread ", ts.tid)));
   }
-  RETURN_IF_ERROR(CaptureSignals(batch, inj, scratch, pid, fp.sigtrap_action(), out));
+  RETURN_IF_ERROR(CaptureSignals(batch, inj, scratch, pid, out));
   RETURN_IF_ERROR(CaptureTimers(batch, inj, scratch, pid, out));
 
   // Small per-process values.
@@ -229,8 +229,8 @@ absl::Status CaptureWithBatch(const FrozenProcess& fp, uint64_t syscall_insn, in
 
 }  // namespace
 
-absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, inject::Injector& inj,
-                              inject::RemoteScratch& scratch, image::Process* out) {
+absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, inject::RemoteScratch& scratch,
+                              image::Process* out) {
   pid_t pid = fp.pid();
   ASSIGN_OR_RETURN(proc::Stat st, proc::ReadStat(pid));
   out->set_pid(pid);
@@ -241,11 +241,8 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, in
   out->set_stopped(fp.was_stopped());
 
   ASSIGN_OR_RETURN(proc::Status status, proc::ReadStatus(pid));
-  ASSIGN_OR_RETURN(inject::CallBatch batch, inject::CallBatch::Create(inj));
-  absl::Status captured = CaptureWithBatch(fp, syscall_insn, batch, inj, scratch, status.umask, out);
-  absl::Status unmapped = batch.Unmap(inj);
-  RETURN_IF_ERROR(captured);
-  RETURN_IF_ERROR(unmapped);
+  inject::CallBatch batch = fp.batch();
+  RETURN_IF_ERROR(CaptureWithBatch(fp, batch, inj, scratch, status.umask, out));
 
   // Process (mm) layout.
   image::MmLayout* mm = out->mutable_mm();

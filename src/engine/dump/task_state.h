@@ -12,8 +12,8 @@
 namespace cairn::dump {
 
 // Fills `out` (everything but vmas and fds). `inj` runs in the main thread; `scratch`
-// is a writable area in the process.
-absl::Status CaptureTaskState(const FrozenProcess& fp, uint64_t syscall_insn, inject::Injector& inj,
-                              inject::RemoteScratch& scratch, image::Process* out);
+// is a writable area in the process. REQUIRES: fp.InstallTrampoline().
+absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, inject::RemoteScratch& scratch,
+                              image::Process* out);
 
 }  // namespace cairn::dump

@@ -1,19 +1,21 @@
 #pragma once
 // Many injected system calls for the price of one resume of the thread.
 //
-// Injector::Raw single-steps one `syscall` instruction per call: every call costs a
-// round trip through the scheduler (~80 µs here), and a dump asks each process for ~70
-// values (64 signal actions alone). A CallBatch places a small loop in an executable page
-// of the process; the loop runs a table of calls kept in a RemoteScratch (number and six
-// arguments in, the kernel's return value out) and ends on an int3, so the whole table
-// costs one PTRACE_CONT and one stop.
+// Every injected call costs round trips through the scheduler (two syscall stops for a
+// guarded call), and a dump asks each process for ~70 values (64 signal actions alone). A
+// CallBatch runs the loop of a Trampoline (trampoline.h) over a table of calls kept in a
+// RemoteScratch (number and six arguments in, the kernel's return value out). The loop
+// writes a done word past the table and spins: the tracer resumes the thread once, waits
+// for the word, and stops the thread with PTRACE_INTERRUPT at the spin. No trap is
+// forced, and a tracer that dies meanwhile leaves the thread spinning inside the
+// trampoline, where the dump's guardian finds it.
 //
-// The loop touches no stack and no memory but the table, so the thread's state is the
-// Injector's to put back, exactly as after a single call. Calls in a batch must not block
-// or depend on each other's results. Where the page cannot be made executable (a security
-// module refusing it), Run falls back to one single-step per call.
+// The loop touches no stack and no memory but the table, so the thread's state is put
+// back exactly as after a single guarded call (registers, and the signal mask blocked for
+// the loop only). Calls in a batch must not block or depend on each other's results.
+// Without a trampoline, Run makes one call at a time with the Injector.
 //
-// REQUIRES: as for Injector (thread in a ptrace stop, catchable signals blocked).
+// REQUIRES: the thread is in a ptrace stop.
 
 #include <array>
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/inject/injector.h"
+#include "engine/inject/trampoline.h"
 
 namespace cairn::inject {
 
@@ -33,16 +36,11 @@ struct BatchedCall {
 
 class CallBatch {
  public:
-  // Maps the loop's page into the process of `inj`'s thread. Never fails for want of an
-  // executable page: the batch then runs call by call.
-  static absl::StatusOr<CallBatch> Create(Injector& inj);
-  // A batch without the page: every call is single-stepped (what Create falls back to).
-  static CallBatch OneByOne() { return CallBatch(0); }
-
-  // Move-only: one owner unmaps the page.
-  CallBatch(CallBatch&& other) noexcept : code_(other.code_) { other.code_ = 0; }
-  CallBatch& operator=(CallBatch&&) = delete;
-  CallBatch(const CallBatch&) = delete;
+  // Runs its loop in `trampoline` (installed in the process of the threads it is run in).
+  explicit CallBatch(const Trampoline& trampoline)
+      : code_(trampoline.batch_loop()), spin_(trampoline.batch_spin()) {}
+  // A batch without a loop: every call is injected alone.
+  static CallBatch OneByOne() { return CallBatch(); }
 
   // Runs `calls` in order in the thread of `inj` (any thread of the process), with their
   // table at offset `table_off` of `scratch`; fills in each result. A status error means
@@ -50,18 +48,16 @@ class CallBatch {
   // loop's end); the thread's registers are put back on every path.
   absl::Status Run(Injector& inj, RemoteScratch& scratch, size_t table_off, std::span<BatchedCall> calls);
 
-  // Whether calls run as one batch (false: one single-step each).
+  // Whether calls run as one batch (false: one injected call each).
   bool batched() const { return code_ != 0; }
 
-  // Unmaps the page. Call before the process runs again.
-  absl::Status Unmap(Injector& inj);
-
  private:
-  explicit CallBatch(uint64_t code) : code_(code) {}
+  CallBatch() = default;
 
-  absl::Status RunLoop(Injector& inj, uint64_t table, size_t count);
+  absl::Status RunLoop(pid_t tid, uint64_t table, size_t count);
 
   uint64_t code_ = 0;  // the loop's address in the process; 0 when there is none
+  uint64_t spin_ = 0;  // where the thread waits once the loop is done
 };
 
 }  // namespace cairn::inject

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "common/unique_fd.h"
 #include "engine/inject/ptrace.h"
 
@@ -32,6 +33,7 @@ user_regs_struct Injector::CallRegs(const user_regs_struct& saved, long nr, cons
 }
 
 absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
+  if (drive_ == Drive::kGuarded) return Guarded(nr, args);
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
   RETURN_IF_ERROR(SetRegs(tid_, CallRegs(saved, nr, args)));
   absl::StatusOr<long> result = StepOverSyscall(nr);
@@ -39,6 +41,31 @@ absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
   // a process that would crash when it is let go.
   absl::Status restored = SetRegs(tid_, saved);
   if (!result.ok()) return result;
+  RETURN_IF_ERROR(restored);
+  return result;
+}
+
+absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& args) {
+  constexpr uint64_t kAllSignals = ~0ULL;
+  ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
+  ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid_));
+  // Entering: registers first, then the mask (see the class comment).
+  RETURN_IF_ERROR(SetRegs(tid_, CallRegs(saved, nr, args)));
+  absl::Status ran = SetSigmask(tid_, kAllSignals);
+  FaultPoint("injecting");
+  if (ran.ok()) ran = RunToSyscallExit(nr);
+  absl::StatusOr<long> result = absl::UnknownError("");
+  if (!ran.ok()) {
+    result = ran;
+  } else {
+    absl::StatusOr<user_regs_struct> after = GetRegs(tid_);
+    result = after.ok() ? absl::StatusOr<long>(static_cast<long>(after->rax)) : after.status();
+  }
+  // Leaving: the mask first, then the registers, on every path.
+  absl::Status unmasked = SetSigmask(tid_, mask);
+  absl::Status restored = SetRegs(tid_, saved);
+  if (!result.ok()) return result;
+  RETURN_IF_ERROR(unmasked);
   RETURN_IF_ERROR(restored);
   return result;
 }
@@ -77,7 +104,21 @@ absl::StatusOr<long> Injector::StepOverSyscall(long nr) {
 absl::StatusOr<long> Injector::RawAtSyscallStops(long nr, std::array<uint64_t, 6> args) {
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
   RETURN_IF_ERROR(SetRegs(tid_, CallRegs(saved, nr, args)));
+  absl::Status ran = RunToSyscallExit(nr);
   absl::StatusOr<long> result = absl::UnknownError("");
+  if (!ran.ok()) {
+    result = ran;
+  } else {
+    absl::StatusOr<user_regs_struct> after = GetRegs(tid_);
+    result = after.ok() ? absl::StatusOr<long>(static_cast<long>(after->rax)) : after.status();
+  }
+  absl::Status restored = SetRegs(tid_, saved);
+  if (!result.ok()) return result;
+  RETURN_IF_ERROR(restored);
+  return result;
+}
+
+absl::Status Injector::RunToSyscallExit(long nr) {
   // Two syscall stops: at the call's entry, then at its exit. Every catchable signal is
   // blocked, so a SIGTRAP stop here is one of them (reported as SIGTRAP|0x80 with
   // PTRACE_O_TRACESYSGOOD, plain SIGTRAP without).
@@ -106,16 +147,7 @@ absl::StatusOr<long> Injector::RawAtSyscallStops(long nr, std::array<uint64_t, 6
                                              " (signals must be blocked while injecting)"));
     }
   }
-  if (ran.ok()) {
-    absl::StatusOr<user_regs_struct> after = GetRegs(tid_);
-    result = after.ok() ? absl::StatusOr<long>(static_cast<long>(after->rax)) : after.status();
-  } else {
-    result = ran;
-  }
-  absl::Status restored = SetRegs(tid_, saved);
-  if (!result.ok()) return result;
-  RETURN_IF_ERROR(restored);
-  return result;
+  return ran;
 }
 
 absl::StatusOr<long> Injector::Call(absl::string_view what, long nr, uint64_t a0, uint64_t a1,
@@ -188,9 +220,15 @@ absl::Status WriteRemote(pid_t pid, uint64_t addr, const void* buf, size_t len) 
   return VmIo(pid, addr, const_cast<void*>(buf), len, /*write=*/true);
 }
 
-absl::StatusOr<RemoteScratch> RemoteScratch::Map(Injector& inj) {
-  ASSIGN_OR_RETURN(long addr, inj.Call("mmap scratch", SYS_mmap, 0, kSize, PROT_READ | PROT_WRITE,
-                                       MAP_PRIVATE | MAP_ANONYMOUS, static_cast<uint64_t>(-1), 0));
+absl::StatusOr<RemoteScratch> RemoteScratch::Map(Injector& inj, bool shared, uint64_t at) {
+  ASSIGN_OR_RETURN(long addr, inj.Call("mmap scratch", SYS_mmap, at, kSize, PROT_READ | PROT_WRITE,
+                                       (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS |
+                                           (at != 0 ? MAP_FIXED_NOREPLACE : 0),
+                                       static_cast<uint64_t>(-1), 0));
+  if (at != 0 && static_cast<uint64_t>(addr) != at) {  // a kernel before 4.17 takes it as a hint
+    (void)inj.Call("munmap scratch", SYS_munmap, static_cast<uint64_t>(addr), kSize);
+    return absl::FailedPreconditionError(absl::StrFormat("mmap of the scratch area at %#x gave %#lx", at, addr));
+  }
   return RemoteScratch(inj.tid(), static_cast<uint64_t>(addr), kSize, /*owned=*/true);
 }
 

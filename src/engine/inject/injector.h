@@ -9,8 +9,20 @@
 // the registers back exactly. orig_rax is set to -1 so the kernel applies no
 // syscall-restart fixup to the injected call.
 //
-// REQUIRES: the thread is in a ptrace stop and has every catchable signal blocked (set
-// with PTRACE_SETSIGMASK) so that no signal is dequeued between steps.
+// Two ways to drive the call:
+// - kSingleStep (the restorer's tasks, which die with the restorer anyway): the caller
+//   has blocked every catchable signal, and the syscall instruction may be anywhere.
+// - kGuarded (a checkpoint of a live process, whose death must never hurt it): the
+//   instruction is a Trampoline's (trampoline.h), followed by a spin, and the call runs
+//   between two syscall stops, so no trap signal is ever forced on the thread. The
+//   thread's signal mask is blocked only for the call. At every instant the thread either
+//   has its own registers and mask, or has rip inside the trampoline: entering, registers
+//   are set before the mask is blocked; leaving, the mask is put back before the
+//   registers. A thread whose tracer died mid-call runs the call and spins; the dump's
+//   guardian (dump/guardian.h) puts it back.
+//
+// REQUIRES: the thread is in a ptrace stop; with kSingleStep, every catchable signal is
+// blocked (PTRACE_SETSIGMASK) so that no signal is dequeued between steps.
 // Not thread-safe: one Injector per traced thread, used from the tracer thread only.
 
 #include <sys/types.h>
@@ -27,18 +39,24 @@ namespace cairn::inject {
 
 class Injector {
  public:
-  // `syscall_insn` is the address of a `syscall` instruction in `tid`'s address space.
-  Injector(pid_t tid, uint64_t syscall_insn) : tid_(tid), syscall_insn_(syscall_insn) {}
+  enum class Drive { kSingleStep, kGuarded };
+
+  // `syscall_insn` is the address of a `syscall` instruction in `tid`'s address space (for
+  // kGuarded, a Trampoline's syscall_insn()).
+  Injector(pid_t tid, uint64_t syscall_insn, Drive drive = Drive::kSingleStep)
+      : tid_(tid), syscall_insn_(syscall_insn), drive_(drive) {}
 
   pid_t tid() const { return tid_; }
   uint64_t syscall_insn() const { return syscall_insn_; }
+  bool guarded() const { return drive_ == Drive::kGuarded; }
 
   // The message of the last PTRACE_EVENT_FORK/CLONE seen while injecting: the new task's
   // id as the tracer sees it (its host id, even when the caller lives in a PID namespace).
   pid_t last_new_task() const { return last_new_task_; }
 
-  // Runs syscall `nr`; returns the kernel's raw return value (a negative errno on
-  // failure). A status error means the injection itself failed (thread vanished...).
+  // Runs syscall `nr` as the Drive says; returns the kernel's raw return value (a
+  // negative errno on failure). A status error means the injection itself failed (thread
+  // vanished...).
   absl::StatusOr<long> Raw(long nr, std::array<uint64_t, 6> args = {});
 
   // Like Raw, but driven by syscall stops (PTRACE_SYSCALL: one at entry, one at exit)
@@ -60,9 +78,14 @@ class Injector {
   user_regs_struct CallRegs(const user_regs_struct& saved, long nr, const std::array<uint64_t, 6>& args) const;
   // Single-steps over the syscall instruction and returns rax at the syscall's exit.
   absl::StatusOr<long> StepOverSyscall(long nr);
+  // Resumes with PTRACE_SYSCALL to the call's entry and exit stops.
+  absl::Status RunToSyscallExit(long nr);
+  // kGuarded: the mask blocked for the call only, syscall stops, the order of guarded().
+  absl::StatusOr<long> Guarded(long nr, const std::array<uint64_t, 6>& args);
 
   pid_t tid_;
   uint64_t syscall_insn_;
+  Drive drive_ = Drive::kSingleStep;
   pid_t last_new_task_ = 0;
 };
 
@@ -92,8 +115,11 @@ class RemoteScratch {
  public:
   static constexpr size_t kSize = 64 * 1024;
 
-  // Maps kSize bytes read/write anywhere in the process.
-  static absl::StatusOr<RemoteScratch> Map(Injector& inj);
+  // Maps kSize bytes read/write anywhere in the process. `shared`: as shared anonymous
+  // memory, which never merges with a neighbouring area and shows in /proc/PID/maps as an
+  // area of its own ("/dev/zero (deleted)"), so that it can be found again by its address.
+  // `at`: at this address exactly (MAP_FIXED_NOREPLACE), 0 for anywhere.
+  static absl::StatusOr<RemoteScratch> Map(Injector& inj, bool shared = false, uint64_t at = 0);
   // Uses an existing area the caller owns (e.g. a page the restorer mapped itself).
   RemoteScratch(pid_t pid, uint64_t addr, size_t size, bool owned)
       : pid_(pid), addr_(addr), size_(size), owned_(owned) {}

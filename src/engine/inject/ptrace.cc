@@ -26,14 +26,9 @@ absl::Status Check(long rc, const char* what, pid_t tid) {
 
 }  // namespace
 
-absl::StatusOr<StopInfo> WaitStop(pid_t tid) {
-  int status = 0;
-  for (;;) {
-    pid_t r = ::waitpid(tid, &status, __WALL);
-    if (r == tid) break;
-    if (r < 0 && errno == EINTR) continue;
-    return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
-  }
+namespace {
+
+StopInfo Decode(int status) {
   StopInfo info;
   if (WIFEXITED(status)) {
     info.kind = StopInfo::Kind::kExited;
@@ -47,6 +42,30 @@ absl::StatusOr<StopInfo> WaitStop(pid_t tid) {
     info.kind = info.event != 0 ? StopInfo::Kind::kEventStop : StopInfo::Kind::kSignalStop;
   }
   return info;
+}
+
+}  // namespace
+
+absl::StatusOr<StopInfo> WaitStop(pid_t tid) {
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(tid, &status, __WALL);
+    if (r == tid) break;
+    if (r < 0 && errno == EINTR) continue;
+    return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
+  }
+  return Decode(status);
+}
+
+absl::StatusOr<std::optional<StopInfo>> PollStop(pid_t tid) {
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(tid, &status, __WALL | WNOHANG);
+    if (r == tid) return std::optional<StopInfo>(Decode(status));
+    if (r == 0) return std::optional<StopInfo>();
+    if (r < 0 && errno == EINTR) continue;
+    return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
+  }
 }
 
 absl::Status Seize(pid_t tid, long options) {

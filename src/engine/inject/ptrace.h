@@ -6,6 +6,7 @@
 #include <sys/user.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,8 @@ struct StopInfo {
 
 // Waits for `tid` to change state (waitpid with __WALL); retries EINTR.
 absl::StatusOr<StopInfo> WaitStop(pid_t tid);
+// The same without waiting: nullopt while `tid` runs.
+absl::StatusOr<std::optional<StopInfo>> PollStop(pid_t tid);
 
 // PTRACE_SEIZE `tid` with `options`, without stopping it.
 absl::Status Seize(pid_t tid, long options);

@@ -24,6 +24,7 @@
 #include "common/file_util.h"
 #include "engine/inject/batch.h"
 #include "engine/inject/ptrace.h"
+#include "engine/inject/trampoline.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
 #include "gmock/gmock.h"
@@ -376,10 +377,22 @@ void ExpectBatchAnswers(Injector& inj, pid_t pid, CallBatch& batch) {
   EXPECT_EQ(std::string(name) + "\n", *comm);
 
   ASSERT_TRUE(scratch->Unmap(inj).ok());
-  ASSERT_TRUE(batch.Unmap(inj).ok());
   auto after = GetRegs(pid);
   ASSERT_TRUE(after.ok()) << after.status();
   ExpectSameRegs(*before, *after);
+}
+
+// The [vdso] area of `pid` and its bytes.
+std::pair<uint64_t, std::string> ReadVdso(pid_t pid) {
+  auto maps = proc::ReadMaps(pid);
+  if (!maps.ok()) return {};
+  for (const proc::MapEntry& e : *maps) {
+    if (e.path != "[vdso]") continue;
+    std::string bytes(e.end - e.start, '\0');
+    if (!ReadRemote(pid, e.start, bytes.data(), bytes.size()).ok()) return {};
+    return {e.start, bytes};
+  }
+  return {};
 }
 
 TEST_F(InjectorTest, CallBatchRunsEveryCallInOneGoAndLeavesNoTrace) {
@@ -388,25 +401,68 @@ TEST_F(InjectorTest, CallBatchRunsEveryCallInOneGoAndLeavesNoTrace) {
   const uint64_t frozen = Count();
   auto maps_before = proc::ReadMaps(pid_);
   ASSERT_TRUE(maps_before.ok()) << maps_before.status();
-  auto batch = CallBatch::Create(*inj_);
-  ASSERT_TRUE(batch.ok()) << batch.status();
-  ASSERT_TRUE(batch->batched()) << "this machine allows an executable page";
-  {
-    auto maps = proc::ReadMaps(pid_);
-    ASSERT_TRUE(maps.ok()) << maps.status();
-    for (const proc::MapEntry& e : *maps) {
-      EXPECT_FALSE((e.prot & PROT_WRITE) && (e.prot & PROT_EXEC)) << "writable and executable at " << e.start;
-    }
-  }
-  ExpectBatchAnswers(*inj_, pid_, *batch);
+  auto [vdso, vdso_before] = ReadVdso(pid_);
+  ASSERT_NE(vdso, 0u);
+  auto tramp = Trampoline::Install(pid_, vdso, vdso + vdso_before.size());
+  ASSERT_TRUE(tramp.ok()) << tramp.status();
+  EXPECT_NE(ReadVdso(pid_).second, vdso_before) << "the trampoline is not in the vDSO";
+  EXPECT_EQ(ReadVdso(::getpid()).second.substr(tramp->addr() - vdso, Trampoline::kSize),
+            std::string(Trampoline::kSize, '\0'))
+      << "the trampoline reached this process's vDSO: the page was not copied for the child alone";
+  CallBatch batch(*tramp);
+  ASSERT_TRUE(batch.batched());
+  ExpectBatchAnswers(*inj_, pid_, batch);
   EXPECT_EQ(Count(), frozen) << "the child ran its own code during the batch";
+  ASSERT_TRUE(tramp->Remove().ok());
+  EXPECT_EQ(ReadVdso(pid_).second, vdso_before) << "the vDSO's tail was not put back";
   auto maps_after = proc::ReadMaps(pid_);
   ASSERT_TRUE(maps_after.ok()) << maps_after.status();
-  EXPECT_EQ(maps_after->size(), maps_before->size()) << "the batch's page is still mapped";
+  EXPECT_EQ(maps_after->size(), maps_before->size()) << "the batch left an area behind";
 
   ASSERT_TRUE(SetSigmask(pid_, old_mask_).ok());
   ASSERT_TRUE(Detach(pid_).ok());
   EXPECT_TRUE(CounterPasses(frozen + 1000)) << "child did not resume after the batch";
+}
+
+// A guarded call (syscall stops at the trampoline) answers, leaves the registers and
+// the thread's own mask as they were, and never forces a trap: a process that ignores
+// SIGTRAP still does afterwards (a forced trap resets an ignored signal to SIG_DFL).
+TEST_F(InjectorTest, GuardedCallKeepsRegistersMaskAndSigtrapAction) {
+  Child child([] {
+    ::signal(SIGTRAP, SIG_IGN);
+    for (;;) ::pause();
+  });
+  pid_t pid = child.pid();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(Seize(pid, PTRACE_O_TRACESYSGOOD).ok());
+  ASSERT_TRUE(Interrupt(pid).ok());
+  auto stop = WaitStop(pid);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  auto mask = GetSigmask(pid);
+  ASSERT_TRUE(mask.ok());
+  auto before = GetRegs(pid);
+  ASSERT_TRUE(before.ok());
+  auto [vdso, bytes] = ReadVdso(pid);
+  auto tramp = Trampoline::Install(pid, vdso, vdso + bytes.size());
+  ASSERT_TRUE(tramp.ok()) << tramp.status();
+  Injector inj(pid, tramp->syscall_insn(), Injector::Drive::kGuarded);
+  EXPECT_TRUE(inj.guarded());
+  for (int i = 0; i < 3; ++i) {
+    auto got = inj.Call("getpid", SYS_getpid);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, pid);
+  }
+  auto after = GetRegs(pid);
+  ASSERT_TRUE(after.ok());
+  ExpectSameRegs(*before, *after);
+  auto mask_after = GetSigmask(pid);
+  ASSERT_TRUE(mask_after.ok());
+  EXPECT_EQ(*mask_after, *mask) << "the thread's mask was left blocked";
+  ASSERT_TRUE(tramp->Remove().ok());
+  ASSERT_TRUE(Detach(pid).ok());
+  auto status = proc::ReadStatus(pid);
+  ASSERT_TRUE(status.ok());
+  EXPECT_TRUE(status->sig_ignored & (1ULL << (SIGTRAP - 1))) << "SIGTRAP is no longer ignored";
 }
 
 TEST_F(InjectorTest, CallBatchOneByOneGivesTheSameAnswers) {

@@ -1,0 +1,300 @@
+#include "engine/dump/guardian.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <new>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "common/stop_points.h"
+#include "engine/dump/freeze.h"
+#include "engine/dump/tracker.h"
+#include "engine/inject/ptrace.h"
+#include "engine/proc/maps.h"
+
+namespace cairn::dump {
+
+absl::StatusOr<int> GuardJournal::AddProcess(pid_t pid, uint64_t start_time) {
+  int n = nprocs_.load(std::memory_order_relaxed);
+  if (n >= kMaxProcesses) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a checkpoint freezes at most ", kMaxProcesses, " processes (counting pre-copy rounds)"));
+  }
+  Process& p = procs_[n];
+  p.pid = pid;
+  p.start_time = start_time;
+  p.trampoline_writing.store(0, std::memory_order_relaxed);
+  p.trampoline.store(0, std::memory_order_relaxed);
+  p.scratch_addr.store(0, std::memory_order_relaxed);
+  p.scratch_len = 0;
+  // A write tracker made in an earlier freeze of the same process (a pre-copy round).
+  int32_t tracker = -1;
+  for (int i = n - 1; i >= 0; --i) {
+    if (procs_[i].pid != pid) continue;
+    tracker = procs_[i].tracker_fd.load(std::memory_order_relaxed);
+    break;
+  }
+  p.tracker_fd.store(tracker, std::memory_order_relaxed);
+  p.thawed.store(0, std::memory_order_relaxed);
+  nprocs_.store(n + 1, std::memory_order_release);
+  return n;
+}
+
+absl::Status GuardJournal::AddThread(int proc, pid_t tid, const user_regs_struct& regs, uint64_t mask) {
+  int n = nthreads_.load(std::memory_order_relaxed);
+  if (n >= kMaxThreads) {
+    return absl::ResourceExhaustedError(absl::StrCat("a checkpoint freezes at most ", kMaxThreads, " threads"));
+  }
+  threads_[n] = Thread{tid, proc, mask, regs};
+  nthreads_.store(n + 1, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+void GuardJournal::TrampolineWriting(int proc) { procs_[proc].trampoline_writing.store(1, std::memory_order_release); }
+void GuardJournal::TrampolineAt(int proc, uint64_t addr) {
+  procs_[proc].trampoline.store(addr, std::memory_order_release);
+}
+void GuardJournal::ScratchAt(int proc, uint64_t addr, uint64_t len) {
+  procs_[proc].scratch_len = len;
+  procs_[proc].scratch_addr.store(addr, std::memory_order_release);
+}
+void GuardJournal::ScratchGone(int proc) {
+  procs_[proc].scratch_addr.store(0, std::memory_order_release);
+}
+void GuardJournal::TrackerCreated(int proc, int fd) { procs_[proc].tracker_fd.store(fd, std::memory_order_release); }
+void GuardJournal::TrackerKept(int proc) { procs_[proc].tracker_fd.store(-1, std::memory_order_release); }
+void GuardJournal::Thawed(int proc) { procs_[proc].thawed.store(1, std::memory_order_release); }
+
+void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit) {
+  dir_dev_ = dev;
+  dir_ino_ = ino;
+  kill_on_commit_ = kill_on_commit ? 1 : 0;
+  std::snprintf(dir_, sizeof dir_, "%s", dir.c_str());
+  dir_set_.store(dir.size() + 9 < sizeof dir_ ? 1 : 0, std::memory_order_release);
+}
+
+// Undoes, after the dumper's death, what the journal says it changed.
+class GuardianRepair {
+ public:
+  explicit GuardianRepair(GuardJournal& j) : j_(j) {}
+
+  int Run() {
+    auto outcome = static_cast<GuardJournal::Outcome>(j_.outcome_.load(std::memory_order_acquire));
+    if (outcome == GuardJournal::Outcome::kDone) return 0;
+    // The commit is the rename of DIR.partial to DIR: whether it happened is on disk.
+    if (outcome == GuardJournal::Outcome::kRunning && j_.kill_on_commit_ != 0 && Committed()) {
+      outcome = GuardJournal::Outcome::kKill;
+    }
+    int nprocs = j_.nprocs_.load(std::memory_order_acquire);
+    if (outcome == GuardJournal::Outcome::kKill) {
+      std::set<pid_t> killed;
+      for (int i = 0; i < nprocs; ++i) {
+        const GuardJournal::Process& p = j_.procs_[i];
+        if (!killed.insert(p.pid).second || !SameProcess(p)) continue;
+        ::kill(p.pid, SIGKILL);
+      }
+      Say("the dump had committed its checkpoint: its processes were killed, as it was to do");
+      return 0;
+    }
+    RemovePartial();
+    // The latest record of each process (pre-copy freezes a process once per round).
+    std::map<pid_t, int> latest;
+    for (int i = 0; i < nprocs; ++i) latest[j_.procs_[i].pid] = i;
+    int failures = 0;
+    for (const auto& [pid, i] : latest) {
+      absl::Status s = Repair(i);
+      if (!s.ok()) {
+        ++failures;
+        Say(absl::StrCat("could not put pid ", pid, " back as it was: ", s.ToString()));
+      }
+    }
+    return failures == 0 ? 0 : 1;
+  }
+
+ private:
+  static void Say(const std::string& what) { std::fprintf(stderr, "cairn dump guardian: %s\n", what.c_str()); }
+
+  static bool SameProcess(const GuardJournal::Process& p) {
+    auto start = ProcessStartTime(p.pid);
+    return start.ok() && *start == p.start_time;
+  }
+
+  // The directory, if it is still the one the dump created.
+  bool IsOurs(const std::string& dir) const {
+    struct stat st {};
+    return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == j_.dir_dev_ &&
+           st.st_ino == j_.dir_ino_;
+  }
+  bool Committed() const { return j_.dir_set_.load(std::memory_order_acquire) != 0 && IsOurs(j_.dir_); }
+
+  void RemovePartial() {
+    if (j_.dir_set_.load(std::memory_order_acquire) == 0) return;
+    std::string partial = absl::StrCat(j_.dir_, ".partial");
+    if (!IsOurs(partial)) return;
+    std::error_code ec;
+    std::filesystem::remove_all(partial, ec);
+  }
+
+  // Freezes the process again; the dead tracer's hold goes only once its exit is complete,
+  // so a seize refused as EPERM is tried again for a while.
+  static absl::StatusOr<FrozenProcess> Seize(pid_t pid) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      absl::StatusOr<FrozenProcess> fp = FrozenProcess::Freeze(pid);
+      if (fp.ok() || !absl::IsPermissionDenied(fp.status()) || std::chrono::steady_clock::now() > deadline) return fp;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  absl::Status Repair(int index) {
+    GuardJournal::Process& p = j_.procs_[index];
+    bool tracker = p.tracker_fd.load(std::memory_order_acquire) >= 0;
+    bool trampoline = p.trampoline_writing.load(std::memory_order_acquire) != 0;
+    if (p.thawed.load(std::memory_order_acquire) != 0 && !tracker) return absl::OkStatus();
+    if (!SameProcess(p)) return absl::OkStatus();  // it is gone: nothing to put back
+    absl::StatusOr<FrozenProcess> frozen = Seize(p.pid);
+    if (absl::IsNotFound(frozen.status())) return absl::OkStatus();
+    RETURN_IF_ERROR(frozen.status());
+    FrozenProcess& fp = *frozen;
+    // Threads inside the trampoline get their registers and mask back.
+    inject::Trampoline at = inject::Trampoline::Adopt(p.pid, p.trampoline.load(std::memory_order_acquire),
+                                                      std::string(inject::Trampoline::kSize, '\0'));
+    uint64_t scratch = p.scratch_addr.load(std::memory_order_acquire);
+    int nthreads = j_.nthreads_.load(std::memory_order_acquire);
+    for (const FrozenProcess::ThreadState& t : fp.threads()) {
+      ASSIGN_OR_RETURN(user_regs_struct regs, inject::GetRegs(t.tid));
+      if (!at.Contains(regs.rip)) continue;
+      const GuardJournal::Thread* saved = nullptr;
+      for (int k = nthreads - 1; k >= 0 && saved == nullptr; --k) {
+        if (j_.threads_[k].tid == t.tid && j_.threads_[k].proc == index) saved = &j_.threads_[k];
+      }
+      if (saved == nullptr) return absl::InternalError(absl::StrCat("thread ", t.tid, " is in the trampoline but not in the journal"));
+      RETURN_IF_ERROR(inject::SetSigmask(t.tid, saved->mask));
+      RETURN_IF_ERROR(inject::SetRegs(t.tid, saved->regs));
+    }
+    // The tail of the vDSO back to its zeros (where the dumper may have been writing).
+    if (trampoline) RETURN_IF_ERROR(ClearTrampoline(p.pid));
+    // What the injected calls made: unmapped and closed with injected calls again.
+    int fd = p.tracker_fd.load(std::memory_order_acquire);
+    bool scratch_ours = scratch != 0 && IsScratch(p.pid, scratch);
+    if (scratch_ours || fd >= 0) {
+      RETURN_IF_ERROR(fp.InstallTrampoline());
+      inject::Injector inj = fp.injector(p.pid);
+      if (scratch_ours) {
+        RETURN_IF_ERROR(inj.Call("munmap scratch", SYS_munmap, scratch, inject::RemoteScratch::kSize).status());
+      }
+      if (fd >= 0 && IsTracker(p.pid, fd)) {
+        RETURN_IF_ERROR(inj.Call("close the write tracker", SYS_close, static_cast<uint64_t>(fd)).status());
+      }
+    }
+    return fp.Thaw();
+  }
+
+  // Zeros over where Trampoline::Install puts its code (the tail is zeros before it does).
+  static absl::Status ClearTrampoline(pid_t pid) {
+    ASSIGN_OR_RETURN(auto vdso, VdsoRange(pid));
+    std::string image(vdso.second - vdso.first, '\0');
+    RETURN_IF_ERROR(inject::ReadRemote(pid, vdso.first, image.data(), image.size()));
+    ASSIGN_OR_RETURN(size_t end, inject::ElfImageEnd(image));
+    size_t at = (end + 15) & ~size_t{15};
+    if (at + inject::Trampoline::kSize > image.size()) return absl::OkStatus();
+    std::string zeros(inject::Trampoline::kSize, '\0');
+    return inject::WriteRemote(pid, vdso.first + at, zeros.data(), zeros.size());
+  }
+
+  // The area at `addr` is the dump's scratch area (shared anonymous, of its size: see
+  // RemoteScratch::Map).
+  static bool IsScratch(pid_t pid, uint64_t addr) {
+    auto maps = proc::ReadMaps(pid);
+    if (!maps.ok()) return false;
+    for (const proc::MapEntry& m : *maps) {
+      if (m.start == addr) return m.end - m.start == inject::RemoteScratch::kSize && m.path == "/dev/zero (deleted)";
+    }
+    return false;
+  }
+
+  static bool IsTracker(pid_t pid, int fd) {
+    char link[256];
+    std::string path = absl::StrCat("/proc/", pid, "/fd/", fd);
+    ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+    return n > 0 && std::string(link, static_cast<size_t>(n)) == "anon_inode:[userfaultfd]";
+  }
+
+  GuardJournal& j_;
+};
+
+int RunGuardian(GuardJournal& journal, int pipe_rd) {
+  char c;
+  for (;;) {
+    ssize_t n = ::read(pipe_rd, &c, 1);
+    if (n == 0) break;
+    if (n < 0 && errno != EINTR) break;
+  }
+  return GuardianRepair(journal).Run();
+}
+
+absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
+  void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return ErrnoStatus("mmap the dump's journal");
+  auto* journal = new (mem) GuardJournal();  // zero pages: every count 0, outcome kRunning
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    absl::Status s = ErrnoStatus("pipe for the dump's guardian");
+    ::munmap(mem, sizeof(GuardJournal));
+    return s;
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    absl::Status s = ErrnoStatus("fork the dump's guardian");
+    ::close(fds[0]);
+    ::close(fds[1]);
+    ::munmap(mem, sizeof(GuardJournal));
+    return s;
+  }
+  if (pid == 0) {
+    // The guardian: nothing but the read end and stdin/out/err, in a session of its own
+    // (a terminal's ^C or hangup, or a kill of the dumper's group, does not reach it),
+    // deaf to the signals that end the dumper. It may be a fork of a threaded daemon:
+    // from here on it touches no lock another thread could have held.
+    ::setsid();
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
+    ::prctl(PR_SET_NAME, "cairn-guardian", 0, 0, 0);
+    DisableFaultPoints();
+    if (fds[0] != 3) {
+      ::dup2(fds[0], 3);
+    } else {
+      ::fcntl(3, F_SETFD, 0);
+    }
+    ::syscall(SYS_close_range, 4, ~0U, 0);
+    ::_exit(RunGuardian(*journal, 3));
+  }
+  ::close(fds[0]);
+  return std::unique_ptr<Guardian>(new Guardian(journal, fds[1], pid));
+}
+
+Guardian::~Guardian() {
+  uint32_t running = static_cast<uint32_t>(GuardJournal::Outcome::kRunning);
+  journal_->outcome_.compare_exchange_strong(running, static_cast<uint32_t>(GuardJournal::Outcome::kDone));
+  ::close(pipe_wr_);
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  ::munmap(journal_, sizeof(GuardJournal));
+}
+
+}  // namespace cairn::dump

@@ -1,0 +1,129 @@
+#pragma once
+// The dump's guardian: a small process that outlives the dumper and puts back, if the
+// dumper dies mid-dump, what the dump had changed in the processes it froze.
+//
+// Why it is enough (the proof, with freeze.h, inject/injector.h and inject/trampoline.h):
+// 1. Outside an injected call, a frozen thread has exactly its own registers and signal
+//    mask: freezing changes neither (PTRACE_SEIZE + PTRACE_INTERRUPT, no mask blocked), and
+//    every injection puts both back before it returns. A thread in a PTRACE_EVENT_STOP or
+//    a syscall stop whose tracer dies carries on as if nothing had happened: no trap is
+//    ever forced (injected calls run between syscall stops, batches end in a spin) and
+//    with PTRACE_O_TRACESYSGOOD an unanswered syscall stop delivers no signal.
+// 2. Inside an injected call, the thread's rip lies in the trampoline, in the vDSO's unused
+//    tail: it runs the injected call(s) and then spins there. It runs none of its own code
+//    and is never killed for it. Its registers and mask before the call are in the journal
+//    (written before the first injection); the guardian seizes it and puts them back.
+// 3. What the injected calls leave in the process is journaled before it exists (the
+//    scratch area, mapped at an address chosen beforehand) or once it exists (a write
+//    tracker), and the guardian undoes it with the same injection, then writes the
+//    trampoline's zeros back.
+// 4. The checkpoint directory being written (DIR.partial) is removed; a committed one
+//    (renamed to DIR: the same inode) is kept. If the dump had committed and was to kill
+//    its processes (not --leave-running, or a hand-off the peer accepted), the guardian
+//    kills them: the dump is finished, not rolled back, so that one copy runs, not two.
+// What it cannot cover: the guardian itself killed together with the dumper (it runs in a
+// session of its own and ignores SIGTERM/SIGINT/SIGHUP, so only a SIGKILL aimed at it
+// does), and a write tracker being created at the instant of death (left in the process;
+// the next dump of it closes it as a stray).
+
+#include <sys/types.h>
+#include <sys/user.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::dump {
+
+// What a dump has changed in its processes, in memory shared with its guardian. Written
+// by the dumper's tracer thread only, each record before the change it describes; counts
+// are published with release stores after their records.
+class GuardJournal {
+ public:
+  static constexpr int kMaxProcesses = 4096;
+  static constexpr int kMaxThreads = 16384;
+
+  enum class Outcome : uint32_t {
+    kRunning = 0,  // undo everything journaled
+    kDone = 1,     // the dump ended and put everything back itself: nothing to do
+    kKill = 2,     // committed, the processes are to die: finish the kill
+  };
+
+  // A frozen process; returns its index, or ResourceExhausted.
+  absl::StatusOr<int> AddProcess(pid_t pid, uint64_t start_time);
+  // A frozen thread of process `proc`, with its registers and mask as frozen.
+  absl::Status AddThread(int proc, pid_t tid, const user_regs_struct& regs, uint64_t mask);
+
+  void TrampolineWriting(int proc);                   // from now on, the vDSO's tail may hold it
+  void TrampolineAt(int proc, uint64_t addr);         // it is there: rip inside means mid-call
+  void ScratchAt(int proc, uint64_t addr, uint64_t len);  // before it is mapped there
+  void ScratchGone(int proc);
+  void TrackerCreated(int proc, int fd);              // a write tracker this dump made
+  void TrackerKept(int proc);                         // ... that the committed dump keeps
+  void Thawed(int proc);                              // let go: nothing of it to undo
+  void SetOutcome(Outcome o) { outcome_.store(static_cast<uint32_t>(o), std::memory_order_release); }
+  // The checkpoint being written: DIR.partial, renamed to `dir` when committed, known by
+  // its inode (a later dump's directory of the same name is never taken for it). With
+  // `kill_on_commit`, once it is committed the processes are to die (guardian.h, 4).
+  void SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit);
+
+ private:
+  friend class GuardianRepair;
+  friend class Guardian;
+  struct Process {
+    int32_t pid;
+    uint64_t start_time;
+    std::atomic<uint32_t> trampoline_writing;
+    std::atomic<uint64_t> trampoline;
+    std::atomic<uint64_t> scratch_addr;
+    uint64_t scratch_len;
+    std::atomic<int32_t> tracker_fd;    // created by this dump, not (yet) kept
+    std::atomic<uint32_t> thawed;
+  };
+  struct Thread {
+    int32_t tid;
+    int32_t proc;
+    uint64_t mask;
+    user_regs_struct regs;
+  };
+
+  std::atomic<uint32_t> outcome_;
+  std::atomic<int32_t> nprocs_;
+  std::atomic<int32_t> nthreads_;
+  std::atomic<uint32_t> dir_set_;
+  uint64_t dir_dev_, dir_ino_;
+  uint32_t kill_on_commit_;
+  char dir_[4096];
+  Process procs_[kMaxProcesses];
+  Thread threads_[kMaxThreads];
+};
+
+// A running guardian, owned by the dump that started it.
+class Guardian {
+ public:
+  // Starts the guardian process (a fork that does not exec; it keeps only the pipe that
+  // tells it the dumper is gone, and stderr). Before anything is frozen.
+  static absl::StatusOr<std::unique_ptr<Guardian>> Start();
+  // The dumper is alive and has put back what it changed: an outcome still kRunning
+  // becomes kDone (kKill stays). The guardian exits, and is waited for.
+  ~Guardian();
+
+  GuardJournal& journal() { return *journal_; }
+
+ private:
+  Guardian(GuardJournal* journal, int pipe_wr, pid_t pid) : journal_(journal), pipe_wr_(pipe_wr), pid_(pid) {}
+
+  GuardJournal* journal_;
+  int pipe_wr_;
+  pid_t pid_;
+};
+
+// The guardian's body: waits until `pipe_rd` reads EOF (every copy of the write end is
+// closed: the dumper finished or died), then does what the journal's outcome says. Exposed
+// for tests; returns the process's exit code.
+int RunGuardian(GuardJournal& journal, int pipe_rd);
+
+}  // namespace cairn::dump

@@ -1,0 +1,124 @@
+#include "engine/inject/trampoline.h"
+
+#include <elf.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "engine/inject/injector.h"
+
+namespace cairn::inject {
+namespace {
+
+// Offsets in the trampoline.
+constexpr size_t kSyscallOff = 0;  // syscall ; jmp $
+constexpr size_t kLoopOff = 16;    // the batch loop (batch.h), then done=1 ; jmp $
+
+// The batch loop, with the table's address in r12 and the number of rows in r13:
+//   loop: mov rax,[r12]; mov rdi,[r12+8]; mov rsi,[r12+16]; mov rdx,[r12+24]
+//         mov r10,[r12+32]; mov r8,[r12+40]; mov r9,[r12+48]; syscall
+//         mov [r12+56],rax; add r12,64; dec r13; jnz loop
+//         mov qword [r12],1          (the row past the table: every call done)
+//   spin: jmp spin
+constexpr unsigned char kLoop[] = {
+    0x49, 0x8b, 0x04, 0x24,                          // mov rax, [r12]
+    0x49, 0x8b, 0x7c, 0x24, 0x08,                    // mov rdi, [r12+0x8]
+    0x49, 0x8b, 0x74, 0x24, 0x10,                    // mov rsi, [r12+0x10]
+    0x49, 0x8b, 0x54, 0x24, 0x18,                    // mov rdx, [r12+0x18]
+    0x4d, 0x8b, 0x54, 0x24, 0x20,                    // mov r10, [r12+0x20]
+    0x4d, 0x8b, 0x44, 0x24, 0x28,                    // mov r8, [r12+0x28]
+    0x4d, 0x8b, 0x4c, 0x24, 0x30,                    // mov r9, [r12+0x30]
+    0x0f, 0x05,                                      // syscall
+    0x49, 0x89, 0x44, 0x24, 0x38,                    // mov [r12+0x38], rax
+    0x49, 0x83, 0xc4, 0x40,                          // add r12, 0x40
+    0x49, 0xff, 0xcd,                                // dec r13
+    0x75, 0xce,                                      // jnz loop
+    0x49, 0xc7, 0x04, 0x24, 0x01, 0x00, 0x00, 0x00,  // mov qword [r12], 1
+    0xeb, 0xfe,                                      // spin: jmp spin
+};
+constexpr size_t kLoopSpinOff = kLoopOff + sizeof kLoop - 2;
+static_assert(kLoopOff + sizeof kLoop <= Trampoline::kSize);
+
+std::string Code() {
+  std::string code(Trampoline::kSize, '\0');
+  const unsigned char one[] = {0x0f, 0x05, 0xeb, 0xfe};  // syscall ; jmp $
+  std::memcpy(code.data() + kSyscallOff, one, sizeof one);
+  std::memcpy(code.data() + kLoopOff, kLoop, sizeof kLoop);
+  return code;
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> ElfImageEnd(const std::string& image) {
+  if (image.size() < sizeof(Elf64_Ehdr) || std::memcmp(image.data(), ELFMAG, SELFMAG) != 0 ||
+      image[EI_CLASS] != ELFCLASS64) {
+    return absl::InvalidArgumentError("not an ELF64 image");
+  }
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  size_t end = sizeof eh;
+  auto extend = [&](uint64_t off, uint64_t len) -> bool {
+    if (off > image.size() || len > image.size() - off) return false;
+    end = std::max<size_t>(end, off + len);
+    return true;
+  };
+  if (!extend(eh.e_phoff, uint64_t{eh.e_phnum} * eh.e_phentsize) ||
+      !extend(eh.e_shoff, uint64_t{eh.e_shnum} * eh.e_shentsize)) {
+    return absl::InvalidArgumentError("ELF headers past the end of the image");
+  }
+  for (unsigned i = 0; i < eh.e_phnum && eh.e_phentsize >= sizeof(Elf64_Phdr); ++i) {
+    Elf64_Phdr ph;
+    std::memcpy(&ph, image.data() + eh.e_phoff + i * eh.e_phentsize, sizeof ph);
+    if (!extend(ph.p_offset, ph.p_filesz)) return absl::InvalidArgumentError("ELF segment past the end of the image");
+  }
+  for (unsigned i = 0; i < eh.e_shnum && eh.e_shentsize >= sizeof(Elf64_Shdr); ++i) {
+    Elf64_Shdr sh;
+    std::memcpy(&sh, image.data() + eh.e_shoff + i * eh.e_shentsize, sizeof sh);
+    if (sh.sh_type == SHT_NOBITS) continue;
+    if (!extend(sh.sh_offset, sh.sh_size)) return absl::InvalidArgumentError("ELF section past the end of the image");
+  }
+  return end;
+}
+
+absl::StatusOr<Trampoline> Trampoline::Install(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
+  std::string vdso(vdso_end - vdso_start, '\0');
+  RETURN_IF_ERROR(ReadRemote(pid, vdso_start, vdso.data(), vdso.size()));
+  absl::StatusOr<size_t> end = ElfImageEnd(vdso);
+  if (!end.ok()) {
+    return absl::FailedPreconditionError(absl::StrFormat("pid %d: its vDSO at %#x is not the kernel's (%s)", pid,
+                                                         vdso_start, end.status().message()));
+  }
+  size_t at = (*end + 15) & ~size_t{15};
+  if (at + kSize > vdso.size() ||
+      std::any_of(vdso.begin() + static_cast<long>(at), vdso.begin() + static_cast<long>(at + kSize),
+                  [](char c) { return c != 0; })) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "pid %d: its vDSO has no free %zu bytes past its image (it ends at %zu of %zu); cannot inject safely", pid,
+        kSize, *end, vdso.size()));
+  }
+  Trampoline t(pid, vdso_start + at, vdso.substr(at, kSize));
+  RETURN_IF_ERROR(Annotate(WriteRemote(pid, t.addr_, Code().data(), kSize),
+                           "write the injection trampoline into the vDSO"));
+  return t;
+}
+
+Trampoline& Trampoline::operator=(Trampoline&& other) noexcept {
+  pid_ = other.pid_;
+  addr_ = other.addr_;
+  original_ = std::move(other.original_);
+  other.addr_ = 0;
+  return *this;
+}
+
+uint64_t Trampoline::batch_spin() const { return addr_ + kLoopSpinOff; }
+
+absl::Status Trampoline::Remove() {
+  if (addr_ == 0) return absl::OkStatus();
+  uint64_t addr = addr_;
+  addr_ = 0;
+  return Annotate(WriteRemote(pid_, addr, original_.data(), original_.size()), "remove the injection trampoline");
+}
+
+}  // namespace cairn::inject

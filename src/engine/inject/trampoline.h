@@ -1,0 +1,80 @@
+#pragma once
+// The injection trampoline: the few instructions a checkpoint runs inside a process it has
+// frozen, placed where the process never looks, and built so that the dumper's death at any
+// instant leaves nothing the process would run into.
+//
+// Where: the unused tail of the process's vDSO page (past the end of the vDSO's ELF image,
+// zeros the process never executes or reads). The bytes go in through /proc/PID/mem, which
+// copies the page for this process alone (the vDSO mapping allows a debugger's write), and
+// Remove() writes the zeros back. Nothing is mapped into the process for it, so no mapping
+// can be left behind, and it exists before the first injected call (an injected mmap of a
+// code page would itself need somewhere safe to run from).
+//
+// What: every sequence ends in a spin (`jmp $`), never in a trap.
+//   syscall_insn():  syscall ; spin      one call, driven by syscall stops
+//   batch_loop():    (a table of calls, see batch.h) ; done=1 ; spin
+// A tracer drives a thread through them with PTRACE_SYSCALL stops or PTRACE_INTERRUPT and
+// puts its registers back before the thread could reach the spin. If the tracer dies instead,
+// the thread finishes the call(s) it was given and spins at a known address, until the dump's
+// guardian (dump/guardian.h) puts its registers and signal mask back. No trap is forced and
+// no signal sent: with PTRACE_O_TRACESYSGOOD, a syscall stop the tracer never answered
+// delivers nothing when the kernel detaches the thread.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace cairn::inject {
+
+class Trampoline {
+ public:
+  // Bytes of the tail it occupies (16-byte aligned start).
+  static constexpr size_t kSize = 80;
+
+  // Finds the free tail of `pid`'s vDSO [vdso_start, vdso_end) and writes the code there.
+  // FailedPrecondition when the vDSO has no free tail of kSize bytes.
+  static absl::StatusOr<Trampoline> Install(pid_t pid, uint64_t vdso_start, uint64_t vdso_end);
+  // One already written at `addr` (by a dumper that died; see dump/guardian.h), whose
+  // original bytes were `original`.
+  static Trampoline Adopt(pid_t pid, uint64_t addr, std::string original) {
+    return Trampoline(pid, addr, std::move(original));
+  }
+
+  Trampoline() = default;
+  Trampoline(Trampoline&& other) noexcept { *this = std::move(other); }
+  Trampoline& operator=(Trampoline&& other) noexcept;
+  Trampoline(const Trampoline&) = delete;
+  ~Trampoline() = default;  // Remove() is explicit: a process that died needs nothing back.
+
+  bool installed() const { return addr_ != 0; }
+  uint64_t addr() const { return addr_; }
+  const std::string& original() const { return original_; }
+
+  uint64_t syscall_insn() const { return addr_; }         // `syscall`
+  uint64_t syscall_spin() const { return addr_ + 2; }     // where a thread waits after it
+  uint64_t batch_loop() const { return addr_ + 16; }      // the CallBatch loop (batch.h)
+  uint64_t batch_spin() const;                            // where a thread waits after the loop
+  // Whether `rip` lies in the trampoline: the thread is inside an injection.
+  bool Contains(uint64_t rip) const { return addr_ != 0 && rip >= addr_ && rip < addr_ + kSize; }
+
+  // Writes the original bytes back. Idempotent.
+  absl::Status Remove();
+
+ private:
+  Trampoline(pid_t pid, uint64_t addr, std::string original)
+      : pid_(pid), addr_(addr), original_(std::move(original)) {}
+
+  pid_t pid_ = 0;
+  uint64_t addr_ = 0;
+  std::string original_;
+};
+
+// The offset of the first byte past the ELF image at the start of `image` (a vDSO as it is
+// mapped): the end of its program headers' file contents, sections and section headers.
+// InvalidArgument when it is not an ELF64 image.
+absl::StatusOr<size_t> ElfImageEnd(const std::string& image);
+
+}  // namespace cairn::inject

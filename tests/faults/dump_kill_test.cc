@@ -1,0 +1,261 @@
+// Kills `cairn dump` while it works, and asks the process it was checkpointing whether it is
+// still exactly as it was (tests/faults/fault_target.c checks its own memory, masks, signal
+// actions, mappings, descriptors, vDSO and threads).
+//
+// At each named stage (CAIRN_FAULT_PAUSE, common/stop_points.h) with SIGKILL, SIGTERM, SIGINT
+// and SIGHUP, and at random instants spread over a whole dump. A dump killed before it
+// committed must leave the process running as before and no checkpoint; one that was to kill
+// the process and had committed must have finished its job: the process gone and the
+// checkpoint complete (restored here, it passes the same check).
+//
+// Sizes: CAIRN_FAULT_MIB (default 256) MiB of target memory, CAIRN_FAULT_RUNS (default 16)
+// random instants; tests/faults/long.sh runs it at 1 GiB and 64 instants.
+#include <dirent.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace cairn::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+std::string SignalName(int sig) { return std::string("SIG") + sigabbrev_np(sig); }
+
+// This process's children named `comm` (a dump's guardian is re-parented to the test, a
+// subreaper, when the dump dies).
+std::vector<pid_t> ChildrenNamed(const std::string& comm) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  for (dirent* e; d != nullptr && (e = ::readdir(d)) != nullptr;) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    size_t close = stat.rfind(')');
+    size_t open = stat.find('(');
+    if (close == std::string::npos || open == std::string::npos) continue;
+    if (stat.substr(open + 1, close - open - 1) != comm) continue;
+    pid_t ppid = std::atoi(stat.c_str() + close + 4);  // ") S PPID"
+    if (ppid == ::getpid()) out.push_back(pid);
+  }
+  if (d != nullptr) ::closedir(d);
+  return out;
+}
+
+class DumpKillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BecomeSubreaper();
+    mib_ = EnvInt("CAIRN_FAULT_MIB", 256);
+    StartTarget();
+  }
+  void TearDown() override {
+    if (target_ > 0) KillAndWait(target_);
+  }
+
+  std::string TargetOut() const { return dir_ / "target.out"; }
+
+  void StartTarget() {
+    WriteFile(dir_ / "empty", "");
+    target_ = SpawnProgram({FAULT_TARGET, std::to_string(mib_)}, dir_ / "empty", TargetOut(), dir_ / "target.err");
+    ASSERT_GT(target_, 0);
+    auto deadline = Clock::now() + 60s;
+    while (ReadFile(TargetOut()).find("ready") == std::string::npos) {
+      ASSERT_TRUE(IsAlive(target_)) << "the target died before it was ready: " << ReadFile(dir_ / "target.err");
+      ASSERT_LT(Clock::now(), deadline) << "the target was not ready in 60 s";
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  // Asks the target to check itself; its answer ("PASS N" or "FAIL why").
+  std::string AskTarget() {
+    size_t before = ReadFile(TargetOut()).size();
+    if (!IsAlive(target_)) return "DEAD (" + ReadFile(TargetOut()).substr(before) + ")";
+    ::kill(target_, SIGUSR1);
+    auto deadline = Clock::now() + 30s;
+    while (Clock::now() < deadline) {
+      std::string out = ReadFile(TargetOut());
+      size_t at = out.find_first_of("PF", before);
+      if (at != std::string::npos && out.find('\n', at) != std::string::npos) {
+        if (out.compare(at, 4, "PASS") == 0) return out.substr(at, out.find('\n', at) - at);
+        return out.substr(at);  // a FAIL, with its details
+      }
+      if (!IsAlive(target_)) return "DEAD after the question";
+      std::this_thread::sleep_for(20ms);
+    }
+    return "NO ANSWER in 30 s (its threads are stuck: " + ReadFile("/proc/" + std::to_string(target_) + "/status") + ")";
+  }
+
+  struct Killed {
+    int exit_code = -1, term_signal = 0;
+    bool paused = false;  // reached the fault point
+    std::string err;
+  };
+
+  // Starts a dump of the target into `dir`, kills it with `sig` at fault point `stage` (or
+  // after `delay` when `stage` is empty), waits for it and for its guardian.
+  Killed KillDump(const std::string& dir, const std::string& stage, std::chrono::microseconds delay, int sig,
+                  bool leave_running) {
+    std::vector<std::string> argv = {CairnBinary(), "dump", "--pid", std::to_string(target_), "--dir", dir};
+    if (leave_running) argv.push_back("--leave-running");
+    std::vector<std::string> env;
+    if (!stage.empty()) env.push_back("CAIRN_FAULT_PAUSE=" + stage);
+    std::string err_path = dir + ".err";
+    pid_t dump = SpawnProgram(argv, dir_ / "empty", dir + ".out", err_path, env);
+    Killed k;
+    if (stage.empty()) {
+      std::this_thread::sleep_for(delay);
+    } else {
+      auto deadline = Clock::now() + 60s;
+      while (!(k.paused = ReadFile(err_path).find("fault point " + stage) != std::string::npos) &&
+             Clock::now() < deadline && IsAlive(dump)) {
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    ::kill(dump, sig);
+    int status = 0;
+    ::waitpid(dump, &status, 0);
+    if (WIFEXITED(status)) k.exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) k.term_signal = WTERMSIG(status);
+    // Its guardian, if it had one, is now this process's child: wait for it to finish.
+    auto deadline = Clock::now() + 30s;
+    for (std::vector<pid_t> g; !(g = ChildrenNamed("cairn-guardian")).empty() && Clock::now() < deadline;) {
+      for (pid_t p : g) ::waitpid(p, nullptr, WNOHANG);
+      std::this_thread::sleep_for(5ms);
+    }
+    k.err = ReadFile(err_path);
+    return k;
+  }
+
+  // After a killed dump: the target runs exactly as before and nothing of the checkpoint is
+  // left; or (a dump that was to kill it and had committed) the target is gone and the
+  // checkpoint restores into a process that passes the same check.
+  void ExpectUnharmed(const std::string& dir, const Killed& k, bool leave_running, const std::string& what) {
+    SCOPED_TRACE(what);
+    EXPECT_FALSE(Exists(dir + ".partial")) << "a half-written checkpoint was left\n" << k.err;
+    bool committed = Exists(dir);
+    if (!leave_running && committed && !IsAlive(target_)) {
+      WaitGone(target_, 10s);
+      CommandResult r = RunCommand({CairnBinary(), "restore", "--dir", dir, "--detach"}, dir_.path());
+      ASSERT_TRUE(r.Exited(0)) << "the committed checkpoint does not restore: " << r.Describe();
+      std::string answer = AskTarget();
+      EXPECT_EQ(answer.rfind("PASS", 0), 0u) << "restored from the checkpoint the killed dump committed: " << answer;
+      ++committed_;
+      return;
+    }
+    EXPECT_TRUE(IsAlive(target_)) << "the target died: " << k.err;
+    std::string answer = AskTarget();
+    EXPECT_EQ(answer.rfind("PASS", 0), 0u) << "the target is not as it was: " << answer << "\ndump's stderr: " << k.err;
+    if (answer.rfind("PASS", 0) == 0) ++survived_;
+    if (committed && leave_running) ++committed_;  // killed after its commit: a complete checkpoint
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  void AtEveryStage(const std::vector<std::string>& stages, const std::vector<int>& signals, bool leave_running) {
+    int n = 0;
+    for (const std::string& stage : stages) {
+      for (int sig : signals) {
+        std::string dir = dir_ / ("ckpt-" + std::to_string(n++));
+        Killed k = KillDump(dir, stage, {}, sig, leave_running);
+        std::string what = "killed with " + SignalName(sig) + " at stage " + stage;
+        EXPECT_TRUE(k.paused) << what << ": the dump never reached the stage\n" << k.err;
+        ExpectUnharmed(dir, k, leave_running, what);
+        if (sig != SIGKILL && k.paused && stage != "committed") {
+          EXPECT_EQ(k.exit_code, 1) << what << ": a caught signal must end the dump with a clean error\n" << k.err;
+          EXPECT_NE(k.err.find("interrupted by " + SignalName(sig)), std::string::npos) << what << "\n" << k.err;
+        }
+        if (HasFatalFailure() || !IsAlive(target_)) return;
+      }
+    }
+  }
+
+  TempDir dir_;
+  int mib_ = 256;
+  pid_t target_ = -1;
+  int survived_ = 0, committed_ = 0;
+};
+
+const std::vector<int> kAllSignals = {SIGKILL, SIGTERM, SIGINT, SIGHUP};
+
+TEST_F(DumpKillTest, LeaveRunningDumpKilledAtEveryStageLeavesTheProcessAsItWas) {
+  AtEveryStage({"frozen", "trampoline", "injecting", "scratch", "batch", "task_state", "pages", "fds", "thawed"},
+               kAllSignals, /*leave_running=*/true);
+}
+
+TEST_F(DumpKillTest, DumpKilledAtEveryStageBeforeItsCommitLeavesTheProcessAsItWas) {
+  AtEveryStage({"frozen", "injecting", "batch", "task_state", "pages", "fds"}, kAllSignals, /*leave_running=*/false);
+}
+
+// Past its commit a dump that kills its process has done what it was asked: the guardian
+// finishes the kill, so that the checkpoint is the only copy.
+TEST_F(DumpKillTest, DumpKilledAfterItsCommitFinishesTheKill) {
+  std::string dir = dir_ / "ckpt";
+  Killed k = KillDump(dir, "committed", {}, SIGKILL, /*leave_running=*/false);
+  ASSERT_TRUE(k.paused) << k.err;
+  Ending e = WaitGone(target_, 10s);
+  EXPECT_TRUE(e.gone) << "the target still runs beside its committed checkpoint";
+  ExpectUnharmed(dir, k, false, "killed with SIGKILL after the commit");
+  EXPECT_EQ(committed_, 1);
+}
+
+TEST_F(DumpKillTest, DumpKilledAtRandomInstantsLeavesTheProcessAsItWas) {
+  // How long a whole dump takes here, to spread the instants over it.
+  std::string probe = dir_ / "probe";
+  auto t0 = Clock::now();
+  CommandResult r = RunCommand({CairnBinary(), "dump", "--pid", std::to_string(target_), "--dir", probe, "--leave-running"},
+                               dir_.path(), WithTimeout(300s));
+  auto whole = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0);
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  std::filesystem::remove_all(probe);
+  ASSERT_EQ(AskTarget().rfind("PASS", 0), 0u);
+
+  int runs = EnvInt("CAIRN_FAULT_RUNS", 16);
+  std::mt19937 rng(static_cast<unsigned>(EnvInt("CAIRN_FAULT_SEED", static_cast<int>(::time(nullptr)))));
+  std::uniform_int_distribution<int64_t> when(0, whole.count());
+  int completed = 0;
+  for (int i = 0; i < runs; ++i) {
+    int sig = kAllSignals[i % kAllSignals.size()];
+    bool leave_running = (i / kAllSignals.size()) % 2 == 0;
+    auto delay = std::chrono::microseconds(when(rng));
+    std::string dir = dir_ / ("random-" + std::to_string(i));
+    Killed k = KillDump(dir, "", delay, sig, leave_running);
+    if (k.exit_code == 0) ++completed;  // it finished before the signal
+    std::string what = SignalName(sig) + " after " + std::to_string(delay.count() / 1000) + " ms of a " +
+                       std::to_string(whole.count() / 1000) + " ms dump" + (leave_running ? " (--leave-running)" : "");
+    // A dump done before the signal, or killed past its commit, left a complete checkpoint
+    // (and, without --leave-running, no process): ExpectUnharmed restores it.
+    ExpectUnharmed(dir, k, leave_running, what);
+    if (HasFatalFailure()) return;
+    if (!IsAlive(target_)) {
+      ADD_FAILURE() << what << ": no target left to go on with";
+      return;
+    }
+  }
+  std::printf("faults: %d dumps of %d MiB killed at random instants over %lld ms: %d left the process as it was, %d "
+              "committed first, %d finished before the signal\n",
+              runs, mib_, static_cast<long long>(whole.count() / 1000), survived_, committed_, completed);
+}
+
+}  // namespace
+}  // namespace cairn::testing
