@@ -135,6 +135,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Open(const DaemonOptions& opts) 
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, Catalog::Open(opts.state_dir + "/catalog.db"));
   std::unique_ptr<Daemon> d(new Daemon(opts, std::move(catalog)));
+  d->TightenJobFiles();
   RETURN_IF_ERROR(d->Recover());
   return d;
 }
@@ -235,6 +236,7 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return give_up(Annotate(st, "job " + name + ": set limits"));
   }
+  if (absl::Status st = PrepareJobDir(name); !st.ok()) return give_up(Annotate(st, "job " + name));
   auto rec = StartWithCairnRun(name, spec);
   if (!rec.ok()) return give_up(rec.status());
   api::Job j;
@@ -673,6 +675,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return fail(st);
   }
+  if (absl::Status st = PrepareJobDir(name); !st.ok()) return fail(Annotate(st, "job " + name));
   std::vector<std::string> fetched;
   auto local = LocalChain(*chosen, &fetched);
   auto drop_fetched = [&] {

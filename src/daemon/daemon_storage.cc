@@ -169,7 +169,7 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
       s.job.mutable_health()->set_state("exited");
       s.job.mutable_health()->set_detail("imported from " + from + "; not restored yet");
       s.tracker = std::make_unique<HealthTracker>(spec.health());
-      fs::create_directories(JobDir(name), ec);
+      if (absl::Status st = PrepareJobDir(name); !st.ok()) return cleanup(st);
       if (absl::Status st = Persist(s.job); !st.ok()) return cleanup(st);
       jobs_.emplace(name, std::move(s));
     }
