@@ -175,6 +175,8 @@ class Daemon {
   void ReapLocked(JobState& s);
   void SampleLocked(JobState& s, double now);
   std::string EngineName(const std::string& job) const;
+  // InvalidArgument when NODE.JOB (EngineName) is longer than a job name may be.
+  absl::Status CheckEngineName(const std::string& job) const;
   // Checkpoints, one after another, every running job whose policy `wants` it; `reason` names why.
   void CheckpointEach(const std::string& reason, bool (*wants)(const api::CheckpointPolicy&));
   std::string CgroupOf(const std::string& job) const;

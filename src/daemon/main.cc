@@ -32,6 +32,7 @@
 #include "common/server_socket.h"
 #include "common/status.h"
 #include "common/token.h"
+#include "common/validate.h"
 #include "daemon/controller_link.h"
 #include "daemon/daemon.h"
 #include "daemon/gpu_watch.h"
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
                                                                                : opts.state_dir + "/spool";
   }
   if (absl::Status s = cairn::job::CheckName(opts.node); !s.ok()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--node ", opts.node, ": use 1-64 letters, digits, '.', '_' or '-'")));
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--node ", opts.node, ": use ", cairn::kJobNameRule)));
   }
   if (opts.cairn_bin.empty()) {
     char self[4096] = {};

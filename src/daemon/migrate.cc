@@ -33,9 +33,11 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "common/validate.h"
 #include "daemon.grpc.pb.h"
 #include "daemon/cgroup.h"
 #include "daemon/daemon.h"
+#include "daemon/job_spec_check.h"
 #include "daemon/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
@@ -627,8 +629,9 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   Received in;
   in.begin = m.begin();
   in.name = in.begin.spec().name();
-  RETURN_IF_ERROR(job::CheckName(in.name));
-  RETURN_IF_ERROR(job::CheckName(EngineName(in.name)));
+  RETURN_IF_ERROR(CheckJobName(in.name));
+  RETURN_IF_ERROR(Annotate(CheckJobSpec(in.begin.spec()), "migration of job " + in.name));
+  RETURN_IF_ERROR(CheckEngineName(in.name));
   RETURN_IF_ERROR(Annotate(job::CheckName(in.begin.checkpoint()), "checkpoint id"));
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -21,6 +21,7 @@
 #include "common/file_util.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "common/validate.h"
 
 namespace cairn::job {
 namespace {
@@ -101,15 +102,7 @@ absl::Status JoinCgroup(const std::string& cgroup, pid_t pid) {
   return absl::OkStatus();
 }
 
-absl::Status CheckName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 64 && name[0] != '.';
-  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
-  if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid job name '", name,
-                                                   "': use 1-64 letters, digits, '.', '_' or '-', not starting with '.'"));
-  }
-  return absl::OkStatus();
-}
+absl::Status CheckName(const std::string& name) { return CheckJobName(name); }
 
 absl::Status Save(const JobRecord& rec) {
   std::string path = RegistryPath(rec.name);
