@@ -25,12 +25,17 @@ cleanup() {
   rm -rf "$T"
 }
 trap cleanup EXIT
+# The metrics answer only a scrape with the daemon's token (docs/daemon.md, Metrics); curl reads
+# the header from a file, so the token never shows in ps.
+TOKEN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+(umask 077; echo "$TOKEN" > "$T/token"; echo "Authorization: Bearer $TOKEN" > "$T/auth-header")
 # A job that counts as fast as bash can and writes its count every second (forking nothing).
 JOB='i=0; s=$SECONDS; while true; do i=$((i+1)); if [ $SECONDS != $s ]; then echo $i; i=0; s=$SECONDS; fi; done'
 
 run_phase() {  # $1: checkpoint interval (0: none); prints the mean count per second per job
   SOCK=$T/d-$1.sock
-  "$CAIRND" --node "$NODE" --state-dir "$T/state-$1" --socket "$SOCK" --metrics-port 0 --cairn-bin "$CAIRN" \
+  "$CAIRND" --node "$NODE" --state-dir "$T/state-$1" --socket "$SOCK" --metrics-port 0 --token-file "$T/token" \
+    --cairn-bin "$CAIRN" \
     > "$T/log-$1" 2>&1 &
   DPID=$!
   echo "$DPID" >> "$T/daemons"
@@ -42,7 +47,7 @@ run_phase() {  # $1: checkpoint interval (0: none); prints the mean count per se
   sleep "$DUR"
   local t1; t1=$(awk '{print $14+$15}' "/proc/$DPID/stat")
   local port; port=$(grep -o 'metrics=http://127.0.0.1:[0-9]*' "$T/log-$1" | grep -o '[0-9]*$')
-  curl -s "http://127.0.0.1:$port/metrics" > "$T/metrics-$1"
+  curl -s -H @"$T/auth-header" "http://127.0.0.1:$port/metrics" > "$T/metrics-$1"
   local rate; rate=$(for k in $(seq "$N"); do tail -n +3 "$T/state-$1/jobs/j$k/stdout.log" | head -n -1; done |
     awk '{s+=$1; n++} END {if (n) printf "%.0f", s/n; else print 0}')
   echo "$1 $(( (t1 - t0) )) $rate"

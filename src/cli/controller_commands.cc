@@ -22,6 +22,8 @@
 #include "absl/time/time.h"
 #include "cli/output.h"
 #include "common/grpc_server.h"
+#include "common/status.h"
+#include "controller/service/job_spec_check.h"
 #include "controller.grpc.pb.h"
 
 namespace cairn::cli {
@@ -254,8 +256,8 @@ int ControllerCommands::Run() {
     s->set_service(o.service);
     if (!o.deadline.empty()) {
       absl::Duration d;
-      if (!absl::ParseDuration(o.deadline, &d) || d <= absl::ZeroDuration()) {
-        return Fail(absl::StrCat("--deadline ", o.deadline, ": not a positive duration; write e.g. 6h, 90m, 1h30m"));
+      if (!absl::ParseDuration(o.deadline, &d) || d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+        return Fail(absl::StrCat("--deadline ", o.deadline, ": not a positive finite duration; write e.g. 6h, 90m, 1h30m"));
       }
       s->set_deadline(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch() + d));
     }
@@ -278,6 +280,8 @@ int ControllerCommands::Run() {
       (*s->mutable_node_selector())[p.first] = p.second;
     }
     for (const std::string& a : o.command) s->add_command(a);
+    // The controller refuses the same; checked here first so that nothing is sent.
+    if (absl::Status bad = controller::CheckSubmittedJob(*s); !bad.ok()) return Fail(Annotate(bad, "submit"));
     api::SubmitJobResponse resp;
     grpc::Status st = client.Call(&Stub::SubmitJob, req, &resp);
     if (!st.ok()) return Fail(st.error_message());

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <map>
 #include <string>
@@ -23,6 +24,8 @@
 #include "absl/strings/strip.h"
 #include "cli/output.h"
 #include "common/grpc_server.h"
+#include "common/status.h"
+#include "daemon/job_spec_check.h"
 #include "daemon.grpc.pb.h"
 
 namespace cairn::cli {
@@ -84,7 +87,7 @@ int64_t ParseSize(std::string s) {
     if (mult != 1) s.pop_back();
   }
   int64_t v = 0;
-  if (!absl::SimpleAtoi(s, &v) || v < 0) return -1;
+  if (!absl::SimpleAtoi(s, &v) || v < 0 || v > std::numeric_limits<int64_t>::max() / mult) return -1;
   return v * mult;
 }
 
@@ -299,6 +302,8 @@ int DaemonCommands::Run() {
     s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
     s->mutable_health()->set_memory_pressure_ratio(o.pressure);
     s->mutable_health()->set_oom_horizon_s(o.oom_horizon);
+    // The daemon refuses the same; checked here first so that nothing is sent.
+    if (absl::Status bad = daemon::CheckJobSpec(*s); !bad.ok()) return Fail(Annotate(bad, "job run"));
     dapi::RunJobResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::RunJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
@@ -435,6 +440,7 @@ int DaemonCommands::Run() {
     req.set_from(o.from);
     req.set_newest_stored(o.newest_stored);
     req.set_taken_before(o.taken_before);
+    if (absl::Status bad = daemon::CheckRestoreRequest(req); !bad.ok()) return Fail(Annotate(bad, "job restore"));
     dapi::RestoreJobResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::RestoreJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
@@ -446,6 +452,7 @@ int DaemonCommands::Run() {
     req.set_name(o.job);
     req.set_to(o.to);
     req.set_restore_timeout_s(o.restore_timeout);
+    if (absl::Status bad = daemon::CheckMigrateRequest(req); !bad.ok()) return Fail(Annotate(bad, "job migrate"));
     if (!o.to_token_file.empty()) {
       std::ifstream in(o.to_token_file);
       if (!in) return Fail(absl::StrCat("--to-token-file ", o.to_token_file, ": cannot read it"));

@@ -1,7 +1,10 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "absl/strings/str_format.h"
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -69,6 +72,23 @@ absl::Status WriteFileSynced(const std::string& path, absl::string_view data) {
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + path);
   ::close(fd);
   return st;
+}
+
+absl::Status ChmodNoFollow(const std::string& path, mode_t mode) {
+  // O_NONBLOCK: a FIFO put there does not block the open; O_NOFOLLOW: a symlink fails with ELOOP.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ELOOP) return absl::FailedPreconditionError(absl::StrCat(path, " is a symlink: its mode is not set"));
+    return ErrnoStatus("open " + path);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
+  if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is neither a file nor a directory: its mode is not set"));
+  }
+  if ((st.st_mode & 07777) == mode) return absl::OkStatus();
+  if (::fchmod(fd.get(), mode) != 0) return ErrnoStatus(absl::StrFormat("chmod %o %s", mode, path));
+  return absl::OkStatus();
 }
 
 }  // namespace cairn

@@ -1,6 +1,8 @@
 #pragma once
 // Small file helpers that report failures as statuses naming the path.
 
+#include <sys/types.h>
+
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -19,6 +21,11 @@ absl::Status PreadAll(int fd, void* buf, size_t len, off_t offset, absl::string_
 
 // Creates or truncates `path` (mode 0600), writes `data` and fsyncs it.
 absl::Status WriteFileSynced(const std::string& path, absl::string_view data);
+
+// Sets the mode of the regular file or directory at `path` to `mode`, without following a
+// symlink there (a link is refused, FailedPrecondition, and left as it is); NotFound when
+// nothing is there.
+absl::Status ChmodNoFollow(const std::string& path, mode_t mode);
 
 // fsyncs the directory at `path` so a rename or create inside it is durable.
 absl::Status SyncDir(const std::string& path);

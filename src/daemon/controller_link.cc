@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/token.h"
+#include "controller/service/job_spec_check.h"
 #include "daemon/daemon.h"
 
 namespace cairn::daemon {
@@ -97,6 +98,8 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
     }
     (*spec.mutable_labels())[k] = std::string(absl::StripAsciiWhitespace(p.second));
   }
+  // The controller refuses what this node would say of itself: refused here, at start, instead.
+  RETURN_IF_ERROR(::cairn::controller::CheckNodeSpec(spec));
   std::unique_ptr<ControllerLink> link(
       new ControllerLink(daemon, std::move(opts), std::move(spec), daemon_address, daemon_token, std::move(token)));
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(link->opts_.address, link->opts_.tls_ca);

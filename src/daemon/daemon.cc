@@ -26,7 +26,9 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/validate.h"
 #include "daemon/cgroup.h"
+#include "daemon/job_spec_check.h"
 #include "daemon/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
@@ -123,6 +125,13 @@ Daemon::~Daemon() = default;
 // engine knows each job as NODE.JOB.
 std::string Daemon::EngineName(const std::string& job) const { return opts_.node + "." + job; }
 std::string Daemon::CgroupOf(const std::string& job) const { return "cairn/" + EngineName(job); }
+absl::Status Daemon::CheckEngineName(const std::string& job) const {
+  if (EngineName(job).size() <= kMaxJobName) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "job name '%s' is too long for node %s: the engine knows the job as NODE.JOB, at most %d characters; "
+      "give a name of at most %d",
+      job, opts_.node, kMaxJobName, static_cast<int>(kMaxJobName) - static_cast<int>(opts_.node.size()) - 1));
+}
 
 std::string Daemon::CheckpointDir(const std::string& job) const { return opts_.state_dir + "/checkpoints/" + job; }
 std::string Daemon::JobDir(const std::string& job) const { return opts_.state_dir + "/jobs/" + job; }
@@ -135,6 +144,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Open(const DaemonOptions& opts) 
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Catalog> catalog, Catalog::Open(opts.state_dir + "/catalog.db"));
   std::unique_ptr<Daemon> d(new Daemon(opts, std::move(catalog)));
+  d->TightenJobFiles();
   RETURN_IF_ERROR(d->Recover());
   return d;
 }
@@ -204,12 +214,8 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
   }
   static std::atomic<int> counter{0};
   if (spec.name().empty()) spec.set_name(absl::StrCat("job-", ::time(nullptr), "-", counter++));
-  RETURN_IF_ERROR(job::CheckName(spec.name()));
-  RETURN_IF_ERROR(job::CheckName(EngineName(spec.name())));
-  if (spec.limits().cpus() < 0 || spec.limits().memory_bytes() < 0) {
-    return absl::InvalidArgumentError("job run: limits cannot be negative");
-  }
-  if (spec.checkpoint().interval_s() < 0) return absl::InvalidArgumentError("job run: --checkpoint-every cannot be negative");
+  RETURN_IF_ERROR(Annotate(CheckJobSpec(spec), "job run"));
+  RETURN_IF_ERROR(CheckEngineName(spec.name()));
   if (spec.checkpoint().incremental() && spec.checkpoint().pre_copy()) {
     return absl::InvalidArgumentError("job run: periodic checkpoints are either incremental or pre-copy: give one of "
                                       "--incremental, --pre-copy");
@@ -235,6 +241,7 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return give_up(Annotate(st, "job " + name + ": set limits"));
   }
+  if (absl::Status st = PrepareJobDir(name); !st.ok()) return give_up(Annotate(st, "job " + name));
   auto rec = StartWithCairnRun(name, spec);
   if (!rec.ok()) return give_up(rec.status());
   api::Job j;
@@ -673,6 +680,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return fail(st);
   }
+  if (absl::Status st = PrepareJobDir(name); !st.ok()) return fail(Annotate(st, "job " + name));
   std::vector<std::string> fetched;
   auto local = LocalChain(*chosen, &fetched);
   auto drop_fetched = [&] {

@@ -42,6 +42,11 @@
 
 namespace cairn::daemon {
 
+// A job's logs, in STATE/jobs/JOB (job_files.cc): private to root, as they often hold secrets.
+inline constexpr const char* kJobLogs[] = {"stdout.log", "stderr.log"};
+inline constexpr mode_t kJobDirMode = 0700;
+inline constexpr mode_t kJobLogMode = 0600;
+
 struct DaemonOptions {
   std::string node;
   std::string state_dir;
@@ -170,11 +175,19 @@ class Daemon {
   void ReapLocked(JobState& s);
   void SampleLocked(JobState& s, double now);
   std::string EngineName(const std::string& job) const;
+  // InvalidArgument when NODE.JOB (EngineName) is longer than a job name may be.
+  absl::Status CheckEngineName(const std::string& job) const;
   // Checkpoints, one after another, every running job whose policy `wants` it; `reason` names why.
   void CheckpointEach(const std::string& reason, bool (*wants)(const api::CheckpointPolicy&));
   std::string CgroupOf(const std::string& job) const;
   std::string CheckpointDir(const std::string& job) const;
   std::string JobDir(const std::string& job) const;
+  // Job files (job_files.cc). Creates the job's directory (kJobDirMode) or sets its mode, and sets
+  // its logs' (kJobLogMode) where they exist. Called before a job's logs are written or restored.
+  absl::Status PrepareJobDir(const std::string& name);
+  // At start: STATE/jobs and every job directory and log in it made private, whatever an earlier
+  // version left; what cannot be set (a symlink, ...) is logged and left alone.
+  void TightenJobFiles();
   // Checkpoints `names` on up to `checkpoint_workers` threads (the caller's included); a job
   // busy with another checkpoint or restore is retried until `retry_until` (monotonic seconds).
   void CheckpointJobs(const std::vector<std::string>& names, const std::string& reason, bool pin,

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "daemon/cgroup.h"
 #include "daemon/daemon.h"
+#include "daemon/job_spec_check.h"
 #include "daemon/storage/manifest.h"
 #include "engine/image/format.h"
 #include "engine/image/chain.h"
@@ -94,6 +95,7 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
                                             " (a loop?)"));
   }
   RETURN_IF_ERROR(job::CheckName(name));
+  RETURN_IF_ERROR(CheckEngineName(name));
   std::string id(absl::StripSuffix(from, "/"));
   id = id.substr(id.find_last_of('/') + 1);
   RETURN_IF_ERROR(job::CheckName(id));
@@ -126,6 +128,9 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
                                                     "): not a checkpoint stored by cairnd")));
   }
   spec.set_name(name);
+  if (absl::Status bad = CheckJobSpec(spec); !bad.ok()) {
+    return cleanup(Annotate(bad, absl::StrCat(from, ": the job spec stored with it")));
+  }
   api::Checkpoint c;
   c.set_id(id);
   c.set_job(name);
@@ -169,7 +174,7 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
       s.job.mutable_health()->set_state("exited");
       s.job.mutable_health()->set_detail("imported from " + from + "; not restored yet");
       s.tracker = std::make_unique<HealthTracker>(spec.health());
-      fs::create_directories(JobDir(name), ec);
+      if (absl::Status st = PrepareJobDir(name); !st.ok()) return cleanup(st);
       if (absl::Status st = Persist(s.job); !st.ok()) return cleanup(st);
       jobs_.emplace(name, std::move(s));
     }

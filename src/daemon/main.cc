@@ -32,6 +32,7 @@
 #include "common/server_socket.h"
 #include "common/status.h"
 #include "common/token.h"
+#include "common/validate.h"
 #include "daemon/controller_link.h"
 #include "daemon/daemon.h"
 #include "daemon/gpu_watch.h"
@@ -97,10 +98,13 @@ int main(int argc, char** argv) {
   app.add_option("--socket", socket_path, "Unix socket to serve on (0600, in a root-owned directory)")
       ->capture_default_str();
   app.add_option("--listen", listen, "Also serve on TCP HOST:PORT; every call must carry the token");
-  app.add_option("--token-file", token_file, "File holding the TCP token (mode 0600, >= 16 characters)");
+  app.add_option("--token-file", token_file,
+                 "File holding the token of the TCP port and the metrics (mode 0600, >= 16 characters)");
   app.add_option("--tls-cert", tls.tls_cert, "Serve TCP in TLS with this PEM certificate chain (with --tls-key)");
   app.add_option("--tls-key", tls.tls_key, "The certificate's PEM private key (owned by root, mode 0600)");
-  app.add_option("--metrics-port", metrics_port, "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port)");
+  app.add_option("--metrics-port", metrics_port,
+                 "Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port); scrapes carry "
+                 "`Authorization: Bearer TOKEN` (needs --token-file)");
   app.add_option("--tick", tick, "Seconds between health samples and policy checks")
       ->capture_default_str()->check(CLI::Range(0.05, 60.0));
   app.add_option("--cairn-bin", opts.cairn_bin, "The cairn executable that starts jobs (default: next to cairnd)");
@@ -152,6 +156,11 @@ int main(int argc, char** argv) {
   if (!listen.empty() && token_file.empty()) {
     return Fail(absl::InvalidArgumentError("--listen needs --token-file: TCP calls must carry a token"));
   }
+  if (metrics_port >= 0 && token_file.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--metrics-port needs --token-file: every scrape must carry `Authorization: Bearer TOKEN` "
+        "(any local user can reach a loopback port)"));
+  }
   std::string token;
   if (!token_file.empty()) {
     auto t = cairn::ReadTokenFile(token_file);
@@ -178,7 +187,7 @@ int main(int argc, char** argv) {
                                                                                : opts.state_dir + "/spool";
   }
   if (absl::Status s = cairn::job::CheckName(opts.node); !s.ok()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--node ", opts.node, ": use 1-64 letters, digits, '.', '_' or '-'")));
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--node ", opts.node, ": use ", cairn::kJobNameRule)));
   }
   if (opts.cairn_bin.empty()) {
     char self[4096] = {};
@@ -227,7 +236,7 @@ int main(int argc, char** argv) {
   const int tcp_port = started->tcp_port;
   std::unique_ptr<MetricsServer> metrics;
   if (metrics_port >= 0) {
-    auto m = MetricsServer::Start(metrics_port, [d = daemon->get()] { return d->Metrics(); });
+    auto m = MetricsServer::Start(metrics_port, token, [d = daemon->get()] { return d->Metrics(); });
     if (!m.ok()) {
       server->Shutdown();
       return Fail(m.status());

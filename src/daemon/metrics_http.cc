@@ -6,13 +6,44 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "common/token.h"
 
 namespace cairn::daemon {
 
-absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(int port, std::function<std::string()> render) {
+namespace {
+
+// The value of header `name` (case-insensitive) in the request head, without surrounding blanks.
+std::optional<absl::string_view> Header(absl::string_view head, absl::string_view name) {
+  for (absl::string_view line : absl::StrSplit(head, "\r\n")) {
+    size_t colon = line.find(':');
+    if (colon == absl::string_view::npos || !absl::EqualsIgnoreCase(line.substr(0, colon), name)) continue;
+    return absl::StripAsciiWhitespace(line.substr(colon + 1));
+  }
+  return std::nullopt;
+}
+
+std::string Response(absl::string_view status, absl::string_view extra_headers, absl::string_view type,
+                     absl::string_view body) {
+  return absl::StrCat("HTTP/1.0 ", status, "\r\n", extra_headers, "Content-Type: ", type,
+                      "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(int port, std::string token,
+                                                                     std::function<std::string()> render) {
+  if (token.empty()) {
+    return absl::InvalidArgumentError("--metrics-port needs --token-file: every scrape must carry the token "
+                                      "(any local user can reach a loopback port)");
+  }
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoStatus("socket for --metrics-port");
   int one = 1;
@@ -28,11 +59,11 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(int port, st
   }
   socklen_t len = sizeof a;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(fd, ntohs(a.sin_port), std::move(render)));
+  return std::unique_ptr<MetricsServer>(new MetricsServer(fd, ntohs(a.sin_port), std::move(token), std::move(render)));
 }
 
-MetricsServer::MetricsServer(int fd, int port, std::function<std::string()> render)
-    : fd_(fd), port_(port), render_(std::move(render)) {
+MetricsServer::MetricsServer(int fd, int port, std::string token, std::function<std::string()> render)
+    : fd_(fd), port_(port), token_(std::move(token)), render_(std::move(render)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -57,14 +88,7 @@ void MetricsServer::Loop() {
       if (n <= 0) break;
       req.append(buf, static_cast<size_t>(n));
     }
-    std::string resp;
-    if (absl::StartsWith(req, "GET /metrics ") || absl::StartsWith(req, "GET /metrics?")) {
-      std::string body = render_();
-      resp = absl::StrCat("HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: ",
-                          body.size(), "\r\nConnection: close\r\n\r\n", body);
-    } else {
-      resp = "HTTP/1.0 404 Not Found\r\nContent-Length: 21\r\nConnection: close\r\n\r\nonly /metrics is here";
-    }
+    std::string resp = Answer(req);
     size_t off = 0;
     while (off < resp.size()) {
       ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
@@ -73,6 +97,24 @@ void MetricsServer::Loop() {
     }
     ::close(c);
   }
+}
+
+std::string MetricsServer::Answer(const std::string& request) {
+  absl::string_view head(request);
+  head = head.substr(0, head.find("\r\n\r\n"));
+  // The token first, whatever was asked: without it nothing is said, not even what exists.
+  std::optional<absl::string_view> auth = Header(head, "Authorization");
+  absl::string_view presented = auth.value_or("");
+  bool bearer = presented.size() > 7 && absl::EqualsIgnoreCase(presented.substr(0, 7), "Bearer ");
+  if (!bearer || !SameSecret(absl::StripLeadingAsciiWhitespace(presented.substr(7)), token_)) {
+    CAIRN_LOG_DEBUG("metrics: refused a scrape ({})", auth ? "wrong token" : "no Authorization header");
+    return Response("401 Unauthorized", "WWW-Authenticate: Bearer realm=\"cairnd metrics\"\r\n", "text/plain",
+                    "cairnd metrics need `Authorization: Bearer TOKEN` with the daemon's token (cairnd --token-file)\n");
+  }
+  if (absl::StartsWith(head, "GET /metrics ") || absl::StartsWith(head, "GET /metrics?")) {
+    return Response("200 OK", "", "text/plain; version=0.0.4", render_());
+  }
+  return Response("404 Not Found", "", "text/plain", "only /metrics is here");
 }
 
 }  // namespace cairn::daemon

@@ -2,9 +2,15 @@
 // A minimal HTTP/1.0 server on a loopback port that answers `GET /metrics` with the daemon's
 // Prometheus text exposition (version 0.0.4) and 404 to anything else. One connection at a time:
 // scrapes are rare and small.
+//
+// Every request must carry `Authorization: Bearer TOKEN` with the daemon's token (the one its
+// gRPC TCP port takes, --token-file), compared in constant time; without it, or with another
+// token, the answer is 401 and nothing else: loopback is not access control, any local user can
+// connect. Prometheus sends it with `authorization: {credentials_file: FILE}`.
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -15,16 +21,21 @@ namespace cairn::daemon {
 class MetricsServer {
  public:
   // Listens on 127.0.0.1:`port` (0: any free port); `render` makes the body of each scrape.
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(int port, std::function<std::string()> render);
+  // `token`: what a scrape must present (InvalidArgument when empty).
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(int port, std::string token,
+                                                              std::function<std::string()> render);
   ~MetricsServer();  // stops the thread and closes the socket
   int port() const { return port_; }
 
  private:
-  MetricsServer(int fd, int port, std::function<std::string()> render);
+  MetricsServer(int fd, int port, std::string token, std::function<std::string()> render);
   void Loop();
+  // The whole response to one request (its head and what follows, as read).
+  std::string Answer(const std::string& request);
 
   int fd_;
   int port_;
+  const std::string token_;
   std::function<std::string()> render_;
   std::atomic<bool> stop_{false};
   std::thread thread_;

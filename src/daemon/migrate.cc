@@ -33,9 +33,11 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "common/validate.h"
 #include "daemon.grpc.pb.h"
 #include "daemon/cgroup.h"
 #include "daemon/daemon.h"
+#include "daemon/job_spec_check.h"
 #include "daemon/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
@@ -54,9 +56,8 @@ double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())
 
 constexpr size_t kChunk = 1 << 20;  // bytes per Data message (gRPC's default limit is 4 MiB)
 constexpr const char* kImageFiles[] = {image::kPagesFile, image::kFilesFile};
-constexpr const char* kLogFiles[] = {"stdout.log", "stderr.log"};
 
-bool IsLogFile(const std::string& f) { return f == kLogFiles[0] || f == kLogFiles[1]; }
+bool IsLogFile(const std::string& f) { return f == kJobLogs[0] || f == kJobLogs[1]; }
 bool IsImageFile(const std::string& f) { return f == image::kPagesFile || f == image::kFilesFile || f == image::kMetaFile; }
 
 using SendFn = std::function<bool(const api::MigrationMessage&)>;
@@ -432,7 +433,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     std::map<std::string, int64_t> sizes;
     absl::Status st = tail.Finish(&sizes);
     if (st.ok()) st = SendWhole(send, image::kMetaFile, dir + "/" + image::kMetaFile, &sizes, &other_bytes);
-    for (const char* log : kLogFiles) {
+    for (const char* log : kJobLogs) {
       if (st.ok()) st = SendWhole(send, log, JobDir(name) + "/" + log, &sizes, &other_bytes);
     }
     if (!st.ok()) {
@@ -628,8 +629,9 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   Received in;
   in.begin = m.begin();
   in.name = in.begin.spec().name();
-  RETURN_IF_ERROR(job::CheckName(in.name));
-  RETURN_IF_ERROR(job::CheckName(EngineName(in.name)));
+  RETURN_IF_ERROR(CheckJobName(in.name));
+  RETURN_IF_ERROR(Annotate(CheckJobSpec(in.begin.spec()), "migration of job " + in.name));
+  RETURN_IF_ERROR(CheckEngineName(in.name));
   RETURN_IF_ERROR(Annotate(job::CheckName(in.begin.checkpoint()), "checkpoint id"));
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -661,8 +663,8 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   };
   std::error_code ec;
   fs::create_directories(in.partial, ec);
-  if (!ec) fs::create_directories(in.job_dir, ec);
   if (ec) return fail(absl::InternalError(absl::StrCat("create ", in.partial, ": ", ec.message())));
+  if (absl::Status st = PrepareJobDir(in.name); !st.ok()) return fail(st);
   api::MigrationReply reply;
   reply.set_node(opts_.node);
   reply.set_state("accepted");
@@ -673,7 +675,7 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
     UniqueFd& fd = in.files[f];
     if (!fd.valid()) {
       std::string path = (IsLogFile(f) ? in.job_dir : in.partial) + "/" + f;
-      fd = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, IsLogFile(f) ? 0644 : 0600));
+      fd = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, IsLogFile(f) ? kJobLogMode : 0600));
       if (!fd.valid()) return ErrnoStatus("create " + path);
     }
     return fd.get();

@@ -1,6 +1,8 @@
 #include "daemon/service.h"
 
 #include "common/grpc_auth.h"
+#include "common/status.h"
+#include "daemon/job_spec_check.h"
 
 namespace cairn::daemon {
 
@@ -83,6 +85,7 @@ grpc::Status GrpcService::CheckpointJob(grpc::ServerContext* ctx, const api::Che
 grpc::Status GrpcService::RestoreJob(grpc::ServerContext* ctx, const api::RestoreJobRequest* req,
                                      api::RestoreJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
+  if (absl::Status bad = CheckRestoreRequest(*req); !bad.ok()) return ToGrpc(Annotate(bad, "restore"));
   std::string from = req->from();
   if (req->newest_stored()) {
     if (!from.empty() || !req->checkpoint().empty()) {
@@ -145,6 +148,7 @@ grpc::Status GrpcService::Watch(grpc::ServerContext* ctx, const api::WatchReques
 grpc::Status GrpcService::MigrateJob(grpc::ServerContext* ctx, const api::MigrateJobRequest* req,
                                      api::MigrateJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
+  if (absl::Status bad = CheckMigrateRequest(*req); !bad.ok()) return ToGrpc(Annotate(bad, "migrate"));
   auto r = daemon_->Migrate(*req);
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);

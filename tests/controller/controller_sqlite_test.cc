@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include <grpcpp/grpcpp.h>
 
@@ -432,6 +434,112 @@ TEST_F(ControllerSqliteTest, BadInputIsRefusedClearly) {
   ControllerProcess bad_spec(dir_.path(), "c4", "mysql://x");
   EXPECT_FALSE(bad_spec.Start(5s));
   EXPECT_TRUE(absl::StrContains(bad_spec.Log(), "not a store")) << bad_spec.Log();
+}
+
+// Issue 21: job ids that cannot name a job on a node, and numbers that are not finite or not
+// sane, are refused by `cairn submit` before it sends anything and by the controller when they
+// come straight through its API, naming the field, the value and the range; nothing is recorded.
+// A node registering with such numbers is refused too.
+TEST_F(ControllerSqliteTest, BadIdsAndNumbersAreRefusedByTheCliAndTheApi) {
+  ControllerProcess c(dir_.path(), "c1", Store());
+  ASSERT_TRUE(c.Start());
+  NodeAgent node({c.address()}, MakeNode("n1", 1, false, 0, "", 8, 16000));
+  ASSERT_TRUE(node.Register());
+  node.StartHeartbeats(200ms);
+
+  // The CLI refuses before it sends: nothing listens where it is pointed.
+  const std::vector<std::string> nobody = {"CAIRN_CONTROLLER=unix:" + dir_ / "absent.sock"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cli = {
+      {{"--id=-x", "--cpus=1"}, "invalid job id '-x'"},
+      {{"--id=--", "--cpus=1"}, "invalid job id '--'"},
+      {{"--cpus=nan"}, "cpus (--cpus) nan: give a finite number from 0 to 8192"},
+      {{"--cpus=1e308"}, "cpus (--cpus) 1e+308: give a finite number"},
+      {{"--cpus=-1"}, "cpus (--cpus) -1: give a finite number"},
+      {{"--cpus=1", "--checkpoint-interval=nan"}, "checkpoint.interval_s (--checkpoint-interval) nan"},
+      {{"--cpus=1", "--checkpoint-interval=Infinity"}, "checkpoint.interval_s (--checkpoint-interval) inf"},
+      {{"--cpus=1", "--budget=-5"}, "budget_usd (--budget) -5"},
+      {{"--cpus=1", "--downtime-cost=nan"}, "downtime_cost_per_hour (--downtime-cost) nan"},
+      {{"--cpus=1", "--work-hours=1e308"}, "work_s (--work-hours x 3600) inf"},
+      {{"--cpus=1", "--max-downtime=inf", "--service"}, "max_downtime_s (--max-downtime) inf"},
+      {{"--cpus=1", "--memory-mb=4611686018427387904"}, "memory_mb (--memory-mb) 4611686018427387904"},
+      {{"--cpus=1", "--checkpoint-bytes=-1"}, "checkpoint.bytes (--checkpoint-bytes) -1"},
+      {{"--cpus=1", "--restore-time=nan"}, "checkpoint.restore_s (--restore-time) nan"},
+      {{"--cpus=1", "--deadline=inf"}, "--deadline inf: not a positive finite duration"},
+  };
+  for (const auto& [args, message] : cli) {
+    std::vector<std::string> argv = {"submit"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = RunCairn(argv, dir_.path(), nobody);
+    EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+    EXPECT_TRUE(absl::StrContains(r.err, message)) << message << ": " << r.err;
+    EXPECT_FALSE(absl::StrContains(r.err, "absent.sock")) << "the CLI tried the controller first: " << r.err;
+  }
+
+  // Straight through the API: the controller is the authority.
+  auto stub = api::Controller::NewStub(grpc::CreateChannel(c.address(), grpc::InsecureChannelCredentials()));
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<std::function<void(api::JobSpec*)>, std::string>> bad = {
+      {[](api::JobSpec* s) { s->set_id("-x"); }, "invalid job id '-x'"},
+      {[](api::JobSpec* s) { s->set_id("a/../b"); }, "invalid job id"},
+      {[&](api::JobSpec* s) { s->set_cpus(nan); }, "cpus (--cpus) nan"},
+      {[&](api::JobSpec* s) { s->set_cpus(inf); }, "cpus (--cpus) inf"},
+      {[](api::JobSpec* s) { s->set_cpus(1e308); }, "cpus (--cpus) 1e+308"},
+      {[](api::JobSpec* s) { s->set_gpus(-1); }, "gpus (--gpus) -1"},
+      {[](api::JobSpec* s) { s->set_priority(2000000000); }, "priority (--priority) 2000000000"},
+      {[&](api::JobSpec* s) { s->set_deadline(inf); }, "deadline (--deadline, unix seconds) inf"},
+      {[&](api::JobSpec* s) { s->set_deadline(nan); }, "deadline (--deadline, unix seconds) nan"},
+      {[&](api::JobSpec* s) { s->mutable_checkpoint()->set_interval_s(nan); }, "checkpoint.interval_s"},
+      {[&](api::JobSpec* s) { s->mutable_checkpoint()->set_interval_s(inf); }, "checkpoint.interval_s"},
+      {[&](api::JobSpec* s) { s->mutable_checkpoint()->set_pause_s(-inf); }, "checkpoint.pause_s"},
+      {[&](api::JobSpec* s) { s->set_budget_usd(nan); }, "budget_usd (--budget) nan"},
+      {[&](api::JobSpec* s) { s->set_work_s(inf); }, "work_s"},
+      {[&](api::JobSpec* s) { s->set_downtime_cost_per_hour(-1); }, "downtime_cost_per_hour"},
+  };
+  for (const auto& [set, message] : bad) {
+    api::SubmitJobRequest req;
+    req.mutable_spec()->set_id("ok-id");
+    req.mutable_spec()->set_cpus(1);
+    set(req.mutable_spec());
+    api::SubmitJobResponse resp;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message << ": " << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), message)) << s.error_message();
+  }
+  CommandResult r = Cairn(c, {"cluster", "status", "--json"});
+  EXPECT_EQ(ParseJson(r)["jobs"].size(), 0u) << r.out;
+  r = Cairn(c, {"events", "--json"});
+  EXPECT_FALSE(absl::StrContains(r.out, "job-submitted")) << r.out;
+
+  // A node registering with numbers no node has is refused, naming the field.
+  NodeAgent nan_node({c.address()}, MakeNode("n2", 1, false, 0, "", nan, 16000));
+  ::testing::AssertionResult reg = nan_node.Register(2s);
+  EXPECT_FALSE(reg);
+  EXPECT_TRUE(absl::StrContains(reg.message(), "node cpus (cairnd --cpus) nan")) << reg.message();
+  NodeAgent free_node({c.address()}, MakeNode("n3", inf, false, 0, ""));
+  reg = free_node.Register(2s);
+  EXPECT_FALSE(reg);
+  EXPECT_TRUE(absl::StrContains(reg.message(), "price_per_hour (cairnd --price-per-hour) inf")) << reg.message();
+  NodeAgent dash_node({c.address()}, MakeNode("-n", 1, false, 0, ""));
+  reg = dash_node.Register(2s);
+  EXPECT_FALSE(reg);
+  EXPECT_TRUE(absl::StrContains(reg.message(), "invalid node id '-n'")) << reg.message();
+
+  // Sane values still go through, as given, by the CLI and by the API.
+  r = Cairn(c, {"submit", "--id", "fine", "--cpus", "0.5", "--memory-mb", "100", "--checkpoint-interval", "600",
+                "--budget", "12.5", "--json"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(ParseJson(r)["node_id"], "n1") << r.out;
+  api::SubmitJobRequest req;
+  req.mutable_spec()->set_id("api-fine");
+  req.mutable_spec()->set_cpus(1);
+  req.mutable_spec()->mutable_checkpoint()->set_interval_s(30);
+  api::SubmitJobResponse resp;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  r = Cairn(c, {"cluster", "status", "--json"});
+  EXPECT_EQ(ParseJson(r)["jobs"].size(), 2u) << r.out;
 }
 
 }  // namespace

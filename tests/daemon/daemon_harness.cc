@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -128,6 +129,36 @@ int FreeTcpPort() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+int DaemonProcess::MetricsPort() const {
+  std::string log = ReadFile(log_ + ".run");
+  const std::string mark = "metrics=http://127.0.0.1:";
+  size_t at = log.find(mark);
+  if (at == std::string::npos) return 0;
+  return std::atoi(log.c_str() + at + mark.size());
+}
+
+std::string HttpExchange(int port, const std::string& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string resp;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+      ::write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return resp;
+}
+
+std::string ScrapeMetrics(const DaemonProcess& d, const std::string& token) {
+  std::string req = "GET /metrics HTTP/1.0\r\n";
+  if (!token.empty()) req += "Authorization: Bearer " + token + "\r\n";
+  return HttpExchange(d.MetricsPort(), req + "\r\n");
 }
 
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {

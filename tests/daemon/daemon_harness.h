@@ -43,6 +43,8 @@ class DaemonProcess {
   const std::string& state_dir() const { return state_; }
   const std::string& node() const { return node_; }
   std::string Log() const { return ReadFile(log_); }
+  // The port its metrics server (--metrics-port) serves on, from the running daemon's log; 0 if none.
+  int MetricsPort() const;
 
  private:
   std::string dir_, node_, state_, socket_, log_;
@@ -72,6 +74,12 @@ class MetadataResponder {
 
 // A free TCP port on 127.0.0.1 a moment ago.
 int FreeTcpPort();
+
+// Sends `request` (a whole HTTP/1.0 request) to 127.0.0.1:`port` and returns the whole response
+// ("" when the connection fails).
+std::string HttpExchange(int port, const std::string& request);
+// `GET /metrics` from `d`'s metrics server, with `Authorization: Bearer TOKEN` when `token` is given.
+std::string ScrapeMetrics(const DaemonProcess& d, const std::string& token = "");
 
 // Polls `pred` every 50 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);

@@ -472,30 +472,18 @@ TEST_F(DaemonTest, SigusrOneCheckpointsTheJobsThatAskForIt) {
 }
 
 TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
-  DaemonProcess a(Dir(), "node-a", {"--metrics-port", "0"});
+  std::string token = "metrics-token-0123456789";
+  DaemonProcess a(Dir(), "node-a", {"--metrics-port", "0", "--token-file", Token("token", token)});
   ASSERT_TRUE(a.Start());
   ASSERT_TRUE(a.Cairn({"job", "run", "--name", "svc", "--", "/bin/sh", "-c", "while true; do sleep 0.1; done"}).Exited(0));
   ASSERT_TRUE(a.Cairn({"job", "run", "--name", "skip", "--no-shutdown-checkpoint", "--", "/bin/sleep", "300"}).Exited(0));
   int svc = Job(a, "svc")["host_pid"];
   ASSERT_TRUE(a.Json({"job", "checkpoint", "svc"})["checkpoint"]["state"] == "complete");
 
-  // Metrics on loopback, in Prometheus text format, once the health sampler has seen the job.
+  // Metrics on loopback with the daemon's token (SecurityTest.MetricsNeedTheToken has the
+  // refusals), in Prometheus text format, once the health sampler has seen the job.
   ASSERT_TRUE(WaitFor([&] { return JsonInt(Job(a, "svc")["health"]["memory_bytes"]) > 0; }, 10s));
-  std::string log = ReadFile(Dir() + "/" + a.node() + ".log.run");
-  std::string port = LineStartingWith(log.substr(log.find("metrics=http://127.0.0.1:") + 25), "");
-  port = port.substr(0, port.find('/'));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
-  ASSERT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
-  std::string resp;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
-  ::close(fd);
+  std::string resp = ScrapeMetrics(a, token);
   EXPECT_TRUE(Matches(resp, "^HTTP/1.0 200")) << resp;
   EXPECT_TRUE(Matches(resp, "cairnd_checkpoints_total\\{result=\"complete\"\\} 1")) << resp;
   EXPECT_TRUE(Matches(resp, "cairnd_jobs\\{state=\"running\"\\} 2")) << resp;

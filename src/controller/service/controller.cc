@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "controller/placement.h"
 #include "controller/service/convert.h"
+#include "controller/service/job_spec_check.h"
 
 namespace cairn::controller {
 namespace {
@@ -476,6 +477,7 @@ absl::Status Controller::PruneEventsLocked() {
 absl::Status Controller::RegisterNode(const api::RegisterNodeRequest& req, api::RegisterNodeResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(RequireLeaderLocked());
+  RETURN_IF_ERROR(Annotate(CheckNodeSpec(req.spec()), "register node " + req.spec().id()));
   ASSIGN_OR_RETURN(NodeSpec spec, FromApi(req.spec()));
   const std::string id = spec.id;
   api::Event ev;
@@ -661,6 +663,7 @@ absl::Status Controller::RecordCheckpointLocked(const api::NodeSignal& req, api:
 absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::SubmitJobResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(RequireLeaderLocked());
+  RETURN_IF_ERROR(Annotate(CheckSubmittedJob(req.spec()), "submit"));
   api::JobSpec given = req.spec();
   if (given.id().empty()) {
     do given.set_id(NewJobId());

@@ -21,6 +21,7 @@
 #include "common/file_util.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "common/validate.h"
 
 namespace cairn::job {
 namespace {
@@ -101,15 +102,7 @@ absl::Status JoinCgroup(const std::string& cgroup, pid_t pid) {
   return absl::OkStatus();
 }
 
-absl::Status CheckName(const std::string& name) {
-  bool ok = !name.empty() && name.size() <= 64 && name[0] != '.';
-  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
-  if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid job name '", name,
-                                                   "': use 1-64 letters, digits, '.', '_' or '-', not starting with '.'"));
-  }
-  return absl::OkStatus();
-}
+absl::Status CheckName(const std::string& name) { return CheckJobName(name); }
 
 absl::Status Save(const JobRecord& rec) {
   std::string path = RegistryPath(rec.name);
@@ -161,12 +154,16 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   rec.dir = opts.dir.empty() ? StateDir() + "/jobs/" + rec.name : opts.dir;
   rec.command = absl::StrJoin(opts.argv, " ");
   rec.cgroup = "cairn/" + rec.name;
+  // The logs often hold secrets: they are 0600 (also when they were there before), and a directory
+  // made here is 0700, whatever the umask (a directory given with --dir that exists keeps its mode).
   std::error_code ec;
-  std::filesystem::create_directories(rec.dir, ec);
+  bool made = std::filesystem::create_directories(rec.dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("create job directory ", rec.dir, ": ", ec.message()));
-  UniqueFd out(::open((rec.dir + "/stdout.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  UniqueFd err(::open((rec.dir + "/stderr.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (made && ::chmod(rec.dir.c_str(), 0700) != 0) return ErrnoStatus("chmod 0700 " + rec.dir);
+  UniqueFd out(::open((rec.dir + "/stdout.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  UniqueFd err(::open((rec.dir + "/stderr.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!out.valid() || !err.valid()) return ErrnoStatus("open the logs in " + rec.dir);
+  if (::fchmod(out.get(), 0600) != 0 || ::fchmod(err.get(), 0600) != 0) return ErrnoStatus("chmod 0600 the logs in " + rec.dir);
   int go[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
   UniqueFd go_r(go[0]), go_w(go[1]);

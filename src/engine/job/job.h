@@ -41,7 +41,8 @@ absl::Status Save(const JobRecord& rec);
 // mounted v1 hierarchy cairn uses (freezer, memory, cpu, pids), creating it if needed.
 absl::Status JoinCgroup(const std::string& cgroup, pid_t pid);
 
-// Checks a job name: letters, digits, '.', '_', '-'; 1 to 64 characters; not starting with '.'.
+// Checks a job name: common/validate.h's CheckJobName (1 to 64 letters, digits, '.', '_', '-', the
+// first a letter or digit).
 absl::Status CheckName(const std::string& name);
 
 }  // namespace cairn::job

@@ -1,0 +1,40 @@
+#include "controller/service/job_spec_check.h"
+
+#include "common/status.h"
+#include "common/validate.h"
+
+namespace cairn::controller {
+
+absl::Status CheckSubmittedJob(const api::JobSpec& s) {
+  // The id becomes the job's name on the node daemon that runs it.
+  if (!s.id().empty()) RETURN_IF_ERROR(CheckJobName(s.id(), "job id"));
+  RETURN_IF_ERROR(CheckNumber("cpus (--cpus)", s.cpus(), {0, kMaxCpus}));
+  RETURN_IF_ERROR(CheckInteger("memory_mb (--memory-mb)", s.memory_mb(), {0, kMaxMemoryMb}));
+  RETURN_IF_ERROR(CheckInteger("gpus (--gpus)", s.gpus(), {0, kMaxGpus}));
+  RETURN_IF_ERROR(CheckInteger("priority (--priority)", s.priority(), {-1000000, 1000000}));
+  RETURN_IF_ERROR(CheckNumber("deadline (--deadline, unix seconds)", s.deadline(), {1, kMaxUnixTime, "none"}));
+  RETURN_IF_ERROR(CheckNumber("max_downtime_s (--max-downtime)", s.max_downtime_s(), {0, kYearSeconds}));
+  RETURN_IF_ERROR(CheckNumber("budget_usd (--budget)", s.budget_usd(), {0, kMaxUsd}));
+  RETURN_IF_ERROR(CheckNumber("work_s (--work-hours x 3600)", s.work_s(), {0, 10 * kYearSeconds}));
+  RETURN_IF_ERROR(CheckNumber("downtime_cost_per_hour (--downtime-cost)", s.downtime_cost_per_hour(), {0, kMaxUsd}));
+  const api::CheckpointPolicy& c = s.checkpoint();
+  RETURN_IF_ERROR(CheckNumber("checkpoint.interval_s (--checkpoint-interval)", c.interval_s(), {0, kYearSeconds}));
+  RETURN_IF_ERROR(CheckNumber("checkpoint.pause_s (--checkpoint-pause)", c.pause_s(), {0, kDaySeconds}));
+  RETURN_IF_ERROR(
+      CheckNumber("checkpoint.notice_checkpoint_s (--notice-checkpoint)", c.notice_checkpoint_s(), {0, kDaySeconds}));
+  RETURN_IF_ERROR(CheckInteger("checkpoint.bytes (--checkpoint-bytes)", c.bytes(), {0, kMaxMemoryBytes}));
+  RETURN_IF_ERROR(CheckNumber("checkpoint.restore_s (--restore-time)", c.restore_s(), {0, kDaySeconds}));
+  return absl::OkStatus();
+}
+
+absl::Status CheckNodeSpec(const api::NodeSpec& s) {
+  if (!s.id().empty()) RETURN_IF_ERROR(CheckJobName(s.id(), "node id"));
+  RETURN_IF_ERROR(CheckNumber("node cpus (cairnd --cpus)", s.cpus(), {0.01, kMaxCpus}));
+  RETURN_IF_ERROR(CheckInteger("node memory_mb (cairnd --memory-mb)", s.memory_mb(), {1, kMaxMemoryMb}));
+  RETURN_IF_ERROR(CheckInteger("node gpus", s.gpus(), {0, kMaxGpus}));
+  RETURN_IF_ERROR(CheckNumber("node price_per_hour (cairnd --price-per-hour)", s.price_per_hour(), {0, 1e6}));
+  RETURN_IF_ERROR(CheckNumber("node interruptions_per_hour", s.interruptions_per_hour(), {0, 1e6}));
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::controller

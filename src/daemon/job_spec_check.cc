@@ -1,0 +1,39 @@
+#include "daemon/job_spec_check.h"
+
+#include "common/status.h"
+#include "common/validate.h"
+#include "engine/image/chain.h"
+
+namespace cairn::daemon {
+
+absl::Status CheckJobSpec(const api::JobSpec& spec) {
+  if (!spec.name().empty()) RETURN_IF_ERROR(CheckJobName(spec.name()));
+  const api::Limits& l = spec.limits();
+  // cgroup v1 takes a CPU quota of at least 1 ms per 100 ms period.
+  RETURN_IF_ERROR(CheckNumber("limits.cpus (--cpus)", l.cpus(), {0.01, kMaxCpus, "no limit"}));
+  RETURN_IF_ERROR(CheckInteger("limits.memory_bytes (--memory)", l.memory_bytes(), {1 << 20, kMaxMemoryBytes, "no limit"}));
+  const api::CheckpointPolicy& c = spec.checkpoint();
+  RETURN_IF_ERROR(CheckNumber("checkpoint.interval_s (--checkpoint-every)", c.interval_s(),
+                              {0.1, kYearSeconds, "only on demand"}));
+  RETURN_IF_ERROR(CheckInteger("checkpoint.keep_last (--keep)", c.keep_last(), {1, 100000, "keep all"}));
+  RETURN_IF_ERROR(CheckInteger("checkpoint.full_every (--full-every)", c.full_every(),
+                               {1, image::kMaxChainLength, "every 8th"}));
+  const api::HealthConfig& h = spec.health();
+  RETURN_IF_ERROR(CheckNumber("health.hang_after_s (--hang-after)", h.hang_after_s(), {0.1, kYearSeconds, "off"}));
+  RETURN_IF_ERROR(CheckNumber("health.memory_pressure_ratio (--memory-pressure)", h.memory_pressure_ratio(),
+                              {0.01, 1, "0.9"}));
+  // Negative means "never" (proto/daemon.proto).
+  RETURN_IF_ERROR(CheckNumber("health.oom_horizon_s (--oom-horizon)", h.oom_horizon_s(),
+                              {-kYearSeconds, kYearSeconds, "120 s; negative: never"}));
+  return absl::OkStatus();
+}
+
+absl::Status CheckRestoreRequest(const api::RestoreJobRequest& req) {
+  return CheckNumber("taken_before (--taken-before, unix seconds)", req.taken_before(), {1, kMaxUnixTime, "any time"});
+}
+
+absl::Status CheckMigrateRequest(const api::MigrateJobRequest& req) {
+  return CheckNumber("restore_timeout_s (--restore-timeout)", req.restore_timeout_s(), {0.1, 3600, "60 s"});
+}
+
+}  // namespace cairn::daemon
