@@ -32,7 +32,9 @@ void FaultPoint(const char* stage) {
   if (fault_points_off.load(std::memory_order_relaxed) || pause_at == nullptr || ::strcmp(pause_at, stage) != 0) return;
   const char* parts[] = {"cairn: fault point ", stage, "\n"};
   for (const char* p : parts) (void)!::write(2, p, ::strlen(p));
-  while (cancel_signal.load(std::memory_order_relaxed) == 0) ::pause();
+  // Polled, not pause(): a signal landing between the test of the flag and pause() would
+  // leave it waiting forever.
+  while (cancel_signal.load(std::memory_order_relaxed) == 0) ::usleep(1000);
 }
 
 void DisableFaultPoints() { fault_points_off.store(true, std::memory_order_relaxed); }

@@ -4,15 +4,18 @@
 //   fault_target MIB
 //
 // Sets up: MIB MiB of memory filled with a pattern; a worker thread that keeps counting
-// in a register-heavy loop; its own signal mask (SIGUSR2 and SIGRTMIN+1 blocked) and the
-// worker's (SIGUSR1 blocked); handlers for SIGUSR1 and SIGTRAP and SIG_IGN for SIGPIPE.
+// in a register-heavy loop and checking its own mask (SIGUSR1 blocked); a reader thread
+// asleep in read(2) on a pipe (a call the dump interrupts and that must be restarted); its
+// own signal mask (SIGUSR2 and SIGRTMIN+1 blocked); handlers for SIGUSR1 and SIGTRAP and
+// SIG_IGN for SIGPIPE.
 // Then it records what it sees: its mappings (/proc/self/maps), its descriptors, its vDSO's
 // bytes. Prints "ready PID" and loops, checking the pattern of one page in each 64 per
 // pass (every page every 64 passes).
 //
 // On SIGUSR1 it checks everything against what it recorded: every page of its memory, both
 // masks, the three actions, the mappings (no area added, none gone), the descriptors, the
-// vDSO bytes, that the worker still counts and that its own arithmetic checked out; prints
+// vDSO bytes, that the worker still counts with its mask and arithmetic right, that the
+// reader gets a byte written to its pipe; prints
 // "PASS N" (N: verifications so far) or "FAIL what", and goes on. Any mismatch found in the
 // loop prints "FAIL" at once and exits 1.
 #define _GNU_SOURCE
@@ -40,6 +43,8 @@ static volatile sig_atomic_t g_verify;
 static atomic_ulong g_worker_count;
 static volatile int g_worker_bad;
 static int g_passes;
+static int g_pipe[2];
+static atomic_int g_read_bytes;
 
 static uint64_t Pattern(size_t page, size_t word) { return (page * 0x9e3779b97f4a7c15ULL) ^ (word * 0xbf58476d1ce4e5b9ULL); }
 
@@ -109,7 +114,22 @@ static void* Worker(void* arg) {
       a2 ^= f2 >> 3; c2 ^= b2 << 1;
     }
     if (a != a2 || c != c2 || f != f2) g_worker_bad = 1;
+    sigset_t now;
+    pthread_sigmask(SIG_SETMASK, NULL, &now);
+    for (int s = 1; s < 32; ++s) {
+      if (s != SIGKILL && s != SIGSTOP && sigismember(&now, s) != (s == SIGUSR1)) g_worker_bad = 2;
+    }
     atomic_fetch_add(&g_worker_count, 1);
+  }
+  return NULL;
+}
+
+// Sleeps in read(2) on the pipe; counts the bytes it gets.
+static void* Reader(void* arg) {
+  (void)arg;
+  for (;;) {
+    char c;
+    if (read(g_pipe[0], &c, 1) == 1) atomic_fetch_add(&g_read_bytes, 1);
   }
   return NULL;
 }
@@ -140,7 +160,12 @@ static int Verify(char* why, size_t cap) {
   unsigned long before = atomic_load(&g_worker_count);
   usleep(20000);
   if (atomic_load(&g_worker_count) == before) return snprintf(why, cap, "the worker thread stopped counting"), 0;
-  if (g_worker_bad) return snprintf(why, cap, "the worker thread's arithmetic went wrong"), 0;
+  if (g_worker_bad == 1) return snprintf(why, cap, "the worker thread's arithmetic went wrong"), 0;
+  if (g_worker_bad == 2) return snprintf(why, cap, "the worker thread's mask changed"), 0;
+  int got = atomic_load(&g_read_bytes);
+  if (write(g_pipe[1], "x", 1) != 1) return snprintf(why, cap, "cannot write to the reader's pipe"), 0;
+  for (int i = 0; i < 200 && atomic_load(&g_read_bytes) == got; ++i) usleep(5000);
+  if (atomic_load(&g_read_bytes) != got + 1) return snprintf(why, cap, "the reader thread did not get its byte"), 0;
   return 1;
 }
 
@@ -160,8 +185,10 @@ int main(int argc, char** argv) {
   sa.sa_handler = OnTrap;
   sigaction(SIGTRAP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  pthread_t t;
+  if (pipe(g_pipe) != 0) return perror("pipe"), 2;
+  pthread_t t, r;
   pthread_create(&t, NULL, Worker, NULL);
+  pthread_create(&r, NULL, Reader, NULL);
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGUSR2);

@@ -648,6 +648,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   if (opts.before_freeze) opts.before_freeze();
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=prepare ms={:.2f}", opts.pid, Since(t0) * 1e3);
   auto t_freeze = Clock::now();
+  journal.FinalFreeze();
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree, &journal));
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
   image::Checkpoint ckpt;
@@ -693,6 +694,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     } else {
       RETURN_IF_ERROR(ft.Thaw());
     }
+    journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);
   } else if (opts.leave_running) {
     if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
@@ -710,6 +712,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   } else {
     auto t_kill = Clock::now();
     RETURN_IF_ERROR(ft.Kill());
+    journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);
     CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=kill ms={:.2f}", opts.pid, Since(t_kill) * 1e3);
   }

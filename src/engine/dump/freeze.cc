@@ -81,7 +81,7 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* jou
     ASSIGN_OR_RETURN(t.sigmask, inject::GetSigmask(t.tid));
     if (journal == nullptr) continue;
     ASSIGN_OR_RETURN(user_regs_struct regs, inject::GetRegs(t.tid));
-    RETURN_IF_ERROR(journal->AddThread(fp.journal_index_, t.tid, regs, t.sigmask));
+    ASSIGN_OR_RETURN(t.journal_slot, journal->AddThread(fp.journal_index_, t.tid, regs, t.sigmask));
   }
   CAIRN_LOG_DEBUG("event=frozen pid={} threads={}", pid, fp.threads_.size());
   return fp;
@@ -112,6 +112,14 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid) {
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "pid ", pid, " has no vDSO (it unmapped it); cairn injects its calls from the vDSO and cannot checkpoint it"));
+}
+
+inject::Injector FrozenProcess::injector(pid_t tid) const {
+  inject::Injector inj(tid, trampoline_.syscall_insn(), inject::Injector::Drive::kGuarded);
+  for (const ThreadState& t : threads_) {
+    if (t.tid == tid && journal_ != nullptr && t.journal_slot >= 0) inj.set_in_call_flag(journal_->InCallFlag(t.journal_slot));
+  }
+  return inj;
 }
 
 absl::Status FrozenProcess::InstallTrampoline() {

@@ -24,6 +24,7 @@ class FrozenProcess {
   struct ThreadState {
     pid_t tid = 0;
     uint64_t sigmask = 0;  // the thread's blocked mask
+    int journal_slot = -1;
   };
 
   // Seizes and stops every thread of `pid`, listing /proc/PID/task until no new thread
@@ -44,10 +45,9 @@ class FrozenProcess {
   // Every injection into a frozen process goes through it; Thaw removes it.
   absl::Status InstallTrampoline();
   const inject::Trampoline& trampoline() const { return trampoline_; }
-  // A guarded injector for thread `tid` of the process (REQUIRES: InstallTrampoline).
-  inject::Injector injector(pid_t tid) const {
-    return inject::Injector(tid, trampoline_.syscall_insn(), inject::Injector::Drive::kGuarded);
-  }
+  // A guarded injector for thread `tid` of the process, with its in-call flag in the
+  // journal (REQUIRES: InstallTrampoline).
+  inject::Injector injector(pid_t tid) const;
   inject::CallBatch batch() const { return inject::CallBatch(trampoline_); }
 
   GuardJournal* journal() const { return journal_; }

@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/stop_points.h"
 #include "engine/dump/freeze.h"
@@ -55,14 +56,19 @@ absl::StatusOr<int> GuardJournal::AddProcess(pid_t pid, uint64_t start_time) {
   return n;
 }
 
-absl::Status GuardJournal::AddThread(int proc, pid_t tid, const user_regs_struct& regs, uint64_t mask) {
+absl::StatusOr<int> GuardJournal::AddThread(int proc, pid_t tid, const user_regs_struct& regs, uint64_t mask) {
   int n = nthreads_.load(std::memory_order_relaxed);
   if (n >= kMaxThreads) {
     return absl::ResourceExhaustedError(absl::StrCat("a checkpoint freezes at most ", kMaxThreads, " threads"));
   }
-  threads_[n] = Thread{tid, proc, mask, regs};
+  Thread& t = threads_[n];
+  t.tid = tid;
+  t.proc = proc;
+  t.mask = mask;
+  t.regs = regs;
+  t.in_call.store(0, std::memory_order_relaxed);
   nthreads_.store(n + 1, std::memory_order_release);
-  return absl::OkStatus();
+  return n;
 }
 
 void GuardJournal::TrampolineWriting(int proc) { procs_[proc].trampoline_writing.store(1, std::memory_order_release); }
@@ -77,7 +83,6 @@ void GuardJournal::ScratchGone(int proc) {
   procs_[proc].scratch_addr.store(0, std::memory_order_release);
 }
 void GuardJournal::TrackerCreated(int proc, int fd) { procs_[proc].tracker_fd.store(fd, std::memory_order_release); }
-void GuardJournal::TrackerKept(int proc) { procs_[proc].tracker_fd.store(-1, std::memory_order_release); }
 void GuardJournal::Thawed(int proc) { procs_[proc].thawed.store(1, std::memory_order_release); }
 
 void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit) {
@@ -103,7 +108,7 @@ class GuardianRepair {
     int nprocs = j_.nprocs_.load(std::memory_order_acquire);
     if (outcome == GuardJournal::Outcome::kKill) {
       std::set<pid_t> killed;
-      for (int i = 0; i < nprocs; ++i) {
+      for (int i = j_.final_from_.load(std::memory_order_acquire); i < nprocs; ++i) {
         const GuardJournal::Process& p = j_.procs_[i];
         if (!killed.insert(p.pid).second || !SameProcess(p)) continue;
         ::kill(p.pid, SIGKILL);
@@ -127,7 +132,12 @@ class GuardianRepair {
   }
 
  private:
-  static void Say(const std::string& what) { std::fprintf(stderr, "cairn dump guardian: %s\n", what.c_str()); }
+  // Raw write(2): the guardian may be a fork of a threaded daemon, whose stdio lock another
+  // thread could have held.
+  static void Say(const std::string& what) {
+    std::string line = absl::StrCat("cairn dump guardian: ", what, "\n");
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
 
   static bool SameProcess(const GuardJournal::Process& p) {
     auto start = ProcessStartTime(p.pid);
@@ -178,14 +188,20 @@ class GuardianRepair {
     int nthreads = j_.nthreads_.load(std::memory_order_acquire);
     for (const FrozenProcess::ThreadState& t : fp.threads()) {
       ASSIGN_OR_RETURN(user_regs_struct regs, inject::GetRegs(t.tid));
-      if (!at.Contains(regs.rip)) continue;
       const GuardJournal::Thread* saved = nullptr;
       for (int k = nthreads - 1; k >= 0 && saved == nullptr; --k) {
         if (j_.threads_[k].tid == t.tid && j_.threads_[k].proc == index) saved = &j_.threads_[k];
       }
-      if (saved == nullptr) return absl::InternalError(absl::StrCat("thread ", t.tid, " is in the trampoline but not in the journal"));
-      RETURN_IF_ERROR(inject::SetSigmask(t.tid, saved->mask));
-      RETURN_IF_ERROR(inject::SetRegs(t.tid, saved->regs));
+      if (at.Contains(regs.rip)) {
+        if (saved == nullptr) {
+          return absl::InternalError(absl::StrCat("thread ", t.tid, " is in the trampoline but not in the journal"));
+        }
+        RETURN_IF_ERROR(inject::SetSigmask(t.tid, saved->mask));
+        RETURN_IF_ERROR(inject::SetRegs(t.tid, saved->regs));
+      } else if (saved != nullptr && saved->in_call.load(std::memory_order_acquire) != 0) {
+        // Between its mask and its registers, on the way in or out of a call.
+        RETURN_IF_ERROR(inject::SetSigmask(t.tid, saved->mask));
+      }
     }
     // The tail of the vDSO back to its zeros (where the dumper may have been writing).
     if (trampoline) RETURN_IF_ERROR(ClearTrampoline(p.pid));
@@ -275,6 +291,9 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
     ::prctl(PR_SET_NAME, "cairn-guardian", 0, 0, 0);
     DisableFaultPoints();
+    // No logging: an atomic store, where a log call could wait for a lock held at the fork.
+    spdlog::default_logger_raw()->set_level(spdlog::level::off);
+    ::close(fds[1]);  // wherever it is (fds 0-2 may have been closed)
     if (fds[0] != 3) {
       ::dup2(fds[0], 3);
     } else {
@@ -288,8 +307,6 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
 }
 
 Guardian::~Guardian() {
-  uint32_t running = static_cast<uint32_t>(GuardJournal::Outcome::kRunning);
-  journal_->outcome_.compare_exchange_strong(running, static_cast<uint32_t>(GuardJournal::Outcome::kDone));
   ::close(pipe_wr_);
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {

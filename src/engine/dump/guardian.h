@@ -21,6 +21,10 @@
 //    (renamed to DIR: the same inode) is kept. If the dump had committed and was to kill
 //    its processes (not --leave-running, or a hand-off the peer accepted), the guardian
 //    kills them: the dump is finished, not rolled back, so that one copy runs, not two.
+// 5. The window of a call: entering, the thread's journal flag is set, then its mask
+//    blocked, then its registers set; leaving, the reverse. So no handler of the process
+//    ever runs with rip in the trampoline, and a flagged thread found outside it only
+//    needs its mask back.
 // What it cannot cover: the guardian itself killed together with the dumper (it runs in a
 // session of its own and ignores SIGTERM/SIGINT/SIGHUP, so only a SIGKILL aimed at it
 // does), and a write tracker being created at the instant of death (left in the process;
@@ -47,23 +51,28 @@ class GuardJournal {
   static constexpr int kMaxThreads = 16384;
 
   enum class Outcome : uint32_t {
-    kRunning = 0,  // undo everything journaled
-    kDone = 1,     // the dump ended and put everything back itself: nothing to do
+    kRunning = 0,  // undo everything journaled (also after a failed dump, for what it left)
+    kDone = 1,     // the dump succeeded: nothing to do
     kKill = 2,     // committed, the processes are to die: finish the kill
   };
 
   // A frozen process; returns its index, or ResourceExhausted.
   absl::StatusOr<int> AddProcess(pid_t pid, uint64_t start_time);
-  // A frozen thread of process `proc`, with its registers and mask as frozen.
-  absl::Status AddThread(int proc, pid_t tid, const user_regs_struct& regs, uint64_t mask);
+  // A frozen thread of process `proc`, with its registers and mask as frozen; returns its slot.
+  absl::StatusOr<int> AddThread(int proc, pid_t tid, const user_regs_struct& regs, uint64_t mask);
 
   void TrampolineWriting(int proc);                   // from now on, the vDSO's tail may hold it
   void TrampolineAt(int proc, uint64_t addr);         // it is there: rip inside means mid-call
   void ScratchAt(int proc, uint64_t addr, uint64_t len);  // before it is mapped there
   void ScratchGone(int proc);
   void TrackerCreated(int proc, int fd);              // a write tracker this dump made
-  void TrackerKept(int proc);                         // ... that the committed dump keeps
   void Thawed(int proc);                              // let go: nothing of it to undo
+  // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
+  // (not a process a pre-copy round saw that has left the tree since).
+  void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }
+  // Thread `slot` (AddThread's order) is entering (true) or has left (false) an injected call:
+  // its mask may be the call's until it has left (inject/injector.h).
+  std::atomic<uint32_t>* InCallFlag(int slot) { return &threads_[slot].in_call; }
   void SetOutcome(Outcome o) { outcome_.store(static_cast<uint32_t>(o), std::memory_order_release); }
   // The checkpoint being written: DIR.partial, renamed to `dir` when committed, known by
   // its inode (a later dump's directory of the same name is never taken for it). With
@@ -88,9 +97,11 @@ class GuardJournal {
     int32_t proc;
     uint64_t mask;
     user_regs_struct regs;
+    std::atomic<uint32_t> in_call;
   };
 
   std::atomic<uint32_t> outcome_;
+  std::atomic<int32_t> final_from_;
   std::atomic<int32_t> nprocs_;
   std::atomic<int32_t> nthreads_;
   std::atomic<uint32_t> dir_set_;
@@ -107,8 +118,9 @@ class Guardian {
   // Starts the guardian process (a fork that does not exec; it keeps only the pipe that
   // tells it the dumper is gone, and stderr). Before anything is frozen.
   static absl::StatusOr<std::unique_ptr<Guardian>> Start();
-  // The dumper is alive and has put back what it changed: an outcome still kRunning
-  // becomes kDone (kKill stays). The guardian exits, and is waited for.
+  // Closes the guardian's pipe and waits for it. The outcome stays as set: a dump that
+  // failed leaves kRunning, and the guardian undoes whatever the dump's own failure path
+  // left (a tracker, a scratch area or trampoline it could not remove).
   ~Guardian();
 
   GuardJournal& journal() { return *journal_; }

@@ -52,13 +52,14 @@ absl::Status CallBatch::Run(Injector& inj, RemoteScratch& scratch, size_t table_
   }
   rows.back() = Row{};
   ASSIGN_OR_RETURN(uint64_t table, scratch.Put(table_off, rows.data(), rows.size() * kEntry));
-  RETURN_IF_ERROR(RunLoop(inj.tid(), table, calls.size()));
+  RETURN_IF_ERROR(RunLoop(inj, table, calls.size()));
   RETURN_IF_ERROR(scratch.Get(table_off, rows.data(), calls.size() * kEntry));
   for (size_t i = 0; i < calls.size(); ++i) calls[i].result = static_cast<long>(rows[i].result);
   return absl::OkStatus();
 }
 
-absl::Status CallBatch::RunLoop(pid_t tid, uint64_t table, size_t count) {
+absl::Status CallBatch::RunLoop(const Injector& inj, uint64_t table, size_t count) {
+  pid_t tid = inj.tid();
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid));
   ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid));
   user_regs_struct regs = saved;
@@ -67,10 +68,21 @@ absl::Status CallBatch::RunLoop(pid_t tid, uint64_t table, size_t count) {
   regs.r13 = count;
   regs.eflags &= ~uint64_t{0x100};  // no trap flag (a program single-stepping itself)
   regs.orig_rax = static_cast<uint64_t>(-1);  // no syscall-restart fixup on the way out
-  // Entering as a guarded call does (injector.h): registers, then the mask.
-  RETURN_IF_ERROR(SetRegs(tid, regs));
+  // Entering as a guarded call does (injector.h): the flag, the mask, then the registers.
+  inj.EnterCall();
   absl::Status ran = SetSigmask(tid, kAllSignals);
-  if (ran.ok()) ran = Cont(tid);
+  if (!ran.ok()) {
+    inj.LeaveCall();
+    return ran;
+  }
+  ran = SetRegs(tid, regs);
+  if (!ran.ok()) {
+    absl::Status unmasked = SetSigmask(tid, mask);
+    if (unmasked.ok()) inj.LeaveCall();
+    return ran;
+  }
+  ran = Cont(tid);
+  bool resumed = ran.ok();
   FaultPoint("batch");
   // Wait for the done word, watching for a stop of the thread meanwhile (a fault in the
   // loop, the thread killed).
@@ -106,9 +118,10 @@ absl::Status CallBatch::RunLoop(pid_t tid, uint64_t table, size_t count) {
   {
     // Take the thread from its spin (or wherever it is, on an error) into a ptrace stop; a
     // fault's stop is left for it, so that no signal waits to be delivered in the thread.
-    absl::Status interrupted = Interrupt(tid);
-    if (interrupted.ok() && stopped) interrupted = Cont(tid, 0);
-    while (interrupted.ok()) {
+    // (Not resumed: it is still in its stop, and an interrupt would never be reported.)
+    absl::Status interrupted = resumed ? Interrupt(tid) : absl::OkStatus();
+    if (interrupted.ok() && resumed && stopped) interrupted = Cont(tid, 0);
+    while (interrupted.ok() && resumed) {
       absl::StatusOr<StopInfo> stop = WaitStop(tid);
       if (!stop.ok()) {
         interrupted = stop.status();
@@ -131,12 +144,13 @@ absl::Status CallBatch::RunLoop(pid_t tid, uint64_t table, size_t count) {
       }
     }
   }
-  // Leaving: the mask, then the registers, on every path.
-  absl::Status unmasked = SetSigmask(tid, mask);
+  // Leaving: the registers, the mask, then the flag, on every path.
   absl::Status restored = SetRegs(tid, saved);
+  absl::Status unmasked = SetSigmask(tid, mask);
+  if (restored.ok() && unmasked.ok()) inj.LeaveCall();
   RETURN_IF_ERROR(ran);
-  RETURN_IF_ERROR(unmasked);
-  return restored;
+  RETURN_IF_ERROR(restored);
+  return unmasked;
 }
 
 }  // namespace cairn::inject

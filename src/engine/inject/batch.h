@@ -54,7 +54,7 @@ class CallBatch {
  private:
   CallBatch() = default;
 
-  absl::Status RunLoop(pid_t tid, uint64_t table, size_t count);
+  absl::Status RunLoop(const Injector& inj, uint64_t table, size_t count);
 
   uint64_t code_ = 0;  // the loop's address in the process; 0 when there is none
   uint64_t spin_ = 0;  // where the thread waits once the loop is done

@@ -49,11 +49,23 @@ absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& a
   constexpr uint64_t kAllSignals = ~0ULL;
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
   ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid_));
-  // Entering: registers first, then the mask (see the class comment).
-  RETURN_IF_ERROR(SetRegs(tid_, CallRegs(saved, nr, args)));
+  user_regs_struct call = CallRegs(saved, nr, args);
+  call.eflags &= ~uint64_t{0x100};  // no trap flag: nothing may trap in the window
+  // Entering: the flag, the mask, then the registers (see the class comment).
+  EnterCall();
   absl::Status ran = SetSigmask(tid_, kAllSignals);
+  if (!ran.ok()) {
+    LeaveCall();
+    return ran;
+  }
+  ran = SetRegs(tid_, call);
+  if (!ran.ok()) {
+    absl::Status unmasked = SetSigmask(tid_, mask);
+    if (unmasked.ok()) LeaveCall();
+    return ran;
+  }
   FaultPoint("injecting");
-  if (ran.ok()) ran = RunToSyscallExit(nr);
+  ran = RunToSyscallExit(nr);
   absl::StatusOr<long> result = absl::UnknownError("");
   if (!ran.ok()) {
     result = ran;
@@ -61,12 +73,13 @@ absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& a
     absl::StatusOr<user_regs_struct> after = GetRegs(tid_);
     result = after.ok() ? absl::StatusOr<long>(static_cast<long>(after->rax)) : after.status();
   }
-  // Leaving: the mask first, then the registers, on every path.
-  absl::Status unmasked = SetSigmask(tid_, mask);
+  // Leaving: the registers, the mask, then the flag, on every path.
   absl::Status restored = SetRegs(tid_, saved);
+  absl::Status unmasked = SetSigmask(tid_, mask);
+  if (restored.ok() && unmasked.ok()) LeaveCall();
   if (!result.ok()) return result;
-  RETURN_IF_ERROR(unmasked);
   RETURN_IF_ERROR(restored);
+  RETURN_IF_ERROR(unmasked);
   return result;
 }
 

@@ -15,11 +15,11 @@
 // - kGuarded (a checkpoint of a live process, whose death must never hurt it): the
 //   instruction is a Trampoline's (trampoline.h), followed by a spin, and the call runs
 //   between two syscall stops, so no trap signal is ever forced on the thread. The
-//   thread's signal mask is blocked only for the call. At every instant the thread either
-//   has its own registers and mask, or has rip inside the trampoline: entering, registers
-//   are set before the mask is blocked; leaving, the mask is put back before the
-//   registers. A thread whose tracer died mid-call runs the call and spins; the dump's
-//   guardian (dump/guardian.h) puts it back.
+//   thread's signal mask is blocked only for the call. Entering, the in-call flag is set,
+//   then the mask blocked, then the registers set; leaving, the reverse. So no signal
+//   handler runs with rip in the trampoline, and at every instant the thread has its own
+//   registers and mask, or is flagged. A thread whose tracer died mid-call runs the call
+//   and spins; the dump's guardian (dump/guardian.h) puts it back.
 //
 // REQUIRES: the thread is in a ptrace stop; with kSingleStep, every catchable signal is
 // blocked (PTRACE_SETSIGMASK) so that no signal is dequeued between steps.
@@ -29,6 +29,7 @@
 #include <sys/user.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -49,6 +50,18 @@ class Injector {
   pid_t tid() const { return tid_; }
   uint64_t syscall_insn() const { return syscall_insn_; }
   bool guarded() const { return drive_ == Drive::kGuarded; }
+
+  // kGuarded: a word set to 1 before the thread's mask is blocked for a call and to 0 once
+  // it is put back, for whoever must finish the call's work if this tracer dies (the dump's
+  // guardian journal). Not owned.
+  void set_in_call_flag(std::atomic<uint32_t>* flag) { in_call_ = flag; }
+  // Marks the call window (no-op without a flag).
+  void EnterCall() const {
+    if (in_call_ != nullptr) in_call_->store(1, std::memory_order_seq_cst);
+  }
+  void LeaveCall() const {
+    if (in_call_ != nullptr) in_call_->store(0, std::memory_order_seq_cst);
+  }
 
   // The message of the last PTRACE_EVENT_FORK/CLONE seen while injecting: the new task's
   // id as the tracer sees it (its host id, even when the caller lives in a PID namespace).
@@ -86,6 +99,7 @@ class Injector {
   pid_t tid_;
   uint64_t syscall_insn_;
   Drive drive_ = Drive::kSingleStep;
+  std::atomic<uint32_t>* in_call_ = nullptr;
   pid_t last_new_task_ = 0;
 };
 

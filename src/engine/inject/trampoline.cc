@@ -91,16 +91,20 @@ absl::StatusOr<Trampoline> Trampoline::Install(pid_t pid, uint64_t vdso_start, u
                                                          vdso_start, end.status().message()));
   }
   size_t at = (*end + 15) & ~size_t{15};
+  // Zeros, or this very code left by a dumper whose guardian died too (the tail was zeros).
+  std::string code = Code();
+  bool ours = at + kSize <= vdso.size() && vdso.compare(at, kSize, code) == 0;
   if (at + kSize > vdso.size() ||
-      std::any_of(vdso.begin() + static_cast<long>(at), vdso.begin() + static_cast<long>(at + kSize),
-                  [](char c) { return c != 0; })) {
+      (!ours && std::any_of(vdso.begin() + static_cast<long>(at), vdso.begin() + static_cast<long>(at + kSize),
+                            [](char c) { return c != 0; }))) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "pid %d: its vDSO has no free %zu bytes past its image (it ends at %zu of %zu); cannot inject safely", pid,
         kSize, *end, vdso.size()));
   }
-  Trampoline t(pid, vdso_start + at, vdso.substr(at, kSize));
-  RETURN_IF_ERROR(Annotate(WriteRemote(pid, t.addr_, Code().data(), kSize),
-                           "write the injection trampoline into the vDSO"));
+  Trampoline t(pid, vdso_start + at, ours ? std::string(kSize, '\0') : vdso.substr(at, kSize));
+  RETURN_IF_ERROR(Annotate(WriteRemote(pid, t.addr_, code.data(), kSize),
+                           "write the injection trampoline into the vDSO through /proc/PID/mem (a kernel booted "
+                           "with proc_mem.force_override=never refuses it)"));
   return t;
 }
 

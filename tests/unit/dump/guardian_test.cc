@@ -174,12 +174,5 @@ TEST_F(GuardianTest, AThreadFrozenBetweenCallsCarriesOnWhenItsTracerDies) {
   EXPECT_TRUE(CounterPasses(counter_->load()));
 }
 
-// The dump said it was done: the guardian touches nothing.
-TEST_F(GuardianTest, DoesNothingWhenTheDumpEndedItself) {
-  journal_->SetOutcome(GuardJournal::Outcome::kDone);
-  EXPECT_EQ(Guard(), 0);
-  EXPECT_TRUE(CounterPasses(counter_->load()));
-}
-
 }  // namespace
 }  // namespace cairn::dump
