@@ -41,6 +41,7 @@ static size_t g_vdso_len;
 static void* g_vdso_at;
 static volatile sig_atomic_t g_verify;
 static atomic_ulong g_worker_count;
+static volatile pid_t g_worker_tid;
 static volatile int g_worker_bad;
 static int g_passes;
 static int g_pipe[2];
@@ -97,6 +98,7 @@ static int CheckPage(size_t p) {
 // Counts with values kept in registers; a register changed under it shows as a wrong sum.
 static void* Worker(void* arg) {
   (void)arg;
+  g_worker_tid = gettid();
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
@@ -158,8 +160,13 @@ static int Verify(char* why, size_t cap) {
   if (CountFds() != g_fds) return snprintf(why, cap, "it has %d descriptors, had %d", CountFds(), g_fds), 0;
   if (memcmp(g_vdso_at, g_vdso, g_vdso_len) != 0) return snprintf(why, cap, "its vDSO's bytes changed"), 0;
   unsigned long before = atomic_load(&g_worker_count);
-  usleep(20000);
-  if (atomic_load(&g_worker_count) == before) return snprintf(why, cap, "the worker thread stopped counting"), 0;
+  for (int i = 0; i < 1000 && atomic_load(&g_worker_count) == before; ++i) usleep(1000);
+  if (atomic_load(&g_worker_count) == before) {
+    char path[64], stat[512] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", g_worker_tid);
+    ReadAll(path, stat, sizeof stat);
+    return snprintf(why, cap, "the worker thread stopped counting for 1 s: %s", stat), 0;
+  }
   if (g_worker_bad == 1) return snprintf(why, cap, "the worker thread's arithmetic went wrong"), 0;
   if (g_worker_bad == 2) return snprintf(why, cap, "the worker thread's mask changed"), 0;
   int got = atomic_load(&g_read_bytes);

@@ -8,7 +8,6 @@
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
 #include "engine/proc/maps.h"
-#include "engine/proc/stat.h"
 
 namespace cairn::inject {
 namespace {
@@ -35,23 +34,6 @@ absl::Status SigtrapCall(pid_t tid, uint64_t syscall_insn, uint64_t act, uint64_
 }
 
 }  // namespace
-
-absl::StatusOr<bool> SigtrapIsSet(pid_t pid) {
-  ASSIGN_OR_RETURN(proc::Status st, proc::ReadStatus(pid));
-  const uint64_t bit = uint64_t{1} << (SIGTRAP - 1);
-  return ((st.sig_ignored | st.sig_caught) & bit) != 0;
-}
-
-absl::StatusOr<KernelSigaction> GetSigtrapAction(pid_t tid, uint64_t syscall_insn) {
-  ASSIGN_OR_RETURN(uint64_t at, BelowStack(tid));
-  KernelSigaction before, action;
-  RETURN_IF_ERROR(Annotate(ReadRemote(tid, at, &before, sizeof before), "read the stack below the stack pointer"));
-  RETURN_IF_ERROR(SigtrapCall(tid, syscall_insn, 0, at));
-  RETURN_IF_ERROR(ReadRemote(tid, at, &action, sizeof action));
-  // What was there goes back: code that runs its signal handlers elsewhere (Go) may use it.
-  RETURN_IF_ERROR(WriteRemote(tid, at, &before, sizeof before));
-  return action;
-}
 
 absl::Status SetSigtrapAction(pid_t tid, uint64_t syscall_insn, const KernelSigaction& action) {
   ASSIGN_OR_RETURN(uint64_t at, BelowStack(tid));

@@ -1,15 +1,13 @@
 #pragma once
-// Keeping a process's SIGTRAP action across injections.
+// Setting a process's SIGTRAP action without a trap.
 //
-// An injected call ends in a trap the kernel forces on the thread (the single-step of
-// Injector::Raw, the int3 of a CallBatch). A forced signal that is blocked (as every
-// catchable signal is while the engine works) or ignored resets the process's action for it
-// to SIG_DFL, so a program's SIGTRAP handler, or SIG_IGN, would be lost at the first
-// injection: in the checkpoint, and in a process left running. The engine reads that action
-// before its first injection and puts it back after its last one, with calls driven by
-// syscall stops (Injector::RawAtSyscallStops), which force no signal. The action's struct
-// is passed below the thread's stack pointer, past the red zone, and what was there is put
-// back afterwards.
+// A single-stepped injected call (Injector::Raw with Drive::kSingleStep, what a restore uses
+// in the tasks it builds) ends in a trap the kernel forces on the thread. A forced signal that
+// is blocked or ignored resets the process's action for it to SIG_DFL, so a restore sets the
+// saved SIGTRAP action after its last such call, with a call driven by syscall stops
+// (Injector::RawAtSyscallStops), which forces no signal. (A dump's injections are guarded and
+// force no trap at all: inject/injector.h.) The action's struct is passed below the thread's
+// stack pointer, past the red zone, and what was there is put back afterwards.
 
 #include <sys/types.h>
 
@@ -21,14 +19,9 @@
 
 namespace cairn::inject {
 
-// Whether process `pid` ignores SIGTRAP or has a handler for it (/proc/PID/status): only
-// then is there anything to keep.
-absl::StatusOr<bool> SigtrapIsSet(pid_t pid);
-
-// Reads the SIGTRAP action of thread `tid`'s process, or sets it, at syscall stops. The
-// thread must be in a ptrace stop; `syscall_insn` is a `syscall` instruction in its memory.
-// Signals are blocked for the call and the thread's mask put back afterwards.
-absl::StatusOr<KernelSigaction> GetSigtrapAction(pid_t tid, uint64_t syscall_insn);
+// Sets the SIGTRAP action of thread `tid`'s process at syscall stops. The thread must be in
+// a ptrace stop; `syscall_insn` is a `syscall` instruction in its memory. Signals are blocked
+// for the call and the thread's mask put back afterwards.
 absl::Status SetSigtrapAction(pid_t tid, uint64_t syscall_insn, const KernelSigaction& action);
 
 // The address of a `syscall` instruction in the vDSO of `pid` (FailedPrecondition without).
