@@ -7,10 +7,11 @@
 //    mask: freezing changes neither (PTRACE_SEIZE + PTRACE_INTERRUPT, no mask blocked), and
 //    every injection puts both back before it returns. A thread in a PTRACE_EVENT_STOP or
 //    a syscall stop whose tracer dies carries on as if nothing had happened: no trap is
-//    ever forced (injected calls run between syscall stops, batches end in a spin) and
+//    ever forced (injected calls run between syscall stops, batches end asleep) and
 //    with PTRACE_O_TRACESYSGOOD an unanswered syscall stop delivers no signal.
 // 2. Inside an injected call, the thread's rip lies in the trampoline, in the vDSO's unused
-//    tail: it runs the injected call(s) and then spins there. It runs none of its own code
+//    tail: it runs the injected call(s) and then sleeps there (its signals blocked, only a
+//    PTRACE_INTERRUPT wakes it). It runs none of its own code
 //    and is never killed for it. Its registers and mask before the call are in the journal
 //    (written before the first injection); the guardian seizes it and puts them back.
 // 3. What the injected calls leave in the process is journaled before it exists (the

@@ -5,10 +5,12 @@
 // guarded call), and a dump asks each process for ~70 values (64 signal actions alone). A
 // CallBatch runs the loop of a Trampoline (trampoline.h) over a table of calls kept in a
 // RemoteScratch (number and six arguments in, the kernel's return value out). The loop
-// writes a done word past the table and spins: the tracer resumes the thread once, waits
-// for the word, and stops the thread with PTRACE_INTERRUPT at the spin. No trap is
-// forced, and a tracer that dies meanwhile leaves the thread spinning inside the
-// trampoline, where the dump's guardian finds it.
+// writes a done word past the table, wakes a futex on it and goes to sleep: the tracer
+// resumes the thread once, waits for the word (with the futex, through its own mapping of a
+// shared scratch area; otherwise by polling), and takes the thread from its sleep into a
+// stop with PTRACE_INTERRUPT. No trap is
+// forced, and a tracer that dies meanwhile leaves the thread asleep inside the trampoline,
+// where the dump's guardian finds it.
 //
 // The loop touches no stack and no memory but the table, so the thread's state is put
 // back exactly as after a single guarded call (registers, and the signal mask blocked for
@@ -38,7 +40,7 @@ class CallBatch {
  public:
   // Runs its loop in `trampoline` (installed in the process of the threads it is run in).
   explicit CallBatch(const Trampoline& trampoline)
-      : code_(trampoline.batch_loop()), spin_(trampoline.batch_spin()) {}
+      : code_(trampoline.batch_loop()), done_(trampoline.batch_done()), wait_(trampoline.batch_wait()) {}
   // A batch without a loop: every call is injected alone.
   static CallBatch OneByOne() { return CallBatch(); }
 
@@ -54,10 +56,11 @@ class CallBatch {
  private:
   CallBatch() = default;
 
-  absl::Status RunLoop(const Injector& inj, uint64_t table, size_t count);
+  // `done_here`: the done word in a local mapping of the table (nullptr: read it remotely).
+  absl::Status RunLoop(const Injector& inj, uint64_t table, size_t count, const uint32_t* done_here);
 
   uint64_t code_ = 0;  // the loop's address in the process; 0 when there is none
-  uint64_t spin_ = 0;  // where the thread waits once the loop is done
+  uint64_t done_ = 0, wait_ = 0;  // where the thread may stop once the loop is done
 };
 
 }  // namespace cairn::inject

@@ -13,13 +13,13 @@
 // - kSingleStep (the restorer's tasks, which die with the restorer anyway): the caller
 //   has blocked every catchable signal, and the syscall instruction may be anywhere.
 // - kGuarded (a checkpoint of a live process, whose death must never hurt it): the
-//   instruction is a Trampoline's (trampoline.h), followed by a spin, and the call runs
+//   instruction is a Trampoline's (trampoline.h), followed by a sleep, and the call runs
 //   between two syscall stops, so no trap signal is ever forced on the thread. The
 //   thread's signal mask is blocked only for the call. Entering, the in-call flag is set,
 //   then the mask blocked, then the registers set; leaving, the reverse. So no signal
 //   handler runs with rip in the trampoline, and at every instant the thread has its own
 //   registers and mask, or is flagged. A thread whose tracer died mid-call runs the call
-//   and spins; the dump's guardian (dump/guardian.h) puts it back.
+//   and sleeps there; the dump's guardian (dump/guardian.h) puts it back.
 //
 // REQUIRES: the thread is in a ptrace stop; with kSingleStep, every catchable signal is
 // blocked (PTRACE_SETSIGMASK) so that no signal is dequeued between steps.

@@ -13,15 +13,17 @@ namespace cairn::inject {
 namespace {
 
 // Offsets in the trampoline.
-constexpr size_t kSyscallOff = 0;  // syscall ; jmp $
-constexpr size_t kLoopOff = 16;    // the batch loop (batch.h), then done=1 ; jmp $
+constexpr size_t kSyscallOff = 0;  // syscall ; then asleep
+constexpr size_t kLoopOff = 16;    // the batch loop (batch.h), then done=1 ; wake ; asleep
 
 // The batch loop, with the table's address in r12 and the number of rows in r13:
 //   loop: mov rax,[r12]; mov rdi,[r12+8]; mov rsi,[r12+16]; mov rdx,[r12+24]
 //         mov r10,[r12+32]; mov r8,[r12+40]; mov r9,[r12+48]; syscall
 //         mov [r12+56],rax; add r12,64; dec r13; jnz loop
 //         mov qword [r12],1          (the row past the table: every call done)
-//   spin: jmp spin
+//         futex(r12, FUTEX_WAKE, 1)  (wakes a tracer waiting on it through a shared mapping)
+//   wait: futex(r12, FUTEX_WAIT, 1)  (asleep; only PTRACE_INTERRUPT ends it: signals are
+//         jmp wait                     blocked for the call)
 constexpr unsigned char kLoop[] = {
     0x49, 0x8b, 0x04, 0x24,                          // mov rax, [r12]
     0x49, 0x8b, 0x7c, 0x24, 0x08,                    // mov rdi, [r12+0x8]
@@ -36,14 +38,25 @@ constexpr unsigned char kLoop[] = {
     0x49, 0xff, 0xcd,                                // dec r13
     0x75, 0xce,                                      // jnz loop
     0x49, 0xc7, 0x04, 0x24, 0x01, 0x00, 0x00, 0x00,  // mov qword [r12], 1
-    0xeb, 0xfe,                                      // spin: jmp spin
+    0x4c, 0x89, 0xe7,                                // mov rdi, r12
+    0xbe, 0x01, 0x00, 0x00, 0x00,                    // mov esi, 1 (FUTEX_WAKE, shared)
+    0xba, 0x01, 0x00, 0x00, 0x00,                    // mov edx, 1
+    0xb8, 0xca, 0x00, 0x00, 0x00,                    // mov eax, 202 (futex)
+    0x0f, 0x05,                                      // syscall
+    0x31, 0xf6,                                      // xor esi, esi (FUTEX_WAIT, on the same word)
+    0x4d, 0x31, 0xd2,                                // xor r10, r10 (no timeout)
+    0xb8, 0xca, 0x00, 0x00, 0x00,                    // wait: mov eax, 202 (futex)
+    0x0f, 0x05,                                      // syscall
+    0xeb, 0xf7,                                      // jmp wait
 };
-constexpr size_t kLoopSpinOff = kLoopOff + sizeof kLoop - 2;
+constexpr size_t kLoopWaitOff = kLoopOff + sizeof kLoop - 2;
+constexpr size_t kLoopDoneOff = kLoopOff + 50 + 8;  // past the loop and its done store
 static_assert(kLoopOff + sizeof kLoop <= Trampoline::kSize);
 
 std::string Code() {
   std::string code(Trampoline::kSize, '\0');
-  const unsigned char one[] = {0x0f, 0x05, 0xeb, 0xfe};  // syscall ; jmp $
+  // syscall ; wait: pause() ; jmp wait   (pause: see the loop's wait)
+  const unsigned char one[] = {0x0f, 0x05, 0xb8, 0x22, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xeb, 0xf7};
   std::memcpy(code.data() + kSyscallOff, one, sizeof one);
   std::memcpy(code.data() + kLoopOff, kLoop, sizeof kLoop);
   return code;
@@ -116,7 +129,8 @@ Trampoline& Trampoline::operator=(Trampoline&& other) noexcept {
   return *this;
 }
 
-uint64_t Trampoline::batch_spin() const { return addr_ + kLoopSpinOff; }
+uint64_t Trampoline::batch_wait() const { return addr_ + kLoopWaitOff; }
+uint64_t Trampoline::batch_done() const { return addr_ + kLoopDoneOff; }
 
 absl::Status Trampoline::Remove() {
   if (addr_ == 0) return absl::OkStatus();

@@ -10,14 +10,15 @@
 // can be left behind, and it exists before the first injected call (an injected mmap of a
 // code page would itself need somewhere safe to run from).
 //
-// What: every sequence ends in a spin (`jmp $`), never in a trap.
-//   syscall_insn():  syscall ; spin      one call, driven by syscall stops
-//   batch_loop():    (a table of calls, see batch.h) ; done=1 ; spin
-// A tracer drives a thread through them with PTRACE_SYSCALL stops or PTRACE_INTERRUPT and
-// puts its registers back before the thread could reach the spin. If the tracer dies instead,
-// the thread finishes the call(s) it was given and spins at a known address, until the dump's
-// guardian (dump/guardian.h) puts its registers and signal mask back. No trap is forced and
-// no signal sent: with PTRACE_O_TRACESYSGOOD, a syscall stop the tracer never answered
+// What: every sequence ends asleep (pause(), or a futex wait), never in a trap.
+//   syscall_insn():  syscall ; asleep          one call, driven by syscall stops
+//   batch_loop():    (a table of calls, see batch.h) ; done=1 ; futex wake ; asleep
+// A tracer drives a thread through them with PTRACE_SYSCALL stops or PTRACE_INTERRUPT (which
+// ends the sleep) and puts its registers back. If the tracer dies instead, the thread
+// finishes the call(s) it was given and sleeps at a known address — its signals are blocked
+// for the call, so only a PTRACE_INTERRUPT wakes it — until the dump's guardian
+// (dump/guardian.h) puts its registers and signal mask back. No trap is forced and no signal
+// sent: with PTRACE_O_TRACESYSGOOD, a syscall stop the tracer never answered
 // delivers nothing when the kernel detaches the thread.
 
 #include <sys/types.h>
@@ -32,7 +33,7 @@ namespace cairn::inject {
 class Trampoline {
  public:
   // Bytes of the tail it occupies (16-byte aligned start).
-  static constexpr size_t kSize = 80;
+  static constexpr size_t kSize = 112;
 
   // Finds the free tail of `pid`'s vDSO [vdso_start, vdso_end) and writes the code there.
   // FailedPrecondition when the vDSO has no free tail of kSize bytes.
@@ -54,9 +55,12 @@ class Trampoline {
   const std::string& original() const { return original_; }
 
   uint64_t syscall_insn() const { return addr_; }         // `syscall`
-  uint64_t syscall_spin() const { return addr_ + 2; }     // where a thread waits after it
   uint64_t batch_loop() const { return addr_ + 16; }      // the CallBatch loop (batch.h)
-  uint64_t batch_spin() const;                            // where a thread waits after the loop
+  // Where a thread taken from the loop's sleep by PTRACE_INTERRUPT stops, and where the
+  // code after the loop's done store starts: a thread stopped in [batch_done, batch_wait]
+  // has made every call.
+  uint64_t batch_wait() const;
+  uint64_t batch_done() const;
   // Whether `rip` lies in the trampoline: the thread is inside an injection.
   bool Contains(uint64_t rip) const { return addr_ != 0 && rip >= addr_ && rip < addr_ + kSize; }
 
