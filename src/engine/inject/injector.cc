@@ -65,14 +65,7 @@ absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& a
     return ran;
   }
   FaultPoint("injecting");
-  ran = RunToSyscallExit(nr);
-  absl::StatusOr<long> result = absl::UnknownError("");
-  if (!ran.ok()) {
-    result = ran;
-  } else {
-    absl::StatusOr<user_regs_struct> after = GetRegs(tid_);
-    result = after.ok() ? absl::StatusOr<long>(static_cast<long>(after->rax)) : after.status();
-  }
+  absl::StatusOr<long> result = RunToSyscallExit(nr);
   // Leaving: the registers, the mask, then the flag, on every path.
   absl::Status restored = SetRegs(tid_, saved);
   absl::Status unmasked = SetSigmask(tid_, mask);
@@ -117,21 +110,14 @@ absl::StatusOr<long> Injector::StepOverSyscall(long nr) {
 absl::StatusOr<long> Injector::RawAtSyscallStops(long nr, std::array<uint64_t, 6> args) {
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
   RETURN_IF_ERROR(SetRegs(tid_, CallRegs(saved, nr, args)));
-  absl::Status ran = RunToSyscallExit(nr);
-  absl::StatusOr<long> result = absl::UnknownError("");
-  if (!ran.ok()) {
-    result = ran;
-  } else {
-    absl::StatusOr<user_regs_struct> after = GetRegs(tid_);
-    result = after.ok() ? absl::StatusOr<long>(static_cast<long>(after->rax)) : after.status();
-  }
+  absl::StatusOr<long> result = RunToSyscallExit(nr);
   absl::Status restored = SetRegs(tid_, saved);
   if (!result.ok()) return result;
   RETURN_IF_ERROR(restored);
   return result;
 }
 
-absl::Status Injector::RunToSyscallExit(long nr) {
+absl::StatusOr<long> Injector::RunToSyscallExit(long nr) {
   // Two syscall stops: at the call's entry, then at its exit. Every catchable signal is
   // blocked, so a SIGTRAP stop here is one of them (reported as SIGTRAP|0x80 with
   // PTRACE_O_TRACESYSGOOD, plain SIGTRAP without).
@@ -160,7 +146,9 @@ absl::Status Injector::RunToSyscallExit(long nr) {
                                              " (signals must be blocked while injecting)"));
     }
   }
-  return ran;
+  RETURN_IF_ERROR(ran);
+  ASSIGN_OR_RETURN(user_regs_struct after, GetRegs(tid_));
+  return static_cast<long>(after.rax);
 }
 
 absl::StatusOr<long> Injector::Call(absl::string_view what, long nr, uint64_t a0, uint64_t a1,

@@ -91,8 +91,8 @@ class Injector {
   user_regs_struct CallRegs(const user_regs_struct& saved, long nr, const std::array<uint64_t, 6>& args) const;
   // Single-steps over the syscall instruction and returns rax at the syscall's exit.
   absl::StatusOr<long> StepOverSyscall(long nr);
-  // Resumes with PTRACE_SYSCALL to the call's entry and exit stops.
-  absl::Status RunToSyscallExit(long nr);
+  // Resumes with PTRACE_SYSCALL to the call's entry and exit stops; returns rax at the exit.
+  absl::StatusOr<long> RunToSyscallExit(long nr);
   // kGuarded: the mask blocked for the call only, syscall stops, the order of guarded().
   absl::StatusOr<long> Guarded(long nr, const std::array<uint64_t, 6>& args);
 
