@@ -17,6 +17,7 @@
 #include <new>
 #include <set>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -267,7 +268,10 @@ int RunGuardian(GuardJournal& journal, int pipe_rd) {
 absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
   void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return ErrnoStatus("mmap the dump's journal");
-  auto* journal = new (mem) GuardJournal();  // zero pages: every count 0, outcome kRunning
+  // Fresh zero pages are the journal's initial state (every count 0, outcome kRunning): it
+  // is not constructed, which would write all of its 4 MiB; only what is used gets a page.
+  static_assert(std::is_trivially_destructible_v<GuardJournal>);
+  auto* journal = static_cast<GuardJournal*>(mem);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     absl::Status s = ErrnoStatus("pipe for the dump's guardian");
@@ -307,10 +311,12 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
 }
 
 Guardian::~Guardian() {
+  auto t0 = std::chrono::steady_clock::now();
   ::close(pipe_wr_);
   int status = 0;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  CAIRN_LOG_DEBUG("event=guardian_gone us={:.0f}", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e6);
   ::munmap(journal_, sizeof(GuardJournal));
 }
 

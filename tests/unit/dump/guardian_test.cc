@@ -50,7 +50,7 @@ class GuardianTest : public ::testing::Test {
     counter_ = new (p) std::atomic<uint64_t>(0);
     void* j = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(j, MAP_FAILED);
-    journal_ = new (j) GuardJournal();
+    journal_ = static_cast<GuardJournal*>(j);  // zero pages, as Guardian::Start makes it
     std::atomic<uint64_t>* counter = counter_;
     child_ = ::fork();
     if (child_ == 0) {
