@@ -193,7 +193,9 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   ASSIGN_OR_RETURN(uint64_t vdso_sum, VdsoChecksum(pid, vmas, &vdso_start, &vdso_end));
   proc->set_vdso_xxh3(vdso_sum);
   // Only now, with the vDSO's checksum taken: the trampoline goes in its tail.
+  timer.Mark("areas");
   RETURN_IF_ERROR(fp.InstallTrampoline());
+  timer.Mark("trampoline");
   uint64_t syscall_insn = fp.trampoline().syscall_insn();
   inject::Injector inj = fp.injector(pid);
   RETURN_IF_ERROR(StopPoint("trampoline"));
@@ -202,7 +204,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   ASSIGN_OR_RETURN(uint64_t scratch_at, FreeRange(maps, inject::RemoteScratch::kSize));
   if (fp.journal() != nullptr) fp.journal()->ScratchAt(fp.journal_index(), scratch_at, inject::RemoteScratch::kSize);
   ASSIGN_OR_RETURN(inject::RemoteScratch scratch, inject::RemoteScratch::Map(inj, /*shared=*/true, scratch_at));
-  timer.Mark("areas");
+  timer.Mark("scratch");
   absl::Status st = StopPoint("scratch");  // the scratch area is unmapped on every path
   if (st.ok()) st = CaptureTaskState(fp, inj, scratch, proc);
   absl::Status unmap = scratch.Unmap(inj);

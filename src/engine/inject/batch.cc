@@ -22,6 +22,7 @@
 #include "common/unique_fd.h"
 #include "common/stop_points.h"
 #include "engine/inject/ptrace.h"
+#include "engine/inject/same_cpu.h"
 
 namespace cairn::inject {
 namespace {
@@ -77,6 +78,7 @@ absl::Status CallBatch::Run(Injector& inj, RemoteScratch& scratch, size_t table_
 
 absl::Status CallBatch::RunLoop(const Injector& inj, uint64_t table, size_t count, const uint32_t* done_here) {
   pid_t tid = inj.tid();
+  SameCpu pin(tid);
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid));
   ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid));
   user_regs_struct regs = saved;

@@ -7,14 +7,17 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/stop_points.h"
 #include "common/unique_fd.h"
 #include "engine/inject/ptrace.h"
+#include "engine/inject/same_cpu.h"
 
 namespace cairn::inject {
 
@@ -47,6 +50,7 @@ absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
 
 absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& args) {
   constexpr uint64_t kAllSignals = ~0ULL;
+  SameCpu pin(tid_);
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
   ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid_));
   user_regs_struct call = CallRegs(saved, nr, args);
@@ -65,7 +69,10 @@ absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& a
     return ran;
   }
   FaultPoint("injecting");
+  auto t_run = std::chrono::steady_clock::now();
   absl::StatusOr<long> result = RunToSyscallExit(nr);
+  CAIRN_LOG_DEBUG("event=guarded_call tid={} nr={} us={:.0f}", tid_, nr,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count() * 1e6);
   // Leaving: the registers, the mask, then the flag, on every path.
   absl::Status restored = SetRegs(tid_, saved);
   absl::Status unmasked = SetSigmask(tid_, mask);
