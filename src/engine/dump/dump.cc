@@ -92,7 +92,7 @@ bool HasFlag(const image::Vma& v, const char* flag) {
 // A write tracker used by this dump, parked in process `pid`.
 struct TrackerUse {
   pid_t pid = 0;
-  uint64_t syscall_insn = 0;
+  inject::Injector inj;  // the process's guarded injector, while it is frozen
   int remote_fd = -1;
   bool created = false;  // by this dump: discarded again if the dump fails
 };
@@ -115,7 +115,7 @@ struct IncrementalContext {
   void Discard(bool all) {
     for (const TrackerUse& t : trackers) {
       if (!all && !t.created) continue;
-      inject::Injector inj(t.pid, t.syscall_insn, inject::Injector::Drive::kGuarded);
+      inject::Injector inj = t.inj;
       absl::Status s = Tracker::Discard(inj, t.remote_fd);
       if (!s.ok()) CAIRN_LOG_WARN("event=tracker_discard_failed pid={} error=\"{}\"", t.pid, s.ToString());
     }
@@ -194,9 +194,8 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   proc->set_vdso_xxh3(vdso_sum);
   // Only now, with the vDSO's checksum taken: the trampoline goes in its tail.
   timer.Mark("areas");
-  RETURN_IF_ERROR(fp.InstallTrampoline());
+  RETURN_IF_ERROR(fp.InstallTrampoline(vdso_start, vdso_end));
   timer.Mark("trampoline");
-  uint64_t syscall_insn = fp.trampoline().syscall_insn();
   inject::Injector inj = fp.injector(pid);
   RETURN_IF_ERROR(StopPoint("trampoline"));
 
@@ -235,7 +234,7 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     if (!t.ok()) return Annotate(t.status(), "start tracking writes");
     tracker.emplace(std::move(*t));
     if (created && fp.journal() != nullptr) fp.journal()->TrackerCreated(fp.journal_index(), tracker->remote_fd());
-    inc.trackers.push_back({pid, syscall_insn, tracker->remote_fd(), created});
+    inc.trackers.push_back({pid, inj, tracker->remote_fd(), created});
   } else if (tracker_fd >= 0 && opts.leave_running) {
     // A tracker nobody will use again: tracking ends here.
     RETURN_IF_ERROR(Tracker::Discard(inj, tracker_fd));

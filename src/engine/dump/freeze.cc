@@ -9,7 +9,6 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/inject/ptrace.h"
-#include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
 #include "engine/dump/tracker.h"
 
@@ -105,15 +104,6 @@ FrozenProcess::~FrozenProcess() {
   }
 }
 
-absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid) {
-  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
-  for (const proc::MapEntry& m : maps) {
-    if (m.path == "[vdso]") return std::make_pair(m.start, m.end);
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "pid ", pid, " has no vDSO (it unmapped it); cairn injects its calls from the vDSO and cannot checkpoint it"));
-}
-
 inject::Injector FrozenProcess::injector(pid_t tid) const {
   inject::Injector inj(tid, trampoline_.syscall_insn(), inject::Injector::Drive::kGuarded);
   for (const ThreadState& t : threads_) {
@@ -122,11 +112,10 @@ inject::Injector FrozenProcess::injector(pid_t tid) const {
   return inj;
 }
 
-absl::Status FrozenProcess::InstallTrampoline() {
+absl::Status FrozenProcess::InstallTrampoline(uint64_t vdso_start, uint64_t vdso_end) {
   if (trampoline_.installed()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(auto vdso, VdsoRange(pid_));
   if (journal_ != nullptr) journal_->TrampolineWriting(journal_index_);
-  ASSIGN_OR_RETURN(trampoline_, inject::Trampoline::Install(pid_, vdso.first, vdso.second));
+  ASSIGN_OR_RETURN(trampoline_, inject::Trampoline::Install(pid_, vdso_start, vdso_end));
   if (journal_ != nullptr) journal_->TrampolineAt(journal_index_, trampoline_.addr());
   return absl::OkStatus();
 }

@@ -41,9 +41,10 @@ class FrozenProcess {
   bool was_stopped() const { return was_stopped_; }
   const std::vector<ThreadState>& threads() const { return threads_; }
 
-  // Writes the injection trampoline into the process (inject/trampoline.h), journaled.
-  // Every injection into a frozen process goes through it; Thaw removes it.
-  absl::Status InstallTrampoline();
+  // Writes the injection trampoline into the process's vDSO [vdso_start, vdso_end)
+  // (inject/trampoline.h), journaled. Every injection into a frozen process goes through
+  // it; Thaw removes it.
+  absl::Status InstallTrampoline(uint64_t vdso_start, uint64_t vdso_end);
   const inject::Trampoline& trampoline() const { return trampoline_; }
   // A guarded injector for thread `tid` of the process, with its in-call flag in the
   // journal (REQUIRES: InstallTrampoline).
@@ -72,8 +73,5 @@ class FrozenProcess {
   GuardJournal* journal_ = nullptr;
   int journal_index_ = -1;
 };
-
-// The [vdso] area of `pid`: FailedPrecondition when it has none (cannot inject safely).
-absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid);
 
 }  // namespace cairn::dump

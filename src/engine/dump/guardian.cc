@@ -14,12 +14,10 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <new>
 #include <set>
 #include <thread>
 #include <type_traits>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -183,8 +181,7 @@ class GuardianRepair {
     RETURN_IF_ERROR(frozen.status());
     FrozenProcess& fp = *frozen;
     // Threads inside the trampoline get their registers and mask back.
-    inject::Trampoline at = inject::Trampoline::Adopt(p.pid, p.trampoline.load(std::memory_order_acquire),
-                                                      std::string(inject::Trampoline::kSize, '\0'));
+    inject::Trampoline at = inject::Trampoline::Adopt(p.pid, p.trampoline.load(std::memory_order_acquire));
     uint64_t scratch = p.scratch_addr.load(std::memory_order_acquire);
     int nthreads = j_.nthreads_.load(std::memory_order_acquire);
     for (const FrozenProcess::ThreadState& t : fp.threads()) {
@@ -204,13 +201,13 @@ class GuardianRepair {
         RETURN_IF_ERROR(inject::SetSigmask(t.tid, saved->mask));
       }
     }
-    // The tail of the vDSO back to its zeros (where the dumper may have been writing).
-    if (trampoline) RETURN_IF_ERROR(ClearTrampoline(p.pid));
+    ASSIGN_OR_RETURN(auto vdso, inject::VdsoRange(p.pid));
+    if (trampoline) RETURN_IF_ERROR(ClearTrampoline(p.pid, vdso));
     // What the injected calls made: unmapped and closed with injected calls again.
     int fd = p.tracker_fd.load(std::memory_order_acquire);
     bool scratch_ours = scratch != 0 && IsScratch(p.pid, scratch);
     if (scratch_ours || fd >= 0) {
-      RETURN_IF_ERROR(fp.InstallTrampoline());
+      RETURN_IF_ERROR(fp.InstallTrampoline(vdso.first, vdso.second));
       inject::Injector inj = fp.injector(p.pid);
       if (scratch_ours) {
         RETURN_IF_ERROR(inj.Call("munmap scratch", SYS_munmap, scratch, inject::RemoteScratch::kSize).status());
@@ -222,16 +219,11 @@ class GuardianRepair {
     return fp.Thaw();
   }
 
-  // Zeros over where Trampoline::Install puts its code (the tail is zeros before it does).
-  static absl::Status ClearTrampoline(pid_t pid) {
-    ASSIGN_OR_RETURN(auto vdso, VdsoRange(pid));
-    std::string image(vdso.second - vdso.first, '\0');
-    RETURN_IF_ERROR(inject::ReadRemote(pid, vdso.first, image.data(), image.size()));
-    ASSIGN_OR_RETURN(size_t end, inject::ElfImageEnd(image));
-    size_t at = (end + 15) & ~size_t{15};
-    if (at + inject::Trampoline::kSize > image.size()) return absl::OkStatus();
-    std::string zeros(inject::Trampoline::kSize, '\0');
-    return inject::WriteRemote(pid, vdso.first + at, zeros.data(), zeros.size());
+  // Zeros over where Trampoline::Install puts its code (where the dumper may have been
+  // writing it when it died).
+  static absl::Status ClearTrampoline(pid_t pid, std::pair<uint64_t, uint64_t> vdso) {
+    ASSIGN_OR_RETURN(uint64_t at, inject::Trampoline::Locate(pid, vdso.first, vdso.second));
+    return inject::Trampoline::Adopt(pid, at).Remove();
   }
 
   // The area at `addr` is the dump's scratch area (shared anonymous, of its size: see

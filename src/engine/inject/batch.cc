@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -22,13 +21,11 @@
 #include "common/unique_fd.h"
 #include "common/stop_points.h"
 #include "engine/inject/ptrace.h"
-#include "engine/inject/same_cpu.h"
 
 namespace cairn::inject {
 namespace {
 
 constexpr size_t kEntry = 64;  // one table row: nr, six arguments, result
-constexpr uint64_t kAllSignals = ~0ULL;
 // A batch that has not finished in this long is stuck (its calls must not block).
 constexpr auto kBatchTimeout = std::chrono::seconds(10);
 
@@ -78,7 +75,6 @@ absl::Status CallBatch::Run(Injector& inj, RemoteScratch& scratch, size_t table_
 
 absl::Status CallBatch::RunLoop(const Injector& inj, uint64_t table, size_t count, const uint32_t* done_here) {
   pid_t tid = inj.tid();
-  SameCpu pin(tid);
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid));
   ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid));
   user_regs_struct regs = saved;
@@ -87,25 +83,9 @@ absl::Status CallBatch::RunLoop(const Injector& inj, uint64_t table, size_t coun
   regs.r13 = count;
   regs.eflags &= ~uint64_t{0x100};  // no trap flag (a program single-stepping itself)
   regs.orig_rax = static_cast<uint64_t>(-1);  // no syscall-restart fixup on the way out
-  // Entering as a guarded call does (injector.h): the flag, the mask, then the registers.
-  inj.EnterCall();
-  absl::Status ran = SetSigmask(tid, kAllSignals);
-  if (!ran.ok()) {
-    inj.LeaveCall();
-    return ran;
-  }
-  ran = SetRegs(tid, regs);
-  if (!ran.ok()) {
-    absl::Status unmasked = SetSigmask(tid, mask);
-    if (unmasked.ok()) inj.LeaveCall();
-    return ran;
-  }
+  RETURN_IF_ERROR(inj.EnterWindow(saved, mask, regs));
   auto t_start = std::chrono::steady_clock::now();
-  // The waits below are a few µs each: without this, each would last the default 50 µs
-  // slack more. Put back on the way out.
-  int slack = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-  ::prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);
-  ran = Cont(tid);
+  absl::Status ran = Cont(tid);
   bool resumed = ran.ok();
   int polls = 0;
   FaultPoint("batch");
@@ -182,16 +162,11 @@ absl::Status CallBatch::RunLoop(const Injector& inj, uint64_t table, size_t coun
       }
     }
   }
-  if (slack > 0) ::prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0);
   CAIRN_LOG_DEBUG("event=batch tid={} calls={} polls={} us={:.0f}", tid, count, polls,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() * 1e6);
-  // Leaving: the registers, the mask, then the flag, on every path.
-  absl::Status restored = SetRegs(tid, saved);
-  absl::Status unmasked = SetSigmask(tid, mask);
-  if (restored.ok() && unmasked.ok()) inj.LeaveCall();
+  absl::Status left = inj.LeaveWindow(saved, mask);
   RETURN_IF_ERROR(ran);
-  RETURN_IF_ERROR(restored);
-  return unmasked;
+  return left;
 }
 
 }  // namespace cairn::inject

@@ -17,7 +17,6 @@
 #include "common/stop_points.h"
 #include "common/unique_fd.h"
 #include "engine/inject/ptrace.h"
-#include "engine/inject/same_cpu.h"
 
 namespace cairn::inject {
 
@@ -48,38 +47,38 @@ absl::StatusOr<long> Injector::Raw(long nr, std::array<uint64_t, 6> args) {
   return result;
 }
 
-absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& args) {
+absl::Status Injector::EnterWindow(const user_regs_struct& saved, uint64_t mask, const user_regs_struct& call) const {
   constexpr uint64_t kAllSignals = ~0ULL;
-  SameCpu pin(tid_);
+  if (in_call_ != nullptr) in_call_->store(1, std::memory_order_seq_cst);
+  absl::Status entered = SetSigmask(tid_, kAllSignals);
+  if (entered.ok()) entered = SetRegs(tid_, call);
+  if (!entered.ok()) (void)LeaveWindow(saved, mask);
+  return entered;
+}
+
+absl::Status Injector::LeaveWindow(const user_regs_struct& saved, uint64_t mask) const {
+  absl::Status restored = SetRegs(tid_, saved);
+  absl::Status unmasked = SetSigmask(tid_, mask);
+  // The flag stays up unless both are back: the guardian then finishes the job.
+  if (restored.ok() && unmasked.ok() && in_call_ != nullptr) in_call_->store(0, std::memory_order_seq_cst);
+  RETURN_IF_ERROR(restored);
+  return unmasked;
+}
+
+absl::StatusOr<long> Injector::Guarded(long nr, const std::array<uint64_t, 6>& args) {
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid_));
   ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid_));
   user_regs_struct call = CallRegs(saved, nr, args);
   call.eflags &= ~uint64_t{0x100};  // no trap flag: nothing may trap in the window
-  // Entering: the flag, the mask, then the registers (see the class comment).
-  EnterCall();
-  absl::Status ran = SetSigmask(tid_, kAllSignals);
-  if (!ran.ok()) {
-    LeaveCall();
-    return ran;
-  }
-  ran = SetRegs(tid_, call);
-  if (!ran.ok()) {
-    absl::Status unmasked = SetSigmask(tid_, mask);
-    if (unmasked.ok()) LeaveCall();
-    return ran;
-  }
+  RETURN_IF_ERROR(EnterWindow(saved, mask, call));
   FaultPoint("injecting");
   auto t_run = std::chrono::steady_clock::now();
   absl::StatusOr<long> result = RunToSyscallExit(nr);
   CAIRN_LOG_DEBUG("event=guarded_call tid={} nr={} us={:.0f}", tid_, nr,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t_run).count() * 1e6);
-  // Leaving: the registers, the mask, then the flag, on every path.
-  absl::Status restored = SetRegs(tid_, saved);
-  absl::Status unmasked = SetSigmask(tid_, mask);
-  if (restored.ok() && unmasked.ok()) LeaveCall();
+  absl::Status left = LeaveWindow(saved, mask);
   if (!result.ok()) return result;
-  RETURN_IF_ERROR(restored);
-  RETURN_IF_ERROR(unmasked);
+  RETURN_IF_ERROR(left);
   return result;
 }
 

@@ -49,19 +49,17 @@ class Injector {
 
   pid_t tid() const { return tid_; }
   uint64_t syscall_insn() const { return syscall_insn_; }
-  bool guarded() const { return drive_ == Drive::kGuarded; }
 
   // kGuarded: a word set to 1 before the thread's mask is blocked for a call and to 0 once
   // it is put back, for whoever must finish the call's work if this tracer dies (the dump's
   // guardian journal). Not owned.
   void set_in_call_flag(std::atomic<uint32_t>* flag) { in_call_ = flag; }
-  // Marks the call window (no-op without a flag).
-  void EnterCall() const {
-    if (in_call_ != nullptr) in_call_->store(1, std::memory_order_seq_cst);
-  }
-  void LeaveCall() const {
-    if (in_call_ != nullptr) in_call_->store(0, std::memory_order_seq_cst);
-  }
+
+  // kGuarded's window around a call (the class comment), for Raw and for a CallBatch: sets
+  // the in-call flag, blocks every signal, then loads `call`; on failure puts back `saved`
+  // and `mask` itself. Leave puts back the registers, the mask, then clears the flag.
+  absl::Status EnterWindow(const user_regs_struct& saved, uint64_t mask, const user_regs_struct& call) const;
+  absl::Status LeaveWindow(const user_regs_struct& saved, uint64_t mask) const;
 
   // The message of the last PTRACE_EVENT_FORK/CLONE seen while injecting: the new task's
   // id as the tracer sees it (its host id, even when the caller lives in a PID namespace).

@@ -7,7 +7,7 @@
 #include "common/status.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
-#include "engine/proc/maps.h"
+#include "engine/inject/trampoline.h"
 
 namespace cairn::inject {
 namespace {
@@ -47,15 +47,11 @@ absl::Status SetSigtrapAction(pid_t tid, uint64_t syscall_insn, const KernelSiga
 }
 
 absl::StatusOr<uint64_t> VdsoSyscallInsn(pid_t pid) {
-  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
-  for (const proc::MapEntry& m : maps) {
-    if (m.path != "[vdso]") continue;
-    absl::StatusOr<uint64_t> insn = FindSyscallInsn(pid, m.start, m.end);
-    if (absl::IsNotFound(insn.status())) return absl::FailedPreconditionError(insn.status().message());
-    return insn;
-  }
-  // Not NotFound: a tree dump reads that as a process that exited meanwhile.
-  return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO; cannot inject syscalls"));
+  // FailedPrecondition, not NotFound: a tree dump reads that as a process that exited.
+  ASSIGN_OR_RETURN(auto vdso, VdsoRange(pid));
+  absl::StatusOr<uint64_t> insn = FindSyscallInsn(pid, vdso.first, vdso.second);
+  if (absl::IsNotFound(insn.status())) return absl::FailedPreconditionError(insn.status().message());
+  return insn;
 }
 
 }  // namespace cairn::inject

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "engine/inject/injector.h"
+#include "engine/proc/maps.h"
 
 namespace cairn::inject {
 namespace {
@@ -62,8 +65,8 @@ std::string Code() {
   return code;
 }
 
-}  // namespace
-
+// The offset of the first byte past the ELF image at the start of `image` (a vDSO as it is
+// mapped): the end of its program headers' file contents, sections and section headers.
 absl::StatusOr<size_t> ElfImageEnd(const std::string& image) {
   if (image.size() < sizeof(Elf64_Ehdr) || std::memcmp(image.data(), ELFMAG, SELFMAG) != 0 ||
       image[EI_CLASS] != ELFCLASS64) {
@@ -95,36 +98,60 @@ absl::StatusOr<size_t> ElfImageEnd(const std::string& image) {
   return end;
 }
 
-absl::StatusOr<Trampoline> Trampoline::Install(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
-  std::string vdso(vdso_end - vdso_start, '\0');
-  RETURN_IF_ERROR(ReadRemote(pid, vdso_start, vdso.data(), vdso.size()));
-  absl::StatusOr<size_t> end = ElfImageEnd(vdso);
+// The vDSO's bytes and where the trampoline goes in them.
+struct Tail {
+  std::string vdso;
+  size_t image_end = 0;
+  size_t at = 0;
+};
+
+absl::StatusOr<Tail> ReadTail(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
+  Tail t;
+  t.vdso.resize(vdso_end - vdso_start);
+  RETURN_IF_ERROR(ReadRemote(pid, vdso_start, t.vdso.data(), t.vdso.size()));
+  absl::StatusOr<size_t> end = ElfImageEnd(t.vdso);
   if (!end.ok()) {
     return absl::FailedPreconditionError(absl::StrFormat("pid %d: its vDSO at %#x is not the kernel's (%s)", pid,
                                                          vdso_start, end.status().message()));
   }
-  size_t at = (*end + 15) & ~size_t{15};
-  // Zeros, or this very code left by a dumper whose guardian died too (the tail was zeros).
-  std::string code = Code();
-  bool ours = at + kSize <= vdso.size() && vdso.compare(at, kSize, code) == 0;
-  if (at + kSize > vdso.size() ||
-      (!ours && std::any_of(vdso.begin() + static_cast<long>(at), vdso.begin() + static_cast<long>(at + kSize),
-                            [](char c) { return c != 0; }))) {
+  t.image_end = *end;
+  t.at = (*end + 15) & ~size_t{15};
+  if (t.at + Trampoline::kSize > t.vdso.size()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "pid %d: its vDSO has no free %zu bytes past its image (it ends at %zu of %zu); cannot inject safely", pid,
-        kSize, *end, vdso.size()));
+        Trampoline::kSize, t.image_end, t.vdso.size()));
   }
-  Trampoline t(pid, vdso_start + at, ours ? std::string(kSize, '\0') : vdso.substr(at, kSize));
-  RETURN_IF_ERROR(Annotate(WriteRemote(pid, t.addr_, code.data(), kSize),
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> Trampoline::Locate(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
+  ASSIGN_OR_RETURN(Tail t, ReadTail(pid, vdso_start, vdso_end));
+  return vdso_start + t.at;
+}
+
+absl::StatusOr<Trampoline> Trampoline::Install(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
+  ASSIGN_OR_RETURN(Tail t, ReadTail(pid, vdso_start, vdso_end));
+  // Zeros, or this very code left by a dumper whose guardian died too (the tail was zeros).
+  std::string code = Code();
+  if (t.vdso.compare(t.at, kSize, code) != 0 &&
+      std::any_of(t.vdso.begin() + static_cast<long>(t.at), t.vdso.begin() + static_cast<long>(t.at + kSize),
+                  [](char c) { return c != 0; })) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "pid %d: its vDSO's %zu bytes past its image (at %zu of %zu) are not free; cannot inject safely", pid, kSize,
+        t.image_end, t.vdso.size()));
+  }
+  Trampoline tramp(pid, vdso_start + t.at);
+  RETURN_IF_ERROR(Annotate(WriteRemote(pid, tramp.addr_, code.data(), kSize),
                            "write the injection trampoline into the vDSO through /proc/PID/mem (a kernel booted "
                            "with proc_mem.force_override=never refuses it)"));
-  return t;
+  return tramp;
 }
 
 Trampoline& Trampoline::operator=(Trampoline&& other) noexcept {
   pid_ = other.pid_;
   addr_ = other.addr_;
-  original_ = std::move(other.original_);
   other.addr_ = 0;
   return *this;
 }
@@ -136,7 +163,17 @@ absl::Status Trampoline::Remove() {
   if (addr_ == 0) return absl::OkStatus();
   uint64_t addr = addr_;
   addr_ = 0;
-  return Annotate(WriteRemote(pid_, addr, original_.data(), original_.size()), "remove the injection trampoline");
+  std::string zeros(kSize, '\0');
+  return Annotate(WriteRemote(pid_, addr, zeros.data(), zeros.size()), "remove the injection trampoline");
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid) {
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
+  for (const proc::MapEntry& m : maps) {
+    if (m.path == "[vdso]") return std::make_pair(m.start, m.end);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "pid ", pid, " has no vDSO (it unmapped it); cairn injects its calls from the vDSO and cannot checkpoint it"));
 }
 
 }  // namespace cairn::inject

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -32,17 +33,17 @@ namespace cairn::inject {
 
 class Trampoline {
  public:
-  // Bytes of the tail it occupies (16-byte aligned start).
+  // Bytes of the tail it occupies (16-byte aligned start). The tail is zeros before (Install
+  // checks it), so putting it back is writing zeros.
   static constexpr size_t kSize = 112;
 
-  // Finds the free tail of `pid`'s vDSO [vdso_start, vdso_end) and writes the code there.
+  // Writes the code into the free tail of `pid`'s vDSO [vdso_start, vdso_end) (VdsoRange).
   // FailedPrecondition when the vDSO has no free tail of kSize bytes.
   static absl::StatusOr<Trampoline> Install(pid_t pid, uint64_t vdso_start, uint64_t vdso_end);
-  // One already written at `addr` (by a dumper that died; see dump/guardian.h), whose
-  // original bytes were `original`.
-  static Trampoline Adopt(pid_t pid, uint64_t addr, std::string original) {
-    return Trampoline(pid, addr, std::move(original));
-  }
+  // Where Install puts (or put) the code in `pid`'s vDSO, whatever is there now.
+  static absl::StatusOr<uint64_t> Locate(pid_t pid, uint64_t vdso_start, uint64_t vdso_end);
+  // One already written at `addr` (by a dumper that died; see dump/guardian.h).
+  static Trampoline Adopt(pid_t pid, uint64_t addr) { return Trampoline(pid, addr); }
 
   Trampoline() = default;
   Trampoline(Trampoline&& other) noexcept { *this = std::move(other); }
@@ -52,7 +53,6 @@ class Trampoline {
 
   bool installed() const { return addr_ != 0; }
   uint64_t addr() const { return addr_; }
-  const std::string& original() const { return original_; }
 
   uint64_t syscall_insn() const { return addr_; }         // `syscall`
   uint64_t batch_loop() const { return addr_ + 16; }      // the CallBatch loop (batch.h)
@@ -64,21 +64,17 @@ class Trampoline {
   // Whether `rip` lies in the trampoline: the thread is inside an injection.
   bool Contains(uint64_t rip) const { return addr_ != 0 && rip >= addr_ && rip < addr_ + kSize; }
 
-  // Writes the original bytes back. Idempotent.
+  // Writes the tail's zeros back. Idempotent.
   absl::Status Remove();
 
  private:
-  Trampoline(pid_t pid, uint64_t addr, std::string original)
-      : pid_(pid), addr_(addr), original_(std::move(original)) {}
+  Trampoline(pid_t pid, uint64_t addr) : pid_(pid), addr_(addr) {}
 
   pid_t pid_ = 0;
   uint64_t addr_ = 0;
-  std::string original_;
 };
 
-// The offset of the first byte past the ELF image at the start of `image` (a vDSO as it is
-// mapped): the end of its program headers' file contents, sections and section headers.
-// InvalidArgument when it is not an ELF64 image.
-absl::StatusOr<size_t> ElfImageEnd(const std::string& image);
+// The [vdso] area of `pid`: FailedPrecondition when it has none (it unmapped it).
+absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid);
 
 }  // namespace cairn::inject

@@ -46,7 +46,6 @@ absl::StatusOr<Stat> ParseStat(absl::string_view text) {
     return bad("numeric field");
   }
   if (f.size() >= 52 - 2) (void)absl::SimpleAtoi(f[52 - 3], &st.exit_code);
-  (void)absl::SimpleAtoi(f[39 - 3], &st.processor);
   return st;
 }
 

@@ -25,7 +25,6 @@ struct Stat {
   uint64_t start_data = 0, end_data = 0, start_brk = 0;
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
   int64_t exit_code = 0;     // field 52: the wait status a zombie will report
-  int processor = -1;        // field 39: the CPU it last ran on
 
   bool IsKernelThread() const { return (flags & 0x00200000) != 0; }
 };
