@@ -1,9 +1,7 @@
 #include "engine/inject/batch.h"
 
 #include <signal.h>
-#include <fcntl.h>
 #include <linux/futex.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -18,7 +16,6 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "common/unique_fd.h"
 #include "common/stop_points.h"
 #include "engine/inject/ptrace.h"
 
@@ -55,19 +52,12 @@ absl::Status CallBatch::Run(Injector& inj, RemoteScratch& scratch, size_t table_
   }
   rows.back() = Row{};
   ASSIGN_OR_RETURN(uint64_t table, scratch.Put(table_off, rows.data(), rows.size() * kEntry));
-  // A shared scratch area is mapped here too, so that the loop's done word can be waited
-  // for with a futex rather than polled.
-  void* local = MAP_FAILED;
-  std::string files = absl::StrFormat("/proc/%d/map_files/%x-%x", inj.tid(), scratch.addr(), scratch.addr() + scratch.size());
-  if (UniqueFd fd(::open(files.c_str(), O_RDWR | O_CLOEXEC)); fd.valid()) {
-    local = ::mmap(nullptr, scratch.size(), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  }
-  const uint32_t* done = local == MAP_FAILED ? nullptr
-                                             : reinterpret_cast<const uint32_t*>(static_cast<char*>(local) + table_off +
-                                                                                  calls.size() * kEntry);
-  absl::Status ran = RunLoop(inj, table, calls.size(), done);
-  if (local != MAP_FAILED) ::munmap(local, scratch.size());
-  RETURN_IF_ERROR(ran);
+  // With a shared scratch area, the loop's done word is waited for with a futex in this
+  // process's mapping of it rather than polled.
+  const uint32_t* done = scratch.local() == nullptr
+                             ? nullptr
+                             : reinterpret_cast<const uint32_t*>(scratch.local() + table_off + calls.size() * kEntry);
+  RETURN_IF_ERROR(RunLoop(inj, table, calls.size(), done));
   RETURN_IF_ERROR(scratch.Get(table_off, rows.data(), calls.size() * kEntry));
   for (size_t i = 0; i < calls.size(); ++i) calls[i].result = static_cast<long>(rows[i].result);
   return absl::OkStatus();

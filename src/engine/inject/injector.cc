@@ -236,7 +236,15 @@ absl::StatusOr<RemoteScratch> RemoteScratch::Map(Injector& inj, bool shared, uin
     (void)inj.Call("munmap scratch", SYS_munmap, static_cast<uint64_t>(addr), kSize);
     return absl::FailedPreconditionError(absl::StrFormat("mmap of the scratch area at %#x gave %#lx", at, addr));
   }
-  return RemoteScratch(inj.tid(), static_cast<uint64_t>(addr), kSize, /*owned=*/true);
+  RemoteScratch scratch(inj.tid(), static_cast<uint64_t>(addr), kSize, /*owned=*/true);
+  if (shared) {
+    std::string files = absl::StrFormat("/proc/%d/map_files/%x-%x", inj.tid(), addr, addr + kSize);
+    if (UniqueFd fd(::open(files.c_str(), O_RDWR | O_CLOEXEC)); fd.valid()) {
+      void* local = ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+      if (local != MAP_FAILED) scratch.local_.reset(local, [](void* p) { ::munmap(p, kSize); });
+    }
+  }
+  return scratch;
 }
 
 absl::StatusOr<uint64_t> RemoteScratch::Put(size_t off, const void* data, size_t len) {
@@ -244,7 +252,11 @@ absl::StatusOr<uint64_t> RemoteScratch::Put(size_t off, const void* data, size_t
     return absl::OutOfRangeError(absl::StrCat("scratch write of ", len, " bytes at ", off,
                                               " exceeds the ", size_, "-byte scratch area"));
   }
-  RETURN_IF_ERROR(WriteRemote(pid_, addr_ + off, data, len));
+  if (local_ != nullptr) {
+    std::memcpy(local() + off, data, len);
+  } else {
+    RETURN_IF_ERROR(WriteRemote(pid_, addr_ + off, data, len));
+  }
   return addr_ + off;
 }
 
@@ -255,11 +267,16 @@ absl::StatusOr<uint64_t> RemoteScratch::PutString(size_t off, absl::string_view 
 
 absl::Status RemoteScratch::Get(size_t off, void* out, size_t len) {
   if (off + len > size_) return absl::OutOfRangeError("scratch read out of range");
+  if (local_ != nullptr) {
+    std::memcpy(out, local() + off, len);
+    return absl::OkStatus();
+  }
   return ReadRemote(pid_, addr_ + off, out, len);
 }
 
 absl::Status RemoteScratch::Unmap(Injector& inj) {
   if (!owned_ || addr_ == 0) return absl::OkStatus();
+  local_.reset();
   auto rc = inj.Call("munmap scratch", SYS_munmap, addr_, size_);
   addr_ = 0;
   return rc.status();

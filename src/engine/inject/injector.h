@@ -31,6 +31,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -129,7 +130,8 @@ class RemoteScratch {
 
   // Maps kSize bytes read/write anywhere in the process. `shared`: as shared anonymous
   // memory, which never merges with a neighbouring area and shows in /proc/PID/maps as an
-  // area of its own ("/dev/zero (deleted)"), so that it can be found again by its address.
+  // area of its own ("/dev/zero (deleted)"), so that it can be found again by its address;
+  // it is then mapped here too (local()), and Put/Get copy through that mapping.
   // `at`: at this address exactly (MAP_FIXED_NOREPLACE), 0 for anywhere.
   static absl::StatusOr<RemoteScratch> Map(Injector& inj, bool shared = false, uint64_t at = 0);
   // Uses an existing area the caller owns (e.g. a page the restorer mapped itself).
@@ -138,6 +140,9 @@ class RemoteScratch {
 
   uint64_t addr() const { return addr_; }
   size_t size() const { return size_; }
+  // The same memory mapped in this process, or nullptr (a private area, or no /proc/PID/
+  // map_files here): a tracer can wait on a futex in it that the process wakes.
+  char* local() const { return static_cast<char*>(local_.get()); }
 
   // Copies `data` to offset `off` of the area; returns its remote address.
   absl::StatusOr<uint64_t> Put(size_t off, const void* data, size_t len);
@@ -151,6 +156,7 @@ class RemoteScratch {
   uint64_t addr_;
   size_t size_;
   bool owned_;
+  std::shared_ptr<void> local_;  // unmapped with the last copy
 };
 
 }  // namespace cairn::inject
