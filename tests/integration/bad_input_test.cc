@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -396,19 +397,23 @@ class RefusedTree : public BadInput {
  protected:
   // Starts tree workload `name` (root plus the child it announces as C), dumps it with
   // `flags`, and checks the refusal; `object` must match the object the message names.
+  // `holder`: how the message names the process, with ROOT and CHILD standing for their pids
+  // (default: "pid ROOT-or-CHILD fd N is"); `child_role`: the name the child announces itself by.
   void ExpectRefused(const std::string& name, const std::string& why, const std::string& object,
-                     std::vector<std::string> flags = {}) {
+                     std::vector<std::string> flags = {}, std::string holder = "", const std::string& child_role = "C") {
     Workload w = MakeWorkload("tree/" + name);
     ASSERT_TRUE(StartReady(w));
-    pid_t child = std::stoi(ReadFile(w.workdir() + "/proc-C"));
+    pid_t child = std::stoi(ReadFile(w.workdir() + "/proc-" + child_role));
     Track(child, WorkloadPath(w.name()));
     std::string dir = *temp_ / "ckpt";
     std::vector<std::string> args = {"dump", "--pid", std::to_string(w.pid()), "--tree", "--dir", dir};
     args.insert(args.end(), flags.begin(), flags.end());
     CommandResult r = Cairn(args, WithTimeout(60s));
     EXPECT_TRUE(FailedWith(r, why));
-    EXPECT_TRUE(Matches(r.err, "pid (" + std::to_string(w.pid()) + "|" + std::to_string(child) + ") fd [0-9]+ is"))
-        << "stderr should name the process holding it: " << r.err;
+    if (holder.empty()) holder = "pid (ROOT|CHILD) fd [0-9]+ is";
+    holder = std::regex_replace(holder, std::regex("ROOT"), std::to_string(w.pid()));
+    holder = std::regex_replace(holder, std::regex("CHILD"), std::to_string(child));
+    EXPECT_TRUE(Matches(r.err, holder)) << "stderr should name the process holding it (" << holder << "): " << r.err;
     EXPECT_TRUE(Matches(r.err, object)) << "stderr should name the object: " << r.err;
     EXPECT_TRUE(NoCheckpointLeft(dir));
     EXPECT_FALSE(Exists(dir + ".partial")) << dir << ".partial left behind";
@@ -429,6 +434,13 @@ class RefusedTree : public BadInput {
 // Root and child share an io_uring instance (tests/workloads/wl_tree_io_uring.c).
 TEST_F(RefusedTree, IoUringIsRefusedAndTreeRunsOn) {
   ExpectRefused("wl_tree_io_uring", "io_uring", "anon_inode:\\[io_uring\\]");
+}
+
+// Root and child F share one descriptor table (clone(CLONE_FILES), tests/workloads/wl_tree_clone_files.c):
+// restore would give each its own, so the dump refuses them, naming both.
+TEST_F(RefusedTree, SharedDescriptorTableIsRefusedAndTreeRunsOn) {
+  ExpectRefused("wl_tree_clone_files", "CLONE_FILES", "its descriptor table", {}, "pid CHILD shares .* with pid ROOT",
+                "F");
 }
 
 // Root and child hold both ends of a TCP connection (tests/workloads/wl_tree_tcp_close.c):

@@ -77,6 +77,20 @@ const Spec kSpecs[] = {
     {"wl_memfd", true, false, true, false},
     {"wl_fifo"},
     {"wl_inotify"},
+    {"wl_pipe_flags", true, false, true, false},
+    {"wl_deleted_sparse"},
+    {"wl_fown", true, false, true, false},
+    {"wl_memfd_exec", true, false, true, false},
+    {"wl_mtime"},
+    {"wl_shared_map_mayw"},
+    {"wl_mlock", true, false, true, false},
+    {"wl_wipeonfork", true, false, true, false},
+    {"wl_thp_disable", true, false, true, false},
+    {"wl_membarrier", true, false, true, false},
+    {"wl_oom_loginuid", true, false, true, false},
+    {"wl_udp_shutdown"},
+    {"wl_sock_filter"},
+    {"wl_unix_dgram_self"},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

@@ -56,6 +56,9 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_shared_anon", true, true, /*leave_running=*/true},
     {"wl_tree_subreaper_pdeathsig"},
     {"wl_tree_zombie"},
+    {"wl_tree_lock_owner"},
+    {"wl_tree_stop_signal"},
+    {"wl_tree_clone_files", /*dumpable=*/false},
 };
 
 void PrintTo(const TreeSpec& spec, std::ostream* os) { *os << spec.name; }

@@ -1,8 +1,11 @@
 #include "engine/dump/dump.h"
 
+#include <linux/kcmp.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -478,6 +481,34 @@ absl::Status Commit(image::ImageWriter& writer, image::Checkpoint& ckpt, Increme
   return absl::OkStatus();
 }
 
+// Processes (not threads) made with clone flags that share what restore gives each process
+// of its own — memory (CLONE_VM, as vfork's child before it execs), the descriptor table
+// (CLONE_FILES), cwd and umask (CLONE_FS), signal handlers (CLONE_SIGHAND) — would come back
+// with copies that no longer follow each other: refused. kcmp compares the kernel objects.
+absl::Status CheckNothingShared(const std::vector<pid_t>& pids) {
+  constexpr struct {
+    int type;
+    const char* what;
+    const char* flag;
+  } kShared[] = {{KCMP_VM, "its memory", "CLONE_VM"},
+                 {KCMP_FILES, "its descriptor table", "CLONE_FILES"},
+                 {KCMP_FS, "its cwd, root and umask", "CLONE_FS"},
+                 {KCMP_SIGHAND, "its signal handlers", "CLONE_SIGHAND"}};
+  for (size_t i = 0; i < pids.size(); ++i) {
+    for (size_t j = i + 1; j < pids.size(); ++j) {
+      for (const auto& k : kShared) {
+        if (::syscall(SYS_kcmp, pids[i], pids[j], k.type, 0, 0) != 0) continue;
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d shares %s with pid %d (they were made with clone(%s)); processes sharing it cannot be "
+            "checkpointed yet — restore would give each its own copy",
+            pids[j], k.what, pids[i], k.flag));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+
 // The checks made before anything is frozen: every process's areas and descriptors can
 // be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
 absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<proc::MapEntry>>* areas) {
@@ -524,6 +555,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
     }
     live.push_back(pid);
   }
+  RETURN_IF_ERROR(CheckNothingShared(live));
   return CheckFdsSupported(live, FdOptions{opts.tcp_close});
 }
 

@@ -243,6 +243,11 @@ absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
       return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock; not supported", pid, info.fd, f[2]));
     }
     lock.set_write(f[3] == "WRITE");
+    if (lock.kind() == image::FileLock::FLOCK) {
+      int32_t owner = 0;
+      if (!absl::SimpleAtoi(f[4], &owner)) return bad();
+      lock.set_pid(owner);
+    }
     int64_t start = 0, end = -1;
     if (!absl::SimpleAtoi(f[6], &start) || (f[7] != "EOF" && !absl::SimpleAtoi(f[7], &end))) return bad();
     lock.set_start(start);
@@ -269,6 +274,44 @@ image::Fd Describe(const proc::FdInfo& info, image::Fd::Kind kind) {
 }
 
 }  // namespace
+
+// Who the description at `pid`'s `fd_num` signals when I/O is possible (F_SETOWN_EX) and
+// with which signal (F_SETSIG), asked on a copy of it. An owner outside the checkpoint is
+// refused: after a restore that id may name any process, or none.
+absl::Status CaptureOwner(pid_t pid, int fd_num, const std::vector<pid_t>& pids, image::Fd* fd) {
+  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, fd_num));
+  f_owner_ex owner{};
+  if (::fcntl(copy.get(), F_GETOWN_EX, &owner) != 0) {
+    return ErrnoStatus(absl::StrFormat("fcntl(F_GETOWN_EX) on pid %d fd %d", pid, fd_num));
+  }
+  int sig = ::fcntl(copy.get(), F_GETSIG);
+  if (sig < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_GETSIG) on pid %d fd %d", pid, fd_num));
+  if (owner.pid == 0 && sig == 0) return absl::OkStatus();
+  if (owner.pid != 0) {
+    bool inside = false;
+    for (pid_t p : pids) {
+      if (owner.type == F_OWNER_PID) inside = inside || p == owner.pid;
+      // A thread owner must be one of the holder's own threads: restore sets the owner from
+      // inside the holder once its threads exist.
+      if (owner.type == F_OWNER_TID && p == pid) {
+        inside = ::access(absl::StrCat("/proc/", p, "/task/", owner.pid).c_str(), F_OK) == 0;
+      }
+      if (owner.type == F_OWNER_PGRP) inside = inside || ::getpgid(p) == owner.pid;
+    }
+    if (!inside) {
+      const char* what = owner.type == F_OWNER_TID ? "thread" : owner.type == F_OWNER_PGRP ? "process group" : "process";
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "pid %d fd %d sends its I/O signals (F_SETOWN) to %s %d, which is not part of the checkpoint (or, for a "
+          "thread, not one of pid %d's own); checkpoint the tree that holds it (--tree), or clear the owner first",
+          pid, fd_num, what, owner.pid, pid));
+    }
+  }
+  image::FileOwner* o = fd->mutable_owner();
+  o->set_type(owner.type);
+  o->set_pid(owner.pid);
+  o->set_signal(sig);
+  return absl::OkStatus();
+}
 
 absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
                         const std::vector<image::Process*>& outs, FileSet* saved_files) {
@@ -370,6 +413,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         fd.set_mode(st.st_mode);
         fd.mutable_file()->set_dev(st.st_dev);
         fd.mutable_file()->set_ino(st.st_ino);
+        fd.mutable_file()->set_mtime_ns(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
       }
       if (writer != nullptr && (info.flags & O_ACCMODE) != O_WRONLY && pipe_saved.insert(st.st_ino).second) {
         ASSIGN_OR_RETURN(PipeContent pc, PeekPipe(pid, info.fd));
@@ -430,8 +474,8 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         if (writer != nullptr && saved_files->insert({st.st_dev, st.st_ino}).second) {
           UniqueFd src(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
           if (!src.valid()) return ErrnoStatus("open deleted file " + link + " (" + path + ")");
-          ASSIGN_OR_RETURN(auto blob, writer->AppendFileContent(src.get(), static_cast<uint64_t>(st.st_size),
-                                                                info.target));
+          ASSIGN_OR_RETURN(auto blob, writer->AppendSparseFile(src.get(), static_cast<uint64_t>(st.st_size),
+                                                               info.target, fd.mutable_saved_file()));
           fd.set_content_offset(blob.offset);
           fd.set_content_size(blob.size);
           fd.set_content_xxh3(blob.xxh3);
@@ -456,6 +500,17 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     }
     fd.set_path(path);
     if (out != nullptr) *out->add_fds() = std::move(fd);
+  }
+  // SIGIO owners, once per description.
+  if (out != nullptr) {
+    for (image::Fd& fd : *out->mutable_fds()) {
+      if (!fd.is_dup()) RETURN_IF_ERROR(CaptureOwner(pid, fd.fd(), pids, &fd));
+    }
+  } else {
+    for (const proc::FdInfo& info : all[pi]) {
+      image::Fd scratch;
+      RETURN_IF_ERROR(CaptureOwner(pid, info.fd, pids, &scratch));
+    }
   }
   }
   return absl::OkStatus();

@@ -53,7 +53,11 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* jou
   for (ThreadState& t : fp.threads_) {
     for (;;) {
       ASSIGN_OR_RETURN(StopInfo stop, inject::WaitStop(t.tid));
-      if (stop.kind == StopInfo::Kind::kEventStop && stop.event == PTRACE_EVENT_STOP) break;
+      if (stop.kind == StopInfo::Kind::kEventStop && stop.event == PTRACE_EVENT_STOP) {
+        // A task already in a group stop reports that stop's signal; a running one SIGTRAP.
+        if (t.tid == pid && fp.was_stopped_ && stop.signal != SIGTRAP) fp.stop_signal_ = stop.signal;
+        break;
+      }
       if (stop.kind == StopInfo::Kind::kExited || stop.kind == StopInfo::Kind::kKilled) {
         t.tid = 0;
         break;
@@ -91,6 +95,7 @@ FrozenProcess::FrozenProcess(FrozenProcess&& other) noexcept
       threads_(std::move(other.threads_)),
       done_(other.done_),
       was_stopped_(other.was_stopped_),
+      stop_signal_(other.stop_signal_),
       trampoline_(std::move(other.trampoline_)),
       journal_(other.journal_),
       journal_index_(other.journal_index_) {

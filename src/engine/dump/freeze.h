@@ -39,6 +39,9 @@ class FrozenProcess {
   pid_t pid() const { return pid_; }
   // The process was in a group stop (stopped by SIGSTOP, SIGTSTP...) before it was frozen.
   bool was_stopped() const { return was_stopped_; }
+  // The signal of that group stop (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), as the kernel
+  // reports it in the PTRACE_EVENT_STOP of a seized stopped task; 0 when not stopped.
+  int stop_signal() const { return stop_signal_; }
   const std::vector<ThreadState>& threads() const { return threads_; }
 
   // Writes the injection trampoline into the process's vDSO [vdso_start, vdso_end)
@@ -69,6 +72,7 @@ class FrozenProcess {
   std::vector<ThreadState> threads_;
   bool done_ = false;
   bool was_stopped_ = false;
+  int stop_signal_ = 0;
   inject::Trampoline trampoline_;
   GuardJournal* journal_ = nullptr;
   int journal_index_ = -1;

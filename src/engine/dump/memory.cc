@@ -463,7 +463,8 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
     if (!saved->insert({v.file().dev(), v.file().ino()}).second) continue;
     struct stat st {};
     if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat " + link);
-    ASSIGN_OR_RETURN(auto blob, writer.AppendFileContent(f.get(), static_cast<uint64_t>(st.st_size), v.path()));
+    ASSIGN_OR_RETURN(auto blob,
+                     writer.AppendSparseFile(f.get(), static_cast<uint64_t>(st.st_size), v.path(), v.mutable_saved_file()));
     v.set_content_offset(blob.offset);
     v.set_content_size(blob.size);
     v.set_content_xxh3(blob.xxh3);

@@ -94,6 +94,10 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
     for (auto& t : *p->mutable_threads()) t.set_tid(map(t.tid()));
     for (auto& fd : *p->mutable_fds()) {
       if (fd.dup_of_pid() != 0) fd.set_dup_of_pid(map(fd.dup_of_pid()));
+      if (fd.owner().pid() != 0) fd.mutable_owner()->set_pid(map(fd.owner().pid()));
+      for (auto& l : *fd.mutable_locks()) {
+        if (l.pid() != 0) l.set_pid(map(l.pid()));
+      }
     }
     for (auto& pt : *p->mutable_posix_timers()) {
       if (pt.notify_tid() != 0) pt.set_notify_tid(map(pt.notify_tid()));

@@ -1,9 +1,13 @@
 #include "engine/dump/sockets.h"
 
+#include <linux/filter.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <netinet/udp.h>
+#include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -222,6 +226,38 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
   return out;
 }
 
+// Which directions of the connected UDP socket `c` (a copy of the process's) are shut
+// down: 1 receiving, 2 sending. Nothing reports the sending side, so it is probed with a
+// send whose data the kernel cannot read: a socket shut down for sending refuses it
+// (EPIPE) before it looks at the data; any other socket takes a buffer, fails to copy the
+// byte into it (EFAULT) and sends nothing. A corked socket is refused: a failed send would
+// drop the datagram it is assembling.
+absl::StatusOr<uint32_t> UdpShutdown(int c) {
+  uint32_t shut = 0;
+  pollfd p{c, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) == 1 && (p.revents & POLLRDHUP) != 0) shut |= 1;
+  if (p.revents & POLLERR) {
+    // A send would first hand over (and clear) the error waiting for the program, such as
+    // the ECONNREFUSED of an ICMP port unreachable: not probed, the sending side is taken
+    // as open.
+    CAIRN_LOG_WARN("event=udp_shutdown_not_probed reason=\"an error is waiting on the socket\"");
+    return shut;
+  }
+  ASSIGN_OR_RETURN(int corked, IntOption(c, IPPROTO_UDP, UDP_CORK, "UDP_CORK"));
+  if (corked != 0) {
+    return absl::UnimplementedError("a UDP socket corked (UDP_CORK) with a datagram being assembled cannot be "
+                                    "checkpointed; uncork it first");
+  }
+  // A page of ours that cannot be read (a kernel address would fail before the check).
+  static void* const unreadable = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (unreadable == MAP_FAILED) return ErrnoStatus("mmap a PROT_NONE page (to probe a UDP socket's shutdown)");
+  if (::send(c, unreadable, 1, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
+    return absl::InternalError("a probe of a UDP socket's shutdown state sent a datagram");
+  }
+  if (errno == EPIPE) shut |= 2;
+  return shut;
+}
+
 }  // namespace
 
 absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, bool tcp_close) {
@@ -243,8 +279,37 @@ absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, image::Im
   }
   fd->set_sock_ino(ino);
   auto it = unix_.find(ino);
-  if (it != unix_.end()) return CaptureUnix(pid, info, it->second, writer, fd);
-  return CaptureInet(pid, info, fd);
+  if (it != unix_.end()) {
+    RETURN_IF_ERROR(CaptureUnix(pid, info, it->second, writer, fd));
+  } else {
+    RETURN_IF_ERROR(CaptureInet(pid, info, fd));
+  }
+  return CaptureFilter(pid, info, fd);
+}
+
+absl::Status TreeSockets::CaptureFilter(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const {
+  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+  // SO_GET_FILTER with no room answers the program's length in instructions (0: none).
+  socklen_t count = 0;
+  if (::getsockopt(copy.get(), SOL_SOCKET, SO_GET_FILTER, nullptr, &count) != 0) {
+    if (errno == EACCES) {
+      return Refuse(pid, info, "a socket with an eBPF filter (SO_ATTACH_BPF)",
+                    "an eBPF program cannot be read back from the socket; detach it (SO_DETACH_BPF) before "
+                    "checkpointing");
+    }
+    return ErrnoStatus(absl::StrFormat("getsockopt(SO_GET_FILTER) on pid %d fd %d", pid, info.fd));
+  }
+  if (count == 0) return absl::OkStatus();
+  std::vector<sock_filter> program(count);
+  socklen_t got = count;
+  if (::getsockopt(copy.get(), SOL_SOCKET, SO_GET_FILTER, program.data(), &got) != 0 || got != count) {
+    return ErrnoStatus(absl::StrFormat("getsockopt(SO_GET_FILTER) on pid %d fd %d (a %u-instruction filter)", pid,
+                                       info.fd, count));
+  }
+  fd->set_socket_filter(std::string(reinterpret_cast<const char*>(program.data()), count * sizeof(sock_filter)));
+  ASSIGN_OR_RETURN(int locked, IntOption(copy.get(), SOL_SOCKET, SO_LOCK_FILTER, "SO_LOCK_FILTER"));
+  fd->set_filter_locked(locked != 0);
+  return absl::OkStatus();
 }
 
 absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
@@ -253,8 +318,11 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   fd->set_sock_type(us.type);
   if (us.shutdown != 0) return Refuse(pid, info, "a unix socket that was shut down", kUnixAdvice);
   auto peer = us.peer != 0 ? unix_.find(us.peer) : unix_.end();
-  bool pair = peer != unix_.end() && peer->second.peer == us.ino;
-  if (pair || (us.type != SOCK_DGRAM && us.peer != 0)) {
+  // A datagram socket bound and connected to itself is rebuilt on its own, like one
+  // connected to another named socket; what it sent itself and has not read yet is saved.
+  bool self = us.peer != 0 && us.peer == us.ino;
+  bool pair = !self && peer != unix_.end() && peer->second.peer == us.ino;
+  if (pair || (us.type != SOCK_DGRAM && us.peer != 0 && !self)) {
     if (!inodes_.count(us.peer)) {
       return Refuse(pid, info,
                     "a unix socket connected to a socket no process of the checkpoint holds (a process outside it, "
@@ -290,8 +358,18 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     }
     s->set_listening(true);
     s->set_backlog(static_cast<int32_t>(us.wqueue));
-  } else if (us.rqueue != 0) {
+  } else if (us.rqueue != 0 && !self) {
     return Refuse(pid, info, "a datagram unix socket with messages waiting to be read", kUnixAdvice);
+  } else if (us.rqueue != 0) {
+    ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, /*messages=*/true, 0, fd));
+    if (writer == nullptr) {
+      fd->clear_message_sizes();
+    } else {
+      ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
+      fd->set_content_offset(blob.offset);
+      fd->set_content_size(blob.size);
+      fd->set_content_xxh3(blob.xxh3);
+    }
   }
   if (us.peer != 0) {
     // A datagram socket connected (one way) to a named socket.
@@ -396,6 +474,10 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
                      pid, info.fd, FormatSockaddr(local));
     }
     s->set_peer(remote);
+    if (!remote.empty()) {
+      ASSIGN_OR_RETURN(uint32_t shut, UdpShutdown(c));
+      s->set_shutdown(shut);
+    }
   }
   if (BoundInet(local)) s->set_bound(local);
   return CaptureOptions(c, family, type, protocol, s);

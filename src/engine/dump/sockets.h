@@ -48,6 +48,8 @@ class TreeSockets {
   absl::Status CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
                            image::ImageWriter* writer, image::Fd* fd) const;
   absl::Status CaptureInet(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const;
+  // The socket's classic BPF filter (SO_ATTACH_FILTER) and its lock; an eBPF one is refused.
+  absl::Status CaptureFilter(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const;
 
   std::set<uint64_t> inodes_;
   std::map<uint64_t, proc::UnixSocket> unix_;

@@ -1,5 +1,6 @@
 #include "engine/dump/task_state.h"
 
+#include <linux/membarrier.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/status.h"
@@ -186,6 +188,28 @@ absl::Status CaptureTimers(inject::CallBatch& batch, inject::Injector& inj, inje
   return absl::OkStatus();
 }
 
+// Values the kernel shows (and restore sets) through /proc/PID files.
+absl::Status CaptureProcTunables(pid_t pid, image::Process* out) {
+  auto read_number = [&](const char* name) -> absl::StatusOr<int64_t> {
+    std::string path = absl::StrCat("/proc/", pid, "/", name);
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &v)) {
+      return absl::DataLossError(absl::StrCat(path, ": not a number: '", text, "'"));
+    }
+    return v;
+  };
+  ASSIGN_OR_RETURN(int64_t adj, read_number("oom_score_adj"));
+  out->set_oom_score_adj(static_cast<int32_t>(adj));
+  // Without CONFIG_AUDIT there is no loginuid to keep.
+  if (::access(absl::StrCat("/proc/", pid, "/loginuid").c_str(), F_OK) == 0) {
+    ASSIGN_OR_RETURN(int64_t loginuid, read_number("loginuid"));
+    out->set_has_loginuid(true);
+    out->set_loginuid(static_cast<uint32_t>(loginuid));
+  }
+  return absl::OkStatus();
+}
+
 // Everything asked of the process with injected calls, in a few batches (see batch.h).
 absl::Status CaptureWithBatch(const FrozenProcess& fp, inject::CallBatch& batch, inject::Injector& inj,
                               inject::RemoteScratch& scratch, int proc_umask, image::Process* out) {
@@ -198,17 +222,43 @@ absl::Status CaptureWithBatch(const FrozenProcess& fp, inject::CallBatch& batch,
   RETURN_IF_ERROR(CaptureTimers(batch, inj, scratch, pid, out));
 
   // Small per-process values.
-  std::array<inject::BatchedCall, 5> calls{{
+  // The membarrier(2) registrations have no /proc view: an expedited barrier of each kind
+  // succeeds only in a process registered for it (EPERM otherwise). With every thread
+  // frozen it interrupts no CPU running them.
+  std::array<inject::BatchedCall, 8> calls{{
       {SYS_brk, {0}},
       {SYS_personality, {0xffffffffULL}},
       {SYS_prctl, {PR_GET_PDEATHSIG, scratch.addr() + kPdeathsigOff}},
       {SYS_prctl, {PR_GET_DUMPABLE}},
       {SYS_prctl, {PR_GET_CHILD_SUBREAPER, scratch.addr() + kSubreaperOff}},
+      {SYS_membarrier, {MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0}},
+      {SYS_membarrier, {MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0}},
+      {SYS_membarrier, {MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0}},
   }};
   RETURN_IF_ERROR(batch.Run(inj, scratch, kTableOff, calls));
   const char* what[] = {"brk(0)", "personality", "prctl(PR_GET_PDEATHSIG)", "prctl(PR_GET_DUMPABLE)",
                         "prctl(PR_GET_CHILD_SUBREAPER)"};
-  for (size_t i = 0; i < calls.size(); ++i) RETURN_IF_ERROR(Check(calls[i], what[i], pid));
+  for (size_t i = 0; i < std::size(what); ++i) RETURN_IF_ERROR(Check(calls[i], what[i], pid));
+  const struct {
+    const inject::BatchedCall& probe;
+    uint32_t registration;
+    const char* name;
+  } barriers[] = {
+      {calls[5], MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, "PRIVATE_EXPEDITED"},
+      {calls[6], MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, "PRIVATE_EXPEDITED_SYNC_CORE"},
+      {calls[7], MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, "PRIVATE_EXPEDITED_RSEQ"},
+  };
+  uint32_t registered = 0;
+  for (const auto& b : barriers) {
+    // EINVAL: the kernel lacks that kind (then nothing can have registered for it).
+    if (b.probe.result == 0) {
+      registered |= b.registration;
+    } else if (b.probe.result != -EPERM && b.probe.result != -EINVAL) {
+      return ErrnoStatus(absl::StrFormat("membarrier(%s) in pid %d (to learn its registrations)", b.name, pid),
+                         static_cast<int>(-b.probe.result));
+    }
+  }
+  out->set_membarrier_registered(registered);
   out->mutable_mm()->set_brk(static_cast<uint64_t>(calls[0].result));
   out->set_personality(static_cast<uint32_t>(calls[1].result));
   int pdeathsig = 0, subreaper = 0;
@@ -239,8 +289,11 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, in
   out->set_sid(st.session);
   out->set_comm(st.comm);
   out->set_stopped(fp.was_stopped());
+  if (fp.was_stopped()) out->set_stop_signal(fp.stop_signal() != 0 ? fp.stop_signal() : SIGSTOP);
 
   ASSIGN_OR_RETURN(proc::Status status, proc::ReadStatus(pid));
+  out->set_thp_disabled(status.thp_enabled == 0);
+  RETURN_IF_ERROR(CaptureProcTunables(pid, out));
   inject::CallBatch batch = fp.batch();
   RETURN_IF_ERROR(CaptureWithBatch(fp, batch, inj, scratch, status.umask, out));
 

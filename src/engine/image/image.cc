@@ -154,34 +154,64 @@ absl::StatusOr<PageBlock> ImageWriter::AppendStored(uint64_t vaddr, uint64_t len
   return b;
 }
 
-absl::StatusOr<ImageWriter::Blob> ImageWriter::AppendFileContent(int fd, uint64_t size,
-                                                                 const std::string& what) {
+absl::StatusOr<ImageWriter::Blob> ImageWriter::AppendExtents(int fd, const SavedFile& layout, const std::string& what) {
   Blob blob;
   blob.offset = files_off_;
-  blob.size = size;
   std::vector<char> buf(1 << 20);
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
-  uint64_t done = 0;
-  while (done < size) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - done));
-    absl::Status s = PreadAll(fd, buf.data(), want, static_cast<off_t>(done), what);
-    if (!s.ok()) {
-      XXH3_freeState(st);
-      return s;
+  uint64_t done = 0;  // bytes appended
+  for (const Extent& e : layout.extents()) {
+    for (uint64_t at = 0; at < e.length();) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), e.length() - at));
+      absl::Status s = PreadAll(fd, buf.data(), want, static_cast<off_t>(e.offset() + at), what);
+      if (!s.ok()) {
+        XXH3_freeState(st);
+        return s;
+      }
+      XXH3_64bits_update(st, buf.data(), want);
+      if (::pwrite(files_.get(), buf.data(), want, static_cast<off_t>(files_off_ + done)) !=
+          static_cast<ssize_t>(want)) {
+        XXH3_freeState(st);
+        return ErrnoStatus(absl::StrCat("write ", partial_, "/", kFilesFile));
+      }
+      at += want;
+      done += want;
     }
-    XXH3_64bits_update(st, buf.data(), want);
-    if (::pwrite(files_.get(), buf.data(), want, static_cast<off_t>(files_off_ + done)) !=
-        static_cast<ssize_t>(want)) {
-      XXH3_freeState(st);
-      return ErrnoStatus(absl::StrCat("write ", partial_, "/", kFilesFile));
-    }
-    done += want;
   }
+  blob.size = done;
   blob.xxh3 = XXH3_64bits_digest(st);
   XXH3_freeState(st);
-  files_off_ += size;
+  files_off_ += done;
   return blob;
+}
+
+absl::StatusOr<ImageWriter::Blob> ImageWriter::AppendSparseFile(int fd, uint64_t size, const std::string& what,
+                                                                SavedFile* saved) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return ErrnoStatus("stat " + what);
+  saved->set_sparse(true);
+  saved->set_size(size);
+  saved->set_uid(st.st_uid);
+  saved->set_gid(st.st_gid);
+  saved->set_mode(st.st_mode);
+  saved->set_atime_ns(st.st_atim.tv_sec * 1000000000LL + st.st_atim.tv_nsec);
+  saved->set_mtime_ns(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
+  saved->clear_extents();
+  for (off_t at = 0; static_cast<uint64_t>(at) < size;) {
+    off_t data = ::lseek(fd, at, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // holes to the end
+    if (data < 0) return ErrnoStatus("lseek(SEEK_DATA) in " + what);
+    off_t hole = ::lseek(fd, data, SEEK_HOLE);
+    if (hole < 0) return ErrnoStatus("lseek(SEEK_HOLE) in " + what);
+    hole = std::min<off_t>(hole, static_cast<off_t>(size));
+    if (hole <= data) break;
+    Extent* e = saved->add_extents();
+    e->set_offset(static_cast<uint64_t>(data));
+    e->set_length(static_cast<uint64_t>(hole - data));
+    at = hole;
+  }
+  return AppendExtents(fd, *saved, what);
 }
 
 absl::StatusOr<ImageWriter::Blob> ImageWriter::AppendBytes(absl::string_view data) {

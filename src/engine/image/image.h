@@ -49,11 +49,13 @@ class ImageWriter {
   absl::StatusOr<PageBlock> AppendStored(uint64_t vaddr, uint64_t len, const void* stored, size_t stored_len,
                                          uint64_t xxh3, PageBlock::Codec codec);
 
-  // Appends `size` bytes read from `fd` at offset 0 to files.img; returns where they went.
+  // Where bytes appended to files.img went.
   struct Blob {
     uint64_t offset = 0, size = 0, xxh3 = 0;
   };
-  absl::StatusOr<Blob> AppendFileContent(int fd, uint64_t size, const std::string& what);
+  // Appends only the data of the `size`-byte file `fd` (its extents, found with
+  // SEEK_DATA/SEEK_HOLE), and describes them, the file's size, owner and mode in `saved`.
+  absl::StatusOr<Blob> AppendSparseFile(int fd, uint64_t size, const std::string& what, SavedFile* saved);
   // Appends `data` to files.img (e.g. the bytes queued in a pipe).
   absl::StatusOr<Blob> AppendBytes(absl::string_view data);
 
@@ -65,6 +67,8 @@ class ImageWriter {
 
  private:
   ImageWriter(std::string dir, std::string partial) : dir_(std::move(dir)), partial_(std::move(partial)) {}
+  // Appends the bytes of `fd` in the extents of `layout`, one after the other.
+  absl::StatusOr<Blob> AppendExtents(int fd, const SavedFile& layout, const std::string& what);
 
   std::string dir_, partial_;
   UniqueFd pages_, files_;

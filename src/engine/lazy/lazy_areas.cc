@@ -1,12 +1,16 @@
 #include "engine/lazy/lazy_areas.h"
 
+#include <algorithm>
+
 namespace cairn::lazy {
 
 bool IsLazyKind(const image::Vma& v) {
   // The main stack is filled before the process runs: it is small, touched at once, and
   // holds argv and the environment, which /proc/PID/cmdline and environ read from outside
   // (a remote read cannot wait for a userfaultfd handler, it would see nothing).
-  return v.kind() == image::Vma::ANON && v.path() != "[stack]";
+  // A droppable mapping (MAP_DROPPABLE) cannot be registered with a userfaultfd.
+  bool droppable = std::find(v.vm_flags().begin(), v.vm_flags().end(), "dp") != v.vm_flags().end();
+  return v.kind() == image::Vma::ANON && v.path() != "[stack]" && !droppable;
 }
 
 std::vector<LazyArea> LazyAreas(const image::ImageReader& img, const image::Process& proc) {

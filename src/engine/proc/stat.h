@@ -44,6 +44,7 @@ struct Status {
   uint64_t sig_ignored = 0;  // "SigIgn": bit N-1 set when signal N is ignored
   uint64_t sig_caught = 0;   // "SigCgt": bit N-1 set when signal N has a handler
   std::vector<pid_t> nspids;  // "NSpid": the id in each nested PID namespace, outermost first
+  int thp_enabled = -1;       // "THP_enabled" (Linux 5.0+): 0 after prctl(PR_SET_THP_DISABLE); -1 when not shown
 };
 
 absl::StatusOr<Status> ParseStatus(absl::string_view text);

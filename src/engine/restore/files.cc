@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
@@ -27,7 +29,7 @@
 
 namespace cairn::restore {
 
-absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::string& content, uint32_t mode) {
+absl::StatusOr<std::string> RecreateDeleted(const std::string& path, uint32_t mode) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   std::error_code ec;
   if (dir.empty() || !std::filesystem::is_directory(dir, ec)) dir = "/tmp";
@@ -41,27 +43,76 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::
       if (errno == EEXIST) continue;
       return ErrnoStatus("create " + name + " (to hold the content of deleted file " + path + ")");
     }
-    RETURN_IF_ERROR(WriteAll(fd.get(), content, name));
     return name;
   }
   return absl::AlreadyExistsError("cannot find a free name to recreate deleted file " + path);
+}
+
+static timespec NsToTimespec(int64_t ns) {
+  return {static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+}
+
+absl::Status FillSavedFile(int f, const std::string& content, const image::SavedFile& layout, const std::string& what) {
+  if (!layout.sparse()) return WriteAll(f, content, what);
+  if (::ftruncate(f, static_cast<off_t>(layout.size())) != 0) {
+    return ErrnoStatus(absl::StrCat("ftruncate to ", layout.size(), " bytes (", what, ")"));
+  }
+  uint64_t from = 0;
+  for (const image::Extent& e : layout.extents()) {
+    if (e.length() > content.size() - from || e.offset() + e.length() > layout.size()) {
+      return absl::DataLossError(absl::StrCat("the saved extents of ", what, " do not match its content (corrupt image)"));
+    }
+    for (uint64_t done = 0; done < e.length();) {
+      ssize_t n = ::pwrite(f, content.data() + from + done, e.length() - done, static_cast<off_t>(e.offset() + done));
+      if (n <= 0) return ErrnoStatus(absl::StrCat("write ", what, " at ", e.offset() + done));
+      done += static_cast<uint64_t>(n);
+    }
+    from += e.length();
+  }
+  // Owner first: chown clears the set-user-ID and set-group-ID bits.
+  if (::fchown(f, layout.uid(), layout.gid()) != 0) {
+    return ErrnoStatus(absl::StrFormat("chown %s to %u:%u as it was", what, layout.uid(), layout.gid()));
+  }
+  if (::fchmod(f, layout.mode() & 07777) != 0) {
+    return ErrnoStatus(absl::StrFormat("chmod %s to %#o as it was", what, layout.mode() & 07777));
+  }
+  // Last: writing the content set them to now. (The change time cannot be set.)
+  timespec times[2] = {NsToTimespec(layout.atime_ns()), NsToTimespec(layout.mtime_ns())};
+  if (::futimens(f, times) != 0) return ErrnoStatus("set the access and modification times of " + what);
+  return absl::OkStatus();
 }
 
 namespace {
 
 // Opens one saved description (not a pipe) in the restorer. A deleted file's description
 // is a new one of the file made again (`objects`), with the saved flags and offset.
-absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const Masters& m) {
+absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const Masters& m, std::set<int>* claimed) {
   std::string open_path = fd.path();
+  int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
   if (fd.deleted()) {
     auto obj = m.objects.find({fd.file().dev(), fd.file().ino()});
     if (obj == m.objects.end()) {
       return absl::DataLossError(absl::StrFormat("fd %d of pid %d: the deleted file %s is not in the checkpoint "
                                                  "(corrupt image)", fd.fd(), pid, fd.path()));
     }
+    // memfd_create's own description does not count as a writer of the file, so the
+    // memfd can be executed (execveat, fexecve) while it is open; a description opened
+    // again read-write through /proc does count, and exec then fails ETXTBSY. The first
+    // read-write description of a memfd is therefore the one memfd_create made again.
+    if (fd.memfd() && (fd.flags() & O_ACCMODE) == O_RDWR && claimed->insert(obj->second).second) {
+      UniqueFd f(::fcntl(obj->second, F_DUPFD_CLOEXEC, 0));
+      if (!f.valid()) return ErrnoStatus(absl::StrFormat("dup the memfd %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
+      if (::fcntl(f.get(), F_SETFL, fd.flags()) != 0) {
+        return ErrnoStatus(absl::StrFormat("fcntl(F_SETFL, %#o) on the memfd %s (fd %d of pid %d)", fd.flags(),
+                                           fd.path(), fd.fd(), pid));
+      }
+      if (::lseek(f.get(), fd.pos(), SEEK_SET) != fd.pos()) {
+        return ErrnoStatus(absl::StrFormat("lseek %s to %d", fd.path(), fd.pos()));
+      }
+      return f;
+    }
     open_path = absl::StrCat("/proc/self/fd/", obj->second);
   }
-  int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
   if (fd.kind() == image::Fd::DIRECTORY) flags |= O_DIRECTORY;
   // /proc/self/fd/N is a link to follow (shm_open, for one, opens with O_NOFOLLOW).
   if (fd.deleted()) flags &= ~O_NOFOLLOW;
@@ -99,10 +150,13 @@ struct FileObject {
 // Makes one deleted file or memfd again, with its content, as a descriptor of the restorer.
 absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const FileObject& o) {
   std::string content;
+  const image::SavedFile* layout = nullptr;
   if (o.fd_content != nullptr) {
     ASSIGN_OR_RETURN(content, img.FileContent(*o.fd_content));
+    layout = &o.fd_content->saved_file();
   } else if (o.vma_content != nullptr) {
     ASSIGN_OR_RETURN(content, img.FileContent(*o.vma_content));
+    layout = &o.vma_content->saved_file();
   } else {
     return absl::DataLossError(absl::StrCat(img.dir(), ": no saved content for deleted file ", o.path,
                                             " (corrupt image)"));
@@ -111,15 +165,16 @@ absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const Fil
     std::string name = o.path.substr(std::string("/memfd:").size());
     UniqueFd f(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!f.valid()) return ErrnoStatus("memfd_create " + name);
-    RETURN_IF_ERROR(WriteAll(f.get(), content, o.path));
-    if (o.mode != 0 && ::fchmod(f.get(), o.mode & 07777) != 0) return ErrnoStatus("fchmod " + o.path);
+    RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
+    if (!layout->sparse() && o.mode != 0 && ::fchmod(f.get(), o.mode & 07777) != 0) return ErrnoStatus("fchmod " + o.path);
     return f;
   }
-  ASSIGN_OR_RETURN(std::string path, RecreateDeleted(o.path, content, o.mode != 0 ? o.mode : 0600));
+  ASSIGN_OR_RETURN(std::string path, RecreateDeleted(o.path, o.mode != 0 ? o.mode : 0600));
   UniqueFd f(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   int open_errno = errno;
   ::unlink(path.c_str());
   if (!f.valid()) return ErrnoStatus("open " + path + " (recreated for deleted file " + o.path + ")", open_errno);
+  RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
   return f;
 }
 
@@ -330,7 +385,14 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
     return ErrnoStatus(absl::StrFormat("F_SETPIPE_SZ %d on %s", fd.pipe_size(), where()));
   }
   ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
-  if (!content.empty()) RETURN_IF_ERROR(WriteAll(hold->second.get(), content, where()));
+  if (!content.empty()) {
+    RETURN_IF_ERROR(WriteAll(hold->second.get(), content, where()));
+    // Writing into a FIFO makes it modified now; it was not, by the process.
+    if (fd.file().mtime_ns() != 0) {
+      timespec times[2] = {{0, UTIME_OMIT}, NsToTimespec(fd.file().mtime_ns())};
+      if (::futimens(hold->second.get(), times) != 0) return ErrnoStatus("set the modification time of " + where());
+    }
+  }
   int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NONBLOCK | O_CLOEXEC;
   UniqueFd f(::open(fd.path().c_str(), flags));
   if (!f.valid()) return ErrnoStatus("open " + where());
@@ -347,9 +409,27 @@ struct flock LockRange(const image::FileLock& l) {
   return fl;
 }
 
-absl::Status TakeDescriptionLocks(int master, const image::Fd& fd, pid_t pid) {
+// The process of the checkpoint that took flock `l` on the description of `holder`'s `fd`,
+// and its descriptor number for that description, when that process holds it.
+std::optional<std::pair<pid_t, int>> FlockTaker(const std::vector<const image::Process*>& procs,
+                                                pid_t holder, const image::Fd& fd, const image::FileLock& l) {
+  if (l.kind() != image::FileLock::FLOCK || l.pid() == 0) return std::nullopt;
+  if (l.pid() == holder) return std::make_pair(holder, fd.fd());
+  for (const image::Process* p : procs) {
+    if (p->pid() != l.pid()) continue;
+    for (const image::Fd& f : p->fds()) {
+      pid_t of = f.dup_of_pid() != 0 ? f.dup_of_pid() : p->pid();
+      if (f.is_dup() && of == holder && f.dup_of() == fd.fd()) return std::make_pair(p->pid(), f.fd());
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Status TakeDescriptionLocks(int master, const image::Fd& fd, pid_t pid,
+                                  const std::vector<const image::Process*>& procs) {
   for (const image::FileLock& l : fd.locks()) {
     int rc = 0;
+    if (FlockTaker(procs, pid, fd, l)) continue;  // taken by its taker (RestoreProcessLocks)
     if (l.kind() == image::FileLock::FLOCK) {
       rc = ::flock(master, (l.write() ? LOCK_EX : LOCK_SH) | LOCK_NB);
     } else if (l.kind() == image::FileLock::OFD) {
@@ -369,7 +449,21 @@ absl::Status TakeDescriptionLocks(int master, const image::Fd& fd, pid_t pid) {
 
 }  // namespace
 
-absl::Status RestorePosixLocks(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
+absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& scratch,
+                                 const std::vector<const image::Process*>& procs, const image::Process& proc) {
+  for (const image::Process* holder : procs) {
+    for (const image::Fd& fd : holder->fds()) {
+      for (const image::FileLock& l : fd.locks()) {
+        auto taker = FlockTaker(procs, holder->pid(), fd, l);
+        if (!taker || taker->first != proc.pid()) continue;
+        RETURN_IF_ERROR(inj.Call(absl::StrFormat("flock on fd %d (%s): another process may hold a conflicting lock "
+                                                 "now", taker->second, fd.path()),
+                                 SYS_flock, static_cast<uint64_t>(taker->second),
+                                 static_cast<uint64_t>((l.write() ? LOCK_EX : LOCK_SH) | LOCK_NB))
+                            .status());
+      }
+    }
+  }
   for (const image::Fd& fd : proc.fds()) {
     for (const image::FileLock& l : fd.locks()) {
       if (l.kind() != image::FileLock::POSIX) continue;
@@ -399,6 +493,8 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
   };
   std::map<uint64_t, std::pair<int, int>> pipes;  // pipe_id -> restorer's (read, write) ends
   std::map<uint64_t, UniqueFd> fifos;              // pipe_id -> the restorer's hold on a FIFO while its ends open
+  std::set<int> claimed_objects;                   // memfd masters already given to a description
+  std::set<int> pipe_ends_used;                    // pipe ends already given to a description
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
       if (fd.is_dup()) continue;
@@ -414,10 +510,10 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
         continue;
       }
       if (fd.kind() != image::Fd::PIPE) {
-        ASSIGN_OR_RETURN(UniqueFd f, OpenDescription(fd, p->pid(), m));
+        ASSIGN_OR_RETURN(UniqueFd f, OpenDescription(fd, p->pid(), m, &claimed_objects));
         // flock and OFD locks belong to the open file description: taken here on the
         // master, they are held by the process once it holds the description.
-        RETURN_IF_ERROR(TakeDescriptionLocks(f.get(), fd, p->pid()));
+        RETURN_IF_ERROR(TakeDescriptionLocks(f.get(), fd, p->pid(), procs));
         RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
         continue;
       }
@@ -442,6 +538,16 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
         ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
         RETURN_IF_ERROR(WriteAll(it->second.second, content, "the pipe of fd " + std::to_string(fd.fd())));
       }
+      if (!pipe_ends_used.insert(end).second || (fd.flags() & O_ACCMODE) == O_RDWR) {
+        // Another description of the same pipe (opened again through /proc/PID/fd, with
+        // its own flags and access mode): one of its own, opened the same way.
+        std::string again = absl::StrCat("/proc/self/fd/", end);
+        UniqueFd f(::open(again.c_str(), (fd.flags() & O_ACCMODE) | O_NONBLOCK | O_CLOEXEC));
+        if (!f.valid()) return ErrnoStatus(absl::StrFormat("open the pipe of fd %d of pid %d again", fd.fd(), p->pid()));
+        if (::fcntl(f.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on a pipe");
+        RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
+        continue;
+      }
       if (::fcntl(end, F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on a pipe");
       m.fds[{p->pid(), fd.fd()}] = end;
     }
@@ -457,6 +563,46 @@ absl::Status ApplySeals(Masters& masters) {
     }
   }
   masters.seals.clear();
+  return absl::OkStatus();
+}
+
+namespace {
+
+// F_SETOWN_EX and F_SETSIG, from inside the process: ids are its own, and the owner's
+// credentials the kernel records (to check it may signal) are the process's, as restored.
+// O_ASYNC is set again through the process's own descriptor.
+absl::Status SetOwner(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Fd& fd) {
+  const image::FileOwner& o = fd.owner();
+  if (o.pid() != 0) {
+    f_owner_ex owner{static_cast<__pid_type>(o.type()), o.pid()};
+    ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(0, &owner, sizeof owner));
+    RETURN_IF_ERROR(inj.Call(absl::StrFormat("fcntl(F_SETOWN_EX, type %d pid %d) on fd %d", o.type(), o.pid(), fd.fd()),
+                             SYS_fcntl, static_cast<uint64_t>(fd.fd()), F_SETOWN_EX, addr)
+                        .status());
+  }
+  if (o.signal() != 0) {
+    RETURN_IF_ERROR(inj.Call(absl::StrFormat("fcntl(F_SETSIG, %d) on fd %d", o.signal(), fd.fd()), SYS_fcntl,
+                             static_cast<uint64_t>(fd.fd()), F_SETSIG, static_cast<uint64_t>(o.signal()))
+                        .status());
+  }
+  if (fd.flags() & O_ASYNC) {
+    // Off and on again: the signal's si_fd is the descriptor number O_ASYNC was set through,
+    // and the restorer set it on its own copy.
+    for (int flags : {fd.flags() & ~O_ASYNC, fd.flags()}) {
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("fcntl(F_SETFL, %#o) on fd %d", flags, fd.fd()), SYS_fcntl,
+                               static_cast<uint64_t>(fd.fd()), F_SETFL, static_cast<uint64_t>(flags))
+                          .status());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RestoreOwners(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
+  for (const image::Fd& fd : proc.fds()) {
+    if (fd.has_owner() && !fd.is_dup()) RETURN_IF_ERROR(SetOwner(inj, scratch, fd));
+  }
   return absl::OkStatus();
 }
 

@@ -17,7 +17,7 @@
 //
 // Sockets are masters too (sockets.h). flock and OFD locks are taken on the
 // masters (they belong to the description); POSIX record locks are taken by the process
-// itself (RestorePosixLocks).
+// itself (RestoreProcessLocks), and so are flocks whose taker is in the checkpoint.
 
 #include <sys/types.h>
 
@@ -54,13 +54,22 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
 // may forbid mapping them writable).
 absl::Status ApplySeals(Masters& masters);
 
-// Creates a file holding `content` at `path` if that name is free, else under a fresh
-// name next to it (or in /tmp); returns the name used. The caller unlinks it.
-absl::StatusOr<std::string> RecreateDeleted(const std::string& path, const std::string& content, uint32_t mode);
+// Creates an empty file at `path` if that name is free, else under a fresh name next to
+// it (or in /tmp); returns the name used. The caller unlinks it.
+absl::StatusOr<std::string> RecreateDeleted(const std::string& path, uint32_t mode);
+
+// Writes a deleted file's saved `content` into the new file `f` as `layout` describes it
+// (its data extents, leaving the holes, and its size), then gives it its owner and mode.
+// Older images (no layout): the content is the whole file.
+absl::Status FillSavedFile(int f, const std::string& content, const image::SavedFile& layout, const std::string& what);
 
 // In the task `inj` drives, which holds copies of all masters: dup3s its saved
 // descriptors into place, then closes every master.
 absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters);
+
+// In the task `inj` drives, once its descriptors and threads are in place: the saved
+// F_SETOWN_EX owners and F_SETSIG signals of its descriptions, set from inside.
+absl::Status RestoreOwners(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
 
 // In the task `inj` drives, after InstallFds: registers every saved epoll entry of the
 // process's epoll instances again (epoll_ctl EPOLL_CTL_ADD with the saved events and
@@ -70,8 +79,11 @@ absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const
 // entry whose file is ready reports one edge again, and a one-shot entry that had fired
 // comes back disarmed but, like any registration, still watching EPOLLERR and EPOLLHUP.
 // Takes the process's POSIX record locks, as the process itself (they belong to it, not
-// to a descriptor). flock and OFD locks come with the descriptions (OpenMasters).
-absl::Status RestorePosixLocks(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
+// to a descriptor), and the flocks it took (which belong to a description, but which
+// /proc/locks shows as taken by a process). Other flocks and OFD locks come with the
+// descriptions (OpenMasters).
+absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& scratch,
+                                 const std::vector<const image::Process*>& procs, const image::Process& proc);
 
 absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
 

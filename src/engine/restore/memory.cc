@@ -29,6 +29,9 @@
 namespace cairn::restore {
 namespace {
 
+constexpr int kMapDroppable = 0x08;       // Linux 6.11+, not in Debian 12's headers
+constexpr uint64_t kMlockOnfault = 0x01;  // MLOCK_ONFAULT
+
 constexpr uint64_t kPage = 4096;
 constexpr size_t kScratchStructs = 1024;  // where syscall structures go in the scratch area
 
@@ -54,6 +57,10 @@ absl::Status CheckSameFile(pid_t pid, int remote_fd, const image::FileId& want, 
               "restore needs the same file"));
   }
   return absl::OkStatus();
+}
+
+bool HasFlag(const image::Vma& v, absl::string_view flag) {
+  return std::find(v.vm_flags().begin(), v.vm_flags().end(), flag) != v.vm_flags().end();
 }
 
 int MadviseFor(const std::string& flag) {
@@ -484,17 +491,23 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
     uint64_t off = 0;
     switch (v.kind()) {
       case image::Vma::ANON:
-        flags |= MAP_PRIVATE | MAP_ANONYMOUS;
-        if (std::find(v.vm_flags().begin(), v.vm_flags().end(), "gd") != v.vm_flags().end()) flags |= MAP_GROWSDOWN;
+        // MAP_DROPPABLE (smaps "dp", Linux 6.11+) is a mapping type of its own: under memory
+        // pressure the kernel may drop its pages, which then read as zeros.
+        flags |= (HasFlag(v, "dp") ? kMapDroppable : MAP_PRIVATE) | MAP_ANONYMOUS;
+        if (HasFlag(v, "gd")) flags |= MAP_GROWSDOWN;
         break;
       case image::Vma::SHARED_ANON:
         flags |= MAP_SHARED | MAP_ANONYMOUS;
         break;
       case image::Vma::FILE_PRIVATE:
       case image::Vma::FILE_SHARED: {
-        bool shared_write = v.kind() == image::Vma::FILE_SHARED && (v.prot() & PROT_WRITE);
+        // A shared mapping may be made writable later (mprotect) exactly when the file was
+        // opened for writing: smaps "mw" (VM_MAYWRITE). Images without flags: its protection.
+        bool shared_write = v.kind() == image::Vma::FILE_SHARED &&
+                            (v.vm_flags_size() > 0 ? HasFlag(v, "mw") : (v.prot() & PROT_WRITE) != 0);
         int oflags = (shared_write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
-        const std::string& path = v.path();
+        std::string path = v.path();
+        bool deleted_readonly = false;
         if (v.file_deleted()) {
           auto d = file_objects.find({v.file().dev(), v.file().ino()});
           if (d == file_objects.end()) {
@@ -502,7 +515,14 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
                                                     " (corrupt image)"));
           }
           fd = d->second;
-        } else {
+          // The restorer's copy of the file is open for writing; a shared mapping the process
+          // could not make writable is made through a read-only open of it.
+          if (v.kind() == image::Vma::FILE_SHARED && !shared_write) {
+            path = absl::StrCat("/proc/self/fd/", d->second);
+            deleted_readonly = true;
+          }
+        }
+        if (!v.file_deleted() || deleted_readonly) {
           std::string key = absl::StrCat(oflags, ":", path);
           auto it = open_files.find(key);
           if (it == open_files.end()) {
@@ -510,8 +530,10 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
             ASSIGN_OR_RETURN(long rfd, inj.Call("open " + path, SYS_openat, static_cast<uint64_t>(AT_FDCWD),
                                                 path_addr, static_cast<uint64_t>(oflags), 0));
             // Content must match for private mappings (their clean pages come from the file).
-            RETURN_IF_ERROR(CheckSameFile(pid, static_cast<int>(rfd), v.file(), v.path(),
-                                          v.kind() == image::Vma::FILE_PRIVATE));
+            if (!deleted_readonly) {
+              RETURN_IF_ERROR(CheckSameFile(pid, static_cast<int>(rfd), v.file(), v.path(),
+                                            v.kind() == image::Vma::FILE_PRIVATE));
+            }
             it = open_files.emplace(key, rfd).first;
           }
           fd = it->second;
@@ -562,8 +584,18 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
     for (const std::string& f : v.vm_flags()) {
       int advice = MadviseFor(f);
       if (advice < 0) continue;
+      // A droppable mapping has these by nature; madvise refuses to take them away or add them.
+      if (HasFlag(v, "dp") && (f == "wf" || f == "dd")) continue;
       RETURN_IF_ERROR(inj.Call(absl::StrCat("madvise ", f), SYS_madvise, v.start(), v.end() - v.start(),
                                static_cast<uint64_t>(advice)).status());
+    }
+    // mlock(2), mlock2(MLOCK_ONFAULT) or MAP_LOCKED: smaps "lo", with "lf" for on-fault.
+    if (HasFlag(v, "lo")) {
+      uint64_t onfault = HasFlag(v, "lf") ? kMlockOnfault : 0;
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("mlock2 %#x-%#x%s (locked in memory as it was)", v.start(), v.end(),
+                                               onfault ? " MLOCK_ONFAULT" : ""),
+                               SYS_mlock2, v.start(), v.end() - v.start(), onfault)
+                          .status());
     }
   }
   return absl::OkStatus();

@@ -374,7 +374,8 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
-absl::Status BuildProcess(const image::ImageReader& img, const image::Process& proc, const Masters& masters,
+absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
+                          const image::Process& proc, const Masters& masters,
                           uint64_t work_area, const SharedAnonStaging& staging, int fill_threads,
                           lazy::LazyHandlers* lazy_handlers, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
@@ -393,9 +394,10 @@ absl::Status BuildProcess(const image::ImageReader& img, const image::Process& p
   RETURN_IF_ERROR(InstallFds(inj, proc, masters));
   RETURN_IF_ERROR(ListenSockets(inj, proc));
   RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
-  RETURN_IF_ERROR(RestorePosixLocks(inj, scratch, proc));
+  RETURN_IF_ERROR(RestoreProcessLocks(inj, scratch, procs, proc));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
+  RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
   // The last injected call removes the work area itself: single-stepping stops at the
   // syscall's exit, before the (now unmapped) next instruction would run.
@@ -534,7 +536,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       for (const image::PageBlock& b : v.blocks()) saved += b.length();
     }
     bool lazy = opts.lazy && saved >= opts.lazy_min_bytes;
-    built = Annotate(BuildProcess(*img, *p, *masters, work_area, staging, threads, lazy ? &lazy_handlers : nullptr, ids),
+    built = Annotate(BuildProcess(*img, procs, *p, *masters, work_area, staging, threads, lazy ? &lazy_handlers : nullptr, ids),
                      absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);
@@ -557,6 +559,17 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }
+  // A process that was stopped (SIGSTOP, SIGTSTP...) stops again with the same signal: sent
+  // while every thread is still held, it is taken before any of them runs an instruction.
+  // Its action was the default and it was not blocked when it stopped the process, and
+  // neither can have changed while the process was stopped.
+  for (const image::Process* p : procs) {
+    if (p->zombie() || !p->stopped()) continue;
+    int sig = p->stop_signal() != 0 ? p->stop_signal() : SIGSTOP;
+    if (::kill(ids.Host(p->pid()), sig) != 0) {
+      return ErrnoStatus(absl::StrCat("stop pid ", p->pid(), " again with signal ", sig, " as it was"));
+    }
+  }
   // Let every process go at once, then turn zombies back into zombies.
   for (const image::Process* p : procs) {
     if (p->zombie()) continue;
@@ -572,10 +585,6 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   for (const image::Process* p : procs) {
     if (p->zombie()) RETURN_IF_ERROR(Annotate(ExitAsZombie(*p, work_area, ids), absl::StrCat("zombie ", p->pid())));
-    // A process that was stopped (SIGSTOP, SIGTSTP...) stops again, as it was.
-    if (p->stopped() && ::kill(ids.Host(p->pid()), SIGSTOP) != 0) {
-      return ErrnoStatus(absl::StrCat("stop pid ", p->pid(), " again as it was"));
-    }
   }
   RestoreResult result;
   result.pid = root_host;

@@ -1,6 +1,7 @@
 #include "engine/restore/sockets.h"
 
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/sockaddr.h"
@@ -158,6 +160,47 @@ absl::Status CreatePair(const image::Fd& fd, pid_t pid, Masters* m, std::map<uin
   return absl::OkStatus();
 }
 
+// Datagrams and seqpackets: each message of `content` (sizes in `fd`) sent again on its
+// own, in order, through `sender`.
+absl::Status SendMessages(int sender, const std::string& content, const image::Fd& fd, pid_t pid) {
+  size_t at = 0;
+  for (uint32_t len : fd.message_sizes()) {
+    if (at + len > content.size()) {
+      return absl::DataLossError(absl::StrFormat("%s: its queued messages overrun their content (corrupt image)",
+                                                 Where(fd, pid)));
+    }
+    if (::send(sender, content.data() + at, len, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(len)) {
+      return ErrnoStatus(absl::StrFormat("queue a %u-byte message again on the socket of %s", len, Where(fd, pid)));
+    }
+    at += len;
+  }
+  return absl::OkStatus();
+}
+
+// SO_ATTACH_FILTER with the saved classic BPF program, then SO_LOCK_FILTER if it was locked.
+absl::Status AttachFilter(int sock, const image::Fd& fd, pid_t pid) {
+  const std::string& raw = fd.socket_filter();
+  if (raw.size() % sizeof(sock_filter) != 0 || raw.size() / sizeof(sock_filter) > BPF_MAXINSNS) {
+    return absl::DataLossError(absl::StrFormat("%s: its socket filter is %d bytes, not a program (corrupt image)",
+                                               Where(fd, pid), raw.size()));
+  }
+  std::vector<sock_filter> program(raw.size() / sizeof(sock_filter));
+  std::memcpy(program.data(), raw.data(), raw.size());
+  sock_fprog prog{static_cast<unsigned short>(program.size()), program.data()};
+  if (::setsockopt(sock, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) != 0) {
+    return ErrnoStatus(absl::StrFormat("setsockopt(SO_ATTACH_FILTER, %d instructions) on %s", program.size(),
+                                       Where(fd, pid)));
+  }
+  int one = 1;
+  if (fd.filter_locked() && ::setsockopt(sock, SOL_SOCKET, SO_LOCK_FILTER, &one, sizeof one) != 0) {
+    return ErrnoStatus("setsockopt(SO_LOCK_FILTER) on " + Where(fd, pid));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RefillQueues(const image::ImageReader& img, const std::vector<std::pair<const image::Fd*, pid_t>>& queues,
+                          const std::map<uint64_t, int>& pairs);
+
 }  // namespace
 
 bool IsSocket(const image::Fd& fd) {
@@ -191,7 +234,34 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
     if (::connect(master, reinterpret_cast<const sockaddr*>(peer.data()), static_cast<socklen_t>(peer.size())) != 0) {
       return ErrnoStatus(absl::StrFormat("connect %s to %s", Where(*fd, pid), FormatSockaddr(peer)));
     }
+    uint32_t shut = fd->socket().shutdown();
+    if (shut != 0 && ::shutdown(master, shut == 3 ? SHUT_RDWR : shut == 1 ? SHUT_RD : SHUT_WR) != 0) {
+      return ErrnoStatus(absl::StrFormat("shutdown(%u) %s as it was", shut, Where(*fd, pid)));
+    }
   }
+  // A datagram socket connected to itself gets back, from itself, the messages it had sent
+  // itself and not read.
+  for (const auto& [fd, pid] : connects) {
+    if (fd->content_size() == 0) continue;
+    ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
+    RETURN_IF_ERROR(SendMessages(m->fds.at({pid, fd->fd()}), content, *fd, pid));
+  }
+  RETURN_IF_ERROR(RefillQueues(img, queues, pairs));
+  // Filters last: the messages queued again had passed them once already.
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (IsSocket(fd) && !fd.socket_filter().empty()) {
+        RETURN_IF_ERROR(AttachFilter(m->fds.at({p->pid(), fd.fd()}), fd, p->pid()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status RefillQueues(const image::ImageReader& img, const std::vector<std::pair<const image::Fd*, pid_t>>& queues,
+                          const std::map<uint64_t, int>& pairs) {
   for (const auto& [fd, pid] : queues) {
     auto peer = pairs.find(fd->peer_ino());
     if (peer == pairs.end()) {
@@ -200,18 +270,7 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
     }
     ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
     if (fd->message_sizes_size() > 0) {
-      // Datagrams and seqpackets: each message sent again on its own, in order.
-      size_t at = 0;
-      for (uint32_t len : fd->message_sizes()) {
-        if (at + len > content.size()) {
-          return absl::DataLossError(absl::StrFormat("%s: its queued messages overrun their content (corrupt image)",
-                                                     Where(*fd, pid)));
-        }
-        if (::send(peer->second, content.data() + at, len, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(len)) {
-          return ErrnoStatus(absl::StrFormat("queue a %u-byte message again on the socket of %s", len, Where(*fd, pid)));
-        }
-        at += len;
-      }
+      RETURN_IF_ERROR(SendMessages(peer->second, content, *fd, pid));
       continue;
     }
     size_t done = 0;
@@ -226,6 +285,8 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status ListenSockets(inject::Injector& inj, const image::Process& proc) {
   for (const image::Fd& fd : proc.fds()) {

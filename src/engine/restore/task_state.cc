@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/membarrier.h>
 #include <linux/sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,7 +14,10 @@
 
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
+#include "common/unique_fd.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/inject/injector.h"
@@ -38,6 +42,51 @@ static_assert(sizeof(PrctlMmMap) == 104);
 // Scratch offsets: strings at 0, structures at 1 KiB, auxv at 8 KiB.
 constexpr size_t kStructOff = 1024;
 constexpr size_t kAuxvOff = 8192;
+
+// Settings of the process (or its mm) that nothing else carries: transparent huge pages
+// off, membarrier registrations, oom_score_adj and the audit loginuid.
+absl::Status RestoreProcessTunables(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
+  pid_t pid = inj.tid();
+  if (proc.thp_disabled()) {
+    RETURN_IF_ERROR(inj.Call("prctl(PR_SET_THP_DISABLE)", SYS_prctl, PR_SET_THP_DISABLE, 1, 0, 0, 0).status());
+  }
+  for (uint32_t cmd : {MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+                       MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ}) {
+    if ((proc.membarrier_registered() & cmd) == 0) continue;
+    RETURN_IF_ERROR(inj.Call(absl::StrFormat("membarrier(REGISTER %#x)", cmd), SYS_membarrier, cmd, 0, 0).status());
+  }
+  // Lowering oom_score_adj below what the restorer has takes CAP_SYS_RESOURCE: without it
+  // the restore fails here rather than leave the process easier to kill than it was.
+  std::string adj_path = absl::StrCat("/proc/", pid, "/oom_score_adj");
+  std::string adj = absl::StrCat(proc.oom_score_adj());
+  UniqueFd adj_fd(::open(adj_path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!adj_fd.valid() || ::write(adj_fd.get(), adj.data(), adj.size()) != static_cast<ssize_t>(adj.size())) {
+    return ErrnoStatus(absl::StrCat("write ", adj, " to ", adj_path, " (oom_score_adj as the process had it; "
+                                    "lowering it below the restorer's needs CAP_SYS_RESOURCE)"));
+  }
+  if (proc.has_loginuid()) {
+    ASSIGN_OR_RETURN(std::string now, ReadFile(absl::StrCat("/proc/", pid, "/loginuid")));
+    std::string want = absl::StrCat(proc.loginuid());
+    if (std::string(absl::StripAsciiWhitespace(now)) != want) {
+      // Only the task itself may write its loginuid.
+      ASSIGN_OR_RETURN(uint64_t path, scratch.PutString(0, "/proc/self/loginuid"));
+      ASSIGN_OR_RETURN(uint64_t text, scratch.PutString(64, want));
+      ASSIGN_OR_RETURN(long fd, inj.Call("open /proc/self/loginuid", SYS_openat, static_cast<uint64_t>(AT_FDCWD), path,
+                                         O_WRONLY | O_CLOEXEC, 0));
+      absl::StatusOr<long> wrote = inj.Call("write loginuid", SYS_write, static_cast<uint64_t>(fd), text, want.size());
+      RETURN_IF_ERROR(inj.Call("close loginuid", SYS_close, static_cast<uint64_t>(fd)).status());
+      if (!wrote.ok()) {
+        return Annotate(wrote.status(),
+                        absl::StrFormat("set the audit loginuid %s (the restorer's is %s; the kernel refuses to change "
+                                        "a loginuid once set when audit's loginuid_immutable is on, or without "
+                                        "CAP_AUDIT_CONTROL: restore from a process whose loginuid is unset, e.g. a "
+                                        "system service)",
+                                        want, absl::StripAsciiWhitespace(now)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -72,6 +121,7 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
   RETURN_IF_ERROR(inj.Call("chdir " + proc.cwd(), SYS_chdir, cwd).status());
   RETURN_IF_ERROR(inj.Call("umask", SYS_umask, proc.umask()).status());
   RETURN_IF_ERROR(inj.Call("personality", SYS_personality, proc.personality()).status());
+  RETURN_IF_ERROR(RestoreProcessTunables(inj, scratch, proc));
 
   // Resource limits, from outside. Without CAP_SYS_RESOURCE a hard limit cannot rise.
   for (const image::Rlimit& r : proc.rlimits()) {
