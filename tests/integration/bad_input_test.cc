@@ -436,11 +436,11 @@ TEST_F(RefusedTree, IoUringIsRefusedAndTreeRunsOn) {
   ExpectRefused("wl_tree_io_uring", "io_uring", "anon_inode:\\[io_uring\\]");
 }
 
-// Root and child F share one descriptor table (clone(CLONE_FILES), tests/workloads/wl_tree_clone_files.c):
-// restore would give each its own, so the dump refuses them, naming both.
-TEST_F(RefusedTree, SharedDescriptorTableIsRefusedAndTreeRunsOn) {
-  ExpectRefused("wl_tree_clone_files", "CLONE_FILES", "its descriptor table", {}, "pid CHILD shares .* with pid ROOT",
-                "F");
+// Root and child C share their memory without being threads (clone(CLONE_VM),
+// tests/workloads/wl_tree_clone_vm.c): restore would give each its own, so the dump refuses
+// them, naming both.
+TEST_F(RefusedTree, SharedMemoryWithoutThreadsIsRefusedAndTreeRunsOn) {
+  ExpectRefused("wl_tree_clone_vm", "CLONE_VM", "its memory", {}, "pid CHILD shares its memory with pid ROOT");
 }
 
 // Root and child hold both ends of a TCP connection (tests/workloads/wl_tree_tcp_close.c):

@@ -58,7 +58,8 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_zombie"},
     {"wl_tree_lock_owner"},
     {"wl_tree_stop_signal"},
-    {"wl_tree_clone_files", /*dumpable=*/false},
+    {"wl_tree_clone_files", true, true, /*leave_running=*/true},
+    {"wl_tree_clone_vm", /*dumpable=*/false},
 };
 
 void PrintTo(const TreeSpec& spec, std::ostream* os) { *os << spec.name; }

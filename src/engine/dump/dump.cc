@@ -481,33 +481,58 @@ absl::Status Commit(image::ImageWriter& writer, image::Checkpoint& ckpt, Increme
   return absl::OkStatus();
 }
 
-// Processes (not threads) made with clone flags that share what restore gives each process
-// of its own — memory (CLONE_VM, as vfork's child before it execs), the descriptor table
-// (CLONE_FILES), cwd and umask (CLONE_FS), signal handlers (CLONE_SIGHAND) — would come back
-// with copies that no longer follow each other: refused. kcmp compares the kernel objects.
-absl::Status CheckNothingShared(const std::vector<pid_t>& pids) {
+// Processes (not threads) made with clone flags that share what restore otherwise gives each
+// process of its own. A descriptor table (CLONE_FILES) or cwd, root and umask (CLONE_FS) are
+// shared again when restore can make the same sharing: each process that shares with others
+// shares with its parent (restore forks it from its parent with the same flag), up to one
+// member of the group whose own parent is outside it. Memory (CLONE_VM, as vfork's child
+// before it execs) and signal handlers (CLONE_SIGHAND) are refused: restore would give each
+// process its own copy. kcmp compares the kernel objects. pids[0] is the tree's root.
+absl::Status CheckSharing(const std::vector<pid_t>& pids) {
   constexpr struct {
     int type;
     const char* what;
     const char* flag;
-  } kShared[] = {{KCMP_VM, "its memory", "CLONE_VM"},
-                 {KCMP_FILES, "its descriptor table", "CLONE_FILES"},
-                 {KCMP_FS, "its cwd, root and umask", "CLONE_FS"},
-                 {KCMP_SIGHAND, "its signal handlers", "CLONE_SIGHAND"}};
-  for (size_t i = 0; i < pids.size(); ++i) {
-    for (size_t j = i + 1; j < pids.size(); ++j) {
-      for (const auto& k : kShared) {
-        if (::syscall(SYS_kcmp, pids[i], pids[j], k.type, 0, 0) != 0) continue;
+    bool restorable;
+  } kShared[] = {{KCMP_VM, "its memory", "CLONE_VM", false},
+                 {KCMP_FILES, "its descriptor table", "CLONE_FILES", true},
+                 {KCMP_FS, "its cwd, root and umask", "CLONE_FS", true},
+                 {KCMP_SIGHAND, "its signal handlers", "CLONE_SIGHAND", false}};
+  auto shares = [](pid_t a, pid_t b, int type) { return ::syscall(SYS_kcmp, a, b, type, 0, 0) == 0; };
+  std::map<pid_t, pid_t> parent;
+  for (pid_t p : pids) {
+    auto st = proc::ReadStat(p);
+    if (st.ok()) parent[p] = st->ppid;
+  }
+  for (const auto& k : kShared) {
+    // The topmost process reached from `p` through parents it shares the object with.
+    auto top = [&](pid_t p) {
+      for (int hops = 0; hops < 100000; ++hops) {
+        auto it = parent.find(p);
+        if (it == parent.end() || !parent.count(it->second) || !shares(p, it->second, k.type)) break;
+        p = it->second;
+      }
+      return p;
+    };
+    if (k.restorable && !pids.empty() && parent.count(pids[0]) && shares(pids[0], parent[pids[0]], k.type)) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d shares %s with its parent, pid %d, which is not part of the checkpoint (they were made with "
+          "clone(%s)); checkpoint the parent's tree instead",
+          pids[0], k.what, parent[pids[0]], k.flag));
+    }
+    for (size_t i = 0; i < pids.size(); ++i) {
+      for (size_t j = i + 1; j < pids.size(); ++j) {
+        if (!shares(pids[i], pids[j], k.type)) continue;
+        if (k.restorable && top(pids[i]) == top(pids[j])) continue;
         return absl::UnimplementedError(absl::StrFormat(
-            "pid %d shares %s with pid %d (they were made with clone(%s)); processes sharing it cannot be "
+            "pid %d shares %s with pid %d (they were made with clone(%s)%s); processes sharing it this way cannot be "
             "checkpointed yet — restore would give each its own copy",
-            pids[j], k.what, pids[i], k.flag));
+            pids[j], k.what, pids[i], k.flag, k.restorable ? ", not through their parents" : ""));
       }
     }
   }
   return absl::OkStatus();
 }
-
 
 // The checks made before anything is frozen: every process's areas and descriptors can
 // be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
@@ -555,7 +580,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
     }
     live.push_back(pid);
   }
-  RETURN_IF_ERROR(CheckNothingShared(live));
+  RETURN_IF_ERROR(CheckSharing(live));
   return CheckFdsSupported(live, FdOptions{opts.tcp_close});
 }
 

@@ -1,5 +1,6 @@
 #include "engine/dump/task_state.h"
 
+#include <linux/kcmp.h>
 #include <linux/membarrier.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -289,6 +290,10 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, in
   out->set_sid(st.session);
   out->set_comm(st.comm);
   out->set_stopped(fp.was_stopped());
+  // Checked by the dump beforehand (CheckSharing): a root sharing with a parent outside the
+  // checkpoint is refused, so only a process of the tree can share with its parent here.
+  out->set_shares_files_with_parent(::syscall(SYS_kcmp, pid, st.ppid, KCMP_FILES, 0, 0) == 0);
+  out->set_shares_fs_with_parent(::syscall(SYS_kcmp, pid, st.ppid, KCMP_FS, 0, 0) == 0);
   if (fp.was_stopped()) out->set_stop_signal(fp.stop_signal() != 0 ? fp.stop_signal() : SIGSTOP);
 
   ASSIGN_OR_RETURN(proc::Status status, proc::ReadStatus(pid));

@@ -64,7 +64,8 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, uint32_t mo
 absl::Status FillSavedFile(int f, const std::string& content, const image::SavedFile& layout, const std::string& what);
 
 // In the task `inj` drives, which holds copies of all masters: dup3s its saved
-// descriptors into place, then closes every master.
+// descriptors into place. The caller closes the masters (close_range from Masters::base)
+// once no process sharing the table needs them.
 absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters);
 
 // In the task `inj` drives, once its descriptors and threads are in place: the saved

@@ -147,6 +147,9 @@ absl::Status ForkChild(inject::Injector& inj, inject::RemoteScratch& sc, const i
   args.exit_signal = SIGCHLD;
   args.set_tid = tid_addr;
   args.set_tid_size = 1;
+  // Its parent's descriptor table or fs (cwd, root, umask), shared as they were.
+  if (c.shares_files_with_parent()) args.flags |= CLONE_FILES;
+  if (c.shares_fs_with_parent()) args.flags |= CLONE_FS;
   ASSIGN_OR_RETURN(uint64_t args_addr, sc.Put(0, &args, sizeof args));
   auto rc = inj.Call(absl::StrCat("clone3 pid ", want), SYS_clone3, args_addr, sizeof args);
   if (!rc.ok()) {
@@ -319,6 +322,12 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
           RETURN_IF_ERROR(ForkChild(inj, sc, *c, tasks, ids));
           continue;
         }
+        if (c->shares_files_with_parent() || c->shares_fs_with_parent()) {
+          return absl::UnimplementedError(absl::StrFormat(
+              "pid %d shares its descriptor table or cwd with its parent %d and is in a session whose leader had "
+              "exited: restore cannot rebuild both",
+              c->pid(), p->pid()));
+        }
         inject::Injector stand_in(s->host, work_area);
         inject::RemoteScratch stand_in_sc(s->host, work_area + 4096, inject::RemoteScratch::kSize, false);
         RETURN_IF_ERROR(ForkChild(stand_in, stand_in_sc, *c, tasks, ids));
@@ -375,14 +384,20 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
 // registers set.
 absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
-                          const image::Process& proc, const Masters& masters,
+                          const image::Process& proc, const Masters& masters, bool close_masters,
                           uint64_t work_area, const SharedAnonStaging& staging, int fill_threads,
                           lazy::LazyHandlers* lazy_handlers, IdMap& ids) {
   pid_t pid = ids.Host(proc.pid());
   inject::Injector inj(pid, work_area);
   inject::RemoteScratch scratch(pid, work_area + 4096, inject::RemoteScratch::kSize, /*owned=*/false);
-  RETURN_IF_ERROR(inj.Call("close_range (restorer's descriptors)", SYS_close_range, 0,
-                           static_cast<uint64_t>(masters.base - 1), 0).status());
+  // A process sharing its parent's descriptor table finds it complete: the parent, built
+  // before it, put every descriptor in place (the masters stay until the table's last
+  // process is built, which may still map a deleted file through one).
+  bool own_table = !proc.shares_files_with_parent();
+  if (own_table) {
+    RETURN_IF_ERROR(inj.Call("close_range (restorer's descriptors)", SYS_close_range, 0,
+                             static_cast<uint64_t>(masters.base - 1), 0).status());
+  }
   std::vector<Range> staged;
   for (const auto& [id, r] : staging) staged.push_back(r);
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, staged));
@@ -391,19 +406,41 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects, lazy_handlers));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
-  RETURN_IF_ERROR(InstallFds(inj, proc, masters));
-  RETURN_IF_ERROR(ListenSockets(inj, proc));
-  RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
-  RETURN_IF_ERROR(RestoreProcessLocks(inj, scratch, procs, proc));
+  if (own_table) {
+    RETURN_IF_ERROR(InstallFds(inj, proc, masters));
+    RETURN_IF_ERROR(ListenSockets(inj, proc));
+    RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
+  }
+  if (close_masters) {
+    RETURN_IF_ERROR(inj.Call("close_range (masters)", SYS_close_range, static_cast<uint64_t>(masters.base), ~0U, 0)
+                        .status());
+  }
+  // POSIX locks belong to the descriptor table: taken once, by the process that owns it.
+  if (own_table) RETURN_IF_ERROR(RestoreProcessLocks(inj, scratch, procs, proc));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
-  RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
+  if (own_table) RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
   // The last injected call removes the work area itself: single-stepping stops at the
   // syscall's exit, before the (now unmapped) next instruction would run.
   RETURN_IF_ERROR(inj.Call("munmap work area", SYS_munmap, work_area, kWorkAreaSize).status());
   CAIRN_LOG_DEBUG("event=restore_stage stage=state_restored pid={}", pid);
   return SetFinalRegisters(proc, ids);
+}
+
+// Whether `p` is the last process (in build order) of the descriptor table it has, whether
+// of its own or shared with its parent and other children (CLONE_FILES): it closes the
+// masters in that table once every process holding it is built.
+bool LastOfItsTable(const std::vector<const image::Process*>& procs, const image::Process* p) {
+  std::map<pid_t, const image::Process*> by_pid;
+  for (const image::Process* q : procs) by_pid[q->pid()] = q;
+  auto owner = [&](const image::Process* q) {
+    while (q->shares_files_with_parent() && by_pid.count(q->ppid())) q = by_pid[q->ppid()];
+    return q;
+  };
+  const image::Process* mine = owner(p);
+  auto at = std::find(procs.begin(), procs.end(), p);
+  return std::none_of(at + 1, procs.end(), [&](const image::Process* q) { return !q->zombie() && owner(q) == mine; });
 }
 
 // Makes a zombie's task exit with its saved wait status; it then waits, unreaped, for
@@ -536,7 +573,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       for (const image::PageBlock& b : v.blocks()) saved += b.length();
     }
     bool lazy = opts.lazy && saved >= opts.lazy_min_bytes;
-    built = Annotate(BuildProcess(*img, procs, *p, *masters, work_area, staging, threads, lazy ? &lazy_handlers : nullptr, ids),
+    built = Annotate(BuildProcess(*img, procs, *p, *masters, LastOfItsTable(procs, p), work_area, staging, threads, lazy ? &lazy_handlers : nullptr, ids),
                      absl::StrCat("pid ", p->pid()));
   }
   if (built.ok()) built = ApplySeals(*masters);
