@@ -139,11 +139,12 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
   return 0;
 }
 
-int RunRestore(const std::string& dir, bool detach, bool lazy, const std::string& page_server,
+int RunRestore(const std::string& dir, bool detach, bool lazy, bool verify, const std::string& page_server,
                const std::string& token_file) {
   restore::RestoreOptions opts;
   opts.dir = dir;
   opts.lazy = lazy;
+  opts.verify = verify;
   opts.page_server = page_server;
   opts.token_file = token_file;
   if (dir.empty() == page_server.empty()) {
@@ -155,9 +156,10 @@ int RunRestore(const std::string& dir, bool detach, bool lazy, const std::string
   if (const char* t = std::getenv("CAIRN_FILL_THREADS")) opts.fill_threads = std::max(1, std::atoi(t));
   auto r = restore::Restore(opts);
   if (!r.ok()) return Fail(r.status());
-  std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %d process%s, %s in %.3f s\n", r->pid, where.c_str(),
-               r->processes, r->processes == 1 ? "" : "es", HumanBytes(static_cast<double>(r->bytes)).c_str(),
-               r->seconds);
+  std::fprintf(detach ? stdout : stderr, "restored pid %d from %s: %d process%s, %s in %.3f s%s\n", r->pid,
+               where.c_str(), r->processes, r->processes == 1 ? "" : "es",
+               HumanBytes(static_cast<double>(r->bytes)).c_str(), r->seconds,
+               verify ? absl::StrFormat(" (verified in %.3f s)", r->verify_seconds).c_str() : "");
   if (!r->job_name.empty()) {
     auto rec = job::Load(r->job_name);
     job::JobRecord updated = rec.ok() ? *rec : job::JobRecord{r->job_name, dir, 0, "", "cairn/" + r->job_name};
@@ -364,6 +366,11 @@ int main(int argc, char** argv) {
   restore->add_flag("--lazy", lazy,
                     "Let the process run before its memory is in: a page handler process serves each page on first "
                     "touch and copies the rest in the background, then exits");
+  bool verify = false;
+  restore->add_flag("--verify", verify,
+                    "Before the processes run, read back what the kernel says about every object of the checkpoint "
+                    "(memory layout, descriptors, credentials, limits, signals, timers...) and compare it with the "
+                    "image; a difference fails the restore, naming the object and both values");
 
   cairn::lazy::HandlerOptions lazy_opts;
   auto* lazy_pages = app.add_subcommand("lazy-pages", "Page handler of restore --lazy (started by cairn itself)");
@@ -411,7 +418,7 @@ int main(int argc, char** argv) {
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
-  if (restore->parsed()) return cairn::RunRestore(dir, detach, lazy, page_server, token_file);
+  if (restore->parsed()) return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file);
   if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib);
   if (lazy_pages->parsed()) {
     return cairn::lazy::ServePages(lazy_opts).ok() ? 0 : 1;  // it wrote any error itself

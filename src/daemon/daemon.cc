@@ -695,6 +695,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   restore::RestoreOptions ro;
   ro.dir = *local;
   ro.cgroup = CgroupOf(name);
+  ro.verify = true;  // a restore that differs from its image fails instead of running
   auto r = restore::Restore(ro);
   drop_fetched();
   if (!r.ok()) return fail(Annotate(r.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));

@@ -612,6 +612,7 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
   restore::RestoreOptions ro;
   ro.dir = in.dir;
   ro.cgroup = CgroupOf(in.name);
+  ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.lazy = opts_.lazy_migrations;
   ro.lazy_min_bytes = 16 << 20;  // a job's init, a small job: copied at once, no page handler to start
   // The source may have given up meanwhile (--restore-timeout) and thawed the job there.

@@ -203,6 +203,47 @@ TEST_F(BadInput, DumpWithoutPermissionLeavesTargetRunning) {
   EXPECT_TRUE(TargetUnharmed(w));
 }
 
+// restore --verify compares the restored process with its image before it runs. A test hook
+// (CAIRN_VERIFY_PLANT) changes one object of the restored process just before the comparison:
+// the restore must fail naming the object and both values, leave no process, and leave the
+// image restorable; without --verify the same planted difference goes through unnoticed.
+TEST_F(BadInput, VerifyCatchesAPlantedDifference) {
+  struct Case {
+    const char* plant;
+    const char* names;
+  };
+  const Case cases[] = {
+      {"oom_score_adj", "oom_score_adj: checkpoint 0, restored 777"},
+      {"fd_flags", "fd [0-9]+ \\([^)]*\\) flags: checkpoint 0?[0-7]*, restored 0?[0-7]*"},
+      {"rlimit", "rlimit 7 \\(soft, hard\\): checkpoint [0-9]+,[0-9]+, restored [0-9]+,[0-9]+"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.plant);
+    Workload w = MakeWorkload(kTarget, c.plant);
+    ASSERT_TRUE(StartReady(w));
+    std::string out_before = w.Stdout(), err_before = w.Stderr();
+    std::string ckpt = w.workdir() + "/ckpt";
+    CommandResult dump = Dump(w.pid(), ckpt);
+    ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+    ASSERT_TRUE(WaitGone(w.pid(), 10s).gone);
+    std::string plant = std::string("CAIRN_VERIFY_PLANT=") + c.plant;
+    CommandResult refused = Cairn({"restore", "--verify", "--detach", "--dir", ckpt}, WithEnv({plant}));
+    EXPECT_TRUE(FailedWith(refused, "differs from its checkpoint"));
+    EXPECT_TRUE(Matches(refused.err, c.names)) << "stderr should name the object and both values: " << refused.err;
+    EXPECT_TRUE(WaitGone(w.pid(), 5s).gone) << "pid " << w.pid() << " runs after a refused restore";
+    // Unverified, the planted difference is not seen (the hook is real).
+    CommandResult unverified = Cairn({"restore", "--detach", "--dir", ckpt}, WithEnv({plant}));
+    EXPECT_TRUE(unverified.Exited(0)) << unverified.Describe();
+    ::kill(w.pid(), SIGKILL);
+    WaitGone(w.pid(), 5s);
+    // The image is untouched: a verified restore without the plant runs to PASS.
+    CommandResult restore = Restore(ckpt, /*detach=*/true);
+    ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+    w.Go();
+    EXPECT_TRUE(FinishedWithPass(w, out_before, err_before, "verified restore"));
+  }
+}
+
 TEST_F(BadInput, DumpIntoNonEmptyDirLeavesItAlone) {
   Workload w = MakeWorkload(kTarget);
   ASSERT_TRUE(StartReady(w));

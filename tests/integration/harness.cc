@@ -503,7 +503,9 @@ CommandResult CairnTest::Dump(pid_t pid, const std::string& dir, bool leave_runn
 }
 
 CommandResult CairnTest::Restore(const std::string& dir, bool detach, const CommandOptions& options) {
-  std::vector<std::string> args = {"restore", "--dir", dir};
+  // Every round trip of the suite is also a test of --verify: a restore it finds different
+  // from its image fails the test with the difference named.
+  std::vector<std::string> args = {"restore", "--verify", "--dir", dir};
   if (detach) args.push_back("--detach");
   return Cairn(args, options);
 }

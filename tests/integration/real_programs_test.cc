@@ -97,6 +97,59 @@ TEST_F(RealPrograms, Python3MidComputation) {
   EXPECT_EQ(ReadFile(dir + "/stdout"), "done\n");
 }
 
+// A JVM (OpenJDK from Debian) running a program from source (`java Main.java`, which compiles
+// it in memory first: the source launcher also holds a unix socket whose peer it closed, the
+// case that once made every JVM uncheckpointable), checkpointed mid-computation, killed and
+// restored: it must finish with the result of an uninterrupted run.
+constexpr char kJava[] = "/usr/bin/java";
+constexpr char kJavaMain[] = R"(import java.nio.file.*;
+public class Main {
+  public static void main(String[] args) throws Exception {
+    long rounds = Long.parseLong(args[1]);
+    Files.writeString(Path.of(args[0] + ".started"), "started\n");
+    long h = 1469598103934665603L;
+    for (long i = 0; i < rounds; i++) {
+      h ^= i;
+      h *= 1099511628211L;
+      h = Long.rotateLeft(h, (int) (i & 31));
+    }
+    Files.writeString(Path.of(args[0]), Long.toHexString(h) + "\n");
+    System.out.println("done");
+  }
+}
+)";
+constexpr char kJavaRounds[] = "4000000000";
+
+TEST_F(RealPrograms, JvmMidComputation) {
+  ASSERT_TRUE(fs::exists(kJava)) << kJava << " is required (scripts/install-deps.sh installs openjdk-17-jdk-headless)";
+  std::string src = *temp_ / "Main.java";
+  WriteFile(src, kJavaMain);
+  // The JVM sizes its heap and GC threads from the machine: fixed here so both runs match.
+  const std::vector<std::string> java = {kJava, "-Xmx256m", "-XX:+UseSerialGC", src};
+  std::string plain = *temp_ / "plain";
+  std::vector<std::string> argv = java;
+  argv.insert(argv.end(), {plain + "/result", kJavaRounds});
+  ASSERT_TRUE(RunToEnd(argv, plain));
+  std::string expected = ReadFile(plain + "/result");
+  ASSERT_FALSE(expected.empty());
+
+  std::string dir = *temp_ / "work";
+  fs::create_directories(dir);
+  WriteFile(dir + "/stdin", "");
+  argv = java;
+  argv.insert(argv.end(), {dir + "/result", kJavaRounds});
+  pid_t pid = SpawnProgram(argv, dir + "/stdin", dir + "/stdout", dir + "/stderr");
+  ASSERT_GT(pid, 0);
+  Track(pid, kJava);
+  for (int i = 0; i < 300 && !Exists(dir + "/result.started"); ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(Exists(dir + "/result.started")) << "the JVM did not start computing: " << ReadFile(dir + "/stderr");
+  std::this_thread::sleep_for(300ms);
+  ASSERT_FALSE(Exists(dir + "/result")) << "the JVM already finished; the checkpoint would not be mid-computation";
+  ASSERT_TRUE(DumpRestoreFinish(pid, *temp_ / "ckpt", dir));
+  EXPECT_EQ(ReadFile(dir + "/result"), expected);
+  EXPECT_EQ(ReadFile(dir + "/stdout"), "done\n");
+}
+
 // 200 MiB of compressible but not trivial data: words drawn from a seeded vocabulary.
 void WriteTestInput(const std::string& path, size_t size) {
   uint64_t s = 0x2545F4914F6CDD1Dull;

@@ -498,7 +498,15 @@ absl::Status CheckSharing(const std::vector<pid_t>& pids) {
                  {KCMP_FILES, "its descriptor table", "CLONE_FILES", true},
                  {KCMP_FS, "its cwd, root and umask", "CLONE_FS", true},
                  {KCMP_SIGHAND, "its signal handlers", "CLONE_SIGHAND", false}};
-  auto shares = [](pid_t a, pid_t b, int type) { return ::syscall(SYS_kcmp, a, b, type, 0, 0) == 0; };
+  // An exiting process has none of these any more, and two such "share" nothing equally:
+  // kcmp's answer counts only while both are alive.
+  auto alive = [](pid_t p) {
+    auto st = proc::ReadStat(p);
+    return st.ok() && st->state != 'Z' && st->state != 'X';
+  };
+  auto shares = [&](pid_t a, pid_t b, int type) {
+    return ::syscall(SYS_kcmp, a, b, type, 0, 0) == 0 && alive(a) && alive(b);
+  };
   std::map<pid_t, pid_t> parent;
   for (pid_t p : pids) {
     auto st = proc::ReadStat(p);

@@ -54,8 +54,12 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* jou
     for (;;) {
       ASSIGN_OR_RETURN(StopInfo stop, inject::WaitStop(t.tid));
       if (stop.kind == StopInfo::Kind::kEventStop && stop.event == PTRACE_EVENT_STOP) {
-        // A task already in a group stop reports that stop's signal; a running one SIGTRAP.
-        if (t.tid == pid && fp.was_stopped_ && stop.signal != SIGTRAP) fp.stop_signal_ = stop.signal;
+        // A task in a group stop reports that stop's signal; a running one SIGTRAP. A stop
+        // signal let through below also ends in a group stop.
+        if (stop.signal != SIGTRAP && (t.tid == pid || fp.stop_signal_ == 0)) {
+          fp.was_stopped_ = true;
+          fp.stop_signal_ = stop.signal;
+        }
         break;
       }
       if (stop.kind == StopInfo::Kind::kExited || stop.kind == StopInfo::Kind::kKilled) {
@@ -96,6 +100,7 @@ FrozenProcess::FrozenProcess(FrozenProcess&& other) noexcept
       done_(other.done_),
       was_stopped_(other.was_stopped_),
       stop_signal_(other.stop_signal_),
+      stop_note_(std::move(other.stop_note_)),
       trampoline_(std::move(other.trampoline_)),
       journal_(other.journal_),
       journal_index_(other.journal_index_) {
@@ -111,6 +116,7 @@ FrozenProcess::~FrozenProcess() {
 
 inject::Injector FrozenProcess::injector(pid_t tid) const {
   inject::Injector inj(tid, trampoline_.syscall_insn(), inject::Injector::Drive::kGuarded);
+  inj.set_stop_note(stop_note_.get());
   for (const ThreadState& t : threads_) {
     if (t.tid == tid && journal_ != nullptr && t.journal_slot >= 0) inj.set_in_call_flag(journal_->InCallFlag(t.journal_slot));
   }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,9 @@ class FrozenProcess {
   // The signal of that group stop (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), as the kernel
   // reports it in the PTRACE_EVENT_STOP of a seized stopped task; 0 when not stopped.
   int stop_signal() const { return stop_signal_; }
+  // A stop signal that arrived while the process was frozen (let through by an injection,
+  // inject::Injector::set_stop_note): the process is in a group stop now. 0: none.
+  int stop_signal_since_frozen() const { return stop_note_->load(); }
   const std::vector<ThreadState>& threads() const { return threads_; }
 
   // Writes the injection trampoline into the process's vDSO [vdso_start, vdso_end)
@@ -73,6 +77,7 @@ class FrozenProcess {
   bool done_ = false;
   bool was_stopped_ = false;
   int stop_signal_ = 0;
+  std::unique_ptr<std::atomic<int>> stop_note_ = std::make_unique<std::atomic<int>>(0);
   inject::Trampoline trampoline_;
   GuardJournal* journal_ = nullptr;
   int journal_index_ = -1;

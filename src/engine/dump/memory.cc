@@ -32,6 +32,7 @@ namespace {
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kPmPresent = 1ULL << 63;
 constexpr uint64_t kPmSwapped = 1ULL << 62;
+constexpr uint64_t kPmGuardRegion = 1ULL << 58;  // Linux 6.14+: a MADV_GUARD_INSTALL marker
 constexpr uint64_t kPmFileOrShared = 1ULL << 61;
 
 // One read batch. Small enough that a buffer is still in the caches when the writer
@@ -63,6 +64,7 @@ struct Run {
 };
 
 bool NeedsPage(image::Vma::Kind kind, uint64_t pm) {
+  if (pm & kPmGuardRegion) return false;  // no page: a marker (RecordGuards), shown as swapped
   switch (kind) {
     case image::Vma::ANON:
     case image::Vma::SHARED_ANON:
@@ -99,6 +101,11 @@ bool ScanArea(int pagemap_fd, const image::Vma& v, size_t vi, std::vector<Run>* 
     // The shared zero page reads back as zeros anyway.
     arg.category_inverted = kPageIsPfnZero;
     arg.category_mask = kPageIsPfnZero;
+  }
+  if (proc::PagemapKnowsGuards()) {
+    // Guard markers count as swapped, but there is nothing to read (RecordGuards).
+    arg.category_inverted |= proc::kPageIsGuard;
+    arg.category_mask |= proc::kPageIsGuard;
   }
   std::vector<PageRegion> regions(512);
   size_t before = runs->size();
@@ -419,6 +426,12 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
       if (m.offset != 0 || m.end - m.start != size) {
         return unsupported("a part of a System V shared memory segment (partly unmapped or with mixed protections)");
       }
+    } else if (p == "/[aio] (deleted)") {
+      // The ring of an io_setup context: the kernel's own object, whose id is its address.
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d has an AIO context (io_setup) whose ring is mapped at %#x-%#x; AIO contexts cannot be "
+          "checkpointed yet — io_destroy it first, or use io_uring or threads for asynchronous I/O",
+          pid, m.start, m.end));
     } else if (absl::StartsWith(p, "/memfd:") &&
                std::find(m.vm_flags.begin(), m.vm_flags.end(), "ht") != m.vm_flags.end()) {
       return unsupported("a hugetlb memfd");
@@ -472,12 +485,68 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
   return absl::OkStatus();
 }
 
+// Guard regions (madvise MADV_GUARD_INSTALL) of private areas, recorded in each area's
+// `guards`: restore installs them again. Without PAGEMAP_SCAN's guard category, pagemap's
+// bit 58 says it page by page (Linux 6.14+; before, guards were not shown at all).
+absl::Status RecordGuards(pid_t pid, std::vector<image::Vma>& vmas) {
+  std::string path = absl::StrCat("/proc/", pid, "/pagemap");
+  UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!pm.valid()) return ErrnoStatus("open " + path);
+  bool scan = proc::PagemapKnowsGuards();
+  std::vector<PageRegion> regions(256);
+  std::vector<uint64_t> entries;
+  for (image::Vma& v : vmas) {
+    if (v.kind() != image::Vma::ANON && v.kind() != image::Vma::FILE_PRIVATE) continue;
+    v.clear_guards();
+    auto add = [&](uint64_t start, uint64_t end) {
+      if (v.guards_size() > 0 && v.guards(v.guards_size() - 1).offset() + v.guards(v.guards_size() - 1).length() == start) {
+        image::Extent* last = v.mutable_guards(v.guards_size() - 1);
+        last->set_length(last->length() + (end - start));
+        return;
+      }
+      image::Extent* e = v.add_guards();
+      e->set_offset(start);
+      e->set_length(end - start);
+    };
+    if (scan) {
+      PmScanArg arg{};
+      arg.size = sizeof arg;
+      arg.category_anyof_mask = proc::kPageIsGuard;
+      arg.return_mask = proc::kPageIsGuard;
+      for (uint64_t addr = v.start(); addr < v.end();) {
+        arg.start = addr;
+        arg.end = v.end();
+        arg.vec = reinterpret_cast<uint64_t>(regions.data());
+        arg.vec_len = regions.size();
+        long n = ::ioctl(pm.get(), kPagemapScan, &arg);
+        if (n < 0) return ErrnoStatus(absl::StrFormat("PAGEMAP_SCAN (guard regions) %#x-%#x", addr, v.end()));
+        for (long k = 0; k < n; ++k) add(regions[static_cast<size_t>(k)].start, regions[static_cast<size_t>(k)].end);
+        if (arg.walk_end <= addr) break;
+        addr = arg.walk_end;
+      }
+      continue;
+    }
+    for (uint64_t addr = v.start(); addr < v.end();) {
+      uint64_t n = std::min<uint64_t>((v.end() - addr) / kPage, kPagemapBatch);
+      entries.resize(n);
+      ssize_t got = ::pread(pm.get(), entries.data(), n * 8, static_cast<off_t>(addr / kPage * 8));
+      if (got != static_cast<ssize_t>(n * 8)) return ErrnoStatus("read " + path, got < 0 ? errno : EIO);
+      for (uint64_t k = 0; k < n; ++k) {
+        if (entries[k] & kPmGuardRegion) add(addr + k * kPage, addr + (k + 1) * kPage);
+      }
+      addr += n * kPage;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
                                       const ProgressFn& progress, std::set<uint64_t>* saved_shmem,
                                       const WrittenPages* written,
                                       std::vector<std::pair<uint64_t, uint64_t>>* unread) {
   std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
   auto t_start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(RecordGuards(pid, vmas));
   ASSIGN_OR_RETURN(std::vector<Run> runs, FindRuns(pid, vmas, saved_shmem, written, &blocks));
   auto t_found = std::chrono::steady_clock::now();
   uint64_t total = 0;

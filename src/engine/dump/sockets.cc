@@ -163,7 +163,7 @@ absl::Status CaptureOptions(int theirs, int family, int type, int protocol, imag
 // (SCM_RIGHTS) cannot be saved: the peek shows them, and the socket is refused. A stream's
 // copy must hold `expected` bytes (0: not checked, for a process still running).
 absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool messages, uint32_t expected,
-                                      image::Fd* fd) {
+                                      image::Fd* fd, bool read_shut = false) {
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
   auto where = [&] { return absl::StrFormat("the queue of pid %d fd %d", pid, info.fd); };
   int saved_off = -1;
@@ -207,7 +207,9 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
                   "let the process receive them before checkpointing");
       break;
     }
-    if (n == 0 && !messages) break;
+    // A stream's end of data; and a seqpacket socket shut down for reading reads 0 at its
+    // end too (a zero-length message there cannot be told from it, and is not kept).
+    if (n == 0 && (!messages || read_shut)) break;
     if (static_cast<size_t>(n) > buf.size()) {
       st = absl::UnimplementedError(absl::StrFormat("%s holds a message of %d bytes, more than 1 MiB", where(), n));
       break;
@@ -316,7 +318,25 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
                                       image::ImageWriter* writer, image::Fd* fd) const {
   fd->set_kind(image::Fd::UNIX_SOCKET);
   fd->set_sock_type(us.type);
-  if (us.shutdown != 0) return Refuse(pid, info, "a unix socket that was shut down", kUnixAdvice);
+  fd->set_shutdown(us.shutdown);
+  if (us.type != SOCK_DGRAM && us.state == kTcpEstablished && us.peer == 0) {
+    // A connected end whose peer is gone (closed: the kernel shut this end down both ways).
+    // What waits in it can still be read.
+    fd->set_orphaned(true);
+    if (us.rqueue > 0) {
+      ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, us.type != SOCK_STREAM,
+                                                   writer != nullptr ? us.rqueue : 0, fd, (us.shutdown & 1) != 0));
+      if (writer == nullptr) {
+        fd->clear_message_sizes();
+      } else {
+        ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
+        fd->set_content_offset(blob.offset);
+        fd->set_content_size(blob.size);
+        fd->set_content_xxh3(blob.xxh3);
+      }
+    }
+    return absl::OkStatus();
+  }
   auto peer = us.peer != 0 ? unix_.find(us.peer) : unix_.end();
   // A datagram socket bound and connected to itself is rebuilt on its own, like one
   // connected to another named socket; what it sent itself and has not read yet is saved.
@@ -333,7 +353,8 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     if (us.rqueue > 0) {
       // Also in the check pass, to refuse descriptors in flight before anything is frozen.
       ASSIGN_OR_RETURN(std::string data,
-                       PeekQueue(pid, info, us.type != SOCK_STREAM, writer != nullptr ? us.rqueue : 0, fd));
+                       PeekQueue(pid, info, us.type != SOCK_STREAM, writer != nullptr ? us.rqueue : 0, fd,
+                                 (us.shutdown & 1) != 0));
       if (writer == nullptr) {
         fd->clear_message_sizes();
       } else {
@@ -361,7 +382,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   } else if (us.rqueue != 0 && !self) {
     return Refuse(pid, info, "a datagram unix socket with messages waiting to be read", kUnixAdvice);
   } else if (us.rqueue != 0) {
-    ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, /*messages=*/true, 0, fd));
+    ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, /*messages=*/true, 0, fd, (us.shutdown & 1) != 0));
     if (writer == nullptr) {
       fd->clear_message_sizes();
     } else {

@@ -289,12 +289,14 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, in
   out->set_pgid(st.pgrp);
   out->set_sid(st.session);
   out->set_comm(st.comm);
-  out->set_stopped(fp.was_stopped());
+  int since = fp.stop_signal_since_frozen();  // a SIGSTOP let through while frozen
+  out->set_stopped(fp.was_stopped() || since != 0);
   // Checked by the dump beforehand (CheckSharing): a root sharing with a parent outside the
   // checkpoint is refused, so only a process of the tree can share with its parent here.
   out->set_shares_files_with_parent(::syscall(SYS_kcmp, pid, st.ppid, KCMP_FILES, 0, 0) == 0);
   out->set_shares_fs_with_parent(::syscall(SYS_kcmp, pid, st.ppid, KCMP_FS, 0, 0) == 0);
   if (fp.was_stopped()) out->set_stop_signal(fp.stop_signal() != 0 ? fp.stop_signal() : SIGSTOP);
+  if (!fp.was_stopped() && since != 0) out->set_stop_signal(since);
 
   ASSIGN_OR_RETURN(proc::Status status, proc::ReadStatus(pid));
   out->set_thp_disabled(status.thp_enabled == 0);

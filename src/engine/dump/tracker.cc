@@ -223,6 +223,9 @@ absl::Status ScanWritten(int pagemap_fd, uint64_t start, uint64_t end, std::vect
   arg.flags = kPmScanWpMatching | kPmScanCheckWpAsync;
   arg.category_mask = kPageIsWritten;
   arg.return_mask = kPageIsWritten | kPageIsPresent | kPageIsSwapped | kPageIsPfnZero;
+  // A guard marker reads as written and swapped, but holds nothing to copy (and reading it
+  // fails): left out as not present. The area's guards are recorded with it (RecordGuards).
+  if (proc::PagemapKnowsGuards()) arg.return_mask |= proc::kPageIsGuard;
   std::vector<PageRegion> regions(1024);
   for (uint64_t addr = start; addr < end;) {
     arg.start = addr;
@@ -233,7 +236,8 @@ absl::Status ScanWritten(int pagemap_fd, uint64_t start, uint64_t end, std::vect
     if (n < 0) return ErrnoStatus(absl::StrFormat("PAGEMAP_SCAN (written pages) %#x-%#x", addr, end));
     for (long k = 0; k < n; ++k) {
       const PageRegion& r = regions[static_cast<size_t>(k)];
-      bool present = (r.categories & (kPageIsPresent | kPageIsSwapped)) != 0 && (r.categories & kPageIsPfnZero) == 0;
+      bool present = (r.categories & (kPageIsPresent | kPageIsSwapped)) != 0 &&
+                     (r.categories & (kPageIsPfnZero | proc::kPageIsGuard)) == 0;
       if (!out->empty() && out->back().present == present && out->back().start + out->back().len == r.start) {
         out->back().len += r.end - r.start;
       } else {

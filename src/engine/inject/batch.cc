@@ -101,8 +101,12 @@ absl::Status CallBatch::RunLoop(const Injector& inj, uint64_t table, size_t coun
       if (s.kind == StopInfo::Kind::kExited || s.kind == StopInfo::Kind::kKilled) {
         return absl::AbortedError(absl::StrCat("thread ", tid, " died during a batch of injected syscalls"));
       }
-      if (s.kind == StopInfo::Kind::kEventStop) {  // a leftover interrupt: go on
+      if (s.kind == StopInfo::Kind::kEventStop) {  // a leftover interrupt or a group stop: go on
         ran = Cont(tid);
+        continue;
+      }
+      if (s.kind == StopInfo::Kind::kSignalStop && inj.TakeStopSignal(s.signal)) {
+        ran = Cont(tid, s.signal);
         continue;
       }
       // A fault in the loop (its signal is discarded: the thread is resumed later with 0).

@@ -143,8 +143,12 @@ absl::StatusOr<long> Injector::RunToSyscallExit(long nr) {
       if (stop->kind == StopInfo::Kind::kExited || stop->kind == StopInfo::Kind::kKilled) {
         return absl::AbortedError(absl::StrCat("thread ", tid_, " died during injected syscall ", nr));
       }
-      if (stop->kind == StopInfo::Kind::kEventStop) {  // a leftover interrupt: go on
+      if (stop->kind == StopInfo::Kind::kEventStop) {  // a leftover interrupt or a group stop: go on
         ran = Syscall(tid_);
+        continue;
+      }
+      if (stop->kind == StopInfo::Kind::kSignalStop && TakeStopSignal(stop->signal)) {
+        ran = Syscall(tid_, stop->signal);
         continue;
       }
       ran = absl::InternalError(absl::StrCat("thread ", tid_, " stopped by signal ", stop->signal,
@@ -155,6 +159,12 @@ absl::StatusOr<long> Injector::RunToSyscallExit(long nr) {
   RETURN_IF_ERROR(ran);
   ASSIGN_OR_RETURN(user_regs_struct after, GetRegs(tid_));
   return static_cast<long>(after.rax);
+}
+
+bool Injector::TakeStopSignal(int signal) const {
+  if (signal != SIGSTOP && signal != SIGTSTP && signal != SIGTTIN && signal != SIGTTOU) return false;
+  if (stop_note_ != nullptr) stop_note_->store(signal);
+  return true;
 }
 
 absl::StatusOr<long> Injector::Call(absl::string_view what, long nr, uint64_t a0, uint64_t a1,

@@ -56,6 +56,15 @@ class Injector {
   // guardian journal). Not owned.
   void set_in_call_flag(std::atomic<uint32_t>* flag) { in_call_ = flag; }
 
+  // SIGSTOP cannot be blocked: one sent while a call runs stops the thread for delivery.
+  // It is let through (the process enters its group stop, which the kernel makes real once
+  // the tracer detaches), the call goes on, and the signal is written to `note` if set, so
+  // that a checkpoint taken meanwhile records the process as stopped. Not owned.
+  void set_stop_note(std::atomic<int>* note) { stop_note_ = note; }
+  // At a signal-delivery stop for `signal`: whether it is a stop signal, noted and to be
+  // let through by the caller.
+  bool TakeStopSignal(int signal) const;
+
   // kGuarded's window around a call (the class comment), for Raw and for a CallBatch: sets
   // the in-call flag, blocks every signal, then loads `call`; on failure puts back `saved`
   // and `mask` itself. Leave puts back the registers, the mask, then clears the flag.
@@ -99,6 +108,7 @@ class Injector {
   uint64_t syscall_insn_;
   Drive drive_ = Drive::kSingleStep;
   std::atomic<uint32_t>* in_call_ = nullptr;
+  std::atomic<int>* stop_note_ = nullptr;
   pid_t last_new_task_ = 0;
 };
 

@@ -91,8 +91,9 @@ absl::Status SingleStep(pid_t tid) {
   return Check(Ptrace(PTRACE_SINGLESTEP, tid, nullptr, nullptr), "ptrace(SINGLESTEP)", tid);
 }
 
-absl::Status Syscall(pid_t tid) {
-  return Check(Ptrace(PTRACE_SYSCALL, tid, nullptr, nullptr), "ptrace(SYSCALL)", tid);
+absl::Status Syscall(pid_t tid, int signal) {
+  return Check(Ptrace(PTRACE_SYSCALL, tid, nullptr, reinterpret_cast<void*>(static_cast<long>(signal))),
+               "ptrace(SYSCALL)", tid);
 }
 
 absl::StatusOr<user_regs_struct> GetRegs(pid_t tid) {

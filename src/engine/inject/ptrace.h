@@ -34,7 +34,7 @@ absl::Status Detach(pid_t tid, int signal = 0);
 absl::Status Cont(pid_t tid, int signal = 0);
 absl::Status SingleStep(pid_t tid);
 // PTRACE_SYSCALL: resume until the next syscall entry or exit.
-absl::Status Syscall(pid_t tid);
+absl::Status Syscall(pid_t tid, int signal = 0);
 
 absl::StatusOr<user_regs_struct> GetRegs(pid_t tid);
 absl::Status SetRegs(pid_t tid, const user_regs_struct& regs);

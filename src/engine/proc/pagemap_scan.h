@@ -28,5 +28,11 @@ constexpr uint64_t kPageIsFile = 1 << 2;
 constexpr uint64_t kPageIsPresent = 1 << 3;
 constexpr uint64_t kPageIsSwapped = 1 << 4;
 constexpr uint64_t kPageIsPfnZero = 1 << 5;
+// A guard region page (madvise MADV_GUARD_INSTALL, Linux 6.13+; reported from 6.14): no
+// page, a marker that makes any access fault. Older kernels refuse the bit (EINVAL).
+constexpr uint64_t kPageIsGuard = 1 << 8;
+
+// Whether PAGEMAP_SCAN knows kPageIsGuard here (asked once, on a page of our own).
+bool PagemapKnowsGuards();
 
 }  // namespace cairn::proc

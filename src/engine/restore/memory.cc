@@ -31,6 +31,7 @@ namespace {
 
 constexpr int kMapDroppable = 0x08;       // Linux 6.11+, not in Debian 12's headers
 constexpr uint64_t kMlockOnfault = 0x01;  // MLOCK_ONFAULT
+constexpr uint64_t kMadvGuardInstall = 102;  // Linux 6.13+
 
 constexpr uint64_t kPage = 4096;
 constexpr size_t kScratchStructs = 1024;  // where syscall structures go in the scratch area
@@ -588,6 +589,12 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
       if (HasFlag(v, "dp") && (f == "wf" || f == "dd")) continue;
       RETURN_IF_ERROR(inj.Call(absl::StrCat("madvise ", f), SYS_madvise, v.start(), v.end() - v.start(),
                                static_cast<uint64_t>(advice)).status());
+    }
+    for (const image::Extent& g : v.guards()) {
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("madvise(MADV_GUARD_INSTALL) %#x-%#x (a guard region; Linux 6.13+)",
+                                               g.offset(), g.offset() + g.length()),
+                               SYS_madvise, g.offset(), g.length(), kMadvGuardInstall)
+                          .status());
     }
     // mlock(2), mlock2(MLOCK_ONFAULT) or MAP_LOCKED: smaps "lo", with "lf" for on-fault.
     if (HasFlag(v, "lo")) {

@@ -40,6 +40,7 @@
 #include "engine/lazy/page_client.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
+#include "engine/restore/verify.h"
 
 namespace cairn::restore {
 namespace {
@@ -105,8 +106,16 @@ class Tasks {
     if (released_) return;
     for (pid_t pid : pids_) ::kill(pid, SIGKILL);
     for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
-      int status;
-      while (::waitpid(*it, &status, __WALL) < 0 && errno == EINTR) {
+      // The threads first: a traced leader is reported only once its tracer has reaped
+      // every other thread of its group.
+      std::vector<pid_t> tids;
+      if (auto listed = proc::ListTasks(*it); listed.ok()) tids = *listed;
+      tids.erase(std::remove(tids.begin(), tids.end(), *it), tids.end());
+      tids.push_back(*it);
+      for (pid_t tid : tids) {
+        int status;
+        while (::waitpid(tid, &status, __WALL) < 0 && errno == EINTR) {
+        }
       }
     }
   }
@@ -593,6 +602,16 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       built = Annotate(built, absl::StrCat("pid ", p->pid(), ": set its SIGTRAP action"));
     }
   }
+  double verify_seconds = 0;
+  if (built.ok()) built = PlantDifferenceForTest(root_host);
+  if (built.ok() && opts.verify) {
+    auto v0 = Clock::now();
+    for (const image::Process* p : procs) {
+      if (!built.ok()) break;
+      if (!p->zombie()) built = VerifyRestored(*p, ids);
+    }
+    verify_seconds = std::chrono::duration<double>(Clock::now() - v0).count();
+  }
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }
@@ -631,6 +650,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Vma& v : p->vmas()) result.bytes += image::PieceBytes(image::ResolveArea(*img, *p, v));
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.verify_seconds = verify_seconds;
   CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, where,
                  result.bytes, result.seconds);
   return result;

@@ -30,6 +30,9 @@ struct RestoreOptions {
   // With lazy: a process with less saved memory than this is filled before it runs (starting
   // its page handler would cost more than copying its pages).
   uint64_t lazy_min_bytes = 0;
+  // Compare every restored process with its image before any runs (verify.h); a
+  // difference fails the restore.
+  bool verify = false;
 };
 
 struct RestoreResult {
@@ -38,6 +41,7 @@ struct RestoreResult {
   int processes = 0;
   uint64_t bytes = 0;     // page data written
   double seconds = 0;     // from start until the process runs
+  double verify_seconds = 0;  // of which --verify took this
 };
 
 // Rebuilds the process (tree) and lets it run. The root is a child of the caller, so the

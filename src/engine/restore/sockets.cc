@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 #include "common/sockaddr.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -177,6 +178,28 @@ absl::Status SendMessages(int sender, const std::string& content, const image::F
   return absl::OkStatus();
 }
 
+// A stream or seqpacket end whose peer had been closed: one end of a new pair, given the
+// bytes (or messages) that waited in it through the other end, which is then closed; the
+// kernel then shuts the survivor down both ways, as it was.
+absl::StatusOr<UniqueFd> CreateOrphan(const image::ImageReader& img, const image::Fd& fd, pid_t pid) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, fd.sock_type() | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoStatus("socketpair for " + Where(fd, pid));
+  }
+  UniqueFd mine(sv[0]), other(sv[1]);
+  if (fd.content_size() > 0) {
+    ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
+    if (fd.message_sizes_size() > 0) {
+      RETURN_IF_ERROR(SendMessages(other.get(), content, fd, pid));
+    } else {
+      RETURN_IF_ERROR(WriteAll(other.get(), content, "the socket of " + Where(fd, pid)));
+    }
+  }
+  other.Reset();
+  if (::fcntl(mine.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, pid));
+  return mine;
+}
+
 // SO_ATTACH_FILTER with the saved classic BPF program, then SO_LOCK_FILTER if it was locked.
 absl::Status AttachFilter(int sock, const image::Fd& fd, pid_t pid) {
   const std::string& raw = fd.socket_filter();
@@ -220,6 +243,11 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
         if (!fd.socket().peer().empty() && !fd.socket().reset()) connects.emplace_back(&fd, p->pid());
         continue;
       }
+      if (fd.orphaned()) {
+        ASSIGN_OR_RETURN(UniqueFd sock, CreateOrphan(img, fd, p->pid()));
+        RETURN_IF_ERROR(Park(std::move(sock), fd, p->pid(), m));
+        continue;
+      }
       if (!pairs.count(fd.sock_ino())) RETURN_IF_ERROR(CreatePair(fd, p->pid(), m, &pairs));
       int master = pairs.at(fd.sock_ino());
       if (::fcntl(master, F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, p->pid()));
@@ -247,6 +275,18 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
     RETURN_IF_ERROR(SendMessages(m->fds.at({pid, fd->fd()}), content, *fd, pid));
   }
   RETURN_IF_ERROR(RefillQueues(img, queues, pairs));
+  // shutdown(2) once the queues are full again (a socket shut down for sending, or whose
+  // peer is, takes nothing more). Either end's call marks both; each end's bits are
+  // given back as they were, which gives its peer the same bits again.
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (!IsSocket(fd) || fd.kind() != image::Fd::UNIX_SOCKET || fd.shutdown() == 0 || fd.orphaned()) continue;
+      int how = fd.shutdown() == 3 ? SHUT_RDWR : fd.shutdown() == 1 ? SHUT_RD : SHUT_WR;
+      if (::shutdown(m->fds.at({p->pid(), fd.fd()}), how) != 0) {
+        return ErrnoStatus(absl::StrFormat("shutdown(%d) %s as it was", how, Where(fd, p->pid())));
+      }
+    }
+  }
   // Filters last: the messages queued again had passed them once already.
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {

@@ -1,0 +1,365 @@
+#include "engine/restore/verify.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <linux/kcmp.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/inject/ptrace.h"
+#include "engine/proc/fds.h"
+#include "engine/proc/maps.h"
+#include "engine/proc/pidfd.h"
+#include "engine/proc/stat.h"
+
+namespace cairn::restore {
+namespace {
+
+// The differences found, as "what: image X, restored Y".
+class Findings {
+ public:
+  template <typename A, typename B>
+  void Compare(const std::string& what, const A& image, const B& restored) {
+    if (image == restored) return;
+    Add(absl::StrFormat("%s: checkpoint %s, restored %s", what, absl::FormatStreamed(image),
+                        absl::FormatStreamed(restored)));
+  }
+  void Add(std::string line) { lines_.push_back(std::move(line)); }
+  bool empty() const { return lines_.empty(); }
+  const std::vector<std::string>& lines() const { return lines_; }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+std::string Hex(uint64_t v) { return absl::StrFormat("%#x", v); }
+
+// ---- memory
+
+// The mapping flags (smaps mnemonics) whose loss or gain changes what the program sees.
+constexpr const char* kComparedFlags[] = {"lo", "lf", "dp", "wf", "dc", "dd", "gd", "hg", "nh"};
+
+struct Range {
+  uint64_t start = 0, end = 0;
+  std::string attrs;  // everything compared, as one string: equal strings merge
+
+  bool operator==(const Range& o) const { return start == o.start && end == o.end && attrs == o.attrs; }
+};
+
+std::string Attrs(uint32_t prot, bool shared, const std::string& object, const std::vector<std::string>& flags,
+                  bool may_write_matters) {
+  std::string a = absl::StrFormat("%c%c%c%c %s", prot & 1 ? 'r' : '-', prot & 2 ? 'w' : '-', prot & 4 ? 'x' : '-',
+                                  shared ? 's' : 'p', object);
+  for (const char* f : kComparedFlags) {
+    if (std::find(flags.begin(), flags.end(), f) != flags.end()) absl::StrAppend(&a, " ", f);
+  }
+  if (may_write_matters && std::find(flags.begin(), flags.end(), "mw") != flags.end()) absl::StrAppend(&a, " mw");
+  return a;
+}
+
+// Adjacent ranges with the same attributes are one: the kernel merges (or splits) areas
+// with nothing visible to the program.
+std::vector<Range> Merge(std::vector<Range> in) {
+  std::sort(in.begin(), in.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  std::vector<Range> out;
+  for (Range& r : in) {
+    if (!out.empty() && out.back().end == r.start && out.back().attrs == r.attrs) {
+      out.back().end = r.end;
+    } else {
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+std::vector<Range> ImageRanges(const image::Process& proc) {
+  std::vector<Range> out;
+  for (const image::Vma& v : proc.vmas()) {
+    std::string object;
+    switch (v.kind()) {
+      case image::Vma::VDSO:
+      case image::Vma::VVAR:
+        continue;  // the running kernel's own
+      case image::Vma::ANON:
+        object = "anonymous";
+        break;
+      case image::Vma::SHARED_ANON:
+        object = "shared-anonymous";
+        break;
+      case image::Vma::SYSV_SHM:
+        object = absl::StrCat("sysv:", v.shmem_id());
+        break;
+      case image::Vma::FILE_PRIVATE:
+      case image::Vma::FILE_SHARED:
+        object = v.file_deleted() ? "deleted-file"
+                                  : absl::StrFormat("file %d:%d:%d", major(v.file().dev()), minor(v.file().dev()),
+                                                    v.file().ino());
+        break;
+      default:
+        object = "?";
+    }
+    std::vector<std::string> flags(v.vm_flags().begin(), v.vm_flags().end());
+    out.push_back({v.start(), v.end(),
+                   Attrs(v.prot(), v.shared() || v.kind() == image::Vma::FILE_SHARED ||
+                                       v.kind() == image::Vma::SHARED_ANON || v.kind() == image::Vma::SYSV_SHM,
+                         object, flags, v.kind() == image::Vma::FILE_SHARED)});
+  }
+  return Merge(std::move(out));
+}
+
+std::vector<Range> RestoredRanges(const std::vector<proc::MapEntry>& maps) {
+  std::vector<Range> out;
+  for (const proc::MapEntry& m : maps) {
+    const std::string& p = m.path;
+    if (p == "[vdso]" || p == "[vvar]" || p == "[vvar_vclock]" || p == "[vsyscall]") continue;
+    std::string object;
+    bool file = !p.empty() && p[0] == '/';
+    if (m.inode == 0 || !file) {
+      object = "anonymous";
+    } else if (m.shared && absl::StartsWith(p, "/dev/zero")) {
+      object = "shared-anonymous";
+    } else if (absl::StartsWith(p, "/SYSV")) {
+      object = absl::StrCat("sysv:", m.inode);
+    } else if (absl::EndsWith(p, " (deleted)")) {
+      object = "deleted-file";
+    } else {
+      object = absl::StrFormat("file %d:%d:%d", m.dev_major, m.dev_minor, m.inode);
+    }
+    bool shared_file = m.shared && (absl::StartsWith(object, "file") || object == "deleted-file");
+    out.push_back({m.start, m.end, Attrs(m.prot, m.shared, object, m.vm_flags, shared_file)});
+  }
+  return Merge(std::move(out));
+}
+
+void CompareMemory(const image::Process& proc, pid_t host, Findings* f) {
+  auto maps = proc::ReadSmaps(host);
+  if (!maps.ok()) {
+    f->Add(absl::StrCat("memory: cannot read /proc/", host, "/smaps: ", maps.status().message()));
+    return;
+  }
+  std::vector<Range> want = ImageRanges(proc), got = RestoredRanges(*maps);
+  // Walk both sorted lists; report each range that is not exactly matched.
+  size_t i = 0, j = 0;
+  int reported = 0;
+  while ((i < want.size() || j < got.size()) && reported < 8) {
+    if (i < want.size() && j < got.size() && want[i] == got[j]) {
+      ++i, ++j;
+      continue;
+    }
+    if (j >= got.size() || (i < want.size() && want[i].start < got[j].start)) {
+      f->Add(absl::StrFormat("memory %#x-%#x: checkpoint '%s', restored %s", want[i].start, want[i].end, want[i].attrs,
+                             j < got.size() && got[j].start < want[i].end
+                                 ? absl::StrFormat("'%s' at %#x-%#x", got[j].attrs, got[j].start, got[j].end)
+                                 : std::string("nothing there")));
+      ++i;
+    } else if (i >= want.size() || got[j].start < want[i].start) {
+      f->Add(absl::StrFormat("memory %#x-%#x: checkpoint has nothing there, restored '%s'", got[j].start, got[j].end,
+                             got[j].attrs));
+      ++j;
+    } else {  // same start, different end or attributes
+      f->Add(absl::StrFormat("memory at %#x: checkpoint '%s' to %#x, restored '%s' to %#x", want[i].start,
+                             want[i].attrs, want[i].end, got[j].attrs, got[j].end));
+      ++i, ++j;
+    }
+    ++reported;
+  }
+}
+
+// ---- descriptors
+
+// Access mode and the status flags F_SETFL changes (O_LARGEFILE, which the kernel adds on
+// its own, and O_CLOEXEC, compared apart, are left out).
+constexpr int kComparedFdFlags = O_ACCMODE | O_APPEND | O_NONBLOCK | O_ASYNC | O_DIRECT | O_NOATIME;
+
+void CompareFds(const image::Process& proc, pid_t host, const IdMap& ids, Findings* f) {
+  auto fds = proc::ReadFds(host);
+  if (!fds.ok()) {
+    f->Add(absl::StrCat("descriptors: cannot read /proc/", host, "/fd: ", fds.status().message()));
+    return;
+  }
+  std::map<int, const proc::FdInfo*> got;
+  for (const proc::FdInfo& info : *fds) got[info.fd] = &info;
+  std::set<int> expected;
+  for (const image::Fd& fd : proc.fds()) {
+    expected.insert(fd.fd());
+    std::string what = absl::StrFormat("fd %d (%s)", fd.fd(), fd.path());
+    auto it = got.find(fd.fd());
+    if (it == got.end()) {
+      f->Add(what + ": checkpoint has it, restored process does not");
+      continue;
+    }
+    const proc::FdInfo& info = *it->second;
+    f->Compare(what + " close-on-exec", fd.cloexec(), (info.flags & O_CLOEXEC) != 0);
+    if (fd.is_dup()) {
+      pid_t of = ids.Host(fd.dup_of_pid() != 0 ? fd.dup_of_pid() : proc.pid());
+      long same = ::syscall(SYS_kcmp, of, host, KCMP_FILE, fd.dup_of(), fd.fd());
+      if (same != 0) {
+        f->Add(absl::StrFormat("%s: shared its open file description with fd %d of pid %d, restored it does not",
+                               what, fd.dup_of(), fd.dup_of_pid() != 0 ? fd.dup_of_pid() : proc.pid()));
+      }
+      continue;
+    }
+    f->Compare(what + " flags", absl::StrFormat("%#o", fd.flags() & kComparedFdFlags),
+               absl::StrFormat("%#o", info.flags & kComparedFdFlags));
+    if (fd.kind() == image::Fd::REGULAR) {
+      f->Compare(what + " offset", fd.pos(), info.pos);
+      if (!fd.deleted()) f->Compare(what + " file", fd.path(), info.target);
+    }
+  }
+  for (const auto& [n, info] : got) {
+    if (!expected.count(n)) f->Add(absl::StrFormat("fd %d (%s): restored process has it, checkpoint does not", n, info->target));
+  }
+}
+
+// ---- the rest of the process
+
+std::string Ids(const google::protobuf::RepeatedField<uint32_t>& v) { return absl::StrJoin(v, ","); }
+std::string Ids(const uint32_t* v, int n) { return absl::StrJoin(v, v + n, ","); }
+
+void CompareProcess(const image::Process& proc, pid_t host, Findings* f) {
+  auto st = proc::ReadStatus(host);
+  if (!st.ok()) {
+    f->Add(absl::StrCat("status: cannot read /proc/", host, "/status: ", st.status().message()));
+    return;
+  }
+  const image::Creds& c = proc.creds();
+  if (c.uids_size() == 4) f->Compare("uids (real, effective, saved, fs)", Ids(c.uids()), Ids(st->uid, 4));
+  if (c.gids_size() == 4) f->Compare("gids (real, effective, saved, fs)", Ids(c.gids()), Ids(st->gid, 4));
+  std::vector<uint32_t> want_groups(c.groups().begin(), c.groups().end()), got_groups(st->groups.begin(), st->groups.end());
+  std::sort(want_groups.begin(), want_groups.end());
+  std::sort(got_groups.begin(), got_groups.end());
+  f->Compare("supplementary groups", absl::StrJoin(want_groups, ","), absl::StrJoin(got_groups, ","));
+  f->Compare("effective capabilities", Hex(c.cap_eff()), Hex(st->cap_eff));
+  f->Compare("permitted capabilities", Hex(c.cap_prm()), Hex(st->cap_prm));
+  f->Compare("inheritable capabilities", Hex(c.cap_inh()), Hex(st->cap_inh));
+  f->Compare("bounding capabilities", Hex(c.cap_bnd()), Hex(st->cap_bnd));
+  f->Compare("ambient capabilities", Hex(c.cap_amb()), Hex(st->cap_amb));
+  f->Compare("no_new_privs", c.no_new_privs(), st->no_new_privs);
+  if (st->umask >= 0) f->Compare("umask", absl::StrFormat("%04o", proc.umask()), absl::StrFormat("%04o", st->umask));
+  if (st->thp_enabled >= 0) f->Compare("transparent huge pages disabled", proc.thp_disabled(), st->thp_enabled == 0);
+
+  // Signals: ignored and caught as the actions say; pending as saved.
+  uint64_t ignored = 0, caught = 0;
+  for (const image::SigAction& a : proc.sigactions()) {
+    if (a.signo() < 1 || a.signo() > 64) continue;
+    uint64_t bit = 1ULL << (a.signo() - 1);
+    if (a.handler() == 1) ignored |= bit;
+    if (a.handler() > 1) caught |= bit;
+  }
+  f->Compare("ignored signals", Hex(ignored), Hex(st->sig_ignored));
+  f->Compare("caught signals", Hex(caught), Hex(st->sig_caught));
+
+  for (const image::Rlimit& r : proc.rlimits()) {
+    rlimit rl{};
+    if (::prlimit(host, static_cast<__rlimit_resource>(r.resource()), nullptr, &rl) != 0) continue;
+    f->Compare(absl::StrCat("rlimit ", r.resource(), " (soft, hard)"), absl::StrCat(r.cur(), ",", r.max()),
+               absl::StrCat(rl.rlim_cur, ",", rl.rlim_max));
+  }
+  auto read_trimmed = [&](const char* name) -> std::string {
+    auto text = ReadFile(absl::StrCat("/proc/", host, "/", name));
+    return text.ok() ? std::string(absl::StripAsciiWhitespace(*text)) : std::string("(unreadable)");
+  };
+  f->Compare("oom_score_adj", absl::StrCat(proc.oom_score_adj()), read_trimmed("oom_score_adj"));
+  if (proc.has_loginuid()) f->Compare("loginuid", absl::StrCat(proc.loginuid()), read_trimmed("loginuid"));
+  char buf[4096];
+  for (const char* link : {"cwd", "root"}) {
+    ssize_t n = ::readlink(absl::StrCat("/proc/", host, "/", link).c_str(), buf, sizeof buf);
+    std::string got = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "(unreadable)";
+    f->Compare(link, std::string(link) == "cwd" ? proc.cwd() : proc.root(), got);
+  }
+
+  auto timers = proc::ReadTimers(host);
+  if (timers.ok()) {
+    std::vector<std::string> want, got;
+    for (const image::PosixTimer& t : proc.posix_timers()) {
+      want.push_back(absl::StrFormat("id %d clock %d signal %d", t.id(), t.clock(), t.notify() == SIGEV_NONE ? 0 : t.signo()));
+    }
+    for (const proc::TimerInfo& t : *timers) {
+      got.push_back(absl::StrFormat("id %d clock %d signal %d", t.id, t.clock, t.notify == "none" ? 0 : t.signo));
+    }
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    f->Compare("POSIX timers", absl::StrJoin(want, "; "), absl::StrJoin(got, "; "));
+  }
+}
+
+void CompareThreads(const image::Process& proc, pid_t host, const IdMap& ids, Findings* f) {
+  std::vector<pid_t> want;
+  for (const image::Thread& t : proc.threads()) want.push_back(ids.Host(t.tid()));
+  std::sort(want.begin(), want.end());
+  auto got = proc::ListTasks(host);
+  if (!got.ok()) {
+    f->Add(absl::StrCat("threads: cannot list /proc/", host, "/task: ", got.status().message()));
+    return;
+  }
+  f->Compare("threads", absl::StrJoin(want, ","), absl::StrJoin(*got, ","));
+  for (const image::Thread& t : proc.threads()) {
+    auto mask = inject::GetSigmask(ids.Host(t.tid()));
+    if (mask.ok()) f->Compare(absl::StrCat("thread ", t.tid(), " blocked signals"), Hex(t.blocked_mask()), Hex(*mask));
+  }
+}
+
+}  // namespace
+
+absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids) {
+  pid_t host = ids.Host(proc.pid());
+  Findings f;
+  CompareThreads(proc, host, ids, &f);
+  CompareMemory(proc, host, &f);
+  CompareFds(proc, host, ids, &f);
+  CompareProcess(proc, host, &f);
+  if (f.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "--verify: restored pid %d differs from its checkpoint (%d difference%s): %s", proc.pid(), f.lines().size(),
+      f.lines().size() == 1 ? "" : "s", absl::StrJoin(f.lines(), "; ")));
+}
+
+absl::Status PlantDifferenceForTest(pid_t host_pid) {
+  const char* what = std::getenv("CAIRN_VERIFY_PLANT");
+  if (what == nullptr || *what == '\0') return absl::OkStatus();
+  std::string plant = what;
+  if (plant == "oom_score_adj") {
+    std::string path = absl::StrCat("/proc/", host_pid, "/oom_score_adj");
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd.valid() || ::write(fd.get(), "777", 3) != 3) return ErrnoStatus("plant: write " + path);
+    return absl::OkStatus();
+  }
+  if (plant == "rlimit") {
+    rlimit rl{};
+    if (::prlimit(host_pid, RLIMIT_NOFILE, nullptr, &rl) != 0) return ErrnoStatus("plant: prlimit");
+    rl.rlim_cur = rl.rlim_cur > 64 ? rl.rlim_cur - 1 : rl.rlim_cur + 1;
+    if (::prlimit(host_pid, RLIMIT_NOFILE, &rl, nullptr) != 0) return ErrnoStatus("plant: prlimit");
+    return absl::OkStatus();
+  }
+  if (plant == "fd_flags") {
+    // O_NONBLOCK toggled on the process's first descriptor, through a copy of it (same
+    // open file description).
+    ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(host_pid));
+    if (fds.empty()) return absl::FailedPreconditionError("plant: the process has no descriptor");
+    ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(host_pid, fds.front().fd));
+    int flags = ::fcntl(copy.get(), F_GETFL);
+    if (flags < 0 || ::fcntl(copy.get(), F_SETFL, flags ^ O_NONBLOCK) != 0) return ErrnoStatus("plant: F_SETFL");
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("CAIRN_VERIFY_PLANT: unknown object '" + plant + "'");
+}
+
+}  // namespace cairn::restore

@@ -1,0 +1,35 @@
+#pragma once
+// `cairn restore --verify`: after a restore has rebuilt every process and before any of them
+// runs an instruction, reads back what the kernel now says about each object the image holds
+// and compares it with the image. A difference fails the restore (its processes are killed),
+// naming the process, the object and both values.
+//
+// Compared, per process: its threads (ids, blocked signal masks); its memory layout (every
+// range's protection, sharing, backing object — anonymous, shared anonymous, System V
+// segment, a file by device and inode, or a deleted file — and the mapping flags that change
+// behaviour: locked, lock-on-fault, droppable, wipe-on-fork, don't-fork, don't-dump, may-write,
+// grows-down, huge-page advice); its descriptors (the same numbers and no others, close-on-exec,
+// access mode and status flags, the file and offset of regular files, and that descriptors
+// which shared an open file description share one again, by kcmp); credentials, capabilities
+// and no_new_privs; resource limits; oom_score_adj, loginuid, transparent huge pages off,
+// umask, cwd and root; ignored and caught signals, pending signals; POSIX timers (ids, clocks,
+// signals). Not compared here (each has round-trip workloads instead): file locks, socket
+// state and options, timers' remaining times, page contents (checksummed when read).
+
+#include "absl/status/status.h"
+#include "engine/restore/ids.h"
+#include "image.pb.h"
+
+namespace cairn::restore {
+
+// Compares the restored process `proc` (every thread stopped under the caller's ptrace, its
+// final registers and masks set) with its image. OK, or FailedPrecondition listing every
+// difference found.
+absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids);
+
+// Test hook: with CAIRN_VERIFY_PLANT set to one of "oom_score_adj", "fd_flags" or "rlimit",
+// changes that object of the restored process `host_pid` before it is verified, so that a
+// test can see --verify catch a difference. Does nothing when the variable is unset.
+absl::Status PlantDifferenceForTest(pid_t host_pid);
+
+}  // namespace cairn::restore
