@@ -8,7 +8,8 @@
 // range's protection, sharing, backing object — anonymous, shared anonymous, System V
 // segment, a file by device and inode, or a deleted file — and the mapping flags that change
 // behaviour: locked, lock-on-fault, droppable, wipe-on-fork, don't-fork, don't-dump, may-write,
-// grows-down, huge-page advice); its descriptors (the same numbers and no others, close-on-exec,
+// grows-down, huge-page advice; the flags only when the image has an area with one of them,
+// as reading them costs a page-table walk); its descriptors (the same numbers and no others, close-on-exec,
 // access mode and status flags, the file and offset of regular files, and that descriptors
 // which shared an open file description share one again, by kcmp); credentials, capabilities
 // and no_new_privs; resource limits; oom_score_adj, loginuid, transparent huge pages off,
