@@ -93,6 +93,7 @@ const Spec kSpecs[] = {
     {"wl_unix_dgram_self"},
     {"wl_sockets_unix_shutdown", true, false, true, false},
     {"wl_guard_regions", true, false, true, false},
+    {"wl_ambient_caps", true, false, true, false},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

@@ -60,6 +60,8 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_stop_signal"},
     {"wl_tree_clone_files", true, true, /*leave_running=*/true},
     {"wl_tree_clone_vm", /*dumpable=*/false},
+    {"wl_tree_pidfd"},
+    {"wl_tree_ctty"},
 };
 
 void PrintTo(const TreeSpec& spec, std::ostream* os) { *os << spec.name; }

@@ -44,7 +44,7 @@ absl::string_view KindOf(absl::string_view target) {
 // reopened (/dev/null, /dev/zero, /dev/urandom, a terminal...).
 const char* StatefulDevice(dev_t rdev, absl::string_view path) {
   unsigned major = ::major(rdev), minor = ::minor(rdev);
-  if (major == 5 && minor == 2) return "a pseudo-terminal master (/dev/ptmx)";
+  if (major == 5 && minor == 2) return "a pseudo-terminal master";
   if (major == 10 && minor == 200) return "a tun/tap interface";
   if (major == 10 && minor == 229) return "a FUSE connection";
   if (major == 10 && minor == 232) return "a KVM instance";
@@ -171,6 +171,43 @@ absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd
 // Records the kernel object behind `pid`'s descriptor `info` in `fd` (kind already set).
 // `capture`: also read the state that only a copy of the descriptor gives (a check-only
 // pass only validates).
+// A pidfd: of which process (fdinfo "Pid:", -1 once it has exited and been reaped). It must be
+// a process (or, with PIDFD_THREAD, a thread) of the checkpoint: another process's id would
+// name anything after a restore.
+absl::Status CapturePidfd(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info, image::Fd* fd) {
+  int32_t target = 0;
+  bool found = false;
+  for (const auto& [key, value] : info.extra) {
+    if (key == "Pid") found = absl::SimpleAtoi(value, &target);
+  }
+  if (!found) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is a pidfd whose process this kernel does not show (no Pid: in its fdinfo)", pid, info.fd));
+  }
+  if (target <= 0) {
+    fd->set_pidfd_pid(0);
+    return absl::OkStatus();
+  }
+  if (info.flags & O_EXCL) {  // PIDFD_THREAD (Linux 6.9+)
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is a pidfd of thread %d (PIDFD_THREAD); thread pidfds cannot be checkpointed yet — use a "
+        "pidfd of the process, or close it first",
+        pid, info.fd, target));
+  }
+  bool inside = false;
+  for (pid_t p : pids) {
+    inside = inside || p == target || ::access(absl::StrCat("/proc/", p, "/task/", target).c_str(), F_OK) == 0;
+  }
+  if (!inside) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is a pidfd of pid %d, which is not part of the checkpoint; after a restore that id could be "
+        "any process — checkpoint the tree that holds it (--tree), or close the pidfd first",
+        pid, info.fd, target));
+  }
+  fd->set_pidfd_pid(target);
+  return absl::OkStatus();
+}
+
 absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info, bool capture,
                                  image::Fd* fd) {
   switch (fd->kind()) {
@@ -370,6 +407,14 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         }
       }
       if (dup_of != nullptr) {
+        // A live pidfd is made again inside its process (restore/files.h): one shared with
+        // another process cannot be.
+        if (info.target == "anon_inode:[pidfd]" && dup_of->pid != pid) {
+          return absl::UnimplementedError(absl::StrFormat(
+              "pid %d fd %d is a pidfd it shares with pid %d (fd %d), inherited over fork; a pidfd shared between "
+              "processes cannot be checkpointed yet — close one of them",
+              pid, info.fd, dup_of->pid, dup_of->fd));
+        }
         image::Fd fd;
         fd.set_fd(info.fd);
         fd.set_is_dup(true);
@@ -432,6 +477,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       if (out != nullptr) *out->add_fds() = std::move(fd);
       continue;
     }
+    if (info.target == "anon_inode:[pidfd]") {
+      image::Fd fd = Describe(info, image::Fd::PIDFD);
+      RETURN_IF_ERROR(CapturePidfd(pids, pid, info, &fd));
+      if (out != nullptr) *out->add_fds() = std::move(fd);
+      continue;
+    }
     if (std::optional<image::Fd::Kind> kind = KernelObjectKind(info.target)) {
       image::Fd fd = Describe(info, *kind);
       RETURN_IF_ERROR(CaptureKernelObject(pids, pid, info, out != nullptr, &fd));
@@ -441,7 +492,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     auto unsupported = [&](absl::string_view kind) {
       return absl::UnimplementedError(absl::StrFormat(
           "pid %d fd %d is %s (%s); checkpoints support regular files, directories, character devices, pipes, "
-          "FIFOs, sockets, memfds, eventfd, timerfd, signalfd, epoll and inotify descriptors, and dups of these — close it or redirect it to a file "
+          "FIFOs, sockets, memfds, eventfd, timerfd, signalfd, epoll and inotify descriptors, pidfds, and dups of these — close it or redirect it to a file "
           "before checkpointing",
           pid, info.fd, kind, info.target));
     };

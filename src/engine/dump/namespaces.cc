@@ -91,10 +91,12 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
     p->set_ppid(map(p->ppid()));
     p->set_pgid(map(p->pgid()));
     p->set_sid(map(p->sid()));
+    if (p->ctty_foreground() != 0) p->set_ctty_foreground(map(p->ctty_foreground()));
     for (auto& t : *p->mutable_threads()) t.set_tid(map(t.tid()));
     for (auto& fd : *p->mutable_fds()) {
       if (fd.dup_of_pid() != 0) fd.set_dup_of_pid(map(fd.dup_of_pid()));
       if (fd.owner().pid() != 0) fd.mutable_owner()->set_pid(map(fd.owner().pid()));
+      if (fd.pidfd_pid() != 0) fd.set_pidfd_pid(map(fd.pidfd_pid()));
       for (auto& l : *fd.mutable_locks()) {
         if (l.pid() != 0) l.set_pid(map(l.pid()));
       }

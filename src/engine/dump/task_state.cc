@@ -289,6 +289,8 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, in
   out->set_pgid(st.pgrp);
   out->set_sid(st.session);
   out->set_comm(st.comm);
+  if (st.tty_nr != 0) out->set_ctty(proc::TtyDevice(st.tty_nr));
+  if (st.tty_nr != 0 && st.session == pid && st.tpgid > 0) out->set_ctty_foreground(static_cast<int32_t>(st.tpgid));
   int since = fp.stop_signal_since_frozen();  // a SIGSTOP let through while frozen
   out->set_stopped(fp.was_stopped() || since != 0);
   // Checked by the dump beforehand (CheckSharing): a root sharing with a parent outside the
@@ -319,15 +321,17 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, in
   ASSIGN_OR_RETURN(std::string auxv, ReadFile(absl::StrCat("/proc/", pid, "/auxv")));
   mm->set_auxv(std::move(auxv));
 
+  // From /proc/PID/limits: prlimit(2) on a process with other uids needs CAP_SYS_RESOURCE.
+  ASSIGN_OR_RETURN(std::vector<proc::Limit> limits, proc::ReadLimits(pid));
+  if (limits.size() < RLIMIT_NLIMITS) {
+    return absl::DataLossError(absl::StrCat("/proc/", pid, "/limits shows ", limits.size(), " limits, want ",
+                                            static_cast<int>(RLIMIT_NLIMITS)));
+  }
   for (int r = 0; r < RLIMIT_NLIMITS; ++r) {
-    rlimit rl{};
-    if (::prlimit(pid, static_cast<__rlimit_resource>(r), nullptr, &rl) != 0) {
-      return ErrnoStatus(absl::StrCat("prlimit pid ", pid, " resource ", r));
-    }
     image::Rlimit* l = out->add_rlimits();
     l->set_resource(r);
-    l->set_cur(rl.rlim_cur);
-    l->set_max(rl.rlim_max);
+    l->set_cur(limits[static_cast<size_t>(r)].cur);
+    l->set_max(limits[static_cast<size_t>(r)].max);
   }
 
   char buf[4096];

@@ -160,7 +160,15 @@ absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
       break;
     }
   }
-  ASSIGN_OR_RETURN(long ufd, inj.Call("userfaultfd", SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+  // A process without CAP_SYS_PTRACE may only make a userfaultfd limited to faults from user
+  // mode (vm.unprivileged_userfaultfd=0). That is enough here: in write-protect async mode no
+  // fault reaches the descriptor, the kernel resolves them all itself.
+  constexpr uint64_t kUffdUserModeOnly = 1;  // UFFD_USER_MODE_ONLY, Linux 5.11+
+  ASSIGN_OR_RETURN(long ufd, inj.Raw(SYS_userfaultfd, {O_CLOEXEC | O_NONBLOCK}));
+  if (ufd == -EPERM) {
+    ASSIGN_OR_RETURN(ufd, inj.Raw(SYS_userfaultfd, {O_CLOEXEC | O_NONBLOCK | kUffdUserModeOnly}));
+  }
+  ASSIGN_OR_RETURN(ufd, inject::SyscallResult("userfaultfd", inj.tid(), ufd));
   absl::StatusOr<long> parked;
   if (target >= 0) {
     parked = inj.Call("park the write tracker", SYS_dup3, static_cast<uint64_t>(ufd), static_cast<uint64_t>(target),

@@ -1,6 +1,7 @@
 #include "engine/proc/stat.h"
 
 #include <dirent.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 
@@ -46,7 +47,16 @@ absl::StatusOr<Stat> ParseStat(absl::string_view text) {
     return bad("numeric field");
   }
   if (f.size() >= 52 - 2) (void)absl::SimpleAtoi(f[52 - 3], &st.exit_code);
+  if (!u64(7, &st.tty_nr) || !absl::SimpleAtoi(f[8 - 3], &st.tpgid)) return bad("tty_nr/tpgid");
   return st;
+}
+
+uint64_t TtyDevice(uint64_t tty_nr) {
+  // The kernel's "new" encoding: minor's low 8 bits, then 12 bits of major, then the rest of
+  // minor.
+  uint64_t major = (tty_nr >> 8) & 0xfff;
+  uint64_t minor = (tty_nr & 0xff) | ((tty_nr >> 12) & 0xfff00);
+  return makedev(major, minor);
 }
 
 absl::StatusOr<Stat> ReadStat(pid_t pid) {
@@ -117,6 +127,37 @@ absl::StatusOr<Status> ReadStatus(pid_t pid) {
 absl::StatusOr<Status> ReadTaskStatus(pid_t pid, pid_t tid) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat("/proc/", pid, "/task/", tid, "/status")));
   return ParseStatus(text);
+}
+
+absl::StatusOr<std::vector<Limit>> ParseLimits(absl::string_view text) {
+  // "Limit  Soft Limit  Hard Limit  Units" then one line per limit, in RLIMIT_* order: a
+  // 25-column name, then the soft and hard values (numbers or "unlimited").
+  std::vector<Limit> out;
+  std::vector<absl::string_view> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  for (size_t i = 1; i < lines.size(); ++i) {
+    absl::string_view line = lines[i];
+    if (line.size() <= 25) return absl::DataLossError(absl::StrCat("limits: short line '", line, "'"));
+    std::vector<absl::string_view> f = absl::StrSplit(line.substr(25), ' ', absl::SkipEmpty());
+    if (f.size() < 2) return absl::DataLossError(absl::StrCat("limits: no soft and hard value in '", line, "'"));
+    Limit l;
+    for (auto [field, value] : {std::pair{f[0], &l.cur}, std::pair{f[1], &l.max}}) {
+      if (field == "unlimited") {
+        *value = ~0ULL;
+      } else if (!absl::SimpleAtoi(field, value)) {
+        return absl::DataLossError(absl::StrCat("limits: '", field, "' is not a number in '", line, "'"));
+      }
+    }
+    out.push_back(l);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<Limit>> ReadLimits(pid_t pid) {
+  std::string path = absl::StrCat("/proc/", pid, "/limits");
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  auto parsed = ParseLimits(text);
+  if (!parsed.ok()) return Annotate(parsed.status(), path);
+  return parsed;
 }
 
 absl::StatusOr<std::vector<pid_t>> ListTasks(pid_t pid) {

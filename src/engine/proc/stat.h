@@ -25,9 +25,14 @@ struct Stat {
   uint64_t start_data = 0, end_data = 0, start_brk = 0;
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
   int64_t exit_code = 0;     // field 52: the wait status a zombie will report
+  uint64_t tty_nr = 0;       // field 7: the controlling terminal (encoded dev_t: TtyDevice), 0: none
+  int64_t tpgid = -1;        // field 8: that terminal's foreground process group, -1: none
 
   bool IsKernelThread() const { return (flags & 0x00200000) != 0; }
 };
+
+// The device number (as stat's st_rdev) of a controlling terminal stat's field 7 names.
+uint64_t TtyDevice(uint64_t tty_nr);
 
 // Parses the text of /proc/PID/stat (comm may contain spaces and parentheses).
 absl::StatusOr<Stat> ParseStat(absl::string_view text);
@@ -51,6 +56,15 @@ absl::StatusOr<Status> ParseStatus(absl::string_view text);
 absl::StatusOr<Status> ReadStatus(pid_t pid);
 // /proc/PID/task/TID/status.
 absl::StatusOr<Status> ReadTaskStatus(pid_t pid, pid_t tid);
+
+// Resource limits as /proc/PID/limits shows them, indexed by RLIMIT_*: reading them needs no
+// more than reading the process's /proc files, where prlimit(2) on another process needs its
+// uids or CAP_SYS_RESOURCE. Unlimited is RLIM_INFINITY.
+struct Limit {
+  uint64_t cur = 0, max = 0;
+};
+absl::StatusOr<std::vector<Limit>> ParseLimits(absl::string_view text);
+absl::StatusOr<std::vector<Limit>> ReadLimits(pid_t pid);
 
 // Thread ids listed in /proc/PID/task, ascending.
 absl::StatusOr<std::vector<pid_t>> ListTasks(pid_t pid);

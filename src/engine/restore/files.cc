@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -400,6 +401,24 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
   return f;
 }
 
+// A pidfd of a process that has exited and been reaped: one of a child of ours that exits at
+// once, reaped after the pidfd is taken. Its flags (PIDFD_NONBLOCK) as saved.
+absl::StatusOr<UniqueFd> DeadPidfd(const image::Fd& fd, pid_t pid) {
+  pid_t child = ::fork();
+  if (child < 0) return ErrnoStatus(absl::StrFormat("fork (for the pidfd at fd %d of pid %d)", fd.fd(), pid));
+  if (child == 0) ::_exit(0);
+  UniqueFd f(static_cast<int>(::syscall(SYS_pidfd_open, child, 0)));
+  int open_errno = errno;
+  int status;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!f.valid()) return ErrnoStatus(absl::StrFormat("pidfd_open (for fd %d of pid %d)", fd.fd(), pid), open_errno);
+  if (::fcntl(f.get(), F_SETFL, fd.flags() & O_NONBLOCK) != 0) {
+    return ErrnoStatus(absl::StrFormat("fcntl(F_SETFL) on the pidfd for fd %d of pid %d", fd.fd(), pid));
+  }
+  return f;
+}
+
 struct flock LockRange(const image::FileLock& l) {
   struct flock fl{};
   fl.l_type = l.write() ? F_WRLCK : F_RDLCK;
@@ -499,6 +518,12 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
     for (const image::Fd& fd : p->fds()) {
       if (fd.is_dup()) continue;
       if (IsSocket(fd)) continue;  // OpenSocketMasters
+      if (fd.kind() == image::Fd::PIDFD) {
+        if (fd.pidfd_pid() != 0) continue;  // made inside its process (RestorePidfds)
+        ASSIGN_OR_RETURN(UniqueFd f, DeadPidfd(fd, p->pid()));
+        RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
+        continue;
+      }
       if (IsKernelObject(fd.kind())) {
         ASSIGN_OR_RETURN(UniqueFd f, CreateKernelObject(fd, p->pid()));
         RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
@@ -606,8 +631,48 @@ absl::Status RestoreOwners(inject::Injector& inj, inject::RemoteScratch& scratch
   return absl::OkStatus();
 }
 
+// The record of a live pidfd `fd` is, or is a dup of, in its process; null otherwise.
+const image::Fd* LivePidfdOf(const image::Process& proc, const image::Fd& fd) {
+  const image::Fd* origin = &fd;
+  if (fd.is_dup()) {
+    if (fd.dup_of_pid() != 0 && fd.dup_of_pid() != proc.pid()) return nullptr;
+    origin = nullptr;
+    for (const image::Fd& o : proc.fds()) {
+      if (o.fd() == fd.dup_of() && !o.is_dup()) origin = &o;
+    }
+    if (origin == nullptr) return nullptr;
+  }
+  return origin->kind() == image::Fd::PIDFD && origin->pidfd_pid() != 0 ? origin : nullptr;
+}
+
+absl::Status RestorePidfds(inject::Injector& inj, const image::Process& proc) {
+  for (const image::Fd& fd : proc.fds()) {
+    if (fd.is_dup() || LivePidfdOf(proc, fd) == nullptr) continue;
+    constexpr int kPidfdThread = O_EXCL;  // PIDFD_THREAD, Linux 6.9+
+    ASSIGN_OR_RETURN(long n, inj.Call(absl::StrFormat("pidfd_open(%d) for fd %d", fd.pidfd_pid(), fd.fd()),
+                                      SYS_pidfd_open, static_cast<uint64_t>(fd.pidfd_pid()),
+                                      static_cast<uint64_t>(fd.flags() & (O_NONBLOCK | kPidfdThread))));
+    if (n != fd.fd()) {
+      RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(n),
+                               static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0)
+                          .status());
+      RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(n)).status());
+    } else if (!fd.cloexec()) {
+      RETURN_IF_ERROR(inj.Call("fcntl(F_SETFD, 0)", SYS_fcntl, static_cast<uint64_t>(n), F_SETFD, 0).status());
+    }
+  }
+  for (const image::Fd& fd : proc.fds()) {
+    if (!fd.is_dup() || LivePidfdOf(proc, fd) == nullptr) continue;
+    RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(fd.dup_of()),
+                             static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0)
+                        .status());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters) {
   for (const image::Fd& fd : proc.fds()) {
+    if (LivePidfdOf(proc, fd) != nullptr) continue;  // RestorePidfds
     std::pair<pid_t, int> key = {proc.pid(), fd.fd()};
     if (fd.is_dup()) key = {fd.dup_of_pid() != 0 ? fd.dup_of_pid() : proc.pid(), fd.dup_of()};
     auto it = masters.fds.find(key);

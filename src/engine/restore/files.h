@@ -68,6 +68,11 @@ absl::Status FillSavedFile(int f, const std::string& content, const image::Saved
 // once no process sharing the table needs them.
 absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters);
 
+// In the task `inj` drives, once every process of the tree exists and after InstallFds: its
+// pidfds of live processes (and their dups), made with pidfd_open from inside, so that the
+// ids are the process's own. A pidfd of a reaped process is a master (OpenMasters).
+absl::Status RestorePidfds(inject::Injector& inj, const image::Process& proc);
+
 // In the task `inj` drives, once its descriptors and threads are in place: the saved
 // F_SETOWN_EX owners and F_SETSIG signals of its descriptions, set from inside.
 absl::Status RestoreOwners(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);

@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/sysmacros.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
@@ -18,6 +20,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -263,6 +266,51 @@ class StandIns {
   std::deque<StandIn> all_;  // stable addresses for Find and Add
 };
 
+// The path of terminal device `rdev`: from a descriptor of the checkpoint open on it, else
+// the pseudo-terminal slave it must be. Empty when neither.
+std::string TerminalPath(uint64_t rdev, const std::vector<const image::Process*>& procs) {
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (fd.kind() == image::Fd::CHAR_DEVICE && fd.rdev() == rdev) return fd.path();
+    }
+  }
+  unsigned maj = major(rdev), min = minor(rdev);
+  if (maj >= 136 && maj <= 143) return absl::StrFormat("/dev/pts/%u", (maj - 136) * 256 + min);
+  return "";
+}
+
+// In session leader `p` (a copy of the restorer), with `foreground` false: makes its saved
+// terminal its controlling terminal (TIOCSCTTY); with true: gives that terminal the saved
+// foreground process group (TIOCSPGRP). The terminal is opened for the call and closed.
+absl::Status TakeTerminal(inject::Injector& inj, inject::RemoteScratch& sc, const image::Process& p,
+                          const std::vector<const image::Process*>& procs, bool foreground) {
+  std::string path = TerminalPath(p.ctty(), procs);
+  if (path.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "its controlling terminal (device %u:%u) is no descriptor of the checkpoint and not a pseudo-terminal: "
+        "restore cannot find it again",
+        major(p.ctty()), minor(p.ctty())));
+  }
+  ASSIGN_OR_RETURN(uint64_t path_addr, sc.PutString(2048, path));
+  ASSIGN_OR_RETURN(long fd, inj.Call("open the controlling terminal " + path, SYS_openat,
+                                     static_cast<uint64_t>(AT_FDCWD), path_addr, O_RDWR | O_NOCTTY | O_NONBLOCK, 0));
+  absl::StatusOr<long> rc;
+  if (!foreground) {
+    rc = inj.Call("ioctl(TIOCSCTTY) on " + path +
+                      " (it must not be the controlling terminal of another session: the original's, if it was "
+                      "checkpointed with --leave-running?)",
+                  SYS_ioctl, static_cast<uint64_t>(fd), TIOCSCTTY, 0);
+  } else {
+    pid_t pgrp = p.ctty_foreground();
+    absl::StatusOr<uint64_t> at = sc.Put(2048, &pgrp, sizeof pgrp);
+    rc = at.ok() ? inj.Call(absl::StrFormat("ioctl(TIOCSPGRP, %d) on %s", pgrp, path), SYS_ioctl,
+                            static_cast<uint64_t>(fd), TIOCSPGRP, *at)
+                 : at.status();
+  }
+  RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(fd)).status());
+  return rc.status();
+}
+
 // Creates the tree's skeleton top-down: each process is forked (with its saved pid) by
 // its restored parent, which is still a copy of the restorer, so every task inherits the
 // work area and the master descriptors. Sessions are created before the children that
@@ -304,7 +352,12 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     StandIns sessions(work_area);
     bool reaper = p->child_subreaper() || (p == procs[0] && own_pid_ns);
     for (int phase = 0; phase < 2; ++phase) {
-      if (phase == 1 && leader) RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
+      if (phase == 1 && leader) {
+        RETURN_IF_ERROR(inj.Call("setsid", SYS_setsid).status());
+        // Its controlling terminal, before the members of its session are forked: they
+        // inherit it (nothing can give one to a process that exists already).
+        if (p->ctty() != 0) RETURN_IF_ERROR(Annotate(TakeTerminal(inj, sc, *p, procs, false), absl::StrCat("pid ", p->pid())));
+      }
       for (const image::Process* c : procs) {
         if (c->ppid() != p->pid() || c == procs[0]) continue;
         bool in_old_session = leader && c->sid() != p->pid();
@@ -387,7 +440,17 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
       }
     }
   }
-  return stand_ins.End();
+  RETURN_IF_ERROR(stand_ins.End());
+  // The foreground process group of each session's terminal, once every group exists.
+  std::set<pid_t> groups;
+  for (const image::Process* p : procs) groups.insert(p->pgid());
+  for (const image::Process* p : procs) {
+    if (p->sid() != p->pid() || p->ctty() == 0 || !groups.count(p->ctty_foreground())) continue;
+    inject::Injector inj(ids.Host(p->pid()), work_area);
+    inject::RemoteScratch sc(ids.Host(p->pid()), work_area + 4096, inject::RemoteScratch::kSize, false);
+    RETURN_IF_ERROR(Annotate(TakeTerminal(inj, sc, *p, procs, true), absl::StrCat("pid ", p->pid())));
+  }
+  return absl::OkStatus();
 }
 
 // Rebuilds one process (not a zombie) inside its task; leaves it stopped with its final
@@ -417,6 +480,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   if (own_table) {
     RETURN_IF_ERROR(InstallFds(inj, proc, masters));
+    RETURN_IF_ERROR(RestorePidfds(inj, proc));
     RETURN_IF_ERROR(ListenSockets(inj, proc));
     RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
   }
@@ -608,7 +672,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     auto v0 = Clock::now();
     for (const image::Process* p : procs) {
       if (!built.ok()) break;
-      if (!p->zombie()) built = VerifyRestored(*p, ids);
+      bool session_restored = std::any_of(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == p->sid(); });
+      if (!p->zombie()) built = VerifyRestored(*p, ids, session_restored);
     }
     verify_seconds = std::chrono::duration<double>(Clock::now() - v0).count();
   }

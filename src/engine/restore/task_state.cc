@@ -289,6 +289,14 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
     ASSIGN_OR_RETURN(uint64_t haddr, scratch.Put(kStructOff, &hdr, sizeof hdr));
     ASSIGN_OR_RETURN(uint64_t daddr, scratch.Put(kStructOff + 64, data, sizeof data));
     RETURN_IF_ERROR(inj.Call("capset", SYS_capset, haddr, daddr).status());
+    // Ambient capabilities, each raised on its own (the kernel allows it for a capability
+    // both permitted and inheritable, which the capset above restored).
+    for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
+      if (!(c.cap_amb() & (1ULL << cap))) continue;
+      RETURN_IF_ERROR(inj.Call(absl::StrFormat("prctl(PR_CAP_AMBIENT_RAISE, %d)", cap), SYS_prctl, PR_CAP_AMBIENT,
+                               PR_CAP_AMBIENT_RAISE, static_cast<uint64_t>(cap), 0, 0)
+                          .status());
+    }
   }
   if (c.no_new_privs()) {
     RETURN_IF_ERROR(main.Call("prctl(PR_SET_NO_NEW_PRIVS)", SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).status());

@@ -252,6 +252,24 @@ void CompareFds(const image::Process& proc, pid_t host, const IdMap& ids, Findin
 std::string Ids(const google::protobuf::RepeatedField<uint32_t>& v) { return absl::StrJoin(v, ","); }
 std::string Ids(const uint32_t* v, int n) { return absl::StrJoin(v, v + n, ","); }
 
+// The controlling terminal and its foreground group, for a process whose session the restore
+// rebuilt (its leader is in the checkpoint); others keep whatever session the restorer gave them.
+void CompareTerminal(const image::Process& proc, pid_t host, const IdMap& ids, bool session_restored, Findings* f) {
+  if (!session_restored) return;
+  auto st = proc::ReadStat(host);
+  if (!st.ok()) {
+    f->Add(absl::StrCat("controlling terminal: cannot read /proc/", host, "/stat: ", st.status().message()));
+    return;
+  }
+  uint64_t got = st->tty_nr != 0 ? proc::TtyDevice(st->tty_nr) : 0;
+  f->Compare("controlling terminal (device)", absl::StrFormat("%u:%u", major(proc.ctty()), minor(proc.ctty())),
+             absl::StrFormat("%u:%u", major(got), minor(got)));
+  if (proc.sid() == proc.pid() && proc.ctty_foreground() != 0) {
+    f->Compare("the terminal's foreground process group", static_cast<int64_t>(ids.Host(proc.ctty_foreground())),
+               st->tpgid);
+  }
+}
+
 void CompareProcess(const image::Process& proc, pid_t host, Findings* f) {
   auto st = proc::ReadStatus(host);
   if (!st.ok()) {
@@ -285,11 +303,18 @@ void CompareProcess(const image::Process& proc, pid_t host, Findings* f) {
   f->Compare("ignored signals", Hex(ignored), Hex(st->sig_ignored));
   f->Compare("caught signals", Hex(caught), Hex(st->sig_caught));
 
-  for (const image::Rlimit& r : proc.rlimits()) {
-    rlimit rl{};
-    if (::prlimit(host, static_cast<__rlimit_resource>(r.resource()), nullptr, &rl) != 0) continue;
-    f->Compare(absl::StrCat("rlimit ", r.resource(), " (soft, hard)"), absl::StrCat(r.cur(), ",", r.max()),
-               absl::StrCat(rl.rlim_cur, ",", rl.rlim_max));
+  auto limits = proc::ReadLimits(host);
+  if (!limits.ok()) {
+    f->Add(absl::StrCat("rlimits: ", limits.status().message()));
+  } else {
+    for (const image::Rlimit& r : proc.rlimits()) {
+      std::string got = "(not shown)";
+      if (r.resource() >= 0 && static_cast<size_t>(r.resource()) < limits->size()) {
+        const proc::Limit& l = (*limits)[static_cast<size_t>(r.resource())];
+        got = absl::StrCat(l.cur, ",", l.max);
+      }
+      f->Compare(absl::StrCat("rlimit ", r.resource(), " (soft, hard)"), absl::StrCat(r.cur(), ",", r.max()), got);
+    }
   }
   auto read_trimmed = [&](const char* name) -> std::string {
     auto text = ReadFile(absl::StrCat("/proc/", host, "/", name));
@@ -337,9 +362,10 @@ void CompareThreads(const image::Process& proc, pid_t host, const IdMap& ids, Fi
 
 }  // namespace
 
-absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids) {
+absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids, bool session_restored) {
   pid_t host = ids.Host(proc.pid());
   Findings f;
+  CompareTerminal(proc, host, ids, session_restored, &f);
   CompareThreads(proc, host, ids, &f);
   CompareMemory(proc, host, &f);
   CompareFds(proc, host, ids, &f);

@@ -12,7 +12,7 @@
 // as reading them costs a page-table walk); its descriptors (the same numbers and no others, close-on-exec,
 // access mode and status flags, the file and offset of regular files, and that descriptors
 // which shared an open file description share one again, by kcmp); credentials, capabilities
-// and no_new_privs; resource limits; oom_score_adj, loginuid, transparent huge pages off,
+// and no_new_privs; the controlling terminal and its foreground group; resource limits; oom_score_adj, loginuid, transparent huge pages off,
 // umask, cwd and root; ignored and caught signals, pending signals; POSIX timers (ids, clocks,
 // signals). Not compared here (each has round-trip workloads instead): file locks, socket
 // state and options, timers' remaining times, page contents (checksummed when read).
@@ -26,7 +26,9 @@ namespace cairn::restore {
 // Compares the restored process `proc` (every thread stopped under the caller's ptrace, its
 // final registers and masks set) with its image. OK, or FailedPrecondition listing every
 // difference found.
-absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids);
+// `session_restored`: the process's session leader is in the checkpoint, so its controlling
+// terminal (and, for the leader, the terminal's foreground group) is compared too.
+absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids, bool session_restored);
 
 // Test hook: with CAIRN_VERIFY_PLANT set to one of "oom_score_adj", "fd_flags" or "rlimit",
 // changes that object of the restored process `host_pid` before it is verified, so that a

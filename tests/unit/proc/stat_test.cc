@@ -1,6 +1,7 @@
 #include "engine/proc/stat.h"
 
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -248,6 +249,36 @@ TEST(ListTasksTest, SeesEveryThread) {
   EXPECT_TRUE(std::is_sorted(during->begin(), during->end()));
   EXPECT_THAT(*during, Contains(::getpid()));
   for (pid_t tid : tids) EXPECT_THAT(*during, Contains(tid));
+}
+
+TEST(LimitsTest, ParsesNumbersAndUnlimitedInResourceOrder) {
+  auto l = ParseLimits(
+      "Limit                     Soft Limit           Hard Limit           Units     \n"
+      "Max cpu time              unlimited            unlimited            seconds   \n"
+      "Max stack size            8388608              unlimited            bytes     \n"
+      "Max open files            1024                 524288               files     \n");
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_EQ(l->size(), 3u);
+  EXPECT_EQ((*l)[0].cur, ~0ULL);
+  EXPECT_EQ((*l)[1].cur, 8388608u);
+  EXPECT_EQ((*l)[1].max, ~0ULL);
+  EXPECT_EQ((*l)[2].cur, 1024u);
+  EXPECT_EQ((*l)[2].max, 524288u);
+}
+
+TEST(LimitsTest, GarbageIsDataLoss) {
+  EXPECT_EQ(ParseLimits("Limit Soft Hard Units\nMax cpu time              lots                 unlimited\n").status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(LimitsTest, OwnLimitsMatchGetrlimit) {
+  auto l = ReadLimits(::getpid());
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_GE(l->size(), static_cast<size_t>(RLIMIT_NLIMITS));
+  rlimit nofile{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &nofile), 0);
+  EXPECT_EQ((*l)[RLIMIT_NOFILE].cur, nofile.rlim_cur);
+  EXPECT_EQ((*l)[RLIMIT_NOFILE].max, nofile.rlim_max);
 }
 
 TEST(ListTasksTest, MissingProcessIsNotFound) {
