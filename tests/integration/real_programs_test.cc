@@ -29,6 +29,8 @@ constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kZstd[] = "/usr/bin/zstd";
 constexpr char kRedisServer[] = "/usr/bin/redis-server";
 constexpr char kRedisCli[] = "/usr/bin/redis-cli";
+constexpr char kNginx[] = "/usr/sbin/nginx";
+constexpr char kCurl[] = "/usr/bin/curl";
 
 constexpr char kPythonRounds[] = "6000000";
 
@@ -483,7 +485,7 @@ TEST_F(RealProgramTrees, Python3MultiprocessingSharedMemoryMidComputation) {
 // client before the checkpoint. After the restore it must answer on the same port with the same
 // data, and accept new clients that read and change it, exactly as the uninterrupted server would.
 class RealRedis : public RealPrograms {
- protected:
+ public:
   static int FreePort() {
     int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
@@ -499,6 +501,8 @@ class RealRedis : public RealPrograms {
     return port;
   }
 
+
+ protected:
   // `redis-cli -p PORT args...`: its stdout without the trailing newline, or "ERROR: ..." if it failed.
   std::string Cli(int port, std::vector<std::string> args) {
     std::vector<std::string> argv = {kRedisCli, "-h", "127.0.0.1", "-p", std::to_string(port)};
@@ -570,6 +574,73 @@ TEST_F(RealRedis, ServesTheSameDataOnTheSamePortAfterRestore) {
   Cli(port, {"SHUTDOWN", "NOSAVE"});
   Ending end = WaitGone(pid, 10s);
   EXPECT_TRUE(end.gone) << "the restored redis-server did not shut down";
+}
+
+// nginx as it is usually run: a root master and two workers that run as nobody, serving a file.
+// The tree is checkpointed (killed) and restored; the restored nginx serves the same file on the
+// same port, with two workers again.
+TEST_F(RealPrograms, NginxMasterAndWorkersServeAfterRestore) {
+  if (!fs::exists(kNginx) || !fs::exists(kCurl)) {
+    GTEST_SKIP() << kNginx << " or " << kCurl << " is not installed (scripts/install-deps.sh installs them)";
+  }
+  int port = RealRedis::FreePort();
+  ASSERT_GT(port, 0);
+  std::string dir = *temp_ / "nginx";
+  fs::create_directories(dir + "/www");
+  fs::create_directories(dir + "/logs");
+  // The workers (nobody) must reach the file.
+  for (fs::path p = dir + "/www"; p.string().size() > 1; p = p.parent_path()) {
+    if (p == fs::path("/tmp")) break;
+    fs::permissions(p, fs::perms::others_exec | fs::perms::others_read, fs::perm_options::add);
+  }
+  std::string body;
+  for (int i = 0; i < 2000; ++i) body += "line " + std::to_string(i) + " of the file nginx serves\n";
+  WriteFile(dir + "/www/file.txt", body);
+  fs::permissions(dir + "/www/file.txt", fs::perms::others_read, fs::perm_options::add);
+  WriteFile(dir + "/nginx.conf",
+            "daemon off;\nmaster_process on;\nworker_processes 2;\npid " + dir + "/nginx.pid;\nerror_log " + dir +
+                "/logs/error.log;\nevents { worker_connections 64; }\nhttp {\n  access_log off;\n"
+                "  client_body_temp_path " + dir + "/body;\n  server {\n    listen 127.0.0.1:" + std::to_string(port) +
+                ";\n    root " + dir + "/www;\n  }\n}\n");
+  WriteFile(dir + "/stdin", "");
+  pid_t pid = SpawnProgram({kNginx, "-p", dir, "-c", dir + "/nginx.conf"}, dir + "/stdin", dir + "/stdout",
+                           dir + "/stderr");
+  ASSERT_GT(pid, 0);
+  Track(pid, kNginx);
+  std::string url = "http://127.0.0.1:" + std::to_string(port) + "/file.txt";
+  auto get = [&] {
+    CommandResult r = RunCommand({kCurl, "-s", "--max-time", "5", url}, temp_->path(), WithTimeout(10s));
+    return r.Exited(0) ? r.out : "ERROR: " + r.Describe();
+  };
+  auto workers = [&] {  // the master's children
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+      auto st = ReadFile(e.path().string() + "/stat");
+      size_t close = st.rfind(')');
+      if (close != std::string::npos && st.find(" " + std::to_string(pid) + " ", close) == close + 3) {
+        out.push_back(std::atoi(e.path().filename().c_str()));
+      }
+    }
+    return out;
+  };
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (get() != body && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  ASSERT_EQ(get(), body) << "nginx did not serve: " << ReadFile(dir + "/logs/error.log") << ReadFile(dir + "/stderr");
+  std::vector<pid_t> before = workers();
+  ASSERT_EQ(before.size(), 2u);
+
+  std::string ckpt = *temp_ / "ckpt";
+  CommandResult dump = Cairn({"dump", "--tree", "--pid", std::to_string(pid), "--dir", ckpt}, WithTimeout(60s));
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  for (pid_t w : before) ASSERT_TRUE(WaitGone(w, 10s).gone);  // re-parented to us: reaped, their pids free
+  CommandResult restore = Restore(ckpt, /*detach=*/true, WithTimeout(60s));
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  EXPECT_EQ(workers(), before) << "the restored master does not have its two workers";
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(get(), body) << "request " << i << " after the restore";
+  ::kill(pid, SIGQUIT);
+  EXPECT_TRUE(WaitGone(pid, 10s).gone) << "the restored nginx did not stop on SIGQUIT";
 }
 
 }  // namespace
