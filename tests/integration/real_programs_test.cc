@@ -31,6 +31,7 @@ constexpr char kRedisServer[] = "/usr/bin/redis-server";
 constexpr char kRedisCli[] = "/usr/bin/redis-cli";
 constexpr char kNginx[] = "/usr/sbin/nginx";
 constexpr char kCurl[] = "/usr/bin/curl";
+constexpr char kTmux[] = "/usr/bin/tmux";
 
 constexpr char kPythonRounds[] = "6000000";
 
@@ -641,6 +642,68 @@ TEST_F(RealPrograms, NginxMasterAndWorkersServeAfterRestore) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(get(), body) << "request " << i << " after the restore";
   ::kill(pid, SIGQUIT);
   EXPECT_TRUE(WaitGone(pid, 10s).gone) << "the restored nginx did not stop on SIGQUIT";
+}
+
+// A tmux session running a shell: the tmux server holds the pseudo-terminal's master, the shell
+// runs on its slave as its controlling terminal. Both are checkpointed (killed) and restored; the
+// pane shows the same screen, the shell keeps its variables and runs new commands, and Ctrl-C
+// (the terminal's signal to its foreground group) still interrupts what it runs.
+TEST_F(RealPrograms, TmuxSessionWithAShellComesBack) {
+  if (!fs::exists(kTmux)) GTEST_SKIP() << kTmux << " is not installed (scripts/install-deps.sh installs it)";
+  std::string sock = *temp_ / "tmux.sock";
+  const CommandOptions env = WithEnv({"TERM=xterm"});
+  auto tmux = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {kTmux, "-S", sock};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = RunCommand(argv, temp_->path(), env);
+    return r.Exited(0) ? r.out : "ERROR: " + r.Describe();
+  };
+  auto screen_has = [&](const std::string& text) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (tmux({"capture-pane", "-p", "-t", "t"}).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  };
+  ASSERT_EQ(tmux({"new-session", "-d", "-s", "t", "-x", "100", "-y", "30", "bash --norc --noprofile"}), "");
+  std::string server_text = tmux({"display", "-p", "#{pid}"});
+  pid_t server = std::atoi(server_text.c_str());
+  ASSERT_GT(server, 0) << server_text;
+  Track(server, kTmux);
+  tmux({"send-keys", "-t", "t", "X=41; echo hello-$X", "Enter"});
+  ASSERT_TRUE(screen_has("hello-41")) << tmux({"capture-pane", "-p", "-t", "t"});
+  std::this_thread::sleep_for(200ms);  // the prompt after the output
+  std::string screen = tmux({"capture-pane", "-p", "-t", "t"});
+  std::vector<pid_t> shells;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string st = ReadFile(e.path().string() + "/stat");
+    size_t close = st.rfind(')');
+    if (close != std::string::npos && st.find(" " + std::to_string(server) + " ", close) == close + 3) {
+      shells.push_back(std::atoi(e.path().filename().c_str()));
+    }
+  }
+  ASSERT_EQ(shells.size(), 1u) << "the tmux server should have one shell";
+
+  std::string ckpt = *temp_ / "ckpt";
+  CommandResult dump = Cairn({"dump", "--tree", "--pid", std::to_string(server), "--dir", ckpt}, WithTimeout(60s));
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(WaitGone(server, 10s).gone);
+  ASSERT_TRUE(WaitGone(shells[0], 10s).gone);
+  CommandResult restore = Restore(ckpt, /*detach=*/true, WithTimeout(60s));
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+
+  EXPECT_EQ(tmux({"capture-pane", "-p", "-t", "t"}), screen) << "the pane shows another screen after the restore";
+  tmux({"send-keys", "-t", "t", "echo again-$((X+1))", "Enter"});
+  EXPECT_TRUE(screen_has("again-42")) << tmux({"capture-pane", "-p", "-t", "t"});
+  tmux({"send-keys", "-t", "t", "sleep 600; echo not-interrupted", "Enter"});
+  std::this_thread::sleep_for(300ms);
+  tmux({"send-keys", "-t", "t", "C-c"});
+  tmux({"send-keys", "-t", "t", "echo interrupted-$X", "Enter"});
+  EXPECT_TRUE(screen_has("interrupted-41")) << "Ctrl-C did not reach the shell's foreground job: "
+                                            << tmux({"capture-pane", "-p", "-t", "t"});
+  tmux({"kill-server"});
+  EXPECT_TRUE(WaitGone(server, 10s).gone);
 }
 
 }  // namespace

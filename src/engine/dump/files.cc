@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -27,6 +28,7 @@
 #include "engine/dump/inotify.h"
 #include "engine/dump/sockets.h"
 #include "engine/proc/pidfd.h"
+#include "engine/proc/pty.h"
 
 namespace cairn::dump {
 namespace {
@@ -44,7 +46,6 @@ absl::string_view KindOf(absl::string_view target) {
 // reopened (/dev/null, /dev/zero, /dev/urandom, a terminal...).
 const char* StatefulDevice(dev_t rdev, absl::string_view path) {
   unsigned major = ::major(rdev), minor = ::minor(rdev);
-  if (major == 5 && minor == 2) return "a pseudo-terminal master";
   if (major == 10 && minor == 200) return "a tun/tap interface";
   if (major == 10 && minor == 229) return "a FUSE connection";
   if (major == 10 && minor == 232) return "a KVM instance";
@@ -171,6 +172,48 @@ absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd
 // Records the kernel object behind `pid`'s descriptor `info` in `fd` (kind already set).
 // `capture`: also read the state that only a copy of the descriptor gives (a check-only
 // pass only validates).
+// A pseudo-terminal master, asked through a copy of it: its index, the terminal's settings
+// and size (the master's ioctls act on its slave), lock and packet mode, and the slave
+// file's owner and mode. Bytes waiting in either direction cannot be read without taking them
+// from the program: such a terminal is refused, to be checkpointed once it is idle.
+absl::Status CapturePty(pid_t pid, const proc::FdInfo& info, image::Fd* fd) {
+  ASSIGN_OR_RETURN(UniqueFd m, proc::CopyFd(pid, info.fd));
+  auto where = [&] { return absl::StrFormat("the pseudo-terminal master at fd %d of pid %d", info.fd, pid); };
+  image::PtyState* pty = fd->mutable_pty();
+  unsigned index = 0;
+  if (::ioctl(m.get(), TIOCGPTN, &index) != 0) return ErrnoStatus("ioctl(TIOCGPTN) on " + where());
+  pty->set_index(index);
+  proc::Termios2 t{};
+  if (::ioctl(m.get(), proc::kTcgets2, &t) != 0) return ErrnoStatus("ioctl(TCGETS2) on " + where());
+  pty->set_termios(std::string(reinterpret_cast<const char*>(&t), sizeof t));
+  winsize ws{};
+  if (::ioctl(m.get(), TIOCGWINSZ, &ws) != 0) return ErrnoStatus("ioctl(TIOCGWINSZ) on " + where());
+  pty->set_winsize(std::string(reinterpret_cast<const char*>(&ws), sizeof ws));
+  int locked = 0, packet = 0;
+  if (::ioctl(m.get(), TIOCGPTLCK, &locked) != 0) return ErrnoStatus("ioctl(TIOCGPTLCK) on " + where());
+  if (::ioctl(m.get(), TIOCGPKT, &packet) != 0) return ErrnoStatus("ioctl(TIOCGPKT) on " + where());
+  pty->set_locked(locked != 0);
+  pty->set_packet(packet != 0);
+  int output = 0, input = 0;
+  if (::ioctl(m.get(), FIONREAD, &output) != 0) return ErrnoStatus("ioctl(FIONREAD) on " + where());
+  UniqueFd slave(::ioctl(m.get(), TIOCGPTPEER, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
+  if (slave.valid() && ::ioctl(slave.get(), FIONREAD, &input) != 0) input = 0;
+  if (output != 0 || input != 0) {
+    return absl::UnavailableError(absl::StrFormat(
+        "%s has %d byte%s written by the program on the terminal and %d typed into it not read yet; they cannot "
+        "be saved without taking them away — checkpoint it when the terminal is idle",
+        where(), output, output == 1 ? "" : "s", input));
+  }
+  std::string slave_path = absl::StrCat("/proc/", pid, "/root/dev/pts/", index);
+  struct stat sst {};
+  if (::stat(slave_path.c_str(), &sst) == 0) {
+    pty->set_slave_uid(sst.st_uid);
+    pty->set_slave_gid(sst.st_gid);
+    pty->set_slave_mode(sst.st_mode & 07777);
+  }
+  return absl::OkStatus();
+}
+
 // A pidfd: of which process (fdinfo "Pid:", -1 once it has exited and been reaped). It must be
 // a process (or, with PIDFD_THREAD, a thread) of the checkpoint: another process's id would
 // name anything after a restore.
@@ -532,6 +575,10 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
           fd.set_content_xxh3(blob.xxh3);
         }
       }
+    } else if (S_ISCHR(st.st_mode) && ::major(st.st_rdev) == 5 && ::minor(st.st_rdev) == 2) {
+      fd.set_kind(image::Fd::PTY_MASTER);
+      fd.set_rdev(st.st_rdev);
+      RETURN_IF_ERROR(CapturePty(pid, info, &fd));
     } else if (S_ISCHR(st.st_mode)) {
       if (const char* what = StatefulDevice(st.st_rdev, path)) {
         return absl::UnimplementedError(absl::StrFormat(

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -26,6 +27,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/proc/pty.h"
 #include "engine/restore/sockets.h"
 
 namespace cairn::restore {
@@ -497,12 +499,73 @@ absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& s
   return absl::OkStatus();
 }
 
+// A new pseudo-terminal pair whose slave is /dev/pts/INDEX again: the kernel hands out the
+// lowest free index, so masters are opened (and held) until that one comes, or a higher one
+// shows it is taken. Then the slave's settings, size, owner and mode, packet mode and lock.
+absl::StatusOr<UniqueFd> RecreatePty(const image::Fd& fd, pid_t pid) {
+  const image::PtyState& pty = fd.pty();
+  auto where = [&] { return absl::StrFormat("the pseudo-terminal /dev/pts/%u (fd %d of pid %d)", pty.index(), fd.fd(), pid); };
+  std::vector<UniqueFd> placeholders;
+  UniqueFd m;
+  for (;;) {
+    UniqueFd f(::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!f.valid()) return ErrnoStatus("open /dev/ptmx for " + where());
+    unsigned index = 0;
+    if (::ioctl(f.get(), TIOCGPTN, &index) != 0) return ErrnoStatus("ioctl(TIOCGPTN) for " + where());
+    if (index == pty.index()) {
+      m = std::move(f);
+      break;
+    }
+    if (index > pty.index() || placeholders.size() > 4096) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: that pseudo-terminal is in use on this machine (by the original, if it was checkpointed with "
+          "--leave-running?); restore needs the same /dev/pts number",
+          where()));
+    }
+    placeholders.push_back(std::move(f));
+  }
+  placeholders.clear();
+  int unlock = 0;
+  if (::ioctl(m.get(), TIOCSPTLCK, &unlock) != 0) return ErrnoStatus("ioctl(TIOCSPTLCK, 0) on " + where());
+  if (pty.termios().size() == sizeof(proc::Termios2)) {
+    proc::Termios2 t;
+    std::memcpy(&t, pty.termios().data(), sizeof t);
+    if (::ioctl(m.get(), proc::kTcsets2, &t) != 0) return ErrnoStatus("ioctl(TCSETS2) on " + where());
+  }
+  if (pty.winsize().size() == sizeof(winsize)) {
+    winsize ws;
+    std::memcpy(&ws, pty.winsize().data(), sizeof ws);
+    if (::ioctl(m.get(), TIOCSWINSZ, &ws) != 0) return ErrnoStatus("ioctl(TIOCSWINSZ) on " + where());
+  }
+  int packet = pty.packet() ? 1 : 0;
+  if (packet && ::ioctl(m.get(), TIOCPKT, &packet) != 0) return ErrnoStatus("ioctl(TIOCPKT) on " + where());
+  if (pty.slave_mode() != 0) {
+    std::string slave = absl::StrCat("/dev/pts/", pty.index());
+    if (::chown(slave.c_str(), pty.slave_uid(), pty.slave_gid()) != 0 || ::chmod(slave.c_str(), pty.slave_mode()) != 0) {
+      return ErrnoStatus("give " + slave + " its owner and mode back");
+    }
+  }
+  int lock = pty.locked() ? 1 : 0;
+  if (lock && ::ioctl(m.get(), TIOCSPTLCK, &lock) != 0) return ErrnoStatus("ioctl(TIOCSPTLCK, 1) on " + where());
+  if (::fcntl(m.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + where());
+  return m;
+}
+
 absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs) {
   Masters m;
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) m.base = std::max(m.base, fd.fd() + 1);
   }
   RETURN_IF_ERROR(OpenFileObjects(img, procs, &m));
+  // Pseudo-terminal masters first: their slaves are opened by name with everything else.
+  std::map<std::pair<pid_t, int>, UniqueFd> ptys;
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (fd.is_dup() || fd.kind() != image::Fd::PTY_MASTER) continue;
+      ASSIGN_OR_RETURN(UniqueFd f, RecreatePty(fd, p->pid()));
+      ptys[{p->pid(), fd.fd()}] = std::move(f);
+    }
+  }
   auto park = [&](UniqueFd f, pid_t pid, int fd) -> absl::Status {
     int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, m.base);
     if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) above %d for fd %d of pid %d", m.base, fd, pid));
@@ -518,6 +581,10 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
     for (const image::Fd& fd : p->fds()) {
       if (fd.is_dup()) continue;
       if (IsSocket(fd)) continue;  // OpenSocketMasters
+      if (fd.kind() == image::Fd::PTY_MASTER) {
+        RETURN_IF_ERROR(park(std::move(ptys.at({p->pid(), fd.fd()})), p->pid(), fd.fd()));
+        continue;
+      }
       if (fd.kind() == image::Fd::PIDFD) {
         if (fd.pidfd_pid() != 0) continue;  // made inside its process (RestorePidfds)
         ASSIGN_OR_RETURN(UniqueFd f, DeadPidfd(fd, p->pid()));
