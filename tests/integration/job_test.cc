@@ -2,9 +2,11 @@
 // with `dump --job`, restored into a fresh namespace, carrying on with the same PIDs
 // as the job sees them.
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -71,7 +73,8 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
     EXPECT_TRUE(Matches(inspect.out, inspect_says)) << inspect.out;
   }
 
-  CommandResult restore = RunCommand({CairnBinary(), "restore", "--dir", tmp / "ckpt", "--detach"}, tmp.path(), env);
+  CommandResult restore =
+      RunCommand({CairnBinary(), "restore", "--verify", "--dir", tmp / "ckpt", "--detach"}, tmp.path(), env);
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
   pid_t new_init = std::stoi(RecordField(state, name, "host_pid"));
   ASSERT_GT(new_init, 0);
@@ -93,6 +96,60 @@ TEST(JobTest, RunDumpRestoreCarriesOnInAFreshNamespace) { RoundTripJob("t1", "wl
 TEST(JobTest, SysvIpcObjectsComeBackWithTheirIds) {
   RoundTripJob("ipc1", "job/wl_job_sysv_ipc",
                "System V IPC \\(own namespace\\): 3 segments \\(1\\.0 MiB\\), 1 semaphore set, 1 message queue");
+}
+
+// PostgreSQL 15 from Debian, the real program: a server (postmaster and its background workers,
+// shared memory from mmap and a System V segment, run as the postgres user) started as a job,
+// given rows, checkpointed idle, killed and restored with --verify; a client then reads back the
+// rows written before and writes more.
+TEST(JobTest, PostgresServesItsRowsAfterRestore) {
+  const std::string bin = "/usr/lib/postgresql/15/bin";
+  if (!std::filesystem::exists(bin + "/postgres") || !std::filesystem::exists("/usr/bin/psql")) {
+    GTEST_SKIP() << bin << "/postgres or psql is not installed (scripts/install-deps.sh installs postgresql)";
+  }
+  TempDir tmp;
+  ::chmod(tmp.path().c_str(), 0755);  // the postgres user reaches its data directory and socket
+  std::string state = tmp / "state", data = tmp / "pgdata", sockdir = tmp / "sock";
+  ::mkdir(data.c_str(), 0700);
+  ::mkdir(sockdir.c_str(), 0755);
+  CommandResult chown = RunCommand({"/bin/chown", "postgres:postgres", data, sockdir}, tmp.path());
+  ASSERT_TRUE(chown.Exited(0)) << chown.Describe();
+  CommandResult initdb = RunCommand({"/usr/sbin/runuser", "-u", "postgres", "--", bin + "/initdb", "-D", data, "-A",
+                                     "trust", "-U", "postgres"},
+                                    tmp.path(), WithTimeout(120s));
+  ASSERT_TRUE(initdb.Exited(0)) << initdb.Describe();
+  CommandOptions env = WithEnv({"CAIRN_STATE_DIR=" + state});
+  const std::string name = "pg" + std::to_string(::getpid());
+  CommandResult run = RunCommand({CairnBinary(), "run", "--name", name, "--dir", tmp / "job", "--", "/usr/bin/setpriv",
+                                  "--reuid=postgres", "--regid=postgres", "--init-groups", bin + "/postgres", "-D",
+                                  data, "-k", sockdir, "-p", "15432", "-c", "listen_addresses="},
+                                 tmp.path(), env);
+  ASSERT_TRUE(run.Exited(0)) << run.Describe();
+  pid_t init = std::stoi(RecordField(state, name, "host_pid"));
+  auto sql = [&](const std::string& query) {
+    CommandResult r = RunCommand({"/usr/bin/psql", "-h", sockdir, "-p", "15432", "-U", "postgres", "-d", "postgres",
+                                  "-Atq", "-c", query},
+                                 tmp.path(), WithTimeout(20s));
+    return r.Exited(0) ? r.out : "ERROR: " + r.Describe();
+  };
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (sql("select 1") != "1\n" && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(sql("select 1"), "1\n") << ReadFile(tmp / "job/stderr.log");
+  ASSERT_EQ(sql("create table t(a int); insert into t select generate_series(1, 2000); select count(*), sum(a) from t"),
+            "2000|2001000\n");
+  std::this_thread::sleep_for(500ms);  // idle: its backend for the client gone
+
+  CommandResult dump = RunCommand({CairnBinary(), "dump", "--job", name, "--dir", tmp / "ckpt"}, tmp.path(), env);
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(WaitGone(init, 10s).gone) << "the job's init still runs after the dump";
+  CommandResult restore =
+      RunCommand({CairnBinary(), "restore", "--verify", "--dir", tmp / "ckpt", "--detach"}, tmp.path(), env);
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  pid_t new_init = std::stoi(RecordField(state, name, "host_pid"));
+  EXPECT_EQ(sql("select count(*), sum(a) from t"), "2000|2001000\n");
+  EXPECT_EQ(sql("insert into t values (7); select count(*) from t"), "2001\n");
+  ::kill(new_init, SIGTERM);  // forwarded by the job's init: a smart shutdown
+  EXPECT_TRUE(WaitGone(new_init, 30s).gone) << "the restored server did not shut down";
 }
 
 // A process attached to a System V segment of the machine's own IPC namespace is refused.

@@ -149,12 +149,12 @@ std::vector<Range> RestoredRanges(const std::vector<proc::MapEntry>& maps) {
     if (p == "[vdso]" || p == "[vvar]" || p == "[vvar_vclock]" || p == "[vsyscall]") continue;
     std::string object;
     bool file = !p.empty() && p[0] == '/';
-    if (m.inode == 0 || !file) {
+    if (absl::StartsWith(p, "/SYSV")) {  // its inode is the segment's id, which may be 0
+      object = absl::StrCat("sysv:", m.inode);
+    } else if (m.inode == 0 || !file) {
       object = "anonymous";
     } else if (m.shared && absl::StartsWith(p, "/dev/zero")) {
       object = "shared-anonymous";
-    } else if (absl::StartsWith(p, "/SYSV")) {
-      object = absl::StrCat("sysv:", m.inode);
     } else if (absl::EndsWith(p, " (deleted)")) {
       object = "deleted-file";
     } else {
