@@ -16,7 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps util-linux zstd xz-utils
   redis-server redis-tools
-  openjdk-17-jdk-headless nginx-light tmux postgresql
+  openjdk-17-jdk-headless nginx-light tmux postgresql golang-go
   etcd-server etcd-client curl
 )
 missing=()

@@ -429,6 +429,43 @@ TEST_F(BadInput, TreeDumpOfAChildHoldingAStatefulDeviceIsRefused) {
   }
 }
 
+// ---- single processes holding what cairn cannot checkpoint yet (tests/workloads/refused/)
+
+struct Refusal {
+  const char* workload;
+  const char* names;  // what the message must say about the object
+};
+
+void PrintTo(const Refusal& r, std::ostream* os) { *os << r.workload; }
+
+const Refusal kRefusals[] = {
+    {"wl_proc_self_files", "/proc/[0-9]+/status, a file of one process's /proc directory"},
+    {"wl_ns_fds", "an unsupported file \\(net:\\["},
+    {"wl_epoll_closed", "epoll instance watching a file registered as fd [0-9]+, which the process no longer holds"},
+    {"wl_lease", "holds a file lease \\(fcntl F_SETLEASE\\)"},
+    {"wl_hardlinked_deleted", "whose name was removed but which still has other links"},
+    {"wl_unix_dir_removed", "unix socket bound to .*/sub/sock, whose socket file was removed or replaced since"},
+};
+
+class Refused : public BadInput, public ::testing::WithParamInterface<Refusal> {};
+
+// The dump fails before it changes anything, naming the process and the object; no checkpoint
+// is left; the workload runs on and finishes with PASS.
+TEST_P(Refused, DumpNamesTheObjectAndTheProcessRunsOn) {
+  const Refusal& r = GetParam();
+  Workload w = MakeWorkload(std::string("refused/") + r.workload);
+  ASSERT_TRUE(StartReady(w));
+  std::string dir = *temp_ / "ckpt";
+  CommandResult dump = Dump(w.pid(), dir);
+  EXPECT_TRUE(FailedWith(dump, r.names));
+  EXPECT_TRUE(Matches(dump.err, "pid " + std::to_string(w.pid()))) << "stderr should name the process: " << dump.err;
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  EXPECT_TRUE(TargetUnharmed(w));
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, Refused, ::testing::ValuesIn(kRefusals),
+                         [](const ::testing::TestParamInfo<Refusal>& i) { return std::string(i.param.workload); });
+
 // ---- dump --tree: trees holding what cairn cannot checkpoint yet
 
 // `dump --tree` of a tree holding what cairn refuses must stop before it changes anything: a

@@ -32,6 +32,7 @@ constexpr char kRedisCli[] = "/usr/bin/redis-cli";
 constexpr char kNginx[] = "/usr/sbin/nginx";
 constexpr char kCurl[] = "/usr/bin/curl";
 constexpr char kTmux[] = "/usr/bin/tmux";
+constexpr char kGo[] = "/usr/bin/go";
 
 constexpr char kPythonRounds[] = "6000000";
 
@@ -704,6 +705,95 @@ TEST_F(RealPrograms, TmuxSessionWithAShellComesBack) {
                                             << tmux({"capture-pane", "-p", "-t", "t"});
   tmux({"kill-server"});
   EXPECT_TRUE(WaitGone(server, 10s).gone);
+}
+
+// A Go program (Debian's golang, built here from source): goroutines fanning work out and in
+// over channels, paced by a time.Ticker, the Go runtime's own threads, timers and netpoller.
+// Checkpointed mid-way, killed and restored, it must finish with the uninterrupted run's result.
+constexpr char kGoMain[] = R"(package main
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+func main() {
+	var steps int
+	fmt.Sscan(os.Args[1], &steps)
+	gen, squares, out := make(chan uint64, 4), make(chan uint64, 4), make(chan uint64, 4)
+	ticker := time.NewTicker(50 * time.Millisecond)
+	go func() {
+		for i := 0; i < steps; i++ {
+			<-ticker.C
+			gen <- uint64(i)
+		}
+		close(gen)
+	}()
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for v := range gen {
+				x := v*v + 7
+				for k := 0; k < 20000; k++ {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				squares <- x ^ v
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(squares) }()
+	go func() {
+		for v := range squares {
+			out <- v
+		}
+		close(out)
+	}()
+	var sum uint64
+	n := 0
+	for v := range out {
+		sum += v
+		n++
+		if n%10 == 0 {
+			fmt.Printf("progress %d\n", n)
+		}
+	}
+	fmt.Printf("RESULT n=%d sum=%d\n", n, sum)
+}
+)";
+
+TEST_F(RealPrograms, GoProgramWithGoroutinesAndTimers) {
+  if (!fs::exists(kGo)) GTEST_SKIP() << kGo << " is not installed (scripts/install-deps.sh installs golang-go)";
+  std::string src = *temp_ / "main.go", prog = *temp_ / "goprog";
+  WriteFile(src, kGoMain);
+  CommandOptions go_env = WithEnv({"GOCACHE=/var/tmp/cairn-test-gocache", "HOME=" + temp_->path(), "GO111MODULE=off",
+                                   "GOFLAGS=", "CGO_ENABLED=0"});
+  go_env.timeout = 300s;
+  CommandResult build = RunCommand({kGo, "build", "-o", prog, src}, temp_->path(), go_env);
+  ASSERT_TRUE(build.Exited(0)) << build.Describe();
+  const std::string steps = "80";  // 4 s at one step per 50 ms
+  std::string plain = *temp_ / "plain";
+  ASSERT_TRUE(RunToEnd({prog, steps}, plain));
+  std::string expected = LineStartingWith(ReadFile(plain + "/stdout"), "RESULT ");
+  ASSERT_NE(expected, "");
+
+  std::string dir = *temp_ / "work";
+  fs::create_directories(dir);
+  WriteFile(dir + "/stdin", "");
+  pid_t pid = SpawnProgram({prog, steps}, dir + "/stdin", dir + "/stdout", dir + "/stderr");
+  ASSERT_GT(pid, 0);
+  Track(pid, prog);
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (ReadFile(dir + "/stdout").find("progress 20") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_NE(ReadFile(dir + "/stdout").find("progress 20"), std::string::npos) << ReadFile(dir + "/stderr");
+  ASSERT_EQ(LineStartingWith(ReadFile(dir + "/stdout"), "RESULT "), "") << "finished before the checkpoint";
+  ASSERT_TRUE(DumpRestoreFinish(pid, *temp_ / "ckpt", dir));
+  EXPECT_EQ(LineStartingWith(ReadFile(dir + "/stdout"), "RESULT "), expected);
 }
 
 }  // namespace

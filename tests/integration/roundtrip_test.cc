@@ -94,6 +94,10 @@ const Spec kSpecs[] = {
     {"wl_sockets_unix_shutdown", true, false, true, false},
     {"wl_guard_regions", true, false, true, false},
     {"wl_ambient_caps", true, false, true, false},
+    {"wl_opath", true, false, true, false},
+    {"wl_deleted_cwd"},
+    {"wl_inotify_deleted"},
+    {"wl_tmpfile"},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -315,6 +316,11 @@ absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
     } else if (f[1] == "POSIX") {
       if (!posix_new) continue;  // listed again for each descriptor of the same file
       lock.set_kind(image::FileLock::POSIX);
+    } else if (f[1] == "LEASE" || f[1] == "DELEG") {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d fd %d holds a file lease (fcntl F_SETLEASE) on %s; leases cannot be checkpointed yet — release it "
+          "(F_SETLEASE, F_UNLCK) before checkpointing",
+          pid, info.fd, info.target));
     } else {
       return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock (%s); not supported", pid, info.fd,
                                                       f[1], info.target));
@@ -360,6 +366,8 @@ image::Fd Describe(const proc::FdInfo& info, image::Fd::Kind kind) {
 // refused: after a restore that id may name any process, or none.
 absl::Status CaptureOwner(pid_t pid, int fd_num, const std::vector<pid_t>& pids, image::Fd* fd) {
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, fd_num));
+  int fl = ::fcntl(copy.get(), F_GETFL);
+  if (fl >= 0 && (fl & O_PATH)) return absl::OkStatus();  // an O_PATH descriptor does no I/O: no owner
   f_owner_ex owner{};
   if (::fcntl(copy.get(), F_GETOWN_EX, &owner) != 0) {
     return ErrnoStatus(absl::StrFormat("fcntl(F_GETOWN_EX) on pid %d fd %d", pid, fd_num));
@@ -551,6 +559,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     fd.mutable_file()->set_size(static_cast<uint64_t>(st.st_size));
     fd.mutable_file()->set_mtime_ns(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
     std::string path = info.target;
+    if (absl::StartsWith(path, "/proc/") && path.size() > 6 && absl::ascii_isdigit(path[6])) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d fd %d is %s, a file of one process's /proc directory; restore cannot point it at the restored "
+          "process yet — close it before checkpointing (files under /proc/self are opened by number too)",
+          pid, info.fd, path));
+    }
     if (S_ISREG(st.st_mode)) {
       fd.set_kind(image::Fd::REGULAR);
       RETURN_IF_ERROR(CaptureLocks(pid, info, st.st_ino, &posix_locked, &fd));
@@ -590,6 +604,10 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       fd.set_rdev(st.st_rdev);
     } else if (S_ISDIR(st.st_mode)) {
       fd.set_kind(image::Fd::DIRECTORY);
+    } else if (S_ISLNK(st.st_mode) && (info.flags & O_PATH)) {
+      // O_PATH | O_NOFOLLOW on a symlink: opened the same way again (it is checked to be the
+      // same link, by device and inode).
+      fd.set_kind(image::Fd::REGULAR);
     } else {
       return unsupported("a special file");
     }

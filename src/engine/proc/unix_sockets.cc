@@ -59,6 +59,8 @@ absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets() {
         switch (a->nla_type) {
           case UNIX_DIAG_NAME:
             s.name.assign(data, dlen);
+            // A path name comes with the terminating NUL bind(2) was given, if any.
+            while (!s.name.empty() && s.name[0] != '\0' && s.name.back() == '\0') s.name.pop_back();
             break;
           case UNIX_DIAG_PEER:
             if (dlen >= 4) {

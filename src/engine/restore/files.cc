@@ -92,6 +92,9 @@ namespace {
 absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const Masters& m, std::set<int>* claimed) {
   std::string open_path = fd.path();
   int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
+  // A file made with O_TMPFILE: the flag (which includes O_DIRECTORY) says how it was created,
+  // not how to open it; it is made again as one (MakeFileObject).
+  if ((fd.flags() & O_TMPFILE) == O_TMPFILE) flags &= ~O_TMPFILE;
   if (fd.deleted()) {
     auto obj = m.objects.find({fd.file().dev(), fd.file().ino()});
     if (obj == m.objects.end()) {
@@ -146,6 +149,7 @@ struct FileObject {
   bool memfd = false;
   uint32_t seals = 0;
   uint32_t mode = 0;  // from a descriptor's record; areas do not keep it
+  bool tmpfile = false, tmpfile_excl = false;  // made with O_TMPFILE (and O_EXCL)
   const image::Fd* fd_content = nullptr;
   const image::Vma* vma_content = nullptr;
 };
@@ -170,6 +174,16 @@ absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const Fil
     if (!f.valid()) return ErrnoStatus("memfd_create " + name);
     RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
     if (!layout->sparse() && o.mode != 0 && ::fchmod(f.get(), o.mode & 07777) != 0) return ErrnoStatus("fchmod " + o.path);
+    return f;
+  }
+  if (o.tmpfile) {
+    // O_TMPFILE: a nameless file in the same directory, which linkat(2) can give a name (an
+    // unlinked file cannot have one again) unless it was made with O_EXCL.
+    std::string dir = std::filesystem::path(o.path).parent_path().string();
+    UniqueFd f(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | (o.tmpfile_excl ? O_EXCL : 0),
+                      o.mode != 0 ? o.mode & 07777 : 0600));
+    if (!f.valid()) return ErrnoStatus("open(O_TMPFILE) in " + dir + " (for " + o.path + ")");
+    RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
     return f;
   }
   ASSIGN_OR_RETURN(std::string path, RecreateDeleted(o.path, o.mode != 0 ? o.mode : 0600));
@@ -201,6 +215,10 @@ absl::Status OpenFileObjects(const image::ImageReader& img, const std::vector<co
       o.memfd = fd.memfd();
       o.seals = fd.seals();
       o.mode = fd.mode();
+      if ((fd.flags() & O_TMPFILE) == O_TMPFILE) {
+        o.tmpfile = true;
+        o.tmpfile_excl = (fd.flags() & O_EXCL) != 0;
+      }
       if (o.fd_content == nullptr && fd.content_xxh3() != 0) o.fd_content = &fd;
     }
   }

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/unique_fd.h"
@@ -116,9 +117,23 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
   RETURN_IF_ERROR(inj.Call("prctl(PR_SET_MM_MAP)", SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, m_addr, sizeof m).status());
   RETURN_IF_ERROR(inj.Call("close exe", SYS_close, static_cast<uint64_t>(exe_fd)).status());
 
-  // cwd, umask, personality.
-  ASSIGN_OR_RETURN(uint64_t cwd, scratch.PutString(0, proc.cwd()));
-  RETURN_IF_ERROR(inj.Call("chdir " + proc.cwd(), SYS_chdir, cwd).status());
+  // cwd, umask, personality. A cwd that was removed is made again under its name, entered,
+  // and removed once more: the process is back in a deleted directory of that name.
+  std::string cwd_path = proc.cwd();
+  bool cwd_deleted = absl::EndsWith(cwd_path, " (deleted)");
+  if (cwd_deleted) {
+    cwd_path.resize(cwd_path.size() - 10);
+    if (::mkdir(cwd_path.c_str(), 0700) != 0) {
+      return ErrnoStatus("make the removed working directory " + cwd_path +
+                         " again (to enter it and remove it: the name must be free)");
+    }
+  }
+  ASSIGN_OR_RETURN(uint64_t cwd, scratch.PutString(0, cwd_path));
+  absl::Status entered = inj.Call("chdir " + proc.cwd(), SYS_chdir, cwd).status();
+  if (cwd_deleted && ::rmdir(cwd_path.c_str()) != 0 && entered.ok()) {
+    entered = ErrnoStatus("remove the working directory " + cwd_path + " again");
+  }
+  RETURN_IF_ERROR(entered);
   RETURN_IF_ERROR(inj.Call("umask", SYS_umask, proc.umask()).status());
   RETURN_IF_ERROR(inj.Call("personality", SYS_personality, proc.personality()).status());
   RETURN_IF_ERROR(RestoreProcessTunables(inj, scratch, proc));
