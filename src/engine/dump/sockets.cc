@@ -260,6 +260,26 @@ absl::StatusOr<uint32_t> UdpShutdown(int c) {
   return shut;
 }
 
+// What waits to be read on unix socket `us` (PeekQueue), saved as `fd`'s content when
+// `writer` is set; without it (the check before anything is frozen) only peeked, which
+// refuses descriptors in flight early.
+absl::Status SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us, image::ImageWriter* writer,
+                       image::Fd* fd) {
+  if (us.rqueue == 0) return absl::OkStatus();
+  bool messages = us.type != SOCK_STREAM;
+  uint32_t expected = writer != nullptr && !messages ? us.rqueue : 0;
+  ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, messages, expected, fd, (us.shutdown & 1) != 0));
+  if (writer == nullptr) {
+    fd->clear_message_sizes();
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
+  fd->set_content_offset(blob.offset);
+  fd->set_content_size(blob.size);
+  fd->set_content_xxh3(blob.xxh3);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, bool tcp_close) {
@@ -323,19 +343,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     // A connected end whose peer is gone (closed: the kernel shut this end down both ways).
     // What waits in it can still be read.
     fd->set_orphaned(true);
-    if (us.rqueue > 0) {
-      ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, us.type != SOCK_STREAM,
-                                                   writer != nullptr ? us.rqueue : 0, fd, (us.shutdown & 1) != 0));
-      if (writer == nullptr) {
-        fd->clear_message_sizes();
-      } else {
-        ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
-        fd->set_content_offset(blob.offset);
-        fd->set_content_size(blob.size);
-        fd->set_content_xxh3(blob.xxh3);
-      }
-    }
-    return absl::OkStatus();
+    return SaveQueue(pid, info, us, writer, fd);
   }
   auto peer = us.peer != 0 ? unix_.find(us.peer) : unix_.end();
   // A datagram socket bound and connected to itself is rebuilt on its own, like one
@@ -350,21 +358,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
                     kUnixAdvice);
     }
     fd->set_peer_ino(us.peer);
-    if (us.rqueue > 0) {
-      // Also in the check pass, to refuse descriptors in flight before anything is frozen.
-      ASSIGN_OR_RETURN(std::string data,
-                       PeekQueue(pid, info, us.type != SOCK_STREAM, writer != nullptr ? us.rqueue : 0, fd,
-                                 (us.shutdown & 1) != 0));
-      if (writer == nullptr) {
-        fd->clear_message_sizes();
-      } else {
-        ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
-        fd->set_content_offset(blob.offset);
-        fd->set_content_size(blob.size);
-        fd->set_content_xxh3(blob.xxh3);
-      }
-    }
-    return absl::OkStatus();
+    return SaveQueue(pid, info, us, writer, fd);
   }
   // A socket rebuilt on its own.
   image::SocketState* s = fd->mutable_socket();
@@ -382,15 +376,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   } else if (us.rqueue != 0 && !self) {
     return Refuse(pid, info, "a datagram unix socket with messages waiting to be read", kUnixAdvice);
   } else if (us.rqueue != 0) {
-    ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, /*messages=*/true, 0, fd, (us.shutdown & 1) != 0));
-    if (writer == nullptr) {
-      fd->clear_message_sizes();
-    } else {
-      ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
-      fd->set_content_offset(blob.offset);
-      fd->set_content_size(blob.size);
-      fd->set_content_xxh3(blob.xxh3);
-    }
+    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd));
   }
   if (us.peer != 0) {
     // A datagram socket connected (one way) to a named socket.
