@@ -441,7 +441,6 @@ void PrintTo(const Refusal& r, std::ostream* os) { *os << r.workload; }
 const Refusal kRefusals[] = {
     {"wl_proc_self_files", "/proc/[0-9]+/status, a file of one process's /proc directory"},
     {"wl_ns_fds", "an unsupported file \\(net:\\["},
-    {"wl_epoll_closed", "epoll instance watching a file registered as fd [0-9]+, which the process no longer holds"},
     {"wl_lease", "holds a file lease \\(fcntl F_SETLEASE\\)"},
     {"wl_hardlinked_deleted", "whose name was removed but which still has other links"},
     {"wl_unix_dir_removed", "unix socket bound to .*/sub/sock, whose socket file was removed or replaced since"},

@@ -98,6 +98,7 @@ const Spec kSpecs[] = {
     {"wl_deleted_cwd"},
     {"wl_inotify_deleted"},
     {"wl_tmpfile"},
+    {"wl_epoll_closed", true, false, true, false},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

@@ -2,7 +2,9 @@
 // fd N (data.u64 = a marker), then dup()ed to another number M and N closed. The registration
 // stays in the set (it belongs to the open file, which is still alive through M), while the
 // epoll's fdinfo still names the closed number N. After restore: writing to the eventfd through M
-// makes epoll_wait report EPOLLIN with the registered marker, and reading M drains it.
+// makes epoll_wait report EPOLLIN with the registered marker, and reading M drains it. A second
+// registration (set EP2) is of an eventfd whose number was dup2'd over by a pipe's read end: after
+// restore that number is still the pipe, and the eventfd still reports under its old registration.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -36,9 +38,17 @@ static void check(int ep, int efd, const char* when) {
 
 int main(int argc, char** argv) {
   wl_init(argc, argv);
+  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = MARK};
+  int ep2 = WL_SYS(epoll_create1(EPOLL_CLOEXEC));
+  int over = WL_SYS(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  WL_SYS(epoll_ctl(ep2, EPOLL_CTL_ADD, over, &ev));
+  int efd2 = WL_SYS(fcntl(over, F_DUPFD_CLOEXEC, 200));
+  int p[2];
+  WL_SYS(pipe2(p, O_CLOEXEC));
+  WL_SYS(dup2(p[0], over));  // `over` is the pipe's read end now
+  check(ep2, efd2, "before the checkpoint (dup2'd over)");
   int ep = WL_SYS(epoll_create1(EPOLL_CLOEXEC));
   int orig = WL_SYS(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  struct epoll_event ev = {.events = EPOLLIN, .data.u64 = MARK};
   WL_SYS(epoll_ctl(ep, EPOLL_CTL_ADD, orig, &ev));
   int efd = WL_SYS(fcntl(orig, F_DUPFD_CLOEXEC, 100));
   WL_SYS(close(orig));
@@ -50,5 +60,9 @@ int main(int argc, char** argv) {
 
   WL_CHECK(fcntl(orig, F_GETFD) == -1 && errno == EBADF, "after restore: the closed fd %d is open again", orig);
   check(ep, efd, "after restore");
+  WL_CHECK(write(p[1], "z", 1) == 1, "write pipe: %s", wl_errstr());
+  char c = 0;
+  WL_CHECK(read(over, &c, 1) == 1 && c == 'z', "after restore: fd %d is no longer the pipe's read end", over);
+  check(ep2, efd2, "after restore (dup2'd over)");
   wl_pass();
 }

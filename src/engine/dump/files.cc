@@ -141,7 +141,7 @@ absl::Status CaptureTimerfd(pid_t pid, int fd, image::TimerfdState* out) {
 // restore re-registers it from inside `pid` by number. kcmp(KCMP_EPOLL_TFD) compares the
 // registered file with a process's descriptor.
 absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd, const proc::EpollTarget& target,
-                              uint32_t toff) {
+                              uint32_t toff, image::EpollEntry* entry) {
   KcmpEpollSlot slot{static_cast<uint32_t>(efd), static_cast<uint32_t>(target.tfd), toff};
   auto same = [&](pid_t holder) -> absl::StatusOr<bool> {
     long r = ::syscall(SYS_kcmp, holder, pid, kKcmpEpollTfd, target.tfd, &slot);
@@ -152,6 +152,17 @@ absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd
   };
   ASSIGN_OR_RETURN(bool own, same(pid));
   if (own) return absl::OkStatus();
+  // The number was closed or dup2'd over while another descriptor of the process kept the
+  // file open: found by comparing each of them with the registered file.
+  ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(pid));
+  for (const proc::FdInfo& other : fds) {
+    long r = ::syscall(SYS_kcmp, pid, pid, kKcmpEpollTfd, other.fd, &slot);
+    if (r == 0) {
+      entry->set_held_elsewhere(true);
+      entry->set_held_as(other.fd);
+      return absl::OkStatus();
+    }
+  }
   for (pid_t other : pids) {
     if (other == pid) continue;
     ASSIGN_OR_RETURN(bool theirs, same(other));
@@ -164,9 +175,9 @@ absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd
     }
   }
   return absl::UnimplementedError(absl::StrFormat(
-      "pid %d fd %d is an epoll instance watching a file registered as fd %d, which the process no longer holds at "
-      "that number (it was closed or moved with dup2 while another descriptor kept it open); epoll registrations "
-      "can only be restored by descriptor number — remove it with EPOLL_CTL_DEL before closing the descriptor",
+      "pid %d fd %d is an epoll instance watching a file registered as fd %d, which no descriptor of the process "
+      "holds any more (the file is kept open by something else, such as a mapping); it cannot be registered again "
+      "— remove it with EPOLL_CTL_DEL before closing the descriptor",
       pid, efd, target.tfd));
 }
 
@@ -279,8 +290,8 @@ absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, cons
       ASSIGN_OR_RETURN(std::vector<proc::EpollTarget> targets, proc::ParseEpollTargets(info));
       std::map<int, uint32_t> seen_tfd;  // registrations so far per descriptor number
       for (const proc::EpollTarget& t : targets) {
-        RETURN_IF_ERROR(CheckEpollTarget(pids, pid, info.fd, t, seen_tfd[t.tfd]++));
         image::EpollEntry* e = fd->add_epoll();
+        RETURN_IF_ERROR(CheckEpollTarget(pids, pid, info.fd, t, seen_tfd[t.tfd]++, e));
         e->set_tfd(t.tfd);
         e->set_events(t.events);
         e->set_data(t.data);

@@ -773,6 +773,45 @@ absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const
   return absl::OkStatus();
 }
 
+namespace {
+
+// Registers the file at descriptor `e.held_as()` in the epoll at `epfd` under the number it
+// was registered by, `e.tfd()`, which the process no longer uses for it: a copy of the file
+// is put at that number for the call (whatever the process holds there now is moved aside and
+// back), then closed. The registration stays keyed by that number, as it was.
+absl::Status AddUnderOldNumber(inject::Injector& inj, const image::Process& proc, const image::Fd& epfd,
+                               const image::EpollEntry& e, uint64_t event_addr) {
+  const image::Fd* occupant = nullptr;
+  for (const image::Fd& f : proc.fds()) {
+    if (f.fd() == e.tfd()) occupant = &f;
+  }
+  long aside = -1;
+  if (occupant != nullptr) {
+    ASSIGN_OR_RETURN(aside, inj.Call("move fd aside", SYS_fcntl, static_cast<uint64_t>(e.tfd()), F_DUPFD_CLOEXEC, 0));
+  }
+  std::string what = absl::StrFormat("epoll_ctl(EPOLL_CTL_ADD) of fd %d (held as fd %d) to the epoll at fd %d", e.tfd(),
+                                     e.held_as(), epfd.fd());
+  absl::Status added = inj.Call("dup3 for " + what, SYS_dup3, static_cast<uint64_t>(e.held_as()),
+                                static_cast<uint64_t>(e.tfd()), O_CLOEXEC)
+                           .status();
+  if (added.ok()) {
+    added = inj.Call(what, SYS_epoll_ctl, static_cast<uint64_t>(epfd.fd()), EPOLL_CTL_ADD,
+                     static_cast<uint64_t>(e.tfd()), event_addr)
+                .status();
+  }
+  if (occupant != nullptr) {
+    RETURN_IF_ERROR(inj.Call("put fd back", SYS_dup3, static_cast<uint64_t>(aside), static_cast<uint64_t>(e.tfd()),
+                             occupant->cloexec() ? O_CLOEXEC : 0)
+                        .status());
+    RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(aside)).status());
+  } else {
+    RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(e.tfd())).status());
+  }
+  return added;
+}
+
+}  // namespace
+
 absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
   for (const image::Fd& fd : proc.fds()) {
     if (fd.kind() != image::Fd::EPOLL || fd.is_dup()) continue;
@@ -781,6 +820,10 @@ absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& 
       ev.events = e.events();
       ev.data.u64 = e.data();
       ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(0, &ev, sizeof ev));
+      if (e.held_elsewhere()) {
+        RETURN_IF_ERROR(AddUnderOldNumber(inj, proc, fd, e, addr));
+        continue;
+      }
       RETURN_IF_ERROR(inj.Call(absl::StrFormat("epoll_ctl(EPOLL_CTL_ADD) of fd %d (events %#x) to the epoll at fd %d",
                                                e.tfd(), e.events(), fd.fd()),
                                SYS_epoll_ctl, static_cast<uint64_t>(fd.fd()), EPOLL_CTL_ADD,
