@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -184,6 +185,21 @@ absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd
 // Records the kernel object behind `pid`'s descriptor `info` in `fd` (kind already set).
 // `capture`: also read the state that only a copy of the descriptor gives (a check-only
 // pass only validates).
+// Whether any process on this machine holds terminal device `rdev` open.
+bool SlaveOpenSomewhere(dev_t rdev) {
+  std::error_code ec;
+  for (const auto& p : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string name = p.path().filename().string();
+    if (name.empty() || !absl::ascii_isdigit(name[0])) continue;
+    std::error_code fec;
+    for (const auto& f : std::filesystem::directory_iterator(p.path() / "fd", fec)) {
+      struct stat st {};
+      if (::stat(f.path().c_str(), &st) == 0 && S_ISCHR(st.st_mode) && st.st_rdev == rdev) return true;
+    }
+  }
+  return false;
+}
+
 // A pseudo-terminal master, asked through a copy of it: its index, the terminal's settings
 // and size (the master's ioctls act on its slave), lock and packet mode, and the slave
 // file's owner and mode. Bytes waiting in either direction cannot be read without taking them
@@ -208,8 +224,12 @@ absl::Status CapturePty(pid_t pid, const proc::FdInfo& info, image::Fd* fd) {
   pty->set_packet(packet != 0);
   int output = 0, input = 0;
   if (::ioctl(m.get(), FIONREAD, &output) != 0) return ErrnoStatus("ioctl(FIONREAD) on " + where());
-  UniqueFd slave(::ioctl(m.get(), TIOCGPTPEER, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
-  if (slave.valid() && ::ioctl(slave.get(), FIONREAD, &input) != 0) input = 0;
+  // The input queue is counted on the slave. Opening it is harmless only while someone else
+  // has it open: the last close of a slave tells the master the other side hung up.
+  if (SlaveOpenSomewhere(makedev(136, index))) {  // devpts: major 136, minor the index
+    UniqueFd slave(::ioctl(m.get(), TIOCGPTPEER, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
+    if (slave.valid() && ::ioctl(slave.get(), FIONREAD, &input) != 0) input = 0;
+  }
   if (output != 0 || input != 0) {
     return absl::UnavailableError(absl::StrFormat(
         "%s has %d byte%s written by the program on the terminal and %d typed into it not read yet; they cannot "

@@ -250,6 +250,12 @@ absl::StatusOr<uint32_t> UdpShutdown(int c) {
     return absl::UnimplementedError("a UDP socket corked (UDP_CORK) with a datagram being assembled cannot be "
                                     "checkpointed; uncork it first");
   }
+  // A datagram being assembled (MSG_MORE) holds send buffer: a failed send would drop it.
+  int outq = 0;
+  if (::ioctl(c, SIOCOUTQ, &outq) != 0 || outq != 0) {
+    CAIRN_LOG_WARN("event=udp_shutdown_not_probed reason=\"a datagram is being sent or assembled\"");
+    return shut;
+  }
   // A page of ours that cannot be read (a kernel address would fail before the check).
   static void* const unreadable = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (unreadable == MAP_FAILED) return ErrnoStatus("mmap a PROT_NONE page (to probe a UDP socket's shutdown)");

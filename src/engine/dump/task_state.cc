@@ -202,6 +202,7 @@ absl::Status CaptureProcTunables(pid_t pid, image::Process* out) {
   };
   ASSIGN_OR_RETURN(int64_t adj, read_number("oom_score_adj"));
   out->set_oom_score_adj(static_cast<int32_t>(adj));
+  out->set_has_oom_score_adj(true);
   // Without CONFIG_AUDIT there is no loginuid to keep.
   if (::access(absl::StrCat("/proc/", pid, "/loginuid").c_str(), F_OK) == 0) {
     ASSIGN_OR_RETURN(int64_t loginuid, read_number("loginuid"));

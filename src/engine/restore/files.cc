@@ -32,7 +32,7 @@
 
 namespace cairn::restore {
 
-absl::StatusOr<std::string> RecreateDeleted(const std::string& path, uint32_t mode) {
+absl::StatusOr<UniqueFd> RecreateDeleted(const std::string& path, uint32_t mode) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   std::error_code ec;
   if (dir.empty() || !std::filesystem::is_directory(dir, ec)) dir = "/tmp";
@@ -41,12 +41,15 @@ absl::StatusOr<std::string> RecreateDeleted(const std::string& path, uint32_t mo
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string name = attempt == 0 && dir + "/" + base == path ? path
                                                                   : absl::StrFormat("%s/.%s.cairn-%08x", dir, base, rd());
-    UniqueFd fd(::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 07777));
+    // The file is used through this descriptor only, and its name removed at once: a name
+    // is never opened again (someone who can write the directory could have swapped it).
+    UniqueFd fd(::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 07777));
     if (!fd.valid()) {
       if (errno == EEXIST) continue;
       return ErrnoStatus("create " + name + " (to hold the content of deleted file " + path + ")");
     }
-    return name;
+    if (::unlink(name.c_str()) != 0) return ErrnoStatus("unlink " + name + " (made for deleted file " + path + ")");
+    return fd;
   }
   return absl::AlreadyExistsError("cannot find a free name to recreate deleted file " + path);
 }
@@ -149,7 +152,7 @@ struct FileObject {
   bool memfd = false;
   uint32_t seals = 0;
   uint32_t mode = 0;  // from a descriptor's record; areas do not keep it
-  bool tmpfile = false, tmpfile_excl = false;  // made with O_TMPFILE (and O_EXCL)
+  bool tmpfile = false;  // made with O_TMPFILE
   const image::Fd* fd_content = nullptr;
   const image::Vma* vma_content = nullptr;
 };
@@ -178,19 +181,16 @@ absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const Fil
   }
   if (o.tmpfile) {
     // O_TMPFILE: a nameless file in the same directory, which linkat(2) can give a name (an
-    // unlinked file cannot have one again) unless it was made with O_EXCL.
+    // unlinked file cannot have one again). One made with O_TMPFILE | O_EXCL could not be
+    // linked; nothing shows that flag afterwards (the kernel drops O_EXCL from the open
+    // flags), so it comes back linkable.
     std::string dir = std::filesystem::path(o.path).parent_path().string();
-    UniqueFd f(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC | (o.tmpfile_excl ? O_EXCL : 0),
-                      o.mode != 0 ? o.mode & 07777 : 0600));
+    UniqueFd f(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, o.mode != 0 ? o.mode & 07777 : 0600));
     if (!f.valid()) return ErrnoStatus("open(O_TMPFILE) in " + dir + " (for " + o.path + ")");
     RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
     return f;
   }
-  ASSIGN_OR_RETURN(std::string path, RecreateDeleted(o.path, o.mode != 0 ? o.mode : 0600));
-  UniqueFd f(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  int open_errno = errno;
-  ::unlink(path.c_str());
-  if (!f.valid()) return ErrnoStatus("open " + path + " (recreated for deleted file " + o.path + ")", open_errno);
+  ASSIGN_OR_RETURN(UniqueFd f, RecreateDeleted(o.path, o.mode != 0 ? o.mode : 0600));
   RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
   return f;
 }
@@ -215,10 +215,7 @@ absl::Status OpenFileObjects(const image::ImageReader& img, const std::vector<co
       o.memfd = fd.memfd();
       o.seals = fd.seals();
       o.mode = fd.mode();
-      if ((fd.flags() & O_TMPFILE) == O_TMPFILE) {
-        o.tmpfile = true;
-        o.tmpfile_excl = (fd.flags() & O_EXCL) != 0;
-      }
+      if ((fd.flags() & O_TMPFILE) == O_TMPFILE) o.tmpfile = true;
       if (o.fd_content == nullptr && fd.content_xxh3() != 0) o.fd_content = &fd;
     }
   }
@@ -489,7 +486,8 @@ absl::Status TakeDescriptionLocks(int master, const image::Fd& fd, pid_t pid,
 }  // namespace
 
 absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& scratch,
-                                 const std::vector<const image::Process*>& procs, const image::Process& proc) {
+                                 const std::vector<const image::Process*>& procs, const image::Process& proc,
+                                 bool posix) {
   for (const image::Process* holder : procs) {
     for (const image::Fd& fd : holder->fds()) {
       for (const image::FileLock& l : fd.locks()) {
@@ -503,6 +501,7 @@ absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& s
       }
     }
   }
+  if (!posix) return absl::OkStatus();
   for (const image::Fd& fd : proc.fds()) {
     for (const image::FileLock& l : fd.locks()) {
       if (l.kind() != image::FileLock::POSIX) continue;

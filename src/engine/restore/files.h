@@ -55,8 +55,8 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
 absl::Status ApplySeals(Masters& masters);
 
 // Creates an empty file at `path` if that name is free, else under a fresh name next to
-// it (or in /tmp); returns the name used. The caller unlinks it.
-absl::StatusOr<std::string> RecreateDeleted(const std::string& path, uint32_t mode);
+// it (or in /tmp), and removes the name again: returns the file, open read-write.
+absl::StatusOr<UniqueFd> RecreateDeleted(const std::string& path, uint32_t mode);
 
 // Writes a deleted file's saved `content` into the new file `f` as `layout` describes it
 // (its data extents, leaving the holes, and its size), then gives it its owner and mode.
@@ -88,8 +88,11 @@ absl::Status RestoreOwners(inject::Injector& inj, inject::RemoteScratch& scratch
 // to a descriptor), and the flocks it took (which belong to a description, but which
 // /proc/locks shows as taken by a process). Other flocks and OFD locks come with the
 // descriptions (OpenMasters).
+// `posix` false (a process sharing its parent's descriptor table, whose POSIX locks are the
+// table's): flocks only.
 absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& scratch,
-                                 const std::vector<const image::Process*>& procs, const image::Process& proc);
+                                 const std::vector<const image::Process*>& procs, const image::Process& proc,
+                                 bool posix);
 
 absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
 

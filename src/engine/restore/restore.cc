@@ -2,6 +2,7 @@
 
 #include <linux/sched.h>
 #include <signal.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/sysmacros.h>
@@ -23,6 +24,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/log.h"
@@ -488,17 +490,43 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
     RETURN_IF_ERROR(inj.Call("close_range (masters)", SYS_close_range, static_cast<uint64_t>(masters.base), ~0U, 0)
                         .status());
   }
-  // POSIX locks belong to the descriptor table: taken once, by the process that owns it.
-  if (own_table) RETURN_IF_ERROR(RestoreProcessLocks(inj, scratch, procs, proc));
+  // POSIX locks belong to the descriptor table: taken once, by the process that owns it. An
+  // flock is taken by the process /proc/locks named, also one sharing its parent's table.
+  RETURN_IF_ERROR(RestoreProcessLocks(inj, scratch, procs, proc, /*posix=*/own_table));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
-  if (own_table) RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
+  // After the credentials: the kernel records the setter's as the owner's, which decide whom
+  // the owner may signal.
+  if (own_table) RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
   // The last injected call removes the work area itself: single-stepping stops at the
   // syscall's exit, before the (now unmapped) next instruction would run.
   RETURN_IF_ERROR(inj.Call("munmap work area", SYS_munmap, work_area, kWorkAreaSize).status());
   CAIRN_LOG_DEBUG("event=restore_stage stage=state_restored pid={}", pid);
   return SetFinalRegisters(proc, ids);
+}
+
+// Whether the process group of `pid` is orphaned: none of its members has a parent in another
+// group of the same session (POSIX; the kernel then drops job-control stop signals).
+bool GroupOrphaned(pid_t pid) {
+  auto self = proc::ReadStat(pid);
+  if (!self.ok()) return false;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return false;
+  bool orphaned = true;
+  while (dirent* e = ::readdir(d)) {
+    pid_t other = 0;
+    if (!absl::SimpleAtoi(e->d_name, &other)) continue;
+    auto st = proc::ReadStat(other);
+    if (!st.ok() || st->pgrp != self->pgrp) continue;
+    auto parent = proc::ReadStat(st->ppid);
+    if (parent.ok() && parent->pgrp != self->pgrp && parent->session == self->session) {
+      orphaned = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return orphaned;
 }
 
 // Whether `p` is the last process (in build order) of the descriptor table it has, whether
@@ -667,7 +695,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
   }
   double verify_seconds = 0;
-  if (built.ok()) built = PlantDifferenceForTest(root_host);
+  if (built.ok() && opts.verify) built = PlantDifferenceForTest(root_host);  // a test hook: only verified
   if (built.ok() && opts.verify) {
     auto v0 = Clock::now();
     for (const image::Process* p : procs) {
@@ -687,6 +715,14 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   for (const image::Process* p : procs) {
     if (p->zombie() || !p->stopped()) continue;
     int sig = p->stop_signal() != 0 ? p->stop_signal() : SIGSTOP;
+    // The kernel drops SIGTSTP, SIGTTIN and SIGTTOU sent to a process of an orphaned group
+    // (as one restored alone, away from its shell, is): SIGSTOP then, so that it is stopped.
+    if (sig != SIGSTOP && GroupOrphaned(ids.Host(p->pid()))) {
+      CAIRN_LOG_WARN("event=stop_signal_replaced pid={} signal={} reason=\"its process group is orphaned here: the "
+                     "kernel would drop the signal; stopped with SIGSTOP\"",
+                     p->pid(), sig);
+      sig = SIGSTOP;
+    }
     if (::kill(ids.Host(p->pid()), sig) != 0) {
       return ErrnoStatus(absl::StrCat("stop pid ", p->pid(), " again with signal ", sig, " as it was"));
     }

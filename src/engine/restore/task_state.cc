@@ -13,6 +13,7 @@
 #include <sys/user.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -60,8 +61,9 @@ absl::Status RestoreProcessTunables(inject::Injector& inj, inject::RemoteScratch
   // the restore fails here rather than leave the process easier to kill than it was.
   std::string adj_path = absl::StrCat("/proc/", pid, "/oom_score_adj");
   std::string adj = absl::StrCat(proc.oom_score_adj());
-  UniqueFd adj_fd(::open(adj_path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!adj_fd.valid() || ::write(adj_fd.get(), adj.data(), adj.size()) != static_cast<ssize_t>(adj.size())) {
+  UniqueFd adj_fd(proc.has_oom_score_adj() ? ::open(adj_path.c_str(), O_WRONLY | O_CLOEXEC) : -1);
+  if (proc.has_oom_score_adj() &&
+      (!adj_fd.valid() || ::write(adj_fd.get(), adj.data(), adj.size()) != static_cast<ssize_t>(adj.size()))) {
     return ErrnoStatus(absl::StrCat("write ", adj, " to ", adj_path, " (oom_score_adj as the process had it; "
                                     "lowering it below the restorer's needs CAP_SYS_RESOURCE)"));
   }
@@ -119,18 +121,29 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
 
   // cwd, umask, personality. A cwd that was removed is made again under its name, entered,
   // and removed once more: the process is back in a deleted directory of that name.
+  // The parent is reached without following any symlink (openat2 RESOLVE_NO_SYMLINKS) and
+  // the directory made and removed relative to it: a path from the image never leads this
+  // root process to make or remove a directory anywhere else.
   std::string cwd_path = proc.cwd();
   bool cwd_deleted = absl::EndsWith(cwd_path, " (deleted)");
+  if (cwd_deleted) cwd_path.resize(cwd_path.size() - 10);
+  ASSIGN_OR_RETURN(uint64_t cwd, scratch.PutString(0, cwd_path));
+  UniqueFd parent;
+  std::string leaf = std::filesystem::path(cwd_path).filename().string();
   if (cwd_deleted) {
-    cwd_path.resize(cwd_path.size() - 10);
-    if (::mkdir(cwd_path.c_str(), 0700) != 0) {
+    struct {
+      uint64_t flags, mode, resolve;
+    } how{O_PATH | O_DIRECTORY | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */};
+    std::string dir = std::filesystem::path(cwd_path).parent_path().string();
+    parent = UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, dir.c_str(), &how, sizeof how)));
+    if (!parent.valid() || leaf.empty() || ::mkdirat(parent.get(), leaf.c_str(), 0700) != 0) {
       return ErrnoStatus("make the removed working directory " + cwd_path +
-                         " again (to enter it and remove it: the name must be free)");
+                         " again, to enter it and remove it (its parent must exist, with no symlink on the way, "
+                         "and the name must be free)");
     }
   }
-  ASSIGN_OR_RETURN(uint64_t cwd, scratch.PutString(0, cwd_path));
   absl::Status entered = inj.Call("chdir " + proc.cwd(), SYS_chdir, cwd).status();
-  if (cwd_deleted && ::rmdir(cwd_path.c_str()) != 0 && entered.ok()) {
+  if (cwd_deleted && ::unlinkat(parent.get(), leaf.c_str(), AT_REMOVEDIR) != 0 && entered.ok()) {
     entered = ErrnoStatus("remove the working directory " + cwd_path + " again");
   }
   RETURN_IF_ERROR(entered);

@@ -320,7 +320,9 @@ void CompareProcess(const image::Process& proc, pid_t host, Findings* f) {
     auto text = ReadFile(absl::StrCat("/proc/", host, "/", name));
     return text.ok() ? std::string(absl::StripAsciiWhitespace(*text)) : std::string("(unreadable)");
   };
-  f->Compare("oom_score_adj", absl::StrCat(proc.oom_score_adj()), read_trimmed("oom_score_adj"));
+  if (proc.has_oom_score_adj()) {
+    f->Compare("oom_score_adj", absl::StrCat(proc.oom_score_adj()), read_trimmed("oom_score_adj"));
+  }
   if (proc.has_loginuid()) f->Compare("loginuid", absl::StrCat(proc.loginuid()), read_trimmed("loginuid"));
   char buf[4096];
   for (const char* link : {"cwd", "root"}) {
