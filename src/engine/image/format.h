@@ -18,7 +18,7 @@
 
 namespace cairn::image {
 
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr size_t kPageSize = 4096;
 inline constexpr size_t kHeaderSize = 4096;  // data files: one page so blocks stay aligned
 inline constexpr uint64_t kMaxBlockBytes = 64ull << 20;  // no block cairn writes is larger
