@@ -443,7 +443,6 @@ const Refusal kRefusals[] = {
     {"wl_ns_fds", "an unsupported file \\(net:\\["},
     {"wl_lease", "holds a file lease \\(fcntl F_SETLEASE\\)"},
     {"wl_hardlinked_deleted", "whose name was removed but which still has other links"},
-    {"wl_unix_dir_removed", "unix socket bound to .*/sub/sock, whose socket file was removed or replaced since"},
 };
 
 class Refused : public BadInput, public ::testing::WithParamInterface<Refusal> {};

@@ -99,6 +99,7 @@ const Spec kSpecs[] = {
     {"wl_inotify_deleted"},
     {"wl_tmpfile"},
     {"wl_epoll_closed", true, false, true, false},
+    {"wl_unix_dir_removed"},
 };
 
 // So that gtest names the workload in failure messages instead of dumping the struct's bytes.

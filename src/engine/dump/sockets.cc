@@ -417,10 +417,19 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   // The file as the process sees it (its mount namespace).
   std::string seen = absl::StrCat("/proc/", pid, "/root", path);
   struct stat st {};
-  if (::lstat(seen.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != us.vfs_ino) {
+  if (::lstat(seen.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    // The socket file (or a directory above it) was removed: the socket keeps its name,
+    // which nothing can reach any more. Restore binds it and removes the file again.
+    s->set_bound(UnixSockaddr(path));
+    s->set_bound_file_removed(true);
+    return absl::OkStatus();
+  }
+  if (!S_ISSOCK(st.st_mode) || st.st_ino != us.vfs_ino) {
     return Refuse(pid, info,
-                  absl::StrFormat("a unix socket bound to %s, whose socket file was removed or replaced since", path),
-                  "restore could not give the name back; keep the socket file in place while the socket is open");
+                  absl::StrFormat("a unix socket bound to %s, whose socket file was replaced since by another file",
+                                  path),
+                  "restore could not give the name back without removing that file; keep the socket file in place "
+                  "while the socket is open");
   }
   s->set_bound(UnixSockaddr(path));
   s->set_bound_ino(us.vfs_ino);

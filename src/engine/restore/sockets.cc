@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -106,6 +108,87 @@ absl::Status FreeUnixName(const std::string& path, int type, const image::Fd& fd
   return absl::OkStatus();
 }
 
+// The socket file's owner and mode, set through an O_PATH|O_NOFOLLOW descriptor of what is at
+// `path` now, once it is seen to be a socket: a symlink put there meanwhile is not followed.
+absl::Status GiveSocketFileBack(const std::string& path, const image::SocketState& s, const image::Fd& fd, pid_t pid) {
+  UniqueFd f(::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!f.valid() || ::fstat(f.get(), &st) != 0) return ErrnoStatus("open the socket file " + path);
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s, just bound for %s, is no longer a socket (replaced meanwhile); restore stopped", path, Where(fd, pid)));
+  }
+  std::string self = absl::StrCat("/proc/self/fd/", f.get());
+  if (::fchownat(f.get(), "", s.bound_uid(), s.bound_gid(), AT_EMPTY_PATH) != 0 ||
+      ::chmod(self.c_str(), s.bound_mode()) != 0) {
+    return ErrnoStatus("give the socket file " + path + " its owner and permissions back");
+  }
+  return absl::OkStatus();
+}
+
+// A name whose socket file had been removed: the directories missing above it are made
+// (relative to the deepest one that exists, reached without following any symlink), and,
+// once the socket is bound, the file and those directories are removed again.
+struct RemovedName {
+  UniqueFd dir;                 // the socket file's directory
+  std::string leaf;             // the socket file's name in it
+  std::vector<std::pair<UniqueFd, std::string>> made;  // (parent, name) of each directory made, outermost first
+
+  RemovedName() = default;
+  RemovedName(RemovedName&&) = default;
+  RemovedName& operator=(RemovedName&&) = default;
+
+  // Also on the way out of a failed bind: the socket file is then not there.
+  absl::Status Undo() {
+    absl::Status st;
+    if (dir.valid() && ::unlinkat(dir.get(), leaf.c_str(), 0) != 0 && errno != ENOENT) {
+      st = ErrnoStatus("remove the socket file " + leaf + " again");
+    }
+    dir.Reset();
+    for (auto it = made.rbegin(); it != made.rend(); ++it) {
+      if (::unlinkat(it->first.get(), it->second.c_str(), AT_REMOVEDIR) != 0 && st.ok()) {
+        st = ErrnoStatus("remove the directory " + it->second + " made for a socket's name");
+      }
+    }
+    made.clear();
+    return st;
+  }
+  ~RemovedName() { (void)Undo(); }
+};
+
+absl::StatusOr<RemovedName> PrepareRemovedName(const std::string& path, const image::Fd& fd, pid_t pid) {
+  std::filesystem::path p(path);
+  RemovedName r;
+  r.leaf = p.filename().string();
+  std::vector<std::string> missing;
+  std::filesystem::path existing = p.parent_path();
+  struct stat st {};
+  while (!existing.empty() && existing != existing.root_path() && ::lstat(existing.c_str(), &st) != 0) {
+    missing.push_back(existing.filename().string());
+    existing = existing.parent_path();
+  }
+  struct {
+    uint64_t flags, mode, resolve;
+  } how{O_PATH | O_DIRECTORY | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */};
+  UniqueFd at(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, existing.c_str(), &how, sizeof how)));
+  if (!at.valid()) {
+    return ErrnoStatus(absl::StrFormat("open %s (to bind %s for %s again; no symlink may lead there)", existing.string(),
+                                       path, Where(fd, pid)));
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdirat(at.get(), it->c_str(), 0700) != 0) {
+      return ErrnoStatus(absl::StrFormat("make the directory %s again (to bind %s for %s)", *it, path, Where(fd, pid)));
+    }
+    UniqueFd next(::openat(at.get(), it->c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFd parent = std::move(at);
+    r.made.emplace_back(std::move(parent), *it);
+    if (!next.valid()) return ErrnoStatus("open the directory " + *it + " just made");
+    at = std::move(next);
+  }
+  r.dir = std::move(at);
+  return r;
+}
+
 // A socket rebuilt on its own: options, then bind. listen and connect come later.
 absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid) {
   const image::SocketState& s = fd.socket();
@@ -125,7 +208,12 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid) {
     bool file_name = s.family() == AF_UNIX && b.size() > offsetof(sockaddr_un, sun_path) &&
                      b[offsetof(sockaddr_un, sun_path)] != '\0';
     std::string path = file_name ? FormatSockaddr(b) : "";
-    if (file_name) RETURN_IF_ERROR(FreeUnixName(path, s.type(), fd, pid));
+    std::optional<RemovedName> removed;
+    if (file_name && s.bound_file_removed()) {
+      ASSIGN_OR_RETURN(removed, PrepareRemovedName(path, fd, pid));
+    } else if (file_name) {
+      RETURN_IF_ERROR(FreeUnixName(path, s.type(), fd, pid));
+    }
     if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(b.data()), static_cast<socklen_t>(b.size())) != 0) {
       if (errno == EADDRINUSE) {
         return absl::FailedPreconditionError(absl::StrFormat(
@@ -135,9 +223,10 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid) {
       }
       return ErrnoStatus(absl::StrFormat("bind %s for %s", FormatSockaddr(b), Where(fd, pid)));
     }
-    if (file_name && (::lchown(path.c_str(), s.bound_uid(), s.bound_gid()) != 0 ||
-                      ::chmod(path.c_str(), s.bound_mode()) != 0)) {
-      return ErrnoStatus("give the socket file " + path + " its owner and permissions back");
+    if (removed) {
+      RETURN_IF_ERROR(removed->Undo());
+    } else if (file_name) {
+      RETURN_IF_ERROR(GiveSocketFileBack(path, s, fd, pid));
     }
   }
   if (::fcntl(sock.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, pid));
