@@ -2,12 +2,14 @@
 // a process outside the checkpoint (H: double-forked away from the tree, so that `dump --tree` of
 // root leaves it out, as it would an ssh daemon or a terminal emulator). S makes a new session and
 // opens the slave, which becomes its controlling terminal; S forks T into a process group of its
-// own and makes that group the terminal's foreground group. After restore both S and T must have
-// the terminal as their controlling terminal (/proc/self/stat tty_nr, and /dev/tty opens), and
-// tcgetpgrp must name T's group.
+// own and makes that group the terminal's foreground group, and forks U, which gives the terminal
+// up (TIOCNOTTY). After restore S and T must have the terminal as their controlling terminal
+// (/proc/self/stat tty_nr, and /dev/tty opens), tcgetpgrp must name T's group, and U must still
+// have none.
 #include "wl_tree.h"
 
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <sys/sysmacros.h>
 #include <termios.h>
 
@@ -71,6 +73,19 @@ int main(int argc, char** argv) {
       check_ctty("T", slave, "after restore");
       _exit(0);
     }
+    pid_t u = WL_SYS(fork());
+    if (u == 0) {
+      wl_tree_set_role("U");
+      int tty = WL_SYS(open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC));
+      WL_SYS(ioctl(tty, TIOCNOTTY));
+      close(tty);
+      WL_CHECK(tty_nr_self() == 0, "before the checkpoint: U still has a controlling terminal");
+      wl_tree_announce();
+      wl_wait_go();
+      WL_CHECK(tty_nr_self() == 0, "after restore: U has a controlling terminal again (%#lx)", tty_nr_self());
+      WL_CHECK(open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC) < 0, "after restore: U can open /dev/tty");
+      _exit(0);
+    }
     WL_SYS(setpgid(t, t));
     signal(SIGTTOU, SIG_IGN);
     WL_SYS(tcsetpgrp(fd, t));
@@ -81,11 +96,13 @@ int main(int argc, char** argv) {
     check_ctty("S", slave, "after restore");
     WL_CHECK(tcgetpgrp(fd) == t, "after restore: foreground group %d, want T's %d", (int)tcgetpgrp(fd), (int)t);
     wl_tree_expect_child_ok(t, "T");
+    wl_tree_expect_child_ok(u, "U");
     _exit(0);
   }
   close(p[1]);
   wl_tree_wait_announced("S");
   wl_tree_wait_announced("T");
+  wl_tree_wait_announced("U");
 
   wl_tree_root_ready_after("S");
 

@@ -443,6 +443,23 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     }
   }
   RETURN_IF_ERROR(stand_ins.End());
+  // A member that had given up the session's terminal (TIOCNOTTY) inherited it at its fork:
+  // it lets go of it again.
+  for (const image::Process* p : procs) {
+    if (p->zombie() || p->ctty() != 0 || p->sid() == p->pid()) continue;
+    auto leader = std::find_if(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == p->sid(); });
+    if (leader == procs.end() || (*leader)->ctty() == 0) continue;
+    inject::Injector inj(ids.Host(p->pid()), work_area);
+    inject::RemoteScratch sc(ids.Host(p->pid()), work_area + 4096, inject::RemoteScratch::kSize, false);
+    ASSIGN_OR_RETURN(uint64_t tty, sc.PutString(2048, "/dev/tty"));
+    ASSIGN_OR_RETURN(long fd, inj.Call("open /dev/tty", SYS_openat, static_cast<uint64_t>(AT_FDCWD), tty,
+                                       O_RDWR | O_NOCTTY | O_NONBLOCK, 0));
+    absl::Status dropped = inj.Call(absl::StrCat("ioctl(TIOCNOTTY) in pid ", p->pid()), SYS_ioctl,
+                                    static_cast<uint64_t>(fd), TIOCNOTTY, 0)
+                               .status();
+    RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(fd)).status());
+    RETURN_IF_ERROR(dropped);
+  }
   // The foreground process group of each session's terminal, once every group exists.
   std::set<pid_t> groups;
   for (const image::Process* p : procs) groups.insert(p->pgid());
