@@ -169,6 +169,22 @@ bool ShmemDataRuns(pid_t pid, const image::Vma& v, size_t vi, std::vector<Run>* 
   return true;
 }
 
+// Calls fn(page address, pagemap entry) for each page of [start, end), reading /proc/PID/
+// pagemap (`pm_fd`, named `path` in errors) in batches through `buf`.
+template <typename Fn>
+absl::Status ForEachPagemapEntry(int pm_fd, const std::string& path, uint64_t start, uint64_t end,
+                                 std::vector<uint64_t>& buf, Fn fn) {
+  for (uint64_t addr = start; addr < end;) {
+    uint64_t n = std::min<uint64_t>((end - addr) / kPage, kPagemapBatch);
+    buf.resize(n);
+    ssize_t got = ::pread(pm_fd, buf.data(), n * 8, static_cast<off_t>(addr / kPage * 8));
+    if (got != static_cast<ssize_t>(n * 8)) return ErrnoStatus("read " + path, got < 0 ? errno : EIO);
+    for (uint64_t k = 0; k < n; ++k) fn(addr + k * kPage, buf[k]);
+    addr += n * kPage;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vma>& vmas,
                                           std::set<uint64_t>* saved_shmem, const WrittenPages* written,
                                           std::vector<std::vector<image::PageBlock>>* zero_blocks) {
@@ -206,22 +222,14 @@ absl::StatusOr<std::vector<Run>> FindRuns(pid_t pid, const std::vector<image::Vm
     // to reading pagemap entry by entry.
     if (v.kind() == image::Vma::SHARED_ANON && ShmemDataRuns(pid, v, i, &runs)) continue;
     if (ScanArea(pm.get(), v, i, &runs)) continue;
-    for (uint64_t addr = v.start(); addr < v.end();) {
-      uint64_t n = std::min<uint64_t>((v.end() - addr) / kPage, kPagemapBatch);
-      entries.resize(n);
-      ssize_t got = ::pread(pm.get(), entries.data(), n * 8, static_cast<off_t>(addr / kPage * 8));
-      if (got != static_cast<ssize_t>(n * 8)) return ErrnoStatus("read " + path, got < 0 ? errno : EIO);
-      for (uint64_t k = 0; k < n; ++k) {
-        if (!NeedsPage(v.kind(), entries[k])) continue;
-        uint64_t page = addr + k * kPage;
-        if (!runs.empty() && runs.back().vma == i && runs.back().start + runs.back().len == page) {
-          runs.back().len += kPage;
-        } else {
-          runs.push_back({i, page, kPage});
-        }
+    RETURN_IF_ERROR(ForEachPagemapEntry(pm.get(), path, v.start(), v.end(), entries, [&](uint64_t page, uint64_t pme) {
+      if (!NeedsPage(v.kind(), pme)) return;
+      if (!runs.empty() && runs.back().vma == i && runs.back().start + runs.back().len == page) {
+        runs.back().len += kPage;
+      } else {
+        runs.push_back({i, page, kPage});
       }
-      addr += n * kPage;
-    }
+    }));
   }
   return runs;
 }
@@ -526,16 +534,9 @@ absl::Status RecordGuards(pid_t pid, std::vector<image::Vma>& vmas) {
       }
       continue;
     }
-    for (uint64_t addr = v.start(); addr < v.end();) {
-      uint64_t n = std::min<uint64_t>((v.end() - addr) / kPage, kPagemapBatch);
-      entries.resize(n);
-      ssize_t got = ::pread(pm.get(), entries.data(), n * 8, static_cast<off_t>(addr / kPage * 8));
-      if (got != static_cast<ssize_t>(n * 8)) return ErrnoStatus("read " + path, got < 0 ? errno : EIO);
-      for (uint64_t k = 0; k < n; ++k) {
-        if (entries[k] & kPmGuardRegion) add(addr + k * kPage, addr + (k + 1) * kPage);
-      }
-      addr += n * kPage;
-    }
+    RETURN_IF_ERROR(ForEachPagemapEntry(pm.get(), path, v.start(), v.end(), entries, [&](uint64_t page, uint64_t pme) {
+      if (pme & kPmGuardRegion) add(page, page + kPage);
+    }));
   }
   return absl::OkStatus();
 }
