@@ -1,6 +1,7 @@
 #include "daemon/cgroup.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -128,6 +129,20 @@ void ThawFreezer(const std::string& cgroup) {
   std::string state = absl::StrCat(kRoot, "freezer/", cgroup, "/freezer.state");
   auto text = ReadFile(state);
   if (text.ok() && absl::StripAsciiWhitespace(*text) != "THAWED") (void)WriteKnob(state, "THAWED");
+}
+
+void KillCgroup(const std::string& cgroup) {
+  auto procs = ReadFile(absl::StrCat(kRoot, "freezer/", cgroup, "/cgroup.procs"));
+  if (!procs.ok()) return;
+  for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
+    int pid = 0;
+    if (absl::SimpleAtoi(p, &pid) && pid > 1) ::kill(pid, SIGKILL);
+  }
+}
+
+std::string FreezerState(const std::string& cgroup) {
+  auto text = ReadFile(absl::StrCat(kRoot, "freezer/", cgroup, "/freezer.state"));
+  return text.ok() ? std::string(absl::StripAsciiWhitespace(*text)) : "";
 }
 
 }  // namespace cairn::daemon

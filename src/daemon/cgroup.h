@@ -31,4 +31,11 @@ void RemoveCgroup(const std::string& cgroup);
 // Thaws the cgroup's v1 freezer if it is FROZEN (a dump interrupted by a crash could leave it so).
 void ThawFreezer(const std::string& cgroup);
 
+// SIGKILLs every process in the cgroup (its freezer hierarchy's list), e.g. what a restore the
+// daemon's crash interrupted left there. A frozen one dies once the cgroup is thawed.
+void KillCgroup(const std::string& cgroup);
+
+// The v1 freezer's state (THAWED, FREEZING or FROZEN); "" when the cgroup does not exist.
+std::string FreezerState(const std::string& cgroup);
+
 }  // namespace cairn::daemon

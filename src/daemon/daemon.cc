@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "absl/strings/escaping.h"
@@ -29,6 +30,7 @@
 #include "common/validate.h"
 #include "daemon/cgroup.h"
 #include "daemon/job_spec_check.h"
+#include "daemon/migrate.h"
 #include "daemon/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
@@ -60,17 +62,6 @@ void RemoveTree(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
   fs::remove_all(path + ".partial", ec);
-}
-
-// Kills processes left in a job's cgroup after its init is gone (e.g. half-built by a restore
-// the daemon's crash interrupted).
-void KillStrays(const std::string& cgroup) {
-  auto procs = ReadFile("/sys/fs/cgroup/freezer/" + cgroup + "/cgroup.procs");
-  if (!procs.ok()) return;
-  for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
-    int pid = 0;
-    if (absl::SimpleAtoi(p, &pid) && pid > 1) ::kill(pid, SIGKILL);
-  }
 }
 
 std::string Percentile(std::vector<double> v, double q) {
@@ -167,28 +158,87 @@ absl::Status Daemon::Recover() {
   for (api::Job& j : jobs) {
     JobState s;
     s.tracker = std::make_unique<HealthTracker>(j.spec().health());
-    bool was_running = j.state() == "running" || j.state() == "checkpointing" || j.state() == "restoring";
-    if (was_running) {
+    bool was_running = j.state() == "running" || j.state() == "checkpointing" || j.state() == "restoring" ||
+                       j.state() == "migrating";
+    if (was_running && !j.migration().empty()) {
+      // It stopped in the middle of migrating the job away (migrate.h). Held frozen (or gone):
+      // the destination may have taken it over, so it is asked (ResolveMigrations). Alive and
+      // not frozen: the commit was never asked for, so the migration did not happen.
+      bool alive = j.host_pid() > 0 && SameProcess(j.host_pid(), j.start_time());
+      std::string freezer = FreezerState(CgroupOf(j.name()));
+      if (alive && (freezer == "THAWED" || freezer.empty())) {
+        Event(j.name(), "migrate-failed",
+              absl::StrCat("to node ", j.migrating_to(), ": the daemon stopped before the migration could commit; the "
+                           "job runs on here as pid ", j.host_pid(), " (adopted after the restart)"));
+        ClearMigration(j);
+        j.set_state("running");
+      } else {
+        j.set_state("migrating");
+        Event(j.name(), "migrate-in-doubt",
+              absl::StrCat("to node ", j.migrating_to(), ": the daemon restarted in the middle of it; the job ",
+                           alive ? "stands frozen here" : "is gone here", " until node ", j.migrating_to(),
+                           " says whether it took it over (asked every 2 s)"));
+      }
+      RETURN_IF_ERROR(catalog_->PutJob(j));
+    } else if (was_running) {
       // A dump the crash interrupted may have left the job's freezer frozen.
       ThawFreezer(CgroupOf(j.name()));
       if (j.host_pid() > 0 && SameProcess(j.host_pid(), j.start_time())) {
         j.set_state("running");
         Event(j.name(), "adopted", absl::StrFormat("still running as pid %d; adopted after a daemon restart", j.host_pid()));
       } else {
-        KillStrays(CgroupOf(j.name()));
+        KillCgroup(CgroupOf(j.name()));
         j.set_state("exited");
         j.set_ended(UnixNow());
         *j.mutable_health() = HealthTracker::Exited(false, 0, 0);
         Event(j.name(), "exited", "gone when the daemon restarted: " + j.health().detail());
       }
       RETURN_IF_ERROR(catalog_->PutJob(j));
+    } else {
+      // Nothing of a job that does not run may run in its cgroup (e.g. a migration to here
+      // whose commit the crash cut off: restored, never recorded as running).
+      KillCgroup(CgroupOf(j.name()));
     }
     if (j.spec().checkpoint().interval_s() > 0) s.next_checkpoint = now + j.spec().checkpoint().interval_s();
     s.job = std::move(j);
     std::string name = s.job.name();
     jobs_.emplace(name, std::move(s));
   }
+  CleanUnrecorded(all);
   return absl::OkStatus();
+}
+
+// What a crash left that no record owns: a cgroup of this node's (NODE.JOB) for a job the
+// catalog does not know (a migration to here cut off before its commit, the job's first
+// time here), and received images: DIR.partial, or a migration's image (ID-from-NODE) with
+// no checkpoint row. REQUIRES: mu_ held, jobs_ loaded.
+void Daemon::CleanUnrecorded(const std::vector<api::Checkpoint>& checkpoints) {
+  std::error_code ec;
+  const std::string prefix = opts_.node + ".";
+  for (auto it = fs::directory_iterator("/sys/fs/cgroup/freezer/cairn", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::string engine_name = it->path().filename().string();
+    if (!absl::StartsWith(engine_name, prefix) || jobs_.count(engine_name.substr(prefix.size())) != 0) continue;
+    std::string cgroup = "cairn/" + engine_name;
+    KillCgroup(cgroup);
+    ThawFreezer(cgroup);
+    CAIRN_LOG_INFO("event=stray_cgroup cgroup={}: no job of this node owns it; its processes were killed", cgroup);
+  }
+  std::set<std::string> ids;
+  for (const api::Checkpoint& c : checkpoints) ids.insert(c.id());
+  for (auto job = fs::directory_iterator(opts_.state_dir + "/checkpoints", ec); !ec && job != fs::directory_iterator();
+       job.increment(ec)) {
+    std::error_code ec2;
+    for (auto it = fs::directory_iterator(job->path(), ec2); !ec2 && it != fs::directory_iterator(); it.increment(ec2)) {
+      std::string f = it->path().filename().string();
+      bool partial = absl::EndsWith(f, ".partial");
+      bool received = f.find("-from-") != std::string::npos && ids.count(f) == 0;
+      if (!it->is_directory(ec2) || (!partial && !received)) continue;
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+      CAIRN_LOG_INFO("event=stray_image dir={}: left by a crash, no checkpoint record: removed", it->path().string());
+    }
+  }
 }
 
 void Daemon::Event(const std::string& job, const std::string& kind, const std::string& detail) {
@@ -814,6 +864,7 @@ void Daemon::Tick() {
     }
   }
   CheckpointJobs(due, "periodic", /*pin=*/false);
+  ResolveMigrations();
 }
 
 // Each job's checkpoint runs wholly on one thread, which is the tracer of that job while it runs.

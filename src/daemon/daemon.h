@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -122,6 +123,13 @@ class Daemon {
   absl::Status ReceiveJob(const std::function<bool(api::MigrationMessage*)>& read,
                           const std::function<bool(const api::MigrationReply&)>& write,
                           const std::function<bool()>& cancelled);
+  // Migration, destination side: how the migration `migration` (its checkpoint id) of job
+  // `name` to this node ended: committed, in-progress or aborted (migrate.h).
+  absl::StatusOr<api::MigrationOutcomeResponse> MigrationOutcome(const std::string& name, const std::string& migration);
+  // Migration, source side: asks the destination of every migration this daemon does not
+  // know the end of (state "migrating": the job held frozen, or gone) and settles it.
+  // Called by Tick, each such job at most every 2 s.
+  void ResolveMigrations();
 
   // Events after `after_seq` for `job` (all when empty); waits up to `wait_ms` for one to arrive.
   std::vector<api::Event> WaitEvents(const std::string& job, uint64_t after_seq, int wait_ms);
@@ -161,6 +169,7 @@ class Daemon {
     bool stop_after_checkpoint = false;
     bool killed_by_user = false;
     double next_checkpoint = 0;  // monotonic seconds
+    double next_resolve = 0;     // state migrating: when to ask the destination again
   };
 
   struct Received;  // migrate.cc: a job arriving from another daemon
@@ -168,6 +177,7 @@ class Daemon {
   absl::Status RestoreReceived(Received& in, const std::function<bool()>& cancelled);
   void AbandonReceived(Received& in, const absl::Status& why);
   absl::Status Recover();
+  void CleanUnrecorded(const std::vector<api::Checkpoint>& checkpoints);
   absl::StatusOr<job::JobRecord> StartWithCairnRun(const std::string& name, const api::JobSpec& spec);
   void Event(const std::string& job, const std::string& kind, const std::string& detail);
   absl::Status Persist(const api::Job& job);
@@ -231,6 +241,10 @@ class Daemon {
   double started_ = 0;
 
   std::mutex mu_;
+  // Migrations being received (their checkpoint ids), until committed or abandoned.
+  std::set<std::string> receiving_;  // GUARDED_BY(mu_)
+  // The token a migration in doubt was started with, when it was not --peer-token-file's.
+  std::map<std::string, std::string> doubt_tokens_;  // GUARDED_BY(mu_)
   std::map<std::string, JobState> jobs_;  // GUARDED_BY(mu_)
   std::mutex ev_mu_;
   std::condition_variable events_cv_;     // notified when an event is added

@@ -32,6 +32,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "common/unique_fd.h"
 #include "common/validate.h"
 #include "daemon.grpc.pb.h"
@@ -53,6 +54,7 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 double UnixNow() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+double MonoNow() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 constexpr size_t kChunk = 1 << 20;  // bytes per Data message (gRPC's default limit is 4 MiB)
 constexpr const char* kImageFiles[] = {image::kPagesFile, image::kFilesFile};
@@ -175,6 +177,29 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 }  // namespace
 
+void ClearMigration(api::Job& job) {
+  job.clear_migrating_to();
+  job.clear_migrating_address();
+  job.clear_migration();
+}
+
+absl::StatusOr<std::string> AskMigrationOutcome(const std::string& address, const std::string& token,
+                                                const std::string& name, const std::string& migration, api::Job* job) {
+  if (token.empty()) return absl::FailedPreconditionError("no token for the destination (--peer-token-file)");
+  auto stub = api::Daemon::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.AddMetadata("authorization", "Bearer " + token);
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  api::MigrationOutcomeRequest q;
+  q.set_name(name);
+  q.set_migration(migration);
+  api::MigrationOutcomeResponse r;
+  grpc::Status st = stub->MigrationOutcome(&c, q, &r);
+  if (!st.ok()) return FromGrpc(st);
+  if (job != nullptr) *job = r.job();
+  return r.outcome();
+}
+
 absl::Status AddPeer(const std::string& spec, std::map<std::string, std::string>* peers) {
   std::vector<std::string> kv = absl::StrSplit(spec, absl::MaxSplits('=', 1));
   if (kv.size() != 2 || kv[0].empty() || kv[1].find(':') == std::string::npos) {
@@ -273,9 +298,16 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     pid = s.job.host_pid();
     job = s.job;
   }
+  // Until the destination commits, the record of the migration (Job.migration) is what a
+  // restarted daemon goes by: cleared when the migration is called off.
   auto release = [&] {
     std::lock_guard<std::mutex> l(mu_);
-    jobs_[name].busy = false;
+    JobState& s = jobs_[name];
+    s.busy = false;
+    if (!s.job.migration().empty()) {
+      ClearMigration(s.job);
+      if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+    }
   };
   const std::string where = peer.node.empty() ? peer.address : absl::StrCat(peer.node, " (", peer.address, ")");
   auto refuse = [&](const absl::Status& st) {
@@ -311,6 +343,25 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   }
   const std::string to_node = info.node();
 
+  absl::Time now = absl::Now();
+  std::string ckid = absl::StrCat(name, "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone()), "-from-",
+                                  opts_.node);
+  ckid.erase(std::remove(ckid.begin(), ckid.end(), '.'), ckid.end());
+  // Recorded before anything is sent: a daemon that restarts in the middle finds out from
+  // the destination how it ended (ResolveMigrations).
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[name];
+    s.job.set_migrating_to(to_node);
+    s.job.set_migrating_address(peer.address);
+    s.job.set_migration(ckid);
+    if (absl::Status st = Persist(s.job); !st.ok()) {
+      ClearMigration(s.job);
+      return refuse(Annotate(st, "record the migration in the catalog"));
+    }
+    if (!req.token().empty()) doubt_tokens_[name] = req.token();
+  }
+
   grpc::ClientContext ctx;
   authorize(ctx, 0);
   auto stream = stub->ReceiveJob(&ctx);
@@ -323,10 +374,6 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     return FromGrpc(st);
   };
 
-  absl::Time now = absl::Now();
-  std::string ckid = absl::StrCat(name, "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone()), "-from-",
-                                  opts_.node);
-  ckid.erase(std::remove(ckid.begin(), ckid.end(), '.'), ckid.end());
   {
     api::MigrationMessage m;
     auto* b = m.mutable_begin();
@@ -421,13 +468,13 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     tail_cv.wait(l, [&] { return passes >= target || !tail_status.ok() || stop; });
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=caught_up ms={:.1f} sent={}", name, Since(t) * 1e3, tail.bytes());
   };
-  d.hand_off = [&](const dump::DumpResult& r) {
+  d.hand_off = [&](const dump::DumpResult& r, const dump::HandOffControl& control) {
     auto t_hand = Clock::now();
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=committed frozen_ms={:.1f}", name, r.frozen_seconds * 1e3);
     stop_tailer();
     if (!tail_status.ok()) {
       failure = tail_status;
-      return false;
+      return dump::HandOff::kThaw;
     }
     precopy_bytes = tail.bytes();
     std::map<std::string, int64_t> sizes;
@@ -438,7 +485,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     }
     if (!st.ok()) {
       failure = absl::IsUnavailable(st) ? stream_error("while the image was sent") : st;
-      return false;
+      return dump::HandOff::kThaw;
     }
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=sent ms={:.1f} bytes_while_frozen={}", name, Since(t_hand) * 1e3,
                     tail.bytes() - precopy_bytes + other_bytes);
@@ -467,38 +514,61 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     if (timed_out) {
       failure = absl::DeadlineExceededError(absl::StrFormat(
           "the destination did not run the job within %.0f s of receiving it (--restore-timeout)", limit));
-      return false;
+      return dump::HandOff::kThaw;
     }
     if (!ok) {
       failure = stream_error("before the job ran there");
-      return false;
+      return dump::HandOff::kThaw;
     }
     if (reply.state() != "running") {
       failure = absl::InternalError("unexpected reply " + reply.state());
-      return false;
+      return dump::HandOff::kThaw;
     }
     downtime = r.frozen_seconds + Since(t_hand);
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=running_there ms={:.1f}", name, Since(t_hand) * 1e3);
     restore_s = reply.restore_s();
     dest_pid = reply.host_pid();
+    // The commit (docs/daemon.md, "Never lost, never twice"). The destination decides: it
+    // takes the job over when Commit reaches it, in one durable record. From the moment
+    // Commit may reach it until this side knows, the job must neither run here nor die
+    // here, even if this daemon dies: it is held in its freezer cgroup (which outlives us)
+    // and the dump is told so (hold: its guardian then leaves it there).
+    if (!FreezeJob(name)) {
+      failure = absl::InternalError("could not hold the job in its freezer cgroup for the commit");
+      return dump::HandOff::kThaw;
+    }
+    control.hold();
+    FaultPoint("migrate-held");
     api::MigrationMessage commit;
     commit.mutable_commit();
-    if (stream->Write(commit) && stream->Read(&reply) && reply.state() == "committed") return true;
-    // Commit may or may not have reached the destination: ask it whether it keeps the job.
-    ambiguous = true;
-    for (int i = 0; i < 20; ++i) {
-      grpc::ClientContext c;
-      authorize(c, 2);
-      api::GetJobRequest q;
-      q.set_name(name);
-      api::GetJobResponse g;
-      grpc::Status gs = stub->GetJob(&c, q, &g);
-      if (gs.ok() && g.job().state() == "running") return true;
-      if (gs.error_code() == grpc::StatusCode::NOT_FOUND) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    bool sent = stream->Write(commit);
+    FaultPoint("migrate-commit-sent");
+    std::string outcome;
+    if (sent && stream->Read(&reply) && reply.state() == "committed") {
+      outcome = "committed";
+    } else {
+      // Commit may or may not have reached it: ask how it ended.
+      ambiguous = true;
+      for (int i = 0; i < 20 && outcome.empty(); ++i) {
+        absl::StatusOr<std::string> o = AskMigrationOutcome(peer.address, token, name, ckid, nullptr);
+        if (o.ok() && (*o == "committed" || *o == "aborted")) {
+          outcome = *o;
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        }
+      }
     }
-    failure = absl::UnavailableError("the destination did not confirm it kept the job");
-    return false;
+    if (outcome == "committed") {
+      control.accepted();
+      ThawFreezer(CgroupOf(name));  // still stopped by the dump, which kills them next
+      return dump::HandOff::kKill;
+    }
+    if (outcome == "aborted") {
+      ThawFreezer(CgroupOf(name));
+      failure = absl::AbortedError("the destination did not take the job over");
+      return dump::HandOff::kThaw;
+    }
+    return dump::HandOff::kHeld;
   };
   absl::StatusOr<dump::DumpResult> r = dump::Dump(d);
   stop_tailer();
@@ -507,9 +577,27 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     ctx.TryCancel();
     return refuse(r.status());
   }
+  if (r->held) {
+    ctx.TryCancel();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      JobState& s = jobs_[name];
+      s.busy = false;
+      s.job.set_state("migrating");
+      if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+    }
+    Event(name, "migrate-in-doubt",
+          absl::StrCat("to ", where, ": the destination did not say whether it took the job over; the job stands "
+                       "frozen here until it does (asked every 2 s)"));
+    return absl::AbortedError(absl::StrCat(
+        "migrate job ", name, " from node ", opts_.node, " to ", where,
+        ": in doubt: the destination did not say whether it took the job over after it was asked to; the job "
+        "stands frozen on node ", opts_.node, " until it answers (never on both nodes); cairn job show ", name,
+        " tells how it ended"));
+  }
   if (!r->handed_off) {
     ctx.TryCancel();
-    if (ambiguous) CAIRN_LOG_WARN("migrate job={} to={}: destination unreachable after commit; thawed here", name, where);
+    if (ambiguous) CAIRN_LOG_WARN("migrate job={} to={}: the destination did not take the job over; thawed here", name, where);
     return refuse(failure.ok() ? absl::InternalError("the hand-off failed") : failure);
   }
   (void)stream->WritesDone();
@@ -530,6 +618,8 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.busy = false;
     s.child = false;
     s.job.set_state("migrated");
+    ClearMigration(s.job);
+    doubt_tokens_.erase(name);
     s.job.set_ended(UnixNow());
     s.job.mutable_health()->set_state("migrated");
     s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", to_node));
@@ -552,6 +642,86 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   return resp;
 }
 
+// A migration this daemon does not know the end of: the daemon restarted in the middle of
+// one, or the destination did not answer after Commit. The destination's record decides.
+void Daemon::ResolveMigrations() {
+  struct Doubt {
+    std::string name, to, address, migration, token;
+  };
+  std::vector<Doubt> doubts;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    double now = MonoNow();
+    for (auto& [name, s] : jobs_) {
+      if (s.job.state() != "migrating" || s.busy || now < s.next_resolve) continue;
+      s.next_resolve = now + 2;
+      auto t = doubt_tokens_.find(name);
+      doubts.push_back({name, s.job.migrating_to(), s.job.migrating_address(), s.job.migration(),
+                        t != doubt_tokens_.end() ? t->second : opts_.peer_token});
+    }
+  }
+  for (const Doubt& d : doubts) {
+    api::Job there;
+    absl::StatusOr<std::string> o = AskMigrationOutcome(d.address, d.token, d.name, d.migration, &there);
+    if (!o.ok() || (*o != "committed" && *o != "aborted")) {
+      CAIRN_LOG_DEBUG("migration={} job={} still in doubt: {}", d.migration, d.name, o.ok() ? *o : o.status().ToString());
+      continue;
+    }
+    std::string cgroup = CgroupOf(d.name);
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[d.name];
+    if (s.job.state() != "migrating" || s.job.migration() != d.migration) continue;
+    bool alive = SameProcess(s.job.host_pid(), s.job.start_time());
+    if (*o == "committed") {
+      // Its copy here dies; a frozen task dies only once thawed.
+      KillCgroup(cgroup);
+      ThawFreezer(cgroup);
+      s.job.set_state("migrated");
+      s.job.set_ended(UnixNow());
+      s.job.mutable_health()->set_state("migrated");
+      s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", d.to));
+    } else {
+      ThawFreezer(cgroup);
+      if (alive) {
+        s.job.set_state("running");
+      } else {
+        KillCgroup(cgroup);
+        s.job.set_state("exited");
+        s.job.set_ended(UnixNow());
+        *s.job.mutable_health() = HealthTracker::Exited(false, 0, 0);
+      }
+    }
+    ClearMigration(s.job);
+    doubt_tokens_.erase(d.name);
+    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", d.name, st.ToString());
+    if (*o == "committed") {
+      Event(d.name, "migrated",
+            absl::StrCat("to node ", d.to, ": it had taken the job over (runs there as pid ", there.host_pid(),
+                         "); the copy here was held frozen until it said so, and is gone"));
+    } else {
+      Event(d.name, "migrate-failed",
+            absl::StrCat("to node ", d.to, ": it did not take the job over; ",
+                         alive ? "the job runs on here" : "the job is gone here (status unknown)"));
+    }
+  }
+}
+
+absl::StatusOr<api::MigrationOutcomeResponse> Daemon::MigrationOutcome(const std::string& name,
+                                                                       const std::string& migration) {
+  api::MigrationOutcomeResponse r;
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(name);
+  if (it != jobs_.end() && !migration.empty() && it->second.job.arrived_with() == migration) {
+    r.set_outcome("committed");
+    *r.mutable_job() = it->second.job;
+  } else if (receiving_.count(migration) != 0) {
+    r.set_outcome("in-progress");
+  } else {
+    r.set_outcome("aborted");
+  }
+  return r;
+}
+
 // ---------------------------------------------------------------------------------------
 // Destination
 
@@ -569,13 +739,7 @@ void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
     ::kill(in.restored.pid, SIGKILL);
     while (::waitpid(in.restored.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    auto procs = ReadFile("/sys/fs/cgroup/freezer/" + CgroupOf(in.name) + "/cgroup.procs");
-    if (procs.ok()) {
-      for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
-        int pid = 0;
-        if (absl::SimpleAtoi(p, &pid) && pid > 1) ::kill(pid, SIGKILL);
-      }
-    }
+    KillCgroup(CgroupOf(in.name));
   }
   in.files.clear();
   std::error_code ec;
@@ -585,6 +749,7 @@ void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
   RemoveCgroup(CgroupOf(in.name));
   {
     std::lock_guard<std::mutex> l(mu_);
+    receiving_.erase(in.begin.checkpoint());
     if (in.previous) {
       JobState& s = jobs_[in.name];
       s.job = *in.previous;
@@ -644,6 +809,10 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
       return absl::AlreadyExistsError(absl::StrCat("job '", in.name, "' already runs on node ", opts_.node,
                                                    " (cairn job kill ", in.name, " there first)"));
     }
+    if (receiving_.count(in.begin.checkpoint()) != 0) {
+      return absl::AlreadyExistsError("migration " + in.begin.checkpoint() + " is already being received");
+    }
+    receiving_.insert(in.begin.checkpoint());
     if (it != jobs_.end()) {
       in.previous = it->second.job;
       it->second.busy = true;
@@ -713,10 +882,12 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
     }
     break;
   }
+  FaultPoint("migrate-received");
   if (absl::Status st = RestoreReceived(in, cancelled); !st.ok()) {
     return fail(Annotate(st, absl::StrCat("restore job ", in.name, " on node ", opts_.node)));
   }
   double restore_s = Since(t_finish);
+  FaultPoint("migrate-running");
   reply.set_state("running");
   reply.set_host_pid(in.restored.pid);
   reply.set_restore_s(restore_s);
@@ -724,6 +895,7 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   if (!read(&m) || !m.has_commit()) {
     return fail(absl::CancelledError("the source did not commit the migration (it keeps the job)"));
   }
+  FaultPoint("migrate-commit-received");
 
   // Committed: the job is ours. The received image becomes a checkpoint of it here.
   api::Job j;
@@ -736,9 +908,17 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   if (in.previous) j.set_restores(in.previous->restores());
   j.set_dir(in.job_dir);
   j.set_node(opts_.node);
+  j.set_arrived_with(in.begin.checkpoint());
   j.mutable_health()->set_state("running");
+  // The commit: this one record (state running, arrived_with the migration's id) is what
+  // the source's question (MigrationOutcome) and a restart of this daemon go by.
+  if (absl::Status st = Persist(j); !st.ok()) {
+    return fail(Annotate(st, "record the job in the catalog (the migration was not committed)"));
+  }
+  FaultPoint("migrate-adopted");
   {
     std::lock_guard<std::mutex> l(mu_);
+    receiving_.erase(in.begin.checkpoint());
     JobState& s = jobs_[in.name];
     s.job = j;
     s.tracker = std::make_unique<HealthTracker>(j.spec().health());
@@ -749,7 +929,6 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
                           j.spec().checkpoint().interval_s();
     }
   }
-  if (absl::Status st = Persist(j); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", in.name, st.ToString());
   api::Checkpoint c;
   c.set_id(in.begin.checkpoint());
   c.set_job(in.name);

@@ -164,4 +164,13 @@ grpc::Status GrpcService::ReceiveJob(grpc::ServerContext* ctx,
   return ToGrpc(st);
 }
 
+grpc::Status GrpcService::MigrationOutcome(grpc::ServerContext* ctx, const api::MigrationOutcomeRequest* req,
+                                           api::MigrationOutcomeResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->MigrationOutcome(req->name(), req->migration());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
 }  // namespace cairn::daemon

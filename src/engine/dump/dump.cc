@@ -753,11 +753,21 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   }
   if (opts.hand_off) {
     result->frozen_seconds = Since(t_freeze);
-    result->handed_off = opts.hand_off(*result);
-    if (result->handed_off) {
+    HandOffControl control;
+    control.hold = [&] { journal.SetOutcome(GuardJournal::Outcome::kHold); };
+    control.accepted = [&] { journal.SetOutcome(GuardJournal::Outcome::kKill); };
+    HandOff h = opts.hand_off(*result, control);
+    result->handed_off = h == HandOff::kKill;
+    result->held = h == HandOff::kHeld;
+    if (h == HandOff::kKill) {
       journal.SetOutcome(GuardJournal::Outcome::kKill);
       RETURN_IF_ERROR(ft.Kill());
+    } else if (h == HandOff::kThaw) {
+      journal.SetOutcome(GuardJournal::Outcome::kRunning);
+      RETURN_IF_ERROR(ft.Thaw());
     } else {
+      // Let go of them; their cgroup's freezer keeps them where they are. (Detaching a
+      // frozen task only marks it to run once its cgroup is thawed.)
       RETURN_IF_ERROR(ft.Thaw());
     }
     journal.SetOutcome(GuardJournal::Outcome::kDone);

@@ -20,6 +20,21 @@ namespace cairn::dump {
 
 struct DumpResult;
 
+enum class HandOff { kKill, kThaw, kHeld };
+
+// What a hand-off tells the dump, so that a dump that dies in the middle of it (the daemon
+// killed) leaves the processes where the hand-off's protocol needs them (guardian.h):
+// - hold(): the processes now stand frozen in their freezer cgroup (the hand-off froze it
+//   while they were still stopped by the dump); from here on a dump that dies leaves them
+//   there, neither thawed nor killed. Called before the peer is asked to take them over.
+// - accepted(): the peer has taken them over; a dump that dies from here on has them
+//   killed. Called before the hand-off thaws their cgroup again (they are still stopped by
+//   the dump then, so they do not run).
+struct HandOffControl {
+  std::function<void()> hold;
+  std::function<void()> accepted;
+};
+
 struct DumpOptions {
   pid_t pid = 0;
   std::string dir;
@@ -47,9 +62,13 @@ struct DumpOptions {
   image::Compression compression;
   // Migration (REQUIRES leave_running): called once the checkpoint is committed while
   // every process is still frozen, so that the image holds exactly the state they stand
-  // in. True: the processes now run elsewhere and are killed here. False: they are thawed
-  // and carry on here (the dump itself still succeeds; DumpResult::handed_off says which).
-  std::function<bool(const DumpResult&)> hand_off;
+  // in. kKill: the processes now run elsewhere and are killed here. kThaw: they are thawed
+  // and carry on here. kHeld: whether they run elsewhere is not known yet; they stand
+  // frozen in their freezer cgroup, which the hand-off froze, and the dump lets go of them
+  // without thawing them: the caller decides later. (The dump itself succeeds in all three;
+  // DumpResult::handed_off and held say which.) See HandOffControl for what the hand-off
+  // must tell the dump as it goes.
+  std::function<HandOff(const DumpResult&, const HandOffControl&)> hand_off;
   // Called once the pre-copy rounds are done, just before the freeze, while the processes
   // run (a migration waits there until what pre-copy wrote has been sent on).
   std::function<void()> before_freeze;
@@ -69,7 +88,8 @@ struct DumpResult {
   int precopy_rounds = 0;           // pre-copy: rounds copied while the process ran
   uint64_t precopy_bytes = 0;       // page data copied while it ran
   double start_freeze_seconds = 0;  // the brief stop that started write tracking
-  bool handed_off = false;          // hand_off said yes: the processes were killed
+  bool handed_off = false;          // hand_off said kKill: the processes were killed
+  bool held = false;                // hand_off said kHeld: left frozen in their cgroup
 };
 
 // Freezes the process (with `tree`, it and every descendant: each process is frozen

@@ -100,6 +100,21 @@ class GuardianRepair {
   int Run() {
     auto outcome = static_cast<GuardJournal::Outcome>(j_.outcome_.load(std::memory_order_acquire));
     if (outcome == GuardJournal::Outcome::kDone) return 0;
+    if (outcome == GuardJournal::Outcome::kHold) {
+      int failures = 0;
+      for (int i = 0; i < j_.nprocs_.load(std::memory_order_acquire); ++i) {
+        const GuardJournal::Process& p = j_.procs_[i];
+        if (p.trampoline_writing.load(std::memory_order_acquire) == 0 || !SameProcess(p)) continue;
+        absl::StatusOr<std::pair<uint64_t, uint64_t>> vdso = inject::VdsoRange(p.pid);
+        absl::Status s = vdso.ok() ? ClearTrampoline(p.pid, *vdso) : vdso.status();
+        if (!s.ok() && !absl::IsNotFound(s)) {
+          ++failures;
+          Say(absl::StrCat("could not clear the trampoline of pid ", p.pid, ": ", s.ToString()));
+        }
+      }
+      Say("the dump was handing its processes off: they stay frozen in their freezer cgroup for the daemon to decide");
+      return failures == 0 ? 0 : 1;
+    }
     // The commit is the rename of DIR.partial to DIR: whether it happened is on disk.
     if (outcome == GuardJournal::Outcome::kRunning && j_.kill_on_commit_ != 0 && Committed()) {
       outcome = GuardJournal::Outcome::kKill;

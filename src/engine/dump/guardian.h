@@ -22,6 +22,12 @@
 //    (renamed to DIR: the same inode) is kept. If the dump had committed and was to kill
 //    its processes (not --leave-running, or a hand-off the peer accepted), the guardian
 //    kills them: the dump is finished, not rolled back, so that one copy runs, not two.
+//    A hand-off that asks a peer to take the processes over first freezes them in their
+//    freezer cgroup and says so (kHold): then the guardian leaves them there, neither thawed
+//    nor killed, and the daemon that owns the migration decides once it knows what the peer
+//    did (daemon/migrate.h). All that is left to undo by then is the trampoline's code in
+//    the vDSO's tail (every injection ended before the commit): the guardian writes its
+//    zeros back through /proc/PID/mem, which needs no stop of the process.
 // 5. The window of a call: entering, the thread's journal flag is set, then its mask
 //    blocked, then its registers set; leaving, the reverse. So no handler of the process
 //    ever runs with rip in the trampoline, and a flagged thread found outside it only
@@ -55,6 +61,7 @@ class GuardJournal {
     kRunning = 0,  // undo everything journaled (also after a failed dump, for what it left)
     kDone = 1,     // the dump succeeded: nothing to do
     kKill = 2,     // committed, the processes are to die: finish the kill
+    kHold = 3,     // a hand-off froze them in their freezer cgroup: leave them there
   };
 
   // A frozen process; returns its index, or ResourceExhausted.

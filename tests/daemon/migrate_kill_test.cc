@@ -1,0 +1,154 @@
+// Issue 21: a live migration whose source or destination daemon is SIGKILLed at each step of
+// the protocol (src/daemon/migrate.h lists the cuts). Whichever side dies wherever, once the
+// dead daemon is back: exactly one copy of the job runs (never none, never two), the records
+// agree (`migrated` on the source only while the destination runs it), nothing received is
+// left half-written, and the job finishes with the result of an uninterrupted run.
+//
+// Each case pauses the daemon to kill at a named fault point (CAIRN_FAULT_PAUSE=STAGE: the
+// daemon's migration stages, or the engine's `frozen` inside the dump it runs), kills it there,
+// starts it again on the same state directory, and waits for the migration to be settled.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "daemon_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Cut {
+  const char* name;      // the test's name
+  bool kill_source;      // which daemon dies
+  const char* stage;     // where
+  const char* settles;   // where the job must run afterwards: "source", "destination" or "either"
+};
+
+std::ostream& operator<<(std::ostream& os, const Cut& c) { return os << c.name; }
+
+class MigrateKillTest : public DaemonFixture, public ::testing::WithParamInterface<Cut> {
+ protected:
+  // The freezer state of the job's cgroup on node `node` ("" when there is none).
+  static std::string Freezer(const std::string& node, const std::string& job) {
+    std::string s = ReadFile("/sys/fs/cgroup/freezer/cairn/" + node + "." + job + "/freezer.state");
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string RunLog(const std::string& node) { return ReadFile(Dir() + "/" + node + ".log.run"); }
+};
+
+TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
+  const Cut& cut = GetParam();
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  std::string token = Token("token", "token-of-the-peers-0123456789");
+  std::string addr_a = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  std::string fault = std::string("CAIRN_FAULT_PAUSE=") + cut.stage;
+  std::vector<std::string> args_b = {"--listen", addr_b, "--token-file", token};
+  auto b = std::make_unique<DaemonProcess>(Dir(), "node-b", args_b,
+                                           cut.kill_source ? std::vector<std::string>{} : std::vector<std::string>{fault});
+  ASSERT_TRUE(b->Start());
+  std::vector<std::string> args_a = {"--listen",        addr_a, "--token-file",  token,
+                                     "--peer",          b->node() + "=" + addr_b,
+                                     "--peer-token-file", token, "--spool-dir", Dir() + "/spool"};
+  auto a = std::make_unique<DaemonProcess>(Dir(), "node-a", args_a,
+                                           cut.kill_source ? std::vector<std::string>{fault} : std::vector<std::string>{});
+  ASSERT_TRUE(a->Start());
+  const std::string node_a = a->node(), node_b = b->node();
+
+  std::string out = Dir() + "/py";
+  std::vector<std::string> run = {"job", "run", "--name", "py", "--checkpoint-every", "0", "--"};
+  for (auto& arg : PythonJob(out)) run.push_back(arg);
+  ASSERT_TRUE(a->Cairn(run).Exited(0)) << a->Log();
+  std::this_thread::sleep_for(1s);  // mid-computation
+  int pid_a = Job(*a, "py")["host_pid"];
+
+  CommandResult migrate;
+  std::thread mover([&] { migrate = a->Cairn({"job", "migrate", "py", "--to", node_b, "--restore-timeout", "30"}, 90s); });
+  std::unique_ptr<DaemonProcess>& victim = cut.kill_source ? a : b;
+  const std::string victim_node = victim->node();
+  bool paused = WaitFor([&] { return RunLog(victim_node).find(std::string("fault point ") + cut.stage) != std::string::npos; }, 60s);
+  victim->Kill(SIGKILL);
+  victim->Wait();
+  mover.join();
+  ASSERT_TRUE(paused) << "the " << (cut.kill_source ? "source" : "destination") << " never reached " << cut.stage << ": "
+                      << RunLog(victim_node) << "\nmigrate: " << migrate.Describe();
+  EXPECT_FALSE(migrate.Exited(0)) << "the migration reported success although a daemon died in it: " << migrate.Describe();
+
+  // The dead daemon comes back on its state directory (without the fault point).
+  victim = std::make_unique<DaemonProcess>(Dir(), cut.kill_source ? "node-a" : "node-b",
+                                           cut.kill_source ? args_a : args_b);
+  ASSERT_TRUE(victim->Start());
+
+  // Settled: the source's record is running or migrated, no longer migrating.
+  std::string state_a;
+  bool settled = WaitFor(
+      [&] {
+        state_a = Job(*a, "py")["state"];
+        return state_a == "running" || state_a == "migrated";
+      },
+      60s);
+  ASSERT_TRUE(settled) << "the source's record stays " << state_a << ": " << RunLog(node_a) << RunLog(node_b);
+
+  json jobs_b = b->Json({"job", "list"})["jobs"];
+  json job_b;
+  for (const json& j : jobs_b) {
+    if (j["name"] == "py") job_b = j;
+  }
+  bool b_runs = !job_b.is_null() && job_b["state"] == "running";
+  if (state_a == "migrated") {
+    // Committed: only the destination's copy.
+    ASSERT_TRUE(b_runs) << "the source says migrated but the destination does not run it: " << jobs_b.dump();
+    EXPECT_TRUE(WaitGone(pid_a, 10s).gone) << "the source's copy still exists";
+    EXPECT_TRUE(IsAlive(job_b["host_pid"].get<int>()));
+    EXPECT_EQ(Freezer(node_b, "py"), "THAWED");
+  } else {
+    // Aborted: only the source's copy, and it runs (not left frozen).
+    EXPECT_FALSE(b_runs) << "both nodes run the job: " << jobs_b.dump();
+    EXPECT_EQ(Job(*a, "py")["host_pid"], pid_a);
+    EXPECT_TRUE(IsAlive(pid_a));
+    EXPECT_EQ(Freezer(node_a, "py"), "THAWED");
+    // Nothing of it runs in the destination's cgroup.
+    EXPECT_TRUE(WaitFor([&] { return ReadFile("/sys/fs/cgroup/freezer/cairn/" + node_b + ".py/cgroup.procs").empty(); }, 10s))
+        << "a copy is left in the destination's cgroup";
+  }
+  std::string where = state_a == "migrated" ? "destination" : "source";
+  if (std::string(cut.settles) != "either") {
+    EXPECT_EQ(where, cut.settles);
+  }
+
+  // Nothing half-received is left on the destination.
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(b->state_dir() + "/checkpoints", ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    EXPECT_FALSE(it->path().string().ends_with(".partial")) << it->path();
+  }
+
+  // The copy that runs finishes with the uninterrupted run's result.
+  Release(out);
+  EXPECT_TRUE(WaitFor([&] { return ReadFile(out + "/result") == expected; }, 120s))
+      << "result: " << ReadFile(out + "/result") << " (the job ran on the " << where << ")";
+  std::cerr << "cut " << cut.name << ": settled on the " << where << "\n";
+  a->KillJobs();
+  b->KillJobs();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cuts, MigrateKillTest,
+    ::testing::Values(Cut{"SourceWhileFrozen", true, "frozen", "source"},
+                      Cut{"SourceHoldingBeforeCommit", true, "migrate-held", "source"},
+                      Cut{"SourceAfterSendingCommit", true, "migrate-commit-sent", "either"},
+                      Cut{"DestinationHoldingTheImage", false, "migrate-received", "source"},
+                      Cut{"DestinationRunningItBeforeCommit", false, "migrate-running", "source"},
+                      Cut{"DestinationGivenCommitBeforeItsRecord", false, "migrate-commit-received", "source"},
+                      Cut{"DestinationAfterItsRecord", false, "migrate-adopted", "destination"}),
+    [](const ::testing::TestParamInfo<Cut>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace cairn::testing
