@@ -291,7 +291,11 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
         CAIRN_LOG_DEBUG("event=untracked_area pid={} start={:#x} end={:#x}", pid, v.start(), v.end());
         continue;
       }
-      RETURN_IF_ERROR(tracker->Protect(v.start(), v.end()));
+      absl::Status protect = tracker->Protect(v.start(), v.end());
+      // "uw" named another tracker's registration: a stray one (left by a dump that died
+      // after it had forgotten the recorded one) closed above, which unregistered it.
+      if (absl::IsNotFound(protect) && tracker->Register(v.start(), v.end())) protect = tracker->Protect(v.start(), v.end());
+      RETURN_IF_ERROR(protect);
     }
     proc->set_tracker_fd(tracker->remote_fd());
   }

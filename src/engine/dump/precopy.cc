@@ -83,6 +83,8 @@ absl::StatusOr<double> StartTracking(pid_t pid, GuardJournal* journal, int* trac
     if (!uw && !tracker->Register(v.start(), v.end())) continue;  // not trackable (or gone): copied while frozen
     // An area unmapped meanwhile cannot be protected; it is not copied either.
     absl::Status st = tracker->Protect(v.start(), v.end());
+    // "uw" named a stray tracker's registration, closed above: register it with this one.
+    if (absl::IsNotFound(st) && uw && tracker->Register(v.start(), v.end())) st = tracker->Protect(v.start(), v.end());
     if (!st.ok()) CAIRN_LOG_DEBUG("event=protect_failed pid={} error=\"{}\"", pid, st.ToString());
   }
   return stopped;
