@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "cli/output.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
+#include "common/status.h"
 #include "common/stop_points.h"
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
@@ -70,9 +72,25 @@ std::string KernelObjectDetail(const image::Fd& f) {
   }
 }
 
+// The image key (image/seal.h) of `path` (default: the node's, made on first use); none with
+// `trust_unsigned`, where the caller then neither checks seals nor needs a key.
+absl::StatusOr<std::optional<image::ImageKey>> KeyFor(const std::string& path, bool trust_unsigned) {
+  if (trust_unsigned) {
+    std::fprintf(stderr, "cairn: warning: --trust-unsigned: the checkpoint's seal is not checked\n");
+    return std::optional<image::ImageKey>();
+  }
+  auto k = image::ImageKey::LoadOrCreate(path.empty() ? image::DefaultImageKeyPath() : path);
+  if (!k.ok()) return Annotate(k.status(), "--image-key");
+  return std::optional<image::ImageKey>(std::move(*k));
+}
+
 int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name,
-            const std::string& parent, bool track, bool pre_copy, int max_rounds, int precopy_rate_mib, const std::string& compress) {
+            const std::string& parent, bool track, bool pre_copy, int max_rounds, int precopy_rate_mib, const std::string& compress,
+            const std::string& image_key) {
   dump::DumpOptions opts;
+  auto key = KeyFor(image_key, false);
+  if (!key.ok()) return Fail(key.status());
+  opts.seal_key = &**key;
   if (!job_name.empty()) {
     auto rec = job::Load(job_name);
     if (!rec.ok()) return Fail(rec.status());
@@ -140,8 +158,12 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
 }
 
 int RunRestore(const std::string& dir, bool detach, bool lazy, bool verify, const std::string& page_server,
-               const std::string& token_file) {
+               const std::string& token_file, const std::string& image_key, bool trust_unsigned) {
   restore::RestoreOptions opts;
+  // A page server checks the seal of what it serves (RunPageServer); a local one is checked here.
+  auto key = KeyFor(image_key, trust_unsigned || !page_server.empty());
+  if (!key.ok()) return Fail(key.status());
+  if (key->has_value()) opts.seal_key = &**key;
   opts.dir = dir;
   opts.lazy = lazy;
   opts.verify = verify;
@@ -182,8 +204,19 @@ int RunRestore(const std::string& dir, bool detach, bool lazy, bool verify, cons
   return 1;
 }
 
-int RunPageServer(lazy::PageServerOptions opts, uint64_t max_rate_kib) {
+int RunPageServer(lazy::PageServerOptions opts, uint64_t max_rate_kib, const std::string& image_key,
+                  bool trust_unsigned) {
   opts.max_rate = max_rate_kib * 1024;
+  // It serves only a checkpoint whose seals hold: its clients trust it (by its token) for that.
+  auto key = KeyFor(image_key, trust_unsigned);
+  if (!key.ok()) return Fail(key.status());
+  if (key->has_value()) {
+    auto img = image::OpenChain(opts.dir);
+    if (!img.ok()) return Fail(Annotate(img.status(), "cannot serve " + opts.dir));
+    for (const image::ImageReader* l = img->get(); l != nullptr; l = l->parent()) {
+      if (absl::Status s = image::CheckSeal(l->dir(), **key); !s.ok()) return Fail(Annotate(s, "cannot serve " + opts.dir));
+    }
+  }
   opts.on_listening = [&](const std::string& where) {
     std::printf("page server: serving %s on %s\n", opts.dir.c_str(), where.c_str());
     std::fflush(stdout);
@@ -287,8 +320,16 @@ int RunInspect(const std::string& dir, bool json) {
   return 0;
 }
 
-int RunCompact(const std::string& dir, const std::string& out) {
-  auto r = image::Compact(dir, out);
+int RunCompact(const std::string& dir, const std::string& out, const std::string& image_key, bool trust_unsigned) {
+  auto key = KeyFor(image_key, trust_unsigned);
+  if (!key.ok()) return Fail(key.status());
+  std::optional<image::ImageKey> seal_with = *key;
+  if (!seal_with) {  // the input is trusted unchecked; the result is sealed all the same
+    auto k = image::ImageKey::LoadOrCreate(image_key.empty() ? image::DefaultImageKeyPath() : image_key);
+    if (!k.ok()) return Fail(Annotate(k.status(), "--image-key"));
+    seal_with = *k;
+  }
+  auto r = image::Compact(dir, out, key->has_value() ? &**key : nullptr, &*seal_with);
   if (!r.ok()) return Fail(r.status());
   std::printf("compacted %s (a chain of %d checkpoint%s) into %s: %s of page data\n", dir.c_str(), r->links,
               r->links == 1 ? "" : "s", out.empty() ? dir.c_str() : out.c_str(),
@@ -354,6 +395,13 @@ int main(int argc, char** argv) {
   std::string compress;
   dump->add_option("--compress", compress, "Compress page blocks: lz4, zstd or zstd:LEVEL (1-19), on every core");
   dump->add_flag("--track", track, "With --leave-running: track writes from now on, for a later dump --parent");
+  std::string image_key;
+  bool trust_unsigned = false;
+  const char* key_help = "Image key file that seals checkpoints and checks their seals (default: $CAIRN_STATE_DIR/image.key "
+                         "or /var/lib/cairn/image.key, made on first use; give every node of a cluster the same one)";
+  const char* trust_help = "Restore a checkpoint whose seal is missing, made with another key, or broken (only one whose "
+                           "origin you trust: its metadata decides what runs as root)";
+  dump->add_option("--image-key", image_key, key_help);
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
   restore->add_option("--dir", dir, "Checkpoint directory");
@@ -371,6 +419,8 @@ int main(int argc, char** argv) {
                     "Before the processes run, read back what the kernel says about every object of the checkpoint "
                     "(memory layout, descriptors, credentials, limits, signals, timers...) and compare it with the "
                     "image; a difference fails the restore, naming the object and both values");
+  restore->add_option("--image-key", image_key, key_help);
+  restore->add_flag("--trust-unsigned", trust_unsigned, trust_help);
 
   cairn::lazy::HandlerOptions lazy_opts;
   auto* lazy_pages = app.add_subcommand("lazy-pages", "Page handler of restore --lazy (started by cairn itself)");
@@ -388,6 +438,8 @@ int main(int argc, char** argv) {
   page_server_cmd->add_option("--token-file", ps_opts.token_file, "File holding the token clients must present (chmod 600)")
       ->required();
   page_server_cmd->add_option("--max-rate", ps_rate_kib, "Send at most this many KiB per second (default: no limit)");
+  page_server_cmd->add_option("--image-key", image_key, key_help);
+  page_server_cmd->add_flag("--trust-unsigned", trust_unsigned, trust_help);
   lazy_pages->add_option("--pid", lazy_opts.pid)->required();
   lazy_pages->add_option("--image-pid", lazy_opts.image_pid)->required();
   lazy_pages->add_option("--uffd", lazy_opts.uffd)->required();
@@ -403,6 +455,8 @@ int main(int argc, char** argv) {
   auto* compact = app.add_subcommand("compact", "Fold a chain of incremental checkpoints into one standalone checkpoint");
   compact->add_option("dir", dir, "Checkpoint directory (the newest link of the chain)")->required();
   compact->add_option("--out", compact_out, "Write the result here instead of replacing DIR");
+  compact->add_option("--image-key", image_key, key_help);
+  compact->add_flag("--trust-unsigned", trust_unsigned, trust_help);
 
   auto* run = app.add_subcommand("run", "Start a job in its own PID and mount namespaces and cgroup, restorable anywhere");
   run->add_option("--name", job_name, "Job name (default: generated)");
@@ -416,15 +470,17 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command);
-  if (restore->parsed()) return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file);
-  if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib);
+  if (restore->parsed()) {
+    return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned);
+  }
+  if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib, image_key, trust_unsigned);
   if (lazy_pages->parsed()) {
     return cairn::lazy::ServePages(lazy_opts).ok() ? 0 : 1;  // it wrote any error itself
   }
   if (inspect->parsed()) return cairn::RunInspect(dir, json);
-  if (compact->parsed()) return cairn::RunCompact(dir, compact_out);
+  if (compact->parsed()) return cairn::RunCompact(dir, compact_out, image_key, trust_unsigned);
   if (check->parsed()) return cairn::RunCheck();
   if (controller_commands.Parsed()) return controller_commands.Run();
   if (daemon_commands.Parsed()) return daemon_commands.Run();

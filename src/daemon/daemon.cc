@@ -574,6 +574,7 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   Event(name, "checkpoint-writing", absl::StrCat("checkpoint ", c.id(), " (", reason, ")"));
 
   dump::DumpOptions d;
+  d.seal_key = opts_.image_key.get();
   d.pid = pid;
   d.dir = c.location();
   d.tree = true;
@@ -744,6 +745,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   }
   restore::RestoreOptions ro;
   ro.dir = *local;
+  ro.seal_key = opts_.image_key.get();
   ro.cgroup = CgroupOf(name);
   ro.verify = true;  // a restore that differs from its image fails instead of running
   auto r = restore::Restore(ro);

@@ -39,6 +39,7 @@
 #include "daemon/health.h"
 #include "daemon/storage/storage.h"
 #include "daemon/spot_watch.h"
+#include "engine/image/seal.h"
 #include "engine/job/job.h"
 
 namespace cairn::daemon {
@@ -51,6 +52,10 @@ inline constexpr mode_t kJobLogMode = 0600;
 struct DaemonOptions {
   std::string node;
   std::string state_dir;
+  // Seals every checkpoint this daemon writes and checks the seal of every one it restores
+  // (engine/image/seal.h): the cluster's key, the same file on every node. Null only in
+  // tests that build a Daemon without one (then nothing is sealed or checked).
+  std::shared_ptr<image::ImageKey> image_key;
   // Test hook (fault injection): seconds to pause inside every checkpoint's memory copy, while
   // the job is frozen and the checkpoint is half-written. 0 in production.
   double pause_in_checkpoint_s = 0;

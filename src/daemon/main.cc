@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
   bool eager_migrations = false;
   app.add_option("--peer", peers, "Another daemon jobs may be migrated to: NAME=HOST:PORT (repeatable)");
   app.add_option("--peer-token-file", peer_token_file, "File holding the token the peers' TCP ports take");
+  std::string image_key;
+  app.add_option("--image-key", image_key,
+                 "Image key that seals the checkpoints this node writes and checks those it restores: the same file on "
+                 "every node of a cluster (default: STATE/image.key, made on first start)");
   app.add_option("--spool-dir", opts.spool_dir,
                  "Where images of outgoing migrations are staged (default /dev/shm/cairnd-NODE when /dev/shm is a tmpfs, "
                  "else STATE/spool)");
@@ -207,6 +211,11 @@ int main(int argc, char** argv) {
   }
   // engine/job keeps its registry (NAME.job) under $CAIRN_STATE_DIR/jobs: the daemon's own.
   ::setenv("CAIRN_STATE_DIR", opts.state_dir.c_str(), 1);
+  {
+    auto key = cairn::image::ImageKey::LoadOrCreate(image_key.empty() ? opts.state_dir + "/image.key" : image_key);
+    if (!key.ok()) return Fail(cairn::Annotate(key.status(), "--image-key"));
+    opts.image_key = std::make_shared<cairn::image::ImageKey>(std::move(*key));
+  }
 
   // Stop requests set a flag; nothing is blocked, so jobs started from any thread inherit a
   // clean signal mask.

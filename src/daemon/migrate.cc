@@ -60,7 +60,9 @@ constexpr size_t kChunk = 1 << 20;  // bytes per Data message (gRPC's default li
 constexpr const char* kImageFiles[] = {image::kPagesFile, image::kFilesFile};
 
 bool IsLogFile(const std::string& f) { return f == kJobLogs[0] || f == kJobLogs[1]; }
-bool IsImageFile(const std::string& f) { return f == image::kPagesFile || f == image::kFilesFile || f == image::kMetaFile; }
+bool IsImageFile(const std::string& f) {
+  return f == image::kPagesFile || f == image::kFilesFile || f == image::kMetaFile || f == image::kSealFile;
+}
 
 using SendFn = std::function<bool(const api::MigrationMessage&)>;
 
@@ -452,6 +454,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   int dest_pid = 0;
   bool ambiguous = false;
   dump::DumpOptions d;
+  d.seal_key = opts_.image_key.get();
   d.pid = pid;
   d.dir = dir;
   d.tree = true;
@@ -480,6 +483,9 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     std::map<std::string, int64_t> sizes;
     absl::Status st = tail.Finish(&sizes);
     if (st.ok()) st = SendWhole(send, image::kMetaFile, dir + "/" + image::kMetaFile, &sizes, &other_bytes);
+    if (st.ok() && d.seal_key != nullptr) {
+      st = SendWhole(send, image::kSealFile, dir + "/" + image::kSealFile, &sizes, &other_bytes);
+    }
     for (const char* log : kJobLogs) {
       if (st.ok()) st = SendWhole(send, log, JobDir(name) + "/" + log, &sizes, &other_bytes);
     }
@@ -769,13 +775,21 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
     std::this_thread::sleep_for(std::chrono::duration<double>(opts_.pause_before_migration_restore_s));
   }
   if (opts_.fail_migration_restore) return absl::InternalError("test hook: CAIRND_TEST_FAIL_MIGRATION_RESTORE");
+  // The source sealed it with the cluster's key: checked before it is rewritten for this
+  // node, and sealed again after (the restore checks that seal).
+  if (opts_.image_key) {
+    RETURN_IF_ERROR(Annotate(image::CheckSeal(in.partial, *opts_.image_key), "the image received"));
+    (void)::unlink((in.partial + "/" + image::kSealFile).c_str());
+  }
   RETURN_IF_ERROR(RewriteForNode(in.partial, in.begin.from_job_dir(), in.job_dir, CgroupOf(in.name), EngineName(in.name)));
+  if (opts_.image_key) RETURN_IF_ERROR(image::SealImage(in.partial, *opts_.image_key));
   if (::rename(in.partial.c_str(), in.dir.c_str()) != 0) return ErrnoStatus("rename " + in.partial);
   const api::JobSpec& spec = in.begin.spec();
   CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=image_rewritten ms={:.1f}", in.name, Since(t0) * 1e3);
   RETURN_IF_ERROR(SetLimits(CgroupOf(in.name), spec.limits().cpus(), spec.limits().memory_bytes()));
   restore::RestoreOptions ro;
   ro.dir = in.dir;
+  ro.seal_key = opts_.image_key.get();
   ro.cgroup = CgroupOf(in.name);
   ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.lazy = opts_.lazy_migrations;
@@ -834,6 +848,11 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   std::error_code ec;
   fs::create_directories(in.partial, ec);
   if (ec) return fail(absl::InternalError(absl::StrCat("create ", in.partial, ": ", ec.message())));
+  // Root's alone whatever the umask (the image decides what runs as root; its seal check
+  // refuses a directory others could write).
+  for (const std::string& d : {CheckpointDir(in.name), in.partial}) {
+    if (::chmod(d.c_str(), 0700) != 0) return fail(ErrnoStatus("chmod 0700 " + d));
+  }
   if (absl::Status st = PrepareJobDir(in.name); !st.ok()) return fail(st);
   api::MigrationReply reply;
   reply.set_node(opts_.node);
@@ -870,6 +889,10 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
     t_finish = Clock::now();
     for (const char* f : {image::kMetaFile, image::kPagesFile, image::kFilesFile}) {
       if (!m.finish().sizes().contains(f)) return fail(absl::DataLossError(absl::StrCat("migration stream: no ", f)));
+    }
+    if (opts_.image_key && !m.finish().sizes().contains(image::kSealFile)) {
+      return fail(absl::PermissionDeniedError(
+          "the source sent an unsealed image: migrations are between daemons of one cluster, which seal with its key"));
     }
     for (const auto& [f, size] : m.finish().sizes()) {
       if (!IsImageFile(f) && !IsLogFile(f)) return fail(absl::InvalidArgumentError("migration stream: file " + f));

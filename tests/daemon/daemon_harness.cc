@@ -39,6 +39,10 @@ DaemonProcess::~DaemonProcess() {
 ::testing::AssertionResult DaemonProcess::Start(std::chrono::milliseconds timeout) {
   std::vector<std::string> argv = {CAIRND_BIN, "--node", node_, "--state-dir", state_, "--socket", socket_,
                                    "--tick", "0.2", "--cairn-bin", CAIRN_BIN};
+  // The daemons of a test are one cluster: one image key (made by the first to start).
+  if (std::find(extra_.begin(), extra_.end(), "--image-key") == extra_.end()) {
+    argv.insert(argv.end(), {"--image-key", dir_ + "/cluster-image.key"});
+  }
   argv.insert(argv.end(), extra_.begin(), extra_.end());
   WriteFile(dir_ + "/empty", "");
   // Appends, so the log of a restarted daemon keeps the earlier run's.

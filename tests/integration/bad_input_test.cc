@@ -38,6 +38,26 @@ class BadInput : public CairnTest {
     return ::testing::AssertionSuccess();
   }
 
+  // A damaged copy of a checkpoint: the seal refuses it (naming the file); so do the checksums
+  // when the seal is not checked (--trust-unsigned), and `cairn inspect` (which checks them).
+  // The seal file itself is only the seal's business.
+  ::testing::AssertionResult RefusedAsDamaged(const std::string& copy, const std::string& file) {
+    static constexpr char kSealRefused[] = "does not match its seal|seal.*damaged or forged|sealed with image key";
+    static constexpr char kBroken[] =
+        "checksum|corrupt|truncat|short|size|mismatch|invalid|unexpected|magic|parse|decode|eof|damaged|bad|length";
+    // Refused by the seal, or earlier, when the image cannot even be read (a truncated header).
+    CommandResult sealed = Cairn({"restore", "--dir", copy, "--detach"});
+    if (!FailedWith(sealed, std::string(kSealRefused) + "|" + kBroken)) {
+      return ::testing::AssertionFailure() << "sealed restore: " << sealed.Describe();
+    }
+    if (file == "checkpoint.seal") return ::testing::AssertionSuccess();
+    CommandResult inspect = Cairn({"inspect", copy});
+    if (!FailedWith(inspect, kBroken)) return ::testing::AssertionFailure() << "inspect: " << inspect.Describe();
+    CommandResult trusted = Cairn({"restore", "--dir", copy, "--detach", "--trust-unsigned"});
+    if (!FailedWith(trusted, kBroken)) return ::testing::AssertionFailure() << "unsealed restore: " << trusted.Describe();
+    return ::testing::AssertionSuccess();
+  }
+
   // After a failed dump into `dir`: nothing that looks like a checkpoint was left behind.
   ::testing::AssertionResult NoCheckpointLeft(const std::string& dir) {
     if (Exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
@@ -282,8 +302,6 @@ TEST_F(BadInput, RestoreFromMissingDir) {
   EXPECT_TRUE(FailedWith(i, "no such|not exist|not found|missing|enoent|cannot open"));
 }
 
-constexpr char kDamaged[] =
-    "checksum|corrupt|truncat|short|size|mismatch|invalid|unexpected|magic|parse|decode|eof|damaged|bad|length";
 
 TEST_F(BadInput, TruncatedFilesAreRejected) {
   std::string ckpt = *temp_ / "ckpt";
@@ -298,8 +316,7 @@ TEST_F(BadInput, TruncatedFilesAreRejected) {
     SCOPED_TRACE("truncated " + file + " from " + std::to_string(size) + " to " + std::to_string(size / 2) + " bytes");
     std::string copy = CopyOf(ckpt, n++);
     fs::resize_file(fs::path(copy) / file, size / 2);
-    EXPECT_TRUE(FailedWith(Inspect(copy), kDamaged));
-    EXPECT_TRUE(FailedWith(Restore(copy), kDamaged));
+    EXPECT_TRUE(RefusedAsDamaged(copy, file));
     EXPECT_TRUE(NothingRunsAs(pid));
     fs::remove_all(copy);
   }
@@ -333,8 +350,7 @@ TEST_F(BadInput, FlippedBytesAreDetected) {
         f.seekp(static_cast<std::streamoff>(offset));
         f.put(static_cast<char>(c ^ 0xff));
       }
-      EXPECT_TRUE(FailedWith(Inspect(copy), kDamaged));
-      EXPECT_TRUE(FailedWith(Restore(copy), kDamaged));
+      EXPECT_TRUE(RefusedAsDamaged(copy, file));
       EXPECT_TRUE(NothingRunsAs(pid));
       fs::remove_all(copy);
     }

@@ -240,8 +240,13 @@ TEST_F(PageServerTest, DamagedBlockOnTheServerKillsTheProcess) {
   ASSERT_TRUE(DumpAndKill(w, ckpt));
   ASSERT_TRUE(DamageLargestPageBlock(ckpt));
   std::string token = Token("token", "page-server-test-token-0123456789");
+  // The server checks the seal of what it would serve: it refuses this one.
+  CommandResult refused = Cairn({"page-server", "--dir", ckpt, "--listen", "127.0.0.1:0", "--token-file", token});
+  EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
+  EXPECT_TRUE(Matches(refused.err, "pages.img does not match its seal")) << refused.err;
+  // Told to serve it unchecked, the restoring side still verifies every block it receives.
   Server s;
-  ASSERT_TRUE(StartServer(ckpt, token, &s));
+  ASSERT_TRUE(StartServer(ckpt, token, &s, {"--trust-unsigned"}));
   std::string err_path = w.workdir() + "/restore.err";
   CommandResult restore = RestoreDetachedTo(s, token, err_path, w.workdir());
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);

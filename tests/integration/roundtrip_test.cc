@@ -302,11 +302,17 @@ TEST_F(LazyDamage, BadBlockKillsTheProcessWithAClearError) {
   // The largest page block is in the 16 MiB private anonymous area, which --lazy leaves to the
   // handler.
   ASSERT_TRUE(DamageLargestPageBlock(ckpt));
+  // Sealed (the default), the damage is found before the process runs: refused, nothing runs.
+  CommandResult sealed = Cairn({"restore", "--dir", ckpt, "--detach", "--lazy"});
+  EXPECT_TRUE(sealed.FailedCleanly()) << sealed.Describe();
+  EXPECT_TRUE(Matches(sealed.err, "pages.img does not match its seal")) << sealed.err;
+  EXPECT_FALSE(IsAlive(w.pid())) << "a process runs from a damaged image";
+  // Unchecked, the page handler meets the damage once the process runs.
   // The handler keeps writing to cairn's stderr after `restore --detach` has returned.
   std::string err_path = w.workdir() + "/restore.err";
-  CommandResult restore = RunCommand(
-      {"/bin/sh", "-c", "exec \"$0\" restore --dir \"$1\" --detach --lazy 2>\"$2\"", CAIRN_BIN, ckpt, err_path},
-      w.workdir());
+  CommandResult restore = RunCommand({"/bin/sh", "-c", "exec \"$0\" restore --dir \"$1\" --detach --lazy --trust-unsigned 2>\"$2\"",
+                                      CAIRN_BIN, ckpt, err_path},
+                                     w.workdir());
   ASSERT_TRUE(restore.Exited(0)) << "restore --lazy must let the process run before the damaged block is needed "
                                  << restore.Describe() << ReadFile(err_path);
   std::string err;

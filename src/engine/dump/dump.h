@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "engine/dump/precopy.h"
 #include "engine/image/codec.h"
+#include "engine/image/seal.h"
 
 namespace cairn::dump {
 
@@ -60,6 +61,9 @@ struct DumpOptions {
   PreCopyOptions precopy;
   // Page blocks compressed (lz4 or zstd), block by block on every core.
   image::Compression compression;
+  // Seal the checkpoint with this key (image/seal.h); null: unsealed (restores then need
+  // --trust-unsigned). Must outlive the dump.
+  const image::ImageKey* seal_key = nullptr;
   // Migration (REQUIRES leave_running): called once the checkpoint is committed while
   // every process is still frozen, so that the image holds exactly the state they stand
   // in. kKill: the processes now run elsewhere and are killed here. kThaw: they are thawed

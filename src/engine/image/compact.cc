@@ -67,14 +67,19 @@ absl::Status CopyFiles(const ImageReader& img, Process* proc, ImageWriter& write
 
 }  // namespace
 
-absl::StatusOr<CompactResult> Compact(const std::string& dir, const std::string& out) {
+absl::StatusOr<CompactResult> Compact(const std::string& dir, const std::string& out, const ImageKey* check,
+                                      const ImageKey* seal) {
   ASSIGN_OR_RETURN(std::unique_ptr<ImageReader> img, OpenChain(dir));
   CompactResult result;
-  for (const ImageReader* l = img.get(); l != nullptr; l = l->parent()) ++result.links;
+  for (const ImageReader* l = img.get(); l != nullptr; l = l->parent()) {
+    ++result.links;
+    if (check != nullptr) RETURN_IF_ERROR(Annotate(CheckSeal(l->dir(), *check), absl::StrCat("compact ", dir)));
+  }
   std::string base = dir;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   std::string target = out.empty() ? base + ".compact" : out;
   ASSIGN_OR_RETURN(std::unique_ptr<ImageWriter> writer, ImageWriter::Create(target));
+  writer->set_seal_key(seal);
   Checkpoint meta = img->meta();
   meta.clear_parent();
   std::vector<std::pair<const Process*, Process*>> procs = {{&img->meta().process(), meta.mutable_process()}};

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/image/seal.h"
 
 namespace cairn::image {
 
@@ -16,6 +17,9 @@ struct CompactResult {
 // standalone checkpoint. With `out` empty, `dir` itself is replaced, atomically (the new
 // image is written next to it and exchanged with it by renameat2(RENAME_EXCHANGE)); the
 // result keeps `dir`'s id, so later links that name it as their parent stay valid.
-absl::StatusOr<CompactResult> Compact(const std::string& dir, const std::string& out);
+// With `check`: every link's seal is checked with it first (seal.h); with `seal`, the result
+// is sealed with that key.
+absl::StatusOr<CompactResult> Compact(const std::string& dir, const std::string& out, const ImageKey* check = nullptr,
+                                      const ImageKey* seal = nullptr);
 
 }  // namespace cairn::image

@@ -241,6 +241,7 @@ absl::Status ImageWriter::Commit(Checkpoint& meta) {
   if (!mf.valid()) return ErrnoStatus("create " + meta_path);
   RETURN_IF_ERROR(WriteAll(mf.get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), meta_path));
   RETURN_IF_ERROR(WriteAll(mf.get(), payload, meta_path));
+  if (seal_key_ != nullptr) RETURN_IF_ERROR(SealImage(partial_, *seal_key_));
 
   for (int fd : {pages_.get(), files_.get(), mf.get()}) {
     if (::fsync(fd) != 0) return ErrnoStatus("fsync checkpoint file in " + partial_);

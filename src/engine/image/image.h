@@ -16,6 +16,7 @@
 #include "common/unique_fd.h"
 #include "engine/image/codec.h"
 #include "engine/image/format.h"
+#include "engine/image/seal.h"
 #include "image.pb.h"
 
 namespace cairn::image {
@@ -39,6 +40,10 @@ class ImageWriter {
   // early writeback throttles the copy to the disk's speed and so lengthens the freeze.
   // Off by default.
   void set_early_writeback(bool on) { early_writeback_ = on; }
+
+  // Seal the checkpoint with `key` at the commit (seal.h); null: leave it unsealed. The key
+  // must outlive the writer.
+  void set_seal_key(const ImageKey* key) { seal_key_ = key; }
 
   // How page blocks should be compressed (dump --compress); set by the dump driver.
   const Compression& compression() const { return compression_; }
@@ -78,6 +83,7 @@ class ImageWriter {
   uint64_t writeback_from_ = 0;  // pages.img below this has been handed to writeback
   bool committed_ = false;
   Compression compression_;
+  const ImageKey* seal_key_ = nullptr;
 
   absl::Status WriteAt(const char* p, size_t len, uint64_t off);
   // With early writeback: starts writeback of what was appended to pages.img since the last

@@ -603,6 +603,16 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
                    lazy::OpenImage({opts.dir, opts.page_server, opts.token_file}, /*who=*/0));
   std::vector<const image::Process*> procs = {&img->meta().process()};
   for (const image::Process& p : img->meta().descendants()) procs.push_back(&p);
+  // The seals: checked before anything is created from the image; pages.img goes on being
+  // checked while the processes are built, and nothing runs before it passed.
+  std::vector<std::unique_ptr<image::SealCheck>> seals;
+  if (opts.seal_key != nullptr && opts.page_server.empty()) {
+    for (const image::ImageReader* l = img.get(); l != nullptr; l = l->parent()) {
+      auto c = image::SealCheck::Start(l->dir(), *opts.seal_key);
+      if (!c.ok()) return Annotate(c.status(), absl::StrCat("restore from ", where, " refused (nothing was restored)"));
+      seals.push_back(std::move(*c));
+    }
+  }
   RETURN_IF_ERROR(CheckTreeOrder(procs, where));
   if (procs[0]->zombie()) return absl::DataLossError(where + ": the root process is a zombie (corrupt image)");
   const image::Checkpoint& meta = img->meta();
@@ -721,6 +731,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       if (!p->zombie()) built = VerifyRestored(*p, ids, session_restored);
     }
     verify_seconds = std::chrono::duration<double>(Clock::now() - v0).count();
+  }
+  for (auto& s : seals) {
+    absl::Status sealed = s->Wait();
+    if (built.ok()) built = sealed;
   }
   if (!built.ok()) {
     return Annotate(built, absl::StrCat("restore from ", where, " failed (nothing was left running)"));

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/image/seal.h"
 
 namespace cairn::restore {
 
@@ -33,6 +34,11 @@ struct RestoreOptions {
   // Compare every restored process with its image before any runs (verify.h); a
   // difference fails the restore.
   bool verify = false;
+  // Check the checkpoint's seal with this key (image/seal.h; every image of an incremental
+  // chain) before anything restored runs: a missing, foreign or broken seal fails the
+  // restore. Null: trusted unsealed (--trust-unsigned). Not for a page server's checkpoint,
+  // which the page server checked (lazy/page_server.h).
+  const image::ImageKey* seal_key = nullptr;
 };
 
 struct RestoreResult {

@@ -1,0 +1,308 @@
+#include "engine/image/seal.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/image/format.h"
+
+namespace cairn::image {
+namespace {
+
+constexpr char kSealMagic[] = "cairn-seal 1";
+constexpr size_t kNonce = 12, kTag = 16, kSealId = 16;
+constexpr size_t kChunk = 4 << 20;
+// The files a seal covers, in the order of its lines.
+constexpr const char* kSealed[] = {kMetaFile, kFilesFile, kPagesFile};
+
+std::string Hex(const uint8_t* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) absl::StrAppendFormat(&s, "%02x", p[i]);
+  return s;
+}
+
+bool FromHex(absl::string_view hex, uint8_t* out, size_t n) {
+  if (hex.size() != 2 * n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    int v = 0;
+    for (int k = 0; k < 2; ++k) {
+      char c = absl::ascii_tolower(hex[2 * i + k]);
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) return false;
+      v = v * 16 + d;
+    }
+    out[i] = static_cast<uint8_t>(v);
+  }
+  return true;
+}
+
+// Only the caller may have written it (and so changed it since): owned by the caller, not
+// writable by group or others.
+absl::Status CheckPrivate(const struct stat& st, const std::string& path) {
+  if (st.st_uid == ::geteuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrFormat(
+      "%s belongs to uid %d with mode %04o: the files of a sealed checkpoint must be writable by uid %d alone, or they "
+      "could change after their seal was checked; copy the checkpoint as that user (cp -a) into a directory of its own",
+      path, st.st_uid, st.st_mode & 07777, ::geteuid()));
+}
+
+struct Line {
+  uint64_t size = 0;
+  std::array<uint8_t, kNonce> nonce{};
+  std::array<uint8_t, kTag> tag{};
+};
+
+std::string Preamble(const ImageKey& key, const std::string& seal_id, const std::string& file, uint64_t size) {
+  return absl::StrCat(kSealMagic, "\nkey ", key.id(), "\nseal ", seal_id, "\nfile ", file, "\nsize ", size, "\n");
+}
+
+// AES-256-GMAC of the preamble and the first `size` bytes of `fd`.
+absl::StatusOr<std::array<uint8_t, kTag>> Mac(const ImageKey& key, const std::array<uint8_t, kNonce>& nonce,
+                                              const std::string& preamble, int fd, uint64_t size,
+                                              const std::string& what) {
+  std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free);
+  int outl = 0;
+  if (!ctx || EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_IVLEN, kNonce, nullptr) != 1 ||
+      EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr, key.bytes().data(), nonce.data()) != 1 ||
+      EVP_EncryptUpdate(ctx.get(), nullptr, &outl, reinterpret_cast<const uint8_t*>(preamble.data()),
+                        static_cast<int>(preamble.size())) != 1) {
+    return absl::InternalError("OpenSSL: cannot start AES-256-GMAC");
+  }
+  std::vector<uint8_t> buf(std::min<uint64_t>(kChunk, std::max<uint64_t>(size, 1)));
+  for (uint64_t off = 0; off < size;) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
+    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("read " + what);
+    }
+    if (n == 0) return absl::DataLossError(absl::StrCat(what, " is shorter than its seal says (", size, " bytes)"));
+    if (EVP_EncryptUpdate(ctx.get(), nullptr, &outl, buf.data(), static_cast<int>(n)) != 1) {
+      return absl::InternalError("OpenSSL: AES-256-GMAC update failed");
+    }
+    off += static_cast<uint64_t>(n);
+  }
+  uint8_t none[16];
+  std::array<uint8_t, kTag> tag{};
+  if (EVP_EncryptFinal_ex(ctx.get(), none, &outl) != 1 ||
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTag, tag.data()) != 1) {
+    return absl::InternalError("OpenSSL: AES-256-GMAC final failed");
+  }
+  return tag;
+}
+
+// Opens a file of the checkpoint for reading: no symlink followed, writable by us alone, of
+// the size the seal says.
+absl::StatusOr<UniqueFd> OpenSealed(const std::string& path, uint64_t size) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open " + path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
+  if (!S_ISREG(st.st_mode)) return absl::DataLossError(path + " is not a regular file");
+  RETURN_IF_ERROR(CheckPrivate(st, path));
+  if (static_cast<uint64_t>(st.st_size) != size) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s does not match its seal: it holds %d bytes, the seal says %d; it was changed after the checkpoint was "
+        "written (or forged); not restored",
+        path, st.st_size, size));
+  }
+  return fd;
+}
+
+absl::Status Matches(const std::array<uint8_t, kTag>& got, const Line& want, const std::string& path) {
+  if (CRYPTO_memcmp(got.data(), want.tag.data(), kTag) == 0) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      path, " does not match its seal: it was changed after the checkpoint was written (or forged); not restored"));
+}
+
+}  // namespace
+
+absl::StatusOr<ImageKey> ImageKey::Load(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open image key " + path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "image key %s must be a regular file of uid %d readable by nobody else (it is uid %d, mode %04o): chown and "
+        "chmod 600 it, or make a new one",
+        path, ::geteuid(), st.st_uid, st.st_mode & 07777));
+  }
+  char text[130];
+  ssize_t n = ::read(fd.get(), text, sizeof text);
+  if (n < 0) return ErrnoStatus("read " + path);
+  ImageKey k;
+  if (!FromHex(absl::StripAsciiWhitespace(absl::string_view(text, static_cast<size_t>(n))), k.bytes_.data(), 32)) {
+    return absl::InvalidArgumentError(path + ": not an image key (64 hex digits)");
+  }
+  uint8_t digest[SHA256_DIGEST_LENGTH];
+  std::string idin = "cairn image key id\n" + Hex(k.bytes_.data(), 32);
+  SHA256(reinterpret_cast<const uint8_t*>(idin.data()), idin.size(), digest);
+  k.id_ = Hex(digest, 8);
+  return k;
+}
+
+absl::StatusOr<ImageKey> ImageKey::LoadOrCreate(const std::string& path) {
+  if (::access(path.c_str(), F_OK) == 0) return Load(path);
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec)) {
+      std::filesystem::create_directories(dir, ec);
+      if (ec) return absl::InternalError(absl::StrCat("create ", dir, " (for the image key): ", ec.message()));
+      ::chmod(dir.c_str(), 0700);
+    }
+  }
+  uint8_t bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) return absl::InternalError("OpenSSL: no random bytes for an image key");
+  std::string tmp = absl::StrCat(path, ".", ::getpid(), ".tmp");
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.valid()) return ErrnoStatus("create image key " + tmp);
+    std::string text = Hex(bytes, sizeof bytes) + "\n";
+    absl::Status w = WriteAll(fd.get(), text, tmp);
+    if (w.ok() && ::fsync(fd.get()) != 0) w = ErrnoStatus("fsync " + tmp);
+    if (!w.ok()) {
+      ::unlink(tmp.c_str());
+      return w;
+    }
+  }
+  // link(2) fails if another caller made one meanwhile: then both use that one.
+  int linked = ::link(tmp.c_str(), path.c_str());
+  int err = errno;
+  ::unlink(tmp.c_str());
+  if (linked != 0 && err != EEXIST) {
+    errno = err;
+    return ErrnoStatus("create image key " + path);
+  }
+  if (!dir.empty()) (void)SyncDir(dir);
+  return Load(path);
+}
+
+std::string DefaultImageKeyPath() {
+  const char* d = std::getenv("CAIRN_STATE_DIR");
+  return absl::StrCat(d != nullptr && *d != '\0' ? d : "/var/lib/cairn", "/image.key");
+}
+
+absl::Status SealImage(const std::string& dir, const ImageKey& key) {
+  uint8_t sid[kSealId];
+  if (RAND_bytes(sid, sizeof sid) != 1) return absl::InternalError("OpenSSL: no random bytes for a seal");
+  std::string seal_id = Hex(sid, sizeof sid);
+  std::string text = absl::StrCat(kSealMagic, "\nkey ", key.id(), "\nseal ", seal_id, "\n");
+  for (const char* f : kSealed) {
+    std::string path = dir + "/" + f;
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoStatus("open " + path + " (to seal it)");
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
+    std::array<uint8_t, kNonce> nonce{};
+    if (RAND_bytes(nonce.data(), kNonce) != 1) return absl::InternalError("OpenSSL: no random bytes for a seal");
+    uint64_t size = static_cast<uint64_t>(st.st_size);
+    ASSIGN_OR_RETURN(auto tag, Mac(key, nonce, Preamble(key, seal_id, f, size), fd.get(), size, path));
+    absl::StrAppend(&text, f, " ", size, " ", Hex(nonce.data(), kNonce), " ", Hex(tag.data(), kTag), "\n");
+  }
+  std::string path = dir + "/" + kSealFile;
+  UniqueFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out.valid()) return ErrnoStatus("create " + path);
+  RETURN_IF_ERROR(WriteAll(out.get(), text, path));
+  if (::fsync(out.get()) != 0) return ErrnoStatus("fsync " + path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SealCheck>> SealCheck::Start(const std::string& dir, const ImageKey& key) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return ErrnoStatus("stat " + dir);
+  if (!S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(dir + " is not a directory");
+  RETURN_IF_ERROR(CheckPrivate(st, dir));
+  const std::string seal_path = dir + "/" + kSealFile;
+  UniqueFd sf(::open(seal_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!sf.valid()) {
+    if (errno == ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", dir, " is not sealed (no ", kSealFile, "): anyone who could write that directory may have "
+          "written it; restore it only if you trust where it came from, with --trust-unsigned"));
+    }
+    return ErrnoStatus("open " + seal_path);
+  }
+  if (::fstat(sf.get(), &st) != 0) return ErrnoStatus("stat " + seal_path);
+  RETURN_IF_ERROR(CheckPrivate(st, seal_path));
+  char raw[2048];
+  ssize_t n = ::read(sf.get(), raw, sizeof raw);
+  if (n < 0) return ErrnoStatus("read " + seal_path);
+  std::vector<std::string> lines = absl::StrSplit(absl::string_view(raw, static_cast<size_t>(n)), '\n', absl::SkipEmpty());
+  auto bad = [&](const std::string& why) { return absl::DataLossError(absl::StrCat(seal_path, ": ", why, " (damaged or forged)")); };
+  if (lines.size() != 3 + std::size(kSealed) || lines[0] != kSealMagic) return bad("not a cairn seal");
+  if (!absl::StartsWith(lines[1], "key ") || !absl::StartsWith(lines[2], "seal ")) return bad("no key or seal id");
+  std::string key_id = lines[1].substr(4), seal_id = lines[2].substr(5);
+  if (key_id != key.id()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint ", dir, " was sealed with image key ", key_id, ", not with this node's key ", key.id(),
+        " (--image-key): it comes from another node or cluster; give that cluster's key, or --trust-unsigned if you "
+        "trust where it came from"));
+  }
+  uint8_t sid[kSealId];
+  if (!FromHex(seal_id, sid, kSealId)) return bad("malformed seal id");
+  std::map<std::string, Line> entries;
+  for (size_t i = 0; i < std::size(kSealed); ++i) {
+    std::vector<std::string> f = absl::StrSplit(lines[3 + i], ' ');
+    Line l;
+    if (f.size() != 4 || f[0] != kSealed[i] || !absl::SimpleAtoi(f[1], &l.size) ||
+        !FromHex(f[2], l.nonce.data(), kNonce) || !FromHex(f[3], l.tag.data(), kTag)) {
+      return bad(absl::StrCat("malformed line for ", kSealed[i]));
+    }
+    entries[kSealed[i]] = l;
+  }
+  // The metadata and files.img now; pages.img on a thread.
+  for (const char* f : {kMetaFile, kFilesFile}) {
+    std::string path = dir + "/" + f;
+    const Line& l = entries[f];
+    ASSIGN_OR_RETURN(UniqueFd fd, OpenSealed(path, l.size));
+    ASSIGN_OR_RETURN(auto tag, Mac(key, l.nonce, Preamble(key, seal_id, f, l.size), fd.get(), l.size, path));
+    RETURN_IF_ERROR(Matches(tag, l, path));
+  }
+  std::string pages_path = dir + "/" + kPagesFile;
+  Line pages = entries[kPagesFile];
+  ASSIGN_OR_RETURN(UniqueFd pages_fd, OpenSealed(pages_path, pages.size));
+  std::unique_ptr<SealCheck> check(new SealCheck());
+  SealCheck* c = check.get();
+  c->thread_ = std::thread([c, key, seal_id, pages, pages_path, fd = std::move(pages_fd)] {
+    auto tag = Mac(key, pages.nonce, Preamble(key, seal_id, kPagesFile, pages.size), fd.get(), pages.size, pages_path);
+    c->pages_ = tag.ok() ? Matches(*tag, pages, pages_path) : tag.status();
+  });
+  return check;
+}
+
+SealCheck::~SealCheck() {
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status SealCheck::Wait() {
+  if (thread_.joinable()) thread_.join();
+  return pages_;
+}
+
+absl::Status CheckSeal(const std::string& dir, const ImageKey& key) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SealCheck> c, SealCheck::Start(dir, key));
+  return c->Wait();
+}
+
+}  // namespace cairn::image
