@@ -60,9 +60,7 @@ constexpr size_t kChunk = 1 << 20;  // bytes per Data message (gRPC's default li
 constexpr const char* kImageFiles[] = {image::kPagesFile, image::kFilesFile};
 
 bool IsLogFile(const std::string& f) { return f == kJobLogs[0] || f == kJobLogs[1]; }
-bool IsImageFile(const std::string& f) {
-  return f == image::kPagesFile || f == image::kFilesFile || f == image::kMetaFile || f == image::kSealFile;
-}
+bool IsImageFile(const std::string& f) { return f == image::kPagesFile || f == image::kFilesFile || f == image::kMetaFile; }
 
 using SendFn = std::function<bool(const api::MigrationMessage&)>;
 
@@ -454,7 +452,9 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   int dest_pid = 0;
   bool ambiguous = false;
   dump::DumpOptions d;
-  d.seal_key = opts_.image_key.get();
+  // Not sealed here: its commit happens while the job is frozen, and sealing would add the
+  // MAC of the whole image to the downtime. The stream to the peer is the cluster's (its
+  // token); the destination seals what it keeps once the job runs there.
   d.pid = pid;
   d.dir = dir;
   d.tree = true;
@@ -483,9 +483,6 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     std::map<std::string, int64_t> sizes;
     absl::Status st = tail.Finish(&sizes);
     if (st.ok()) st = SendWhole(send, image::kMetaFile, dir + "/" + image::kMetaFile, &sizes, &other_bytes);
-    if (st.ok() && d.seal_key != nullptr) {
-      st = SendWhole(send, image::kSealFile, dir + "/" + image::kSealFile, &sizes, &other_bytes);
-    }
     for (const char* log : kJobLogs) {
       if (st.ok()) st = SendWhole(send, log, JobDir(name) + "/" + log, &sizes, &other_bytes);
     }
@@ -775,21 +772,15 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
     std::this_thread::sleep_for(std::chrono::duration<double>(opts_.pause_before_migration_restore_s));
   }
   if (opts_.fail_migration_restore) return absl::InternalError("test hook: CAIRND_TEST_FAIL_MIGRATION_RESTORE");
-  // The source sealed it with the cluster's key: checked before it is rewritten for this
-  // node, and sealed again after (the restore checks that seal).
-  if (opts_.image_key) {
-    RETURN_IF_ERROR(Annotate(image::CheckSeal(in.partial, *opts_.image_key), "the image received"));
-    (void)::unlink((in.partial + "/" + image::kSealFile).c_str());
-  }
   RETURN_IF_ERROR(RewriteForNode(in.partial, in.begin.from_job_dir(), in.job_dir, CgroupOf(in.name), EngineName(in.name)));
-  if (opts_.image_key) RETURN_IF_ERROR(image::SealImage(in.partial, *opts_.image_key));
   if (::rename(in.partial.c_str(), in.dir.c_str()) != 0) return ErrnoStatus("rename " + in.partial);
   const api::JobSpec& spec = in.begin.spec();
   CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=image_rewritten ms={:.1f}", in.name, Since(t0) * 1e3);
   RETURN_IF_ERROR(SetLimits(CgroupOf(in.name), spec.limits().cpus(), spec.limits().memory_bytes()));
   restore::RestoreOptions ro;
   ro.dir = in.dir;
-  ro.seal_key = opts_.image_key.get();
+  // Unsealed: written here from the source's stream (a peer of this cluster, by its token);
+  // sealed once the job runs (ReceiveJob), off the downtime.
   ro.cgroup = CgroupOf(in.name);
   ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.lazy = opts_.lazy_migrations;
@@ -890,10 +881,7 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
     for (const char* f : {image::kMetaFile, image::kPagesFile, image::kFilesFile}) {
       if (!m.finish().sizes().contains(f)) return fail(absl::DataLossError(absl::StrCat("migration stream: no ", f)));
     }
-    if (opts_.image_key && !m.finish().sizes().contains(image::kSealFile)) {
-      return fail(absl::PermissionDeniedError(
-          "the source sent an unsealed image: migrations are between daemons of one cluster, which seal with its key"));
-    }
+
     for (const auto& [f, size] : m.finish().sizes()) {
       if (!IsImageFile(f) && !IsLogFile(f)) return fail(absl::InvalidArgumentError("migration stream: file " + f));
       if (!in.files.count(f) && !IsLogFile(f)) {
@@ -965,8 +953,14 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
                         restore_s, opts_.lazy_migrations ? " (memory filled lazily)" : ""));
   reply.set_state("committed");
   (void)write(reply);
-  // Made durable after the job runs: the fsyncs are no downtime.
-  for (const char* f : {image::kMetaFile, image::kPagesFile, image::kFilesFile}) {
+  // Sealed and made durable after the job runs: neither the MAC nor the fsyncs are downtime.
+  if (opts_.image_key) {
+    if (absl::Status st = image::SealImage(in.dir, *opts_.image_key); !st.ok()) {
+      CAIRN_LOG_WARN("checkpoint={} job={}: not sealed ({}); a restore from it will be refused", c.id(), in.name,
+                     st.ToString());
+    }
+  }
+  for (const char* f : {image::kMetaFile, image::kPagesFile, image::kFilesFile, image::kSealFile}) {
     UniqueFd fd(::open((in.dir + "/" + f).c_str(), O_RDONLY | O_CLOEXEC));
     if (fd.valid()) (void)::fsync(fd.get());
   }

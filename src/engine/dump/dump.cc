@@ -693,7 +693,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
 
   ASSIGN_OR_RETURN(std::unique_ptr<image::ImageWriter> writer, image::ImageWriter::Create(opts.dir));
   writer->set_compression(opts.compression);
-  writer->set_seal_key(opts.seal_key);
+  RETURN_IF_ERROR(writer->SetSealKey(opts.seal_key));
   // Killed after the commit, so frozen until then: the disk may as well start writing while
   // pages are copied. (Not for a hand-off: a live migration's freeze was longer with it,
   // 57-153 ms against 55-89 ms in bench/migrate.sh.)

@@ -79,7 +79,7 @@ absl::StatusOr<CompactResult> Compact(const std::string& dir, const std::string&
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   std::string target = out.empty() ? base + ".compact" : out;
   ASSIGN_OR_RETURN(std::unique_ptr<ImageWriter> writer, ImageWriter::Create(target));
-  writer->set_seal_key(seal);
+  RETURN_IF_ERROR(writer->SetSealKey(seal));
   Checkpoint meta = img->meta();
   meta.clear_parent();
   std::vector<std::pair<const Process*, Process*>> procs = {{&img->meta().process(), meta.mutable_process()}};

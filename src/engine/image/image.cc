@@ -125,8 +125,20 @@ absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* d
   b.set_xxh3(xxh3);
   RETURN_IF_ERROR(WriteAt(static_cast<const char*>(data), len, pages_off_));
   pages_off_ += len;
+  if (sealer_) sealer_->Advance(pages_off_);
   StartWriteback();
   return b;
+}
+
+absl::Status ImageWriter::SetSealKey(const ImageKey* key) {
+  seal_key_ = key;
+  if (key == nullptr) return absl::OkStatus();
+  // The header now (Commit writes the same bytes again), so that the MAC can follow the
+  // file from its first byte.
+  RETURN_IF_ERROR(WriteHeader(pages_.get(), MakeHeader(kPagesMagic, 0, 0), kPagesFile));
+  ASSIGN_OR_RETURN(sealer_, PagesSealer::Start(*key, pages_.get(), partial_ + "/" + kPagesFile));
+  sealer_->Advance(pages_off_);
+  return absl::OkStatus();
 }
 
 void ImageWriter::StartWriteback() {
@@ -150,6 +162,7 @@ absl::StatusOr<PageBlock> ImageWriter::AppendStored(uint64_t vaddr, uint64_t len
   b.set_stored_length(stored_len);
   RETURN_IF_ERROR(WriteAt(static_cast<const char*>(stored), stored_len, pages_off_));
   pages_off_ += stored_len;
+  if (sealer_) sealer_->Advance(pages_off_);
   StartWriteback();
   return b;
 }
@@ -241,7 +254,7 @@ absl::Status ImageWriter::Commit(Checkpoint& meta) {
   if (!mf.valid()) return ErrnoStatus("create " + meta_path);
   RETURN_IF_ERROR(WriteAll(mf.get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), meta_path));
   RETURN_IF_ERROR(WriteAll(mf.get(), payload, meta_path));
-  if (seal_key_ != nullptr) RETURN_IF_ERROR(SealImage(partial_, *seal_key_));
+  if (seal_key_ != nullptr) RETURN_IF_ERROR(SealImage(partial_, *seal_key_, sealer_.get()));
 
   for (int fd : {pages_.get(), files_.get(), mf.get()}) {
     if (::fsync(fd) != 0) return ErrnoStatus("fsync checkpoint file in " + partial_);

@@ -42,8 +42,8 @@ class ImageWriter {
   void set_early_writeback(bool on) { early_writeback_ = on; }
 
   // Seal the checkpoint with `key` at the commit (seal.h); null: leave it unsealed. The key
-  // must outlive the writer.
-  void set_seal_key(const ImageKey* key) { seal_key_ = key; }
+  // must outlive the writer. Call before appending: pages.img is MACed as it is written.
+  absl::Status SetSealKey(const ImageKey* key);
 
   // How page blocks should be compressed (dump --compress); set by the dump driver.
   const Compression& compression() const { return compression_; }
@@ -84,6 +84,7 @@ class ImageWriter {
   bool committed_ = false;
   Compression compression_;
   const ImageKey* seal_key_ = nullptr;
+  std::unique_ptr<PagesSealer> sealer_;  // with a seal key: follows pages.img as it grows
 
   absl::Status WriteAt(const char* p, size_t len, uint64_t off);
   // With early writeback: starts writeback of what was appended to pages.img since the last

@@ -8,13 +8,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <filesystem>
 #include <map>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -68,46 +74,91 @@ struct Line {
   uint64_t size = 0;
   std::array<uint8_t, kNonce> nonce{};
   std::array<uint8_t, kTag> tag{};
+  std::string here;  // the file as the sealer left it (Identity), "" if not recorded
 };
 
-std::string Preamble(const ImageKey& key, const std::string& seal_id, const std::string& file, uint64_t size) {
-  return absl::StrCat(kSealMagic, "\nkey ", key.id(), "\nseal ", seal_id, "\nfile ", file, "\nsize ", size, "\n");
+// Which file this is on this machine, and whether it was written since: device, inode,
+// modification and change times (ns). The change time moves with every write, rename or
+// chmod and cannot be set back by anyone but the clock's owner.
+std::string Identity(const struct stat& st) {
+  return absl::StrCat(st.st_dev, " ", st.st_ino, " ", st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec, " ",
+                      st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec);
 }
+
+// Binds a file's MAC to this seal and to the file's name. (Its length is bound by GMAC
+// itself: the final block authenticates the length of the data.)
+std::string Preamble(const ImageKey& key, const std::string& seal_id, const std::string& file) {
+  return absl::StrCat(kSealMagic, "\nkey ", key.id(), "\nseal ", seal_id, "\nfile ", file, "\n");
+}
+
+// AES-256-GMAC over a stream of bytes: AES-GCM with everything as associated data.
+class Gmac {
+ public:
+  absl::Status Init(const ImageKey& key, const std::array<uint8_t, kNonce>& nonce, const std::string& preamble) {
+    ctx_.reset(EVP_CIPHER_CTX_new());
+    if (!ctx_ || EVP_EncryptInit_ex(ctx_.get(), EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_SET_IVLEN, kNonce, nullptr) != 1 ||
+        EVP_EncryptInit_ex(ctx_.get(), nullptr, nullptr, key.bytes().data(), nonce.data()) != 1) {
+      return absl::InternalError("OpenSSL: cannot start AES-256-GMAC");
+    }
+    return Update(preamble.data(), preamble.size());
+  }
+  absl::Status Update(const void* p, size_t n) {
+    int outl = 0;
+    if (EVP_EncryptUpdate(ctx_.get(), nullptr, &outl, static_cast<const uint8_t*>(p), static_cast<int>(n)) != 1) {
+      return absl::InternalError("OpenSSL: AES-256-GMAC update failed");
+    }
+    return absl::OkStatus();
+  }
+  // Adds bytes [from, to) of `fd`.
+  absl::Status UpdateFrom(int fd, uint64_t from, uint64_t to, const std::string& what) {
+    if (buf_.empty()) buf_.resize(kChunk);
+    for (uint64_t off = from; off < to;) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(buf_.size(), to - off));
+      ssize_t n = ::pread(fd, buf_.data(), want, static_cast<off_t>(off));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus("read " + what);
+      }
+      if (n == 0) return absl::DataLossError(absl::StrCat(what, " is shorter than its seal says (", to, " bytes)"));
+      RETURN_IF_ERROR(Update(buf_.data(), static_cast<size_t>(n)));
+      off += static_cast<uint64_t>(n);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::array<uint8_t, kTag>> Final() {
+    uint8_t none[16];
+    int outl = 0;
+    std::array<uint8_t, kTag> tag{};
+    if (EVP_EncryptFinal_ex(ctx_.get(), none, &outl) != 1 ||
+        EVP_CIPHER_CTX_ctrl(ctx_.get(), EVP_CTRL_GCM_GET_TAG, kTag, tag.data()) != 1) {
+      return absl::InternalError("OpenSSL: AES-256-GMAC final failed");
+    }
+    return tag;
+  }
+
+ private:
+  struct Free {
+    void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+  };
+  std::unique_ptr<EVP_CIPHER_CTX, Free> ctx_;
+  std::vector<uint8_t> buf_;
+};
 
 // AES-256-GMAC of the preamble and the first `size` bytes of `fd`.
 absl::StatusOr<std::array<uint8_t, kTag>> Mac(const ImageKey& key, const std::array<uint8_t, kNonce>& nonce,
                                               const std::string& preamble, int fd, uint64_t size,
                                               const std::string& what) {
-  std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free);
-  int outl = 0;
-  if (!ctx || EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, nullptr, nullptr) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_IVLEN, kNonce, nullptr) != 1 ||
-      EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr, key.bytes().data(), nonce.data()) != 1 ||
-      EVP_EncryptUpdate(ctx.get(), nullptr, &outl, reinterpret_cast<const uint8_t*>(preamble.data()),
-                        static_cast<int>(preamble.size())) != 1) {
-    return absl::InternalError("OpenSSL: cannot start AES-256-GMAC");
-  }
-  std::vector<uint8_t> buf(std::min<uint64_t>(kChunk, std::max<uint64_t>(size, 1)));
-  for (uint64_t off = 0; off < size;) {
-    size_t want = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
-    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("read " + what);
-    }
-    if (n == 0) return absl::DataLossError(absl::StrCat(what, " is shorter than its seal says (", size, " bytes)"));
-    if (EVP_EncryptUpdate(ctx.get(), nullptr, &outl, buf.data(), static_cast<int>(n)) != 1) {
-      return absl::InternalError("OpenSSL: AES-256-GMAC update failed");
-    }
-    off += static_cast<uint64_t>(n);
-  }
-  uint8_t none[16];
-  std::array<uint8_t, kTag> tag{};
-  if (EVP_EncryptFinal_ex(ctx.get(), none, &outl) != 1 ||
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, kTag, tag.data()) != 1) {
-    return absl::InternalError("OpenSSL: AES-256-GMAC final failed");
-  }
-  return tag;
+  Gmac m;
+  RETURN_IF_ERROR(m.Init(key, nonce, preamble));
+  RETURN_IF_ERROR(m.UpdateFrom(fd, 0, size, what));
+  return m.Final();
+}
+
+std::string NewSealId() {
+  uint8_t sid[kSealId];
+  if (RAND_bytes(sid, sizeof sid) != 1) return "";
+  return Hex(sid, sizeof sid);
 }
 
 // Opens a file of the checkpoint for reading: no symlink followed, writable by us alone, of
@@ -203,11 +254,99 @@ std::string DefaultImageKeyPath() {
   return absl::StrCat(d != nullptr && *d != '\0' ? d : "/var/lib/cairn", "/image.key");
 }
 
-absl::Status SealImage(const std::string& dir, const ImageKey& key) {
-  uint8_t sid[kSealId];
-  if (RAND_bytes(sid, sizeof sid) != 1) return absl::InternalError("OpenSSL: no random bytes for a seal");
-  std::string seal_id = Hex(sid, sizeof sid);
+// ---- PagesSealer
+
+struct PagesSealer::State {
+  std::string path, seal_id;
+  std::array<uint8_t, kNonce> nonce{};
+  Gmac mac;
+  UniqueFd fd;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t end = 0;      // GUARDED_BY(mu): written so far
+  uint64_t hashed = 0;   // GUARDED_BY(mu)
+  bool done = false;     // GUARDED_BY(mu)
+  absl::Status status;   // GUARDED_BY(mu)
+  std::thread thread;
+
+  void Run() {
+    // Only has to keep up; at the commit the processes are frozen or gone, and it has the CPU.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+    std::unique_lock<std::mutex> l(mu);
+    for (;;) {
+      cv.wait(l, [&] { return done || end > hashed; });
+      if (end == hashed && done) return;
+      uint64_t from = hashed, to = end;
+      l.unlock();
+      absl::Status st = mac.UpdateFrom(fd.get(), from, to, path);
+      l.lock();
+      hashed = to;
+      if (!st.ok()) {
+        status = st;
+        return;
+      }
+    }
+  }
+
+  // The final MAC of [0, size).
+  absl::StatusOr<std::array<uint8_t, kTag>> Finish(uint64_t size) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      end = std::max(end, size);
+      done = true;
+    }
+    cv.notify_all();
+    if (thread.joinable()) thread.join();
+    RETURN_IF_ERROR(status);
+    if (hashed != size) {
+      return absl::InternalError(absl::StrFormat("%s: %d bytes were sealed as written, the file has %d", path, hashed, size));
+    }
+    return mac.Final();
+  }
+};
+
+PagesSealer::PagesSealer(std::unique_ptr<State> s) : s_(std::move(s)) {}
+
+absl::StatusOr<std::unique_ptr<PagesSealer>> PagesSealer::Start(const ImageKey& key, int fd, const std::string& path) {
+  auto s = std::make_unique<State>();
+  s->path = path;
+  s->seal_id = NewSealId();
+  if (s->seal_id.empty() || RAND_bytes(s->nonce.data(), kNonce) != 1) {
+    return absl::InternalError("OpenSSL: no random bytes for a seal");
+  }
+  s->fd = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  if (!s->fd.valid()) return ErrnoStatus("dup " + path);
+  RETURN_IF_ERROR(s->mac.Init(key, s->nonce, Preamble(key, s->seal_id, kPagesFile)));
+  State* raw = s.get();
+  s->thread = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<PagesSealer>(new PagesSealer(std::move(s)));
+}
+
+PagesSealer::~PagesSealer() {
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->done = true;
+  }
+  s_->cv.notify_all();
+  if (s_->thread.joinable()) s_->thread.join();
+}
+
+void PagesSealer::Advance(uint64_t end) {
+  {
+    std::lock_guard<std::mutex> l(s_->mu);
+    if (end <= s_->end) return;
+    s_->end = end;
+  }
+  s_->cv.notify_one();
+}
+
+// ---- SealImage
+
+absl::Status SealImage(const std::string& dir, const ImageKey& key, PagesSealer* pages) {
+  std::string seal_id = pages != nullptr ? pages->s_->seal_id : NewSealId();
+  if (seal_id.empty()) return absl::InternalError("OpenSSL: no random bytes for a seal");
   std::string text = absl::StrCat(kSealMagic, "\nkey ", key.id(), "\nseal ", seal_id, "\n");
+  std::string here;
   for (const char* f : kSealed) {
     std::string path = dir + "/" + f;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -215,11 +354,19 @@ absl::Status SealImage(const std::string& dir, const ImageKey& key) {
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
     std::array<uint8_t, kNonce> nonce{};
-    if (RAND_bytes(nonce.data(), kNonce) != 1) return absl::InternalError("OpenSSL: no random bytes for a seal");
     uint64_t size = static_cast<uint64_t>(st.st_size);
-    ASSIGN_OR_RETURN(auto tag, Mac(key, nonce, Preamble(key, seal_id, f, size), fd.get(), size, path));
+    std::array<uint8_t, kTag> tag{};
+    if (pages != nullptr && std::string(f) == kPagesFile) {
+      nonce = pages->s_->nonce;
+      ASSIGN_OR_RETURN(tag, pages->s_->Finish(size));
+    } else {
+      if (RAND_bytes(nonce.data(), kNonce) != 1) return absl::InternalError("OpenSSL: no random bytes for a seal");
+      ASSIGN_OR_RETURN(tag, Mac(key, nonce, Preamble(key, seal_id, f), fd.get(), size, path));
+    }
     absl::StrAppend(&text, f, " ", size, " ", Hex(nonce.data(), kNonce), " ", Hex(tag.data(), kTag), "\n");
+    absl::StrAppend(&here, "here ", f, " ", Identity(st), "\n");
   }
+  text += here;
   std::string path = dir + "/" + kSealFile;
   UniqueFd out(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!out.valid()) return ErrnoStatus("create " + path);
@@ -248,9 +395,14 @@ absl::StatusOr<std::unique_ptr<SealCheck>> SealCheck::Start(const std::string& d
   char raw[2048];
   ssize_t n = ::read(sf.get(), raw, sizeof raw);
   if (n < 0) return ErrnoStatus("read " + seal_path);
-  std::vector<std::string> lines = absl::StrSplit(absl::string_view(raw, static_cast<size_t>(n)), '\n', absl::SkipEmpty());
+  absl::string_view text(raw, static_cast<size_t>(n));
+  if (text.empty() || text.back() != '\n') return absl::DataLossError(seal_path + ": truncated (damaged or forged)");
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
   auto bad = [&](const std::string& why) { return absl::DataLossError(absl::StrCat(seal_path, ": ", why, " (damaged or forged)")); };
-  if (lines.size() != 3 + std::size(kSealed) || lines[0] != kSealMagic) return bad("not a cairn seal");
+  const size_t n_sealed = std::size(kSealed);
+  if ((lines.size() != 3 + n_sealed && lines.size() != 3 + 2 * n_sealed) || lines[0] != kSealMagic) {
+    return bad("not a cairn seal");
+  }
   if (!absl::StartsWith(lines[1], "key ") || !absl::StartsWith(lines[2], "seal ")) return bad("no key or seal id");
   std::string key_id = lines[1].substr(4), seal_id = lines[2].substr(5);
   if (key_id != key.id()) {
@@ -269,6 +421,18 @@ absl::StatusOr<std::unique_ptr<SealCheck>> SealCheck::Start(const std::string& d
         !FromHex(f[2], l.nonce.data(), kNonce) || !FromHex(f[3], l.tag.data(), kTag)) {
       return bad(absl::StrCat("malformed line for ", kSealed[i]));
     }
+    if (lines.size() == 3 + 2 * n_sealed) {
+      std::string prefix = absl::StrCat("here ", kSealed[i], " ");
+      if (!absl::StartsWith(lines[3 + n_sealed + i], prefix)) return bad(absl::StrCat("malformed line for ", kSealed[i]));
+      l.here = lines[3 + n_sealed + i].substr(prefix.size());
+      std::vector<std::string> ids = absl::StrSplit(l.here, ' ');
+      uint64_t v = 0;
+      if (ids.size() != 4 || !std::all_of(ids.begin(), ids.end(), [&](const std::string& x) {
+            return !x.empty() && std::all_of(x.begin(), x.end(), absl::ascii_isdigit) && absl::SimpleAtoi(x, &v);
+          })) {
+        return bad(absl::StrCat("malformed line for ", kSealed[i]));
+      }
+    }
     entries[kSealed[i]] = l;
   }
   // The metadata and files.img now; pages.img on a thread.
@@ -276,16 +440,21 @@ absl::StatusOr<std::unique_ptr<SealCheck>> SealCheck::Start(const std::string& d
     std::string path = dir + "/" + f;
     const Line& l = entries[f];
     ASSIGN_OR_RETURN(UniqueFd fd, OpenSealed(path, l.size));
-    ASSIGN_OR_RETURN(auto tag, Mac(key, l.nonce, Preamble(key, seal_id, f, l.size), fd.get(), l.size, path));
+    ASSIGN_OR_RETURN(auto tag, Mac(key, l.nonce, Preamble(key, seal_id, f), fd.get(), l.size, path));
     RETURN_IF_ERROR(Matches(tag, l, path));
   }
   std::string pages_path = dir + "/" + kPagesFile;
   Line pages = entries[kPagesFile];
   ASSIGN_OR_RETURN(UniqueFd pages_fd, OpenSealed(pages_path, pages.size));
   std::unique_ptr<SealCheck> check(new SealCheck());
+  // pages.img is the very file the sealer MACed, not written since (same inode, same times;
+  // only root could have written it, above): its MAC would only say so again.
+  if (struct stat pst {}; !pages.here.empty() && ::fstat(pages_fd.get(), &pst) == 0 && Identity(pst) == pages.here) {
+    return check;
+  }
   SealCheck* c = check.get();
   c->thread_ = std::thread([c, key, seal_id, pages, pages_path, fd = std::move(pages_fd)] {
-    auto tag = Mac(key, pages.nonce, Preamble(key, seal_id, kPagesFile, pages.size), fd.get(), pages.size, pages_path);
+    auto tag = Mac(key, pages.nonce, Preamble(key, seal_id, kPagesFile), fd.get(), pages.size, pages_path);
     c->pages_ = tag.ok() ? Matches(*tag, pages, pages_path) : tag.status();
   });
   return check;

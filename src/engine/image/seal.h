@@ -55,9 +55,28 @@ class ImageKey {
 // /var/lib/cairn/image.key (cairnd sets CAIRN_STATE_DIR to its --state-dir).
 std::string DefaultImageKeyPath();
 
+// The MAC of pages.img taken while the file is written (ImageWriter): a thread follows the
+// file as appends move its end (Advance), at low priority, so that sealing at the commit only
+// waits for the last bytes. The file must be written front to back, never rewritten below
+// an end already given.
+class PagesSealer {
+ public:
+  // `fd`: pages.img open for reading (duplicated); `path` names it in errors.
+  static absl::StatusOr<std::unique_ptr<PagesSealer>> Start(const ImageKey& key, int fd, const std::string& path);
+  ~PagesSealer();
+  // Bytes [0, end) of the file are written.
+  void Advance(uint64_t end);
+
+ private:
+  friend absl::Status SealImage(const std::string& dir, const ImageKey& key, PagesSealer* pages);
+  struct State;
+  explicit PagesSealer(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
 // Seals the checkpoint in `dir` (its three files complete): writes DIR/checkpoint.seal,
-// fsynced.
-absl::Status SealImage(const std::string& dir, const ImageKey& key);
+// fsynced. With `pages`, pages.img's MAC is the one it took as the file was written.
+absl::Status SealImage(const std::string& dir, const ImageKey& key, PagesSealer* pages = nullptr);
 
 // The check of a sealed checkpoint. Start checks the seal itself, the ownership above, and
 // the metadata and files.img (small) at once, then checks pages.img on a thread of its own,
