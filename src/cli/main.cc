@@ -161,7 +161,8 @@ int RunRestore(const std::string& dir, bool detach, bool lazy, bool verify, cons
                const std::string& token_file, const std::string& image_key, bool trust_unsigned) {
   restore::RestoreOptions opts;
   // A page server checks the seal of what it serves (RunPageServer); a local one is checked here.
-  auto key = KeyFor(image_key, trust_unsigned || !page_server.empty());
+  absl::StatusOr<std::optional<image::ImageKey>> key = std::optional<image::ImageKey>();
+  if (page_server.empty()) key = KeyFor(image_key, trust_unsigned);
   if (!key.ok()) return Fail(key.status());
   if (key->has_value()) opts.seal_key = &**key;
   opts.dir = dir;

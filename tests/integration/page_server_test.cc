@@ -201,6 +201,47 @@ TEST_F(PageServerTest, ServerKilledMidwayKillsTheProcess) {
   EXPECT_EQ(w.Stdout().find("PASS"), std::string::npos) << w.Describe();
 }
 
+// The page handler itself killed (SIGKILL) while the process runs with pages still missing:
+// those pages must not read as zeros. The handler's watcher keeps the userfaultfd registered
+// (a fault waits) and kills the process, saying why. Before it, the process ran on with zero
+// pages where its data had been.
+TEST_F(PageServerTest, HandlerKilledMidwayKillsTheProcessInsteadOfLeavingZeros) {
+  Workload w = MakeWorkload("wl_mmap_anon");
+  ASSERT_TRUE(StartReady(w));
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  std::string token = Token("token", "page-server-test-token-0123456789");
+  Server s;
+  ASSERT_TRUE(StartServer(ckpt, token, &s, {"--max-rate", "1024"}));  // 1 MiB/s: 16 s for the big area
+  std::string err_path = w.workdir() + "/restore.err";
+  // The handler execs `cairn lazy-pages --pid PID ...`, so that it can be found by its command line.
+  CommandResult restore = RunCommand({"/usr/bin/env", "CAIRN_LAZY_EXEC=1", "/bin/sh", "-c",
+                                      "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
+                                      CAIRN_BIN, s.addr, token, err_path},
+                                     w.workdir());
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
+  ASSERT_TRUE(IsAlive(w.pid())) << "the process must run before all its pages are in";
+  pid_t handler = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = ReadFile(e.path() / "cmdline");
+    // (Its watcher is a fork of it: same command line, named cairn-lazywatch.)
+    if (ReadFile(e.path() / "comm") == "cairn-lazywatch\n") continue;
+    if (cmd.find("lazy-pages") != std::string::npos &&
+        cmd.find(std::string("--pid") + '\0' + std::to_string(w.pid()) + '\0') != std::string::npos) {
+      handler = std::stoi(name);
+    }
+  }
+  ASSERT_GT(handler, 0) << "no page handler found for pid " << w.pid();
+  ASSERT_EQ(::kill(handler, SIGKILL), 0);
+  std::string err;
+  ASSERT_TRUE(KilledByPageHandler(w.pid(), err_path, &err)) << "(its page handler was killed)";
+  EXPECT_TRUE(Matches(err, "page handler died before every page was in")) << err;
+  EXPECT_EQ(w.Stdout().find("PASS"), std::string::npos) << w.Describe();
+  ::kill(s.pid, SIGKILL);
+}
+
 // Same, attached: `cairn restore` waits for the process and must exit non-zero.
 TEST_F(PageServerTest, ServerKilledMidwayAttachedRestoreFails) {
   Workload w = MakeWorkload("wl_mmap_anon");

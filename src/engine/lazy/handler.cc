@@ -6,11 +6,16 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <iterator>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -88,6 +93,133 @@ uint64_t StoredLength(const image::PageBlock& b) {
   return b.codec() != image::PageBlock::NONE ? b.stored_length() : b.length();
 }
 
+void KillTree(pid_t pid, int depth);
+
+// The handler's watcher (handler.h): a child of the handler that holds a second reference to
+// every userfaultfd the handler serves. A userfaultfd whose last reference is closed leaves
+// its ranges as ordinary memory, where a page not yet copied in reads as zeros: if the handler
+// died with pages missing, the process would run on with wrong memory and never know. With the
+// watcher's reference the ranges stay registered (a fault on a missing page waits), and the
+// watcher, seeing the handler gone (end of file on their socket) without its "finished",
+// kills the process and says why. What it cannot cover: the watcher killed together with the
+// handler (a SIGKILL aimed at both).
+class Watcher {
+ public:
+  // Forks the watcher, which holds `uffd` and watches `pid` (its start time taken now).
+  absl::Status Start(int uffd, pid_t pid) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return ErrnoStatus("socketpair (watcher)");
+    std::string start = ReadStartTime(pid);
+    pid_t child = ::fork();
+    if (child < 0) {
+      ::close(sv[0]);
+      ::close(sv[1]);
+      return ErrnoStatus("fork the page handler's watcher");
+    }
+    if (child == 0) {
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
+      ::prctl(PR_SET_NAME, "cairn-lazywatch", 0, 0, 0);
+      // Keeps only its socket, the userfaultfd and stdin/out/err.
+      int sock = sv[1], fd = uffd;
+      int lo = std::min(sock, fd), hi = std::max(sock, fd);
+      if (lo > 3) ::syscall(SYS_close_range, 3, lo - 1, 0);
+      if (hi > lo + 1) ::syscall(SYS_close_range, lo + 1, hi - 1, 0);
+      ::syscall(SYS_close_range, hi + 1, ~0U, 0);
+      std::vector<int> held = {fd};
+      ::_exit(Watch(sock, pid, start, &held));
+    }
+    ::close(sv[1]);
+    sock_ = UniqueFd(sv[0]);
+    pid_ = child;
+    return absl::OkStatus();
+  }
+  // Another userfaultfd served from now on (a child the process forked).
+  void Add(int uffd) { Send('f', uffd); }
+  // The handler is done (every page in, or it killed the process itself): nothing to do.
+  void Finished() {
+    Send('d', -1);
+    sock_.Reset();
+    if (pid_ > 0) {
+      while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+      }
+      pid_ = -1;
+    }
+  }
+
+ private:
+  static std::string ReadStartTime(pid_t pid) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    size_t at = stat.rfind(')');
+    if (at == std::string::npos) return "";
+    std::istringstream rest(stat.substr(at + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && rest >> field; ++i) {
+    }
+    return field;  // field 22
+  }
+
+  void Send(char what, int fd) {
+    if (!sock_.valid()) return;
+    msghdr msg{};
+    iovec iov{&what, 1};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+    if (fd >= 0) {
+      msg.msg_control = ctl;
+      msg.msg_controllen = sizeof ctl;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    while (::sendmsg(sock_.get(), &msg, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+    }
+  }
+
+  // The watcher's body: returns its exit code.
+  static int Watch(int sock, pid_t pid, const std::string& start, std::vector<int>* held) {
+    for (;;) {
+      char what = 0;
+      msghdr msg{};
+      iovec iov{&what, 1};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+      msg.msg_control = ctl;
+      msg.msg_controllen = sizeof ctl;
+      ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0 && what == 'd') return 0;
+      if (n > 0) {
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+            held->push_back(fd);
+          }
+        }
+        continue;
+      }
+      break;  // end of file (or an error): the handler is gone without finishing
+    }
+    if (ReadStartTime(pid) == start && !start.empty()) {
+      ::kill(pid, SIGSTOP);
+      KillTree(pid, 0);
+      std::string line = absl::StrCat(
+          "cairn: error: lazy restore of pid ", pid, " failed; the process was killed: its page handler died before "
+          "every page was in (its missing pages would have read as zeros)\n");
+      (void)!::write(STDERR_FILENO, line.data(), line.size());
+    }
+    return 1;
+  }
+
+  UniqueFd sock_;
+  pid_t pid_ = -1;
+};
+
 class Handler {
  public:
   explicit Handler(const HandlerOptions& opts) : opts_(opts) {}
@@ -107,6 +239,7 @@ class Handler {
   std::unique_ptr<image::ImageReader> img_;
   std::map<uint64_t, image::Piece> pieces_;  // by the address of its first page at checkpoint time
   std::vector<std::unique_ptr<Ctx>> ctxs_;
+  Watcher watcher_;
   std::unique_ptr<char[]> buf_;  // not zeroed: its pages are touched only as blocks are read
   std::vector<char> streamed_;   // a block taken from a page server's read-ahead stream
   const char* block_ = nullptr;  // the bytes of cached_: buf_ or streamed_
@@ -310,6 +443,7 @@ absl::Status Handler::HandleEvents(Ctx& c, bool* had) {
         case UFFD_EVENT_FORK: {
           auto child = std::make_unique<Ctx>();
           child->fd = UniqueFd(static_cast<int>(m.arg.fork.ufd));
+          watcher_.Add(child->fd.get());
           child->pending = c.pending;
           int fl = ::fcntl(child->fd.get(), F_GETFL);
           ::fcntl(child->fd.get(), F_SETFL, fl | O_NONBLOCK);
@@ -355,6 +489,7 @@ absl::Status Handler::HandleEvents(Ctx& c, bool* had) {
 absl::Status Handler::Run() {
   auto t0 = std::chrono::steady_clock::now();
   absl::Status s = Setup();
+  if (s.ok()) s = watcher_.Start(ctxs_[0]->fd.get(), opts_.pid);
   if (!s.ok()) {
     ::close(opts_.ready_fd);
     return s;
@@ -371,6 +506,7 @@ absl::Status Handler::Run() {
     std::fprintf(stderr, "cairn: error: %s\n", std::string(st.message()).c_str());
     std::fflush(stderr);
     KillAll();
+    watcher_.Finished();
     return st;
   };
   UniqueFd go(opts_.go_fd);
@@ -410,6 +546,7 @@ absl::Status Handler::Run() {
       break;
     }
   }
+  watcher_.Finished();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CAIRN_LOG_INFO("event=lazy_done pid={} bytes={} faults={} seconds={:.3f}", opts_.pid, copied_, faults_, secs);
   if (PageClient* client = ClientOf(*img_)) {

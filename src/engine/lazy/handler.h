@@ -22,6 +22,11 @@
 // unreadable, the page server died or stopped answering), the handler kills the process (and any child it forked since) with
 // SIGKILL and writes why to stderr (inherited from `cairn restore`) before exiting 1: the
 // process never runs on with missing memory.
+//
+// If the handler itself dies (killed) before every page is in, its watcher — a child that
+// holds a second reference to each userfaultfd, named cairn-lazywatch — keeps the missing
+// pages missing (a fault waits instead of reading zeros) and kills the process, saying why.
+// Only a SIGKILL of both at once escapes that.
 
 #include <sys/types.h>
 
