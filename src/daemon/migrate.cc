@@ -536,11 +536,13 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     // Commit may reach it until this side knows, the job must neither run here nor die
     // here, even if this daemon dies: it is held in its freezer cgroup (which outlives us)
     // and the dump is told so (hold: its guardian then leaves it there).
+    auto t_hold = Clock::now();
     if (!FreezeJob(name)) {
       failure = absl::InternalError("could not hold the job in its freezer cgroup for the commit");
       return dump::HandOff::kThaw;
     }
     control.hold();
+    CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=held ms={:.1f}", name, Since(t_hold) * 1e3);
     FaultPoint("migrate-held");
     api::MigrationMessage commit;
     commit.mutable_commit();
@@ -561,6 +563,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
         }
       }
     }
+    CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=outcome ms={:.1f} outcome={}", name, Since(t_hold) * 1e3, outcome);
     if (outcome == "committed") {
       control.accepted();
       ThawFreezer(CgroupOf(name));  // still stopped by the dump, which kills them next
