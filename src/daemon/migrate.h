@@ -40,6 +40,8 @@
 //     (or no answer, then asks until it gets one) and thaws.
 //   destination killed at migrate-adopted (committed, not yet answered): its restart adopts
 //     the job; the source learns "committed" and kills its copy.
+//   either destination cut, the destination down longer than the source asks (10 s): the
+//     source holds the job (kHeld, state migrating) and ResolveMigrations settles it.
 
 #include <map>
 #include <string>

@@ -27,6 +27,7 @@ struct Cut {
   bool kill_source;      // which daemon dies
   const char* stage;     // where
   const char* settles;   // where the job must run afterwards: "source", "destination" or "either"
+  int down_s = 0;        // how long the killed daemon stays down before it is started again
 };
 
 std::ostream& operator<<(std::ostream& os, const Cut& c) { return os << c.name; }
@@ -81,7 +82,15 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
                       << RunLog(victim_node) << "\nmigrate: " << migrate.Describe();
   EXPECT_FALSE(migrate.Exited(0)) << "the migration reported success although a daemon died in it: " << migrate.Describe();
 
-  // The dead daemon comes back on its state directory (without the fault point).
+  // The dead daemon comes back on its state directory (without the fault point), at once or
+  // after the other side has given up asking (the source then holds the job in doubt).
+  if (cut.down_s > 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(cut.down_s));
+    if (!cut.kill_source) {
+      EXPECT_EQ(Job(*a, "py")["state"], "migrating") << "the source should hold the job in doubt meanwhile";
+      EXPECT_EQ(Freezer(node_a, "py"), "FROZEN") << "the job must stand frozen on the source while in doubt";
+    }
+  }
   victim = std::make_unique<DaemonProcess>(Dir(), cut.kill_source ? "node-a" : "node-b",
                                            cut.kill_source ? args_a : args_b);
   ASSERT_TRUE(victim->Start());
@@ -147,7 +156,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Cut{"DestinationHoldingTheImage", false, "migrate-received", "source"},
                       Cut{"DestinationRunningItBeforeCommit", false, "migrate-running", "source"},
                       Cut{"DestinationGivenCommitBeforeItsRecord", false, "migrate-commit-received", "source"},
-                      Cut{"DestinationAfterItsRecord", false, "migrate-adopted", "destination"}),
+                      Cut{"DestinationAfterItsRecord", false, "migrate-adopted", "destination"},
+                      // Down longer than the source asks (10 s): the source holds the job frozen
+                      // (state migrating) and asks every 2 s until the destination answers.
+                      Cut{"DestinationGivenCommitDownLong", false, "migrate-commit-received", "source", 14},
+                      Cut{"DestinationAfterItsRecordDownLong", false, "migrate-adopted", "destination", 14}),
     [](const ::testing::TestParamInfo<Cut>& i) { return std::string(i.param.name); });
 
 }  // namespace

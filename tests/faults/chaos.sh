@@ -58,7 +58,8 @@ start() {
   for _ in $(seq 100); do "$CAIRN" job list --socket "$T/$n.sock" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "chaos: daemon $n did not start"; tail -5 "$T/$n.log"; return 1
 }
-c() { local n=$1; shift; "$CAIRN" "$@" --socket "$T/$n.sock"; }
+# cairn job SUBCOMMAND on node N (the socket before the arguments: `job run` ends with -- CMD).
+c() { local n=$1; shift; "$CAIRN" "$1" "$2" --socket "$T/$n.sock" "${@:3}"; }
 
 # The job: a hash chain in steps with short sleeps (it lasts the whole run), then it waits for
 # its gate, appends "done RESULT" to its log of endings (once per copy that finishes) and exits.
