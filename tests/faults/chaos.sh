@@ -2,7 +2,7 @@
 # Chaos run (issue 21, docs/reliability.md): JOBS jobs with periodic checkpoints on 3 daemons
 # that are peers of each other (one token, one image key, loopback TCP), for DURATION seconds of
 # random SIGKILLs of a daemon (restarted after a moment) and random live migrations of a job to
-# another node. Then every job is let finish. At the end each job must have finished exactly
+# another node (in the background, so that kills land in the middle of them too). Then every job is let finish. At the end each job must have finished exactly
 # once (its "done" line written once) with the result of an uninterrupted run; sampled during the
 # run, no job may ever run on two nodes at once. Prints the counts; exits 1 if a job was lost,
 # ran twice or finished with a wrong result.
@@ -107,7 +107,7 @@ for x in d.get('jobs',[]):
   echo "${out[@]}"
 }
 
-kills=0; migrations=0; migrated=0; twice=0
+kills=0; migrations=0; twice=0; movers=()
 end=$((SECONDS + DURATION))
 while ((SECONDS < end)); do
   sleep "0.$((RANDOM % 9 + 1))"
@@ -125,9 +125,13 @@ while ((SECONDS < end)); do
     to=${NODES[$((RANDOM % 3))]}
     [ "$to" = "${at[0]}" ] && continue
     migrations=$((migrations + 1))
-    c "${at[0]}" job migrate "$j" --to "$to" >/dev/null 2>>"$T/migrate.err" && migrated=$((migrated + 1))
+    # In the background: the next kill may land in the middle of it (either side).
+    ( c "${at[0]}" job migrate "$j" --to "$to" >/dev/null 2>>"$T/migrate.err" && echo ok >>"$T/migrated" ) &
+    movers+=($!)
   fi
 done
+((${#movers[@]})) && wait "${movers[@]}" 2>/dev/null
+migrated=$( [ -f "$T/migrated" ] && wc -l <"$T/migrated" || echo 0)
 
 # Let every job finish; give in-doubt migrations and restarts time to settle.
 for j in $(seq -w 1 "$JOBS"); do touch "$T/jobs/j$j/go"; done
