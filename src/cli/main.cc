@@ -228,12 +228,39 @@ int RunPageServer(lazy::PageServerOptions opts, uint64_t max_rate_kib, const std
   return 0;
 }
 
-int RunInspect(const std::string& dir, bool json) {
+// What `cairn inspect` says of a checkpoint's seal (image/seal.h), checked with this node's
+// key when it has one (inspect makes none). A broken seal is an error, like a bad checksum.
+absl::StatusOr<std::string> SealVerdict(const std::string& dir, const std::string& image_key) {
+  std::string path = image_key.empty() ? image::DefaultImageKeyPath() : image_key;
+  if (::access(path.c_str(), F_OK) != 0) {
+    return std::string(::access((dir + "/" + image::kSealFile).c_str(), F_OK) == 0
+                           ? "present, not checked (no image key here: " + path + ")"
+                           : "none (a restore needs --trust-unsigned)");
+  }
+  auto key = image::ImageKey::Load(path);
+  if (!key.ok()) return Annotate(key.status(), "--image-key");
+  absl::Status s = image::CheckSeal(dir, *key);
+  if (s.ok()) return absl::StrCat("valid (image key ", key->id(), ", this node's)");
+  if (absl::IsFailedPrecondition(s)) return std::string("none (a restore needs --trust-unsigned)");
+  if (absl::IsPermissionDenied(s)) return std::string(s.message());
+  return s;
+}
+
+int RunInspect(const std::string& dir, bool json, const std::string& image_key) {
   auto img = image::OpenChain(dir);
   if (!img.ok()) return Fail(img.status());
   absl::Status verified;
   for (const image::ImageReader* l = img->get(); l != nullptr && verified.ok(); l = l->parent()) {
     verified = l->VerifyAll();
+  }
+  std::vector<std::pair<std::string, std::string>> seals;  // per link: dir, verdict
+  for (const image::ImageReader* l = img->get(); l != nullptr && verified.ok(); l = l->parent()) {
+    absl::StatusOr<std::string> v = SealVerdict(l->dir(), image_key);
+    if (!v.ok()) {
+      verified = v.status();
+      break;
+    }
+    seals.emplace_back(l->dir(), *v);
   }
   const image::Checkpoint& c = (*img)->meta();
   if (json) {
@@ -250,6 +277,9 @@ int RunInspect(const std::string& dir, bool json) {
                 c.format_version(), c.cairn_version().c_str(), c.hostname().c_str(), c.kernel().c_str());
     std::printf("id %s%s\n", c.id().empty() ? "(none)" : c.id().c_str(),
                 c.tracking() ? ", writes tracked since (can be a --parent)" : "");
+    for (const auto& [link, verdict] : seals) {
+      std::printf("seal%s: %s\n", seals.size() > 1 ? (" of " + link).c_str() : "", verdict.c_str());
+    }
     if (c.downtime_seconds() > 0) {
       std::printf("pre-copy: %u rounds while running, frozen %.3f s\n", c.precopy_rounds(), c.downtime_seconds());
     }
@@ -450,6 +480,7 @@ int main(int argc, char** argv) {
   auto* inspect = app.add_subcommand("inspect", "Show what a checkpoint holds and verify every checksum");
   inspect->add_option("dir", dir, "Checkpoint directory")->required();
   inspect->add_flag("--json", json, "Print the metadata as JSON");
+  inspect->add_option("--image-key", image_key, key_help);
 
   std::vector<std::string> command;
   std::string compact_out;
@@ -480,7 +511,7 @@ int main(int argc, char** argv) {
   if (lazy_pages->parsed()) {
     return cairn::lazy::ServePages(lazy_opts).ok() ? 0 : 1;  // it wrote any error itself
   }
-  if (inspect->parsed()) return cairn::RunInspect(dir, json);
+  if (inspect->parsed()) return cairn::RunInspect(dir, json, image_key);
   if (compact->parsed()) return cairn::RunCompact(dir, compact_out, image_key, trust_unsigned);
   if (check->parsed()) return cairn::RunCheck();
   if (controller_commands.Parsed()) return controller_commands.Run();

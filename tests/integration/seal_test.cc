@@ -71,8 +71,14 @@ TEST_F(SealedImages, ForgedCredentialsWithRecomputedChecksumsAreRefused) {
   ASSERT_TRUE(d.Exited(0)) << d.Describe();
   ASSERT_TRUE(WaitGone(pid, 10s).gone);  // reaped: its pid is free for the restores
   ASSERT_TRUE(fs::exists(ckpt + "/checkpoint.seal"));
+  CommandResult sealed = Inspect(ckpt);
+  EXPECT_TRUE(sealed.Exited(0)) << sealed.Describe();
+  EXPECT_TRUE(Matches(sealed.out, "seal: valid \\(image key [0-9a-f]{16}, this node's\\)")) << sealed.out;
   ASSERT_TRUE(ForgeRoot(ckpt));
-  EXPECT_TRUE(Inspect(ckpt).Exited(0)) << "the forged image should read as undamaged to the checksums";
+  // Every checksum holds (inspect checks them first); only the seal finds the forgery.
+  CommandResult inspect = Inspect(ckpt);
+  EXPECT_TRUE(inspect.FailedCleanly()) << inspect.Describe();
+  EXPECT_TRUE(Matches(inspect.err, "checkpoint.meta does not match its seal")) << inspect.err;
 
   CommandResult r = Restore(ckpt);
   EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
@@ -99,6 +105,9 @@ TEST_F(SealedImages, UnsealedAndForeignImagesNeedTrustUnsigned) {
   EXPECT_FALSE(IsAlive(pid));
   // Unsealed: refused, and --trust-unsigned restores it as it was.
   fs::remove(ckpt + "/checkpoint.seal");
+  CommandResult inspect = Inspect(ckpt);
+  EXPECT_TRUE(inspect.Exited(0)) << inspect.Describe();
+  EXPECT_TRUE(Matches(inspect.out, "seal: none")) << inspect.out;
   CommandResult unsealed = Restore(ckpt);
   EXPECT_TRUE(unsealed.FailedCleanly()) << unsealed.Describe();
   EXPECT_TRUE(Matches(unsealed.err, "is not sealed.*--trust-unsigned")) << unsealed.err;
