@@ -14,6 +14,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <thread>
 
@@ -221,17 +222,25 @@ TEST_F(PageServerTest, HandlerKilledMidwayKillsTheProcessInsteadOfLeavingZeros) 
                                      w.workdir());
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
   ASSERT_TRUE(IsAlive(w.pid())) << "the process must run before all its pages are in";
-  pid_t handler = 0;
+  // The handler, and its watcher (a fork of it: the same command line; named cairn-lazywatch
+  // once it has run that far): the handler is the one whose parent is not one of them.
+  std::map<pid_t, pid_t> found;  // pid -> parent
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmd = ReadFile(e.path() / "cmdline");
-    // (Its watcher is a fork of it: same command line, named cairn-lazywatch.)
-    if (ReadFile(e.path() / "comm") == "cairn-lazywatch\n") continue;
-    if (cmd.find("lazy-pages") != std::string::npos &&
-        cmd.find(std::string("--pid") + '\0' + std::to_string(w.pid()) + '\0') != std::string::npos) {
-      handler = std::stoi(name);
+    if (cmd.find("lazy-pages") == std::string::npos ||
+        cmd.find(std::string("--pid") + '\0' + std::to_string(w.pid()) + '\0') == std::string::npos) {
+      continue;
     }
+    std::string stat = ReadFile(e.path() / "stat");
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    found[std::stoi(name)] = std::atoi(stat.c_str() + close + 4);  // ") S PPID"
+  }
+  pid_t handler = 0;
+  for (const auto& [pid, parent] : found) {
+    if (found.count(parent) == 0) handler = pid;
   }
   ASSERT_GT(handler, 0) << "no page handler found for pid " << w.pid();
   ASSERT_EQ(::kill(handler, SIGKILL), 0);
