@@ -75,12 +75,15 @@ class PageServerTest : public CairnTest {
 
   // A detached lazy restore from `s` whose stderr goes to `err_path`: the page handler writes
   // there after the command has returned.
+  // With `exec_handler`, the handler execs `cairn lazy-pages --pid PID ...` (CAIRN_LAZY_EXEC),
+  // so that a test can find it by its command line.
   CommandResult RestoreDetachedTo(const Server& s, const std::string& token, const std::string& err_path,
-                                  const std::string& cwd) {
-    return RunCommand({"/bin/sh", "-c",
-                       "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
-                       CAIRN_BIN, s.addr, token, err_path},
-                      cwd);
+                                  const std::string& cwd, bool exec_handler = false) {
+    std::vector<std::string> argv = {"/bin/sh", "-c",
+                                     "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
+                                     CAIRN_BIN, s.addr, token, err_path};
+    if (exec_handler) argv.insert(argv.begin(), {"/usr/bin/env", "CAIRN_LAZY_EXEC=1"});
+    return RunCommand(argv, cwd);
   }
 
   // The server is one-shot: once the restore has every page, it exits 0.
@@ -215,11 +218,7 @@ TEST_F(PageServerTest, HandlerKilledMidwayKillsTheProcessInsteadOfLeavingZeros) 
   Server s;
   ASSERT_TRUE(StartServer(ckpt, token, &s, {"--max-rate", "1024"}));  // 1 MiB/s: 16 s for the big area
   std::string err_path = w.workdir() + "/restore.err";
-  // The handler execs `cairn lazy-pages --pid PID ...`, so that it can be found by its command line.
-  CommandResult restore = RunCommand({"/usr/bin/env", "CAIRN_LAZY_EXEC=1", "/bin/sh", "-c",
-                                      "exec \"$0\" restore --lazy --detach --page-server \"$1\" --token-file \"$2\" 2>\"$3\"",
-                                      CAIRN_BIN, s.addr, token, err_path},
-                                     w.workdir());
+  CommandResult restore = RestoreDetachedTo(s, token, err_path, w.workdir(), /*exec_handler=*/true);
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
   ASSERT_TRUE(IsAlive(w.pid())) << "the process must run before all its pages are in";
   // The handler, and its watcher (a fork of it: the same command line; named cairn-lazywatch

@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/dump/tracker.h"
 #include "engine/image/chain.h"
 #include "engine/lazy/lazy_areas.h"
 #include "engine/lazy/page_client.h"
@@ -109,7 +110,7 @@ class Watcher {
   absl::Status Start(int uffd, pid_t pid) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return ErrnoStatus("socketpair (watcher)");
-    std::string start = ReadStartTime(pid);
+    uint64_t start = dump::ProcessStartTime(pid).value_or(0);
     pid_t child = ::fork();
     if (child < 0) {
       ::close(sv[0]);
@@ -147,18 +148,6 @@ class Watcher {
   }
 
  private:
-  static std::string ReadStartTime(pid_t pid) {
-    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-    std::string stat((std::istreambuf_iterator<char>(in)), {});
-    size_t at = stat.rfind(')');
-    if (at == std::string::npos) return "";
-    std::istringstream rest(stat.substr(at + 2));
-    std::string field;
-    for (int i = 3; i <= 22 && rest >> field; ++i) {
-    }
-    return field;  // field 22
-  }
-
   void Send(char what, int fd) {
     if (!sock_.valid()) return;
     msghdr msg{};
@@ -180,7 +169,7 @@ class Watcher {
   }
 
   // The watcher's body: returns its exit code.
-  static int Watch(int sock, pid_t pid, const std::string& start, std::vector<int>* held) {
+  static int Watch(int sock, pid_t pid, uint64_t start, std::vector<int>* held) {
     for (;;) {
       char what = 0;
       msghdr msg{};
@@ -205,7 +194,7 @@ class Watcher {
       }
       break;  // end of file (or an error): the handler is gone without finishing
     }
-    if (ReadStartTime(pid) == start && !start.empty()) {
+    if (start != 0 && dump::ProcessStartTime(pid).value_or(0) == start) {
       ::kill(pid, SIGSTOP);
       KillTree(pid, 0);
       std::string line = absl::StrCat(
