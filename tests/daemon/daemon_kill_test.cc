@@ -167,6 +167,8 @@ TEST_F(DaemonKillTest, RandomKillsDuringPeriodicCheckpointsCostNoJob) {
   // A restarted daemon's checkpoints succeed: what a killed one left (a tracker it had stopped
   // recording, a half-written directory) is cleaned up, not tripped over.
   EXPECT_EQ(failed, 0) << "checkpoints failed after a restart";
+  // Else the run proved nothing about a kill inside a checkpoint (the aimed kills missed).
+  EXPECT_GE(inside, 1) << "no kill landed inside a checkpoint (" << aimed_kills << " aimed)";
   std::cerr << "daemon kills: " << kills << " (" << aimed_kills << " aimed at a checkpoint), of which inside a checkpoint: " << inside << "; checkpoints that failed: " << failed << "; targets that passed "
             << passed << " of " << asked << " checks (seed " << seed << ")\n";
   daemon->KillJobs();
