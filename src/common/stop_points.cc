@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -32,9 +33,23 @@ void FaultPoint(const char* stage) {
   if (fault_points_off.load(std::memory_order_relaxed) || pause_at == nullptr || ::strcmp(pause_at, stage) != 0) return;
   const char* parts[] = {"cairn: fault point ", stage, "\n"};
   for (const char* p : parts) (void)!::write(2, p, ::strlen(p));
+  // CAIRN_FAULT_PAUSE_S=N: go on after N seconds of wall-clock time (a process stopped and
+  // continued meanwhile goes on at once if they have passed), e.g. a controller deposed while
+  // it waited.
+  static const char* pause_s = std::getenv("CAIRN_FAULT_PAUSE_S");
+  const double limit = pause_s != nullptr ? std::atof(pause_s) : -1;
+  timespec start{};
+  ::clock_gettime(CLOCK_REALTIME, &start);
   // Polled, not pause(): a signal landing between the test of the flag and pause() would
   // leave it waiting forever.
-  while (cancel_signal.load(std::memory_order_relaxed) == 0) ::usleep(1000);
+  while (cancel_signal.load(std::memory_order_relaxed) == 0) {
+    if (limit >= 0) {
+      timespec now{};
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      if (static_cast<double>(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 >= limit) return;
+    }
+    ::usleep(1000);
+  }
 }
 
 void DisableFaultPoints() { fault_points_off.store(true, std::memory_order_relaxed); }

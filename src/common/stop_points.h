@@ -13,7 +13,10 @@
 // call, the thread's registers already the call's), batch (a batch of calls resumed and
 // not yet stopped), task_state, pages (after the first MiB copied), fds, committed (the
 // checkpoint renamed into place, the processes not yet killed or let go), thawed (with
-// --leave-running: the processes let go, the checkpoint not yet committed).
+// --leave-running: the processes let go, the checkpoint not yet committed). With
+// CAIRN_FAULT_PAUSE_S=N as well, the pause ends by itself after N seconds. The daemon's and the
+// controller's stages are listed where they are (src/daemon/migrate.h; the controller's,
+// controller-in-flight and controller-carried, in src/controller/service/controller.h).
 
 #include "absl/status/status.h"
 

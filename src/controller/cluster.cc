@@ -203,7 +203,7 @@ absl::Status Cluster::RemoveJob(absl::string_view job_id) {
   return absl::OkStatus();
 }
 
-absl::Status Cluster::Bind(absl::string_view job_id, absl::string_view node_id) {
+absl::Status Cluster::Bind(absl::string_view job_id, absl::string_view node_id, bool runs_there) {
   Job* job = MutableJob(job_id);
   if (job == nullptr) return absl::NotFoundError(absl::StrCat("bind ", job_id, ": unknown job"));
   size_t slot;
@@ -215,11 +215,11 @@ absl::Status Cluster::Bind(absl::string_view job_id, absl::string_view node_id) 
     return absl::FailedPreconditionError(
         absl::StrCat("bind ", job_id, " to ", node_id, ": already bound to ", job->node_id));
   }
-  if (n->health != NodeHealth::kHealthy) {
+  if (n->health != NodeHealth::kHealthy && !runs_there) {
     return absl::FailedPreconditionError(absl::StrCat("bind ", job_id, " to ", node_id,
                                                       ": node is ", HealthName(n->health)));
   }
-  if (!job->spec.request.FitsIn(n->Free())) {
+  if (!job->spec.request.FitsIn(n->Free()) && !runs_there) {
     return absl::ResourceExhaustedError(
         absl::StrCat("bind ", job_id, " to ", node_id, ": request does not fit the free resources"));
   }

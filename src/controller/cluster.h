@@ -175,8 +175,9 @@ class Cluster {
   absl::Status RemoveJob(absl::string_view job_id);
   // Binds a pending or suspended job to a node and marks it running.
   // Errors: NotFound; FailedPrecondition (already bound, node not healthy);
-  // ResourceExhausted (does not fit).
-  absl::Status Bind(absl::string_view job_id, absl::string_view node_id);
+  // ResourceExhausted (does not fit). `runs_there`: the node's daemon says the job runs there
+  // already, so the model records it whatever the node's health or free resources.
+  absl::Status Bind(absl::string_view job_id, absl::string_view node_id, bool runs_there = false);
   // Releases a job's resources; the job becomes `next` (kSuspended, kPending or kDone).
   absl::Status Unbind(absl::string_view job_id, JobState next = JobState::kSuspended);
 

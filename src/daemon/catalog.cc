@@ -88,6 +88,7 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path) 
   RETURN_IF_ERROR(c->Exec("CREATE INDEX IF NOT EXISTS checkpoints_job ON checkpoints (job, created)"));
   RETURN_IF_ERROR(c->Exec("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
                           "time REAL NOT NULL, job TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL)"));
+  RETURN_IF_ERROR(c->Exec("CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)"));
   return c;
 }
 
@@ -343,6 +344,33 @@ absl::StatusOr<uint64_t> Catalog::LastSeq() {
   }
   if (sqlite3_step(st.s) != SQLITE_ROW) return Error("last seq");
   return static_cast<uint64_t>(sqlite3_column_int64(st.s, 0));
+}
+
+absl::StatusOr<std::optional<std::string>> Catalog::GetSetting(const std::string& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "SELECT value FROM settings WHERE key = ?", -1, &st.s, nullptr) != SQLITE_OK) {
+    return Error("prepare get setting");
+  }
+  BindText(st.s, 1, key);
+  int rc = sqlite3_step(st.s);
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return Error("get setting " + key);
+  const unsigned char* v = sqlite3_column_text(st.s, 0);
+  return std::optional<std::string>(v == nullptr ? "" : reinterpret_cast<const char*>(v));
+}
+
+absl::Status Catalog::PutSetting(const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt st;
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", -1, &st.s, nullptr) !=
+      SQLITE_OK) {
+    return Error("prepare put setting");
+  }
+  BindText(st.s, 1, key);
+  BindText(st.s, 2, value);
+  if (sqlite3_step(st.s) != SQLITE_DONE) return Error("put setting " + key);
+  return absl::OkStatus();
 }
 
 }  // namespace cairn::daemon

@@ -54,6 +54,10 @@ class Catalog {
   // The newest event's sequence number (0 when there is none).
   absl::StatusOr<uint64_t> LastSeq();
 
+  // Small named values of the daemon's own (e.g. the highest controller term heard of).
+  absl::StatusOr<std::optional<std::string>> GetSetting(const std::string& key);
+  absl::Status PutSetting(const std::string& key, const std::string& value);
+
   const std::string& path() const { return path_; }
 
  private:

@@ -141,6 +141,13 @@ void ControllerLink::Status(const std::string& line) {
   daemon_->SetComponentStatus("controller", line);
 }
 
+void ControllerLink::HearTerm(uint64_t term) {
+  if (term == 0) return;  // a controller that predates terms
+  if (absl::Status s = daemon_->HearControllerTerm(term, "controller answer"); !s.ok()) {
+    CAIRN_LOG_WARN("controller link: {}", s.ToString());
+  }
+}
+
 bool ControllerLink::Register() {
   capi::RegisterNodeRequest req;
   *req.mutable_spec() = spec_;
@@ -157,6 +164,7 @@ bool ControllerLink::Register() {
     return false;
   }
   heartbeat_s_ = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1;
+  HearTerm(resp.controller_term());
   registered_ = true;
   Status(absl::StrFormat("registered with %s as %s (%.1f CPU, %d MB, %d GPU, $%.4f/h %s); heartbeat every %.1f s",
                          opts_.address, spec_.id(), spec_.cpus(), spec_.memory_mb(), spec_.gpus(),
@@ -287,6 +295,7 @@ void ControllerLink::Loop() {
       grpc::Status st = stub_->Heartbeat(Context(&c, std::max(2.0, heartbeat_s_)), req, &resp);
       Done();
       if (stop_) return;
+      if (st.ok()) HearTerm(resp.controller_term());
       if (st.error_code() == grpc::StatusCode::NOT_FOUND || (st.ok() && resp.register_again())) {
         registered_ = false;
         continue;

@@ -77,6 +77,8 @@ class ControllerLink {
   grpc::ClientContext* Context(grpc::ClientContext* c, double timeout_s);
   void Done();  // the call of the last Context() ended
   bool Register();
+  // The leader's term from an answer: kept by the daemon, which refuses older terms' calls.
+  void HearTerm(uint64_t term);
   void Queue(::cairn::api::NodeSignal s);
   void SendQueued();
   void FollowEvents(int wait_ms);

@@ -156,6 +156,10 @@ class Daemon {
   // The status line of a node-level part ("spot-watcher", "gpu-watcher", "controller") shown
   // in NodeInfo; a changed line that starts with "warning" is also a node event.
   void SetComponentStatus(const std::string& component, const std::string& line);
+  // A controller's term, heard from a registration or heartbeat answer or carried by a call
+  // (`cairn-controller-term` metadata): the highest heard is kept in the catalog. A lower one
+  // means the call comes from a deposed leader: FailedPrecondition, and nothing is done.
+  absl::Status HearControllerTerm(uint64_t term, const std::string& what);
   // The cloud announced this node's reclaim: a node event (job "") and NodeInfo's spot_notice;
   // then every running job is checkpointed at once, pinned, reason "spot-notice" (a job busy
   // with another checkpoint gets its own after that one). Returns when those checkpoints ended.
@@ -260,6 +264,7 @@ class Daemon {
   std::optional<api::SpotNotice> spot_notice_;       // GUARDED_BY(node_mu_)
   std::vector<GpuDevice> gpus_;                      // GUARDED_BY(node_mu_)
   std::vector<std::string> gpu_events_;              // GUARDED_BY(node_mu_), newest 20
+  std::optional<uint64_t> controller_term_;          // GUARDED_BY(node_mu_); loaded on first use
 
   // Figures for Metrics().
   std::atomic<uint64_t> checkpoints_ok_{0}, checkpoints_failed_{0}, checkpoint_bytes_{0}, restores_{0};

@@ -7,10 +7,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "daemon/daemon.h"
 #include "daemon/gpu_watch.h"
 
@@ -37,6 +39,29 @@ void Daemon::SetComponentStatus(const std::string& component, const std::string&
   } else {
     spdlog::info("node={} {}: {}", opts_.node, component, line);
   }
+}
+
+absl::Status Daemon::HearControllerTerm(uint64_t term, const std::string& what) {
+  std::lock_guard<std::mutex> l(node_mu_);
+  if (!controller_term_.has_value()) {
+    ASSIGN_OR_RETURN(std::optional<std::string> stored, catalog_->GetSetting("controller_term"));
+    uint64_t t = 0;
+    if (stored.has_value() && !absl::SimpleAtoi(*stored, &t)) {
+      return absl::DataLossError(absl::StrCat("catalog setting controller_term is not a number: ", *stored));
+    }
+    controller_term_ = t;
+  }
+  if (term < *controller_term_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": refused: it comes from a controller of term ", term, ", and a controller of term ", *controller_term_,
+        " has taken the lead since (the caller was deposed; nothing was done)"));
+  }
+  if (term > *controller_term_) {
+    // Stored before anything is done in its name: a restarted daemon still refuses the older one.
+    RETURN_IF_ERROR(catalog_->PutSetting("controller_term", absl::StrCat(term)));
+    controller_term_ = term;
+  }
+  return absl::OkStatus();
 }
 
 void Daemon::OnSpotNotice(const SpotNoticeInfo& n) {

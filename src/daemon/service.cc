@@ -1,5 +1,6 @@
 #include "daemon/service.h"
 
+#include "absl/strings/numbers.h"
 #include "common/grpc_auth.h"
 #include "common/status.h"
 #include "daemon/job_spec_check.h"
@@ -7,7 +8,16 @@
 namespace cairn::daemon {
 
 grpc::Status GrpcService::Authorize(const grpc::ServerContext& ctx) const {
-  return AuthorizeCaller(ctx, token_, "cairnd");
+  grpc::Status auth = AuthorizeCaller(ctx, token_, "cairnd");
+  if (!auth.ok()) return auth;
+  // A controller's call carries its term; one from a deposed leader is refused.
+  auto it = ctx.client_metadata().find("cairn-controller-term");
+  if (it == ctx.client_metadata().end()) return grpc::Status::OK;
+  uint64_t term = 0;
+  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &term)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "cairn-controller-term: not a number");
+  }
+  return ToGrpc(daemon_->HearControllerTerm(term, "a call from the controller"));
 }
 
 #define CAIRN_AUTHORIZE(ctx)                \

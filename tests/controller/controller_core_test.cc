@@ -3,6 +3,7 @@
 // from outside yet: a dispatcher that does the work (cairnd's job, issue 5) and a store that
 // deposes the leader mid-write.
 
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -74,6 +75,7 @@ class DoingDispatcher : public ActionDispatcher {
   }
   DispatchResult Carry(const Decision& d) override {
     carried.push_back(d);
+    if (on_carry) on_carry(d);
     return {true, "done by fake daemon"};
   }
   DispatchResult StopJob(const Job& job, const Node& node) override {
@@ -88,7 +90,36 @@ class DoingDispatcher : public ActionDispatcher {
   std::vector<Decision> carried;
   std::vector<std::string> stopped;
   bool refuse_stop = false;
+  std::function<void(const Decision&)> on_carry;  // called as a decision is carried out
 };
+
+// Also answers where jobs run, from a table "job@node" -> what that node's daemon says.
+class LocatingDispatcher : public DoingDispatcher {
+ public:
+  JobWhere Locate(const std::string& job, const std::string& node) override {
+    auto it = where.find(job + "@" + node);
+    return it == where.end() ? JobWhere{JobWhere::kAbsent, "no such job", 0} : it->second;
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, int>>> RunningJobs(const std::string& node) override {
+    std::vector<std::pair<std::string, int>> out;
+    for (const auto& [key, w] : where) {
+      if (w.kind == JobWhere::kRunning && absl::EndsWith(key, "@" + node)) out.emplace_back(key.substr(0, key.find('@')), w.pid);
+    }
+    return out;
+  }
+  DispatchResult Kill(const std::string& job, const std::string& node) override {
+    killed.push_back(job + "@" + node);
+    where.erase(job + "@" + node);
+    return {true, "stopped there"};
+  }
+  void SetTerm(uint64_t t) override { term = t; }
+  std::map<std::string, JobWhere> where;
+  std::vector<std::string> killed;
+  uint64_t term = 0;
+};
+
+constexpr auto kRunning = ActionDispatcher::JobWhere::kRunning;
+constexpr auto kBusy = ActionDispatcher::JobWhere::kBusy;
 
 api::RegisterNodeRequest Node(const std::string& id, double price, bool spot) {
   api::RegisterNodeRequest r;
@@ -149,6 +180,52 @@ class ControllerCoreTest : public ::testing::Test {
     ASSERT_TRUE(c.Heartbeat(hb).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     c.Tick();
+  }
+  // The stored record of job j.
+  api::StoredJob StoredJ() {
+    api::StoredJob sj;
+    auto stored = store_.Get("jobs/j");
+    EXPECT_TRUE(stored.ok() && stored->has_value());
+    if (stored.ok() && stored->has_value()) {
+      EXPECT_TRUE(sj.ParseFromString(**stored));
+    }
+    return sj;
+  }
+  // Job j placed on a; a goes silent and the node-lost rule decides to restore j on b; the
+  // controller "dies" while carrying it out (nothing it writes afterwards reaches the store).
+  // The store then holds j on a with the restore in flight.
+  void DieWhileRestoringOnB() {
+    PlaceJobOnA();
+    ASSERT_FALSE(HasFatalFailure());
+    bool in_flight_first = false;
+    dispatcher_.on_carry = [&](const Decision& d) {
+      api::StoredJob sj = StoredJ();
+      in_flight_first = sj.has_in_flight() && sj.in_flight().action() == "restore" &&
+                        sj.in_flight().to_node() == "b" && sj.in_flight().from_node() == "a" && d.job_id == "j";
+      store_.FailWrites(true);
+    };
+    OnlyBHeartbeatsUntilALost(controller_);
+    ASSERT_EQ(dispatcher_.carried.size(), 1u);
+    EXPECT_TRUE(in_flight_first) << "the decision is stored in flight before any node is asked";
+    store_.FailWrites(false);
+    api::StoredJob sj = StoredJ();
+    ASSERT_TRUE(sj.has_in_flight());
+    EXPECT_EQ(sj.node_id(), "a");
+  }
+  // The events of `c` of kind `kind`.
+  static std::vector<api::Event> EventsOf(Controller& c, const std::string& kind) {
+    api::ListEventsResponse ev;
+    EXPECT_TRUE(c.ListEvents(api::ListEventsRequest(), &ev).ok());
+    std::vector<api::Event> out;
+    for (const api::Event& e : ev.events()) {
+      if (e.kind() == kind) out.push_back(e);
+    }
+    return out;
+  }
+  static std::string JobNode(Controller& c) {
+    api::ClusterStatusResponse st;
+    EXPECT_TRUE(c.ClusterStatus(&st).ok());
+    return st.jobs_size() == 1 ? st.jobs(0).node_id() : "?";
   }
   MemoryStore store_;
   DoingDispatcher dispatcher_;
@@ -460,6 +537,115 @@ TEST_F(ControllerCoreTest, EventLogIsBounded) {
   EXPECT_EQ(ev.events(4).kind(), "node-registered");
   EXPECT_EQ(ev.events(4).node_id(), "n11");
   for (int i = 1; i < 5; ++i) EXPECT_EQ(ev.events(i).seq(), ev.events(i - 1).seq() + 1);
+}
+
+// A decision stored in flight by a controller that died carrying it out, found running on its
+// target by the next leader: carried out; the job is placed there and nothing is done again.
+TEST_F(ControllerCoreTest, InFlightDecisionFoundCarriedOutIsApplied) {
+  DieWhileRestoringOnB();
+  ASSERT_FALSE(HasFatalFailure());
+  LocatingDispatcher d2;
+  d2.where["j@b"] = {kRunning, "running", 42};
+  Controller next(&store_, &d2, Options());
+  next.Tick();
+  EXPECT_EQ(JobNode(next), "b");
+  std::vector<api::Event> resolved = EventsOf(next, "decision-resolved");
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(resolved[0].reason(), "carried out: b says running (pid 42)")) << resolved[0].reason();
+  EXPECT_TRUE(d2.carried.empty()) << "not carried out twice";
+  EXPECT_FALSE(StoredJ().has_in_flight());
+  EXPECT_EQ(StoredJ().node_id(), "b");
+}
+
+// Still running where it was: not carried out; abandoned with its reason, nothing stays pending.
+TEST_F(ControllerCoreTest, InFlightDecisionNotCarriedOutIsAbandoned) {
+  DieWhileRestoringOnB();
+  ASSERT_FALSE(HasFatalFailure());
+  LocatingDispatcher d2;
+  d2.where["j@a"] = {kRunning, "running", 7};
+  Controller next(&store_, &d2, Options());
+  next.Tick();
+  EXPECT_EQ(JobNode(next), "a");
+  std::vector<api::Event> abandoned = EventsOf(next, "decision-abandoned");
+  ASSERT_EQ(abandoned.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(abandoned[0].reason(), "the job still runs on a")) << abandoned[0].reason();
+  EXPECT_TRUE(d2.carried.empty());
+  EXPECT_FALSE(StoredJ().has_in_flight());
+}
+
+// Busy (a migration the daemons are settling): asked again later; then on neither node: the
+// new leader carries it out itself.
+TEST_F(ControllerCoreTest, InFlightDecisionWaitsWhileBusyThenIsCarriedOutAgain) {
+  DieWhileRestoringOnB();
+  ASSERT_FALSE(HasFatalFailure());
+  LocatingDispatcher d2;
+  d2.where["j@a"] = {kBusy, "migrating", 7};
+  Controller next(&store_, &d2, Options());
+  next.Tick();
+  next.Tick();
+  EXPECT_TRUE(StoredJ().has_in_flight()) << "kept while a node says the job is busy";
+  EXPECT_TRUE(EventsOf(next, "decision-resumed").empty());
+  // The next round: a no longer has it, b does not either.
+  d2.where.erase("j@a");
+  next.Tick();
+  ASSERT_EQ(d2.carried.size(), 1u);
+  EXPECT_EQ(d2.carried[0].action, Action::kRestore);
+  EXPECT_EQ(d2.carried[0].target_node_id, "b");
+  EXPECT_EQ(EventsOf(next, "decision-resumed").size(), 1u);
+  EXPECT_EQ(JobNode(next), "b");
+  EXPECT_FALSE(StoredJ().has_in_flight());
+}
+
+// Each leadership has a term one more than the last: its dispatcher sends it with every call
+// and registrations and heartbeats carry it to the daemons.
+TEST_F(ControllerCoreTest, EachLeaderHasANewTerm) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  const uint64_t first = rr.controller_term();
+  EXPECT_GE(first, 1u);
+  LocatingDispatcher d2;
+  Controller next(&store_, &d2, Options());
+  next.Tick();
+  EXPECT_EQ(d2.term, first + 1);
+  ASSERT_TRUE(next.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  EXPECT_EQ(rr.controller_term(), first + 1);
+  api::HeartbeatRequest hb;
+  hb.set_node_id("a");
+  api::HeartbeatResponse hr;
+  ASSERT_TRUE(next.Heartbeat(hb, &hr).ok());
+  EXPECT_EQ(hr.controller_term(), first + 1);
+}
+
+// A node that registers reports its running jobs. A job the controller placed on a node that
+// no longer runs it is followed to where it runs; one its placed node still runs is stopped on
+// the other (one copy too many).
+TEST_F(ControllerCoreTest, RegisteringNodeIsReconciledWithThePlacedNode) {
+  PlaceJobOnA();
+  ASSERT_FALSE(HasFatalFailure());
+  {
+    LocatingDispatcher d2;
+    d2.where["j@a"] = {kRunning, "running", 5};
+    d2.where["j@b"] = {kRunning, "running", 6};
+    Controller next(&store_, &d2, Options());
+    next.Tick();
+    api::RegisterNodeResponse rr;
+    ASSERT_TRUE(next.RegisterNode(Node("b", 3.0, false), &rr).ok());
+    EXPECT_EQ(d2.killed, std::vector<std::string>{"j@b"});
+    EXPECT_EQ(JobNode(next), "a");
+    ASSERT_EQ(EventsOf(next, "fenced").size(), 1u);
+  }
+  LocatingDispatcher d3;
+  d3.where["j@a"] = {ActionDispatcher::JobWhere::kGone, "migrated", 5};
+  d3.where["j@b"] = {kRunning, "running", 6};
+  Controller next(&store_, &d3, Options());
+  next.Tick();
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(next.RegisterNode(Node("b", 3.0, false), &rr).ok());
+  EXPECT_TRUE(d3.killed.empty());
+  EXPECT_EQ(JobNode(next), "b");
+  std::vector<api::Event> found = EventsOf(next, "job-found");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(found[0].reason(), "a, where it was placed, says migrated")) << found[0].reason();
 }
 
 }  // namespace

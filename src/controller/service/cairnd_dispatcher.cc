@@ -298,7 +298,7 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
 
 std::string CairndDispatcher::StopOld(const Decision& d) {
   // A lost node is not asked: it does not answer, or (cut off by a partition) would take the
-  // request only when it comes back -- and then it is fenced (Fence), which says so.
+  // request only when it comes back -- and then it is fenced (the controller's Kill), which says so.
   if (d.rule == "node-lost") return absl::StrCat(d.node_id, " is lost: its copy is stopped when it comes back; ");
   std::string why;
   NodeDaemon* old = d.node_id.empty() ? nullptr : Find(d.node_id, &why);
@@ -313,31 +313,51 @@ std::string CairndDispatcher::StopOld(const Decision& d) {
                  : absl::StrCat("not stopped on ", d.node_id, " (", Why(st), "); ");
 }
 
-std::vector<std::string> CairndDispatcher::Fence(const std::string& node_id,
-                                                 const std::function<bool(const std::string&)>& runs_elsewhere) {
-  std::vector<std::string> notes;
+ActionDispatcher::JobWhere CairndDispatcher::Locate(const std::string& job_id, const std::string& node_id) {
   std::string why;
   NodeDaemon* d = Find(node_id, &why);
-  if (d == nullptr) return notes;
+  if (d == nullptr) return {JobWhere::kUnreachable, why, 0};
+  dapi::GetJobRequest g;
+  g.set_name(job_id);
+  dapi::GetJobResponse got;
+  grpc::Status st = Call(*d, &dapi::Daemon::Stub::GetJob, g, &got, kLostNodeCallS);
+  if (st.error_code() == grpc::StatusCode::NOT_FOUND) return {JobWhere::kAbsent, "no such job", 0};
+  if (!st.ok()) return {JobWhere::kUnreachable, absl::StrCat("cairnd does not answer GetJob: ", Why(st)), 0};
+  const std::string& state = got.job().state();
+  JobWhere::Kind kind = JobWhere::kGone;
+  if (state == "running") {
+    kind = JobWhere::kRunning;
+  } else if (state == "starting" || state == "checkpointing" || state == "restoring" || state == "migrating") {
+    kind = JobWhere::kBusy;
+  }
+  return {kind, state, got.job().host_pid()};
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, int>>> CairndDispatcher::RunningJobs(const std::string& node_id) {
+  std::string why;
+  NodeDaemon* d = Find(node_id, &why);
+  if (d == nullptr) return absl::UnavailableError(why);
   dapi::ListJobsResponse jobs;
   if (grpc::Status st = Call(*d, &dapi::Daemon::Stub::ListJobs, dapi::ListJobsRequest(), &jobs, kLostNodeCallS); !st.ok()) {
-    notes.push_back(absl::StrCat("cannot fence node ", node_id, ": its daemon does not answer ListJobs: ", Why(st)));
-    return notes;
+    return absl::UnavailableError(absl::StrCat("its daemon does not answer ListJobs: ", Why(st)));
   }
+  std::vector<std::pair<std::string, int>> out;
   for (const dapi::Job& j : jobs.jobs()) {
-    if (j.state() != "running" || !runs_elsewhere(j.name())) continue;
-    dapi::KillJobRequest k;
-    k.set_name(j.name());
-    dapi::KillJobResponse kr;
-    grpc::Status st = Call(*d, &dapi::Daemon::Stub::KillJob, k, &kr, kLostNodeCallS);
-    notes.push_back(st.ok() ? absl::StrFormat("job %s still ran on %s (pid %d), which is not its node any more: "
-                                              "stopped there",
-                                              j.name(), node_id, j.host_pid())
-                            : absl::StrFormat("job %s still runs on %s (pid %d), which is not its node any more, "
-                                              "and could not be stopped there: %s",
-                                              j.name(), node_id, j.host_pid(), Why(st)));
+    if (j.state() == "running") out.emplace_back(j.name(), j.host_pid());
   }
-  return notes;
+  return out;
+}
+
+DispatchResult CairndDispatcher::Kill(const std::string& job_id, const std::string& node_id) {
+  std::string why;
+  NodeDaemon* d = Find(node_id, &why);
+  if (d == nullptr) return {false, why, true};
+  dapi::KillJobRequest k;
+  k.set_name(job_id);
+  dapi::KillJobResponse kr;
+  grpc::Status st = Call(*d, &dapi::Daemon::Stub::KillJob, k, &kr, kLostNodeCallS);
+  if (st.ok()) return {true, absl::StrCat("stopped there")};
+  return {false, absl::StrCat("could not be stopped there: ", Why(st)), true};
 }
 
 DispatchResult CairndDispatcher::RestoreNewest(const Decision& d, const std::string& stopped) {

@@ -19,8 +19,9 @@
 //                     controller learns of checkpoints from the daemons (NodeSignal CHECKPOINT).
 //   kMigrate       -> a move.
 //   kDrainNode     -> no daemon call: the controller stops placing there.
-//   Fence          -> ListJobs on a node that came back; KillJob of each running job the
-//                     controller has placed elsewhere since.
+//   Locate         -> GetJob on the node: where a job runs, for the controller to follow.
+//   RunningJobs    -> ListJobs on the node (its running jobs).
+//   Kill           -> KillJob (fencing a copy the controller has placed elsewhere since).
 //   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
 //                     its record, logs and checkpoints stay on the node.
 //
@@ -37,6 +38,7 @@
 // Thread safety: the controller calls it with its own lock held, one call at a time; a mutex
 // guards the node table all the same (NodeRegistered, Reaches).
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -64,8 +66,10 @@ class CairndDispatcher : public ActionDispatcher {
                       const std::string& daemon_token) override;
   bool Reaches(const std::string& node_id) const override;
   void KnowJob(const Job& job) override;
-  std::vector<std::string> Fence(const std::string& node_id,
-                                 const std::function<bool(const std::string& job_id)>& runs_elsewhere) override;
+  JobWhere Locate(const std::string& job_id, const std::string& node_id) override;
+  absl::StatusOr<std::vector<std::pair<std::string, int>>> RunningJobs(const std::string& node_id) override;
+  DispatchResult Kill(const std::string& job_id, const std::string& node_id) override;
+  void SetTerm(uint64_t term) override { term_.store(term); }
 
  private:
   struct NodeDaemon {
@@ -88,6 +92,8 @@ class CairndDispatcher : public ActionDispatcher {
                    std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::duration<double>(timeout_s > 0 ? timeout_s : call_timeout_s_)));
     if (!d.token.empty()) c.AddMetadata("authorization", "Bearer " + d.token);
+    // The daemon refuses a call from a term older than one it has heard of (a deposed leader).
+    if (uint64_t t = term_.load(); t > 0) c.AddMetadata("cairn-controller-term", std::to_string(t));
     return (d.stub.get()->*method)(&c, req, resp);
   }
   DispatchResult Run(const std::string& job_id, const std::vector<std::string>& command, const std::string& node_id);
@@ -104,6 +110,7 @@ class CairndDispatcher : public ActionDispatcher {
   DispatchResult RestoreNewest(const Decision& d, const std::string& stopped);
 
   const double call_timeout_s_;
+  std::atomic<uint64_t> term_{0};
   const std::string tls_ca_;
   mutable std::mutex mu_;
   std::map<std::string, NodeDaemon> daemons_;             // GUARDED_BY(mu_)

@@ -1,14 +1,18 @@
 #include "controller/service/controller.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
+#include <set>
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "common/stop_points.h"
 #include "common/status.h"
 #include "controller/placement.h"
 #include "controller/service/convert.h"
@@ -20,12 +24,33 @@ namespace {
 constexpr char kNodes[] = "nodes/";
 constexpr char kJobs[] = "jobs/";
 constexpr char kEvents[] = "events/";
+// The last leadership's term (decimal).
+constexpr char kTerm[] = "term";
 
 std::string EventKey(uint64_t seq) { return absl::StrFormat("%s%020u", kEvents, seq); }
 
 // A job keeps its newest checkpoints only, in memory and in the store: the rules look at the
 // newest one, or the newest before a hang.
 constexpr size_t kKeptCheckpoints = 32;
+
+// The decisions tracked in flight: those that start, move or stop a job on a node.
+bool TrackedInFlight(Action a) {
+  return a == Action::kMigrate || a == Action::kRestore || a == Action::kResume || a == Action::kSuspend;
+}
+
+std::optional<Action> ActionFromName(absl::string_view name) {
+  for (Action a : {Action::kCheckpoint, Action::kMigrate, Action::kRestore, Action::kDrainNode, Action::kSuspend,
+                   Action::kResume}) {
+    if (ActionName(a) == name) return a;
+  }
+  return std::nullopt;
+}
+
+std::string Said(const ActionDispatcher::JobWhere& w) {
+  if (w.kind == ActionDispatcher::JobWhere::kUnreachable) return absl::StrCat("cannot be asked (", w.state, ")");
+  if (w.kind == ActionDispatcher::JobWhere::kAbsent) return "has no such job";
+  return w.pid > 0 ? absl::StrFormat("says %s (pid %d)", w.state, w.pid) : absl::StrCat("says ", w.state);
+}
 
 void KeepNewestCheckpoints(Job* job) {
   if (job->checkpoints.size() > kKeptCheckpoints) {
@@ -77,7 +102,10 @@ double Controller::Now() {
 
 void Controller::Tick() {
   absl::StatusOr<Leadership> l = store_->Campaign(options_.id);
-  std::lock_guard<std::mutex> lock(mu_);
+  // A call carrying a decision out (a migration: minutes) holds the lock: the campaign above has
+  // kept the lease meanwhile, the rest waits for the next tick.
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   if (!l.ok()) {
     CAIRN_LOG_WARN("controller {}: election round failed: {}", options_.id, l.status().ToString());
     return;
@@ -85,7 +113,8 @@ void Controller::Tick() {
   leader_id_ = l->leader_id;
   if (l->leader && !leader_) {
     leader_ = true;
-    absl::Status s = LoadLocked();
+    absl::Status s = NewTermLocked();
+    if (s.ok()) s = LoadLocked();
     if (!s.ok()) {
       CAIRN_LOG_WARN("controller {}: leads but cannot load the store, resigning: {}", options_.id, s.ToString());
       DropLocked();
@@ -96,9 +125,12 @@ void Controller::Tick() {
                    cluster_->node_count(), cluster_->job_count(), store_->Describe());
     api::Event ev;
     ev.set_kind("leader-elected");
-    ev.set_reason(absl::StrFormat("controller %s leads (store %s): %d nodes, %d jobs loaded",
-                                  options_.id, store_->Describe(), cluster_->node_count(),
-                                  cluster_->job_count()));
+    ev.set_reason(absl::StrFormat("controller %s leads (term %d, store %s): %d nodes, %d jobs loaded%s",
+                                  options_.id, term_, store_->Describe(), cluster_->node_count(),
+                                  cluster_->job_count(),
+                                  in_flight_.empty() ? ""
+                                                     : absl::StrFormat(", %d decisions in flight to resolve",
+                                                                       in_flight_.size())));
     (void)RecordLocked(std::move(ev));
   } else if (!l->leader && leader_) {
     CAIRN_LOG_WARN("controller {}: no longer leads (leader: {})", options_.id,
@@ -108,6 +140,10 @@ void Controller::Tick() {
   if (leader_) {
     absl::Status s = CheckHeartbeatsLocked();
     if (!s.ok()) CAIRN_LOG_WARN("controller {}: liveness check: {}", options_.id, s.ToString());
+  }
+  if (leader_ && !in_flight_.empty()) {
+    absl::Status s = ResolveInFlightLocked();
+    if (!s.ok()) CAIRN_LOG_WARN("controller {}: resolving decisions in flight: {}", options_.id, s.ToString());
   }
   if (leader_ && options_.deadline_check_s > 0 &&
       Clock::now() - last_deadline_check_ >= std::chrono::duration<double>(options_.deadline_check_s)) {
@@ -131,6 +167,8 @@ void Controller::DropLocked() {
   started_.clear();
   registered_seq_.clear();
   specs_.clear();
+  in_flight_.clear();
+  term_ = 0;
 }
 
 absl::Status Controller::RequireLeaderLocked() const {
@@ -154,6 +192,20 @@ absl::Status Controller::StoreFailedLocked(const absl::Status& s) {
   return s;
 }
 
+absl::Status Controller::NewTermLocked() {
+  // Stored (a fenced write: only the leader's succeeds) before anything is asked of a node in
+  // this leadership's name.
+  ASSIGN_OR_RETURN(std::optional<std::string> last, store_->Get(kTerm));
+  uint64_t term = 0;
+  if (last.has_value() && !absl::SimpleAtoi(*last, &term)) {
+    return absl::DataLossError(absl::StrCat("store key ", kTerm, ": not a number: ", *last));
+  }
+  RETURN_IF_ERROR(store_->Put(kTerm, absl::StrCat(term + 1)));
+  term_ = term + 1;
+  dispatcher_->SetTerm(term_);
+  return absl::OkStatus();
+}
+
 absl::Status Controller::LoadLocked() {
   cluster_ = std::make_unique<Cluster>();
   last_heartbeat_.clear();
@@ -161,6 +213,7 @@ absl::Status Controller::LoadLocked() {
   started_.clear();
   registered_seq_.clear();
   specs_.clear();
+  in_flight_.clear();
   ASSIGN_OR_RETURN(auto nodes, store_->List(kNodes));
   std::vector<api::StoredNode> stored_nodes;
   for (const auto& [key, value] : nodes) {
@@ -198,6 +251,7 @@ absl::Status Controller::LoadLocked() {
     if (!sj.pending_action().empty()) pending_action_[id] = sj.pending_action();
     specs_[id] = sj.spec();
     started_[id] = sj.started();
+    if (sj.has_in_flight()) in_flight_[id] = sj.in_flight();
     for (const api::StoredCheckpoint& c : sj.checkpoints()) job->checkpoints.push_back({c.time(), c.work_s()});
     dispatcher_->KnowJob(*job);
   }
@@ -241,6 +295,7 @@ absl::Status Controller::SaveJobLocked(const std::string& id) {
   sj.set_suspended_for(std::string(SuspendReasonName(j->suspended_for)));
   if (auto it = pending_action_.find(id); it != pending_action_.end()) sj.set_pending_action(it->second);
   sj.set_started(started_[id]);
+  if (auto it = in_flight_.find(id); it != in_flight_.end()) *sj.mutable_in_flight() = it->second;
   for (const CheckpointRecord& c : j->checkpoints) {
     api::StoredCheckpoint* sc = sj.add_checkpoints();
     sc->set_time(c.time);
@@ -345,7 +400,37 @@ absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event
   PolicyContext ctx{*cluster_, placer, options_.policy, event.time};
   std::vector<Decision> decisions = engine_.Handle(event, ctx);
   for (const Decision& d : decisions) {
+    if (!d.job_id.empty() && in_flight_.count(d.job_id) != 0) {
+      // Its previous decision is still being resolved (ResolveInFlightLocked): one at a time.
+      CAIRN_LOG_WARN("controller {}: rule {} decided {} for job {}, whose {} is still in flight: not carried out",
+                     options_.id, d.rule, std::string(ActionName(d.action)), d.job_id, in_flight_[d.job_id].action());
+      continue;
+    }
+    const bool tracked = dispatcher_->CarriesOut() && !d.job_id.empty() && TrackedInFlight(d.action) &&
+                         cluster_->FindJob(d.job_id) != nullptr;
+    if (tracked) {
+      api::InFlight& f = in_flight_[d.job_id];
+      f.set_action(std::string(ActionName(d.action)));
+      f.set_rule(d.rule);
+      f.set_from_node(d.node_id);
+      f.set_to_node(d.target_node_id);
+      f.set_since(Now());
+      f.set_term(term_);
+      f.set_restore_from_time(d.restore_from_time);
+      f.set_reason(d.reason);
+      f.set_suspend_reason(std::string(SuspendReasonName(d.suspend_reason)));
+      // Stored before any node is asked: whoever leads next knows what may be under way.
+      if (absl::Status s = SaveJobLocked(d.job_id); !s.ok()) {
+        in_flight_.erase(d.job_id);
+        return s;
+      }
+      FaultPoint("controller-in-flight");
+    }
     DispatchResult r = dispatcher_->Carry(d);
+    if (tracked) {
+      FaultPoint("controller-carried");
+      in_flight_.erase(d.job_id);  // stored with the outcome below
+    }
     api::Event ev;
     ev.set_kind("decision");
     ev.set_rule(d.rule);
@@ -370,7 +455,7 @@ absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event
   return absl::OkStatus();
 }
 
-absl::Status Controller::ApplyLocked(const Decision& d) {
+absl::Status Controller::ApplyLocked(const Decision& d, bool runs_there) {
   Job* job = d.job_id.empty() ? nullptr : cluster_->MutableJob(d.job_id);
   switch (d.action) {
     case Action::kCheckpoint:
@@ -391,7 +476,7 @@ absl::Status Controller::ApplyLocked(const Decision& d) {
     case Action::kResume:
       if (job == nullptr) return absl::OkStatus();
       if (!job->node_id.empty()) RETURN_IF_ERROR(cluster_->Unbind(d.job_id, JobState::kPending));
-      RETURN_IF_ERROR(cluster_->Bind(d.job_id, d.target_node_id));
+      RETURN_IF_ERROR(cluster_->Bind(d.job_id, d.target_node_id, runs_there));
       job->suspended_for = SuspendReason::kNone;
       started_[d.job_id] = true;
       return absl::OkStatus();
@@ -401,10 +486,17 @@ absl::Status Controller::ApplyLocked(const Decision& d) {
 
 absl::Status Controller::CheckHeartbeatsLocked() {
   auto now = Clock::now();
+  std::map<std::string, Clock::time_point> heard;
+  {
+    std::lock_guard<std::mutex> l(heard_mu_);
+    heard = heard_;
+  }
   std::vector<std::pair<std::string, double>> silent;
   cluster_->ForEachNode([&](const Node& n, uint64_t) {
     if (n.health == NodeHealth::kLost) return;
-    double quiet = std::chrono::duration<double>(now - last_heartbeat_[n.spec.id]).count();
+    Clock::time_point last = last_heartbeat_[n.spec.id];
+    if (auto it = heard.find(n.spec.id); it != heard.end()) last = std::max(last, it->second);
+    double quiet = std::chrono::duration<double>(now - last).count();
     if (quiet > options_.heartbeat_timeout_s) silent.emplace_back(n.spec.id, quiet);
   });
   for (const auto& [id, quiet] : silent) {
@@ -427,17 +519,224 @@ absl::Status Controller::CheckHeartbeatsLocked() {
   return absl::OkStatus();
 }
 
-absl::Status Controller::FenceLocked(const std::string& node_id) {
-  std::vector<std::string> notes = dispatcher_->Fence(node_id, [&](const std::string& job_id) {
-    const Job* j = cluster_->FindJob(job_id);
-    return j != nullptr && !j->node_id.empty() && j->node_id != node_id;
-  });
-  for (std::string& note : notes) {
+absl::Status Controller::ReconcileNodeLocked(const std::string& node_id) {
+  using Where = ActionDispatcher::JobWhere;
+  auto record = [&](const std::string& kind, const std::string& job_id, std::string reason,
+                    std::string dispatch = "") -> absl::Status {
     api::Event ev;
-    ev.set_kind("fenced");
+    ev.set_kind(kind);
     ev.set_node_id(node_id);
-    ev.set_reason(std::move(note));
-    RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+    ev.set_job_id(job_id);
+    ev.set_reason(std::move(reason));
+    ev.set_dispatch(std::move(dispatch));
+    return RecordLocked(std::move(ev));
+  };
+  if (!dispatcher_->CarriesOut()) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::pair<std::string, int>>> running = dispatcher_->RunningJobs(node_id);
+  if (!running.ok()) {
+    return record("fenced", "", absl::StrCat("cannot fence node ", node_id, ": ", running.status().message()));
+  }
+  std::set<std::string> here;
+  for (const auto& [job_id, pid] : *running) {
+    here.insert(job_id);
+    const Job* j = cluster_->FindJob(job_id);
+    // Jobs this controller never placed, or placed nowhere now, are left alone; a job whose
+    // decision is in flight is ResolveInFlightLocked's.
+    if (j == nullptr || j->node_id.empty() || in_flight_.count(job_id) != 0) continue;
+    if (j->node_id == node_id) {
+      if (!started_[job_id]) {
+        started_[job_id] = true;
+        pending_action_.erase(job_id);
+        RETURN_IF_ERROR(SaveJobLocked(job_id));
+        RETURN_IF_ERROR(record("job-found", job_id,
+                               absl::StrFormat("job %s runs on %s (pid %d), where it was placed: its start is confirmed",
+                                               job_id, node_id, pid)));
+      }
+      continue;
+    }
+    const std::string placed = j->node_id;
+    Where w = dispatcher_->Locate(job_id, placed);
+    if (w.kind == Where::kRunning || w.kind == Where::kBusy) {
+      // A partition healed: the job was restored on `placed` while this node was cut off.
+      DispatchResult k = dispatcher_->Kill(job_id, node_id);
+      RETURN_IF_ERROR(record("fenced", job_id,
+                             absl::StrFormat("job %s still ran on %s (pid %d), which is not its node any more (%s, "
+                                             "where it is placed, %s): %s",
+                                             job_id, node_id, pid, placed, Said(w), k.note)));
+      continue;
+    }
+    const Node* pn = cluster_->FindNode(placed);
+    const bool placed_lost = pn == nullptr || pn->health == NodeHealth::kLost;
+    if (w.kind == Where::kUnreachable && !placed_lost) {
+      RETURN_IF_ERROR(record("fence-deferred", job_id,
+                             absl::StrFormat("job %s runs on %s (pid %d), but it is placed on %s, which %s: left "
+                                             "running; decided when %s registers again",
+                                             job_id, node_id, pid, placed, Said(w), placed)));
+      continue;
+    }
+    // This node's copy is the only one known: the model follows it (a move whose outcome the
+    // controller that carried it out never stored).
+    RETURN_IF_ERROR(cluster_->Unbind(job_id, JobState::kPending));
+    RETURN_IF_ERROR(cluster_->Bind(job_id, node_id, /*runs_there=*/true));
+    started_[job_id] = true;
+    pending_action_.erase(job_id);
+    RETURN_IF_ERROR(SaveJobLocked(job_id));
+    RETURN_IF_ERROR(record("job-found", job_id,
+                           absl::StrFormat("job %s runs on %s (pid %d), and %s, where it was placed, %s: it is "
+                                           "placed on %s now",
+                                           job_id, node_id, pid, placed, placed_lost ? "is lost" : Said(w), node_id)));
+  }
+  // Placed here, never confirmed started (the controller stopped before it knew, or the node was
+  // not reachable then), and not running: started again.
+  std::vector<std::string> unstarted;
+  if (const Node* n = cluster_->FindNode(node_id); n != nullptr) {
+    for (const std::string& id : n->job_ids) {
+      if (!started_[id] && here.count(id) == 0 && in_flight_.count(id) == 0) unstarted.push_back(id);
+    }
+  }
+  for (const std::string& id : unstarted) {
+    Where w = dispatcher_->Locate(id, node_id);
+    if (w.kind != Where::kAbsent) continue;  // it ran and ended, or is starting: not started twice
+    DispatchResult r = dispatcher_->StartJob(*cluster_->FindJob(id), *cluster_->FindNode(node_id));
+    if (r.done) {
+      started_[id] = true;
+      pending_action_.erase(id);
+    }
+    RETURN_IF_ERROR(SaveJobLocked(id));
+    RETURN_IF_ERROR(record("job-placed", id,
+                           absl::StrCat("placed on ", node_id, " earlier, never confirmed started, and ", node_id,
+                                        " has no such job: started again"),
+                           r.note));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::EndInFlightLocked(const std::string& job_id, const std::string& kind,
+                                           const std::string& reason, const std::string& dispatch) {
+  const api::InFlight f = in_flight_[job_id];
+  in_flight_.erase(job_id);
+  if (cluster_->FindJob(job_id) != nullptr) RETURN_IF_ERROR(SaveJobLocked(job_id));
+  api::Event ev;
+  ev.set_kind(kind);
+  ev.set_rule(f.rule());
+  ev.set_action(f.action());
+  ev.set_job_id(job_id);
+  ev.set_node_id(f.from_node());
+  ev.set_target_node_id(f.to_node());
+  ev.set_reason(reason);
+  ev.set_dispatch(dispatch);
+  return RecordLocked(std::move(ev));
+}
+
+absl::Status Controller::ResolveInFlightLocked() {
+  using Where = ActionDispatcher::JobWhere;
+  std::vector<std::string> ids;
+  for (const auto& [id, f] : in_flight_) ids.push_back(id);
+  for (const std::string& id : ids) {
+    if (!leader_) break;
+    auto it = in_flight_.find(id);
+    if (it == in_flight_.end()) continue;
+    const api::InFlight f = it->second;
+    const std::string what = absl::StrFormat("%s of job %s%s%s (rule %s), decided by the leader of term %d %.0f s ago",
+                                             f.action(), id, f.from_node().empty() ? "" : " from " + f.from_node(),
+                                             f.to_node().empty() ? "" : " to " + f.to_node(), f.rule(), f.term(),
+                                             Now() - f.since());
+    std::optional<Action> action = ActionFromName(f.action());
+    if (cluster_->FindJob(id) == nullptr || !action.has_value() || !dispatcher_->CarriesOut()) {
+      RETURN_IF_ERROR(EndInFlightLocked(id, "decision-abandoned",
+                                        absl::StrCat(what, ": abandoned: ",
+                                                     !action.has_value() ? "unknown action"
+                                                     : !dispatcher_->CarriesOut()
+                                                         ? "this controller carries no decision out"
+                                                         : "the job is gone")));
+      continue;
+    }
+    Decision d;
+    d.action = *action;
+    d.job_id = id;
+    d.node_id = f.from_node();
+    d.target_node_id = f.to_node();
+    d.restore_from_time = f.restore_from_time();
+    d.suspend_reason = SuspendReasonFromName(f.suspend_reason());
+    d.rule = f.rule();
+    d.reason = f.reason();
+    auto lost = [&](const std::string& node) {
+      const Node* n = cluster_->FindNode(node);
+      return n == nullptr || n->health == NodeHealth::kLost;
+    };
+    Where from = d.node_id.empty() ? Where{Where::kAbsent, "none", 0} : dispatcher_->Locate(id, d.node_id);
+    if (d.action == Action::kSuspend) {
+      if (from.kind == Where::kBusy || (from.kind == Where::kUnreachable && !lost(d.node_id))) continue;  // ask again
+      if (from.kind == Where::kRunning) {
+        RETURN_IF_ERROR(EndInFlightLocked(
+            id, "decision-abandoned",
+            absl::StrCat(what, ": not carried out: ", d.node_id, " ", Said(from), "; the rules decide again")));
+        pending_action_.erase(id);
+        continue;
+      }
+      RETURN_IF_ERROR(ApplyLocked(d));
+      pending_action_.erase(id);
+      RETURN_IF_ERROR(EndInFlightLocked(
+          id, "decision-resolved",
+          absl::StrCat(what, ": carried out: ", d.node_id, " ", Said(from), " (its suspend checkpoint is on ",
+                       d.node_id, ")")));
+      continue;
+    }
+    // migrate, restore, resume: the target decides.
+    Where to = dispatcher_->Locate(id, d.target_node_id);
+    if (to.kind == Where::kRunning) {
+      std::string also;
+      if (from.kind == Where::kRunning && d.node_id != d.target_node_id) {
+        // Never two: the target's copy is the decision's outcome.
+        DispatchResult k = dispatcher_->Kill(id, d.node_id);
+        also = absl::StrCat("; it also ran on ", d.node_id, ": ", k.note);
+      }
+      RETURN_IF_ERROR(ApplyLocked(d, /*runs_there=*/true));
+      pending_action_.erase(id);
+      RETURN_IF_ERROR(EndInFlightLocked(
+          id, "decision-resolved", absl::StrCat(what, ": carried out: ", d.target_node_id, " ", Said(to), also)));
+      continue;
+    }
+    if (to.kind == Where::kBusy || from.kind == Where::kBusy) continue;  // a migration being settled, a restore
+    if (from.kind == Where::kRunning) {
+      RETURN_IF_ERROR(EndInFlightLocked(
+          id, "decision-abandoned",
+          absl::StrCat(what, ": not carried out: the job still runs on ", d.node_id, " (", d.target_node_id, " ",
+                       Said(to), "); the rules decide again on their next trigger")));
+      pending_action_.erase(id);
+      continue;
+    }
+    if (from.kind == Where::kUnreachable && !lost(d.node_id)) continue;  // it may still run there: ask again
+    if (to.kind == Where::kUnreachable) {
+      if (!lost(d.target_node_id)) continue;
+      RETURN_IF_ERROR(EndInFlightLocked(
+          id, "decision-abandoned",
+          absl::StrCat(what, ": not carried out: ", d.target_node_id, " is lost and the job runs nowhere known",
+                       d.node_id.empty() ? "" : absl::StrCat(" (", d.node_id, " ", Said(from), ")"),
+                       "; the rules decide again on their next trigger")));
+      pending_action_.erase(id);
+      continue;
+    }
+    // The job runs on neither (a move stopped between its checkpoint and its restore, a restore
+    // not begun): this leader carries it out. A move whose source no longer runs the job restores
+    // its newest stored checkpoint on the target.
+    if (d.action == Action::kMigrate) {
+      d.action = Action::kRestore;
+      d.restore_from_time = Now();
+    }
+    DispatchResult r = dispatcher_->Carry(d);
+    if (r.done) {
+      RETURN_IF_ERROR(ApplyLocked(d));
+      pending_action_.erase(id);
+    } else {
+      pending_action_[id] = absl::StrCat(ActionName(d.action), " to ", d.target_node_id, " (", d.rule, ")");
+    }
+    RETURN_IF_ERROR(EndInFlightLocked(
+        id, "decision-resumed",
+        absl::StrCat(what, ": the job runs on neither ", d.node_id.empty() ? "" : d.node_id + " (" + Said(from) + ") nor ",
+                     d.target_node_id, " (", Said(to), "): carried out again by this leader (",
+                     ActionName(d.action), r.done ? ", done)" : ", not done)"),
+        r.note));
   }
   return absl::OkStatus();
 }
@@ -510,9 +809,10 @@ absl::Status Controller::RegisterNode(const api::RegisterNodeRequest& req, api::
   last_heartbeat_[id] = Clock::now();
   RETURN_IF_ERROR(SaveNodeLocked(id));
   RETURN_IF_ERROR(RecordLocked(std::move(ev)));
-  RETURN_IF_ERROR(FenceLocked(id));
+  RETURN_IF_ERROR(ReconcileNodeLocked(id));
   resp->set_heartbeat_interval_s(options_.heartbeat_interval_s);
   resp->set_heartbeat_timeout_s(options_.heartbeat_timeout_s);
+  resp->set_controller_term(term_);
   RETURN_IF_ERROR(PlacePendingLocked());
   Event e;
   e.time = Now();
@@ -529,6 +829,11 @@ absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req) {
 }
 
 absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req, api::HeartbeatResponse* resp) {
+  {
+    // Timed on arrival: a call carrying a decision out may hold mu_ for minutes.
+    std::lock_guard<std::mutex> l(heard_mu_);
+    heard_[req.node_id()] = Clock::now();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(RequireLeaderLocked());
   const Node* n = cluster_->FindNode(req.node_id());
@@ -537,6 +842,7 @@ absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req, api::Heartb
                                             ": not registered with this controller; register it first"));
   }
   resp->set_register_again(!dispatcher_->Reaches(req.node_id()));
+  resp->set_controller_term(term_);
   auto now = Clock::now();
   double quiet = std::chrono::duration<double>(now - last_heartbeat_[req.node_id()]).count();
   last_heartbeat_[req.node_id()] = now;
@@ -548,7 +854,7 @@ absl::Status Controller::Heartbeat(const api::HeartbeatRequest& req, api::Heartb
   ev.set_node_id(req.node_id());
   ev.set_reason(absl::StrFormat("heartbeat after %.1f s of silence", quiet));
   RETURN_IF_ERROR(RecordLocked(std::move(ev)));
-  RETURN_IF_ERROR(FenceLocked(req.node_id()));
+  RETURN_IF_ERROR(ReconcileNodeLocked(req.node_id()));
   return PlacePendingLocked();
 }
 
@@ -856,6 +1162,7 @@ absl::Status Controller::CancelJob(const api::CancelJobRequest& req, api::Cancel
   pending_action_.erase(req.job_id());
   started_.erase(req.job_id());
   specs_.erase(req.job_id());
+  in_flight_.erase(req.job_id());
   std::vector<api::Event> out;
   RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
   for (api::Event& o : out) *resp->add_events() = std::move(o);

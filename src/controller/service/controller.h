@@ -11,6 +11,33 @@
 // node lost, each policy rule's decision) is recorded as an event with its reason, and handed to
 // the ActionDispatcher (dispatch.h) to carry out.
 //
+// A controller can die, or be deposed (a partition from etcd, a long pause), in the middle of
+// carrying a decision out. So:
+//   - a decision that moves or stops a job is written on the job as *in flight* (StoredJob
+//     in_flight) before any node is asked anything, and cleared in the same write that stores
+//     its outcome. An in-flight decision found by a leader that is not carrying it out itself
+//     (it loaded it from the store) is resolved by asking the nodes where the job is
+//     (ResolveInFlightLocked): found on the target, it was carried out (applied); still running
+//     where it was, it was not (abandoned; the rules decide again on their next trigger); on
+//     neither, it is carried out again by this leader. Each ends with an event saying which and
+//     why. No rule decides anything else for a job while its decision is in flight.
+//   - each leadership has a term, one more than the last (stored under "term"); every daemon call
+//     carries it, and a daemon refuses a call whose term is older than one it has heard (from a
+//     call, a registration or a heartbeat answer), so a deposed leader that wakes up cannot carry
+//     out a stale decision.
+//   - where a job runs is the daemons' to say: a node that (re)registers reports its running
+//     jobs (ReconcileNodeLocked); a job the controller had placed elsewhere is stopped there only
+//     when its placed node confirms it runs it (a partition healed: one copy too many), and is
+//     followed to this node when its placed node does not run it (a move whose outcome the
+//     controller never stored).
+//   - a long call (a migration) holds the controller's lock; the lease is renewed without it
+//     (Tick campaigns first and skips the rest while a call runs) and heartbeats are timed when
+//     they arrive, not when the lock is free, so a long move neither loses the leadership nor
+//     makes nodes look lost.
+// Fault points (CAIRN_FAULT_PAUSE, common/stop_points.h): controller-in-flight (the decision
+// stored in flight, no node asked yet) and controller-carried (carried out, its outcome not yet
+// stored).
+//
 // Thread safety: thread-safe; one mutex serializes calls (the model is single-threaded).
 
 #include <chrono>
@@ -70,6 +97,8 @@ class Controller {
   using Clock = std::chrono::steady_clock;
 
   absl::Status RequireLeaderLocked() const;
+  // Taking the lead: the next term, stored.
+  absl::Status NewTermLocked();
   // Rebuilds the model from the store (on taking leadership).
   absl::Status LoadLocked();
   void DropLocked();
@@ -90,11 +119,22 @@ class Controller {
   // A node's report that a checkpoint of a job is complete in shared storage (NodeSignal CHECKPOINT).
   absl::Status RecordCheckpointLocked(const api::NodeSignal& req, api::ReportSignalResponse* resp);
   // Applies a decision the dispatcher carried out to the model.
-  absl::Status ApplyLocked(const Decision& d);
+  // `runs_there`: the target's daemon says the job runs there (bound whatever its health).
+  absl::Status ApplyLocked(const Decision& d, bool runs_there = false);
   absl::Status CheckHeartbeatsLocked();
-  // A node came back or registered again: its daemon stops the jobs it still runs that are placed
-  // on other nodes now (a partitioned node declared lost), each an event "fenced".
-  absl::Status FenceLocked(const std::string& node_id);
+  // A node came back or registered again: its running jobs are compared with the model. A job
+  // placed there but not confirmed started is confirmed (or started again when it does not run);
+  // a job placed on another node that runs it too is stopped here (event "fenced"); a job placed
+  // on a node that does not run it is followed here (event "job-found").
+  absl::Status ReconcileNodeLocked(const std::string& node_id);
+  // Resolves every decision stored in flight that this controller is not carrying out (see the
+  // header comment). Waits, keeping it in flight, while a node it must ask does not answer or
+  // says the job is busy (a migration the daemons are settling).
+  absl::Status ResolveInFlightLocked();
+  // Ends the in-flight decision of `job_id` with an event of `kind` ("decision-resolved",
+  // "decision-abandoned", "decision-resumed") saying `reason`.
+  absl::Status EndInFlightLocked(const std::string& job_id, const std::string& kind, const std::string& reason,
+                                 const std::string& dispatch = "");
   // The deadline guard: runs the deadline-check rule on every pending or suspended batch job
   // with a deadline that has no decision waiting for a node already.
   absl::Status CheckDeadlinesLocked();
@@ -114,6 +154,11 @@ class Controller {
   std::string leader_id_;   // GUARDED_BY(mu_)
   std::unique_ptr<Cluster> cluster_;  // non-null iff leader_. GUARDED_BY(mu_)
   std::map<std::string, Clock::time_point> last_heartbeat_;  // GUARDED_BY(mu_)
+  // When each node's last heartbeat arrived, taken before waiting for mu_ (a long call holds it).
+  std::mutex heard_mu_;
+  std::map<std::string, Clock::time_point> heard_;  // GUARDED_BY(heard_mu_)
+  uint64_t term_ = 0;                                // this leadership's term. GUARDED_BY(mu_)
+  std::map<std::string, api::InFlight> in_flight_;   // job -> decision being carried out
   std::map<std::string, std::string> pending_action_;        // job -> decision text
   std::map<std::string, bool> started_;                      // job -> dispatcher confirmed
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order

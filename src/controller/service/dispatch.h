@@ -7,9 +7,13 @@
 //
 // Thread safety: the controller calls a dispatcher with its own lock held, one call at a time.
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 #include "controller/cluster.h"
 #include "controller/policy.h"
@@ -46,16 +50,38 @@ class ActionDispatcher {
   // The controller knows `job` (a new leader loaded it from the store): what the dispatcher
   // needs of it later (its command, to run it again from the beginning) is taken from here.
   virtual void KnowJob(const Job& job) { (void)job; }
-  // Fencing: the node came back (it was lost, or its daemon registered again). Stops there every
-  // job it still runs that `runs_elsewhere` says the controller has placed on another node
-  // since -- a node cut off by a partition keeps running its jobs while they are
-  // restored elsewhere, and no job may run twice. Jobs the controller never knew are left alone.
-  // Returns one note per job stopped or failed to stop.
-  virtual std::vector<std::string> Fence(const std::string& node_id,
-                                         const std::function<bool(const std::string& job_id)>& runs_elsewhere) {
-    (void)node_id, (void)runs_elsewhere;
-    return {};
+  // What a node's daemon says of a job: where a job runs is the daemons' to say (a migration
+  // between them is two-phase: exactly one runs it afterwards), the controller's model follows.
+  struct JobWhere {
+    enum Kind {
+      kUnreachable,  // not asked (no daemon known for the node) or no answer
+      kAbsent,       // the daemon has no job of that name
+      kRunning,
+      kBusy,         // starting, checkpointing, migrating: ask again later
+      kGone,         // exited, killed, migrated away, failed
+    };
+    Kind kind = kUnreachable;
+    std::string state;  // the daemon's word for it, or why it was not asked
+    int pid = 0;
+  };
+  virtual JobWhere Locate(const std::string& job_id, const std::string& node_id) {
+    (void)job_id, (void)node_id;
+    return {JobWhere::kUnreachable, "this dispatcher asks no node", 0};
   }
+  // The jobs running on the node (name, pid); Unavailable when its daemon cannot be asked.
+  virtual absl::StatusOr<std::vector<std::pair<std::string, int>>> RunningJobs(const std::string& node_id) {
+    (void)node_id;
+    return std::vector<std::pair<std::string, int>>{};
+  }
+  // Stops the job on the node (fencing a copy that must not run there); a note for the event.
+  virtual DispatchResult Kill(const std::string& job_id, const std::string& node_id) {
+    (void)job_id, (void)node_id;
+    return {false, "this dispatcher stops nothing"};
+  }
+  // False for a dispatcher that asks no node anything (decisions are then not tracked in flight).
+  virtual bool CarriesOut() const { return true; }
+  // The leader's term, sent with every call so that daemons refuse a deposed leader's.
+  virtual void SetTerm(uint64_t term) { (void)term; }
   // False when the dispatcher needs the node to register again (it does not know how to reach
   // the node's daemon, e.g. after the controller restarted); heartbeats then ask for it.
   virtual bool Reaches(const std::string& node_id) const {
@@ -70,6 +96,7 @@ class RecordOnlyDispatcher : public ActionDispatcher {
   DispatchResult StartJob(const Job&, const Node&) override { return {false, kNote}; }
   DispatchResult Carry(const Decision&) override { return {false, kNote}; }
   DispatchResult StopJob(const Job&, const Node&) override { return {false, kNote}; }
+  bool CarriesOut() const override { return false; }
   std::string Describe() const override {
     return "record-only: decisions are recorded as events; nothing carries them out (--dispatch cairnd makes the "
            "node daemons do it)";
