@@ -13,6 +13,10 @@ std::unique_ptr<ControllerProcess> ClusterFixture::StartTcpController(const std:
   controller_token_ = Token("controller.token", "controller-token-0123456789abcdef");
   daemon_token_ = Token("daemon.token", "daemon-token-0123456789abcdef");
   controller_tcp_ = "127.0.0.1:" + std::to_string(FreePort());
+  return RestartTcpController(heartbeat_timeout_s);
+}
+
+std::unique_ptr<ControllerProcess> ClusterFixture::RestartTcpController(const std::string& heartbeat_timeout_s) {
   auto c = std::make_unique<ControllerProcess>(
       Dir(), "ctl", "sqlite:" + Dir() + "/controller.db",
       std::vector<std::string>{"--dispatch", "cairnd", "--listen", controller_tcp_, "--token-file", controller_token_,

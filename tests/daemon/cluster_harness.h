@@ -19,6 +19,8 @@ class ClusterFixture : public DaemonFixture {
   // A `cairn-controller --dispatch cairnd` on loopback TCP with a token, heartbeats every 0.3 s
   // and the given timeout, started and leading (null, with the failure recorded, if not).
   std::unique_ptr<ControllerProcess> StartTcpController(const std::string& heartbeat_timeout_s);
+  // The same controller started again after it died: same store, address and token.
+  std::unique_ptr<ControllerProcess> RestartTcpController(const std::string& heartbeat_timeout_s);
   // The arguments of a cairnd that joins that controller: TCP with its own token on a free port,
   // the price, checkpoints in the shared directory `shared` (dir:), then `more`.
   std::vector<std::string> JoinArgs(const std::string& price, const std::string& shared, std::vector<std::string> more);
