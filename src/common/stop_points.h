@@ -13,7 +13,9 @@
 // call, the thread's registers already the call's), batch (a batch of calls resumed and
 // not yet stopped), task_state, pages (after the first MiB copied), fds, committed (the
 // checkpoint renamed into place, the processes not yet killed or let go), thawed (with
-// --leave-running: the processes let go, the checkpoint not yet committed).
+// --leave-running: the processes let go, the checkpoint not yet committed). cairnd has its own
+// (daemon/migrate.h, daemon/daemon.h, daemon/storage/storage.h; docs/reliability.md), and the
+// engine's restore one, restore-building (every task created and held, no memory in yet).
 
 #include "absl/status/status.h"
 
