@@ -236,7 +236,8 @@ void Daemon::RollBackRestore(api::Job& j) {
 
 // With a remote store and no --keep-local-copy, a checkpoint's local directory exists only while
 // it is being stored or restored from: one found at the start was left by a crash (a restore's
-// fetched copy, an import). Removed, so that the store stays the only copy.
+// fetched copy, an import), one found after a restore was imported for it. Removed, so that the
+// store stays the only copy.
 void Daemon::DropFetchedCopies(const std::vector<api::Checkpoint>& checkpoints) {
   if (!opts_.store->Remote() || opts_.keep_local) return;
   for (const api::Checkpoint& c : checkpoints) {
@@ -245,7 +246,8 @@ void Daemon::DropFetchedCopies(const std::vector<api::Checkpoint>& checkpoints) 
     std::error_code ec;
     if (!fs::exists(local, ec)) continue;
     RemoveTree(local);
-    CAIRN_LOG_INFO("event=stray_copy dir={}: a local copy of stored checkpoint {} left by a crash: removed", local, c.id());
+    CAIRN_LOG_INFO("event=stray_copy dir={}: a local copy of stored checkpoint {} (no --keep-local-copy): removed", local,
+                   c.id());
   }
 }
 
@@ -802,6 +804,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   auto drop_fetched = [&] {
     if (!opts_.keep_local) {
       for (const std::string& dir : fetched) RemoveTree(dir);
+      DropFetchedCopies(*cps);  // what ImportCheckpoint brought in, which LocalChain found here
     }
   };
   if (!local.ok()) {
