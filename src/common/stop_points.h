@@ -13,10 +13,11 @@
 // call, the thread's registers already the call's), batch (a batch of calls resumed and
 // not yet stopped), task_state, pages (after the first MiB copied), fds, committed (the
 // checkpoint renamed into place, the processes not yet killed or let go), thawed (with
-// --leave-running: the processes let go, the checkpoint not yet committed). With
-// CAIRN_FAULT_PAUSE_S=N as well, the pause ends by itself after N seconds. The daemon's and the
-// controller's stages are listed where they are (src/daemon/migrate.h; the controller's,
-// controller-in-flight and controller-carried, in src/controller/service/controller.h).
+// --leave-running: the processes let go, the checkpoint not yet committed). The engine's restore
+// has one, restore-building (every task created and held, no memory in yet); cairnd's are listed
+// where they are (daemon/migrate.h, daemon/daemon.h, daemon/storage/storage.h), the controller's
+// in controller/service/controller.h (all in docs/reliability.md). With CAIRN_FAULT_PAUSE_S=N as
+// well, the pause ends by itself after N seconds.
 
 #include "absl/status/status.h"
 

@@ -27,6 +27,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "common/validate.h"
 #include "daemon/cgroup.h"
 #include "daemon/job_spec_check.h"
@@ -158,9 +159,11 @@ absl::Status Daemon::Recover() {
   for (api::Job& j : jobs) {
     JobState s;
     s.tracker = std::make_unique<HealthTracker>(j.spec().health());
-    bool was_running = j.state() == "running" || j.state() == "checkpointing" || j.state() == "restoring" ||
-                       j.state() == "migrating";
-    if (was_running && !j.migration().empty()) {
+    bool was_running = j.state() == "running" || j.state() == "checkpointing" || j.state() == "migrating";
+    if (j.state() == "restoring") {
+      RollBackRestore(j);
+      RETURN_IF_ERROR(catalog_->PutJob(j));
+    } else if (was_running && !j.migration().empty()) {
       // It stopped in the middle of migrating the job away (migrate.h). Held frozen (or gone):
       // the destination may have taken it over, so it is asked (ResolveMigrations). Alive and
       // not frozen: the commit was never asked for, so the migration did not happen.
@@ -205,7 +208,47 @@ absl::Status Daemon::Recover() {
     jobs_.emplace(name, std::move(s));
   }
   CleanUnrecorded(all);
+  DropFetchedCopies(all);
   return absl::OkStatus();
+}
+
+// A restore the daemon did not live to record (its record still says `restoring`): it never
+// committed, so nothing it created may run on. Whatever is in the job's cgroup (tasks still
+// being built died with their tracer; a restored process that already ran did not) is killed,
+// and the job is left not running, with an event saying so: it is restored again by asking
+// again. Its image is untouched (a fetched copy is removed by DropFetchedCopies).
+void Daemon::RollBackRestore(api::Job& j) {
+  std::string cgroup = CgroupOf(j.name());
+  std::string procs = ReadFile("/sys/fs/cgroup/freezer/" + cgroup + "/cgroup.procs").value_or("");
+  KillCgroup(cgroup);
+  ThawFreezer(cgroup);
+  std::string from(absl::StripPrefix(j.health().detail(), kRestoringFrom));
+  j.set_state("exited");
+  j.set_ended(UnixNow());
+  *j.mutable_health() = HealthTracker::Exited(false, 0, 0);
+  std::string what = absl::StrCat("the restore from checkpoint ", from,
+                                  " was cut off by a daemon restart before the job was recorded as running; ",
+                                  procs.empty() ? "nothing of it ran" : "what it had restored was killed",
+                                  "; the checkpoint is intact: restore again (cairn job restore ", j.name(), ")");
+  j.mutable_health()->set_detail(what);
+  Event(j.name(), "restore-interrupted", what);
+}
+
+// With a remote store and no --keep-local-copy, a checkpoint's local directory exists only while
+// it is being stored or restored from: one found at the start was left by a crash (a restore's
+// fetched copy, an import), one found after a restore was imported for it. Removed, so that the
+// store stays the only copy.
+void Daemon::DropFetchedCopies(const std::vector<api::Checkpoint>& checkpoints) {
+  if (!opts_.store->Remote() || opts_.keep_local) return;
+  for (const api::Checkpoint& c : checkpoints) {
+    std::string local = CheckpointDir(c.job()) + "/" + c.id();
+    if (c.state() != "complete" || c.location() == local) continue;
+    std::error_code ec;
+    if (!fs::exists(local, ec)) continue;
+    RemoveTree(local);
+    CAIRN_LOG_INFO("event=stray_copy dir={}: a local copy of stored checkpoint {} (no --keep-local-copy): removed", local,
+                   c.id());
+  }
 }
 
 // What a crash left that no record owns: a cgroup of this node's (NODE.JOB) for a job the
@@ -688,6 +731,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     ASSIGN_OR_RETURN(checkpoint, ImportCheckpoint(name, from));
   }
   api::JobSpec spec;
+  api::Job before;  // the job's record before this restore
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -706,11 +750,18 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     }
     s.busy = true;
     spec = s.job.spec();
+    before = s.job;
   }
+  bool recorded = false;  // the job's record says `restoring` (put back on failure)
   auto fail = [&](absl::Status st) {
     {
       std::lock_guard<std::mutex> l(mu_);
-      jobs_[name].busy = false;
+      JobState& s = jobs_[name];
+      s.busy = false;
+      if (recorded) {
+        s.job = before;
+        if (absl::Status p = Persist(s.job); !p.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, p.ToString());
+      }
     }
     Event(name, "restore-failed", std::string(st.message()));
     return st;
@@ -728,6 +779,22 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
                            : absl::StrCat("job ", name, " has no complete checkpoint ", checkpoint,
                                           " (cairn checkpoint list --job ", name, ")")));
   }
+  // Recorded before anything is fetched or created: a daemon that dies from here on finds the
+  // record at its restart and rolls the restore back (Recover). The restore commits with the
+  // record that says `running`, written once the restored job runs.
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[name];
+    s.job.set_state("restoring");
+    s.job.mutable_health()->set_detail(absl::StrCat(kRestoringFrom, chosen->id()));
+    if (absl::Status st = Persist(s.job); !st.ok()) {
+      s.job = before;
+      s.busy = false;
+      return st;
+    }
+    recorded = true;
+  }
+  Event(name, "restoring", absl::StrCat("from checkpoint ", chosen->id()));
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return fail(st);
   }
@@ -737,12 +804,14 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   auto drop_fetched = [&] {
     if (!opts_.keep_local) {
       for (const std::string& dir : fetched) RemoveTree(dir);
+      DropFetchedCopies(*cps);  // what ImportCheckpoint brought in, which LocalChain found here
     }
   };
   if (!local.ok()) {
     drop_fetched();
     return fail(Annotate(local.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
   }
+  FaultPoint("restore-fetched");
   restore::RestoreOptions ro;
   ro.dir = *local;
   ro.seal_key = opts_.image_key.get();
@@ -751,6 +820,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   auto r = restore::Restore(ro);
   drop_fetched();
   if (!r.ok()) return fail(Annotate(r.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
+  FaultPoint("restore-running");
   restores_++;
   api::RestoreJobResponse resp;
   {

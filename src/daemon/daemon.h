@@ -11,8 +11,17 @@
 // they are refused with a clear message.
 //
 // Crash safety: a restarted daemon (Open) marks 'writing' checkpoints failed and removes their
-// files, thaws a freezer left frozen, and adopts every job still running by its recorded host
-// pid and start time; jobs whose process is gone are marked exited (status unknown).
+// files (also from a remote store: an upload cut off is rolled back), thaws a freezer left
+// frozen, and adopts every job still running by its recorded host pid and start time; jobs whose
+// process is gone are marked exited (status unknown). A restore records the job `restoring`
+// before it fetches or creates anything and commits with the record that says `running`; a job
+// found `restoring` at the start has whatever runs in its cgroup killed and is marked exited
+// (event restore-interrupted): RollBackRestore.
+// Fault points (common/stop_points.h), each cut in tests/daemon/upload_restore_kill_test.cc:
+// upload-begun / upload-stored (StoreCheckpoint, before Put / after it, the row still
+// `writing`; the store's own are in storage/storage.h), restore-fetched (the image on this node,
+// the engine not started), restore-building (engine: every task created and held, no memory in),
+// restore-running (the restored job runs, its record not yet written).
 //
 // Migration to another daemon (Migrate / ReceiveJob) lives in migrate.cc (see migrate.h).
 //
@@ -48,6 +57,8 @@ namespace cairn::daemon {
 inline constexpr const char* kJobLogs[] = {"stdout.log", "stderr.log"};
 inline constexpr mode_t kJobDirMode = 0700;
 inline constexpr mode_t kJobLogMode = 0600;
+// A job's health detail while it is being restored (state `restoring`), then the checkpoint's id.
+inline constexpr char kRestoringFrom[] = "restoring from checkpoint ";
 
 struct DaemonOptions {
   std::string node;
@@ -187,6 +198,9 @@ class Daemon {
   void AbandonReceived(Received& in, const absl::Status& why);
   absl::Status Recover();
   void CleanUnrecorded(const std::vector<api::Checkpoint>& checkpoints);
+  // Recover's part for a job whose restore a crash cut off (state `restoring`; daemon.cc).
+  void RollBackRestore(api::Job& j);
+  void DropFetchedCopies(const std::vector<api::Checkpoint>& checkpoints);
   absl::StatusOr<job::JobRecord> StartWithCairnRun(const std::string& name, const api::JobSpec& spec);
   void Event(const std::string& job, const std::string& kind, const std::string& detail);
   absl::Status Persist(const api::Job& job);

@@ -14,6 +14,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "daemon/cgroup.h"
 #include "daemon/daemon.h"
 #include "daemon/job_spec_check.h"
@@ -40,6 +41,7 @@ absl::Status Daemon::StoreCheckpoint(api::Checkpoint& c, const api::JobSpec& spe
   if (!opts_.store->Remote()) return absl::OkStatus();
   std::string local = c.location();
   RETURN_IF_ERROR(WriteFileSynced(local + "/" + storage::kJobSpecFile, spec.SerializeAsString()));
+  FaultPoint("upload-begun");
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::string location, opts_.store->Put(local, c.job(), c.id()));
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -50,6 +52,8 @@ absl::Status Daemon::StoreCheckpoint(api::Checkpoint& c, const api::JobSpec& spe
     fs::remove_all(local, ec);
   }
   c.set_location(location);
+  // Stored and checked, but the row still says `writing`: a restart removes it from the store.
+  FaultPoint("upload-stored");
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "common/unique_fd.h"
 #include "daemon/storage/manifest.h"
 #include "daemon/storage/stores.h"
@@ -38,7 +39,8 @@ absl::Status CopySynced(const std::string& from, const std::string& to) {
 }
 
 // Copies the files `m` names from `from` into `to` (created), fsyncing files and directories.
-absl::Status CopyFiles(const std::string& from, const std::string& to, const Manifest& m) {
+// `fault`: the fault point (common/stop_points.h) passed once the first file is copied.
+absl::Status CopyFiles(const std::string& from, const std::string& to, const Manifest& m, const char* fault) {
   std::error_code ec;
   fs::create_directories(to, ec);
   if (ec) return absl::InternalError(absl::StrCat("create ", to, ": ", ec.message()));
@@ -46,6 +48,7 @@ absl::Status CopyFiles(const std::string& from, const std::string& to, const Man
     std::string dst = to + "/" + f.path;
     fs::create_directories(fs::path(dst).parent_path(), ec);
     RETURN_IF_ERROR(CopySynced(from + "/" + f.path, dst));
+    if (&f == &m.files.front()) FaultPoint(fault);
   }
   return SyncDir(to);
 }
@@ -64,9 +67,10 @@ class Dir : public CheckpointStore {
     auto attempt = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(Manifest m, ManifestOf(dir, job, id));
       RemoveLocalTree(dst);
-      RETURN_IF_ERROR(CopyFiles(dir, partial, m));
+      RETURN_IF_ERROR(CopyFiles(dir, partial, m, "upload-partial"));
       // Read back what the store holds before calling it stored.
       RETURN_IF_ERROR(VerifyDir(partial, m));
+      FaultPoint("upload-before-manifest");
       UniqueFd mf(::open((partial + "/" + kManifestFile).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
       if (!mf.valid()) return ErrnoStatus("create the manifest in " + partial);
       RETURN_IF_ERROR(WriteAll(mf.get(), m.Serialize(), partial + "/" + kManifestFile));
@@ -92,7 +96,7 @@ class Dir : public CheckpointStore {
       }
       ASSIGN_OR_RETURN(Manifest m, Manifest::Parse(*text, location + "/" + kManifestFile));
       RemoveLocalTree(dir);
-      RETURN_IF_ERROR(CopyFiles(location, partial, m));
+      RETURN_IF_ERROR(CopyFiles(location, partial, m, "fetch-partial"));
       RETURN_IF_ERROR(VerifyDir(partial, m));
       RETURN_IF_ERROR(CopySynced(location + "/" + kManifestFile, partial + "/" + kManifestFile));
       if (::rename(partial.c_str(), dir.c_str()) != 0) return ErrnoStatus("rename " + partial + " to " + dir);

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "common/unique_fd.h"
 
 namespace cairn::daemon::storage {
@@ -302,6 +303,8 @@ absl::Status S3Client::PutMultipart(const std::string& key, const std::string& p
   for (int k = 1; k < n; ++k) threads.emplace_back(worker);
   worker();
   for (auto& t : threads) t.join();
+  // Every part sent, the upload not completed: S3 holds the parts, no object yet.
+  if (err.ok()) FaultPoint("upload-multipart");
   auto abort = [&](absl::Status st) {
     Request a;
     a.method = "DELETE";

@@ -20,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "daemon/storage/manifest.h"
 #include "daemon/storage/s3_client.h"
 #include "daemon/storage/stores.h"
@@ -109,11 +110,14 @@ class S3 : public CheckpointStore {
       std::error_code ec;
       fs::create_directories(partial, ec);
       if (ec) return absl::InternalError(absl::StrCat("create ", partial, ": ", ec.message()));
+      std::atomic<bool> first{true};
       RETURN_IF_ERROR(ForEach(m, [&](const ManifestFile& f) {
         std::string dst = partial + "/" + f.path;
         std::error_code e2;
         fs::create_directories(fs::path(dst).parent_path(), e2);
-        return c.GetFile(base + "/" + f.path, dst);
+        absl::Status got = c.GetFile(base + "/" + f.path, dst);
+        if (got.ok() && first.exchange(false)) FaultPoint("fetch-partial");
+        return got;
       }));
       RETURN_IF_ERROR(VerifyDir(partial, m));
       RETURN_IF_ERROR(WriteFileSynced(partial + "/" + kManifestFile, *text));
@@ -184,14 +188,20 @@ class S3 : public CheckpointStore {
     // ones, `parallel` files at a time: never more than `parallel` requests at once.
     Manifest small = m;
     small.files.clear();
+    std::atomic<bool> first{true};
+    auto put = [&](const ManifestFile& f) {
+      absl::Status st = client_.PutFile(base + "/" + f.path, dir + "/" + f.path);
+      if (st.ok() && first.exchange(false)) FaultPoint("upload-partial");
+      return st;
+    };
     for (const ManifestFile& f : m.files) {
       if (f.size > client_.config().part_bytes) {
-        RETURN_IF_ERROR(client_.PutFile(base + "/" + f.path, dir + "/" + f.path));
+        RETURN_IF_ERROR(put(f));
       } else {
         small.files.push_back(f);
       }
     }
-    RETURN_IF_ERROR(ForEach(small, [&](const ManifestFile& f) { return client_.PutFile(base + "/" + f.path, dir + "/" + f.path); }));
+    RETURN_IF_ERROR(ForEach(small, put));
     // Read back what the store holds: every file there, with its size, before the manifest
     // commits the checkpoint.
     ASSIGN_OR_RETURN(std::vector<S3Object> objects, client_.List(base + "/"));
@@ -205,6 +215,7 @@ class S3 : public CheckpointStore {
                                                 " after the upload of ", f.size, " bytes"));
       }
     }
+    FaultPoint("upload-before-manifest");
     return client_.PutBytes(base + "/" + kManifestFile, m.Serialize());
   }
 

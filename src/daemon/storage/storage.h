@@ -12,6 +12,12 @@
 // Put reads back what the store holds and checks it against the manifest before it answers; Fetch
 // checks every fetched file's size and XXH3 before it commits the local copy by rename.
 //
+// Fault points (common/stop_points.h; tests/daemon/upload_restore_kill_test.cc cuts cairnd at
+// each): upload-partial (Put: the first file is in the store), upload-multipart (s3: every part
+// of a multipart upload sent, the upload not completed), upload-before-manifest (Put: every file
+// in and read back, no manifest yet), fetch-partial (Fetch: the first file is in DIR.partial).
+// The daemon adds upload-begun and upload-stored around Put (daemon_storage.cc).
+//
 // Thread safety: the methods may be called from several threads at once.
 
 #include <cstdint>

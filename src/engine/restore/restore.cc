@@ -29,6 +29,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "engine/image/chain.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
@@ -689,6 +690,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   absl::Status built =
       BuildSkeleton(*img, procs, work_area, staging, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
   CAIRN_LOG_DEBUG("event=restore_stage stage=skeleton_built");
+  // Every task created (in its cgroup, held under ptrace with PTRACE_O_EXITKILL), no memory in yet.
+  FaultPoint("restore-building");
   masters->owned.clear();  // every task holds its own copies now
   lazy::LazyHandlers lazy_handlers;  // restore --lazy
   lazy_handlers.page_server = opts.page_server;
