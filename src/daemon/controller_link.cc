@@ -38,7 +38,7 @@ std::string Code(const grpc::Status& s) {
 void AddControllerLinkOptions(CLI::App& app, ControllerLinkOptions* o) {
   app.add_option("--controller", o->address,
                  "Register this node with cairn-controller at HOST:PORT (TCP, needs --controller-token-file) "
-                 "or unix:PATH, heartbeat and report signals");
+                 "or unix:PATH, heartbeat and report signals; several controllers (one leads): A,B,...");
   app.add_option("--controller-token-file", o->token_file, "File holding the controller's TCP token");
   app.add_option("--controller-tls-ca", o->tls_ca, "PEM CA certificates to verify a controller serving TCP in TLS");
   app.add_option("--price-per-hour", o->price_per_hour, "This node's price in USD per hour (told to the controller)");
@@ -66,11 +66,14 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
                                                                       const std::string& daemon_address,
                                                                       const std::string& daemon_token,
                                                                       const std::vector<GpuDevice>& gpus) {
-  bool unix_address = absl::StartsWith(opts.address, "unix:");
+  std::vector<std::string> addresses = absl::StrSplit(opts.address, ',', absl::SkipWhitespace());
+  if (addresses.empty()) return absl::InvalidArgumentError("--controller: give HOST:PORT or unix:PATH (or several, A,B)");
   std::string token;
-  if (!unix_address && opts.token_file.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("--controller ", opts.address,
-                                                   " is TCP: give --controller-token-file (TCP calls carry a token)"));
+  for (const std::string& a : addresses) {
+    if (!absl::StartsWith(a, "unix:") && opts.token_file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--controller ", a,
+                                                     " is TCP: give --controller-token-file (TCP calls carry a token)"));
+    }
   }
   if (!opts.token_file.empty()) {
     absl::StatusOr<std::string> t = ReadTokenFile(opts.token_file);
@@ -102,13 +105,16 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
   RETURN_IF_ERROR(::cairn::controller::CheckNodeSpec(spec));
   std::unique_ptr<ControllerLink> link(
       new ControllerLink(daemon, std::move(opts), std::move(spec), daemon_address, daemon_token, std::move(token)));
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(link->opts_.address, link->opts_.tls_ca);
-  if (!creds.ok()) return Annotate(creds.status(), "--controller-tls-ca");
-  // A controller that restarts is back in about a second: reconnect at least that often.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  link->stub_ = capi::Controller::NewStub(grpc::CreateCustomChannel(link->opts_.address, *creds, args));
+  for (const std::string& a : addresses) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = ClientCredentials(a, link->opts_.tls_ca);
+    if (!creds.ok()) return Annotate(creds.status(), "--controller-tls-ca");
+    // A controller that restarts is back in about a second: reconnect at least that often.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    link->stubs_.push_back(capi::Controller::NewStub(grpc::CreateCustomChannel(a, *creds, args)));
+  }
+  link->addresses_ = std::move(addresses);
   link->seq_ = daemon->LastEventSeq();
   link->thread_ = std::thread([p = link.get()] { p->Loop(); });
   return link;
@@ -141,6 +147,12 @@ void ControllerLink::Status(const std::string& line) {
   daemon_->SetComponentStatus("controller", line);
 }
 
+void ControllerLink::Next() {
+  if (addresses_.size() < 2) return;  // one controller: wait for it
+  current_ = (current_ + 1) % addresses_.size();
+  registered_ = false;
+}
+
 void ControllerLink::HearTerm(uint64_t term) {
   if (term == 0) return;  // a controller that predates terms
   if (absl::Status s = daemon_->HearControllerTerm(term, "controller answer"); !s.ok()) {
@@ -155,19 +167,20 @@ bool ControllerLink::Register() {
   req.set_daemon_token(daemon_token_);
   capi::RegisterNodeResponse resp;
   grpc::ClientContext c;
-  grpc::Status st = stub_->RegisterNode(Context(&c, 10), req, &resp);
+  grpc::Status st = stub()->RegisterNode(Context(&c, 10), req, &resp);
   Done();
   if (stop_) return false;
   if (!st.ok()) {
-    Status(absl::StrCat("warning: cannot register with controller ", opts_.address, ": ", Code(st),
-                        " (retrying every second)"));
+    Status(absl::StrCat("warning: cannot register with controller ", address(), ": ", Code(st),
+                        addresses_.size() > 1 ? " (trying the next one)" : " (retrying every second)"));
+    Next();
     return false;
   }
   heartbeat_s_ = resp.heartbeat_interval_s() > 0 ? resp.heartbeat_interval_s() : 1;
   HearTerm(resp.controller_term());
   registered_ = true;
   Status(absl::StrFormat("registered with %s as %s (%.1f CPU, %d MB, %d GPU, $%.4f/h %s); heartbeat every %.1f s",
-                         opts_.address, spec_.id(), spec_.cpus(), spec_.memory_mb(), spec_.gpus(),
+                         address(), spec_.id(), spec_.cpus(), spec_.memory_mb(), spec_.gpus(),
                          spec_.price_per_hour(), spec_.spot() ? "spot" : "on-demand", heartbeat_s_));
   return true;
 }
@@ -209,14 +222,15 @@ void ControllerLink::SendQueued() {
     capi::ReportSignalResponse resp;
     grpc::ClientContext c;
     // The controller answers once its decisions are carried out (daemon calls: checkpoints).
-    grpc::Status st = stub_->ReportSignal(Context(&c, 120), s, &resp);
+    grpc::Status st = stub()->ReportSignal(Context(&c, 120), s, &resp);
     Done();
     if (stop_) return;
     // Unavailable: it did not get the signal; send it again later. (A deadline exceeded means
     // it did and is still acting on it: sending it again would act twice.)
     if (st.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      Status(absl::StrCat("warning: controller ", opts_.address, " does not take signals: ", Code(st),
+      Status(absl::StrCat("warning: controller ", address(), " does not take signals: ", Code(st),
                           " (kept, retried)"));
+      Next();
       return;
     }
     if (st.ok()) {
@@ -292,7 +306,7 @@ void ControllerLink::Loop() {
       req.set_node_id(spec_.id());
       capi::HeartbeatResponse resp;
       grpc::ClientContext c;
-      grpc::Status st = stub_->Heartbeat(Context(&c, std::max(2.0, heartbeat_s_)), req, &resp);
+      grpc::Status st = stub()->Heartbeat(Context(&c, std::max(2.0, heartbeat_s_)), req, &resp);
       Done();
       if (stop_) return;
       if (st.ok()) HearTerm(resp.controller_term());
@@ -301,9 +315,15 @@ void ControllerLink::Loop() {
         continue;
       }
       if (!st.ok()) {
-        Status(absl::StrCat("warning: heartbeat to controller ", opts_.address, " failed: ", Code(st)));
+        Status(absl::StrCat("warning: heartbeat to controller ", address(), " failed: ", Code(st)));
+        // Another controller may lead now (this one died, was cut off, or was deposed).
+        if (st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+            st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          Next();
+          continue;
+        }
       } else {
-        Status(absl::StrFormat("registered with %s as %s; heartbeats ok", opts_.address, spec_.id()));
+        Status(absl::StrFormat("registered with %s as %s; heartbeats ok", address(), spec_.id()));
       }
       next_heartbeat = std::chrono::steady_clock::now() +
                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(heartbeat_s_));

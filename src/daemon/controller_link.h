@@ -91,7 +91,15 @@ class ControllerLink {
   const ControllerLinkOptions opts_;
   const ::cairn::api::NodeSpec spec_;
   const std::string daemon_address_, daemon_token_, token_;
-  std::unique_ptr<::cairn::api::Controller::Stub> stub_;
+  // One per controller address (--controller A,B,...): the link talks to one at a time and moves
+  // to the next when it does not answer or does not lead (Unavailable), then registers there.
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<::cairn::api::Controller::Stub>> stubs_;
+  size_t current_ = 0;  // link thread only
+  ::cairn::api::Controller::Stub* stub() { return stubs_[current_].get(); }
+  const std::string& address() const { return addresses_[current_]; }
+  // The current controller did not answer or does not lead: the next one, to register with.
+  void Next();
 
   std::mutex mu_;
   std::deque<::cairn::api::NodeSignal> queue_;  // GUARDED_BY(mu_)

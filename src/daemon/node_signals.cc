@@ -52,9 +52,11 @@ absl::Status Daemon::HearControllerTerm(uint64_t term, const std::string& what) 
     controller_term_ = t;
   }
   if (term < *controller_term_) {
-    return absl::FailedPreconditionError(absl::StrCat(
+    absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
         what, ": refused: it comes from a controller of term ", term, ", and a controller of term ", *controller_term_,
         " has taken the lead since (the caller was deposed; nothing was done)"));
+    CAIRN_LOG_WARN("node={} {}", opts_.node, std::string(refused.message()));
+    return refused;
   }
   if (term > *controller_term_) {
     // Stored before anything is done in its name: a restarted daemon still refuses the older one.
