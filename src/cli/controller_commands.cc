@@ -87,6 +87,7 @@ class Client {
     }
   }
 
+  static constexpr std::chrono::seconds kPerControllerWait{3};
   // Tries every address in turn. When a controller answers that it does not lead (or cannot reach
   // its store), tries them all again shortly, until the timeout: a leader change takes a lease.
   template <typename Req, typename Resp>
@@ -103,7 +104,10 @@ class Client {
         auto channel = grpc::CreateChannel(addr, *creds);
         auto stub = api::Controller::NewStub(channel);
         grpc::ClientContext ctx;
-        ctx.set_deadline(deadline);
+        // With several controllers, one that does not answer within a few seconds (stopped, cut
+        // off, busy carrying a move out) is passed over for this round.
+        ctx.set_deadline(addresses_.size() > 1 ? std::min(deadline, std::chrono::system_clock::now() + kPerControllerWait)
+                                               : deadline);
         if (!token_.empty() && !absl::StartsWith(addr, "unix:")) {
           ctx.AddMetadata("authorization", "Bearer " + token_);
         }
@@ -113,7 +117,8 @@ class Client {
           if (!s.ok()) return grpc::Status(s.error_code(), absl::StrCat("controller ", addr, ": ", s.error_message()));
           return s;
         }
-        retry = retry || ctx.GetServerTrailingMetadata().count("cairn-retry") > 0;
+        retry = retry || ctx.GetServerTrailingMetadata().count("cairn-retry") > 0 ||
+                (addresses_.size() > 1 && s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
         errors.push_back(absl::StrCat(addr, ": ", s.error_message()));
       }
       if (addresses_.empty()) errors.push_back("no address given");

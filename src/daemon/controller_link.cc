@@ -167,7 +167,9 @@ bool ControllerLink::Register() {
   req.set_daemon_token(daemon_token_);
   capi::RegisterNodeResponse resp;
   grpc::ClientContext c;
-  grpc::Status st = stub()->RegisterNode(Context(&c, 10), req, &resp);
+  // With several controllers, one that does not answer soon is passed over (it may be dead or
+  // cut off, and a new leader gives nodes only a heartbeat timeout to reach it).
+  grpc::Status st = stub()->RegisterNode(Context(&c, addresses_.size() > 1 ? 3 : 10), req, &resp);
   Done();
   if (stop_) return false;
   if (!st.ok()) {

@@ -10,8 +10,15 @@
 // Whatever the cut, the job runs on exactly one node, the controller places it there, the
 // decision's end is an event with its reason, and the job finishes with an uninterrupted run's
 // result.
+//
+// And deposed: two controllers on a 3-member etcd cluster; the leader stops (SIGSTOP, as a
+// partition or a long pause would) with a move stored in flight; the other takes the lead, the
+// daemons register with it, it resolves the move (abandoned: the job runs on y). When the old
+// leader wakes and carries its stale move out, the daemon refuses its call for its old term.
 
 #include <signal.h>
+
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "cluster_harness.h"
@@ -108,6 +115,101 @@ TEST_F(ControllerKillTest, KilledBeforeAskingAnyNodeTheMoveIsAbandoned) {
 // new leader finds it there and places it there.
 TEST_F(ControllerKillTest, KilledAfterTheMoveBeforeStoringItTheMoveIsFound) {
   KillAndRestart("controller-carried", "decision-resolved", "x");
+}
+
+TEST_F(ControllerKillTest, DeposedLeaderCannotCarryOutItsStaleDecision) {
+  if (EtcdCluster::Binary().empty()) GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd): scripts/install-deps.sh";
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  EtcdCluster etcd(Dir());
+  ASSERT_TRUE(etcd.Start());
+  const std::vector<std::string> flags = {"--dispatch", "cairnd", "--lease-ttl", "2", "--heartbeat-interval", "0.3",
+                                          "--heartbeat-timeout", "15"};
+  ::setenv("CAIRN_FAULT_PAUSE", "controller-in-flight", 1);
+  ::setenv("CAIRN_FAULT_PAUSE_S", "3", 1);
+  ControllerProcess c1(Dir(), "c1", etcd.StoreSpec(), flags);
+  ::testing::AssertionResult started = c1.Start();
+  ::unsetenv("CAIRN_FAULT_PAUSE");
+  ::unsetenv("CAIRN_FAULT_PAUSE_S");
+  ASSERT_TRUE(started);
+  ASSERT_TRUE(c1.WaitLeader(15s)) << c1.Log();
+  ControllerProcess c2(Dir(), "c2", etcd.StoreSpec(), flags);
+  ASSERT_TRUE(c2.Start());
+  const std::string both = c1.address() + "," + c2.address();
+  auto ctl = [&](std::vector<std::string> args) { return RunCairn(args, Dir(), {"CAIRN_CONTROLLER=" + both}); };
+  auto node_of_job = [&]() -> std::string {
+    json st = json::parse(ctl({"cluster", "status", "--json"}).out, nullptr, false);
+    if (st.is_discarded()) return "?";
+    for (const json& j : st.value("jobs", json::array())) {
+      if (j["spec"].value("id", "") == "train") return j.value("node_id", "");
+    }
+    return "";
+  };
+  auto events = [&]() {
+    json j = json::parse(ctl({"events", "--json"}).out, nullptr, false);
+    return j.is_discarded() ? json::array() : j.value("events", json::array());
+  };
+  std::string shared = SharedStore();
+  std::string token = Token("daemon.token", "daemon-token-0123456789abcdef");
+  auto join = [&](const std::string& price) {
+    return std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--token-file", token,
+                                    "--controller", both, "--price-per-hour", price, "--storage", "dir:" + shared};
+  };
+  DaemonProcess y(Dir(), "y", join("1.20"));
+  ASSERT_TRUE(y.Start());
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(y.Cairn({"node", "info"}).out, "heartbeats ok"); }, 30s))
+      << y.Log() << c1.Log();
+  std::string out = Dir() + "/job";
+  std::vector<std::string> submit = {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100",
+                                     "--work-hours", "10", "--json", "--"};
+  for (auto& arg : PythonJob(out)) submit.push_back(arg);
+  CommandResult sub = ctl(submit);
+  ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c1.Log();
+  ASSERT_EQ(StateOn(y), "running") << y.Log();
+
+  // x registers: c1 decides the move, stores it in flight, and stops there: deposed.
+  DaemonProcess x(Dir(), "x", join("0.30"));
+  ASSERT_TRUE(x.Start());
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(c1.Log(), "cairn: fault point controller-in-flight"); }, 60s))
+      << c1.Log() << x.Log();
+  ASSERT_EQ(::kill(c1.pid(), SIGSTOP), 0);
+  bool c2_resolved = WaitFor(
+      [&] {
+        for (const json& e : events()) {
+          if (e.value("kind", "") == "decision-abandoned" && e.value("job_id", "") == "train") return true;
+        }
+        return false;
+      },
+      60s);
+  std::optional<api::LeaderResponse> l2 = c2.Leader();
+  ::kill(c1.pid(), SIGCONT);
+  ASSERT_TRUE(c2_resolved) << c2.Log() << x.Log() << y.Log();
+  ASSERT_TRUE(l2.has_value() && l2->leader()) << c2.Log();
+
+  // c1 wakes with its move: y refuses it for its old term, and c1 steps down. (c2 may have moved
+  // the job to x meanwhile, on its own decision: that is its to make.)
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(y.RunLog(), "has taken the lead since"); }, 30s))
+      << y.RunLog() << c1.Log();
+  EXPECT_TRUE(WaitFor([&] { auto l = c1.Leader(); return l.has_value() && !l->leader(); }, 20s)) << c1.Log();
+  std::this_thread::sleep_for(2s);
+  const bool on_x = StateOn(x) == "running", on_y = StateOn(y) == "running";
+  ASSERT_TRUE(on_x != on_y) << "x: " << StateOn(x) << ", y: " << StateOn(y);
+  const DaemonProcess& there = on_x ? x : y;
+  EXPECT_EQ(node_of_job(), there.node()) << c2.Log();
+  // Every move c2 made is a decision of its own (term 2), none of c1's.
+  for (const json& e : events()) {
+    if (e.value("kind", "") == "decision" && e.value("job_id", "") == "train") {
+      EXPECT_TRUE(absl::StrContains(c2.Log(), "event seq=" + std::to_string(JsonInt(e["seq"])) + " kind=decision"))
+          << e.dump();
+    }
+  }
+
+  Release(out);
+  ASSERT_TRUE(WaitFor([&] { return StateOn(there) == "exited"; }, 180s)) << there.Log();
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_NE(StateOn(on_x ? y : x), "running");
+  x.KillJobs();
+  y.KillJobs();
 }
 
 }  // namespace

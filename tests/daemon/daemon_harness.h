@@ -43,6 +43,8 @@ class DaemonProcess {
   const std::string& state_dir() const { return state_; }
   const std::string& node() const { return node_; }
   std::string Log() const { return ReadFile(log_); }
+  // What the daemon running now has logged so far (Log() has the runs that ended).
+  std::string RunLog() const { return ReadFile(log_ + ".run"); }
   // The port its metrics server (--metrics-port) serves on, from the running daemon's log; 0 if none.
   int MetricsPort() const;
 

@@ -706,7 +706,24 @@ absl::Status Controller::ResolveInFlightLocked() {
       pending_action_.erase(id);
       continue;
     }
-    if (from.kind == Where::kUnreachable && !lost(d.node_id)) continue;  // it may still run there: ask again
+    if (from.kind == Where::kUnreachable) {
+      if (!lost(d.node_id)) continue;  // it may still run there: ask again
+      if (d.action == Action::kMigrate) {
+        // A lost source cannot say whether it still runs the job: the node-lost rule decides for
+        // its jobs (it was held back while this move was in flight).
+        RETURN_IF_ERROR(EndInFlightLocked(
+            id, "decision-abandoned",
+            absl::StrCat(what, ": not carried out: ", d.node_id, " is lost and cannot say whether it still runs the job (",
+                         d.target_node_id, " ", Said(to), "); the node-lost rule decides for it")));
+        pending_action_.erase(id);
+        Event e;
+        e.trigger = Trigger::kNodeLost;
+        e.time = Now();
+        e.node_id = d.node_id;
+        RETURN_IF_ERROR(HandleLocked(e));
+        continue;
+      }
+    }
     if (to.kind == Where::kUnreachable) {
       if (!lost(d.target_node_id)) continue;
       RETURN_IF_ERROR(EndInFlightLocked(
