@@ -15,6 +15,8 @@
 // partition or a long pause would) with a move stored in flight; the other takes the lead, the
 // daemons register with it, it resolves the move (abandoned: the job runs on y). When the old
 // leader wakes and carries its stale move out, the daemon refuses its call for its old term.
+// And an etcd member killed while a move is in flight: the move is carried out and stored
+// through the other two.
 
 #include <signal.h>
 
@@ -208,6 +210,59 @@ TEST_F(ControllerKillTest, DeposedLeaderCannotCarryOutItsStaleDecision) {
   ASSERT_TRUE(WaitFor([&] { return StateOn(there) == "exited"; }, 180s)) << there.Log();
   EXPECT_EQ(ReadFile(out + "/result"), expected);
   EXPECT_NE(StateOn(on_x ? y : x), "running");
+  x.KillJobs();
+  y.KillJobs();
+}
+
+TEST_F(ControllerKillTest, EtcdMemberKilledDuringAMoveTheMoveIsStored) {
+  if (EtcdCluster::Binary().empty()) GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd): scripts/install-deps.sh";
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  EtcdCluster etcd(Dir());
+  ASSERT_TRUE(etcd.Start());
+  ::setenv("CAIRN_FAULT_PAUSE", "controller-in-flight", 1);
+  ::setenv("CAIRN_FAULT_PAUSE_S", "3", 1);
+  ControllerProcess c(Dir(), "c", etcd.StoreSpec(),
+                      {"--dispatch", "cairnd", "--lease-ttl", "5", "--heartbeat-interval", "0.3", "--heartbeat-timeout", "15"});
+  ::testing::AssertionResult started = c.Start();
+  ::unsetenv("CAIRN_FAULT_PAUSE");
+  ::unsetenv("CAIRN_FAULT_PAUSE_S");
+  ASSERT_TRUE(started);
+  ASSERT_TRUE(c.WaitLeader(15s)) << c.Log();
+  std::string shared = SharedStore();
+  std::string token = Token("daemon.token", "daemon-token-0123456789abcdef");
+  auto join = [&](const std::string& price) {
+    return std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--token-file", token,
+                                    "--controller", c.address(), "--price-per-hour", price, "--storage", "dir:" + shared};
+  };
+  DaemonProcess y(Dir(), "y", join("1.20"));
+  ASSERT_TRUE(y.Start());
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(y.Cairn({"node", "info"}).out, "heartbeats ok"); }, 30s)) << y.RunLog();
+  std::string out = Dir() + "/job";
+  std::vector<std::string> submit = {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100",
+                                     "--work-hours", "10", "--json", "--"};
+  for (auto& arg : PythonJob(out)) submit.push_back(arg);
+  ASSERT_TRUE(Ctl(c, submit).Exited(0)) << c.Log();
+  ASSERT_EQ(StateOn(y), "running") << y.RunLog();
+  DaemonProcess x(Dir(), "x", join("0.30"));
+  ASSERT_TRUE(x.Start());
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(c.Log(), "cairn: fault point controller-in-flight"); }, 60s))
+      << c.Log();
+  etcd.KillMember(0);  // the first endpoint the controller tries
+  json moved = WaitEvent(c, 0, [](const json& e) {
+    return e.value("kind", "") == "decision" && e.value("rule", "") == "cheaper-capacity" && e.value("job_id", "") == "train";
+  }, 60s);
+  ASSERT_FALSE(moved.is_null()) << c.Log();
+  EXPECT_TRUE(absl::StartsWith(moved.value("dispatch", ""), "migrated live from " + y.node() + " to " + x.node()))
+      << moved.dump();
+  EXPECT_EQ(StateOn(x), "running");
+  EXPECT_NE(StateOn(y), "running");
+  EXPECT_EQ(NodeOfJob(c), x.node()) << Status(c).dump();
+  auto l = c.Leader();
+  EXPECT_TRUE(l.has_value() && l->leader()) << c.Log();
+  Release(out);
+  ASSERT_TRUE(WaitFor([&] { return StateOn(x) == "exited"; }, 180s)) << x.RunLog();
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
   x.KillJobs();
   y.KillJobs();
 }
