@@ -48,7 +48,7 @@ struct DaemonCommands::Options {
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
   CLI::App* node_info = nullptr;
 
-  std::string job, id, memory, from;
+  std::string job, id, memory, from, user;
   std::vector<std::string> command;
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
@@ -154,6 +154,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--oom-horizon", o.oom_horizon,
                     "Also report memory pressure when the limit is predicted to be reached within this many "
                     "seconds at the present growth rate (default 120; negative: never)");
+  o.run->add_option("--user", o.user,
+                    "Run the job as this user of the node (name or uid): nothing of it runs as root, and its "
+                    "checkpoints are restored only with this user's credentials");
   o.run->add_option("command", o.command, "The command and its arguments, after --")->required();
 
   o.list = job->add_subcommand("list", "Jobs on the daemon");
@@ -284,6 +287,7 @@ int DaemonCommands::Run() {
     dapi::RunJobRequest req;
     dapi::JobSpec* s = req.mutable_spec();
     s->set_name(o.job);
+    s->set_user(o.user);
     for (const auto& a : o.command) s->add_command(a);
     s->mutable_limits()->set_cpus(o.cpus);
     if (!o.memory.empty()) {

@@ -158,8 +158,14 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
 }
 
 int RunRestore(const std::string& dir, bool detach, bool lazy, bool verify, const std::string& page_server,
-               const std::string& token_file, const std::string& image_key, bool trust_unsigned) {
+               const std::string& token_file, const std::string& image_key, bool trust_unsigned,
+               const std::string& as_user) {
   restore::RestoreOptions opts;
+  if (!as_user.empty()) {
+    absl::StatusOr<restore::RestoreOptions::Owner> owner = job::OwnerOf(as_user);
+    if (!owner.ok()) return Fail(Annotate(owner.status(), "restore --as-user"));
+    opts.only_as = *owner;
+  }
   // A page server checks the seal of what it serves (RunPageServer); a local one is checked here.
   absl::StatusOr<std::optional<image::ImageKey>> key = std::optional<image::ImageKey>();
   if (page_server.empty()) key = KeyFor(image_key, trust_unsigned);
@@ -368,8 +374,14 @@ int RunCompact(const std::string& dir, const std::string& out, const std::string
   return 0;
 }
 
-int RunJob(const std::string& name, const std::string& dir, const std::vector<std::string>& argv) {
-  job::RunOptions opts{name, dir, argv};
+int RunJob(const std::string& name, const std::string& dir, const std::vector<std::string>& argv,
+           const std::string& user) {
+  job::RunOptions opts{name, dir, argv, ""};
+  if (!user.empty()) {
+    absl::StatusOr<std::string> spec = job::UserSpec(user);
+    if (!spec.ok()) return Fail(Annotate(spec.status(), "run --user"));
+    opts.user = *spec;
+  }
   auto rec = job::Run(opts);
   if (!rec.ok()) return Fail(rec.status());
   std::printf("job %s pid %d\nlogs %s/stdout.log %s/stderr.log\n", rec->name.c_str(), rec->host_pid, rec->dir.c_str(),
@@ -452,6 +464,10 @@ int main(int argc, char** argv) {
                     "image; a difference fails the restore, naming the object and both values");
   restore->add_option("--image-key", image_key, key_help);
   restore->add_flag("--trust-unsigned", trust_unsigned, trust_help);
+  std::string as_user;
+  restore->add_option("--as-user", as_user,
+                      "Restore only if every process of the checkpoint is this user's (name or uid: its uid and gid, "
+                      "no capabilities unless root); otherwise refuse, restoring nothing");
 
   cairn::lazy::HandlerOptions lazy_opts;
   auto* lazy_pages = app.add_subcommand("lazy-pages", "Page handler of restore --lazy (started by cairn itself)");
@@ -493,6 +509,9 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Start a job in its own PID and mount namespaces and cgroup, restorable anywhere");
   run->add_option("--name", job_name, "Job name (default: generated)");
   run->add_option("--dir", dir, "Job directory for logs and checkpoints (default: /var/lib/cairn/jobs/NAME)");
+  std::string run_user;
+  run->add_option("--user", run_user,
+                  "Run the job (its init and command) as this user (name or uid): nothing of it runs as root");
   run->add_option("command", command, "The command and its arguments, after --")->required();
 
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
@@ -503,9 +522,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key);
-  if (run->parsed()) return cairn::RunJob(job_name, dir, command);
+  if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user);
   if (restore->parsed()) {
-    return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned);
+    return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned, as_user);
   }
   if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib, image_key, trust_unsigned);
   if (lazy_pages->parsed()) {

@@ -79,7 +79,9 @@ std::string Percentile(std::vector<double> v, double q) {
 // holds). When `cairn run` exits, the init is re-parented to the daemon, a child subreaper, so
 // the daemon still learns the job's exit status.
 absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name, const api::JobSpec& spec) {
-  std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", EngineName(name), "--dir", JobDir(name), "--"};
+  std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", EngineName(name), "--dir", JobDir(name)};
+  if (!spec.user().empty()) args.insert(args.end(), {"--user", spec.user()});
+  args.push_back("--");
   args.insert(args.end(), spec.command().begin(), spec.command().end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -815,6 +817,15 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   restore::RestoreOptions ro;
   ro.dir = *local;
   ro.seal_key = opts_.image_key.get();
+  if (!spec.user().empty()) {
+    // A job comes back only with its owner's credentials (this node's user of that name).
+    absl::StatusOr<restore::RestoreOptions::Owner> owner = job::OwnerOf(spec.user());
+    if (!owner.ok()) {
+      drop_fetched();
+      return fail(Annotate(owner.status(), absl::StrCat("restore job ", name)));
+    }
+    ro.only_as = *owner;
+  }
   ro.cgroup = CgroupOf(name);
   ro.verify = true;  // a restore that differs from its image fails instead of running
   auto r = restore::Restore(ro);

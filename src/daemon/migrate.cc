@@ -788,6 +788,9 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
   ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.lazy = opts_.lazy_migrations;
   ro.lazy_min_bytes = 16 << 20;  // a job's init, a small job: copied at once, no page handler to start
+  if (!spec.user().empty()) {
+    ASSIGN_OR_RETURN(ro.only_as, job::OwnerOf(spec.user()));  // its owner's credentials only
+  }
   // The source may have given up meanwhile (--restore-timeout) and thawed the job there.
   if (cancelled()) return absl::CancelledError("the source called the migration off before the restore");
   ASSIGN_OR_RETURN(in.restored, restore::Restore(ro));

@@ -150,6 +150,40 @@ TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
   EXPECT_EQ(a.Json({"checkpoint", "list"})["checkpoints"].size(), 0u);
 }
 
+// `job run --user nobody`: nothing of the job runs as root; checkpointed and restored, it comes
+// back as nobody (the daemon restores a job only with its owner's credentials) and finishes
+// right. An unknown user is refused before anything starts.
+TEST_F(DaemonTest, JobOfAUserRunsAndComesBackAsThatUser) {
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  ASSERT_EQ(::chmod(Dir().c_str(), 0755), 0);
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  CommandResult unknown = a.Cairn({"job", "run", "--name", "x", "--user", "no-such-user-here", "--", "/bin/true"});
+  EXPECT_TRUE(unknown.FailedCleanly()) << unknown.Describe();
+  EXPECT_TRUE(Matches(unknown.err, "user \\(--user\\).*no-such-user-here")) << unknown.err;
+  std::string out = Dir() + "/py";
+  std::vector<std::string> run = {"job", "run", "--name", "py", "--user", "nobody", "--"};
+  for (auto& arg : PythonJob(out)) run.push_back(arg);
+  ASSERT_EQ(::chmod(out.c_str(), 0777), 0);
+  ASSERT_TRUE(a.Cairn(run).Exited(0)) << a.Log();
+  auto uids = [](int pid) { return LineStartingWith(ReadFile("/proc/" + std::to_string(pid) + "/status"), "Uid:"); };
+  const std::string nobody = "Uid:\t65534\t65534\t65534\t65534";
+  int pid = Job(a, "py")["host_pid"];
+  EXPECT_EQ(uids(pid), nobody);
+  std::this_thread::sleep_for(1s);
+  json c = a.Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
+  ASSERT_EQ(c["state"], "complete") << c.dump() << a.RunLog();
+  ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  CommandResult restore = a.Cairn({"job", "restore", "py"});
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << a.RunLog();
+  int again = Job(a, "py")["host_pid"];
+  EXPECT_EQ(uids(again), nobody);
+  Release(out);
+  ASSERT_TRUE(WaitState(a, "py", "exited", 120s));
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+}
+
 TEST_F(DaemonTest, SigkillInTheMiddleOfACheckpointThenRestart) {
   std::string expected = Expected();
   DaemonProcess a(Dir(), "node-a", {}, {"CAIRND_TEST_PAUSE_IN_CHECKPOINT=4"});

@@ -92,6 +92,52 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
 // wl_threads: four threads holding registers and TLS across the checkpoint.
 TEST(JobTest, RunDumpRestoreCarriesOnInAFreshNamespace) { RoundTripJob("t1", "wl_threads"); }
 
+// `cairn run --user nobody`: the init and the command run as nobody (nothing of the job as root);
+// `restore --as-user root` refuses the checkpoint, restoring nothing; `--as-user nobody` brings it
+// back as nobody, and it finishes.
+TEST(JobTest, RunAsAUserComesBackOnlyAsThatUser) {
+  TempDir tmp;
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0755), 0);
+  std::string state = tmp / "state";
+  std::string work = tmp / "work";
+  ::mkdir(work.c_str(), 0777);
+  ASSERT_EQ(::chmod(work.c_str(), 0777), 0);
+  CommandOptions env = WithEnv({"CAIRN_STATE_DIR=" + state});
+  auto uids = [](pid_t pid) { return LineStartingWith(ReadFile("/proc/" + std::to_string(pid) + "/status"), "Uid:"); };
+  const std::string nobody = "Uid:\t65534\t65534\t65534\t65534";
+  CommandResult run = RunCommand({CairnBinary(), "run", "--name", "u1", "--user", "nobody", "--dir", tmp / "job", "--",
+                                  WorkloadPath("wl_threads"), work},
+                                 tmp.path(), env);
+  ASSERT_TRUE(run.Exited(0)) << run.Describe();
+  pid_t init = std::stoi(RecordField(state, "u1", "host_pid"));
+  ASSERT_TRUE(WaitForFile(work + "/ready", 20s)) << ReadFile(tmp / "job/stderr.log");
+  EXPECT_EQ(uids(init), nobody) << "the job's init runs as root";
+  std::string children = ReadFile("/proc/" + std::to_string(init) + "/task/" + std::to_string(init) + "/children");
+  ASSERT_FALSE(children.empty());
+  EXPECT_EQ(uids(std::stoi(children)), nobody);
+
+  CommandResult dump = RunCommand({CairnBinary(), "dump", "--job", "u1", "--dir", tmp / "ckpt"}, tmp.path(), env);
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(WaitGone(init, 10s).gone);
+
+  CommandResult as_root = RunCommand({CairnBinary(), "restore", "--dir", tmp / "ckpt", "--detach", "--as-user", "root"},
+                                     tmp.path(), env);
+  EXPECT_TRUE(as_root.FailedCleanly()) << as_root.Describe();
+  EXPECT_TRUE(Matches(as_root.err, "process 1 \\(cairn-init\\) of the checkpoint runs as uid 65534")) << as_root.err;
+  EXPECT_TRUE(Matches(as_root.err, "only as user root")) << as_root.err;
+  EXPECT_EQ(std::stoi(RecordField(state, "u1", "host_pid")), init) << "nothing was restored";
+
+  CommandResult restore = RunCommand(
+      {CairnBinary(), "restore", "--verify", "--dir", tmp / "ckpt", "--detach", "--as-user", "nobody"}, tmp.path(), env);
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  pid_t new_init = std::stoi(RecordField(state, "u1", "host_pid"));
+  ASSERT_NE(new_init, init);
+  EXPECT_EQ(uids(new_init), nobody);
+  WriteFileAtomic(work + "/go", "");
+  EXPECT_TRUE(WaitGone(new_init, 30s).gone) << "the restored job did not finish";
+  EXPECT_EQ(LastLine(ReadFile(tmp / "job/stdout.log")), "PASS") << ReadFile(tmp / "job/stderr.log");
+}
+
 // System V shared memory, semaphores and message queues in the job's IPC namespace.
 TEST(JobTest, SysvIpcObjectsComeBackWithTheirIds) {
   RoundTripJob("ipc1", "job/wl_job_sysv_ipc",

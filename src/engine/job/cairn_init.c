@@ -2,10 +2,11 @@
 // program, so that the init every checkpoint of a job saves and every restore rebuilds is a
 // handful of memory areas, not the cairn binary with its libraries and heap.
 //
-//   cairn-init GO_FD OUT_FD ERR_FD -- COMMAND [ARGS...]
+//   cairn-init GO_FD OUT_FD ERR_FD [-u UID:GID[:GROUP,GROUP...]] -- COMMAND [ARGS...]
 //
 // Waits for one byte on GO_FD (its parent has put it in the job's cgroup), gives itself a mount
-// namespace with a /proc of its PID namespace, starts COMMAND in a new session with stdin
+// namespace with a /proc of its PID namespace, with -u becomes that user (groups, gid, uid: the
+// job's owner, so that nothing of the job runs as root), starts COMMAND in a new session with stdin
 // /dev/null and stdout/stderr on OUT_FD/ERR_FD, forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and
 // SIGUSR2 to it, reaps every orphan of the namespace, and exits with COMMAND's status (128 +
 // signal when a signal ended it). Exit 125: it could not set the job up; 127: COMMAND could not
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -37,12 +39,43 @@ static int Fd(const char* s) {
   return *s != '\0' && *end == '\0' && v >= 0 && v < 1 << 20 ? (int)v : -1;
 }
 
+// Becomes the user "UID:GID[:G1,G2,...]" for good. 0 on success.
+static int BecomeUser(const char* spec) {
+  char* end = NULL;
+  unsigned long uid = strtoul(spec, &end, 10);
+  if (end == spec || *end != ':') return -1;
+  const char* p = end + 1;
+  unsigned long gid = strtoul(p, &end, 10);
+  if (end == p || (*end != ':' && *end != '\0')) return -1;
+  gid_t groups[256];
+  size_t n = 0;
+  if (*end == ':' && end[1] != '\0') {
+    for (p = end + 1;; p = end + 1) {
+      if (n == sizeof groups / sizeof groups[0]) return -1;
+      groups[n++] = (gid_t)strtoul(p, &end, 10);
+      if (end == p || (*end != ',' && *end != '\0')) return -1;
+      if (*end == '\0') break;
+    }
+  }
+  if (setgroups(n, groups) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0) return -1;
+  // Changing uid made it undumpable (its /proc files root's); a process of the user is dumpable.
+  prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   int go_fd = argc > 5 ? Fd(argv[1]) : -1, out_fd = argc > 5 ? Fd(argv[2]) : -1, err_fd = argc > 5 ? Fd(argv[3]) : -1;
-  if (go_fd < 0 || out_fd < 0 || err_fd < 0 || strcmp(argv[4], "--") != 0) {
-    fprintf(stderr, "cairn-init: started by cairn run only (cairn-init GO_FD OUT_FD ERR_FD -- COMMAND...)\n");
+  const char* user = NULL;
+  int dashes = 4;
+  if (argc > 7 && strcmp(argv[4], "-u") == 0) {
+    user = argv[5];
+    dashes = 6;
+  }
+  if (go_fd < 0 || out_fd < 0 || err_fd < 0 || argc <= dashes + 1 || strcmp(argv[dashes], "--") != 0) {
+    fprintf(stderr, "cairn-init: started by cairn run only (cairn-init GO_FD OUT_FD ERR_FD [-u UID:GID:GROUPS] -- COMMAND...)\n");
     return 125;
   }
+  char** command = argv + dashes + 1;
   prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
   char go = 0;
   if (read(go_fd, &go, 1) != 1) _exit(125);  // the parent failed to set us up
@@ -50,6 +83,10 @@ int main(int argc, char** argv) {
   if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
       mount("proc", "/proc", "proc", 0, NULL) != 0) {
     dprintf(err_fd, "cairn-init: cannot set up the mount namespace: %s\n", strerror(errno));
+    _exit(125);
+  }
+  if (user != NULL && BecomeUser(user) != 0) {
+    dprintf(err_fd, "cairn-init: cannot become user %s: %s\n", user, strerror(errno));
     _exit(125);
   }
   pid_t cmd = fork();
@@ -60,8 +97,8 @@ int main(int argc, char** argv) {
     dup2(out_fd, 1);
     dup2(err_fd, 2);
     syscall(SYS_close_range, 3, ~0U, 0);
-    execvp(argv[5], argv + 5);
-    dprintf(2, "cairn-init: cannot run %s: %s\n", argv[5], strerror(errno));
+    execvp(command[0], command);
+    dprintf(2, "cairn-init: cannot run %s: %s\n", command[0], strerror(errno));
     _exit(127);
   }
   syscall(SYS_close_range, 0, ~0U, 0);

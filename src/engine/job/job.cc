@@ -1,7 +1,9 @@
 #include "engine/job/job.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/sched.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -16,6 +18,7 @@
 #include <filesystem>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
@@ -179,8 +182,17 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (std::string beside = (self.parent_path() / "cairn-init").string(); !ec && ::access(beside.c_str(), X_OK) == 0) {
     init_exe = beside;
   }
+  if (!opts.user.empty() && init_exe.empty()) {
+    return absl::FailedPreconditionError(
+        "a job run as a user needs cairn-init beside the cairn executable (it drops root there); reinstall cairn");
+  }
   if (!init_exe.empty()) {
-    init_args = {"cairn-init", std::to_string(go_r.get()), std::to_string(out.get()), std::to_string(err.get()), "--"};
+    init_args = {"cairn-init", std::to_string(go_r.get()), std::to_string(out.get()), std::to_string(err.get())};
+    if (!opts.user.empty()) {
+      init_args.push_back("-u");
+      init_args.push_back(opts.user);
+    }
+    init_args.push_back("--");
     init_args.insert(init_args.end(), opts.argv.begin(), opts.argv.end());
     for (std::string& a : init_args) init_argv.push_back(a.data());
     init_argv.push_back(nullptr);
@@ -213,6 +225,44 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   rec.host_pid = init;
   RETURN_IF_ERROR(Save(rec));
   return rec;
+}
+
+absl::StatusOr<std::string> UserSpec(const std::string& name) {
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  int rc = ::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found);
+  uint32_t numeric = 0;
+  if (found == nullptr && absl::SimpleAtoi(name, &numeric)) {
+    rc = ::getpwuid_r(numeric, &pw, buf.data(), buf.size(), &found);
+  }
+  if (found == nullptr) {
+    return absl::NotFoundError(absl::StrCat("user `", name, "`: ", rc != 0 ? std::strerror(rc) : "no such user on this machine",
+                                            " (give a user name from /etc/passwd, or a uid that has one)"));
+  }
+  std::vector<gid_t> groups(64);
+  int n = static_cast<int>(groups.size());
+  if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
+    groups.resize(n);
+    if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
+      return absl::InternalError(absl::StrCat("user `", name, "`: cannot list its groups"));
+    }
+  }
+  groups.resize(n);
+  std::vector<std::string> gs;
+  for (gid_t g : groups) gs.push_back(absl::StrCat(g));
+  return absl::StrCat(pw.pw_uid, ":", pw.pw_gid, ":", absl::StrJoin(gs, ","));
+}
+
+absl::StatusOr<restore::RestoreOptions::Owner> OwnerOf(const std::string& name) {
+  ASSIGN_OR_RETURN(std::string spec, UserSpec(name));
+  std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  restore::RestoreOptions::Owner owner;
+  owner.name = name;
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &owner.uid) || !absl::SimpleAtoi(parts[1], &owner.gid)) {
+    return absl::InternalError(absl::StrCat("user `", name, "`: unexpected spec ", spec));
+  }
+  return owner;
 }
 
 }  // namespace cairn::job

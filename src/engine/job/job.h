@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/restore/restore.h"
 
 namespace cairn::job {
 
@@ -28,7 +29,15 @@ struct RunOptions {
   std::string name;               // empty: generated
   std::string dir;                // empty: <state dir>/jobs/NAME
   std::vector<std::string> argv;  // the command
+  // Run the job (its init and command) as this user: "UID:GID[:G1,G2,...]" (UserSpec). Empty: root.
+  std::string user;
 };
+
+// The user `name` (or a numeric uid) of this machine as RunOptions::user wants it: its uid, its
+// primary gid and its supplementary groups. Errors: NotFound naming the user.
+absl::StatusOr<std::string> UserSpec(const std::string& name);
+// The same user as a restore's owner (restore::RestoreOptions::only_as).
+absl::StatusOr<restore::RestoreOptions::Owner> OwnerOf(const std::string& name);
 
 // Starts a job; returns once its command has been started.
 absl::StatusOr<JobRecord> Run(const RunOptions& opts);

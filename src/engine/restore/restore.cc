@@ -26,6 +26,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -134,6 +135,25 @@ class Tasks {
 };
 
 // Checks the tree's shape: the root first, every other process after its parent.
+// RestoreOptions::only_as: every process is the owner's, with no capabilities unless root.
+absl::Status CheckOwner(const std::vector<const image::Process*>& procs, const RestoreOptions::Owner& owner,
+                        const std::string& where) {
+  for (const image::Process* p : procs) {
+    const image::Creds& c = p->creds();
+    bool same = c.uids_size() == 4 && c.gids_size() == 4;
+    for (int i = 0; i < 4 && same; ++i) same = c.uids(i) == owner.uid && c.gids(i) == owner.gid;
+    bool caps = c.cap_prm() != 0 || c.cap_eff() != 0 || c.cap_amb() != 0 || c.cap_inh() != 0;
+    if (same && (owner.uid == 0 || !caps)) continue;
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "restore from %s refused (nothing was restored): process %d (%s) of the checkpoint runs as uid %s gid %s%s, "
+        "and it may be restored only as user %s (uid %u, gid %u)%s",
+        where, p->pid(), p->comm(), absl::StrJoin(c.uids(), "/"), absl::StrJoin(c.gids(), "/"),
+        caps ? " with capabilities" : "", owner.name, owner.uid, owner.gid,
+        " (a job's checkpoint comes back only with its owner's credentials)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckTreeOrder(const std::vector<const image::Process*>& procs, const std::string& dir) {
   std::map<pid_t, const image::Process*> seen;
   for (size_t i = 0; i < procs.size(); ++i) {
@@ -615,6 +635,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
   }
   RETURN_IF_ERROR(CheckTreeOrder(procs, where));
+  if (opts.only_as.has_value()) RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));
   if (procs[0]->zombie()) return absl::DataLossError(where + ": the root process is a zombie (corrupt image)");
   const image::Checkpoint& meta = img->meta();
   if (!meta.own_pid_ns()) RETURN_IF_ERROR(CheckIdsFree(procs));  // a fresh namespace has every id free

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,15 @@ struct RestoreOptions {
   // restore. Null: trusted unsealed (--trust-unsigned). Not for a page server's checkpoint,
   // which the page server checked (lazy/page_server.h).
   const image::ImageKey* seal_key = nullptr;
+  // Restore only processes of this user: every process of the image must have exactly its uid
+  // and gid (real, effective, saved, filesystem) and, for a user other than root, no
+  // capabilities; otherwise nothing is restored. (cairnd: a job is restored only as its owner.)
+  struct Owner {
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+    std::string name;  // for messages
+  };
+  std::optional<Owner> only_as;
 };
 
 struct RestoreResult {
