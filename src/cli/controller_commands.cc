@@ -51,7 +51,7 @@ struct ControllerCommands::Options {
   int64_t memory_mb = 0;
   int gpus = 0, priority = 0;
   bool service = false, on_notice = false;
-  std::string deadline, gpu_type, id;
+  std::string deadline, gpu_type, id, user;
   double max_downtime_s = 0, budget = 0, ckpt_interval = 0, ckpt_pause = 0, notice_ckpt = 0, restore_s = 0;
   double downtime_cost = 0;
   int64_t ckpt_bytes = 0;
@@ -197,6 +197,9 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.submit->add_option("--checkpoint-bytes", o.ckpt_bytes, "Size of one checkpoint, bytes");
   o.submit->add_option("--restore-time", o.restore_s, "Seconds from a ready node to the job running again");
   o.submit->add_option("--node-label", o.selector, "Required node label KEY=VALUE (repeatable)");
+  o.submit->add_option("--user", o.user,
+                       "The node user the command runs as (nothing of the job as root; its checkpoints come back "
+                       "only as that user)");
   o.submit->add_option("command", o.command, "The command the node runs, after --");
 
   CLI::App* cluster = app.add_subcommand("cluster", "The controller's view of the cluster");
@@ -285,6 +288,7 @@ int ControllerCommands::Run() {
       (*s->mutable_node_selector())[p.first] = p.second;
     }
     for (const std::string& a : o.command) s->add_command(a);
+    s->set_user(o.user);
     // The controller refuses the same; checked here first so that nothing is sent.
     if (absl::Status bad = controller::CheckSubmittedJob(*s); !bad.ok()) return Fail(Annotate(bad, "submit"));
     api::SubmitJobResponse resp;

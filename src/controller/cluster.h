@@ -115,6 +115,7 @@ struct JobSpec {
   std::string gpu_type;               // required GPU type; empty = any.
   std::map<std::string, std::string> node_selector;  // required node labels.
   std::vector<std::string> command;   // what the node daemon runs; placement ignores it.
+  std::string user;                   // the node user it runs as (empty: root); placement ignores it.
 };
 
 struct CheckpointRecord {

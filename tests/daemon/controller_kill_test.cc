@@ -57,10 +57,14 @@ class ControllerKillTest : public ClusterFixture {
                    return e.value("kind", "") == "node-registered" && e.value("node_id", "") == y.node();
                  }, 30s).is_null())
         << c->Log() << y.Log();
+    // The job runs as nobody: the controller passes its user to the daemon, and the daemon that
+    // receives it by migration restores it only as nobody.
+    ASSERT_EQ(::chmod(Dir().c_str(), 0755), 0);
     std::string out = Dir() + "/job";
     std::vector<std::string> submit = {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100",
-                                       "--work-hours", "10", "--json", "--"};
+                                       "--work-hours", "10", "--user", "nobody", "--json", "--"};
     for (auto& arg : PythonJob(out)) submit.push_back(arg);
+    ASSERT_EQ(::chmod(out.c_str(), 0777), 0);
     CommandResult sub = Ctl(*c, submit);
     ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c->Log();
     ASSERT_EQ(ParseJson(sub).value("node_id", ""), y.node()) << sub.out;
@@ -90,6 +94,10 @@ class ControllerKillTest : public ClusterFixture {
     EXPECT_EQ(StateOn(there), "running");
     EXPECT_NE(StateOn(not_there), "running");
     EXPECT_EQ(NodeOfJob(*c), there.node()) << Status(*c).dump();
+    json shown = json::parse(there.Cairn({"job", "show", "train", "--json"}).out, nullptr, false);
+    ASSERT_FALSE(shown.is_discarded());
+    EXPECT_EQ(LineStartingWith(ReadFile("/proc/" + std::to_string(JsonInt(shown["job"]["host_pid"])) + "/status"), "Uid:"),
+              "Uid:\t65534\t65534\t65534\t65534");
     // Nothing of the decision is left in flight: it is not resolved again, and rules act again.
     std::this_thread::sleep_for(2s);
     int ends = 0;

@@ -123,6 +123,7 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   dapi::JobSpec* s = req.mutable_spec();
   s->set_name(job_id);
   for (const std::string& a : command) s->add_command(a);
+  if (auto u = users_.find(job_id); u != users_.end()) s->set_user(u->second);
   s->mutable_checkpoint()->set_on_shutdown(true);
   if (auto p = intervals_.find(job_id); p != intervals_.end()) s->mutable_checkpoint()->set_interval_s(p->second);
   dapi::RunJobResponse resp;
@@ -146,6 +147,7 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
 
 void CairndDispatcher::KnowJob(const Job& job) {
   if (!job.spec.command.empty()) commands_[job.spec.id] = job.spec.command;
+  if (!job.spec.user.empty()) users_[job.spec.id] = job.spec.user;
   if (job.spec.checkpoint.interval_s > 0) intervals_[job.spec.id] = job.spec.checkpoint.interval_s;
 }
 

@@ -124,6 +124,7 @@ class CairndDispatcher : public ActionDispatcher {
   // job -> the command it was submitted with (kRestore from the beginning runs it again), from
   // StartJob and KnowJob.
   std::map<std::string, std::vector<std::string>> commands_;
+  std::map<std::string, std::string> users_;  // job -> the node user it runs as (KnowJob)
   std::map<std::string, double> intervals_;  // job -> its periodic checkpoint interval (s), for RunJob
 };
 

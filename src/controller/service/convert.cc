@@ -56,6 +56,7 @@ absl::StatusOr<JobSpec> FromApi(const api::JobSpec& in) {
   s.gpu_type = in.gpu_type();
   s.node_selector.insert(in.node_selector().begin(), in.node_selector().end());
   s.command.assign(in.command().begin(), in.command().end());
+  s.user = in.user();
   return s;
 }
 
@@ -98,6 +99,7 @@ api::JobSpec ToApi(const JobSpec& s) {
   o.set_downtime_cost_per_hour(s.downtime_cost_per_hour);
   o.mutable_node_selector()->insert(s.node_selector.begin(), s.node_selector.end());
   for (const std::string& a : s.command) o.add_command(a);
+  o.set_user(s.user);
   return o;
 }
 

@@ -1,5 +1,6 @@
 #include "controller/service/job_spec_check.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/validate.h"
 
@@ -8,6 +9,15 @@ namespace cairn::controller {
 absl::Status CheckSubmittedJob(const api::JobSpec& s) {
   // The id becomes the job's name on the node daemon that runs it.
   if (!s.id().empty()) RETURN_IF_ERROR(CheckJobName(s.id(), "job id"));
+  // A user name or uid of the nodes (the daemon checks it exists); never an option.
+  const bool user_ok = s.user().size() <= 32 && (s.user().empty() || s.user()[0] != '-') &&
+                       s.user().find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                           std::string::npos;
+  if (!user_ok) {
+    return absl::InvalidArgumentError(absl::StrCat("user (--user) `", s.user(),
+                                                   "`: give a user name or uid of the nodes (letters, digits, . _ -; "
+                                                   "at most 32, not starting with -)"));
+  }
   RETURN_IF_ERROR(CheckNumber("cpus (--cpus)", s.cpus(), {0, kMaxCpus}));
   RETURN_IF_ERROR(CheckInteger("memory_mb (--memory-mb)", s.memory_mb(), {0, kMaxMemoryMb}));
   RETURN_IF_ERROR(CheckInteger("gpus (--gpus)", s.gpus(), {0, kMaxGpus}));
