@@ -42,7 +42,9 @@
 #
 #   bash tests/faults/chaos_controller.sh [BUILD_DIR]   DURATION=300 JOBS=12 SEED=... CKPT=5 KEEP=1
 #
-# Needs root (cgroups, CRIU) and Debian's etcd (/usr/bin/etcd).
+# (defaults shown; KEEP=1 keeps the run's directory: logs, events.json, chaos.log.) Needs root
+# and Debian's etcd (etcd-server, etcd-client); exits 77 (skipped) without them. ctest runs a
+# short one: faults_chaos_controller_short (tests/faults/CMakeLists.txt).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=$(realpath "${1:-build}")
@@ -58,8 +60,13 @@ CAIRN=$BUILD/cairn
 CAIRND=$BUILD/cairnd
 CONTROLLER=$BUILD/cairn-controller
 ETCD=${ETCD:-/usr/bin/etcd}
-for b in "$CAIRN" "$CAIRND" "$CONTROLLER" "$ETCD"; do
-  [ -x "$b" ] || { echo "chaos: $b missing"; exit 2; }
+# 77: skipped (ctest's SKIP_RETURN_CODE), for what this machine lacks.
+[ "$(id -u)" = 0 ] || { echo "chaos-controller: needs root (cgroups, checkpoints)"; exit 77; }
+for x in "$ETCD" /usr/bin/etcdctl; do
+  [ -x "$x" ] || { echo "chaos-controller: no $x (apt-get install etcd-server etcd-client)"; exit 77; }
+done
+for b in "$CAIRN" "$CAIRND" "$CONTROLLER"; do
+  [ -x "$b" ] || { echo "chaos-controller: $b missing"; exit 2; }
 done
 T=$(mktemp -d "${STATE_DIR:-/var/tmp}/cairn-chaos-ctl.XXXXXX")
 chmod 700 "$T"
