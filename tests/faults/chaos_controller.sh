@@ -248,7 +248,7 @@ def computing(n, name, pid):
             st = f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         st = "gone"
-    detail[(n, name)] = f"pid {pid} {st} freezer {fz}"
+    detail[(n, name)] = f"pid {pid} {st} freezer {fz} at {time.time() - t0:.2f} s"
     return fz in ("THAWED", "?") and st not in ("t", "T", "Z", "X", "gone")
 def running(n, out):
     try:
@@ -264,6 +264,7 @@ samples = transient = 0
 prev, episodes, where, moves = {}, {}, {}, 0
 while not os.path.exists(f"{t}/stop-sampler"):
     out = {n: set() for n in nodes}
+    t0 = time.time()  # each node's copy is looked at when its own answer comes: the times say when
     th = [threading.Thread(target=running, args=(n, out)) for n in nodes]
     for x in th: x.start()
     for x in th: x.join()
