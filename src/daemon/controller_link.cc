@@ -297,7 +297,13 @@ void ControllerLink::Loop() {
   while (!stop_) {
     if (!registered_) {
       if (!Register()) {
-        FollowEvents(1000);  // signals found meanwhile wait in the queue
+        // A pause before the next try (the next controller of several sooner), following events
+        // meanwhile (signals found wait in the queue). An event does not end it: each failed
+        // try is one (its warning), which made the link retry at once, hundreds of times a second.
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(addresses_.size() > 1 ? 250 : 1000);
+        for (auto now = std::chrono::steady_clock::now(); !stop_ && now < until; now = std::chrono::steady_clock::now()) {
+          FollowEvents(static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1);
+        }
         continue;
       }
       next_heartbeat = std::chrono::steady_clock::now() +
