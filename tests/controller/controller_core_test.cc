@@ -634,6 +634,29 @@ TEST_F(ControllerCoreTest, RegisteringNodeIsReconciledWithThePlacedNode) {
     EXPECT_EQ(JobNode(next), "a");
     ASSERT_EQ(EventsOf(next, "fenced").size(), 1u);
   }
+  {
+    // The placed node is busy with the job (a migration in doubt, perhaps to b itself): b's copy
+    // is left alone and looked at again each tick, until a settles.
+    LocatingDispatcher d2;
+    d2.where["j@a"] = {kBusy, "migrating", 5};
+    d2.where["j@b"] = {kRunning, "running", 6};
+    Controller next(&store_, &d2, Options());
+    next.Tick();
+    api::RegisterNodeResponse rr;
+    ASSERT_TRUE(next.RegisterNode(Node("b", 3.0, false), &rr).ok());
+    next.Tick();
+    EXPECT_TRUE(d2.killed.empty()) << "the copy on b may be the one a migration committed";
+    EXPECT_EQ(EventsOf(next, "fence-deferred").size(), 1u);
+    d2.where["j@a"] = {ActionDispatcher::JobWhere::kGone, "migrated", 5};
+    next.Tick();
+    EXPECT_TRUE(d2.killed.empty());
+    EXPECT_EQ(JobNode(next), "b");
+    // And a leader can load what was stored (a followed job is bound whatever the node's room).
+    LocatingDispatcher d4;
+    Controller after(&store_, &d4, Options());
+    after.Tick();
+    EXPECT_EQ(JobNode(after), "b");
+  }
   LocatingDispatcher d3;
   d3.where["j@a"] = {ActionDispatcher::JobWhere::kGone, "migrated", 5};
   d3.where["j@b"] = {kRunning, "running", 6};

@@ -141,6 +141,15 @@ void Controller::Tick() {
     absl::Status s = CheckHeartbeatsLocked();
     if (!s.ok()) CAIRN_LOG_WARN("controller {}: liveness check: {}", options_.id, s.ToString());
   }
+  if (leader_ && !reconcile_again_.empty()) {
+    std::set<std::string> nodes;
+    nodes.swap(reconcile_again_);
+    for (const std::string& n : nodes) {
+      if (cluster_ == nullptr || cluster_->FindNode(n) == nullptr) continue;
+      absl::Status s = ReconcileNodeLocked(n);
+      if (!s.ok()) CAIRN_LOG_WARN("controller {}: reconciling node {}: {}", options_.id, n, s.ToString());
+    }
+  }
   if (leader_ && !in_flight_.empty()) {
     absl::Status s = ResolveInFlightLocked();
     if (!s.ok()) CAIRN_LOG_WARN("controller {}: resolving decisions in flight: {}", options_.id, s.ToString());
@@ -168,6 +177,8 @@ void Controller::DropLocked() {
   registered_seq_.clear();
   specs_.clear();
   in_flight_.clear();
+  reconcile_again_.clear();
+  deferred_noted_.clear();
   term_ = 0;
 }
 
@@ -243,7 +254,9 @@ absl::Status Controller::LoadLocked() {
     RETURN_IF_ERROR(cluster_->AddJob(std::move(spec)));
     // Bind before node health is restored below: a job stays bound to a lost node until a
     // decision about it is carried out.
-    if (!sj.node_id().empty()) RETURN_IF_ERROR(cluster_->Bind(id, sj.node_id()));
+    // Whatever the store says is bound is loaded so (a job followed to where it runs may exceed
+    // the node's capacity or sit on a draining node): refusing it would leave no leader able to load.
+    if (!sj.node_id().empty()) RETURN_IF_ERROR(cluster_->Bind(id, sj.node_id(), /*runs_there=*/true));
     Job* job = cluster_->MutableJob(id);
     job->state = JobStateFromName(sj.state());
     job->suspended_for = SuspendReasonFromName(sj.suspended_for());
@@ -556,7 +569,19 @@ absl::Status Controller::ReconcileNodeLocked(const std::string& node_id) {
     }
     const std::string placed = j->node_id;
     Where w = dispatcher_->Locate(job_id, placed);
-    if (w.kind == Where::kRunning || w.kind == Where::kBusy) {
+    if (w.kind == Where::kBusy) {
+      // Migrating (perhaps to this very node, in doubt until the two daemons settle it),
+      // checkpointing, restoring: this copy may be the one that counts. Asked again next tick.
+      reconcile_again_.insert(node_id);
+      if (deferred_noted_.insert(job_id + "@" + node_id).second) {
+        RETURN_IF_ERROR(record("fence-deferred", job_id,
+                               absl::StrFormat("job %s runs on %s (pid %d), but %s, where it is placed, %s: left "
+                                               "running; decided once %s settles",
+                                               job_id, node_id, pid, placed, Said(w), placed)));
+      }
+      continue;
+    }
+    if (w.kind == Where::kRunning) {
       // A partition healed: the job was restored on `placed` while this node was cut off.
       DispatchResult k = dispatcher_->Kill(job_id, node_id);
       RETURN_IF_ERROR(record("fenced", job_id,
@@ -568,10 +593,13 @@ absl::Status Controller::ReconcileNodeLocked(const std::string& node_id) {
     const Node* pn = cluster_->FindNode(placed);
     const bool placed_lost = pn == nullptr || pn->health == NodeHealth::kLost;
     if (w.kind == Where::kUnreachable && !placed_lost) {
-      RETURN_IF_ERROR(record("fence-deferred", job_id,
+      reconcile_again_.insert(node_id);
+      if (deferred_noted_.insert(job_id + "@" + node_id).second) {
+        RETURN_IF_ERROR(record("fence-deferred", job_id,
                              absl::StrFormat("job %s runs on %s (pid %d), but it is placed on %s, which %s: left "
-                                             "running; decided when %s registers again",
+                                             "running; decided when %s answers",
                                              job_id, node_id, pid, placed, Said(w), placed)));
+      }
       continue;
     }
     // This node's copy is the only one known: the model follows it (a move whose outcome the

@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,9 @@ class Controller {
   std::map<std::string, Clock::time_point> heard_;  // GUARDED_BY(heard_mu_)
   uint64_t term_ = 0;                                // this leadership's term. GUARDED_BY(mu_)
   std::map<std::string, api::InFlight> in_flight_;   // job -> decision being carried out
+  // Nodes whose reconciliation left a job undecided (its placed node busy or silent): again next tick.
+  std::set<std::string> reconcile_again_;
+  std::set<std::string> deferred_noted_;  // "job@node" whose fence-deferred event is recorded
   std::map<std::string, std::string> pending_action_;        // job -> decision text
   std::map<std::string, bool> started_;                      // job -> dispatcher confirmed
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order
