@@ -671,5 +671,34 @@ TEST_F(ControllerCoreTest, RegisteringNodeIsReconciledWithThePlacedNode) {
   EXPECT_TRUE(absl::StrContains(found[0].reason(), "a, where it was placed, says migrated")) << found[0].reason();
 }
 
+// A move cut between the checkpoint that stopped the job at its source and the restore on the
+// target (the job runs on neither): the next leader restores it where it ran, from its newest
+// stored checkpoint (the target may hold an old record of the job and refuse it).
+TEST_F(ControllerCoreTest, MoveCutAfterItsStopIsRestoredWhereTheJobRan) {
+  PlaceJobOnA();
+  ASSERT_FALSE(HasFatalFailure());
+  // What a leader that died in that cut left in the store.
+  api::StoredJob sj = StoredJ();
+  api::InFlight* f = sj.mutable_in_flight();
+  f->set_action("migrate");
+  f->set_rule("cheaper-capacity");
+  f->set_from_node("a");
+  f->set_to_node("b");
+  f->set_term(1);
+  f->set_since(absl::ToUnixMicros(absl::Now()) / 1e6);
+  ASSERT_TRUE(store_.Put("jobs/j", sj.SerializeAsString()).ok());
+  LocatingDispatcher d2;
+  d2.where["j@a"] = {ActionDispatcher::JobWhere::kGone, "killed", 5};
+  d2.where["j@b"] = {ActionDispatcher::JobWhere::kGone, "migrated", 6};
+  Controller next(&store_, &d2, Options());
+  next.Tick();
+  ASSERT_EQ(d2.carried.size(), 1u);
+  EXPECT_EQ(d2.carried[0].action, Action::kRestore);
+  EXPECT_EQ(d2.carried[0].target_node_id, "a");
+  EXPECT_GT(d2.carried[0].restore_from_time, 0);
+  EXPECT_EQ(EventsOf(next, "decision-resumed").size(), 1u);
+  EXPECT_FALSE(StoredJ().has_in_flight());
+}
+
 }  // namespace
 }  // namespace cairn::controller

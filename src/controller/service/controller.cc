@@ -763,11 +763,14 @@ absl::Status Controller::ResolveInFlightLocked() {
       continue;
     }
     // The job runs on neither (a move stopped between its checkpoint and its restore, a restore
-    // not begun): this leader carries it out. A move whose source no longer runs the job restores
-    // its newest stored checkpoint on the target.
+    // not begun): this leader carries it out. A move whose source no longer runs the job (it
+    // stopped at its checkpoint) is restored from its newest stored checkpoint where it ran: the
+    // source's record says why it stopped, while the target may hold an older record of the job
+    // (a move the other way) and rightly refuses to run what it believes runs elsewhere.
     if (d.action == Action::kMigrate) {
       d.action = Action::kRestore;
       d.restore_from_time = Now();
+      d.target_node_id = d.node_id;
     }
     DispatchResult r = dispatcher_->Carry(d);
     if (r.done) {
