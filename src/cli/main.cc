@@ -376,11 +376,11 @@ int RunCompact(const std::string& dir, const std::string& out, const std::string
 
 int RunJob(const std::string& name, const std::string& dir, const std::vector<std::string>& argv,
            const std::string& user) {
-  job::RunOptions opts{name, dir, argv, ""};
+  job::RunOptions opts{name, dir, argv, std::nullopt};
   if (!user.empty()) {
-    absl::StatusOr<std::string> spec = job::UserSpec(user);
-    if (!spec.ok()) return Fail(Annotate(spec.status(), "run --user"));
-    opts.user = *spec;
+    absl::StatusOr<job::UserIds> ids = job::LookupUser(user);
+    if (!ids.ok()) return Fail(Annotate(ids.status(), "run --user"));
+    opts.user = *ids;
   }
   auto rec = job::Run(opts);
   if (!rec.ok()) return Fail(rec.status());

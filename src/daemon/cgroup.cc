@@ -131,13 +131,15 @@ void ThawFreezer(const std::string& cgroup) {
   if (text.ok() && absl::StripAsciiWhitespace(*text) != "THAWED") (void)WriteKnob(state, "THAWED");
 }
 
-void KillCgroup(const std::string& cgroup) {
+int KillCgroup(const std::string& cgroup) {
   auto procs = ReadFile(absl::StrCat(kRoot, "freezer/", cgroup, "/cgroup.procs"));
-  if (!procs.ok()) return;
+  if (!procs.ok()) return 0;
+  int killed = 0;
   for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
     int pid = 0;
-    if (absl::SimpleAtoi(p, &pid) && pid > 1) ::kill(pid, SIGKILL);
+    if (absl::SimpleAtoi(p, &pid) && pid > 1 && ::kill(pid, SIGKILL) == 0) ++killed;
   }
+  return killed;
 }
 
 std::string FreezerState(const std::string& cgroup) {

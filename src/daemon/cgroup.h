@@ -32,8 +32,9 @@ void RemoveCgroup(const std::string& cgroup);
 void ThawFreezer(const std::string& cgroup);
 
 // SIGKILLs every process in the cgroup (its freezer hierarchy's list), e.g. what a restore the
-// daemon's crash interrupted left there. A frozen one dies once the cgroup is thawed.
-void KillCgroup(const std::string& cgroup);
+// daemon's crash interrupted left there. A frozen one dies once the cgroup is thawed. Returns how
+// many it signalled.
+int KillCgroup(const std::string& cgroup);
 
 // The v1 freezer's state (THAWED, FREEZING or FROZEN); "" when the cgroup does not exist.
 std::string FreezerState(const std::string& cgroup);

@@ -221,8 +221,7 @@ absl::Status Daemon::Recover() {
 // again. Its image is untouched (a fetched copy is removed by DropFetchedCopies).
 void Daemon::RollBackRestore(api::Job& j) {
   std::string cgroup = CgroupOf(j.name());
-  std::string procs = ReadFile("/sys/fs/cgroup/freezer/" + cgroup + "/cgroup.procs").value_or("");
-  KillCgroup(cgroup);
+  const int killed = KillCgroup(cgroup);
   ThawFreezer(cgroup);
   std::string from(absl::StripPrefix(j.health().detail(), kRestoringFrom));
   j.set_state("exited");
@@ -230,7 +229,7 @@ void Daemon::RollBackRestore(api::Job& j) {
   *j.mutable_health() = HealthTracker::Exited(false, 0, 0);
   std::string what = absl::StrCat("the restore from checkpoint ", from,
                                   " was cut off by a daemon restart before the job was recorded as running; ",
-                                  procs.empty() ? "nothing of it ran" : "what it had restored was killed",
+                                  killed == 0 ? "nothing of it ran" : "what it had restored was killed",
                                   "; the checkpoint is intact: restore again (cairn job restore ", j.name(), ")");
   j.mutable_health()->set_detail(what);
   Event(j.name(), "restore-interrupted", what);

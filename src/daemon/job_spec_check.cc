@@ -10,7 +10,7 @@ namespace cairn::daemon {
 
 absl::Status CheckJobSpec(const api::JobSpec& spec) {
   if (!spec.name().empty()) RETURN_IF_ERROR(CheckJobName(spec.name()));
-  if (!spec.user().empty()) RETURN_IF_ERROR(Annotate(job::UserSpec(spec.user()).status(), "user (--user)"));
+  if (!spec.user().empty()) RETURN_IF_ERROR(Annotate(job::LookupUser(spec.user()).status(), "user (--user)"));
   const api::Limits& l = spec.limits();
   // cgroup v1 takes a CPU quota of at least 1 ms per 100 ms period.
   RETURN_IF_ERROR(CheckNumber("limits.cpus (--cpus)", l.cpus(), {0.01, kMaxCpus, "no limit"}));

@@ -19,7 +19,9 @@
 // through the other two.
 
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <functional>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -35,6 +37,47 @@ class ControllerKillTest : public ClusterFixture {
   static std::string StateOn(const DaemonProcess& d) {
     json j = json::parse(d.Cairn({"job", "show", "train", "--json"}, 20s).out, nullptr, false);
     return j.is_discarded() || j.is_null() ? "" : j["job"].value("state", "");
+  }
+  // "train": the python job of the daemon tests, as nobody (the controller passes its user to the
+  // daemon, and a daemon that receives it by migration restores it only as nobody), 10 h of
+  // declared work, submitted through `ctl` and checked running on `y`. Returns its output dir.
+  std::string SubmitTrain(const std::function<CommandResult(std::vector<std::string>)>& ctl, const DaemonProcess& y) {
+    EXPECT_EQ(::chmod(Dir().c_str(), 0755), 0);
+    std::string out = Dir() + "/job";
+    std::vector<std::string> submit = {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100",
+                                       "--work-hours", "10", "--user", "nobody", "--json", "--"};
+    for (auto& arg : PythonJob(out)) submit.push_back(arg);
+    EXPECT_EQ(::chmod(out.c_str(), 0777), 0);
+    CommandResult sub = ctl(submit);
+    EXPECT_TRUE(sub.Exited(0)) << sub.Describe();
+    EXPECT_EQ(ParseJson(sub).value("node_id", ""), y.node()) << sub.out;
+    EXPECT_EQ(StateOn(y), "running") << y.RunLog();
+    return out;
+  }
+  // Starts `c` paused at controller-in-flight for 3 s (CAIRN_FAULT_PAUSE_S) and waits for it to lead.
+  static ::testing::AssertionResult StartPausingLeader(ControllerProcess& c) {
+    ::setenv("CAIRN_FAULT_PAUSE", "controller-in-flight", 1);
+    ::setenv("CAIRN_FAULT_PAUSE_S", "3", 1);
+    ::testing::AssertionResult started = c.Start();
+    ::unsetenv("CAIRN_FAULT_PAUSE");
+    ::unsetenv("CAIRN_FAULT_PAUSE_S");
+    return started ? c.WaitLeader(15s) : started;
+  }
+  // A cairnd on loopback TCP joined to `controllers` (unix sockets) at `price`, checkpoints in
+  // the shared store `shared`; started, and (`wait`) heartbeating.
+  std::unique_ptr<DaemonProcess> Join(const std::string& name, const std::string& controllers, const std::string& price,
+                                      const std::string& shared, bool wait) {
+    std::string token = Token("daemon.token", "daemon-token-0123456789abcdef");
+    auto d = std::make_unique<DaemonProcess>(
+        Dir(), name,
+        std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--token-file", token,
+                                 "--controller", controllers, "--price-per-hour", price, "--storage", "dir:" + shared});
+    EXPECT_TRUE(d->Start());
+    if (wait) {
+      EXPECT_TRUE(WaitFor([&] { return absl::StrContains(d->Cairn({"node", "info"}).out, "heartbeats ok"); }, 30s))
+          << d->RunLog();
+    }
+    return d;
   }
   std::string NodeOfJob(const ControllerProcess& c) {
     for (const json& j : Status(c).value("jobs", json::array())) {
@@ -57,18 +100,8 @@ class ControllerKillTest : public ClusterFixture {
                    return e.value("kind", "") == "node-registered" && e.value("node_id", "") == y.node();
                  }, 30s).is_null())
         << c->Log() << y.Log();
-    // The job runs as nobody: the controller passes its user to the daemon, and the daemon that
-    // receives it by migration restores it only as nobody.
-    ASSERT_EQ(::chmod(Dir().c_str(), 0755), 0);
-    std::string out = Dir() + "/job";
-    std::vector<std::string> submit = {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100",
-                                       "--work-hours", "10", "--user", "nobody", "--json", "--"};
-    for (auto& arg : PythonJob(out)) submit.push_back(arg);
-    ASSERT_EQ(::chmod(out.c_str(), 0777), 0);
-    CommandResult sub = Ctl(*c, submit);
-    ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c->Log();
-    ASSERT_EQ(ParseJson(sub).value("node_id", ""), y.node()) << sub.out;
-    ASSERT_EQ(StateOn(y), "running") << y.Log();
+    std::string out = SubmitTrain([&](std::vector<std::string> a) { return Ctl(*c, std::move(a)); }, y);
+    ASSERT_FALSE(HasFailure()) << c->Log();
 
     // x registers: cheaper capacity. The controller stops at the stage and is killed there.
     DaemonProcess x(Dir(), "x", JoinArgs("0.30", shared, {}));
@@ -135,14 +168,8 @@ TEST_F(ControllerKillTest, DeposedLeaderCannotCarryOutItsStaleDecision) {
   ASSERT_TRUE(etcd.Start());
   const std::vector<std::string> flags = {"--dispatch", "cairnd", "--lease-ttl", "2", "--heartbeat-interval", "0.3",
                                           "--heartbeat-timeout", "15"};
-  ::setenv("CAIRN_FAULT_PAUSE", "controller-in-flight", 1);
-  ::setenv("CAIRN_FAULT_PAUSE_S", "3", 1);
   ControllerProcess c1(Dir(), "c1", etcd.StoreSpec(), flags);
-  ::testing::AssertionResult started = c1.Start();
-  ::unsetenv("CAIRN_FAULT_PAUSE");
-  ::unsetenv("CAIRN_FAULT_PAUSE_S");
-  ASSERT_TRUE(started);
-  ASSERT_TRUE(c1.WaitLeader(15s)) << c1.Log();
+  ASSERT_TRUE(StartPausingLeader(c1)) << c1.Log();
   ControllerProcess c2(Dir(), "c2", etcd.StoreSpec(), flags);
   ASSERT_TRUE(c2.Start());
   const std::string both = c1.address() + "," + c2.address();
@@ -160,26 +187,15 @@ TEST_F(ControllerKillTest, DeposedLeaderCannotCarryOutItsStaleDecision) {
     return j.is_discarded() ? json::array() : j.value("events", json::array());
   };
   std::string shared = SharedStore();
-  std::string token = Token("daemon.token", "daemon-token-0123456789abcdef");
-  auto join = [&](const std::string& price) {
-    return std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--token-file", token,
-                                    "--controller", both, "--price-per-hour", price, "--storage", "dir:" + shared};
-  };
-  DaemonProcess y(Dir(), "y", join("1.20"));
-  ASSERT_TRUE(y.Start());
-  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(y.Cairn({"node", "info"}).out, "heartbeats ok"); }, 30s))
-      << y.Log() << c1.Log();
-  std::string out = Dir() + "/job";
-  std::vector<std::string> submit = {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100",
-                                     "--work-hours", "10", "--json", "--"};
-  for (auto& arg : PythonJob(out)) submit.push_back(arg);
-  CommandResult sub = ctl(submit);
-  ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c1.Log();
-  ASSERT_EQ(StateOn(y), "running") << y.Log();
+  std::unique_ptr<DaemonProcess> yp = Join("y", both, "1.20", shared, /*wait=*/true);
+  DaemonProcess& y = *yp;
+  ASSERT_FALSE(HasFailure()) << c1.Log();
+  std::string out = SubmitTrain(ctl, y);
+  ASSERT_FALSE(HasFailure()) << c1.Log();
 
   // x registers: c1 decides the move, stores it in flight, and stops there: deposed.
-  DaemonProcess x(Dir(), "x", join("0.30"));
-  ASSERT_TRUE(x.Start());
+  std::unique_ptr<DaemonProcess> xp = Join("x", both, "0.30", shared, /*wait=*/false);  // its registration pauses c1
+  DaemonProcess& x = *xp;
   ASSERT_TRUE(WaitFor([&] { return absl::StrContains(c1.Log(), "cairn: fault point controller-in-flight"); }, 60s))
       << c1.Log() << x.Log();
   ASSERT_EQ(::kill(c1.pid(), SIGSTOP), 0);
@@ -228,32 +244,17 @@ TEST_F(ControllerKillTest, EtcdMemberKilledDuringAMoveTheMoveIsStored) {
   ASSERT_FALSE(expected.empty());
   EtcdCluster etcd(Dir());
   ASSERT_TRUE(etcd.Start());
-  ::setenv("CAIRN_FAULT_PAUSE", "controller-in-flight", 1);
-  ::setenv("CAIRN_FAULT_PAUSE_S", "3", 1);
   ControllerProcess c(Dir(), "c", etcd.StoreSpec(),
                       {"--dispatch", "cairnd", "--lease-ttl", "5", "--heartbeat-interval", "0.3", "--heartbeat-timeout", "15"});
-  ::testing::AssertionResult started = c.Start();
-  ::unsetenv("CAIRN_FAULT_PAUSE");
-  ::unsetenv("CAIRN_FAULT_PAUSE_S");
-  ASSERT_TRUE(started);
-  ASSERT_TRUE(c.WaitLeader(15s)) << c.Log();
+  ASSERT_TRUE(StartPausingLeader(c)) << c.Log();
   std::string shared = SharedStore();
-  std::string token = Token("daemon.token", "daemon-token-0123456789abcdef");
-  auto join = [&](const std::string& price) {
-    return std::vector<std::string>{"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--token-file", token,
-                                    "--controller", c.address(), "--price-per-hour", price, "--storage", "dir:" + shared};
-  };
-  DaemonProcess y(Dir(), "y", join("1.20"));
-  ASSERT_TRUE(y.Start());
-  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(y.Cairn({"node", "info"}).out, "heartbeats ok"); }, 30s)) << y.RunLog();
-  std::string out = Dir() + "/job";
-  std::vector<std::string> submit = {"submit", "--id", "train", "--cpus", "1", "--memory-mb", "100",
-                                     "--work-hours", "10", "--json", "--"};
-  for (auto& arg : PythonJob(out)) submit.push_back(arg);
-  ASSERT_TRUE(Ctl(c, submit).Exited(0)) << c.Log();
-  ASSERT_EQ(StateOn(y), "running") << y.RunLog();
-  DaemonProcess x(Dir(), "x", join("0.30"));
-  ASSERT_TRUE(x.Start());
+  std::unique_ptr<DaemonProcess> yp = Join("y", c.address(), "1.20", shared, /*wait=*/true);
+  DaemonProcess& y = *yp;
+  ASSERT_FALSE(HasFailure()) << c.Log();
+  std::string out = SubmitTrain([&](std::vector<std::string> a) { return Ctl(c, std::move(a)); }, y);
+  ASSERT_FALSE(HasFailure()) << c.Log();
+  std::unique_ptr<DaemonProcess> xp = Join("x", c.address(), "0.30", shared, /*wait=*/false);
+  DaemonProcess& x = *xp;
   ASSERT_TRUE(WaitFor([&] { return absl::StrContains(c.Log(), "cairn: fault point controller-in-flight"); }, 60s))
       << c.Log();
   etcd.KillMember(0);  // the first endpoint the controller tries

@@ -135,6 +135,23 @@ int FreeTcpPort() {
   return ntohs(a.sin_port);
 }
 
+std::string JobFreezer(const std::string& node, const std::string& job) {
+  std::string s = ReadFile("/sys/fs/cgroup/freezer/cairn/" + node + "." + job + "/freezer.state");
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+FaultCut KillAtFaultPoint(const DaemonProcess& caller, const std::vector<std::string>& args, DaemonProcess& victim,
+                          const std::string& stage) {
+  FaultCut cut;
+  std::thread call([&] { cut.call = caller.Cairn(args, 90s); });
+  cut.reached = WaitFor([&] { return victim.RunLog().find("fault point " + stage) != std::string::npos; }, 60s);
+  victim.Kill(SIGKILL);
+  victim.Wait();
+  call.join();
+  return cut;
+}
+
 int DaemonProcess::MetricsPort() const {
   std::string log = ReadFile(log_ + ".run");
   const std::string mark = "metrics=http://127.0.0.1:";

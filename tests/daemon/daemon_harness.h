@@ -86,6 +86,20 @@ std::string ScrapeMetrics(const DaemonProcess& d, const std::string& token = "")
 // Polls `pred` every 50 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
+// The v1 freezer state (THAWED, FROZEN...) of job `job`'s cgroup on node `node`; "" when none.
+std::string JobFreezer(const std::string& node, const std::string& job);
+
+// A daemon cut at a fault point (issue 21's kill tests): runs `cairn ARGS` against `caller` on a
+// thread; once `victim` (started with CAIRN_FAULT_PAUSE=stage) logs that it reached `stage`
+// (waited for up to 60 s), SIGKILLs it and waits for it, then for the command. `caller` may be
+// `victim`.
+struct FaultCut {
+  bool reached = false;  // the victim got to the stage (false: killed after 60 s all the same)
+  CommandResult call;
+};
+FaultCut KillAtFaultPoint(const DaemonProcess& caller, const std::vector<std::string>& args, DaemonProcess& victim,
+                          const std::string& stage);
+
 // A JSON field that proto3 JSON may print as a string (64-bit integers) as a number.
 int64_t JsonInt(const nlohmann::json& v);
 

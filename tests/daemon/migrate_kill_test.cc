@@ -32,16 +32,7 @@ struct Cut {
 
 std::ostream& operator<<(std::ostream& os, const Cut& c) { return os << c.name; }
 
-class MigrateKillTest : public DaemonFixture, public ::testing::WithParamInterface<Cut> {
- protected:
-  // The freezer state of the job's cgroup on node `node` ("" when there is none).
-  static std::string Freezer(const std::string& node, const std::string& job) {
-    std::string s = ReadFile("/sys/fs/cgroup/freezer/cairn/" + node + "." + job + "/freezer.state");
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return s;
-  }
-  std::string RunLog(const std::string& node) { return ReadFile(Dir() + "/" + node + ".log.run"); }
-};
+class MigrateKillTest : public DaemonFixture, public ::testing::WithParamInterface<Cut> {};
 
 TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
   const Cut& cut = GetParam();
@@ -70,16 +61,12 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
   std::this_thread::sleep_for(1s);  // mid-computation
   int pid_a = Job(*a, "py")["host_pid"];
 
-  CommandResult migrate;
-  std::thread mover([&] { migrate = a->Cairn({"job", "migrate", "py", "--to", node_b, "--restore-timeout", "30"}, 90s); });
   std::unique_ptr<DaemonProcess>& victim = cut.kill_source ? a : b;
-  const std::string victim_node = victim->node();
-  bool paused = WaitFor([&] { return RunLog(victim_node).find(std::string("fault point ") + cut.stage) != std::string::npos; }, 60s);
-  victim->Kill(SIGKILL);
-  victim->Wait();
-  mover.join();
-  ASSERT_TRUE(paused) << "the " << (cut.kill_source ? "source" : "destination") << " never reached " << cut.stage << ": "
-                      << RunLog(victim_node) << "\nmigrate: " << migrate.Describe();
+  FaultCut killed =
+      KillAtFaultPoint(*a, {"job", "migrate", "py", "--to", node_b, "--restore-timeout", "30"}, *victim, cut.stage);
+  const CommandResult& migrate = killed.call;
+  ASSERT_TRUE(killed.reached) << "the " << (cut.kill_source ? "source" : "destination") << " never reached " << cut.stage
+                              << ": " << victim->RunLog() << "\nmigrate: " << migrate.Describe();
   EXPECT_FALSE(migrate.Exited(0)) << "the migration reported success although a daemon died in it: " << migrate.Describe();
 
   // The dead daemon comes back on its state directory (without the fault point), at once or
@@ -88,7 +75,7 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
     std::this_thread::sleep_for(std::chrono::seconds(cut.down_s));
     if (!cut.kill_source) {
       EXPECT_EQ(Job(*a, "py")["state"], "migrating") << "the source should hold the job in doubt meanwhile";
-      EXPECT_EQ(Freezer(node_a, "py"), "FROZEN") << "the job must stand frozen on the source while in doubt";
+      EXPECT_EQ(JobFreezer(node_a, "py"), "FROZEN") << "the job must stand frozen on the source while in doubt";
     }
   }
   victim = std::make_unique<DaemonProcess>(Dir(), cut.kill_source ? "node-a" : "node-b",
@@ -103,7 +90,7 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
         return state_a == "running" || state_a == "migrated";
       },
       60s);
-  ASSERT_TRUE(settled) << "the source's record stays " << state_a << ": " << RunLog(node_a) << RunLog(node_b);
+  ASSERT_TRUE(settled) << "the source's record stays " << state_a << ": " << a->RunLog() << b->RunLog();
 
   json jobs_b = b->Json({"job", "list"})["jobs"];
   json job_b;
@@ -116,13 +103,13 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
     ASSERT_TRUE(b_runs) << "the source says migrated but the destination does not run it: " << jobs_b.dump();
     EXPECT_TRUE(WaitGone(pid_a, 10s).gone) << "the source's copy still exists";
     EXPECT_TRUE(IsAlive(job_b["host_pid"].get<int>()));
-    EXPECT_EQ(Freezer(node_b, "py"), "THAWED");
+    EXPECT_EQ(JobFreezer(node_b, "py"), "THAWED");
   } else {
     // Aborted: only the source's copy, and it runs (not left frozen).
     EXPECT_FALSE(b_runs) << "both nodes run the job: " << jobs_b.dump();
     EXPECT_EQ(Job(*a, "py")["host_pid"], pid_a);
     EXPECT_TRUE(IsAlive(pid_a));
-    EXPECT_EQ(Freezer(node_a, "py"), "THAWED");
+    EXPECT_EQ(JobFreezer(node_a, "py"), "THAWED");
     // Nothing of it runs in the destination's cgroup.
     EXPECT_TRUE(WaitFor([&] { return ReadFile("/sys/fs/cgroup/freezer/cairn/" + node_b + ".py/cgroup.procs").empty(); }, 10s))
         << "a copy is left in the destination's cgroup";

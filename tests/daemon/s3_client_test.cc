@@ -25,11 +25,7 @@ class S3ClientTest : public CairnTest {
     ASSERT_TRUE(server_->Start());
   }
   S3Config Config() const {
-    S3Config c;
-    c.endpoint = server_->endpoint();
-    c.bucket = "bkt";
-    c.access_key = S3rver::kKey;
-    c.secret_key = S3rver::kSecret;
+    S3Config c = server_->Config();
     c.part_bytes = 5 << 20;  // S3's smallest part
     return c;
   }

@@ -66,4 +66,13 @@ int S3rver::PendingUploads() const {
   return n;
 }
 
+daemon::storage::S3Config S3rver::Config() const {
+  daemon::storage::S3Config c;
+  c.endpoint = endpoint();
+  c.bucket = bucket_;
+  c.access_key = kKey;
+  c.secret_key = kSecret;
+  return c;
+}
+
 }  // namespace cairn::testing

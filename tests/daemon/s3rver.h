@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "daemon/storage/s3_client.h"
+
 namespace cairn::testing {
 
 class S3rver {
@@ -29,6 +31,8 @@ class S3rver {
   ::testing::AssertionResult Start();
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   const std::string& bucket() const { return bucket_; }
+  // A client's configuration for its bucket, with the credentials it accepts.
+  daemon::storage::S3Config Config() const;
   // Multipart uploads started and neither completed nor aborted (s3rver keeps one directory
   // each under BUCKET/._S3rver_uploads).
   int PendingUploads() const;

@@ -33,14 +33,7 @@ class StorageTest : public DaemonFixture {
   static std::vector<std::string> S3Env(const std::string& key = S3rver::kKey) {
     return {"AWS_ACCESS_KEY_ID=" + key, std::string("AWS_SECRET_ACCESS_KEY=") + S3rver::kSecret};
   }
-  daemon::storage::S3Client Client() const {
-    daemon::storage::S3Config c;
-    c.endpoint = s3_->endpoint();
-    c.bucket = "bkt";
-    c.access_key = S3rver::kKey;
-    c.secret_key = S3rver::kSecret;
-    return daemon::storage::S3Client(c);
-  }
+  daemon::storage::S3Client Client() const { return daemon::storage::S3Client(s3_->Config()); }
   std::vector<std::string> Keys(const std::string& prefix) {
     auto l = Client().List(prefix);
     EXPECT_TRUE(l.ok()) << l.status();

@@ -37,8 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kTargetMib = 40;  // pages.img over 16 MiB: uploaded to S3 in parts
 
-std::string RunLog(const std::string& dir, const std::string& node) { return ReadFile(dir + "/" + node + ".log.run"); }
-
 // Processes running python3 (the job, not its init) whose command line mentions `needle`.
 std::vector<pid_t> ProcessesMentioning(const std::string& needle) {
   std::vector<pid_t> found;
@@ -54,12 +52,6 @@ std::vector<pid_t> ProcessesMentioning(const std::string& needle) {
 
 std::string CgroupProcs(const std::string& node, const std::string& job) {
   return ReadFile("/sys/fs/cgroup/freezer/cairn/" + node + "." + job + "/cgroup.procs");
-}
-
-std::string Freezer(const std::string& node, const std::string& job) {
-  std::string s = ReadFile("/sys/fs/cgroup/freezer/cairn/" + node + "." + job + "/freezer.state");
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
 }
 
 bool HasEvent(const json& show, const std::string& kind) {
@@ -110,14 +102,7 @@ class UploadKillTest : public DaemonFixture, public ::testing::WithParamInterfac
     }
   }
 
-  daemon::storage::S3Client Client() const {
-    daemon::storage::S3Config c;
-    c.endpoint = s3_->endpoint();
-    c.bucket = "bkt";
-    c.access_key = S3rver::kKey;
-    c.secret_key = S3rver::kSecret;
-    return daemon::storage::S3Client(c);
-  }
+  daemon::storage::S3Client Client() const { return daemon::storage::S3Client(s3_->Config()); }
 
   // What the store holds of job `job`: checkpoint id -> {relative path -> size}, a manifest
   // included as "cairn-manifest"; ".partial" directories of dir: under their own name.
@@ -226,17 +211,11 @@ TEST_P(UploadKillTest, TheJobRunsOnAndNoHalfCheckpointLooksComplete) {
   a = std::make_unique<DaemonProcess>(Dir(), "node-a", args_, fault_env);
   ASSERT_TRUE(a->Start());
   ASSERT_EQ(Job(*a, "ft")["host_pid"], init);
-  CommandResult ck;
-  std::thread taker([&] {
-    std::vector<std::string> args = {"job", "checkpoint", "ft"};
-    if (cut.kill) args.push_back("--kill");
-    ck = a->Cairn(args, 90s);
-  });
-  bool paused = WaitFor([&] { return RunLog(Dir(), node).find(std::string("fault point ") + cut.stage) != std::string::npos; }, 60s);
-  a->Kill(SIGKILL);
-  a->Wait();
-  taker.join();
-  ASSERT_TRUE(paused) << "cairnd never reached " << cut.stage << ": " << RunLog(Dir(), node);
+  std::vector<std::string> take = {"job", "checkpoint", "ft"};
+  if (cut.kill) take.push_back("--kill");
+  FaultCut killed = KillAtFaultPoint(*a, take, *a, cut.stage);
+  const CommandResult& ck = killed.call;
+  ASSERT_TRUE(killed.reached) << "cairnd never reached " << cut.stage << ": " << a->RunLog();
   EXPECT_FALSE(ck.Exited(0)) << "the checkpoint reported success although the daemon died in it: " << ck.Describe();
   if (!cut.kill) {
     // Its upload never touches the job: it runs on while the daemon is down.
@@ -261,7 +240,7 @@ TEST_P(UploadKillTest, TheJobRunsOnAndNoHalfCheckpointLooksComplete) {
   json show = a->Json({"job", "show", "ft"});
   EXPECT_EQ(show["job"]["state"], "running") << show.dump();
   EXPECT_EQ(show["job"]["host_pid"], init);
-  EXPECT_EQ(Freezer(node, "ft"), "THAWED");
+  EXPECT_EQ(JobFreezer(node, "ft"), "THAWED");
   std::string answer = Ask(target, log);
   EXPECT_EQ(answer.rfind("PASS", 0), 0u) << "after the restart: " << answer;
 
@@ -368,13 +347,9 @@ TEST_P(RestoreKillTest, NoCopyRunsAndASecondRestoreFinishesTheJob) {
   std::vector<std::string> restore = {"job", "restore", "py"};
   if (cut.stored) restore.push_back("--newest-stored");
 
-  CommandResult r;
-  std::thread restorer([&] { r = b->Cairn(restore, 90s); });
-  bool paused = WaitFor([&] { return RunLog(Dir(), node_b).find(std::string("fault point ") + cut.stage) != std::string::npos; }, 60s);
-  b->Kill(SIGKILL);
-  b->Wait();
-  restorer.join();
-  ASSERT_TRUE(paused) << "cairnd never reached " << cut.stage << ": " << RunLog(Dir(), node_b);
+  FaultCut killed = KillAtFaultPoint(*b, restore, *b, cut.stage);
+  const CommandResult& r = killed.call;
+  ASSERT_TRUE(killed.reached) << "cairnd never reached " << cut.stage << ": " << b->RunLog();
   EXPECT_FALSE(r.Exited(0)) << "the restore reported success although the daemon died in it: " << r.Describe();
 
   b = std::make_unique<DaemonProcess>(Dir(), cut.stored ? "node-b" : "node-a", args);

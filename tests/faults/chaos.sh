@@ -23,22 +23,13 @@ CAIRND=$BUILD/cairnd
 T=$(mktemp -d "${STATE_DIR:-/var/tmp}/cairn-chaos.XXXXXX")
 chmod 700 "$T"
 NODES=(ca-$$ cb-$$ cc-$$)
+source tests/faults/chaos_jobs.sh  # CHAOS_JOB, EXPECTED, chaos_release, chaos_tally, chaos_clean_nodes
 declare -A PORT PID
 echo "chaos: $JOBS jobs, 3 daemons, ${DURATION}s, seed $SEED, in $T"
 
 cleanup() {
-  for n in "${NODES[@]}"; do
-    [ -n "${PID[$n]:-}" ] && kill -9 "${PID[$n]}" 2>/dev/null
-    for d in /sys/fs/cgroup/freezer/cairn/$n.*; do
-      [ -d "$d" ] || continue
-      echo THAWED >"$d/freezer.state" 2>/dev/null
-      for p in $(cat "$d/cgroup.procs"); do kill -9 "$p" 2>/dev/null; done
-    done
-  done
-  sleep 0.5
-  for n in "${NODES[@]}"; do for h in freezer memory cpu cpuacct pids; do rmdir /sys/fs/cgroup/$h/cairn/$n.* 2>/dev/null; done; done
-  pkill -9 -f "cairn lazy-pages.*$T" 2>/dev/null
-  [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
+  for n in "${NODES[@]}"; do [ -n "${PID[$n]:-}" ] && kill -9 "${PID[$n]}" 2>/dev/null; done
+  chaos_clean_nodes "${NODES[@]}"
 }
 trap cleanup EXIT
 
@@ -61,38 +52,17 @@ start() {
 # cairn job SUBCOMMAND on node N (the socket before the arguments: `job run` ends with -- CMD).
 c() { local n=$1; shift; "$CAIRN" "$1" "$2" --socket "$T/$n.sock" "${@:3}"; }
 
-# The job: a hash chain in steps with short sleeps (it lasts the whole run), then it waits for
-# its gate, appends "done RESULT" to its log of endings (once per copy that finishes) and exits.
-JOB='
-import hashlib, os, sys, time
-out, n, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-h = hashlib.sha256(b"cairn").digest()
-for i in range(n):
-    h = hashlib.sha256(h).digest()
-    if i % 2000 == 0:
-        time.sleep(0.01)
-while not os.path.exists(gate):
-    time.sleep(0.05)
-with open(out, "a") as f:
-    f.write("done %s\n" % h.hex())
-'
-EXPECTED=$(python3 -c "
-import hashlib
-h = hashlib.sha256(b'cairn').digest()
-for i in range($ROUNDS): h = hashlib.sha256(h).digest()
-print(h.hex())")
-
 for n in "${NODES[@]}"; do start "$n" || exit 1; done
 mkdir -p "$T/jobs"
 for j in $(seq -w 1 "$JOBS"); do
   n=${NODES[$(( (10#$j) % 3 ))]}
   mkdir -p "$T/jobs/j$j"
-  c "$n" job run --name "j$j" --checkpoint-every 2 --keep 2 -- /usr/bin/env PYTHONHASHSEED=0 /usr/bin/python3 -I -c "$JOB" \
+  c "$n" job run --name "j$j" --checkpoint-every 2 --keep 2 -- /usr/bin/env PYTHONHASHSEED=0 /usr/bin/python3 -I -c "$CHAOS_JOB" \
     "$T/jobs/j$j/endings" "$ROUNDS" "$T/jobs/j$j/go" >/dev/null || { echo "chaos: job j$j did not start"; exit 1; }
 done
 
 # Which nodes run job J now (state running, its pid alive).
-where() {
+chaos_where() {
   local j=$1 out=()
   for n in "${NODES[@]}"; do
     local pid
@@ -119,7 +89,7 @@ while ((SECONDS < end)); do
     start "$n" || exit 1
   else
     j=j$(printf "%0${#JOBS}d" $((RANDOM % JOBS + 1)))
-    read -r -a at <<<"$(where "$j")"
+    read -r -a at <<<"$(chaos_where "$j")"
     if ((${#at[@]} > 1)); then echo "chaos: job $j runs on ${at[*]}"; twice=$((twice + 1)); fi
     ((${#at[@]} == 1)) || continue
     to=${NODES[$((RANDOM % 3))]}
@@ -134,23 +104,10 @@ done
 migrated=$( [ -f "$T/migrated" ] && wc -l <"$T/migrated" || echo 0)
 
 # Let every job finish; give in-doubt migrations and restarts time to settle.
-for j in $(seq -w 1 "$JOBS"); do touch "$T/jobs/j$j/go"; done
-deadline=$((SECONDS + 300))
-while ((SECONDS < deadline)); do
-  left=0
-  for j in $(seq -w 1 "$JOBS"); do [ -s "$T/jobs/j$j/endings" ] || left=$((left + 1)); done
-  ((left == 0)) && break
-  sleep 1
-done
+IDS=(); for j in $(seq -w 1 "$JOBS"); do IDS+=("j$j"); done
+chaos_release 300 "${IDS[@]}"
 sleep 3  # a second copy, if any, would write its line now
-lost=0; dup=0; wrong=0
-for j in $(seq -w 1 "$JOBS"); do
-  f="$T/jobs/j$j/endings"
-  lines=$( [ -f "$f" ] && wc -l <"$f" || echo 0)
-  if ((lines == 0)); then lost=$((lost + 1)); echo "chaos: job j$j never finished (runs on: $(where "j$j"))"; fi
-  if ((lines > 1)); then dup=$((dup + 1)); echo "chaos: job j$j finished $lines times"; fi
-  if ((lines >= 1)) && grep -qv "done $EXPECTED" "$f"; then wrong=$((wrong + 1)); echo "chaos: job j$j: wrong result"; fi
-done
+chaos_tally chaos "${IDS[@]}"
 echo "chaos: ${DURATION}s, seed $SEED: $kills daemon kills, $migrations migrations ($migrated completed); jobs: $JOBS," \
   "finished right $((JOBS - lost - dup - wrong)), lost $lost, finished twice $dup, wrong result $wrong, seen on two nodes $twice"
 ((lost == 0 && dup == 0 && wrong == 0 && twice == 0))

@@ -71,6 +71,7 @@ done
 T=$(mktemp -d "${STATE_DIR:-/var/tmp}/cairn-chaos-ctl.XXXXXX")
 chmod 700 "$T"
 NODES=(na-$$ nb-$$ nc-$$)
+source tests/faults/chaos_jobs.sh  # CHAOS_JOB, EXPECTED, chaos_release, chaos_tally, chaos_clean_nodes
 CTLS=(ctl-a ctl-b)
 MEMBERS=(m0 m1 m2)
 declare -A PORT PID PRICE DOWN
@@ -85,17 +86,7 @@ cleanup() {
   [ -n "${SAMPLER:-}" ] && kill -9 "$SAMPLER" 2>/dev/null
   [ -n "${WATCHER:-}" ] && kill -9 "$WATCHER" 2>/dev/null
   { wait; } 2>/dev/null
-  for n in "${NODES[@]}"; do
-    for d in /sys/fs/cgroup/freezer/cairn/$n.*; do
-      [ -d "$d" ] || continue
-      echo THAWED >"$d/freezer.state" 2>/dev/null
-      for p in $(cat "$d/cgroup.procs"); do kill -9 "$p" 2>/dev/null; done
-    done
-  done
-  sleep 0.5
-  for n in "${NODES[@]}"; do for h in freezer memory cpu cpuacct pids; do rmdir /sys/fs/cgroup/$h/cairn/$n.* 2>/dev/null; done; done
-  pkill -9 -f "cairn lazy-pages.*$T" 2>/dev/null
-  [ -n "${KEEP:-}" ] && echo "kept $T" || rm -rf "$T"
+  chaos_clean_nodes "${NODES[@]}"
 }
 trap cleanup EXIT
 
@@ -199,32 +190,12 @@ except Exception: print(0)")
 done
 ((nodes == 3)) || { echo "chaos-controller: $nodes of 3 nodes registered"; exit 1; }
 
-# The job: the hash chain of chaos.sh (it lasts the whole run), then it waits for its gate,
-# appends "done RESULT" to its log of endings (once per copy that finishes) and exits.
-JOB='
-import hashlib, os, sys, time
-out, n, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-h = hashlib.sha256(b"cairn").digest()
-for i in range(n):
-    h = hashlib.sha256(h).digest()
-    if i % 2000 == 0:
-        time.sleep(0.01)
-while not os.path.exists(gate):
-    time.sleep(0.05)
-with open(out, "a") as f:
-    f.write("done %s\n" % h.hex())
-'
-EXPECTED=$(python3 -c "
-import hashlib
-h = hashlib.sha256(b'cairn').digest()
-for i in range($ROUNDS): h = hashlib.sha256(h).digest()
-print(h.hex())")
 JOBIDS=()
 for j in $(seq -w 1 "$JOBS"); do
   id=j$j; JOBIDS+=("$id")
   mkdir -p "$T/jobs/$id"
   ctl submit --id "$id" --cpus 1 --memory-mb 100 --work-hours 10 --checkpoint-interval "$CKPT" --json -- \
-    /usr/bin/env PYTHONHASHSEED=0 /usr/bin/python3 -I -c "$JOB" "$T/jobs/$id/endings" "$ROUNDS" "$T/jobs/$id/go" \
+    /usr/bin/env PYTHONHASHSEED=0 /usr/bin/python3 -I -c "$CHAOS_JOB" "$T/jobs/$id/endings" "$ROUNDS" "$T/jobs/$id/go" \
     >>"$T/submit.out" 2>&1 || { echo "chaos-controller: job $id not submitted"; tail -3 "$T/submit.out"; exit 1; }
 done
 
@@ -417,28 +388,14 @@ release_seq=$(ctl events --json --last 1 --timeout 10 2>/dev/null | python3 -c "
 import json,sys
 try: print(max(int(e['seq']) for e in json.load(sys.stdin)['events']))
 except Exception: print(0)")
-for id in "${JOBIDS[@]}"; do touch "$T/jobs/$id/go"; done
-deadline=$((SECONDS + TAIL))
-while ((SECONDS < deadline)); do
-  left=0
-  for id in "${JOBIDS[@]}"; do [ -s "$T/jobs/$id/endings" ] || left=$((left + 1)); done
-  ((left == 0)) && break
-  sleep 1
-done
+chaos_release "$TAIL" "${JOBIDS[@]}"
 sleep 5
 # The jobs ended: a leader change and every daemon restarted must not run any of them again.
 c=$(leader); [ -n "$c" ] && { kill9 "$c"; log "kill $c (leader, jobs ended)"; ctl_kills=$((ctl_kills + 1)); sleep 2; start_controller "$c"; }
 for n in "${NODES[@]}"; do kill9 "$n"; log "restart $n (jobs ended)"; daemon_kills=$((daemon_kills + 1)); start_daemon "$n" || exit 1; done
 sleep 15  # a second copy, if any, would write its line now
 touch "$T/stop-sampler"; wait "$SAMPLER" 2>/dev/null; SAMPLER=""
-lost=0; dup=0; wrong=0
-for id in "${JOBIDS[@]}"; do
-  f="$T/jobs/$id/endings"
-  lines=$( [ -f "$f" ] && wc -l <"$f" || echo 0)
-  if ((lines == 0)); then lost=$((lost + 1)); echo "chaos-controller: job $id never finished"; fi
-  if ((lines > 1)); then dup=$((dup + 1)); echo "chaos-controller: job $id finished $lines times"; fi
-  if ((lines >= 1)) && grep -qv "done $EXPECTED" "$f"; then wrong=$((wrong + 1)); echo "chaos-controller: job $id: wrong result"; fi
-done
+chaos_tally chaos-controller "${JOBIDS[@]}"
 exec 2>&3
 grep -v ' Killed ' "$T/shell.err" >&2
 grep -v SUMMARY "$T/sampler.out"

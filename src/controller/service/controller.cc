@@ -569,18 +569,6 @@ absl::Status Controller::ReconcileNodeLocked(const std::string& node_id) {
     }
     const std::string placed = j->node_id;
     Where w = dispatcher_->Locate(job_id, placed);
-    if (w.kind == Where::kBusy) {
-      // Migrating (perhaps to this very node, in doubt until the two daemons settle it),
-      // checkpointing, restoring: this copy may be the one that counts. Asked again next tick.
-      reconcile_again_.insert(node_id);
-      if (deferred_noted_.insert(job_id + "@" + node_id).second) {
-        RETURN_IF_ERROR(record("fence-deferred", job_id,
-                               absl::StrFormat("job %s runs on %s (pid %d), but %s, where it is placed, %s: left "
-                                               "running; decided once %s settles",
-                                               job_id, node_id, pid, placed, Said(w), placed)));
-      }
-      continue;
-    }
     if (w.kind == Where::kRunning) {
       // A partition healed: the job was restored on `placed` while this node was cut off.
       DispatchResult k = dispatcher_->Kill(job_id, node_id);
@@ -590,15 +578,17 @@ absl::Status Controller::ReconcileNodeLocked(const std::string& node_id) {
                                              job_id, node_id, pid, placed, Said(w), k.note)));
       continue;
     }
-    const Node* pn = cluster_->FindNode(placed);
-    const bool placed_lost = pn == nullptr || pn->health == NodeHealth::kLost;
-    if (w.kind == Where::kUnreachable && !placed_lost) {
+    const bool placed_lost = LostLocked(placed);
+    if (w.kind == Where::kBusy || (w.kind == Where::kUnreachable && !placed_lost)) {
+      // Left running and looked at again next tick (the event once): the placed node is busy with
+      // the job (migrating, perhaps to this very node, in doubt until the two daemons settle it;
+      // checkpointing; restoring), or cannot be asked and is not lost.
       reconcile_again_.insert(node_id);
       if (deferred_noted_.insert(job_id + "@" + node_id).second) {
         RETURN_IF_ERROR(record("fence-deferred", job_id,
-                             absl::StrFormat("job %s runs on %s (pid %d), but it is placed on %s, which %s: left "
-                                             "running; decided when %s answers",
-                                             job_id, node_id, pid, placed, Said(w), placed)));
+                               absl::StrFormat("job %s runs on %s (pid %d), but %s, where it is placed, %s: left "
+                                               "running; decided once %s settles or answers",
+                                               job_id, node_id, pid, placed, Said(w), placed)));
       }
       continue;
     }
@@ -637,6 +627,11 @@ absl::Status Controller::ReconcileNodeLocked(const std::string& node_id) {
                            r.note));
   }
   return absl::OkStatus();
+}
+
+bool Controller::LostLocked(const std::string& node_id) const {
+  const Node* n = cluster_->FindNode(node_id);
+  return n == nullptr || n->health == NodeHealth::kLost;
 }
 
 absl::Status Controller::EndInFlightLocked(const std::string& job_id, const std::string& kind,
@@ -688,13 +683,9 @@ absl::Status Controller::ResolveInFlightLocked() {
     d.suspend_reason = SuspendReasonFromName(f.suspend_reason());
     d.rule = f.rule();
     d.reason = f.reason();
-    auto lost = [&](const std::string& node) {
-      const Node* n = cluster_->FindNode(node);
-      return n == nullptr || n->health == NodeHealth::kLost;
-    };
     Where from = d.node_id.empty() ? Where{Where::kAbsent, "none", 0} : dispatcher_->Locate(id, d.node_id);
     if (d.action == Action::kSuspend) {
-      if (from.kind == Where::kBusy || (from.kind == Where::kUnreachable && !lost(d.node_id))) continue;  // ask again
+      if (from.kind == Where::kBusy || (from.kind == Where::kUnreachable && !LostLocked(d.node_id))) continue;  // ask again
       if (from.kind == Where::kRunning) {
         RETURN_IF_ERROR(EndInFlightLocked(
             id, "decision-abandoned",
@@ -735,7 +726,7 @@ absl::Status Controller::ResolveInFlightLocked() {
       continue;
     }
     if (from.kind == Where::kUnreachable) {
-      if (!lost(d.node_id)) continue;  // it may still run there: ask again
+      if (!LostLocked(d.node_id)) continue;  // it may still run there: ask again
       if (d.action == Action::kMigrate) {
         // A lost source cannot say whether it still runs the job: the node-lost rule decides for
         // its jobs (it was held back while this move was in flight).
@@ -753,7 +744,7 @@ absl::Status Controller::ResolveInFlightLocked() {
       }
     }
     if (to.kind == Where::kUnreachable) {
-      if (!lost(d.target_node_id)) continue;
+      if (!LostLocked(d.target_node_id)) continue;
       RETURN_IF_ERROR(EndInFlightLocked(
           id, "decision-abandoned",
           absl::StrCat(what, ": not carried out: ", d.target_node_id, " is lost and the job runs nowhere known",

@@ -128,6 +128,8 @@ class Controller {
   // a job placed on another node that runs it too is stopped here (event "fenced"); a job placed
   // on a node that does not run it is followed here (event "job-found").
   absl::Status ReconcileNodeLocked(const std::string& node_id);
+  // The node is lost, or unknown to the model.
+  bool LostLocked(const std::string& node_id) const;
   // Resolves every decision stored in flight that this controller is not carrying out (see the
   // header comment). Waits, keeping it in flight, while a node it must ask does not answer or
   // says the job is busy (a migration the daemons are settling).

@@ -182,15 +182,15 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (std::string beside = (self.parent_path() / "cairn-init").string(); !ec && ::access(beside.c_str(), X_OK) == 0) {
     init_exe = beside;
   }
-  if (!opts.user.empty() && init_exe.empty()) {
+  if (opts.user.has_value() && init_exe.empty()) {
     return absl::FailedPreconditionError(
         "a job run as a user needs cairn-init beside the cairn executable (it drops root there); reinstall cairn");
   }
   if (!init_exe.empty()) {
     init_args = {"cairn-init", std::to_string(go_r.get()), std::to_string(out.get()), std::to_string(err.get())};
-    if (!opts.user.empty()) {
+    if (opts.user.has_value()) {  // cairn-init -u UID:GID:G1,G2,...
       init_args.push_back("-u");
-      init_args.push_back(opts.user);
+      init_args.push_back(absl::StrCat(opts.user->uid, ":", opts.user->gid, ":", absl::StrJoin(opts.user->groups, ",")));
     }
     init_args.push_back("--");
     init_args.insert(init_args.end(), opts.argv.begin(), opts.argv.end());
@@ -227,7 +227,7 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   return rec;
 }
 
-absl::StatusOr<std::string> UserSpec(const std::string& name) {
+absl::StatusOr<UserIds> LookupUser(const std::string& name) {
   std::vector<char> buf(16384);
   passwd pw{};
   passwd* found = nullptr;
@@ -249,20 +249,12 @@ absl::StatusOr<std::string> UserSpec(const std::string& name) {
     }
   }
   groups.resize(n);
-  std::vector<std::string> gs;
-  for (gid_t g : groups) gs.push_back(absl::StrCat(g));
-  return absl::StrCat(pw.pw_uid, ":", pw.pw_gid, ":", absl::StrJoin(gs, ","));
+  return UserIds{pw.pw_uid, pw.pw_gid, std::vector<uint32_t>(groups.begin(), groups.end())};
 }
 
 absl::StatusOr<restore::RestoreOptions::Owner> OwnerOf(const std::string& name) {
-  ASSIGN_OR_RETURN(std::string spec, UserSpec(name));
-  std::vector<std::string> parts = absl::StrSplit(spec, ':');
-  restore::RestoreOptions::Owner owner;
-  owner.name = name;
-  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &owner.uid) || !absl::SimpleAtoi(parts[1], &owner.gid)) {
-    return absl::InternalError(absl::StrCat("user `", name, "`: unexpected spec ", spec));
-  }
-  return owner;
+  ASSIGN_OR_RETURN(UserIds ids, LookupUser(name));
+  return restore::RestoreOptions::Owner{ids.uid, ids.gid, name};
 }
 
 }  // namespace cairn::job

@@ -9,6 +9,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,17 +27,23 @@ struct JobRecord {
   std::string cgroup;    // "cairn/NAME"
 };
 
+struct UserIds {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;
+};
+
 struct RunOptions {
   std::string name;               // empty: generated
   std::string dir;                // empty: <state dir>/jobs/NAME
   std::vector<std::string> argv;  // the command
-  // Run the job (its init and command) as this user: "UID:GID[:G1,G2,...]" (UserSpec). Empty: root.
-  std::string user;
+  // Run the job (its init and command) as this user (LookupUser). Unset: root.
+  std::optional<UserIds> user;
 };
 
-// The user `name` (or a numeric uid) of this machine as RunOptions::user wants it: its uid, its
-// primary gid and its supplementary groups. Errors: NotFound naming the user.
-absl::StatusOr<std::string> UserSpec(const std::string& name);
+// The user `name` (or a numeric uid) of this machine: its uid, primary gid and supplementary
+// groups. Errors: NotFound naming the user.
+absl::StatusOr<UserIds> LookupUser(const std::string& name);
 // The same user as a restore's owner (restore::RestoreOptions::only_as).
 absl::StatusOr<restore::RestoreOptions::Owner> OwnerOf(const std::string& name);
 
