@@ -231,15 +231,19 @@ TEST_F(BadInput, VerifyCatchesAPlantedDifference) {
   struct Case {
     const char* plant;
     const char* names;
+    const char* workload;
   };
   const Case cases[] = {
-      {"oom_score_adj", "oom_score_adj: checkpoint 0, restored 777"},
-      {"fd_flags", "fd [0-9]+ \\([^)]*\\) flags: checkpoint 0?[0-7]*, restored 0?[0-7]*"},
-      {"rlimit", "rlimit 7 \\(soft, hard\\): checkpoint [0-9]+,[0-9]+, restored [0-9]+,[0-9]+"},
+      {"oom_score_adj", "oom_score_adj: checkpoint 0, restored 777", kTarget},
+      {"fd_flags", "fd [0-9]+ \\([^)]*\\) flags: checkpoint 0?[0-7]*, restored 0?[0-7]*", kTarget},
+      {"rlimit", "rlimit 7 \\(soft, hard\\): checkpoint [0-9]+,[0-9]+, restored [0-9]+,[0-9]+", kTarget},
+      {"lock", "fd [0-9]+ \\([^)]*\\) locks: checkpoint .*, restored .*OFD (READ|WRITE) 1099511627776-1099511627776",
+       "wl_locks"},
+      {"socket_option", "fd [0-9]+ \\(socket:[^)]*\\) SO_KEEPALIVE: checkpoint [01], restored [01]", "wl_sockets_inet"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.plant);
-    Workload w = MakeWorkload(kTarget, c.plant);
+    Workload w = MakeWorkload(c.workload, c.plant);
     ASSERT_TRUE(StartReady(w));
     std::string out_before = w.Stdout(), err_before = w.Stderr();
     std::string ckpt = w.workdir() + "/ckpt";

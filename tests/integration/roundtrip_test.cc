@@ -73,6 +73,7 @@ const Spec kSpecs[] = {
     {"wl_signalfd", true, false, true, false},
     {"wl_epoll", true, false, true, false},
     {"wl_sockets_inet"},
+    {"wl_sockets_raw"},
     {"wl_sockets_unix"},
     {"wl_memfd", true, false, true, false},
     {"wl_fifo"},

@@ -325,50 +325,36 @@ absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, cons
   }
 }
 
-// Parses the "lock:" lines of a regular file's fdinfo into `fd`. A lock line reads
-// "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; waiters ("1: -> ...") are skipped, as the
-// waiting process is inside a syscall that restarts.
+// The locks held through a regular file's descriptor, into `fd`.
 absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
                           std::set<std::pair<pid_t, uint64_t>>* posix_locked, image::Fd* fd) {
   bool posix_new = !posix_locked->count({pid, ino});
-  for (const auto& [key, value] : info.extra) {
-    if (key != "lock") continue;
-    std::vector<absl::string_view> f = absl::StrSplit(value, ' ', absl::SkipWhitespace());
-    if (f.size() >= 2 && f[1] == "->") continue;
-    auto bad = [&] {
-      return absl::DataLossError(absl::StrFormat("pid %d fd %d: malformed lock line '%s'", pid, info.fd, value));
-    };
-    if (f.size() < 8) return bad();
+  ASSIGN_OR_RETURN(std::vector<proc::LockInfo> locks, proc::ParseLocks(info));
+  for (const proc::LockInfo& l : locks) {
     image::FileLock lock;
-    if (f[1] == "FLOCK") {
+    if (l.kind == "FLOCK") {
       lock.set_kind(image::FileLock::FLOCK);
-    } else if (f[1] == "OFDLCK") {
+      lock.set_pid(l.pid);
+    } else if (l.kind == "OFDLCK") {
       lock.set_kind(image::FileLock::OFD);
-    } else if (f[1] == "POSIX") {
+    } else if (l.kind == "POSIX") {
       if (!posix_new) continue;  // listed again for each descriptor of the same file
       lock.set_kind(image::FileLock::POSIX);
-    } else if (f[1] == "LEASE" || f[1] == "DELEG") {
+    } else if (l.kind == "LEASE" || l.kind == "DELEG") {
       return absl::UnimplementedError(absl::StrFormat(
           "pid %d fd %d holds a file lease (fcntl F_SETLEASE) on %s; leases cannot be checkpointed yet — release it "
           "(F_SETLEASE, F_UNLCK) before checkpointing",
           pid, info.fd, info.target));
     } else {
       return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock (%s); not supported", pid, info.fd,
-                                                      f[1], info.target));
+                                                      l.kind, info.target));
     }
-    if (f[2] != "ADVISORY") {
-      return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock; not supported", pid, info.fd, f[2]));
+    if (l.mode != "ADVISORY") {
+      return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock; not supported", pid, info.fd, l.mode));
     }
-    lock.set_write(f[3] == "WRITE");
-    if (lock.kind() == image::FileLock::FLOCK) {
-      int32_t owner = 0;
-      if (!absl::SimpleAtoi(f[4], &owner)) return bad();
-      lock.set_pid(owner);
-    }
-    int64_t start = 0, end = -1;
-    if (!absl::SimpleAtoi(f[6], &start) || (f[7] != "EOF" && !absl::SimpleAtoi(f[7], &end))) return bad();
-    lock.set_start(start);
-    lock.set_end(end);
+    lock.set_write(l.write);
+    lock.set_start(l.start);
+    lock.set_end(l.end);
     *fd->add_locks() = lock;
   }
   if (posix_new) {

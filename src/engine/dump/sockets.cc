@@ -24,6 +24,7 @@
 #include "common/sockaddr.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/image/socket_options.h"
 #include "engine/proc/pidfd.h"
 
 namespace cairn::dump {
@@ -94,37 +95,6 @@ const char* FamilyName(int family) {
   }
 }
 
-struct OptionSpec {
-  int level;
-  int name;
-  const char* text;
-  bool tcp_only;
-};
-
-// The options a program sets on a socket that restore sets again. Only those whose value
-// differs from a fresh socket's are recorded, so a system default (a sysctl) is not frozen
-// into the checkpoint.
-constexpr OptionSpec kOptions[] = {
-    {SOL_SOCKET, SO_REUSEADDR, "SO_REUSEADDR", false},
-    {SOL_SOCKET, SO_REUSEPORT, "SO_REUSEPORT", false},
-    {SOL_SOCKET, SO_KEEPALIVE, "SO_KEEPALIVE", false},
-    {SOL_SOCKET, SO_BROADCAST, "SO_BROADCAST", false},
-    {SOL_SOCKET, SO_LINGER, "SO_LINGER", false},
-    {SOL_SOCKET, SO_OOBINLINE, "SO_OOBINLINE", false},
-    {SOL_SOCKET, SO_PRIORITY, "SO_PRIORITY", false},
-    {SOL_SOCKET, SO_RCVLOWAT, "SO_RCVLOWAT", false},
-    {SOL_SOCKET, SO_MARK, "SO_MARK", false},
-    {IPPROTO_TCP, TCP_NODELAY, "TCP_NODELAY", true},
-    {IPPROTO_TCP, TCP_KEEPIDLE, "TCP_KEEPIDLE", true},
-    {IPPROTO_TCP, TCP_KEEPINTVL, "TCP_KEEPINTVL", true},
-    {IPPROTO_TCP, TCP_KEEPCNT, "TCP_KEEPCNT", true},
-    {IPPROTO_TCP, TCP_DEFER_ACCEPT, "TCP_DEFER_ACCEPT", true},
-    {IPPROTO_TCP, TCP_USER_TIMEOUT, "TCP_USER_TIMEOUT", true},
-    {IPPROTO_TCP, TCP_FASTOPEN, "TCP_FASTOPEN", true},
-    {IPPROTO_IP, IP_TOS, "IP_TOS", false},
-    {IPPROTO_IP, IP_FREEBIND, "IP_FREEBIND", false},
-};
-
 absl::Status CaptureOptions(int theirs, int family, int type, int protocol, image::SocketState* s) {
   UniqueFd fresh(::socket(family, type | SOCK_CLOEXEC, protocol));
   if (!fresh.valid()) return ErrnoStatus("socket (a fresh one, to compare options with)");
@@ -144,15 +114,11 @@ absl::Status CaptureOptions(int theirs, int family, int type, int protocol, imag
     o->set_value(std::string(a, alen));
     return absl::OkStatus();
   };
-  // IPV6_V6ONLY first: it must be set before the socket is bound.
-  if (family == AF_INET6) RETURN_IF_ERROR(record(IPPROTO_IPV6, IPV6_V6ONLY, "IPV6_V6ONLY"));
-  for (const OptionSpec& o : kOptions) {
-    if (o.tcp_only && protocol != IPPROTO_TCP) continue;
-    int level = o.level == IPPROTO_IP && family == AF_INET6 ? IPPROTO_IPV6 : o.level;
-    int name = level == IPPROTO_IPV6 && o.name == IP_TOS ? IPV6_TCLASS : o.name;
-    if (level == IPPROTO_IPV6 && o.name == IP_FREEBIND) continue;  // IPV6_FREEBIND: not in older headers
-    RETURN_IF_ERROR(record(level, name, o.text));
-  }
+  absl::Status status;
+  image::ForEachSocketOption(family, type, protocol, [&](const image::SocketOptionSpec& o) {
+    if (status.ok()) status = record(o.level, o.name, o.text);
+  });
+  RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }
 
@@ -446,12 +412,18 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
   ASSIGN_OR_RETURN(int type, IntOption(c, SOL_SOCKET, SO_TYPE, "SO_TYPE"));
   ASSIGN_OR_RETURN(int protocol, IntOption(c, SOL_SOCKET, SO_PROTOCOL, "SO_PROTOCOL"));
   constexpr absl::string_view kAdvice =
-      "checkpoints support TCP and UDP sockets (listening, bound, or connected UDP) and unix sockets — close it "
+      "checkpoints support TCP, UDP, UDP-Lite, ICMP (ping) and raw internet sockets and unix sockets — close it "
       "before checkpointing";
   if (family != AF_INET && family != AF_INET6) return Refuse(pid, info, FamilyName(family), kAdvice);
   bool tcp = type == SOCK_STREAM && protocol == IPPROTO_TCP;
-  bool udp = type == SOCK_DGRAM && protocol == IPPROTO_UDP;
-  if (!tcp && !udp) return Refuse(pid, info, "a raw or non-TCP/UDP internet socket", kAdvice);
+  // Datagram sockets rebuilt from their name, peer and options: UDP, UDP-Lite, ICMP echo
+  // ("ping") sockets, and raw sockets (their protocol is the one they were opened with).
+  bool udp = type == SOCK_DGRAM && (protocol == IPPROTO_UDP || protocol == IPPROTO_UDPLITE);
+  bool ping = type == SOCK_DGRAM && (protocol == IPPROTO_ICMP || protocol == IPPROTO_ICMPV6);
+  bool raw = type == SOCK_RAW;
+  if (!tcp && !udp && !ping && !raw) {
+    return Refuse(pid, info, absl::StrFormat("an internet socket of type %d, protocol %d", type, protocol), kAdvice);
+  }
   fd->set_kind(image::Fd::INET_SOCKET);
   image::SocketState* s = fd->mutable_socket();
   s->set_family(family);
@@ -492,13 +464,21 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
     int queued = 0;
     if (::ioctl(c, SIOCINQ, &queued) == 0 && queued > 0) {
       CAIRN_LOG_WARN("event=udp_queue_dropped pid={} fd={} bound={} reason=\"datagrams waiting to be read are not "
-                     "saved; UDP may lose them\"",
+                     "saved; a datagram network may lose them\"",
                      pid, info.fd, FormatSockaddr(local));
     }
     s->set_peer(remote);
-    if (!remote.empty()) {
+    if (!remote.empty() && udp) {
       ASSIGN_OR_RETURN(uint32_t shut, UdpShutdown(c));
       s->set_shutdown(shut);
+    } else if (!remote.empty()) {
+      // Ping and raw sockets check what is sent before they check the shutdown, so the
+      // probe UdpShutdown makes would not see it: the receiving side only.
+      pollfd p{c, POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 1 && (p.revents & POLLRDHUP) != 0) s->set_shutdown(1);
+      CAIRN_LOG_WARN("event=raw_shutdown_not_probed pid={} fd={} peer={} reason=\"a connected ping or raw socket: "
+                     "its sending side is taken as open\"",
+                     pid, info.fd, FormatSockaddr(remote));
     }
   }
   if (BoundInet(local)) s->set_bound(local);

@@ -128,6 +128,24 @@ absl::StatusOr<uint64_t> ParseSignalfdMask(const FdInfo& info) {
   return out;
 }
 
+absl::StatusOr<std::vector<LockInfo>> ParseLocks(const FdInfo& info) {
+  std::vector<LockInfo> out;
+  for (const auto& [key, value] : info.extra) {
+    if (key != "lock") continue;
+    std::vector<absl::string_view> f = absl::StrSplit(value, ' ', absl::SkipWhitespace());
+    if (f.size() >= 2 && f[1] == "->") continue;
+    LockInfo l;
+    bool ok = f.size() >= 8 && absl::SimpleAtoi(f[4], &l.pid) && absl::SimpleAtoi(f[6], &l.start) &&
+              (f[7] == "EOF" || absl::SimpleAtoi(f[7], &l.end));
+    if (!ok) return absl::DataLossError(absl::StrCat("fd ", info.fd, ": malformed lock line '", value, "'"));
+    l.kind = std::string(f[1]);
+    l.mode = std::string(f[2]);
+    l.write = f[3] == "WRITE";
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<EpollTarget>> ParseEpollTargets(const FdInfo& info) {
   // "tfd:        3 events:       19 data:                1  pos:0 ino:40f sdev:10"
   std::vector<EpollTarget> out;

@@ -76,6 +76,20 @@ struct InotifyWatch {
 // An inotify instance's watches, in the kernel's order.
 absl::StatusOr<std::vector<InotifyWatch>> ParseInotifyWatches(const FdInfo& info);
 
+struct LockInfo {
+  std::string kind;   // FLOCK, OFDLCK, POSIX, LEASE, DELEG...
+  std::string mode;   // ADVISORY (MANDATORY on old kernels; ACTIVE, BREAKING... for leases)
+  bool write = false; // WRITE (exclusive) rather than READ (shared)
+  int32_t pid = 0;    // the owner the kernel names, in the reader's PID namespace (-1: OFD)
+  int64_t start = 0;
+  int64_t end = -1;   // inclusive; -1: to the end of the file
+};
+// The locks a descriptor's "lock:" lines show: the flock and OFD locks of its open file
+// description and the POSIX locks its process holds on the file ("1: FLOCK  ADVISORY  WRITE
+// 1234 fe:00:5678 0 EOF"). Waiters ("1: -> ...") are left out: the waiting process is inside
+// a syscall that restarts.
+absl::StatusOr<std::vector<LockInfo>> ParseLocks(const FdInfo& info);
+
 // Every open descriptor of `pid`, ascending.
 absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid);
 

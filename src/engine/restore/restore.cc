@@ -752,7 +752,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Process* p : procs) {
       if (!built.ok()) break;
       bool session_restored = std::any_of(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == p->sid(); });
-      if (!p->zombie()) built = VerifyRestored(*p, ids, session_restored);
+      if (!p->zombie()) built = VerifyRestored(*p, procs, ids, session_restored);
     }
     verify_seconds = std::chrono::duration<double>(Clock::now() - v0).count();
   }

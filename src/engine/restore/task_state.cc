@@ -12,8 +12,10 @@
 #include <sys/time.h>
 #include <sys/user.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -43,6 +45,20 @@ static_assert(sizeof(PrctlMmMap) == 104);
 
 // Scratch offsets: strings at 0, structures at 1 KiB, auxv at 8 KiB.
 constexpr size_t kStructOff = 1024;
+
+// A timer as the kernel reports it just after restore armed it (times in ns): the same
+// interval; no more time left than it was given (or one period, if it already fired and
+// re-armed) plus `slack`, and some left if it was given more than 10 ms and has no period.
+absl::Status CheckArmed(const std::string& what, uint64_t interval, uint64_t value, uint64_t got_interval,
+                        uint64_t got_value, uint64_t slack = 0) {
+  bool ok = got_interval == interval && got_value <= std::max(value, interval) + slack &&
+            !(interval == 0 && value > 10'000'000 && got_value == 0);
+  if (ok) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s read back after the restore armed it differs: checkpoint interval %d ns, %d ns left; restored interval %d "
+      "ns, %d ns left",
+      what, interval, value, got_interval, got_value));
+}
 constexpr size_t kAuxvOff = 8192;
 
 // Settings of the process (or its mm) that nothing else carries: transparent huge pages
@@ -187,6 +203,16 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
     if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0) it.it_value.tv_usec = 1;  // armed: fire soon
     ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(kStructOff, &it, sizeof it));
     RETURN_IF_ERROR(inj.Call("setitimer", SYS_setitimer, static_cast<uint64_t>(t.which()), addr, 0).status());
+    // Read back, as --verify would: the kernel keeps what it was given or refuses it.
+    RETURN_IF_ERROR(inj.Call("getitimer", SYS_getitimer, static_cast<uint64_t>(t.which()), addr).status());
+    itimerval got{};
+    RETURN_IF_ERROR(scratch.Get(kStructOff, &got, sizeof got));
+    auto us = [](const timeval& v) { return static_cast<uint64_t>(v.tv_sec) * 1000000 + static_cast<uint64_t>(v.tv_usec); };
+    // The CPU-time timers (ITIMER_VIRTUAL, ITIMER_PROF) are armed a clock tick late (at most
+    // 10 ms, HZ 100).
+    uint64_t tick = t.which() == ITIMER_REAL ? 0 : 10'000'000;
+    RETURN_IF_ERROR(CheckArmed(absl::StrCat("interval timer ", t.which()), t.interval_us() * 1000, t.value_us() * 1000,
+                               us(got.it_interval) * 1000, us(got.it_value) * 1000, tick));
   }
   return absl::OkStatus();
 }
@@ -282,6 +308,12 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
       ASSIGN_OR_RETURN(uint64_t its_addr, scratch.Put(kStructOff + 512, &its, sizeof its));
       RETURN_IF_ERROR(main.Call("timer_settime", SYS_timer_settime, static_cast<uint64_t>(pt.id()), 0, its_addr, 0)
                           .status());
+      RETURN_IF_ERROR(main.Call("timer_gettime", SYS_timer_gettime, static_cast<uint64_t>(pt.id()), its_addr).status());
+      itimerspec got{};
+      RETURN_IF_ERROR(scratch.Get(kStructOff + 512, &got, sizeof got));
+      auto ns = [](const timespec& v) { return static_cast<uint64_t>(v.tv_sec) * 1000000000 + static_cast<uint64_t>(v.tv_nsec); };
+      RETURN_IF_ERROR(CheckArmed(absl::StrCat("POSIX timer id ", pt.id()), pt.interval_ns(), pt.value_ns(),
+                                 ns(got.it_interval), ns(got.it_value)));
     }
     RETURN_IF_ERROR(main.Call("prctl(PR_TIMER_CREATE_RESTORE_IDS, off)", SYS_prctl, kPrTimerCreateRestoreIds, 0)
                         .status());

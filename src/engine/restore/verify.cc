@@ -3,14 +3,20 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <linux/kcmp.h>
+#include <linux/filter.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,13 +28,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/file_util.h"
+#include "common/sockaddr.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/inject/ptrace.h"
+#include "engine/image/socket_options.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/pidfd.h"
 #include "engine/proc/stat.h"
+#include "engine/proc/unix_sockets.h"
 
 namespace cairn::restore {
 namespace {
@@ -207,14 +216,35 @@ void CompareMemory(const image::Process& proc, pid_t host, Findings* f) {
 // its own, and O_CLOEXEC, compared apart, are left out).
 constexpr int kComparedFdFlags = O_ACCMODE | O_APPEND | O_NONBLOCK | O_ASYNC | O_DIRECT | O_NOATIME;
 
-void CompareFds(const image::Process& proc, pid_t host, const IdMap& ids, Findings* f) {
-  auto fds = proc::ReadFds(host);
-  if (!fds.ok()) {
-    f->Add(absl::StrCat("descriptors: cannot read /proc/", host, "/fd: ", fds.status().message()));
+// A timerfd as its fdinfo shows it (reading that has no effect on it): clock, flags and period
+// as saved; no more time left than saved (or one period, if it fired since); no fewer
+// expirations waiting to be read.
+void CompareTimerfd(const std::string& what, const image::TimerfdState& t, const proc::FdInfo& info, Findings* f) {
+  auto got = proc::ParseTimerfd(info);
+  if (!got.ok()) {
+    f->Add(absl::StrCat(what, ": ", got.status().message()));
     return;
   }
+  f->Compare(what + " clock", t.clock(), got->clock);
+  f->Compare(what + " settime flags", t.settime_flags(), got->settime_flags);
+  f->Compare(what + " interval (ns)", t.interval_ns(), static_cast<uint64_t>(got->interval_ns));
+  // An absolute expiry on a wall clock is kept as a wall-clock time: on a host whose clock is
+  // behind, more time is left.
+  bool wall = (t.settime_flags() & TFD_TIMER_ABSTIME) != 0 &&
+              (t.clock() == CLOCK_REALTIME || t.clock() == CLOCK_REALTIME_ALARM);
+  if (!wall && static_cast<uint64_t>(got->value_ns) > std::max(t.value_ns(), t.interval_ns())) {
+    f->Add(absl::StrFormat("%s time left: checkpoint %d ns, restored %d ns (more than it had)", what, t.value_ns(),
+                           got->value_ns));
+  }
+  if (got->ticks < t.ticks()) {
+    f->Add(absl::StrFormat("%s expirations not yet read: checkpoint %d, restored %d", what, t.ticks(), got->ticks));
+  }
+}
+
+void CompareFds(const image::Process& proc, pid_t host, const IdMap& ids, const std::vector<proc::FdInfo>& fds,
+                Findings* f) {
   std::map<int, const proc::FdInfo*> got;
-  for (const proc::FdInfo& info : *fds) got[info.fd] = &info;
+  for (const proc::FdInfo& info : fds) got[info.fd] = &info;
   std::set<int> expected;
   for (const image::Fd& fd : proc.fds()) {
     expected.insert(fd.fd());
@@ -237,6 +267,7 @@ void CompareFds(const image::Process& proc, pid_t host, const IdMap& ids, Findin
     }
     f->Compare(what + " flags", absl::StrFormat("%#o", fd.flags() & kComparedFdFlags),
                absl::StrFormat("%#o", info.flags & kComparedFdFlags));
+    if (fd.kind() == image::Fd::TIMERFD) CompareTimerfd(what, fd.timerfd(), info, f);
     if (fd.kind() == image::Fd::REGULAR) {
       f->Compare(what + " offset", fd.pos(), info.pos);
       if (!fd.deleted()) f->Compare(what + " file", fd.path(), info.target);
@@ -244,6 +275,187 @@ void CompareFds(const image::Process& proc, pid_t host, const IdMap& ids, Findin
   }
   for (const auto& [n, info] : got) {
     if (!expected.count(n)) f->Add(absl::StrFormat("fd %d (%s): restored process has it, checkpoint does not", n, info->target));
+  }
+}
+
+// ---- file locks
+
+// "FLOCK WRITE 0-EOF owned by pid 1234": a lock as compared; `owner` 0 leaves the owner out.
+std::string LockText(absl::string_view kind, bool write, int64_t start, int64_t end, pid_t owner) {
+  return absl::StrFormat("%s %s %d-%s%s", kind, write ? "WRITE" : "READ", start,
+                         end < 0 ? std::string("EOF") : absl::StrCat(end),
+                         owner > 0 ? absl::StrCat(" owned by pid ", owner) : std::string());
+}
+
+// The locks each regular file descriptor shows (its description's flock and OFD locks, its
+// process's POSIX locks on the file), kind, range and owner, against the image's. Owners are
+// host pids on both sides: /proc shows them in the restorer's namespace.
+void CompareLocks(const image::Process& proc, pid_t host, const IdMap& ids, const std::vector<proc::FdInfo>& fds,
+                  Findings* f) {
+  std::map<int, const proc::FdInfo*> got;
+  for (const proc::FdInfo& info : fds) got[info.fd] = &info;
+  // POSIX locks belong to the process: recorded once per file, shown on each of its descriptors.
+  std::map<std::pair<uint64_t, uint64_t>, std::vector<std::string>> posix;
+  for (const image::Fd& fd : proc.fds()) {
+    for (const image::FileLock& l : fd.locks()) {
+      if (l.kind() != image::FileLock::POSIX) continue;
+      posix[{fd.file().dev(), fd.file().ino()}].push_back(LockText("POSIX", l.write(), l.start(), l.end(), host));
+    }
+  }
+  for (const image::Fd& fd : proc.fds()) {
+    if (fd.is_dup() || fd.kind() != image::Fd::REGULAR) continue;
+    auto it = got.find(fd.fd());
+    if (it == got.end()) continue;  // reported by CompareFds
+    std::vector<std::string> want = posix[{fd.file().dev(), fd.file().ino()}];
+    bool owners = true;  // flock owners known (0 in images that did not record them)
+    for (const image::FileLock& l : fd.locks()) {
+      if (l.kind() == image::FileLock::FLOCK) {
+        owners = owners && l.pid() != 0;
+        want.push_back(LockText("FLOCK", l.write(), l.start(), l.end(), l.pid() != 0 ? ids.Host(l.pid()) : 0));
+      } else if (l.kind() == image::FileLock::OFD) {
+        want.push_back(LockText("OFD", l.write(), l.start(), l.end(), 0));
+      }
+    }
+    auto locks = proc::ParseLocks(*it->second);
+    if (!locks.ok()) {
+      f->Add(absl::StrFormat("fd %d (%s) locks: %s", fd.fd(), fd.path(), locks.status().message()));
+      continue;
+    }
+    std::vector<std::string> have;
+    for (const proc::LockInfo& l : *locks) {
+      if (l.kind == "FLOCK") have.push_back(LockText("FLOCK", l.write, l.start, l.end, owners ? l.pid : 0));
+      else if (l.kind == "OFDLCK") have.push_back(LockText("OFD", l.write, l.start, l.end, 0));
+      else if (l.kind == "POSIX") have.push_back(LockText("POSIX", l.write, l.start, l.end, l.pid));
+      else have.push_back(LockText(l.kind, l.write, l.start, l.end, l.pid));
+    }
+    std::sort(want.begin(), want.end());
+    std::sort(have.begin(), have.end());
+    f->Compare(absl::StrFormat("fd %d (%s) locks", fd.fd(), fd.path()), "[" + absl::StrJoin(want, "; ") + "]",
+               "[" + absl::StrJoin(have, "; ") + "]");
+  }
+}
+
+// ---- sockets
+
+std::string OptionText(const std::string& bytes) {
+  if (bytes.size() == sizeof(int)) {
+    int v = 0;
+    std::memcpy(&v, bytes.data(), sizeof v);
+    return absl::StrCat(v);
+  }
+  std::string out = "0x";
+  for (unsigned char c : bytes) absl::StrAppendFormat(&out, "%02x", c);
+  return out;
+}
+
+std::string SocketName(int fd, bool peer) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (rc != 0) return peer && errno == ENOTCONN ? "(none)" : absl::StrCat("(", ErrnoStatus("").message(), ")");
+  return FormatSockaddr(std::string(reinterpret_cast<const char*>(&a), len));
+}
+
+int IntOption(int fd, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  return ::getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+// Reads option `level`/`name` of socket `fd` as text; empty if the socket has no such option.
+std::string OptionOf(int fd, int level, int name) {
+  char buf[64] = {};
+  socklen_t len = sizeof buf;
+  if (::getsockopt(fd, level, name, buf, &len) == 0) return OptionText(std::string(buf, len));
+  return errno == ENOPROTOOPT || errno == EOPNOTSUPP ? std::string() : absl::StrCat("(", ErrnoStatus("").message(), ")");
+}
+
+// Every option of the list the image draws from: the recorded value, or (not recorded) a
+// fresh socket's, so that an option set on the restored socket that the program never set is
+// caught too.
+void CompareOptions(const std::string& what, const image::SocketState& s, int restored, Findings* f) {
+  UniqueFd fresh(::socket(s.family(), s.type() | SOCK_CLOEXEC, s.protocol()));
+  std::map<std::pair<int, int>, std::string> recorded;
+  for (const image::SocketOption& o : s.options()) recorded[{o.level(), o.name()}] = OptionText(o.value());
+  image::ForEachSocketOption(s.family(), s.type(), s.protocol(), [&](const image::SocketOptionSpec& o) {
+    auto it = recorded.find({o.level, o.name});
+    std::string want = it != recorded.end() ? it->second
+                       : fresh.valid()      ? OptionOf(fresh.get(), o.level, o.name)
+                                            : std::string("(no fresh socket to compare with)");
+    f->Compare(absl::StrCat(what, " ", o.text), want, OptionOf(restored, o.level, o.name));
+  });
+}
+
+// The inode of the socket that restored process `host` holds as `fd` (0 if none).
+uint64_t SocketInode(pid_t host, int fd) {
+  struct stat st{};
+  return ::stat(absl::StrCat("/proc/", host, "/fd/", fd).c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// Each socket: family, type and protocol; its name and peer; listening or not; the options
+// the image set again; its BPF filter and its lock; for unix sockets, also type, shutdown
+// state and, for a connected pair, that its peer is the restored socket of the image's peer.
+void CompareSockets(const image::Process& proc, pid_t host, const IdMap& ids,
+                    const std::vector<const image::Process*>& procs, Findings* f) {
+  std::optional<std::map<uint64_t, proc::UnixSocket>> unix_sockets;
+  for (const image::Fd& fd : proc.fds()) {
+    if (fd.is_dup() || (fd.kind() != image::Fd::UNIX_SOCKET && fd.kind() != image::Fd::INET_SOCKET)) continue;
+    std::string what = absl::StrFormat("fd %d (%s)", fd.fd(), fd.path());
+    auto copy = proc::CopyFd(host, fd.fd());
+    if (!copy.ok()) {
+      f->Add(absl::StrCat(what, ": cannot copy it to compare: ", copy.status().message()));
+      continue;
+    }
+    int c = copy->get();
+    if (fd.has_socket() && !fd.socket().reset()) {
+      const image::SocketState& s = fd.socket();
+      f->Compare(what + " family, type, protocol", absl::StrCat(s.family(), ",", s.type(), ",", s.protocol()),
+                 absl::StrCat(IntOption(c, SOL_SOCKET, SO_DOMAIN), ",", IntOption(c, SOL_SOCKET, SO_TYPE), ",",
+                              IntOption(c, SOL_SOCKET, SO_PROTOCOL)));
+      if (!s.bound().empty()) f->Compare(what + " bound to", FormatSockaddr(s.bound()), SocketName(c, false));
+      if (!s.peer().empty()) f->Compare(what + " connected to", FormatSockaddr(s.peer()), SocketName(c, true));
+      f->Compare(what + " listening", s.listening(), IntOption(c, SOL_SOCKET, SO_ACCEPTCONN) == 1);
+      CompareOptions(what, s, c, f);
+    }
+    socklen_t count = 0;
+    if (::getsockopt(c, SOL_SOCKET, SO_GET_FILTER, nullptr, &count) != 0) count = 0;
+    f->Compare(what + " filter instructions", fd.socket_filter().size() / sizeof(sock_filter), static_cast<size_t>(count));
+    if (!fd.socket_filter().empty()) {
+      f->Compare(what + " filter locked", fd.filter_locked(), IntOption(c, SOL_SOCKET, SO_LOCK_FILTER) == 1);
+    }
+    if (fd.kind() != image::Fd::UNIX_SOCKET) continue;
+    if (!unix_sockets) {
+      auto all = proc::ReadUnixSockets();
+      if (!all.ok()) {
+        f->Add(absl::StrCat("unix sockets: ", all.status().message()));
+        return;
+      }
+      unix_sockets = std::move(*all);
+    }
+    auto it = unix_sockets->find(SocketInode(host, fd.fd()));
+    if (it == unix_sockets->end()) {
+      f->Add(what + ": the kernel does not list the restored socket");
+      continue;
+    }
+    const proc::UnixSocket& us = it->second;
+    if (fd.sock_type() != 0) f->Compare(what + " type", fd.sock_type(), us.type);
+    f->Compare(what + " shutdown", fd.shutdown(), static_cast<uint32_t>(us.shutdown));
+    if (fd.peer_ino() == 0 || fd.orphaned()) continue;
+    uint64_t want_peer = 0;
+    std::string peer_what = "(not in the checkpoint)";
+    for (const image::Process* p : procs) {
+      for (const image::Fd& g : p->fds()) {
+        if (g.is_dup() || g.kind() != image::Fd::UNIX_SOCKET || g.sock_ino() != fd.peer_ino()) continue;
+        want_peer = SocketInode(ids.Host(p->pid()), g.fd());
+        peer_what = absl::StrFormat("the socket of fd %d of pid %d", g.fd(), p->pid());
+      }
+    }
+    if (us.peer != want_peer) {
+      f->Add(absl::StrFormat("%s: checkpoint connected to %s (restored as socket inode %d), restored connected to "
+                             "socket inode %d",
+                             what, peer_what, want_peer, us.peer));
+    }
   }
 }
 
@@ -364,13 +576,21 @@ void CompareThreads(const image::Process& proc, pid_t host, const IdMap& ids, Fi
 
 }  // namespace
 
-absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids, bool session_restored) {
+absl::Status VerifyRestored(const image::Process& proc, const std::vector<const image::Process*>& procs,
+                            const IdMap& ids, bool session_restored) {
   pid_t host = ids.Host(proc.pid());
   Findings f;
   CompareTerminal(proc, host, ids, session_restored, &f);
   CompareThreads(proc, host, ids, &f);
   CompareMemory(proc, host, &f);
-  CompareFds(proc, host, ids, &f);
+  auto fds = proc::ReadFds(host);
+  if (fds.ok()) {
+    CompareFds(proc, host, ids, *fds, &f);
+    CompareLocks(proc, host, ids, *fds, &f);
+  } else {
+    f.Add(absl::StrCat("descriptors: cannot read /proc/", host, "/fd: ", fds.status().message()));
+  }
+  CompareSockets(proc, host, ids, procs, &f);
   CompareProcess(proc, host, &f);
   if (f.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
@@ -404,6 +624,33 @@ absl::Status PlantDifferenceForTest(pid_t host_pid) {
     int flags = ::fcntl(copy.get(), F_GETFL);
     if (flags < 0 || ::fcntl(copy.get(), F_SETFL, flags ^ O_NONBLOCK) != 0) return ErrnoStatus("plant: F_SETFL");
     return absl::OkStatus();
+  }
+  if (plant == "lock" || plant == "socket_option") {
+    // An OFD lock the image does not have, on the first regular file; or SO_KEEPALIVE
+    // toggled on the first socket. Both through a copy (the same open file description).
+    bool lock = plant == "lock";
+    ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(host_pid));
+    for (const proc::FdInfo& info : fds) {
+      if (!absl::StartsWith(info.target, lock ? "/" : "socket:")) continue;
+      ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(host_pid, info.fd));
+      if (lock) {
+        struct stat st{};
+        if (::fstat(copy.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        struct flock fl{};
+        fl.l_type = (info.flags & O_ACCMODE) == O_RDONLY ? F_RDLCK : F_WRLCK;
+        fl.l_whence = SEEK_SET;
+        fl.l_start = 1LL << 40;
+        fl.l_len = 1;
+        if (::fcntl(copy.get(), F_OFD_SETLK, &fl) != 0) return ErrnoStatus("plant: F_OFD_SETLK on " + info.target);
+        return absl::OkStatus();
+      }
+      int on = IntOption(copy.get(), SOL_SOCKET, SO_KEEPALIVE) == 1 ? 0 : 1;
+      if (::setsockopt(copy.get(), SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0) {
+        return ErrnoStatus("plant: setsockopt SO_KEEPALIVE on " + info.target);
+      }
+      return absl::OkStatus();
+    }
+    return absl::FailedPreconditionError("plant: the process has no " + std::string(lock ? "regular file" : "socket"));
   }
   return absl::InvalidArgumentError("CAIRN_VERIFY_PLANT: unknown object '" + plant + "'");
 }

@@ -14,8 +14,13 @@
 // which shared an open file description share one again, by kcmp); credentials, capabilities
 // and no_new_privs; the controlling terminal and its foreground group; resource limits; oom_score_adj, loginuid, transparent huge pages off,
 // umask, cwd and root; ignored and caught signals, pending signals; POSIX timers (ids, clocks,
-// signals). Not compared here (each has round-trip workloads instead): file locks, socket
-// state and options, timers' remaining times, page contents (checksummed when read).
+// signals); file locks (kind, range, owner, on each descriptor that shows them); sockets
+// (family, type, protocol, name, peer, listening, the options the image sets again, BPF
+// filter and its lock; for unix sockets the shutdown state and, for pairs, the peer).
+// Timers' remaining times are read back where restore arms them (task_state.cc); page
+// contents are checksummed when read.
+
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/restore/ids.h"
@@ -28,9 +33,12 @@ namespace cairn::restore {
 // difference found.
 // `session_restored`: the process's session leader is in the checkpoint, so its controlling
 // terminal (and, for the leader, the terminal's foreground group) is compared too.
-absl::Status VerifyRestored(const image::Process& proc, const IdMap& ids, bool session_restored);
+// `procs`: every process of the checkpoint (a unix socket's peer may be in another).
+absl::Status VerifyRestored(const image::Process& proc, const std::vector<const image::Process*>& procs,
+                            const IdMap& ids, bool session_restored);
 
-// Test hook: with CAIRN_VERIFY_PLANT set to one of "oom_score_adj", "fd_flags" or "rlimit",
+// Test hook: with CAIRN_VERIFY_PLANT set to one of "oom_score_adj", "fd_flags", "rlimit",
+// "lock" (an OFD lock on the first regular file) or "socket_option" (SO_KEEPALIVE toggled),
 // changes that object of the restored process `host_pid` before it is verified, so that a
 // test can see --verify catch a difference. Does nothing when the variable is unset.
 absl::Status PlantDifferenceForTest(pid_t host_pid);
