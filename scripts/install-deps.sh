@@ -15,6 +15,7 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 procps util-linux zstd xz-utils
+  nftables  # dump --tcp-established: the network lock (src/engine/net/netlock.h)
   redis-server redis-tools
   openjdk-17-jdk-headless nginx-light tmux postgresql golang-go
   etcd-server etcd-client curl

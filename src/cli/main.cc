@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "common/stop_points.h"
 #include "engine/check/check.h"
+#include "engine/net/netlock.h"
 #include "engine/dump/dump.h"
 #include "engine/image/chain.h"
 #include "engine/image/compact.h"
@@ -84,7 +85,8 @@ absl::StatusOr<std::optional<image::ImageKey>> KeyFor(const std::string& path, b
   return std::optional<image::ImageKey>(std::move(*k));
 }
 
-int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, const std::string& job_name,
+int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, bool tcp_established,
+            const std::string& job_name,
             const std::string& parent, bool track, bool pre_copy, int max_rounds, int precopy_rate_mib, const std::string& compress,
             const std::string& image_key) {
   dump::DumpOptions opts;
@@ -106,6 +108,7 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
   opts.dir = dir;
   opts.leave_running = leave_running;
   opts.tcp_close = tcp_close;
+  opts.tcp_established = tcp_established;
   opts.parent = parent;
   opts.track = track;
   opts.pre_copy = pre_copy;
@@ -389,13 +392,32 @@ int RunJob(const std::string& name, const std::string& dir, const std::vector<st
   return 0;
 }
 
-int RunCheck() {
+int RunCheck(bool fix) {
   bool all = true;
   for (const auto& f : check::ProbeFeatures()) {
     all = all && f.ok;
     std::printf("%-4s %-42s %s (%s)\n", f.ok ? "ok" : "MISSING", f.name.c_str(), f.detail.c_str(), f.needed_for.c_str());
   }
   std::printf(all ? "all features present\n" : "some features are missing; see above\n");
+  // Network locks (net/netlock.h): each holds the packets of the live TCP connections of a
+  // checkpoint not restored here yet (or of a dump that was killed).
+  if (!net::CheckNftables().ok()) {
+    std::printf("nftables' nft is not installed: dump --tcp-established needs it (apt install nftables)\n");
+    return all ? 0 : 1;
+  }
+  auto locks = net::ListNetworkLocks();
+  if (!locks.ok()) return Fail(locks.status());
+  for (const std::string& table : *locks) {
+    if (!fix) {
+      std::printf("network lock %s: holds the TCP packets of a checkpoint not restored on this host yet "
+                  "(`cairn check --fix` removes it; its connections' peers then see them reset)\n",
+                  table.c_str());
+      continue;
+    }
+    absl::Status removed = net::RemoveNetworkLock(table);
+    if (!removed.ok()) return Fail(removed);
+    std::printf("network lock %s removed\n", table.c_str());
+  }
   return all ? 0 : 1;
 }
 
@@ -418,9 +440,14 @@ int main(int argc, char** argv) {
   dump->add_option("--dir", dir, "Checkpoint directory to create (for a job: default JOBDIR/checkpoint-TIME)");
   dump->add_flag("--leave-running", leave_running, "Let the process carry on after the dump instead of killing it");
   dump->add_flag("--tree", tree, "Checkpoint the process and all its descendants");
-  dump->add_flag("--tcp-close", tcp_close,
-                 "Save established TCP connections as reset (the program sees ECONNRESET and reconnects) "
-                 "instead of refusing them");
+  bool tcp_established = false;
+  auto* tcp_close_opt = dump->add_flag("--tcp-close", tcp_close,
+                                       "Save established TCP connections as reset (the program sees ECONNRESET and "
+                                       "reconnects) instead of refusing them");
+  dump->add_flag("--tcp-established", tcp_established,
+                 "Save established TCP connections whole (sequence numbers, queues, options) under a network lock "
+                 "(nftables) that the restore lifts: their peers notice only a pause")
+      ->excludes(tcp_close_opt);
   std::string parent;
   bool track = false;
   dump->add_option("--parent", parent, "Incremental: save only the pages written since this checkpoint (a directory "
@@ -515,13 +542,15 @@ int main(int argc, char** argv) {
   run->add_option("command", command, "The command and its arguments, after --")->required();
 
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
+  bool fix = false;
+  check->add_flag("--fix", fix, "Remove the network locks left by checkpoints with live TCP connections");
 
   cairn::cli::ControllerCommands controller_commands(app);
   cairn::cli::DaemonCommands daemon_commands(app);  // after the controller's: shares its `job`
 
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user);
   if (restore->parsed()) {
     return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned, as_user);
@@ -532,7 +561,7 @@ int main(int argc, char** argv) {
   }
   if (inspect->parsed()) return cairn::RunInspect(dir, json, image_key);
   if (compact->parsed()) return cairn::RunCompact(dir, compact_out, image_key, trust_unsigned);
-  if (check->parsed()) return cairn::RunCheck();
+  if (check->parsed()) return cairn::RunCheck(fix);
   if (controller_commands.Parsed()) return controller_commands.Run();
   if (daemon_commands.Parsed()) return daemon_commands.Run();
   return 2;

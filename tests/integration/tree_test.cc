@@ -49,6 +49,7 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_io_uring", /*dumpable=*/false},
     {"wl_tree_memfd", true, true, /*leave_running=*/true},
     {"wl_tree_tcp_close", true, true, false, "--tcp-close", "CONNECTION kept", "CONNECTION reset"},
+    {"wl_tree_tcp_established", true, true, false, "--tcp-established", "CONNECTIONS kept", "CONNECTIONS kept"},
     {"wl_tree_unix_server"},
     {"wl_tree_orphaned_group"},
     {"wl_tree_orphaned_session"},

@@ -23,6 +23,8 @@
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
 #include "engine/dump/guardian.h"
+#include "engine/dump/tcp.h"
+#include "engine/net/netlock.h"
 #include "engine/dump/incremental.h"
 #include "engine/dump/memory.h"
 #include "engine/dump/precopy.h"
@@ -387,7 +389,8 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
 
 // Captures everything of the frozen tree into `writer` and `ckpt`; the caller commits.
 absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer,
-                                      IncrementalContext& inc, image::Checkpoint& ckpt) {
+                                      IncrementalContext& inc, image::Checkpoint& ckpt, GuardJournal* journal,
+                                      std::unique_ptr<TcpConnections>* tcp) {
   DumpResult result;
   RETURN_IF_ERROR(StopPoint("frozen"));
   ckpt.set_id(NewImageId());
@@ -430,7 +433,13 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     result.areas += p->vmas_size();
   }
   StageTimer timer(opts.pid);
-  RETURN_IF_ERROR(CaptureFds(live, FdOptions{opts.tcp_close}, &writer, live_procs, &saved_files));
+  FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr};
+  if (opts.tcp_established) {
+    ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(net::LockTableName(ckpt.id()), live, journal));
+    fd_opts.tcp = tcp->get();
+    ckpt.set_network_lock((*tcp)->table());
+  }
+  RETURN_IF_ERROR(CaptureFds(live, fd_opts, &writer, live_procs, &saved_files));
   ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
   if (own_ipc) {
     ckpt.set_own_ipc_ns(true);
@@ -593,7 +602,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
     live.push_back(pid);
   }
   RETURN_IF_ERROR(CheckSharing(live));
-  return CheckFdsSupported(live, FdOptions{opts.tcp_close});
+  return CheckFdsSupported(live, FdOptions{opts.tcp_close, opts.tcp_established, nullptr});
 }
 
 // Journals the checkpoint directory being written (DIR.partial), and whether committing it
@@ -650,6 +659,12 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   }
   if (opts.hand_off && !opts.leave_running) {
     return absl::InvalidArgumentError("a dump that hands its processes off must leave them frozen (leave_running)");
+  }
+  if (opts.hand_off && opts.tcp_established) {
+    return absl::UnimplementedError("a live migration cannot move established TCP connections yet (--tcp-established)");
+  }
+  if (opts.tcp_established && opts.tcp_close) {
+    return absl::InvalidArgumentError("--tcp-established and --tcp-close are two answers to one question: pass one");
   }
   RETURN_IF_ERROR(CheckTarget(opts.pid));
   RETURN_IF_ERROR(CheckNamespaces(opts.pid));
@@ -723,7 +738,11 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree, &journal));
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
   image::Checkpoint ckpt;
-  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt);
+  std::unique_ptr<TcpConnections> tcp;  // --tcp-established: the lock and the repaired sockets
+  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt, &journal, &tcp);
+  // The connections leave repair mode (and the lock goes) before any process that runs on
+  // is thawed; for processes that are killed, both stay (tcp.h).
+  auto release_tcp = [&]() -> absl::Status { return tcp ? tcp->Release() : absl::OkStatus(); };
   // A process that is killed only goes once its checkpoint is committed; one left running
   // goes on before the commit (its fsyncs are no downtime), and a failed commit then
   // leaves it running as if no dump had been asked for.
@@ -752,6 +771,8 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   if (!result.ok()) {
     writer->Abort();
     inc.Discard(/*all=*/false);
+    absl::Status released = release_tcp();
+    if (!released.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, released.ToString());
     absl::Status thaw = ft.Thaw();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
     return failed(result.status());
@@ -779,6 +800,12 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     result->frozen_seconds = Since(t_freeze);
   } else if (opts.leave_running) {
     if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
+    absl::Status released = release_tcp();
+    if (!released.ok()) {
+      writer->Abort();
+      RETURN_IF_ERROR(ft.Thaw());
+      return failed(released);
+    }
     RETURN_IF_ERROR(ft.Thaw());
     result->frozen_seconds = Since(t_freeze);
     ckpt.set_downtime_seconds(result->frozen_seconds);
@@ -793,6 +820,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   } else {
     auto t_kill = Clock::now();
     RETURN_IF_ERROR(ft.Kill());
+    if (tcp) tcp->Keep();
     journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);
     CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=kill ms={:.2f}", opts.pid, Since(t_kill) * 1e3);

@@ -44,6 +44,9 @@ struct DumpOptions {
   // Established TCP connections come back reset (the program sees ECONNRESET) instead of
   // making the dump fail.
   bool tcp_close = false;
+  // Established TCP connections are saved whole (tcp.h), under a network lock that the
+  // restore removes; their peers notice only a pause. Not with hand_off yet.
+  bool tcp_established = false;
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;

@@ -448,7 +448,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       }
     }
   }
-  ASSIGN_OR_RETURN(TreeSockets sockets, TreeSockets::Load(std::move(tree_sockets), opts.tcp_close));
+  ASSIGN_OR_RETURN(TreeSockets sockets, TreeSockets::Load(std::move(tree_sockets), opts));
   std::set<uint64_t> pipe_saved;
   std::set<std::pair<pid_t, uint64_t>> posix_locked;  // (pid, inode) whose POSIX locks are recorded
   struct Seen {

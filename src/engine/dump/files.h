@@ -19,9 +19,15 @@
 
 namespace cairn::dump {
 
+class TcpConnections;
+
 struct FdOptions {
   // Established TCP connections are recorded to come back reset instead of refused.
   bool tcp_close = false;
+  // Established TCP connections are saved (tcp.h) instead of refused: accepted by the check;
+  // saved through `tcp`, which holds the network lock over them, when capturing.
+  bool tcp_established = false;
+  TcpConnections* tcp = nullptr;
 };
 
 // Checks every descriptor of the processes `pids` (a tree) is of a kind the engine can

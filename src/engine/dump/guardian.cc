@@ -1,6 +1,8 @@
 #include "engine/dump/guardian.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -25,6 +27,8 @@
 #include "engine/dump/freeze.h"
 #include "engine/dump/tracker.h"
 #include "engine/inject/ptrace.h"
+#include "engine/net/netlock.h"
+#include "engine/proc/pidfd.h"
 #include "engine/proc/maps.h"
 
 namespace cairn::dump {
@@ -84,6 +88,21 @@ void GuardJournal::ScratchGone(int proc) {
 void GuardJournal::TrackerCreated(int proc, int fd) { procs_[proc].tracker_fd.store(fd, std::memory_order_release); }
 void GuardJournal::Thawed(int proc) { procs_[proc].thawed.store(1, std::memory_order_release); }
 
+absl::Status GuardJournal::TcpRepairing(pid_t pid, int fd) {
+  int n = nrepairs_.load(std::memory_order_relaxed);
+  if (n >= kMaxRepairs) {
+    return absl::ResourceExhaustedError(absl::StrCat("a checkpoint saves at most ", kMaxRepairs, " TCP connections"));
+  }
+  repairs_[n] = {pid, fd};
+  nrepairs_.store(n + 1, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+void GuardJournal::NetworkLock(const std::string& table) {
+  std::snprintf(lock_, sizeof lock_, "%s", table.c_str());
+  lock_set_.store(table.size() < sizeof lock_ ? 1 : 0, std::memory_order_release);
+}
+
 void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit) {
   dir_dev_ = dev;
   dir_ino_ = ino;
@@ -131,15 +150,22 @@ class GuardianRepair {
       return 0;
     }
     RemovePartial();
+    int failures = EndRepairs();
     // The latest record of each process (pre-copy freezes a process once per round).
     std::map<pid_t, int> latest;
     for (int i = 0; i < nprocs; ++i) latest[j_.procs_[i].pid] = i;
-    int failures = 0;
     for (const auto& [pid, i] : latest) {
       absl::Status s = Repair(i);
       if (!s.ok()) {
         ++failures;
         Say(absl::StrCat("could not put pid ", pid, " back as it was: ", s.ToString()));
+      }
+    }
+    if (j_.lock_set_.load(std::memory_order_acquire) != 0) {
+      absl::Status s = net::RemoveNetworkLock(j_.lock_);
+      if (!s.ok()) {
+        ++failures;
+        Say(s.ToString());
       }
     }
     return failures == 0 ? 0 : 1;
@@ -172,6 +198,25 @@ class GuardianRepair {
     if (!IsOurs(partial)) return;
     std::error_code ec;
     std::filesystem::remove_all(partial, ec);
+  }
+
+  // Takes every journaled TCP socket out of repair mode, through a copy of its descriptor
+  // (the process need not be stopped). Returns the number of failures.
+  int EndRepairs() {
+    int failures = 0;
+    int n = j_.nrepairs_.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      const GuardJournal::Repair& r = j_.repairs_[i];
+      absl::StatusOr<UniqueFd> copy = proc::CopyFd(r.pid, r.fd);
+      if (!copy.ok()) continue;  // the process or its descriptor is gone
+      int off = TCP_REPAIR_OFF;
+      if (::setsockopt(copy->get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0) {
+        ++failures;
+        Say(absl::StrCat("could not take pid ", r.pid, " fd ", r.fd, " out of TCP repair mode: ",
+                         ErrnoStatus("setsockopt(TCP_REPAIR, off)").ToString()));
+      }
+    }
+    return failures;
   }
 
   // Freezes the process again; the dead tracer's hold goes only once its exit is complete,

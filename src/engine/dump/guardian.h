@@ -32,6 +32,13 @@
 //    blocked, then its registers set; leaving, the reverse. So no handler of the process
 //    ever runs with rip in the trampoline, and a flagged thread found outside it only
 //    needs its mask back.
+// 6. Live TCP connections (--tcp-established, dump/tcp.h): each socket is journaled before it
+//    enters repair mode, and the network lock's table before it is taken. Rolling back, the
+//    guardian first takes every journaled socket out of repair mode (through a copy of the
+//    descriptor), then removes the lock. Between the dumper's death and that, a thread that
+//    is not inside an injected call may run and find its socket in repair mode (a read fails
+//    EPERM): a window of the guardian's wake-up. A committed kill keeps the lock for the
+//    restore; a hand-off (kHold) leaves both to the daemon.
 // What it cannot cover: the guardian itself killed together with the dumper (it runs in a
 // session of its own and ignores SIGTERM/SIGINT/SIGHUP, so only a SIGKILL aimed at it
 // does), and a write tracker being created at the instant of death (left in the process;
@@ -56,6 +63,7 @@ class GuardJournal {
  public:
   static constexpr int kMaxProcesses = 4096;
   static constexpr int kMaxThreads = 16384;
+  static constexpr int kMaxRepairs = 16384;
 
   enum class Outcome : uint32_t {
     kRunning = 0,  // undo everything journaled (also after a failed dump, for what it left)
@@ -75,6 +83,10 @@ class GuardJournal {
   void ScratchGone(int proc);
   void TrackerCreated(int proc, int fd);              // a write tracker this dump made
   void Thawed(int proc);                              // let go: nothing of it to undo
+  // Descriptor `fd` of `pid`, a TCP socket, is about to enter repair mode.
+  absl::Status TcpRepairing(pid_t pid, int fd);
+  // The network lock (net/netlock.h) `table` is about to be taken.
+  void NetworkLock(const std::string& table);
   // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
   // (not a process a pre-copy round saw that has left the tree since).
   void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }
@@ -116,6 +128,14 @@ class GuardJournal {
   uint64_t dir_dev_, dir_ino_;
   uint32_t kill_on_commit_;
   char dir_[4096];
+  std::atomic<uint32_t> lock_set_;
+  char lock_[128];
+  struct Repair {
+    int32_t pid;
+    int32_t fd;
+  };
+  std::atomic<int32_t> nrepairs_;
+  Repair repairs_[kMaxRepairs];
   Process procs_[kMaxProcesses];
   Thread threads_[kMaxThreads];
 };

@@ -24,6 +24,7 @@
 #include "common/sockaddr.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/dump/tcp.h"
 #include "engine/image/socket_options.h"
 #include "engine/proc/pidfd.h"
 
@@ -254,9 +255,9 @@ absl::Status SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::UnixSock
 
 }  // namespace
 
-absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, bool tcp_close) {
+absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, const FdOptions& opts) {
   TreeSockets t;
-  t.tcp_close_ = tcp_close;
+  t.opts_ = opts;
   if (!inodes.empty()) {
     ASSIGN_OR_RETURN(t.unix_, proc::ReadUnixSockets());
   }
@@ -276,7 +277,7 @@ absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, image::Im
   if (it != unix_.end()) {
     RETURN_IF_ERROR(CaptureUnix(pid, info, it->second, writer, fd));
   } else {
-    RETURN_IF_ERROR(CaptureInet(pid, info, fd));
+    RETURN_IF_ERROR(CaptureInet(pid, info, writer, fd));
   }
   return CaptureFilter(pid, info, fd);
 }
@@ -405,7 +406,8 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   return absl::OkStatus();
 }
 
-absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const {
+absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer,
+                                      image::Fd* fd) const {
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
   int c = copy.get();
   ASSIGN_OR_RETURN(int family, IntOption(c, SOL_SOCKET, SO_DOMAIN, "SO_DOMAIN"));
@@ -438,7 +440,7 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
     if (ti.tcpi_state == kTcpListen) {
       // For a listener the kernel reports the accept queue's length and limit here.
       if (ti.tcpi_unacked != 0) {
-        if (!tcp_close_) {
+        if (!opts_.tcp_close) {
           return Refuse(pid, info,
                         absl::StrFormat("a TCP socket listening on %s with %u connection%s waiting to be accepted",
                                         FormatSockaddr(local), ti.tcpi_unacked, ti.tcpi_unacked == 1 ? "" : "s"),
@@ -451,10 +453,19 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
       s->set_backlog(static_cast<int32_t>(ti.tcpi_sacked));
     } else if (ti.tcpi_state != TCP_CLOSE) {
       std::string conn = absl::StrCat(FormatSockaddr(local), " -> ", FormatSockaddr(remote));
-      if (!tcp_close_) {
+      if (opts_.tcp_established) {
+        s->set_bound(local);
+        s->set_peer(remote);
+        if (writer == nullptr) return absl::OkStatus();  // the check: tcp.h refuses other states
+        if (opts_.tcp == nullptr) return absl::InternalError("no network lock for " + conn);
+        // Options first: repair mode shows SO_REUSEADDR forced on.
+        RETURN_IF_ERROR(CaptureOptions(c, family, type, protocol, s));
+        return opts_.tcp->Save(pid, info.fd, std::move(copy), *writer, s);
+      }
+      if (!opts_.tcp_close) {
         return Refuse(pid, info, absl::StrCat("an established TCP connection ", conn),
-                      "live TCP connections cannot be checkpointed yet; pass --tcp-close to restore it as a "
-                      "connection reset by its peer (the program sees ECONNRESET and can reconnect), or close it");
+                      "pass --tcp-established to save it whole (its peer notices only a pause), or --tcp-close to "
+                      "restore it as a connection reset by its peer (the program sees ECONNRESET and can reconnect)");
       }
       s->set_reset(true);
       s->set_reset_from(conn);

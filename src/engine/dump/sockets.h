@@ -12,10 +12,11 @@
 // TCP and UDP over IPv4 and IPv6 (read from a copy of the descriptor): bound address,
 // listening state and backlog, the peer of a connected UDP socket, and the options a
 // server sets (SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, TCP_NODELAY, IPV6_V6ONLY...).
-// An established TCP connection, or a listening socket with connections waiting to be
-// accepted, is refused naming the connection, unless `tcp_close` is set: then it is
-// recorded to come back as a connection the peer reset.
-// Everything else (netlink, packet, raw sockets, unix sockets connected to a process
+// An established TCP connection is saved whole with `tcp_established` (tcp.h), recorded to
+// come back as a connection the peer reset with `tcp_close`, and otherwise refused naming
+// the connection and both options. A listening socket with connections waiting to be
+// accepted is refused unless `tcp_close` (they are dropped).
+// Everything else (netlink, packet sockets, unix sockets connected to a process
 // outside the checkpoint, shut-down sockets, descriptors in flight (SCM_RIGHTS), datagrams
 // waiting on a bound unix socket) is
 // refused with the reason.
@@ -28,6 +29,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/dump/files.h"
 #include "engine/image/image.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/unix_sockets.h"
@@ -38,7 +40,7 @@ namespace cairn::dump {
 class TreeSockets {
  public:
   // `inodes`: the socket inodes every descriptor of the checkpointed processes refers to.
-  static absl::StatusOr<TreeSockets> Load(std::set<uint64_t> inodes, bool tcp_close);
+  static absl::StatusOr<TreeSockets> Load(std::set<uint64_t> inodes, const FdOptions& opts);
 
   // Fills `fd` (number, flags and cloexec already set) for `pid`'s socket descriptor
   // `info`. With a null `writer` only checks that it can be saved.
@@ -47,13 +49,13 @@ class TreeSockets {
  private:
   absl::Status CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
                            image::ImageWriter* writer, image::Fd* fd) const;
-  absl::Status CaptureInet(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const;
+  absl::Status CaptureInet(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer, image::Fd* fd) const;
   // The socket's classic BPF filter (SO_ATTACH_FILTER) and its lock; an eBPF one is refused.
   absl::Status CaptureFilter(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const;
 
   std::set<uint64_t> inodes_;
   std::map<uint64_t, proc::UnixSocket> unix_;
-  bool tcp_close_ = false;
+  FdOptions opts_;
 };
 
 }  // namespace cairn::dump

@@ -425,6 +425,14 @@ absl::StatusOr<std::string> ImageReader::FileContent(const SysvShm& s) const {
               absl::StrCat("System V segment ", s.perm().id()));
 }
 
+absl::StatusOr<std::string> ImageReader::SendQueue(const TcpConnection& t) const {
+  return Blob(t.send_offset(), t.send_size(), t.send_xxh3(), "a TCP connection's send queue");
+}
+
+absl::StatusOr<std::string> ImageReader::ReceiveQueue(const TcpConnection& t) const {
+  return Blob(t.recv_offset(), t.recv_size(), t.recv_xxh3(), "a TCP connection's receive queue");
+}
+
 absl::Status ImageReader::VerifyAll() const {
   std::vector<const Process*> procs = {&meta_.process()};
   for (const Process& d : meta_.descendants()) procs.push_back(&d);
@@ -435,6 +443,10 @@ absl::Status ImageReader::VerifyAll() const {
     }
     for (const Fd& fd : p->fds()) {
       if (fd.content_xxh3() != 0 || fd.content_size() != 0) RETURN_IF_ERROR(FileContent(fd).status());
+      if (fd.socket().has_tcp()) {
+        RETURN_IF_ERROR(SendQueue(fd.socket().tcp()).status());
+        RETURN_IF_ERROR(ReceiveQueue(fd.socket().tcp()).status());
+      }
     }
   }
   for (const SysvShm& s : meta_.ipc().shm()) RETURN_IF_ERROR(FileContent(s).status());

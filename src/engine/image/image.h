@@ -135,6 +135,10 @@ class ImageReader {
   absl::StatusOr<std::string> FileContent(const Vma& v) const;
   // The saved content of a System V shared memory segment, verified.
   absl::StatusOr<std::string> FileContent(const SysvShm& s) const;
+  // A saved TCP connection's send queue (written, not yet acknowledged) and receive queue
+  // (received, not yet read), verified.
+  absl::StatusOr<std::string> SendQueue(const TcpConnection& t) const;
+  absl::StatusOr<std::string> ReceiveQueue(const TcpConnection& t) const;
 
   // Verifies every page block and file content; the first failure names the block.
   // Only this image, not its parents.

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
 #include "engine/image/image.h"
+#include "engine/restore/tcp.h"
 #include "engine/inject/injector.h"
 
 namespace cairn::restore {
@@ -43,6 +44,8 @@ struct Masters {
   std::vector<UniqueFd> owned;
   // Memfds and the seals to add once every process has mapped them (ApplySeals).
   std::vector<std::pair<UniqueFd, uint32_t>> seals;
+  // TCP connections rebuilt in repair mode, to finish once every process is (tcp.h).
+  std::vector<RepairedConnection> tcp;
 };
 
 // Opens the masters for every process of the checkpoint (`procs`). A file deleted while

@@ -48,6 +48,7 @@
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
 #include "engine/restore/verify.h"
+#include "engine/net/netlock.h"
 
 namespace cairn::restore {
 namespace {
@@ -745,6 +746,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       built = Annotate(built, absl::StrCat("pid ", p->pid(), ": set its SIGTRAP action"));
     }
   }
+  // Live TCP connections leave repair mode before they are verified (repair mode shows
+  // options of its own) and before any process runs.
+  if (built.ok()) built = FinishConnections(masters->tcp);
   double verify_seconds = 0;
   if (built.ok() && opts.verify) built = PlantDifferenceForTest(root_host);  // a test hook: only verified
   if (built.ok() && opts.verify) {
@@ -761,7 +765,13 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     if (built.ok()) built = sealed;
   }
   if (!built.ok()) {
-    return Annotate(built, absl::StrCat("restore from ", where, " failed (nothing was left running)"));
+    std::string lock;
+    if (!meta.network_lock().empty()) {
+      lock = absl::StrCat("; the network lock ", meta.network_lock(),
+                          " still holds its TCP connections' packets, so that their peers wait for a second restore "
+                          "(`cairn check --fix` removes it)");
+    }
+    return Annotate(built, absl::StrCat("restore from ", where, " failed (nothing was left running", lock, ")"));
   }
   // A process that was stopped (SIGSTOP, SIGTSTP...) stops again with the same signal: sent
   // while every thread is still held, it is taken before any of them runs an instruction.
@@ -781,6 +791,12 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     if (::kill(ids.Host(p->pid()), sig) != 0) {
       return ErrnoStatus(absl::StrCat("stop pid ", p->pid(), " again with signal ", sig, " as it was"));
     }
+  }
+  // The connections exist again: their packets may flow (the lock is the dump's, on this
+  // host; on another there is none to remove).
+  if (!meta.network_lock().empty()) {
+    absl::Status unlocked = net::RemoveNetworkLock(meta.network_lock());
+    if (!unlocked.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", unlocked.ToString());
   }
   // Let every process go at once, then turn zombies back into zombies.
   for (const image::Process* p : procs) {

@@ -326,6 +326,15 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
       if (!IsSocket(fd)) continue;
+      if (fd.has_socket() && fd.socket().has_tcp()) {
+        RepairedConnection conn;
+        ASSIGN_OR_RETURN(UniqueFd sock, RebuildConnection(img, fd, p->pid(), &conn));
+        RETURN_IF_ERROR(Park(std::move(sock), fd, p->pid(), m));
+        conn.sock = UniqueFd(::fcntl(m->fds.at({p->pid(), fd.fd()}), F_DUPFD_CLOEXEC, m->base));
+        if (!conn.sock.valid()) return ErrnoStatus("fcntl(F_DUPFD) for " + conn.where);
+        m->tcp.push_back(std::move(conn));
+        continue;
+      }
       if (fd.has_socket()) {
         ASSIGN_OR_RETURN(UniqueFd sock, CreateSocket(fd, p->pid()));
         RETURN_IF_ERROR(Park(std::move(sock), fd, p->pid(), m));

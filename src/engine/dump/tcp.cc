@@ -1,0 +1,225 @@
+#include "engine/dump/tcp.h"
+
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/sockaddr.h"
+#include "common/status.h"
+#include "engine/dump/guardian.h"
+#include "engine/net/netlock.h"
+#include "engine/proc/fds.h"
+#include "engine/proc/pidfd.h"
+
+namespace cairn::dump {
+namespace {
+
+const char* TcpStateName(int state) {
+  static const char* const kNames[] = {"?",         "ESTABLISHED", "SYN_SENT", "SYN_RECV",   "FIN_WAIT1", "FIN_WAIT2",
+                                       "TIME_WAIT", "CLOSE",       "CLOSE_WAIT", "LAST_ACK", "LISTEN",    "CLOSING"};
+  return state >= 0 && state < static_cast<int>(sizeof kNames / sizeof kNames[0]) ? kNames[state] : "?";
+}
+
+absl::StatusOr<std::string> Name(int fd, bool peer) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (rc != 0) return ErrnoStatus(peer ? "getpeername" : "getsockname");
+  return std::string(reinterpret_cast<const char*>(&a), len);
+}
+
+int IntOpt(int fd, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  return ::getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+// The TCP state of socket `fd`, or -1 if it is not a TCP socket over IP.
+int TcpState(int fd) {
+  int family = IntOpt(fd, SOL_SOCKET, SO_DOMAIN);
+  if ((family != AF_INET && family != AF_INET6) || IntOpt(fd, SOL_SOCKET, SO_PROTOCOL) != IPPROTO_TCP) return -1;
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return -1;
+  return ti.tcpi_state;
+}
+
+// `len` bytes of the queue selected with TCP_REPAIR_QUEUE, peeked (nothing is taken off; a
+// peek in repair mode reads the whole queue from its head).
+absl::StatusOr<std::string> PeekQueue(int fd, size_t len, const std::string& what) {
+  std::string data(len, '\0');
+  if (len == 0) return data;
+  ssize_t n;
+  do {
+    n = ::recv(fd, data.data(), len, MSG_PEEK | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return ErrnoStatus("peek the " + what);
+  if (static_cast<size_t>(n) != len) {
+    return absl::DataLossError(absl::StrFormat("the %s holds %d bytes, a peek read %d", what, len, n));
+  }
+  return data;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::string& table,
+                                                                      const std::vector<pid_t>& pids,
+                                                                      GuardJournal* journal) {
+  std::vector<net::Connection> conns;
+  std::set<uint64_t> seen;
+  for (pid_t pid : pids) {
+    ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(pid));
+    for (const proc::FdInfo& info : fds) {
+      if (!absl::StartsWith(info.target, "socket:[")) continue;
+      ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+      struct stat st{};
+      if (::fstat(copy.get(), &st) != 0 || !seen.insert(st.st_ino).second) continue;
+      int state = TcpState(copy.get());
+      if (state < 0 || state == TCP_LISTEN || state == TCP_CLOSE) continue;
+      ASSIGN_OR_RETURN(std::string local, Name(copy.get(), false));
+      ASSIGN_OR_RETURN(std::string remote, Name(copy.get(), true));
+      if (state != TCP_ESTABLISHED) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d fd %d is a TCP connection %s -> %s in state %s; only established connections can be saved yet "
+            "— checkpoint it once it has closed, or pass --tcp-close to restore it as a connection reset by its peer",
+            pid, info.fd, FormatSockaddr(local), FormatSockaddr(remote), TcpStateName(state)));
+      }
+      conns.push_back({std::move(local), std::move(remote)});
+    }
+  }
+  if (conns.empty()) return std::unique_ptr<TcpConnections>(new TcpConnections("", journal));
+  RETURN_IF_ERROR(net::CheckNftables());
+  if (journal != nullptr) journal->NetworkLock(table);
+  auto lock = std::unique_ptr<TcpConnections>(new TcpConnections(table, journal));
+  absl::Status taken = net::TakeNetworkLock(table, conns);
+  if (!taken.ok()) {
+    lock->table_.clear();
+    (void)net::RemoveNetworkLock(table);  // one transaction: normally nothing to remove
+    return taken;
+  }
+  CAIRN_LOG_INFO("event=network_locked table={} connections={}", table, conns.size());
+  return lock;
+}
+
+absl::Status TcpConnections::Save(pid_t pid, int fd, UniqueFd sock, image::ImageWriter& writer,
+                                  image::SocketState* s) {
+  auto where = [&] { return absl::StrFormat("pid %d fd %d (TCP %s -> %s)", pid, fd, FormatSockaddr(s->bound()),
+                                            FormatSockaddr(s->peer())); };
+  if (table_.empty()) {
+    return absl::InternalError(where() + ": a connection appeared after the network lock was taken");
+  }
+  int c = sock.get();
+  if (journal_ != nullptr) RETURN_IF_ERROR(journal_->TcpRepairing(pid, fd));
+  int on = TCP_REPAIR_ON;
+  if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR, &on, sizeof on) != 0) {
+    return ErrnoStatus("setsockopt(TCP_REPAIR, on) on " + where() + " (needs CAP_NET_ADMIN)");
+  }
+  repaired_.push_back(std::move(sock));
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (::getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return ErrnoStatus("TCP_INFO of " + where());
+  if (ti.tcpi_state != TCP_ESTABLISHED) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "%s went to state %s before it was locked; only established connections can be saved yet — try again, or "
+        "pass --tcp-close",
+        where(), TcpStateName(ti.tcpi_state)));
+  }
+  image::TcpConnection* t = s->mutable_tcp();
+  t->set_wscale((ti.tcpi_options & TCPI_OPT_WSCALE) != 0);
+  t->set_snd_wscale(ti.tcpi_snd_wscale);
+  t->set_rcv_wscale(ti.tcpi_rcv_wscale);
+  t->set_sack((ti.tcpi_options & TCPI_OPT_SACK) != 0);
+  t->set_timestamps((ti.tcpi_options & TCPI_OPT_TIMESTAMPS) != 0);
+  int mss = IntOpt(c, IPPROTO_TCP, TCP_MAXSEG);  // in repair mode: the MSS clamp
+  if (mss <= 0) return ErrnoStatus("TCP_MAXSEG of " + where());
+  t->set_mss(static_cast<uint32_t>(mss));
+  uint32_t ts = 0;
+  len = sizeof ts;
+  if (::getsockopt(c, IPPROTO_TCP, TCP_TIMESTAMP, &ts, &len) != 0) return ErrnoStatus("TCP_TIMESTAMP of " + where());
+  t->set_timestamp(ts);
+  tcp_repair_window w{};
+  len = sizeof w;
+  if (::getsockopt(c, IPPROTO_TCP, TCP_REPAIR_WINDOW, &w, &len) != 0) {
+    return ErrnoStatus("TCP_REPAIR_WINDOW of " + where());
+  }
+  t->set_window(std::string(reinterpret_cast<const char*>(&w), len));
+  t->set_sndbuf(static_cast<uint32_t>(std::max(0, IntOpt(c, SOL_SOCKET, SO_SNDBUF))));
+  t->set_rcvbuf(static_cast<uint32_t>(std::max(0, IntOpt(c, SOL_SOCKET, SO_RCVBUF))));
+
+  for (int queue : {TCP_SEND_QUEUE, TCP_RECV_QUEUE}) {
+    bool send = queue == TCP_SEND_QUEUE;
+    std::string what = absl::StrCat(send ? "send queue of " : "receive queue of ", where());
+    if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, &queue, sizeof queue) != 0) {
+      return ErrnoStatus("select the " + what);
+    }
+    uint32_t seq = 0;
+    len = sizeof seq;
+    if (::getsockopt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, &seq, &len) != 0) return ErrnoStatus("TCP_QUEUE_SEQ of the " + what);
+    int bytes = 0;
+    if (::ioctl(c, send ? SIOCOUTQ : SIOCINQ, &bytes) != 0 || bytes < 0) return ErrnoStatus("size of the " + what);
+    ASSIGN_OR_RETURN(std::string data, PeekQueue(c, static_cast<size_t>(bytes), what));
+    ASSIGN_OR_RETURN(auto blob, writer.AppendBytes(data));
+    if (send) {
+      int unsent = 0;
+      if (::ioctl(c, SIOCOUTQNSD, &unsent) != 0 || unsent < 0 || unsent > bytes) {
+        return ErrnoStatus("unsent size of the " + what);
+      }
+      t->set_send_seq(seq);
+      t->set_unsent(static_cast<uint32_t>(unsent));
+      t->set_send_offset(blob.offset);
+      t->set_send_size(blob.size);
+      t->set_send_xxh3(blob.xxh3);
+    } else {
+      t->set_recv_seq(seq);
+      t->set_recv_offset(blob.offset);
+      t->set_recv_size(blob.size);
+      t->set_recv_xxh3(blob.xxh3);
+    }
+  }
+  int none = TCP_NO_QUEUE;
+  if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, &none, sizeof none) != 0) {
+    return ErrnoStatus("TCP_REPAIR_QUEUE none on " + where());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcpConnections::Release() {
+  if (done_) return absl::OkStatus();
+  done_ = true;
+  absl::Status status;
+  for (UniqueFd& s : repaired_) {
+    int off = TCP_REPAIR_OFF;
+    if (::setsockopt(s.get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0 && status.ok()) {
+      status = ErrnoStatus("setsockopt(TCP_REPAIR, off) on a saved connection");
+    }
+  }
+  repaired_.clear();
+  if (!table_.empty()) {
+    absl::Status removed = net::RemoveNetworkLock(table_);
+    if (status.ok()) status = removed;
+  }
+  return status;
+}
+
+void TcpConnections::Keep() {
+  done_ = true;
+  repaired_.clear();
+}
+
+TcpConnections::~TcpConnections() {
+  absl::Status s = Release();
+  if (!s.ok()) CAIRN_LOG_WARN("event=tcp_release_failed error=\"{}\"", s.ToString());
+}
+
+}  // namespace cairn::dump

@@ -1,0 +1,62 @@
+#pragma once
+// Live TCP connections of a dump (--tcp-established): the network lock taken over all of
+// them (net/netlock.h), then each connection switched to repair mode (TCP_REPAIR) and read:
+// both sequence numbers, the bytes written and not yet acknowledged (and how many of them
+// were never sent), the bytes received and not yet read, the options negotiated at the
+// handshake (MSS, window scaling, SACK, timestamps), the connection's timestamp clock and its
+// window (TCP_REPAIR_WINDOW). restore/tcp.h rebuilds them.
+//
+// Every path out leaves the connections as the processes expect them: a dump whose
+// processes run on (--leave-running, or a failure) takes each socket out of repair mode
+// before they are thawed and removes the lock; a dump that kills them leaves the sockets in
+// repair mode (so their close sends nothing to the peers: no FIN, no reset) and keeps the
+// lock for the restore. A dumper that dies is covered by its guardian (guardian.h, 6).
+// Only established connections are saved; other states (half-closed, closing) are refused.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/unique_fd.h"
+#include "engine/image/image.h"
+#include "image.pb.h"
+
+namespace cairn::dump {
+
+class GuardJournal;
+
+class TcpConnections {
+ public:
+  // Finds the established TCP connections of `pids` and, if there are any, takes the
+  // network lock `table` over them (journaled first). Refuses other TCP states, and a
+  // missing nft, naming the connection.
+  static absl::StatusOr<std::unique_ptr<TcpConnections>> Lock(const std::string& table, const std::vector<pid_t>& pids,
+                                                              GuardJournal* journal);
+  // Releases (below) unless Keep() was called.
+  ~TcpConnections();
+
+  // The lock's table; empty when there was no connection to lock.
+  const std::string& table() const { return table_; }
+
+  // Saves the connection `sock` (a copy of `pid`'s descriptor `fd`) into `s`: repair mode
+  // on, then its state; the queues go to `writer`.
+  absl::Status Save(pid_t pid, int fd, UniqueFd sock, image::ImageWriter& writer, image::SocketState* s);
+
+  // The processes run on: each saved socket leaves repair mode, and the lock goes.
+  absl::Status Release();
+  // The processes were killed: the sockets close in repair mode, the lock stays.
+  void Keep();
+
+ private:
+  TcpConnections(std::string table, GuardJournal* journal) : table_(std::move(table)), journal_(journal) {}
+
+  std::string table_;
+  GuardJournal* journal_;
+  std::vector<UniqueFd> repaired_;
+  bool done_ = false;
+};
+
+}  // namespace cairn::dump

@@ -1,0 +1,163 @@
+#include "engine/net/netlock.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn::net {
+namespace {
+
+constexpr char kNft[] = "/usr/sbin/nft";
+constexpr char kPrefix[] = "cairn_lock_";
+
+struct Endpoint {
+  bool v6 = false;
+  std::string addr;  // text
+  uint16_t port = 0;
+};
+
+absl::StatusOr<Endpoint> ParseEndpoint(const std::string& bytes) {
+  Endpoint e;
+  char text[INET6_ADDRSTRLEN] = {};
+  if (bytes.size() >= sizeof(sockaddr_in6) && reinterpret_cast<const sockaddr*>(bytes.data())->sa_family == AF_INET6) {
+    sockaddr_in6 a;
+    std::memcpy(&a, bytes.data(), sizeof a);
+    e.port = ntohs(a.sin6_port);
+    if (IN6_IS_ADDR_V4MAPPED(&a.sin6_addr)) {
+      ::inet_ntop(AF_INET, &a.sin6_addr.s6_addr[12], text, sizeof text);
+    } else {
+      e.v6 = true;
+      ::inet_ntop(AF_INET6, &a.sin6_addr, text, sizeof text);
+    }
+  } else if (bytes.size() >= sizeof(sockaddr_in) &&
+             reinterpret_cast<const sockaddr*>(bytes.data())->sa_family == AF_INET) {
+    sockaddr_in a;
+    std::memcpy(&a, bytes.data(), sizeof a);
+    e.port = ntohs(a.sin_port);
+    ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text);
+  } else {
+    return absl::InvalidArgumentError("not an IPv4 or IPv6 socket address");
+  }
+  e.addr = text;
+  return e;
+}
+
+// Runs nft with `args`, `input` on its stdin; its stderr is returned in the error.
+absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const std::string& input) {
+  RETURN_IF_ERROR(CheckNftables());
+  int in[2], out[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) return ErrnoStatus("pipe for nft");
+  UniqueFd in_r(in[0]), in_w(in[1]);
+  if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus("pipe for nft");
+  UniqueFd out_r(out[0]), out_w(out[1]);
+  std::vector<char*> argv;
+  std::vector<std::string> all = {"nft"};
+  all.insert(all.end(), args.begin(), args.end());
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) return ErrnoStatus("fork for nft");
+  if (pid == 0) {
+    ::dup2(in_r.get(), 0);
+    ::dup2(out_w.get(), 1);
+    ::dup2(out_w.get(), 2);
+    char* env[] = {nullptr};
+    ::execve(kNft, argv.data(), env);
+    ::_exit(127);
+  }
+  in_r.Reset();
+  out_w.Reset();
+  size_t done = 0;
+  while (done < input.size()) {
+    ssize_t n = ::write(in_w.get(), input.data() + done, input.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  in_w.Reset();
+  std::string output;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(out_r.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    output.append(buf, static_cast<size_t>(n));
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrFormat("nft %s failed (status %d): %s", absl::StrJoin(args, " "), status,
+                                               absl::StripTrailingAsciiWhitespace(output)));
+  }
+  return output;
+}
+
+}  // namespace
+
+std::string LockTableName(absl::string_view checkpoint_id) { return absl::StrCat(kPrefix, checkpoint_id); }
+
+absl::Status CheckNftables() {
+  if (::access(kNft, X_OK) == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      kNft, " is missing: cairn holds the packets of live TCP connections with nftables while it saves and rebuilds "
+            "them; install it (apt install nftables), or checkpoint with --tcp-close"));
+}
+
+absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connection>& conns) {
+  std::string input_rules, output_rules;
+  for (const Connection& c : conns) {
+    ASSIGN_OR_RETURN(Endpoint l, ParseEndpoint(c.local));
+    ASSIGN_OR_RETURN(Endpoint r, ParseEndpoint(c.remote));
+    const char* ip = l.v6 ? "ip6" : "ip";
+    // Packets from the peer to us arrive on input; ours to the peer leave on output (on
+    // loopback a packet passes both: each rule drops it at the first).
+    absl::StrAppendFormat(&input_rules, "    %s saddr %s %s daddr %s tcp sport %d tcp dport %d drop\n", ip, r.addr, ip,
+                          l.addr, r.port, l.port);
+    absl::StrAppendFormat(&output_rules, "    %s saddr %s %s daddr %s tcp sport %d tcp dport %d drop\n", ip, l.addr,
+                          ip, r.addr, l.port, r.port);
+  }
+  std::string script = absl::StrFormat(
+      "table inet %s {\n"
+      "  chain input {\n    type filter hook input priority -300; policy accept;\n%s  }\n"
+      "  chain output {\n    type filter hook output priority -300; policy accept;\n%s  }\n"
+      "}\n",
+      table, input_rules, output_rules);
+  auto done = RunNft({"-f", "-"}, script);
+  if (!done.ok()) return Annotate(done.status(), "take the network lock " + table);
+  return absl::OkStatus();
+}
+
+absl::Status RemoveNetworkLock(const std::string& table) {
+  auto done = RunNft({"delete", "table", "inet", table}, "");
+  if (done.ok()) return absl::OkStatus();
+  if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
+  return Annotate(done.status(), "remove the network lock " + table);
+}
+
+absl::StatusOr<std::vector<std::string>> ListNetworkLocks() {
+  ASSIGN_OR_RETURN(std::string out, RunNft({"list", "tables"}, ""));
+  std::vector<std::string> locks;
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&line, "table inet ")) continue;
+    if (absl::StartsWith(line, kPrefix)) locks.emplace_back(line);
+  }
+  return locks;
+}
+
+}  // namespace cairn::net

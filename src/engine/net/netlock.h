@@ -1,0 +1,46 @@
+#pragma once
+// The network lock of a checkpoint that saves live TCP connections (`--tcp-established`): an
+// nftables table of the inet family, named after the checkpoint, that drops every packet of
+// those connections in both directions, on input and output. It is taken before any
+// connection's state is read, so that nothing moves while it is (the peer's packets are
+// dropped, not answered: it retransmits them later, as after any loss), and it stays until
+// the connections are rebuilt: a dump that lets its processes run on, or fails, removes it; a
+// dump that kills them leaves it (its name is in the checkpoint) for the restore to remove
+// once the connections exist again. A stale one (its dump killed, no restore to come) is
+// listed by `cairn check` and removed by `cairn check --fix`.
+//
+// nftables' `nft` command (Debian's nftables package) applies it; without it, a dump that
+// needs the lock is refused before anything is frozen.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace cairn::net {
+
+// One end of a connection as its socket sees it: struct sockaddr_in or sockaddr_in6 bytes
+// (an IPv4-mapped IPv6 address is locked as the IPv4 address it carries).
+struct Connection {
+  std::string local;
+  std::string remote;
+};
+
+// "cairn_lock_<id>" for checkpoint `id` (hex).
+std::string LockTableName(absl::string_view checkpoint_id);
+
+// Whether the nft command is there; FailedPrecondition saying what to install if not.
+absl::Status CheckNftables();
+
+// Adds table `table` dropping the packets of `conns` (one nft transaction: all or nothing).
+absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connection>& conns);
+
+// Deletes table `table`; OK if there is none (a restore on another host, a second remove).
+absl::Status RemoveNetworkLock(const std::string& table);
+
+// The cairn_lock_* tables present.
+absl::StatusOr<std::vector<std::string>> ListNetworkLocks();
+
+}  // namespace cairn::net

@@ -1,0 +1,181 @@
+#include "engine/restore/tcp.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/sockaddr.h"
+#include "common/status.h"
+
+namespace cairn::restore {
+namespace {
+
+absl::Status SetInt(int sock, int level, int name, int value, const std::string& what) {
+  if (::setsockopt(sock, level, name, &value, sizeof value) != 0) return ErrnoStatus(what);
+  return absl::OkStatus();
+}
+
+// Writes `data` into the queue TCP_REPAIR_QUEUE selected (or, out of repair mode, sends
+// it), waiting up to 2 s for room.
+absl::Status SendAll(int sock, const std::string& data, const std::string& what) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::send(sock, data.data() + done, data.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{sock, POLLOUT, 0};
+      if (::poll(&p, 1, 2000) == 1) continue;
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%s: no room for %d more of its %d bytes within 2 s", what, data.size() - done, data.size()));
+    }
+    return ErrnoStatus(absl::StrFormat("%s (%d of %d bytes in)", what, done, data.size()));
+  }
+  return absl::OkStatus();
+}
+
+// IPV6_V6ONLY as the program had it: recorded when it differs from a fresh socket's.
+bool V6Only(const image::SocketState& s) {
+  for (const image::SocketOption& o : s.options()) {
+    if (o.level() == IPPROTO_IPV6 && o.name() == IPV6_V6ONLY && !o.value().empty()) return o.value()[0] != 0;
+  }
+  int fresh = 0;
+  socklen_t len = sizeof fresh;
+  UniqueFd probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  return probe.valid() && ::getsockopt(probe.get(), IPPROTO_IPV6, IPV6_V6ONLY, &fresh, &len) == 0 && fresh != 0;
+}
+
+}  // namespace
+
+absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const image::Fd& fd, pid_t pid,
+                                           RepairedConnection* out) {
+  const image::SocketState& s = fd.socket();
+  const image::TcpConnection& t = s.tcp();
+  std::string where = absl::StrFormat("pid %d fd %d (TCP %s -> %s)", pid, fd.fd(), FormatSockaddr(s.bound()),
+                                      FormatSockaddr(s.peer()));
+  if (t.unsent() > t.send_size()) {
+    return absl::DataLossError(where + ": more bytes unsent than in its send queue (corrupt image)");
+  }
+  ASSIGN_OR_RETURN(std::string sendq, img.SendQueue(t));
+  ASSIGN_OR_RETURN(std::string recvq, img.ReceiveQueue(t));
+  UniqueFd sock(::socket(s.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP));
+  if (!sock.valid()) return ErrnoStatus("socket for " + where);
+  int c = sock.get();
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_ON,
+                         "setsockopt(TCP_REPAIR, on) for " + where + " (needs CAP_NET_ADMIN)"));
+  for (const image::SocketOption& o : s.options()) {
+    if (o.level() == SOL_SOCKET && o.name() == SO_REUSEADDR) {
+      int v = 0;
+      std::memcpy(&v, o.value().data(), std::min(o.value().size(), sizeof v));
+      out->reuseaddr = v != 0;
+    }
+    if (::setsockopt(c, o.level(), o.name(), o.value().data(), static_cast<socklen_t>(o.value().size())) != 0) {
+      return ErrnoStatus(absl::StrFormat("setsockopt(level %d, option %d) on %s", o.level(), o.name(), where));
+    }
+  }
+  // Sequence numbers of the queues' heads: each queue written below moves its own on to
+  // where the connection stood.
+  uint32_t send_head = t.send_seq() - static_cast<uint32_t>(t.send_size());
+  uint32_t recv_head = t.recv_seq() - static_cast<uint32_t>(t.recv_size());
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select the send queue of " + where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(send_head), "send sequence of " + where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of " + where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(recv_head), "receive sequence of " + where));
+  // Binding an IPv6 socket to an address of its own turns IPV6_V6ONLY on; a connection whose
+  // local address connect() chose had it off. Such a socket is bound to its port alone and
+  // connect() chooses the same address again (checked below).
+  std::string bind_to = s.bound();
+  bool any_address = false;
+  if (s.family() == AF_INET6 && bind_to.size() >= sizeof(sockaddr_in6) && !V6Only(s)) {
+    sockaddr_in6 a;
+    std::memcpy(&a, bind_to.data(), sizeof a);
+    if (!IN6_IS_ADDR_V4MAPPED(&a.sin6_addr)) {
+      a.sin6_addr = in6addr_any;
+      bind_to.assign(reinterpret_cast<const char*>(&a), sizeof a);
+      any_address = true;
+    }
+  }
+  if (::bind(c, reinterpret_cast<const sockaddr*>(bind_to.data()), static_cast<socklen_t>(bind_to.size())) != 0) {
+    if (errno == EADDRNOTAVAIL) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "bind %s for %s: the address is not on this host; a connection comes back only where its address is — "
+          "add the address here (the job's service address moves with it), or checkpoint with --tcp-close",
+          FormatSockaddr(s.bound()), where));
+    }
+    return ErrnoStatus(absl::StrFormat("bind %s for %s", FormatSockaddr(s.bound()), where));
+  }
+  if (::connect(c, reinterpret_cast<const sockaddr*>(s.peer().data()), static_cast<socklen_t>(s.peer().size())) != 0) {
+    return ErrnoStatus("connect (in repair mode: nothing is sent) " + where);
+  }
+  if (any_address) {
+    sockaddr_storage got{};
+    socklen_t len = sizeof got;
+    if (::getsockname(c, reinterpret_cast<sockaddr*>(&got), &len) != 0) return ErrnoStatus("getsockname of " + where);
+    std::string local(reinterpret_cast<const char*>(&got), len);
+    if (FormatSockaddr(local) != FormatSockaddr(s.bound())) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: this host reaches the peer from %s, not from the connection's address; the connection can come back "
+          "only where its address is the one chosen for its peer",
+          where, FormatSockaddr(local)));
+    }
+  }
+  std::vector<tcp_repair_opt> opts;
+  opts.push_back({TCPOPT_MAXSEG, t.mss()});
+  if (t.wscale()) opts.push_back({TCPOPT_WINDOW, t.snd_wscale() | (t.rcv_wscale() << 16)});
+  if (t.sack()) opts.push_back({TCPOPT_SACK_PERMITTED, 0});
+  if (t.timestamps()) opts.push_back({TCPOPT_TIMESTAMP, 0});
+  if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR_OPTIONS, opts.data(),
+                   static_cast<socklen_t>(opts.size() * sizeof(tcp_repair_opt))) != 0) {
+    return ErrnoStatus("TCP_REPAIR_OPTIONS (MSS, window scaling, SACK, timestamps) on " + where);
+  }
+  if (t.timestamps()) {
+    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_TIMESTAMP, static_cast<int>(t.timestamp()), "TCP_TIMESTAMP on " + where));
+  }
+  // Room for the queues: as large as the buffers they were in (which locks the sizes, where
+  // the kernel would have grown them on its own: the one thing that differs after).
+  auto room = [&](int name, uint32_t saved, uint64_t queued, const char* what) -> absl::Status {
+    if (queued == 0) return absl::OkStatus();
+    int size = static_cast<int>(std::max<uint64_t>(saved / 2, queued));  // the kernel doubles it
+    return SetInt(c, SOL_SOCKET, name, size, absl::StrCat(what, " for ", where));
+  };
+  RETURN_IF_ERROR(room(SO_SNDBUFFORCE, t.sndbuf(), t.send_size(), "SO_SNDBUFFORCE"));
+  RETURN_IF_ERROR(room(SO_RCVBUFFORCE, t.rcvbuf(), t.recv_size(), "SO_RCVBUFFORCE"));
+  size_t sent = t.send_size() - t.unsent();
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select the send queue of " + where));
+  RETURN_IF_ERROR(SendAll(c, sendq.substr(0, sent), "restore the send queue of " + where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of " + where));
+  RETURN_IF_ERROR(SendAll(c, recvq, "restore the receive queue of " + where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_NO_QUEUE, "TCP_REPAIR_QUEUE none on " + where));
+  if (t.window().size() == sizeof(tcp_repair_window)) {
+    if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR_WINDOW, t.window().data(), sizeof(tcp_repair_window)) != 0) {
+      return ErrnoStatus("TCP_REPAIR_WINDOW on " + where);
+    }
+  }
+  if (::fcntl(c, F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + where);
+  out->unsent = sendq.substr(sent);
+  out->where = where;
+  return sock;
+}
+
+absl::Status FinishConnections(const std::vector<RepairedConnection>& conns) {
+  for (const RepairedConnection& r : conns) {
+    int c = r.sock.get();
+    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_OFF, "setsockopt(TCP_REPAIR, off) on " + r.where));
+    // Ending repair mode resets SO_REUSEADDR: the program's choice goes back.
+    RETURN_IF_ERROR(SetInt(c, SOL_SOCKET, SO_REUSEADDR, r.reuseaddr ? 1 : 0, "SO_REUSEADDR on " + r.where));
+    if (!r.unsent.empty()) RETURN_IF_ERROR(SendAll(c, r.unsent, "send the unsent bytes of " + r.where));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::restore
