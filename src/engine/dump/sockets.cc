@@ -97,22 +97,20 @@ const char* FamilyName(int family) {
 }
 
 absl::Status CaptureOptions(int theirs, int family, int type, int protocol, image::SocketState* s) {
-  UniqueFd fresh(::socket(family, type | SOCK_CLOEXEC, protocol));
-  if (!fresh.valid()) return ErrnoStatus("socket (a fresh one, to compare options with)");
+  const auto& fresh = image::FreshSocketOptions(family, type, protocol);
   auto record = [&](int level, int name, const char* text) -> absl::Status {
-    char a[64] = {}, b[64] = {};
-    socklen_t alen = sizeof a, blen = sizeof b;
+    char a[64] = {};
+    socklen_t alen = sizeof a;
     if (::getsockopt(theirs, level, name, a, &alen) != 0) {
       if (errno == ENOPROTOOPT || errno == EOPNOTSUPP) return absl::OkStatus();
       return ErrnoStatus(absl::StrCat("getsockopt ", text));
     }
-    if (::getsockopt(fresh.get(), level, name, b, &blen) == 0 && alen == blen && std::memcmp(a, b, alen) == 0) {
-      return absl::OkStatus();
-    }
+    std::string value(a, alen);
+    if (auto it = fresh.find({level, name}); it != fresh.end() && it->second == value) return absl::OkStatus();
     image::SocketOption* o = s->add_options();
     o->set_level(level);
     o->set_name(name);
-    o->set_value(std::string(a, alen));
+    o->set_value(std::move(value));
     return absl::OkStatus();
   };
   absl::Status status;

@@ -375,14 +375,16 @@ std::string OptionOf(int fd, int level, int name) {
 // fresh socket's, so that an option set on the restored socket that the program never set is
 // caught too.
 void CompareOptions(const std::string& what, const image::SocketState& s, int restored, Findings* f) {
-  UniqueFd fresh(::socket(s.family(), s.type() | SOCK_CLOEXEC, s.protocol()));
+  const auto& fresh = image::FreshSocketOptions(s.family(), s.type(), s.protocol());
   std::map<std::pair<int, int>, std::string> recorded;
   for (const image::SocketOption& o : s.options()) recorded[{o.level(), o.name()}] = OptionText(o.value());
   image::ForEachSocketOption(s.family(), s.type(), s.protocol(), [&](const image::SocketOptionSpec& o) {
-    auto it = recorded.find({o.level, o.name});
-    std::string want = it != recorded.end() ? it->second
-                       : fresh.valid()      ? OptionOf(fresh.get(), o.level, o.name)
-                                            : std::string("(no fresh socket to compare with)");
+    std::string want;
+    if (auto it = recorded.find({o.level, o.name}); it != recorded.end()) {
+      want = it->second;
+    } else if (auto d = fresh.find({o.level, o.name}); d != fresh.end()) {
+      want = OptionText(d->second);
+    }
     f->Compare(absl::StrCat(what, " ", o.text), want, OptionOf(restored, o.level, o.name));
   });
 }
