@@ -64,6 +64,7 @@ struct DaemonCommands::Options {
   bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false;
   unsigned count = 0;
   uint32_t full_every = 0;
+  std::string tcp = "established";
   uint64_t after = 0;
   CLI::Option* watch_after = nullptr;
 };
@@ -144,6 +145,10 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_flag("--incremental", o.incremental,
                   "Make the periodic checkpoints incremental: only the pages written since the previous one");
   o.run->add_option("--full-every", o.full_every, "With --incremental: every Nth periodic checkpoint is a full one (default 8)");
+  o.run->add_option("--tcp", o.tcp,
+                    "The job's established TCP connections in its checkpoints: established (saved whole, the "
+                    "default), close (restored as reset by their peer) or refuse (the checkpoint fails)")
+      ->check(CLI::IsMember({"established", "close", "refuse"}));
   o.run->add_flag("--no-signal-checkpoint", o.no_signal_checkpoint,
                   "Do not checkpoint this job when cairnd receives SIGUSR1 (a preemption hook)");
   o.run->add_flag("--no-shutdown-checkpoint", o.no_shutdown_checkpoint,
@@ -302,6 +307,9 @@ int DaemonCommands::Run() {
     s->mutable_checkpoint()->set_pre_copy(o.pre_copy);
     s->mutable_checkpoint()->set_incremental(o.incremental);
     s->mutable_checkpoint()->set_full_every(o.full_every);
+    s->mutable_checkpoint()->set_tcp(o.tcp == "close"    ? dapi::CheckpointPolicy::TCP_CLOSE
+                                     : o.tcp == "refuse" ? dapi::CheckpointPolicy::TCP_REFUSE
+                                                         : dapi::CheckpointPolicy::TCP_ESTABLISHED);
     s->mutable_health()->set_hang_after_s(o.hang_after);
     s->mutable_health()->set_heartbeat_file(o.heartbeat_file);
     s->mutable_health()->set_memory_pressure_ratio(o.pressure);

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -148,6 +149,90 @@ TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
   ASSERT_TRUE(a.Cairn({"job", "delete", "py"}).Exited(0));
   EXPECT_FALSE(fs::exists(c2["location"].get<std::string>()));
   EXPECT_EQ(a.Json({"checkpoint", "list"})["checkpoints"].size(), 0u);
+}
+
+// A job that serves one client over TCP: a python3 server uppercasing what it reads. Its client
+// is this test, outside the job. The job's checkpoints save the connection whole (the daemon's
+// default, `--tcp established`): a checkpoint that leaves it running, and one that stops it,
+// after which the client's connection stays open and a line sent while the job was gone is
+// answered once it is restored. With `--tcp refuse` a checkpoint of it fails, naming the
+// connection, and the job serves on.
+TEST_F(DaemonTest, ServerJobKeepsItsClientAcrossCheckpointAndRestore) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  auto start = [&](const std::string& name, int port, const std::string& tcp) {
+    std::string server =
+        "import socket\n"
+        "l = socket.socket()\n"
+        "l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "l.bind(('127.0.0.1', " + std::to_string(port) + "))\n"
+        "l.listen()\n"
+        "c, _ = l.accept()\n"
+        "while True:\n"
+        "    d = c.recv(100)\n"
+        "    if not d:\n"
+        "        break\n"
+        "    c.sendall(d.upper())\n";
+    return a.Cairn({"job", "run", "--name", name, "--tcp", tcp, "--", "python3", "-c", server});
+  };
+  auto connect = [](int port) {
+    for (int i = 0; i < 200; ++i) {
+      int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return s;
+      ::close(s);
+      std::this_thread::sleep_for(50ms);
+    }
+    return -1;
+  };
+  // Sends `line` (unless empty) and reads what comes back within 20 s.
+  auto ask = [](int s, const std::string& line) -> std::string {
+    if (!line.empty() && ::send(s, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+      return "ERROR: send: " + std::string(strerror(errno));
+    }
+    timeval tv{20, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[100];
+    ssize_t n = ::recv(s, buf, sizeof buf, 0);
+    if (n == 0) return "ERROR: end-of-file";
+    if (n < 0) return "ERROR: recv: " + std::string(strerror(errno));
+    return std::string(buf, static_cast<size_t>(n));
+  };
+
+  int port = FreeTcpPort();
+  CommandResult run = start("srv", port, "established");
+  ASSERT_TRUE(run.Exited(0)) << run.Describe();
+  int c = connect(port);
+  ASSERT_GE(c, 0) << a.Log();
+  ASSERT_EQ(ask(c, "hi"), "HI");
+  json kept = a.Json({"job", "checkpoint", "srv"})["checkpoint"];
+  EXPECT_EQ(kept["state"], "complete") << kept.dump() << a.Log();
+  EXPECT_EQ(ask(c, "on"), "ON") << "after a checkpoint that left the job running";
+  json stopped = a.Json({"job", "checkpoint", "srv", "--kill"})["checkpoint"];
+  ASSERT_EQ(stopped["state"], "complete") << stopped.dump() << a.Log();
+  ASSERT_TRUE(WaitState(a, "srv", "killed"));
+  pollfd p{c, POLLIN | POLLRDHUP, 0};
+  EXPECT_EQ(::poll(&p, 1, 300), 0) << "the client saw its connection reset or closed";
+  ASSERT_EQ(::send(c, "gone", 4, MSG_NOSIGNAL), 4);
+  CommandResult restore = a.Cairn({"job", "restore", "srv"});
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << a.Log();
+  EXPECT_EQ(ask(c, ""), "GONE") << "the line sent while the job was stopped";
+  EXPECT_EQ(ask(c, "back"), "BACK");
+  ::close(c);
+
+  int port2 = FreeTcpPort();
+  ASSERT_TRUE(start("strict", port2, "refuse").Exited(0));
+  int c2 = connect(port2);
+  ASSERT_GE(c2, 0);
+  ASSERT_EQ(ask(c2, "x"), "X");
+  CommandResult refused = a.Cairn({"job", "checkpoint", "strict"});
+  EXPECT_FALSE(refused.Exited(0)) << refused.Describe();
+  EXPECT_TRUE(Matches(refused.out + refused.err, "established TCP connection 127\\.0\\.0\\.1:[0-9]+")) << refused.Describe();
+  EXPECT_EQ(ask(c2, "y"), "Y") << "the job after its refused checkpoint";
+  ::close(c2);
 }
 
 // `job run --user nobody`: nothing of the job runs as root; checkpointed and restored, it comes

@@ -437,6 +437,11 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   if (opts.tcp_established) {
     ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(net::LockTableName(ckpt.id()), live, journal));
     fd_opts.tcp = tcp->get();
+    if (opts.hand_off && !(*tcp)->table().empty()) {
+      return absl::UnimplementedError(
+          "a live migration cannot move established TCP connections yet: close them first, or checkpoint and "
+          "restore the job with its connections instead");
+    }
     ckpt.set_network_lock((*tcp)->table());
   }
   RETURN_IF_ERROR(CaptureFds(live, fd_opts, &writer, live_procs, &saved_files));
@@ -659,9 +664,6 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   }
   if (opts.hand_off && !opts.leave_running) {
     return absl::InvalidArgumentError("a dump that hands its processes off must leave them frozen (leave_running)");
-  }
-  if (opts.hand_off && opts.tcp_established) {
-    return absl::UnimplementedError("a live migration cannot move established TCP connections yet (--tcp-established)");
   }
   if (opts.tcp_established && opts.tcp_close) {
     return absl::InvalidArgumentError("--tcp-established and --tcp-close are two answers to one question: pass one");

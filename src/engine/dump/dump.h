@@ -45,7 +45,8 @@ struct DumpOptions {
   // making the dump fail.
   bool tcp_close = false;
   // Established TCP connections are saved whole (tcp.h), under a network lock that the
-  // restore removes; their peers notice only a pause. Not with hand_off yet.
+  // restore removes; their peers notice only a pause. A hand-off (live migration) of
+  // processes holding one is refused yet.
   bool tcp_established = false;
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // Progress of the memory copy: (bytes done, bytes total). Optional.
