@@ -139,10 +139,14 @@ class ControllerKillTest : public ClusterFixture {
     }
     EXPECT_EQ(ends, 1) << c->Log();
 
+    // Rules act again: a later cheaper-capacity decision may still move it to x (after a node
+    // re-registers, as one whose heartbeats were late under load does). Wherever it finishes,
+    // it finishes once, with the uninterrupted result.
     Release(out);
-    ASSERT_TRUE(WaitFor([&] { return StateOn(there) == "exited"; }, 180s)) << there.Log();
+    ASSERT_TRUE(WaitFor([&] { return StateOn(x) == "exited" || StateOn(y) == "exited"; }, 180s))
+        << "x: " << StateOn(x) << ", y: " << StateOn(y) << "\n" << c->Log() << there.Log() << not_there.Log();
     EXPECT_EQ(ReadFile(out + "/result"), expected);
-    EXPECT_NE(StateOn(not_there), "running");
+    EXPECT_FALSE(StateOn(x) == "running" || StateOn(y) == "running");
     x.KillJobs();
     y.KillJobs();
   }

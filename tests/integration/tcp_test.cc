@@ -7,17 +7,23 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "harness.h"
 
@@ -130,6 +136,39 @@ class LiveTcp : public CairnTest {
     }
   }
 
+  // The options of the socket `pid` holds for the other end of client socket `client`, as
+  // that process sees them (read through a copy of its descriptor): "" if none is found.
+  static std::string ServerSideOptions(pid_t pid, int client) {
+    sockaddr_storage mine{};
+    socklen_t len = sizeof mine;
+    if (::getsockname(client, reinterpret_cast<sockaddr*>(&mine), &len) != 0) return "";
+    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return "";
+    std::string out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      int n = std::atoi(e.path().filename().c_str());
+      int copy = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, n, 0));
+      if (copy < 0) continue;
+      sockaddr_storage peer{};
+      socklen_t plen = sizeof peer;
+      if (::getpeername(copy, reinterpret_cast<sockaddr*>(&peer), &plen) == 0 && plen == len &&
+          std::memcmp(&peer, &mine, len) == 0) {
+        auto opt = [&](int level, int name) {
+          int v = -1;
+          socklen_t vlen = sizeof v;
+          ::getsockopt(copy, level, name, &v, &vlen);
+          return std::to_string(v);
+        };
+        out = "SO_REUSEADDR " + opt(SOL_SOCKET, SO_REUSEADDR) + ", TCP_NODELAY " + opt(IPPROTO_TCP, TCP_NODELAY) +
+              ", SO_KEEPALIVE " + opt(SOL_SOCKET, SO_KEEPALIVE) + ", TCP_REPAIR " + opt(IPPROTO_TCP, TCP_REPAIR);
+      }
+      ::close(copy);
+    }
+    ::close(pidfd);
+    return out;
+  }
+
   // The network locks `cairn check` reports (one line each).
   std::string Locks() {
     CommandResult r = Cairn({"check"});
@@ -198,9 +237,13 @@ TEST_F(LiveTcp, ServerLeftRunningServesItsClientsAtOnce) {
   EXPECT_NE(refused.err.find("--tcp-established"), std::string::npos) << refused.err;
   EXPECT_NE(refused.err.find("--tcp-close"), std::string::npos) << refused.err;
   EXPECT_EQ(Ask(c, "PING", 2s), "+PONG");
+  std::string options = ServerSideOptions(pid, c);
+  ASSERT_NE(options, "");
   CommandResult live = Cairn({"dump", "--pid", std::to_string(pid), "--dir", *temp_ / "ckpt", "--leave-running",
                               "--tcp-established"});
   ASSERT_TRUE(live.Exited(0)) << live.Describe();
+  // Out of repair mode, with the options the server had (repair mode forces SO_REUSEADDR).
+  EXPECT_EQ(ServerSideOptions(pid, c), options);
   EXPECT_EQ(Ask(c, "GET k", 2s), "$1 v");
   EXPECT_EQ(Locks(), "");
   ::close(c);
@@ -239,6 +282,140 @@ TEST_F(LiveTcp, InterruptedOrKilledDumpLeavesTheConnectionsAsTheyWere) {
     EXPECT_EQ(Ask(c, "INCR n", 5s), ":" + std::to_string(sig == SIGTERM ? 1 : 2)) << ReadFile(err);
     EXPECT_TRUE(Silent(c, 100ms));
   }
+  ::close(c);
+}
+
+// Two network stacks as two machines: "node A" and "node B" are network namespaces made by the
+// test, each with a veth into a bridge, and the client lives in a third ("C"). A python3 server
+// in A listens on the service address 10.77.0.100; the client connects and talks to it. The
+// server is checkpointed (killed) in A, the service address moves from A to B, and the server
+// is restored by a `cairn restore` running in B: the client keeps its connection and notices
+// nothing but a pause.
+class TwoStacks : public LiveTcp {
+ protected:
+  void SetUp() override {
+    LiveTcp::SetUp();
+    if (IsSkipped()) return;
+    tag_ = std::to_string(::getpid() % 100000);
+    for (const char* n : {"A", "B", "C"}) ns_.push_back(std::string("cairn") + n + tag_);
+    bridge_ = "cbr" + tag_;
+    ASSERT_TRUE(Ip({"link", "add", bridge_, "type", "bridge"})) << last_;
+    ASSERT_TRUE(Ip({"link", "set", bridge_, "up"})) << last_;
+    const char* addrs[] = {"10.77.0.1/24", "10.77.0.2/24", "10.77.0.3/24"};
+    for (size_t i = 0; i < ns_.size(); ++i) {
+      std::string inside = "v" + std::string(1, "abc"[i]) + tag_, outside = inside + "b";
+      ASSERT_TRUE(Ip({"netns", "add", ns_[i]})) << last_;
+      ASSERT_TRUE(Ip({"link", "add", inside, "type", "veth", "peer", "name", outside})) << last_;
+      ASSERT_TRUE(Ip({"link", "set", inside, "netns", ns_[i]})) << last_;
+      ASSERT_TRUE(Ip({"link", "set", outside, "master", bridge_})) << last_;
+      ASSERT_TRUE(Ip({"link", "set", outside, "up"})) << last_;
+      ASSERT_TRUE(Ip({"-n", ns_[i], "addr", "add", addrs[i], "dev", inside})) << last_;
+      ASSERT_TRUE(Ip({"-n", ns_[i], "link", "set", inside, "up"})) << last_;
+      ASSERT_TRUE(Ip({"-n", ns_[i], "link", "set", "lo", "up"})) << last_;
+      dev_.push_back(inside);
+    }
+  }
+  void TearDown() override {
+    for (const std::string& n : ns_) Ip({"netns", "del", n});
+    if (!bridge_.empty()) Ip({"link", "del", bridge_});
+    LiveTcp::TearDown();
+  }
+
+  bool Ip(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"/usr/sbin/ip"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = RunCommand(argv, temp_->path());
+    last_ = r.Describe();
+    return r.Exited(0);
+  }
+
+  // A TCP connection to `addr`:`port` made from namespace `ns` (the socket stays there).
+  static int ConnectFrom(const std::string& ns, const std::string& addr, int port) {
+    int out = -1;
+    std::thread t([&] {
+      int nsfd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
+      if (nsfd < 0 || ::setns(nsfd, CLONE_NEWNET) != 0) return;
+      ::close(nsfd);
+      for (int i = 0; i < 100 && out < 0; ++i) {
+        int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+          out = s;
+        } else {
+          ::close(s);
+          std::this_thread::sleep_for(50ms);
+        }
+      }
+    });
+    t.join();
+    return out;
+  }
+
+  std::string tag_, bridge_, last_;
+  std::vector<std::string> ns_, dev_;
+};
+
+TEST_F(TwoStacks, ConnectionMovesWithItsAddressToAnotherNetworkStack) {
+  const std::string service = "10.77.0.100";
+  ASSERT_TRUE(Ip({"-n", ns_[0], "addr", "add", service + "/24", "dev", dev_[0]})) << last_;
+  std::string server =
+      "import socket\n"
+      "l = socket.socket()\n"
+      "l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+      "l.bind(('" + service + "', 7000))\n"
+      "l.listen()\n"
+      "c, _ = l.accept()\n"
+      "while True:\n"
+      "    d = c.recv(100)\n"
+      "    if not d:\n"
+      "        break\n"
+      "    c.sendall(d.upper())\n";
+  std::string dir = *temp_ / "server";
+  fs::create_directories(dir);
+  WriteFile(dir + "/stdin", "");
+  // nsenter enters the network namespace alone (`ip netns exec` makes a mount namespace too).
+  pid_t pid = SpawnProgram({"/usr/bin/nsenter", "--net=/var/run/netns/" + ns_[0], "python3", "-c", server}, dir + "/stdin",
+                           dir + "/stdout", dir + "/stderr");
+  ASSERT_GT(pid, 0);
+  Track(pid, "python3");
+  int c = ConnectFrom(ns_[2], service, 7000);
+  ASSERT_GE(c, 0) << "the client could not reach the server in A: " << ReadFile(dir + "/stderr");
+  auto ask = [&](const std::string& line) {
+    if (!line.empty()) ::send(c, line.data(), line.size(), MSG_NOSIGNAL);
+    pollfd p{c, POLLIN, 0};
+    if (::poll(&p, 1, 20000) != 1) return std::string("ERROR: no answer within 20 s");
+    char buf[100];
+    ssize_t n = ::recv(c, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("ERROR: ") + (n == 0 ? "EOF" : strerror(errno));
+  };
+  ASSERT_EQ(ask("on a"), "ON A");
+
+  std::string ckpt = *temp_ / "ckpt";
+  CommandResult dump = Cairn({"dump", "--pid", std::to_string(pid), "--dir", ckpt, "--tcp-established"});
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  // Sent while the server is down: A's lock drops it; the client sends it again later.
+  ASSERT_EQ(::send(c, "moved", 5, MSG_NOSIGNAL), 5);
+  // The address moves: off A, onto B; the client forgets where it was. (A packet that reached
+  // B before the restore there has taken its own lock would be answered with a reset: the
+  // client's next retransmission comes about 200 ms after its send.)
+  ASSERT_TRUE(Ip({"-n", ns_[0], "addr", "del", service + "/24", "dev", dev_[0]})) << last_;
+  ASSERT_TRUE(Ip({"-n", ns_[1], "addr", "add", service + "/24", "dev", dev_[1]})) << last_;
+  ASSERT_TRUE(Ip({"-n", ns_[2], "neigh", "flush", "all"})) << last_;
+  CommandResult restore = RunCommand({"/usr/bin/nsenter", "--net=/var/run/netns/" + ns_[1], CairnBinary(), "restore",
+                                      "--detach", "--verify", "--dir", ckpt},
+                                     temp_->path());
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  EXPECT_EQ(ask(""), "MOVED") << "the line the client sent while the server moved";
+  EXPECT_EQ(ask("on b"), "ON B");
+  // It runs in B's network stack now.
+  struct stat b{}, there{};
+  ASSERT_EQ(::stat(("/var/run/netns/" + ns_[1]).c_str(), &b), 0);
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &there), 0);
+  EXPECT_EQ(there.st_ino, b.st_ino) << "the restored server is not in B's network namespace";
   ::close(c);
 }
 

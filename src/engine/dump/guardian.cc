@@ -88,18 +88,19 @@ void GuardJournal::ScratchGone(int proc) {
 void GuardJournal::TrackerCreated(int proc, int fd) { procs_[proc].tracker_fd.store(fd, std::memory_order_release); }
 void GuardJournal::Thawed(int proc) { procs_[proc].thawed.store(1, std::memory_order_release); }
 
-absl::Status GuardJournal::TcpRepairing(pid_t pid, int fd) {
+absl::Status GuardJournal::TcpRepairing(pid_t pid, int fd, bool reuseaddr) {
   int n = nrepairs_.load(std::memory_order_relaxed);
   if (n >= kMaxRepairs) {
     return absl::ResourceExhaustedError(absl::StrCat("a checkpoint saves at most ", kMaxRepairs, " TCP connections"));
   }
-  repairs_[n] = {pid, fd};
+  repairs_[n] = {pid, fd, reuseaddr ? 1 : 0};
   nrepairs_.store(n + 1, std::memory_order_release);
   return absl::OkStatus();
 }
 
-void GuardJournal::NetworkLock(const std::string& table) {
+void GuardJournal::NetworkLock(const std::string& table, pid_t netns_of) {
   std::snprintf(lock_, sizeof lock_, "%s", table.c_str());
+  lock_netns_of_ = netns_of;
   lock_set_.store(table.size() < sizeof lock_ ? 1 : 0, std::memory_order_release);
 }
 
@@ -162,7 +163,7 @@ class GuardianRepair {
       }
     }
     if (j_.lock_set_.load(std::memory_order_acquire) != 0) {
-      absl::Status s = net::RemoveNetworkLock(j_.lock_);
+      absl::Status s = net::RemoveNetworkLock(j_.lock_, j_.lock_netns_of_);
       if (!s.ok()) {
         ++failures;
         Say(s.ToString());
@@ -210,7 +211,8 @@ class GuardianRepair {
       absl::StatusOr<UniqueFd> copy = proc::CopyFd(r.pid, r.fd);
       if (!copy.ok()) continue;  // the process or its descriptor is gone
       int off = TCP_REPAIR_OFF;
-      if (::setsockopt(copy->get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0) {
+      if (::setsockopt(copy->get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0 ||
+          ::setsockopt(copy->get(), SOL_SOCKET, SO_REUSEADDR, &r.reuseaddr, sizeof r.reuseaddr) != 0) {
         ++failures;
         Say(absl::StrCat("could not take pid ", r.pid, " fd ", r.fd, " out of TCP repair mode: ",
                          ErrnoStatus("setsockopt(TCP_REPAIR, off)").ToString()));

@@ -83,10 +83,12 @@ class GuardJournal {
   void ScratchGone(int proc);
   void TrackerCreated(int proc, int fd);              // a write tracker this dump made
   void Thawed(int proc);                              // let go: nothing of it to undo
-  // Descriptor `fd` of `pid`, a TCP socket, is about to enter repair mode.
-  absl::Status TcpRepairing(pid_t pid, int fd);
-  // The network lock (net/netlock.h) `table` is about to be taken.
-  void NetworkLock(const std::string& table);
+  // Descriptor `fd` of `pid`, a TCP socket, is about to enter repair mode (which forces
+  // SO_REUSEADDR on; `reuseaddr` is the program's own, given back when it leaves).
+  absl::Status TcpRepairing(pid_t pid, int fd, bool reuseaddr);
+  // The network lock (net/netlock.h) `table` is about to be taken, in the network namespace
+  // of `netns_of`.
+  void NetworkLock(const std::string& table, pid_t netns_of);
   // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
   // (not a process a pre-copy round saw that has left the tree since).
   void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }
@@ -130,9 +132,11 @@ class GuardJournal {
   char dir_[4096];
   std::atomic<uint32_t> lock_set_;
   char lock_[128];
+  int32_t lock_netns_of_;
   struct Repair {
     int32_t pid;
     int32_t fd;
+    int32_t reuseaddr;
   };
   std::atomic<int32_t> nrepairs_;
   Repair repairs_[kMaxRepairs];

@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
                                                                       GuardJournal* journal) {
   std::vector<net::Connection> conns;
   std::set<uint64_t> seen;
+  pid_t netns_of = 0;
+  uint64_t netns = 0;
   for (pid_t pid : pids) {
     ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(pid));
     for (const proc::FdInfo& info : fds) {
@@ -95,17 +97,29 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
             "— checkpoint it once it has closed, or pass --tcp-close to restore it as a connection reset by its peer",
             pid, info.fd, FormatSockaddr(local), FormatSockaddr(remote), TcpStateName(state)));
       }
+      struct stat ns{};
+      std::string ns_path = absl::StrCat("/proc/", pid, "/ns/net");
+      if (::stat(ns_path.c_str(), &ns) != 0) return ErrnoStatus("stat " + ns_path);
+      if (netns_of != 0 && ns.st_ino != netns) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d fd %d is a TCP connection in another network namespace than pid %d's; the connections of one "
+            "checkpoint must share one namespace (their network lock is there)",
+            pid, info.fd, netns_of));
+      }
+      netns_of = pid;
+      netns = ns.st_ino;
       conns.push_back({std::move(local), std::move(remote)});
     }
   }
   if (conns.empty()) return std::unique_ptr<TcpConnections>(new TcpConnections("", journal));
   RETURN_IF_ERROR(net::CheckNftables());
-  if (journal != nullptr) journal->NetworkLock(table);
+  if (journal != nullptr) journal->NetworkLock(table, netns_of);
   auto lock = std::unique_ptr<TcpConnections>(new TcpConnections(table, journal));
-  absl::Status taken = net::TakeNetworkLock(table, conns);
+  lock->netns_of_ = netns_of;
+  absl::Status taken = net::TakeNetworkLock(table, conns, netns_of);
   if (!taken.ok()) {
     lock->table_.clear();
-    (void)net::RemoveNetworkLock(table);  // one transaction: normally nothing to remove
+    (void)net::RemoveNetworkLock(table, netns_of);  // one transaction: normally nothing to remove
     return taken;
   }
   CAIRN_LOG_INFO("event=network_locked table={} connections={}", table, conns.size());
@@ -120,12 +134,13 @@ absl::Status TcpConnections::Save(pid_t pid, int fd, UniqueFd sock, image::Image
     return absl::InternalError(where() + ": a connection appeared after the network lock was taken");
   }
   int c = sock.get();
-  if (journal_ != nullptr) RETURN_IF_ERROR(journal_->TcpRepairing(pid, fd));
+  int reuseaddr = IntOpt(c, SOL_SOCKET, SO_REUSEADDR) > 0 ? 1 : 0;
+  if (journal_ != nullptr) RETURN_IF_ERROR(journal_->TcpRepairing(pid, fd, reuseaddr != 0));
   int on = TCP_REPAIR_ON;
   if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR, &on, sizeof on) != 0) {
     return ErrnoStatus("setsockopt(TCP_REPAIR, on) on " + where() + " (needs CAP_NET_ADMIN)");
   }
-  repaired_.push_back(std::move(sock));
+  repaired_.push_back({std::move(sock), reuseaddr});
   tcp_info ti{};
   socklen_t len = sizeof ti;
   if (::getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return ErrnoStatus("TCP_INFO of " + where());
@@ -198,15 +213,17 @@ absl::Status TcpConnections::Release() {
   if (done_) return absl::OkStatus();
   done_ = true;
   absl::Status status;
-  for (UniqueFd& s : repaired_) {
+  for (Repaired& r : repaired_) {
     int off = TCP_REPAIR_OFF;
-    if (::setsockopt(s.get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0 && status.ok()) {
+    if ((::setsockopt(r.sock.get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0 ||
+         ::setsockopt(r.sock.get(), SOL_SOCKET, SO_REUSEADDR, &r.reuseaddr, sizeof r.reuseaddr) != 0) &&
+        status.ok()) {
       status = ErrnoStatus("setsockopt(TCP_REPAIR, off) on a saved connection");
     }
   }
   repaired_.clear();
   if (!table_.empty()) {
-    absl::Status removed = net::RemoveNetworkLock(table_);
+    absl::Status removed = net::RemoveNetworkLock(table_, netns_of_);
     if (status.ok()) status = removed;
   }
   return status;

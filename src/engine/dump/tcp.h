@@ -31,8 +31,9 @@ class GuardJournal;
 class TcpConnections {
  public:
   // Finds the established TCP connections of `pids` and, if there are any, takes the
-  // network lock `table` over them (journaled first). Refuses other TCP states, and a
-  // missing nft, naming the connection.
+  // network lock `table` over them (journaled first), in their network namespace. Refuses
+  // other TCP states, connections in more than one network namespace, and a missing nft,
+  // naming the connection.
   static absl::StatusOr<std::unique_ptr<TcpConnections>> Lock(const std::string& table, const std::vector<pid_t>& pids,
                                                               GuardJournal* journal);
   // Releases (below) unless Keep() was called.
@@ -54,8 +55,13 @@ class TcpConnections {
   TcpConnections(std::string table, GuardJournal* journal) : table_(std::move(table)), journal_(journal) {}
 
   std::string table_;
+  pid_t netns_of_ = 0;  // a process in the connections' network namespace, where the lock is
   GuardJournal* journal_;
-  std::vector<UniqueFd> repaired_;
+  struct Repaired {
+    UniqueFd sock;
+    int reuseaddr;  // the program's SO_REUSEADDR (repair mode forces it on)
+  };
+  std::vector<Repaired> repaired_;
   bool done_ = false;
 };
 

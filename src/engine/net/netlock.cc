@@ -1,6 +1,7 @@
 #include "engine/net/netlock.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -57,9 +58,17 @@ absl::StatusOr<Endpoint> ParseEndpoint(const std::string& bytes) {
   return e;
 }
 
-// Runs nft with `args`, `input` on its stdin; its stderr is returned in the error.
-absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const std::string& input) {
+// Runs nft with `args`, `input` on its stdin, in the network namespace of `netns_of` (0: ours);
+// its stderr is returned in the error.
+absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const std::string& input,
+                                   pid_t netns_of = 0) {
   RETURN_IF_ERROR(CheckNftables());
+  UniqueFd netns;
+  if (netns_of > 0) {
+    std::string path = absl::StrCat("/proc/", netns_of, "/ns/net");
+    netns = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns.valid()) return ErrnoStatus("open " + path + " (the connections' network namespace)");
+  }
   int in[2], out[2];
   if (::pipe2(in, O_CLOEXEC) != 0) return ErrnoStatus("pipe for nft");
   UniqueFd in_r(in[0]), in_w(in[1]);
@@ -76,6 +85,7 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
     ::dup2(in_r.get(), 0);
     ::dup2(out_w.get(), 1);
     ::dup2(out_w.get(), 2);
+    if (netns.valid() && ::setns(netns.get(), CLONE_NEWNET) != 0) ::_exit(126);
     char* env[] = {nullptr};
     ::execve(kNft, argv.data(), env);
     ::_exit(127);
@@ -119,7 +129,7 @@ absl::Status CheckNftables() {
             "them; install it (apt install nftables), or checkpoint with --tcp-close"));
 }
 
-absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connection>& conns) {
+absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connection>& conns, pid_t netns_of) {
   // One set per address family of (local address . local port . remote address . remote
   // port), matched by one rule per direction: packets we send leave with the tuple as it is
   // (output), the peer's arrive with it reversed (input). On loopback a packet passes both;
@@ -148,13 +158,13 @@ absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connect
       "  chain output {\n    type filter hook output priority -300; policy accept;\n%s  }\n"
       "}\n",
       table, sets, input, output);
-  auto done = RunNft({"-f", "-"}, script);
+  auto done = RunNft({"-f", "-"}, script, netns_of);
   if (!done.ok()) return Annotate(done.status(), "take the network lock " + table);
   return absl::OkStatus();
 }
 
-absl::Status RemoveNetworkLock(const std::string& table) {
-  auto done = RunNft({"delete", "table", "inet", table}, "");
+absl::Status RemoveNetworkLock(const std::string& table, pid_t netns_of) {
+  auto done = RunNft({"delete", "table", "inet", table}, "", netns_of);
   if (done.ok()) return absl::OkStatus();
   if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
   return Annotate(done.status(), "remove the network lock " + table);

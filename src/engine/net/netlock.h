@@ -12,6 +12,8 @@
 // nftables' `nft` command (Debian's nftables package) applies it; without it, a dump that
 // needs the lock is refused before anything is frozen.
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -34,11 +36,14 @@ std::string LockTableName(absl::string_view checkpoint_id);
 // Whether the nft command is there; FailedPrecondition saying what to install if not.
 absl::Status CheckNftables();
 
+// The lock lives in a network namespace: that of process `netns_of` (its connections'), or with
+// 0 the caller's.
+
 // Adds table `table` dropping the packets of `conns` (one nft transaction: all or nothing).
-absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connection>& conns);
+absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connection>& conns, pid_t netns_of = 0);
 
 // Deletes table `table`; OK if there is none (a restore on another host, a second remove).
-absl::Status RemoveNetworkLock(const std::string& table);
+absl::Status RemoveNetworkLock(const std::string& table, pid_t netns_of = 0);
 
 // The cairn_lock_* tables present.
 absl::StatusOr<std::vector<std::string>> ListNetworkLocks();

@@ -649,6 +649,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
   CAIRN_LOG_DEBUG("event=restore_stage stage=image_opened");
+  // Live TCP connections: their packets are held here too until they exist again, so that
+  // a peer's packet that reaches this host first (its address moved here) is dropped and sent
+  // again, not answered with a reset. Lifted on every path out (tcp.h).
+  ASSIGN_OR_RETURN(std::optional<RestoreLock> tcp_lock, RestoreLock::Take(meta, procs));
   auto masters = OpenMasters(*img, procs);
   if (!masters.ok()) {
     return Annotate(masters.status(), absl::StrCat("restore from ", where, " failed (nothing was left running)"));

@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/sockaddr.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "engine/net/netlock.h"
 
 namespace cairn::restore {
 namespace {
@@ -56,6 +58,26 @@ bool V6Only(const image::SocketState& s) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkpoint& meta,
+                                                             const std::vector<const image::Process*>& procs) {
+  std::vector<net::Connection> conns;
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (fd.has_socket() && fd.socket().has_tcp()) conns.push_back({fd.socket().bound(), fd.socket().peer()});
+    }
+  }
+  if (conns.empty()) return std::optional<RestoreLock>();
+  std::string table = net::LockTableName(meta.id() + "_restore");
+  RETURN_IF_ERROR(net::TakeNetworkLock(table, conns));
+  return std::optional<RestoreLock>(RestoreLock(table));
+}
+
+RestoreLock::~RestoreLock() {
+  if (table_.empty()) return;
+  absl::Status s = net::RemoveNetworkLock(table_);
+  if (!s.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", s.ToString());
+}
 
 absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const image::Fd& fd, pid_t pid,
                                            RepairedConnection* out) {

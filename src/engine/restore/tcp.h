@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,24 @@ struct RepairedConnection {
   std::string unsent;   // written by the program, never sent: sent after repair mode
   bool reuseaddr = false;  // SO_REUSEADDR as the program had it (repair mode forces it)
   std::string where;
+};
+
+// The network lock of the restoring host (net/netlock.h): taken before the connections of the
+// checkpoint are rebuilt, removed when it goes (on every path out). The dump's lock, on the
+// host that was checkpointed, is another table; the restore removes that one too once it has
+// succeeded (RemoveDumpLock), where it is on this host.
+class RestoreLock {
+ public:
+  // Takes it when a process of `procs` has a live TCP connection; nullopt otherwise.
+  static absl::StatusOr<std::optional<RestoreLock>> Take(const image::Checkpoint& meta,
+                                                         const std::vector<const image::Process*>& procs);
+  RestoreLock(RestoreLock&& o) noexcept : table_(std::move(o.table_)) { o.table_.clear(); }
+  RestoreLock& operator=(RestoreLock&&) = delete;
+  ~RestoreLock();
+
+ private:
+  explicit RestoreLock(std::string table) : table_(std::move(table)) {}
+  std::string table_;
 };
 
 // Rebuilds `fd` (INET_SOCKET with socket.tcp) of `pid`; the socket is left in repair mode.
