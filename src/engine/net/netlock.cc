@@ -152,12 +152,15 @@ absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connect
   };
   add(v4, "conns4", "ip", "ipv4_addr");
   add(v6, "conns6", "ip6", "ipv6_addr");
+  // Declared empty and deleted first, in the same transaction: a table of that name left by a
+  // killed run is replaced, not merged with.
   std::string script = absl::StrFormat(
+      "table inet %s\ndelete table inet %s\n"
       "table inet %s {\n%s"
       "  chain input {\n    type filter hook input priority -300; policy accept;\n%s  }\n"
       "  chain output {\n    type filter hook output priority -300; policy accept;\n%s  }\n"
       "}\n",
-      table, sets, input, output);
+      table, table, table, sets, input, output);
   auto done = RunNft({"-f", "-"}, script, netns_of);
   if (!done.ok()) return Annotate(done.status(), "take the network lock " + table);
   return absl::OkStatus();

@@ -39,7 +39,8 @@ absl::Status CheckNftables();
 // The lock lives in a network namespace: that of process `netns_of` (its connections'), or with
 // 0 the caller's.
 
-// Adds table `table` dropping the packets of `conns` (one nft transaction: all or nothing).
+// Adds table `table` dropping the packets of `conns` (one nft transaction: all or nothing),
+// replacing one of that name.
 absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connection>& conns, pid_t netns_of = 0);
 
 // Deletes table `table`; OK if there is none (a restore on another host, a second remove).

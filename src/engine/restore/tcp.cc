@@ -69,6 +69,7 @@ absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkp
   }
   if (conns.empty()) return std::optional<RestoreLock>();
   std::string table = net::LockTableName(meta.id() + "_restore");
+  // (One left by an earlier restore of this checkpoint that was killed is replaced.)
   RETURN_IF_ERROR(net::TakeNetworkLock(table, conns));
   return std::optional<RestoreLock>(RestoreLock(table));
 }
