@@ -42,7 +42,9 @@ struct DaemonCommands::Options {
 
   std::vector<CLI::App*> all;
   CLI::App *run = nullptr, *list = nullptr, *show = nullptr, *logs = nullptr, *kill = nullptr, *checkpoint = nullptr,
-           *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr, *migrate = nullptr;
+           *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr, *migrate = nullptr,
+           *settle = nullptr;
+  bool here = false, there = false;
   std::string to, to_token_file;
   double restore_timeout = 60;
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
@@ -180,6 +182,14 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.attach->add_option("job", o.job, "Job name")->required();
   o.attach->add_option("--tail", o.tail, "First show the last N bytes already written to each log");
   o.attach->add_option("--for", o.attach_s, "Detach after this many seconds (0: when the job ends)");
+  o.settle = job->add_subcommand("settle", "End a migration whose destination cannot say how it ended (the job "
+                                           "stands frozen here, state migrating): --here runs it on here, --there "
+                                           "ends the copy here");
+  common(o.settle);
+  o.settle->add_option("job", o.job, "Job name")->required();
+  auto* here_opt = o.settle->add_flag("--here", o.here, "It did not move: thaw it and run it on here");
+  auto* there_opt = o.settle->add_flag("--there", o.there, "It runs on the destination: end the copy here");
+  here_opt->excludes(there_opt);
   o.kill = job->add_subcommand("kill", "Send a job a signal (default SIGKILL, which waits until it is gone)");
   common(o.kill);
   o.kill->add_option("job", o.job, "Job name")->required();
@@ -417,6 +427,17 @@ int DaemonCommands::Run() {
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return 0;  // detached after --for
     if (!st.ok()) return failed(st);
     if (!ended.empty()) std::fprintf(stderr, "cairn: job %s %s\n", o.job.c_str(), ended.c_str());
+    return 0;
+  }
+  if (o.settle->parsed()) {
+    if (!o.here && !o.there) return Fail("job settle: say --here (it did not move) or --there (it runs there)");
+    dapi::SettleMigrationRequest req;
+    req.set_name(o.job);
+    req.set_here(o.here);
+    dapi::SettleMigrationResponse resp;
+    if (int rc = call(&dapi::Daemon::Stub::SettleMigration, req, &resp)) return rc;
+    if (o.json) return PrintJson(resp);
+    std::printf("job %s: %s\n", resp.job().name().c_str(), resp.job().state().c_str());
     return 0;
   }
   if (o.kill->parsed()) {

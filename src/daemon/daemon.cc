@@ -510,6 +510,12 @@ absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
     std::unique_lock<std::mutex> l(mu_);
     ASSIGN_OR_RETURN(JobState * found, IdleJobLocked(l, name));
     JobState& s = *found;
+    if (s.job.state() == "migrating") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", name, " stands frozen in a migration to node ", s.job.migrating_to(),
+          " that has not told how it ended (it is asked every 2 s); if that node is gone for good, `cairn job settle ",
+          name, " --here` runs the job on here, and `--there` ends the copy here (it runs there)"));
+    }
     if (s.job.state() != "running") {
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " does not run (", s.job.state(), ")"));
     }

@@ -146,6 +146,8 @@ class Daemon {
   // know the end of (state "migrating": the job held frozen, or gone) and settles it.
   // Called by Tick, each such job at most every 2 s.
   void ResolveMigrations();
+  // The operator settles a migration the destination cannot answer for (SettleMigrationRequest).
+  absl::StatusOr<api::Job> SettleMigration(const std::string& name, bool here);
 
   // Events after `after_seq` for `job` (all when empty); waits up to `wait_ms` for one to arrive.
   std::vector<api::Event> WaitEvents(const std::string& job, uint64_t after_seq, int wait_ms);
@@ -193,6 +195,11 @@ class Daemon {
   };
 
   struct Received;  // migrate.cc: a job arriving from another daemon
+  // Ends a migration held in doubt as `committed` (the copy here dies) or not (it runs on
+  // here), as `who` says (the destination, or the operator); `there` adds what the destination
+  // said of its copy. mu_ held.
+  void SettleLocked(const std::string& name, JobState& s, bool committed, const std::string& there,
+                    const std::string& who);
   explicit Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog);
   absl::Status RestoreReceived(Received& in, const std::function<bool()>& cancelled);
   void AbandonReceived(Received& in, const absl::Status& why);

@@ -673,43 +673,64 @@ void Daemon::ResolveMigrations() {
       CAIRN_LOG_DEBUG("migration={} job={} still in doubt: {}", d.migration, d.name, o.ok() ? *o : o.status().ToString());
       continue;
     }
-    std::string cgroup = CgroupOf(d.name);
     std::lock_guard<std::mutex> l(mu_);
     JobState& s = jobs_[d.name];
     if (s.job.state() != "migrating" || s.job.migration() != d.migration) continue;
-    bool alive = SameProcess(s.job.host_pid(), s.job.start_time());
-    if (*o == "committed") {
-      // Its copy here dies; a frozen task dies only once thawed.
+    SettleLocked(d.name, s, *o == "committed", absl::StrCat("(runs there as pid ", there.host_pid(), ")"),
+                 "the destination");
+  }
+}
+
+void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, const std::string& there,
+                          const std::string& who) {
+  std::string cgroup = CgroupOf(name);
+  std::string to = s.job.migrating_to();
+  bool alive = SameProcess(s.job.host_pid(), s.job.start_time());
+  if (committed) {
+    // Its copy here dies; a frozen task dies only once thawed.
+    KillCgroup(cgroup);
+    ThawFreezer(cgroup);
+    s.job.set_state("migrated");
+    s.job.set_ended(UnixNow());
+    s.job.mutable_health()->set_state("migrated");
+    s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", to));
+  } else {
+    ThawFreezer(cgroup);
+    if (alive) {
+      s.job.set_state("running");
+    } else {
       KillCgroup(cgroup);
-      ThawFreezer(cgroup);
-      s.job.set_state("migrated");
+      s.job.set_state("exited");
       s.job.set_ended(UnixNow());
-      s.job.mutable_health()->set_state("migrated");
-      s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", d.to));
-    } else {
-      ThawFreezer(cgroup);
-      if (alive) {
-        s.job.set_state("running");
-      } else {
-        KillCgroup(cgroup);
-        s.job.set_state("exited");
-        s.job.set_ended(UnixNow());
-        *s.job.mutable_health() = HealthTracker::Exited(false, 0, 0);
-      }
-    }
-    ClearMigration(s.job);
-    doubt_tokens_.erase(d.name);
-    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", d.name, st.ToString());
-    if (*o == "committed") {
-      Event(d.name, "migrated",
-            absl::StrCat("to node ", d.to, ": it had taken the job over (runs there as pid ", there.host_pid(),
-                         "); the copy here was held frozen until it said so, and is gone"));
-    } else {
-      Event(d.name, "migrate-failed",
-            absl::StrCat("to node ", d.to, ": it did not take the job over; ",
-                         alive ? "the job runs on here" : "the job is gone here (status unknown)"));
+      *s.job.mutable_health() = HealthTracker::Exited(false, 0, 0);
     }
   }
+  ClearMigration(s.job);
+  doubt_tokens_.erase(name);
+  if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+  if (committed) {
+    Event(name, "migrated",
+          absl::StrCat("to node ", to, ": ", who, " says it took the job over ", there,
+                       "; the copy here was held frozen until then, and is gone"));
+  } else {
+    Event(name, "migrate-failed",
+          absl::StrCat("to node ", to, ": ", who, " says it did not take the job over; ",
+                       alive ? "the job runs on here" : "the job is gone here (status unknown)"));
+  }
+}
+
+absl::StatusOr<api::Job> Daemon::SettleMigration(const std::string& name, bool here) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
+  JobState& s = it->second;
+  if (s.job.state() != "migrating" || s.busy) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", name, " is not held in a migration whose outcome is unknown (it is ", s.busy ? "busy" : s.job.state(),
+        "); only such a job is settled by hand"));
+  }
+  SettleLocked(name, s, !here, "", "the operator");
+  return s.job;
 }
 
 absl::StatusOr<api::MigrationOutcomeResponse> Daemon::MigrationOutcome(const std::string& name,

@@ -78,6 +78,15 @@ grpc::Status GrpcService::KillJob(grpc::ServerContext* ctx, const api::KillJobRe
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcService::SettleMigration(grpc::ServerContext* ctx, const api::SettleMigrationRequest* req,
+                                          api::SettleMigrationResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->SettleMigration(req->name(), req->here());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp->mutable_job() = std::move(*r);
+  return grpc::Status::OK;
+}
+
 grpc::Status GrpcService::DeleteJob(grpc::ServerContext* ctx, const api::DeleteJobRequest* req, api::DeleteJobResponse*) {
   CAIRN_AUTHORIZE(ctx);
   return ToGrpc(daemon_->DeleteJob(req->name()));

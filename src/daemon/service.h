@@ -46,6 +46,8 @@ class GrpcService final : public api::Daemon::Service {
   grpc::Status MigrateJob(grpc::ServerContext*, const api::MigrateJobRequest*, api::MigrateJobResponse*) override;
   grpc::Status ReceiveJob(grpc::ServerContext*,
                           grpc::ServerReaderWriter<api::MigrationReply, api::MigrationMessage>*) override;
+  grpc::Status SettleMigration(grpc::ServerContext*, const api::SettleMigrationRequest*,
+                               api::SettleMigrationResponse*) override;
   grpc::Status MigrationOutcome(grpc::ServerContext*, const api::MigrationOutcomeRequest*,
                                 api::MigrationOutcomeResponse*) override;
 

@@ -135,6 +135,50 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
   b->KillJobs();
 }
 
+// The destination dies holding the commit and never comes back: the source holds the job frozen
+// (state migrating) and asks on. `job kill` is refused, saying what to do; the operator, who
+// knows the destination is gone for good, settles it with `job settle --here`: the job thaws
+// and finishes with the uninterrupted run's result.
+TEST_F(MigrateKillTest, DestinationGoneForGoodTheOperatorSettlesItHere) {
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  std::string token = Token("token", "token-of-the-peers-0123456789");
+  std::string addr_a = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess b(Dir(), "node-b", {"--listen", addr_b, "--token-file", token},
+                  {"CAIRN_FAULT_PAUSE=migrate-commit-received"});
+  ASSERT_TRUE(b.Start());
+  DaemonProcess a(Dir(), "node-a",
+                  {"--listen", addr_a, "--token-file", token, "--peer", b.node() + "=" + addr_b, "--peer-token-file",
+                   token, "--spool-dir", Dir() + "/spool"});
+  ASSERT_TRUE(a.Start());
+  std::string out = Dir() + "/py";
+  std::vector<std::string> run = {"job", "run", "--name", "py", "--checkpoint-every", "0", "--"};
+  for (auto& arg : PythonJob(out)) run.push_back(arg);
+  ASSERT_TRUE(a.Cairn(run).Exited(0)) << a.Log();
+  std::this_thread::sleep_for(1s);
+  int pid = Job(a, "py")["host_pid"];
+  FaultCut killed = KillAtFaultPoint(a, {"job", "migrate", "py", "--to", b.node(), "--restore-timeout", "30"}, b,
+                                     "migrate-commit-received");
+  ASSERT_TRUE(killed.reached) << b.RunLog();
+  ASSERT_TRUE(WaitFor([&] { return Job(a, "py")["state"] == "migrating"; }, 30s)) << a.RunLog();
+  EXPECT_EQ(JobFreezer(a.node(), "py"), "FROZEN");
+
+  CommandResult kill = a.Cairn({"job", "kill", "py"});
+  EXPECT_FALSE(kill.Exited(0));
+  EXPECT_TRUE(Matches(kill.err, "job settle py --here")) << kill.Describe();
+  EXPECT_FALSE(a.Cairn({"job", "settle", "py"}).Exited(0)) << "settle needs --here or --there";
+  CommandResult settled = a.Cairn({"job", "settle", "py", "--here"});
+  ASSERT_TRUE(settled.Exited(0)) << settled.Describe() << a.RunLog();
+  EXPECT_EQ(Job(a, "py")["state"], "running");
+  EXPECT_EQ(Job(a, "py")["host_pid"], pid);
+  EXPECT_EQ(JobFreezer(a.node(), "py"), "THAWED");
+  EXPECT_FALSE(a.Cairn({"job", "settle", "py", "--here"}).Exited(0)) << "a settled migration is not settled twice";
+  Release(out);
+  EXPECT_TRUE(WaitFor([&] { return ReadFile(out + "/result") == expected; }, 120s)) << ReadFile(out + "/result");
+  a.KillJobs();
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cuts, MigrateKillTest,
     ::testing::Values(Cut{"SourceWhileFrozen", true, "frozen", "source"},
