@@ -633,8 +633,12 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   const bool hold = req.kill() && opts_.store->Remote();
   d.leave_running = !req.kill() || hold;
   d.job_name = EngineName(name);
-  d.tcp_established = spec.checkpoint().tcp() == api::CheckpointPolicy::TCP_ESTABLISHED;
-  d.tcp_close = spec.checkpoint().tcp() == api::CheckpointPolicy::TCP_CLOSE;
+  // A job held for a remote store (hold) runs on until it is stored, then is killed as any
+  // process is: its connections close for real, so they are saved as reset (what its peers
+  // will have seen), not whole.
+  d.tcp_established = spec.checkpoint().tcp() == api::CheckpointPolicy::TCP_ESTABLISHED && !hold;
+  d.tcp_close = spec.checkpoint().tcp() == api::CheckpointPolicy::TCP_CLOSE ||
+                (spec.checkpoint().tcp() == api::CheckpointPolicy::TCP_ESTABLISHED && hold);
   // Pre-copy: memory is copied while the job runs and the job is frozen only for what it wrote
   // meanwhile. Asked for on this checkpoint, or by the job's policy for its periodic ones.
   d.pre_copy = !incremental && (req.pre_copy() || (reason == "periodic" && spec.checkpoint().pre_copy()));

@@ -361,10 +361,11 @@ class TwoStacks : public LiveTcp {
 TEST_F(TwoStacks, ConnectionMovesWithItsAddressToAnotherNetworkStack) {
   const std::string service = "10.77.0.100";
   ASSERT_TRUE(Ip({"-n", ns_[0], "addr", "add", service + "/24", "dev", dev_[0]})) << last_;
+  // Its listener has no SO_REUSEADDR (Python's default): the restore binds and listens on the
+  // port its live connection shares, and gives the listener its own setting back (--verify).
   std::string server =
       "import socket\n"
       "l = socket.socket()\n"
-      "l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
       "l.bind(('" + service + "', 7000))\n"
       "l.listen()\n"
       "c, _ = l.accept()\n"

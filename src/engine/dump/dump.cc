@@ -789,6 +789,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     result->held = h == HandOff::kHeld;
     if (h == HandOff::kKill) {
       journal.SetOutcome(GuardJournal::Outcome::kKill);
+      if (tcp) tcp->Keep();
       RETURN_IF_ERROR(ft.Kill());
     } else if (h == HandOff::kThaw) {
       journal.SetOutcome(GuardJournal::Outcome::kRunning);
@@ -821,8 +822,8 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     journal.SetOutcome(GuardJournal::Outcome::kDone);  // the trackers it made are kept
   } else {
     auto t_kill = Clock::now();
+    if (tcp) tcp->Keep();  // committed with its lock: the sockets die in repair mode, whatever happens now
     RETURN_IF_ERROR(ft.Kill());
-    if (tcp) tcp->Keep();
     journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);
     CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=kill ms={:.2f}", opts.pid, Since(t_kill) * 1e3);

@@ -104,6 +104,11 @@ void GuardJournal::NetworkLock(const std::string& table, pid_t netns_of) {
   lock_set_.store(table.size() < sizeof lock_ ? 1 : 0, std::memory_order_release);
 }
 
+void GuardJournal::RepairsEnded() {
+  nrepairs_.store(0, std::memory_order_release);
+  lock_set_.store(0, std::memory_order_release);
+}
+
 void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit) {
   dir_dev_ = dev;
   dir_ino_ = ino;

@@ -89,6 +89,8 @@ class GuardJournal {
   // The network lock (net/netlock.h) `table` is about to be taken, in the network namespace
   // of `netns_of`.
   void NetworkLock(const std::string& table, pid_t netns_of);
+  // Every journaled socket has left repair mode and the lock is gone.
+  void RepairsEnded();
   // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
   // (not a process a pre-copy round saw that has left the tree since).
   void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }

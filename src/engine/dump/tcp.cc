@@ -45,10 +45,9 @@ int IntOpt(int fd, int level, int name) {
   return ::getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
 }
 
-// The TCP state of socket `fd`, or -1 if it is not a TCP socket over IP.
+// The TCP state of socket `fd`, or -1 if it is not a TCP socket (TCP_INFO is TCP's alone: an
+// MPTCP socket, which also answers it, is refused later by its protocol).
 int TcpState(int fd) {
-  int family = IntOpt(fd, SOL_SOCKET, SO_DOMAIN);
-  if ((family != AF_INET && family != AF_INET6) || IntOpt(fd, SOL_SOCKET, SO_PROTOCOL) != IPPROTO_TCP) return -1;
   tcp_info ti{};
   socklen_t len = sizeof ti;
   if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return -1;
@@ -77,16 +76,18 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
                                                                       const std::vector<pid_t>& pids,
                                                                       GuardJournal* journal) {
   std::vector<net::Connection> conns;
-  std::set<uint64_t> seen;
+  std::set<std::string> seen;
   pid_t netns_of = 0;
   uint64_t netns = 0;
   for (pid_t pid : pids) {
-    ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(pid));
-    for (const proc::FdInfo& info : fds) {
-      if (!absl::StartsWith(info.target, "socket:[")) continue;
-      ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
-      struct stat st{};
-      if (::fstat(copy.get(), &st) != 0 || !seen.insert(st.st_ino).second) continue;
+    struct stat ns{};
+    std::string ns_path = absl::StrCat("/proc/", pid, "/ns/net");
+    if (::stat(ns_path.c_str(), &ns) != 0) return ErrnoStatus("stat " + ns_path);
+    ASSIGN_OR_RETURN(auto fds, proc::ListFdTargets(pid));
+    for (const auto& [number, target] : fds) {
+      // "socket:[INODE]": each socket once, whichever descriptors share it.
+      if (!absl::StartsWith(target, "socket:[") || !seen.insert(target).second) continue;
+      ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, number));
       int state = TcpState(copy.get());
       if (state < 0 || state == TCP_LISTEN || state == TCP_CLOSE) continue;
       ASSIGN_OR_RETURN(std::string local, Name(copy.get(), false));
@@ -95,16 +96,13 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
         return absl::UnimplementedError(absl::StrFormat(
             "pid %d fd %d is a TCP connection %s -> %s in state %s; only established connections can be saved yet "
             "— checkpoint it once it has closed, or pass --tcp-close to restore it as a connection reset by its peer",
-            pid, info.fd, FormatSockaddr(local), FormatSockaddr(remote), TcpStateName(state)));
+            pid, number, FormatSockaddr(local), FormatSockaddr(remote), TcpStateName(state)));
       }
-      struct stat ns{};
-      std::string ns_path = absl::StrCat("/proc/", pid, "/ns/net");
-      if (::stat(ns_path.c_str(), &ns) != 0) return ErrnoStatus("stat " + ns_path);
       if (netns_of != 0 && ns.st_ino != netns) {
         return absl::UnimplementedError(absl::StrFormat(
             "pid %d fd %d is a TCP connection in another network namespace than pid %d's; the connections of one "
             "checkpoint must share one namespace (their network lock is there)",
-            pid, info.fd, netns_of));
+            pid, number, netns_of));
       }
       netns_of = pid;
       netns = ns.st_ino;
@@ -226,6 +224,8 @@ absl::Status TcpConnections::Release() {
     absl::Status removed = net::RemoveNetworkLock(table_, netns_of_);
     if (status.ok()) status = removed;
   }
+  // Nothing of it is left for the guardian to put back (descriptor numbers may be reused).
+  if (journal_ != nullptr && status.ok()) journal_->RepairsEnded();
   return status;
 }
 

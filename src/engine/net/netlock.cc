@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_util.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 
@@ -69,9 +71,12 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
     netns = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!netns.valid()) return ErrnoStatus("open " + path + " (the connections' network namespace)");
   }
-  int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) return ErrnoStatus("pipe for nft");
-  UniqueFd in_r(in[0]), in_w(in[1]);
+  // The script from a memfd (no pipe: nft exiting early cannot raise SIGPIPE here).
+  UniqueFd in_r(static_cast<int>(::memfd_create("cairn-nft", MFD_CLOEXEC)));
+  if (!in_r.valid()) return ErrnoStatus("memfd_create for nft");
+  RETURN_IF_ERROR(WriteAll(in_r.get(), input, "the nft script"));
+  if (::lseek(in_r.get(), 0, SEEK_SET) != 0) return ErrnoStatus("lseek the nft script");
+  int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus("pipe for nft");
   UniqueFd out_r(out[0]), out_w(out[1]);
   std::vector<char*> argv;
@@ -82,9 +87,11 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
   pid_t pid = ::fork();
   if (pid < 0) return ErrnoStatus("fork for nft");
   if (pid == 0) {
-    ::dup2(in_r.get(), 0);
-    ::dup2(out_w.get(), 1);
-    ::dup2(out_w.get(), 2);
+    // (dup2 onto itself would keep close-on-exec: a guardian may run with 0-2 closed.)
+    auto place = [](int from, int to) { from == to ? ::fcntl(to, F_SETFD, 0) : ::dup2(from, to); };
+    place(in_r.get(), 0);
+    place(out_w.get(), 1);
+    place(out_w.get(), 2);
     if (netns.valid() && ::setns(netns.get(), CLONE_NEWNET) != 0) ::_exit(126);
     char* env[] = {nullptr};
     ::execve(kNft, argv.data(), env);
@@ -92,14 +99,6 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
   }
   in_r.Reset();
   out_w.Reset();
-  size_t done = 0;
-  while (done < input.size()) {
-    ssize_t n = ::write(in_w.get(), input.data() + done, input.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  in_w.Reset();
   std::string output;
   char buf[4096];
   for (;;) {
@@ -112,7 +111,11 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::InternalError(absl::StrFormat("nft %s failed (status %d): %s", absl::StrJoin(args, " "), status,
+    std::string how = WIFSIGNALED(status)          ? absl::StrCat("killed by signal ", WTERMSIG(status))
+                      : WEXITSTATUS(status) == 126 ? "could not enter the connections' network namespace"
+                      : WEXITSTATUS(status) == 127 ? absl::StrCat("could not run ", kNft)
+                                                   : absl::StrCat("exit status ", WEXITSTATUS(status));
+    return absl::InternalError(absl::StrFormat("nft %s failed (%s): %s", absl::StrJoin(args, " "), how,
                                                absl::StripTrailingAsciiWhitespace(output)));
   }
   return output;

@@ -215,7 +215,7 @@ absl::StatusOr<std::vector<InotifyWatch>> ParseInotifyWatches(const FdInfo& info
   return out;
 }
 
-absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {
+absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid) {
   std::string dir_path = absl::StrCat("/proc/", pid, "/fd");
   DIR* dir = ::opendir(dir_path.c_str());
   if (dir == nullptr) return ErrnoStatus("opendir " + dir_path);
@@ -226,7 +226,7 @@ absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {
   }
   ::closedir(dir);
   std::sort(fds.begin(), fds.end());
-  std::vector<FdInfo> out;
+  std::vector<std::pair<int, std::string>> out;
   for (int fd : fds) {
     std::string link = absl::StrCat(dir_path, "/", fd);
     char buf[4096];
@@ -235,10 +235,19 @@ absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {
       if (errno == ENOENT) continue;  // closed meanwhile (the process is frozen, so only a race with exit)
       return ErrnoStatus("readlink " + link);
     }
+    out.emplace_back(fd, std::string(buf, static_cast<size_t>(n)));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {
+  ASSIGN_OR_RETURN(auto targets, ListFdTargets(pid));
+  std::vector<FdInfo> out;
+  for (auto& [fd, target] : targets) {
     ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat("/proc/", pid, "/fdinfo/", fd)));
     ASSIGN_OR_RETURN(FdInfo info, ParseFdInfo(text));
     info.fd = fd;
-    info.target.assign(buf, static_cast<size_t>(n));
+    info.target = std::move(target);
     out.push_back(std::move(info));
   }
   return out;

@@ -90,6 +90,9 @@ struct LockInfo {
 // a syscall that restarts.
 absl::StatusOr<std::vector<LockInfo>> ParseLocks(const FdInfo& info);
 
+// Every open descriptor of `pid`, ascending, with what /proc/PID/fd/N links to (no fdinfo).
+absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid);
+
 // Every open descriptor of `pid`, ascending.
 absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid);
 

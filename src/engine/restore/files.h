@@ -46,6 +46,7 @@ struct Masters {
   std::vector<std::pair<UniqueFd, uint32_t>> seals;
   // TCP connections rebuilt in repair mode, to finish once every process is (tcp.h).
   std::vector<RepairedConnection> tcp;
+  std::vector<ListenerReuse> listeners;
 };
 
 // Opens the masters for every process of the checkpoint (`procs`). A file deleted while

@@ -752,7 +752,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   // Live TCP connections leave repair mode before they are verified (repair mode shows
   // options of its own) and before any process runs.
-  if (built.ok()) built = FinishConnections(masters->tcp);
+  if (built.ok()) built = FinishConnections(masters->tcp, masters->listeners);
   double verify_seconds = 0;
   if (built.ok() && opts.verify) built = PlantDifferenceForTest(root_host);  // a test hook: only verified
   if (built.ok() && opts.verify) {
@@ -769,6 +769,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     if (built.ok()) built = sealed;
   }
   if (!built.ok()) {
+    AbortConnections(masters->tcp);  // closed with the processes, they send nothing
     std::string lock;
     if (!meta.network_lock().empty()) {
       lock = absl::StrCat("; the network lock ", meta.network_lock(),
@@ -796,8 +797,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       return ErrnoStatus(absl::StrCat("stop pid ", p->pid(), " again with signal ", sig, " as it was"));
     }
   }
-  // The connections exist again: their packets may flow (the lock is the dump's, on this
-  // host; on another there is none to remove).
+  // The connections exist again: their packets may flow (the dump's lock is on this host, or
+  // on another, where there is none to remove here).
+  if (tcp_lock) tcp_lock->Release();
   if (!meta.network_lock().empty()) {
     absl::Status unlocked = net::RemoveNetworkLock(meta.network_lock());
     if (!unlocked.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", unlocked.ToString());

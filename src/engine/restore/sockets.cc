@@ -190,7 +190,9 @@ absl::StatusOr<RemovedName> PrepareRemovedName(const std::string& path, const im
 }
 
 // A socket rebuilt on its own: options, then bind. listen and connect come later.
-absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid) {
+// `reuse`: a listener whose port live TCP connections of the checkpoint share (tcp.h): it binds
+// and listens with SO_REUSEADDR, and its own value is recorded in *reuse to be given back.
+absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerReuse* reuse) {
   const image::SocketState& s = fd.socket();
   if (s.reset()) return ResetConnection(s.family(), fd, pid);
   UniqueFd sock(::socket(s.family(), s.type() | SOCK_CLOEXEC, s.protocol()));
@@ -202,6 +204,15 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid) {
         0) {
       return ErrnoStatus(absl::StrFormat("setsockopt(level %d, option %d) on %s", o.level(), o.name(), Where(fd, pid)));
     }
+  }
+  if (reuse != nullptr) {
+    socklen_t len = sizeof reuse->reuseaddr;
+    int on = 1;
+    if (::getsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &reuse->reuseaddr, &len) != 0 ||
+        ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0) {
+      return ErrnoStatus("SO_REUSEADDR (for the restore) on " + Where(fd, pid));
+    }
+    reuse->where = Where(fd, pid);
   }
   if (!s.bound().empty()) {
     const std::string& b = s.bound();
@@ -323,6 +334,10 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
                                Masters* m) {
   std::map<uint64_t, int> pairs;  // socket inode -> master of the recreated pair end
   std::vector<std::pair<const image::Fd*, pid_t>> queues, connects;
+  bool live_tcp = false;  // listeners then bind and listen beside live connections (tcp.h)
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) live_tcp = live_tcp || (fd.has_socket() && fd.socket().has_tcp());
+  }
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
       if (!IsSocket(fd)) continue;
@@ -336,7 +351,14 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
         continue;
       }
       if (fd.has_socket()) {
-        ASSIGN_OR_RETURN(UniqueFd sock, CreateSocket(fd, p->pid()));
+        bool listener = live_tcp && fd.kind() == image::Fd::INET_SOCKET && fd.socket().listening();
+        ListenerReuse reuse;
+        ASSIGN_OR_RETURN(UniqueFd sock, CreateSocket(fd, p->pid(), listener ? &reuse : nullptr));
+        if (listener) {
+          reuse.sock = UniqueFd(::fcntl(sock.get(), F_DUPFD_CLOEXEC, m->base));
+          if (!reuse.sock.valid()) return ErrnoStatus("fcntl(F_DUPFD) for " + reuse.where);
+          m->listeners.push_back(std::move(reuse));
+        }
         RETURN_IF_ERROR(Park(std::move(sock), fd, p->pid(), m));
         if (!fd.socket().peer().empty() && !fd.socket().reset()) connects.emplace_back(&fd, p->pid());
         continue;

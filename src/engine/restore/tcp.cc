@@ -46,17 +46,6 @@ absl::Status SendAll(int sock, const std::string& data, const std::string& what)
   return absl::OkStatus();
 }
 
-// IPV6_V6ONLY as the program had it: recorded when it differs from a fresh socket's.
-bool V6Only(const image::SocketState& s) {
-  for (const image::SocketOption& o : s.options()) {
-    if (o.level() == IPPROTO_IPV6 && o.name() == IPV6_V6ONLY && !o.value().empty()) return o.value()[0] != 0;
-  }
-  int fresh = 0;
-  socklen_t len = sizeof fresh;
-  UniqueFd probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  return probe.valid() && ::getsockopt(probe.get(), IPPROTO_IPV6, IPV6_V6ONLY, &fresh, &len) == 0 && fresh != 0;
-}
-
 }  // namespace
 
 absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkpoint& meta,
@@ -75,7 +64,7 @@ absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkp
 }
 
 RestoreLock::~RestoreLock() {
-  if (table_.empty()) return;
+  if (table_.empty() || !released_) return;
   absl::Status s = net::RemoveNetworkLock(table_);
   if (!s.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", s.ToString());
 }
@@ -98,9 +87,12 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
                          "setsockopt(TCP_REPAIR, on) for " + where + " (needs CAP_NET_ADMIN)"));
   for (const image::SocketOption& o : s.options()) {
     if (o.level() == SOL_SOCKET && o.name() == SO_REUSEADDR) {
+      // Given back when repair mode ends; until then repair mode's forced reuse must stay (a
+      // listener on the same port binds and listens meanwhile).
       int v = 0;
       std::memcpy(&v, o.value().data(), std::min(o.value().size(), sizeof v));
       out->reuseaddr = v != 0;
+      continue;
     }
     if (::setsockopt(c, o.level(), o.name(), o.value().data(), static_cast<socklen_t>(o.value().size())) != 0) {
       return ErrnoStatus(absl::StrFormat("setsockopt(level %d, option %d) on %s", o.level(), o.name(), where));
@@ -114,21 +106,9 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
   RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(send_head), "send sequence of " + where));
   RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of " + where));
   RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(recv_head), "receive sequence of " + where));
-  // Binding an IPv6 socket to an address of its own turns IPV6_V6ONLY on; a connection whose
-  // local address connect() chose had it off. Such a socket is bound to its port alone and
-  // connect() chooses the same address again (checked below).
-  std::string bind_to = s.bound();
-  bool any_address = false;
-  if (s.family() == AF_INET6 && bind_to.size() >= sizeof(sockaddr_in6) && !V6Only(s)) {
-    sockaddr_in6 a;
-    std::memcpy(&a, bind_to.data(), sizeof a);
-    if (!IN6_IS_ADDR_V4MAPPED(&a.sin6_addr)) {
-      a.sin6_addr = in6addr_any;
-      bind_to.assign(reinterpret_cast<const char*>(&a), sizeof a);
-      any_address = true;
-    }
-  }
-  if (::bind(c, reinterpret_cast<const sockaddr*>(bind_to.data()), static_cast<socklen_t>(bind_to.size())) != 0) {
+  // (Bound to its own address: on IPv6 that turns IPV6_V6ONLY on, which an established
+  // connection does not use; the source address connect() chose is thus kept exactly.)
+  if (::bind(c, reinterpret_cast<const sockaddr*>(s.bound().data()), static_cast<socklen_t>(s.bound().size())) != 0) {
     if (errno == EADDRNOTAVAIL) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "bind %s for %s: the address is not on this host; a connection comes back only where its address is — "
@@ -139,18 +119,6 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
   }
   if (::connect(c, reinterpret_cast<const sockaddr*>(s.peer().data()), static_cast<socklen_t>(s.peer().size())) != 0) {
     return ErrnoStatus("connect (in repair mode: nothing is sent) " + where);
-  }
-  if (any_address) {
-    sockaddr_storage got{};
-    socklen_t len = sizeof got;
-    if (::getsockname(c, reinterpret_cast<sockaddr*>(&got), &len) != 0) return ErrnoStatus("getsockname of " + where);
-    std::string local(reinterpret_cast<const char*>(&got), len);
-    if (FormatSockaddr(local) != FormatSockaddr(s.bound())) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: this host reaches the peer from %s, not from the connection's address; the connection can come back "
-          "only where its address is the one chosen for its peer",
-          where, FormatSockaddr(local)));
-    }
   }
   std::vector<tcp_repair_opt> opts;
   opts.push_back({TCPOPT_MAXSEG, t.mss()});
@@ -190,7 +158,18 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
   return sock;
 }
 
-absl::Status FinishConnections(const std::vector<RepairedConnection>& conns) {
+void AbortConnections(const std::vector<RepairedConnection>& conns) {
+  for (const RepairedConnection& r : conns) {
+    int on = TCP_REPAIR_ON;
+    (void)::setsockopt(r.sock.get(), IPPROTO_TCP, TCP_REPAIR, &on, sizeof on);
+  }
+}
+
+absl::Status FinishConnections(const std::vector<RepairedConnection>& conns,
+                               const std::vector<ListenerReuse>& listeners) {
+  for (const ListenerReuse& l : listeners) {
+    RETURN_IF_ERROR(SetInt(l.sock.get(), SOL_SOCKET, SO_REUSEADDR, l.reuseaddr, "SO_REUSEADDR on " + l.where));
+  }
   for (const RepairedConnection& r : conns) {
     int c = r.sock.get();
     RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_OFF, "setsockopt(TCP_REPAIR, off) on " + r.where));

@@ -41,20 +41,39 @@ class RestoreLock {
   // Takes it when a process of `procs` has a live TCP connection; nullopt otherwise.
   static absl::StatusOr<std::optional<RestoreLock>> Take(const image::Checkpoint& meta,
                                                          const std::vector<const image::Process*>& procs);
-  RestoreLock(RestoreLock&& o) noexcept : table_(std::move(o.table_)) { o.table_.clear(); }
+  RestoreLock(RestoreLock&& o) noexcept : table_(std::move(o.table_)), released_(o.released_) { o.table_.clear(); }
   RestoreLock& operator=(RestoreLock&&) = delete;
+  // Removes the lock once Release() was called (the restore succeeded); a failed restore
+  // leaves it, so that the peers' packets are dropped until a second restore (which replaces
+  // it) or `cairn check --fix`, not answered with resets.
   ~RestoreLock();
+  void Release() { released_ = true; }
 
  private:
   explicit RestoreLock(std::string table) : table_(std::move(table)) {}
   std::string table_;
+  bool released_ = false;
+};
+
+// A listening socket given SO_REUSEADDR while the restore binds and listens beside the live
+// connections bound to its port; `reuseaddr` (the program's) goes back with them.
+struct ListenerReuse {
+  UniqueFd sock;
+  int reuseaddr = 0;
+  std::string where;
 };
 
 // Rebuilds `fd` (INET_SOCKET with socket.tcp) of `pid`; the socket is left in repair mode.
 absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const image::Fd& fd, pid_t pid,
                                            RepairedConnection* out);
 
-// Ends repair mode on each connection and sends what had never been sent.
-absl::Status FinishConnections(const std::vector<RepairedConnection>& conns);
+// Ends repair mode on each connection and sends what had never been sent; gives the
+// listeners their own SO_REUSEADDR back.
+absl::Status FinishConnections(const std::vector<RepairedConnection>& conns,
+                               const std::vector<ListenerReuse>& listeners);
+
+// A restore that fails: each connection goes back into repair mode, so that closing it sends
+// nothing to its peer (no FIN, no reset) and a second restore can rebuild it.
+void AbortConnections(const std::vector<RepairedConnection>& conns);
 
 }  // namespace cairn::restore
