@@ -118,6 +118,9 @@ void KillAndWait(pid_t pid);
 // Marks the calling process as a child subreaper (idempotent).
 void BecomeSubreaper();
 
+// A TCP port on 127.0.0.1 free at the time of the call (bound and released), or 0.
+int FreeLoopbackPort();
+
 // Starts argv[0] (a path) as a child with stdin, stdout and stderr redirected to the given regular
 // files (stdout and stderr truncated). Returns its PID, or -1 if fork failed.
 pid_t SpawnProgram(const std::vector<std::string>& argv, const std::string& stdin_path, const std::string& stdout_path,

@@ -488,20 +488,6 @@ TEST_F(RealProgramTrees, Python3MultiprocessingSharedMemoryMidComputation) {
 // data, and accept new clients that read and change it, exactly as the uninterrupted server would.
 class RealRedis : public RealPrograms {
  public:
-  static int FreePort() {
-    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (::bind(s, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-        ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-      port = ntohs(a.sin_port);
-    }
-    ::close(s);
-    return port;
-  }
 
 
  protected:
@@ -532,7 +518,7 @@ TEST_F(RealRedis, ServesTheSameDataOnTheSamePortAfterRestore) {
   if (!fs::exists(kRedisServer) || !fs::exists(kRedisCli)) {
     GTEST_SKIP() << kRedisServer << " or " << kRedisCli << " is not installed (scripts/install-deps.sh installs them)";
   }
-  int port = FreePort();
+  int port = FreeLoopbackPort();
   ASSERT_GT(port, 0);
   std::string dir = *temp_ / "redis";
   fs::create_directories(dir);
@@ -585,7 +571,7 @@ TEST_F(RealPrograms, NginxMasterAndWorkersServeAfterRestore) {
   if (!fs::exists(kNginx) || !fs::exists(kCurl)) {
     GTEST_SKIP() << kNginx << " or " << kCurl << " is not installed (scripts/install-deps.sh installs them)";
   }
-  int port = RealRedis::FreePort();
+  int port = FreeLoopbackPort();
   ASSERT_GT(port, 0);
   std::string dir = *temp_ / "nginx";
   fs::create_directories(dir + "/www");

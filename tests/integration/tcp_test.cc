@@ -46,20 +46,6 @@ class LiveTcp : public CairnTest {
     }
   }
 
-  static int FreePort() {
-    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (::bind(s, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-        ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-      port = ntohs(a.sin_port);
-    }
-    ::close(s);
-    return port;
-  }
 
   // A connection to 127.0.0.1:port; -1 if refused.
   static int Connect(int port) {
@@ -185,7 +171,7 @@ class LiveTcp : public CairnTest {
 // its connection: a command it sent while the server was gone is answered once it is back, and
 // the connection serves on. An idle second client is untouched too.
 TEST_F(LiveTcp, ClientsOfACheckpointedServerKeepTheirConnections) {
-  int port = FreePort();
+  int port = FreeLoopbackPort();
   pid_t pid = StartRedis(port);
   ASSERT_GT(pid, 0) << "redis-server did not start";
   int busy = Connect(port), idle = Connect(port);
@@ -225,7 +211,7 @@ TEST_F(LiveTcp, ClientsOfACheckpointedServerKeepTheirConnections) {
 // --leave-running: the server goes on at once, its clients' connections out of repair mode and
 // no lock left.
 TEST_F(LiveTcp, ServerLeftRunningServesItsClientsAtOnce) {
-  int port = FreePort();
+  int port = FreeLoopbackPort();
   pid_t pid = StartRedis(port);
   ASSERT_GT(pid, 0);
   int c = Connect(port);
@@ -239,6 +225,14 @@ TEST_F(LiveTcp, ServerLeftRunningServesItsClientsAtOnce) {
   EXPECT_EQ(Ask(c, "PING", 2s), "+PONG");
   std::string options = ServerSideOptions(pid, c);
   ASSERT_NE(options, "");
+  // Without nftables it is refused before anything is frozen, saying what to install.
+  CommandResult no_nft = Cairn({"dump", "--pid", std::to_string(pid), "--dir", *temp_ / "no-nft", "--leave-running",
+                                "--tcp-established"},
+                               WithEnv({"CAIRN_NFT=/nonexistent/nft"}));
+  EXPECT_TRUE(no_nft.FailedCleanly()) << no_nft.Describe();
+  EXPECT_NE(no_nft.err.find("apt install nftables"), std::string::npos) << no_nft.err;
+  EXPECT_FALSE(fs::exists(*temp_ / "no-nft"));
+  EXPECT_EQ(Ask(c, "PING", 2s), "+PONG");
   CommandResult live = Cairn({"dump", "--pid", std::to_string(pid), "--dir", *temp_ / "ckpt", "--leave-running",
                               "--tcp-established"});
   ASSERT_TRUE(live.Exited(0)) << live.Describe();
@@ -253,7 +247,7 @@ TEST_F(LiveTcp, ServerLeftRunningServesItsClientsAtOnce) {
 // saved the connections, with the lock taken and the sockets in repair mode: the server and
 // its client go on as if nothing had happened.
 TEST_F(LiveTcp, InterruptedOrKilledDumpLeavesTheConnectionsAsTheyWere) {
-  int port = FreePort();
+  int port = FreeLoopbackPort();
   pid_t pid = StartRedis(port);
   ASSERT_GT(pid, 0);
   int c = Connect(port);

@@ -49,6 +49,8 @@ static int opt(int s, int level, int name) {
 }
 
 static void names(int s, struct sockaddr_storage* local, struct sockaddr_storage* peer) {
+  memset(local, 0, sizeof *local);
+  memset(peer, 0, sizeof *peer);
   socklen_t len = sizeof *local;
   WL_SYS(getsockname(s, (struct sockaddr*)local, &len));
   len = sizeof *peer;
@@ -58,8 +60,6 @@ static void names(int s, struct sockaddr_storage* local, struct sockaddr_storage
 static void same_names(int s, const struct sockaddr_storage* local, const struct sockaddr_storage* peer,
                        const char* who) {
   struct sockaddr_storage l2, p2;
-  memset(&l2, 0, sizeof l2);
-  memset(&p2, 0, sizeof p2);
   names(s, &l2, &p2);
   WL_CHECK(memcmp(&l2, local, sizeof l2) == 0 && memcmp(&p2, peer, sizeof p2) == 0,
            "%s: the connection's addresses changed", who);
@@ -123,10 +123,6 @@ int main(int argc, char** argv) {
     WL_SYS(fcntl(s4, F_SETFL, flags));
     WL_SYS(write(s6, "six from C", 10));
     struct sockaddr_storage l4n, p4n, l6n, p6n;
-    memset(&l4n, 0, sizeof l4n);
-    memset(&p4n, 0, sizeof p4n);
-    memset(&l6n, 0, sizeof l6n);
-    memset(&p6n, 0, sizeof p6n);
     names(s4, &l4n, &p4n);
     names(s6, &l6n, &p6n);
     wl_tree_announce();
@@ -157,10 +153,6 @@ int main(int argc, char** argv) {
   write_all(s4, back, BACK, "root: 48 KiB");
   WL_SYS(write(s6, "six from root", 13));
   struct sockaddr_storage l4n, p4n, l6n, p6n;
-  memset(&l4n, 0, sizeof l4n);
-  memset(&p4n, 0, sizeof p4n);
-  memset(&l6n, 0, sizeof l6n);
-  memset(&p6n, 0, sizeof p6n);
   names(s4, &l4n, &p4n);
   names(s6, &l6n, &p6n);
   wl_tree_root_ready_after("C");

@@ -465,7 +465,11 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     // kcmp tells exactly.
     std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
     struct stat st {};
-    if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + info.target + ")");
+    if (::stat(link.c_str(), &st) != 0) {
+      // The check runs while the processes do: a descriptor closed since it was listed is gone.
+      if (errno == ENOENT && writer == nullptr) continue;
+      return ErrnoStatus("stat " + link + " (" + info.target + ")");
+    }
     {
       const Seen* dup_of = nullptr;
       for (const Seen& other : seen) {

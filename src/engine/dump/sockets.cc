@@ -26,6 +26,7 @@
 #include "common/unique_fd.h"
 #include "engine/dump/tcp.h"
 #include "engine/image/socket_options.h"
+#include "engine/net/netlock.h"
 #include "engine/proc/pidfd.h"
 
 namespace cairn::dump {
@@ -454,7 +455,8 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
       if (opts_.tcp_established) {
         s->set_bound(local);
         s->set_peer(remote);
-        if (writer == nullptr) return absl::OkStatus();  // the check: tcp.h refuses other states
+        // The check, before anything is frozen: the lock will need nft (tcp.h refuses other states).
+        if (writer == nullptr) return net::CheckNftables();
         if (opts_.tcp == nullptr) return absl::InternalError("no network lock for " + conn);
         // Options first: repair mode shows SO_REUSEADDR forced on.
         RETURN_IF_ERROR(CaptureOptions(c, family, type, protocol, s));

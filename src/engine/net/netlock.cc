@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -25,7 +26,14 @@
 namespace cairn::net {
 namespace {
 
-constexpr char kNft[] = "/usr/sbin/nft";
+// Debian's nft; CAIRN_NFT names another (an install elsewhere, or a test's missing one).
+const char* NftPath() {
+  static const char* const path = [] {
+    const char* env = std::getenv("CAIRN_NFT");
+    return env != nullptr && *env != '\0' ? env : "/usr/sbin/nft";
+  }();
+  return path;
+}
 constexpr char kPrefix[] = "cairn_lock_";
 
 struct Endpoint {
@@ -65,6 +73,7 @@ absl::StatusOr<Endpoint> ParseEndpoint(const std::string& bytes) {
 absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const std::string& input,
                                    pid_t netns_of = 0) {
   RETURN_IF_ERROR(CheckNftables());
+  const char* nft = NftPath();
   UniqueFd netns;
   if (netns_of > 0) {
     std::string path = absl::StrCat("/proc/", netns_of, "/ns/net");
@@ -94,7 +103,7 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
     place(out_w.get(), 2);
     if (netns.valid() && ::setns(netns.get(), CLONE_NEWNET) != 0) ::_exit(126);
     char* env[] = {nullptr};
-    ::execve(kNft, argv.data(), env);
+    ::execve(nft, argv.data(), env);
     ::_exit(127);
   }
   in_r.Reset();
@@ -113,7 +122,7 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string how = WIFSIGNALED(status)          ? absl::StrCat("killed by signal ", WTERMSIG(status))
                       : WEXITSTATUS(status) == 126 ? "could not enter the connections' network namespace"
-                      : WEXITSTATUS(status) == 127 ? absl::StrCat("could not run ", kNft)
+                      : WEXITSTATUS(status) == 127 ? absl::StrCat("could not run ", nft)
                                                    : absl::StrCat("exit status ", WEXITSTATUS(status));
     return absl::InternalError(absl::StrFormat("nft %s failed (%s): %s", absl::StrJoin(args, " "), how,
                                                absl::StripTrailingAsciiWhitespace(output)));
@@ -126,9 +135,9 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
 std::string LockTableName(absl::string_view checkpoint_id) { return absl::StrCat(kPrefix, checkpoint_id); }
 
 absl::Status CheckNftables() {
-  if (::access(kNft, X_OK) == 0) return absl::OkStatus();
+  if (::access(NftPath(), X_OK) == 0) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      kNft, " is missing: cairn holds the packets of live TCP connections with nftables while it saves and rebuilds "
+      NftPath(), " is missing: cairn holds the packets of live TCP connections with nftables while it saves and rebuilds "
             "them; install it (apt install nftables), or checkpoint with --tcp-close"));
 }
 

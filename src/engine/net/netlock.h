@@ -9,8 +9,8 @@
 // once the connections exist again. A stale one (its dump killed, no restore to come) is
 // listed by `cairn check` and removed by `cairn check --fix`.
 //
-// nftables' `nft` command (Debian's nftables package) applies it; without it, a dump that
-// needs the lock is refused before anything is frozen.
+// nftables' `nft` command (Debian's nftables package, /usr/sbin/nft, or CAIRN_NFT) applies it;
+// without it, a dump that needs the lock is refused before anything is frozen.
 
 #include <sys/types.h>
 

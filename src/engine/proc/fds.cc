@@ -244,8 +244,10 @@ absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {
   ASSIGN_OR_RETURN(auto targets, ListFdTargets(pid));
   std::vector<FdInfo> out;
   for (auto& [fd, target] : targets) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(absl::StrCat("/proc/", pid, "/fdinfo/", fd)));
-    ASSIGN_OR_RETURN(FdInfo info, ParseFdInfo(text));
+    absl::StatusOr<std::string> text = ReadFile(absl::StrCat("/proc/", pid, "/fdinfo/", fd));
+    if (absl::IsNotFound(text.status())) continue;  // closed since it was listed (a running process)
+    RETURN_IF_ERROR(text.status());
+    ASSIGN_OR_RETURN(FdInfo info, ParseFdInfo(*text));
     info.fd = fd;
     info.target = std::move(target);
     out.push_back(std::move(info));
