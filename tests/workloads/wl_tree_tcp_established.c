@@ -5,13 +5,17 @@
 // root sends 48 KiB that C does not read; C sets TCP_NODELAY and a 2 s TCP_USER_TIMEOUT.
 // Over the IPv6 connection each sends one message the other has not read. After go, both
 // read everything that was waiting, byte for byte, exchange more both ways, check their
-// names, peers and options are the same, then C closes and root reads end-of-file.
+// names, peers and options are the same, then C closes and root reads end-of-file. A third
+// connection is half-closed before ready: C sends "bye" and shuts down its sending side (C's end
+// FIN_WAIT2, root's CLOSE_WAIT, "bye" unread); after go root reads "bye" then end-of-file, and
+// its reply still reaches C, which then reads end-of-file once root closes.
 // Uninterrupted and after the round trip alike it prints "CONNECTIONS kept", then PASS.
 #include "wl_tree.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #define BULK (3u << 20)
@@ -122,6 +126,10 @@ int main(int argc, char** argv) {
     }
     WL_SYS(fcntl(s4, F_SETFL, flags));
     WL_SYS(write(s6, "six from C", 10));
+    int half = WL_SYS(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    WL_SYS(connect(half, (struct sockaddr*)&a4, len4));
+    WL_SYS(write(half, "bye", 3));
+    WL_SYS(shutdown(half, SHUT_WR));
     struct sockaddr_storage l4n, p4n, l6n, p6n;
     names(s4, &l4n, &p4n);
     names(s6, &l6n, &p6n);
@@ -142,12 +150,20 @@ int main(int argc, char** argv) {
     expect_msg(s6, "six from root", "C (IPv6)");
     WL_SYS(write(s6, "six again", 9));
     expect_msg(s4, "done", "C");
+    expect_msg(half, "late reply", "C (half-closed)");
+    char end;
+    WL_CHECK(read(half, &end, 1) == 0, "C (half-closed): no end-of-file after root closed");
     close(s4);
     close(s6);
+    close(half);
     _exit(0);
   }
   int s4 = WL_SYS(accept4(l4, NULL, NULL, SOCK_CLOEXEC));
   int s6 = WL_SYS(accept4(l6, NULL, NULL, SOCK_CLOEXEC));
+  int half = WL_SYS(accept4(l4, NULL, NULL, SOCK_CLOEXEC));
+  // Its FIN has arrived (POLLRDHUP) before ready: root's end is in CLOSE_WAIT, "bye" unread.
+  struct pollfd hp = {half, POLLRDHUP, 0};
+  WL_CHECK(poll(&hp, 1, 5000) == 1, "root: C's shutdown did not arrive");
   char greeting[65] = {0};
   read_exact(s4, greeting, 64, "root: the greeting");
   write_all(s4, back, BACK, "root: 48 KiB");
@@ -163,8 +179,12 @@ int main(int argc, char** argv) {
   WL_CHECK(memcmp(got, bulk, BULK) == 0, "root: C's 3 MiB differ at byte %td", wl_check_pattern(got, BULK, 7));
   expect_msg(s6, "six from C", "root (IPv6)");
   expect_msg(s6, "six again", "root (IPv6)");
-  WL_SYS(write(s4, "done", 4));
+  expect_msg(half, "bye", "root (half-closed)");
   char end;
+  WL_CHECK(read(half, &end, 1) == 0, "root (half-closed): no end-of-file after bye");
+  WL_SYS(write(half, "late reply", 10));
+  close(half);
+  WL_SYS(write(s4, "done", 4));
   WL_CHECK(read(s4, &end, 1) == 0, "root: no end-of-file after C closed");
   close(s4);
   close(s6);

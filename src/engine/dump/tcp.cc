@@ -70,6 +70,10 @@ absl::StatusOr<std::string> PeekQueue(int fd, size_t len, const std::string& wha
   return data;
 }
 
+// Established, or half-closed with nothing of the close in flight: the peer's FIN received
+// and acknowledged (CLOSE_WAIT), ours sent and acknowledged (FIN_WAIT2).
+bool Savable(int state) { return state == TCP_ESTABLISHED || state == TCP_CLOSE_WAIT || state == TCP_FIN_WAIT2; }
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::string& table,
@@ -92,10 +96,11 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
       if (state < 0 || state == TCP_LISTEN || state == TCP_CLOSE) continue;
       ASSIGN_OR_RETURN(std::string local, Name(copy.get(), false));
       ASSIGN_OR_RETURN(std::string remote, Name(copy.get(), true));
-      if (state != TCP_ESTABLISHED) {
+      if (!Savable(state)) {
         return absl::UnimplementedError(absl::StrFormat(
-            "pid %d fd %d is a TCP connection %s -> %s in state %s; only established connections can be saved yet "
-            "— checkpoint it once it has closed, or pass --tcp-close to restore it as a connection reset by its peer",
+            "pid %d fd %d is a TCP connection %s -> %s in state %s, a closing one; established and half-closed "
+            "(CLOSE_WAIT, FIN_WAIT2) connections can be saved — checkpoint it once it has closed, or pass "
+            "--tcp-close to restore it as a connection reset by its peer",
             pid, number, FormatSockaddr(local), FormatSockaddr(remote), TcpStateName(state)));
       }
       if (netns_of != 0 && ns.st_ino != netns) {
@@ -142,13 +147,15 @@ absl::Status TcpConnections::Save(pid_t pid, int fd, UniqueFd sock, image::Image
   tcp_info ti{};
   socklen_t len = sizeof ti;
   if (::getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return ErrnoStatus("TCP_INFO of " + where());
-  if (ti.tcpi_state != TCP_ESTABLISHED) {
+  if (!Savable(ti.tcpi_state)) {
     return absl::UnimplementedError(absl::StrFormat(
-        "%s went to state %s before it was locked; only established connections can be saved yet — try again, or "
-        "pass --tcp-close",
+        "%s went to state %s before it was locked; established and half-closed connections can be saved — try "
+        "again, or pass --tcp-close",
         where(), TcpStateName(ti.tcpi_state)));
   }
   image::TcpConnection* t = s->mutable_tcp();
+  t->set_fin_received(ti.tcpi_state == TCP_CLOSE_WAIT);
+  t->set_fin_sent(ti.tcpi_state == TCP_FIN_WAIT2);
   t->set_wscale((ti.tcpi_options & TCPI_OPT_WSCALE) != 0);
   t->set_snd_wscale(ti.tcpi_snd_wscale);
   t->set_rcv_wscale(ti.tcpi_rcv_wscale);

@@ -100,8 +100,17 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
   }
   // Sequence numbers of the queues' heads: each queue written below moves its own on to
   // where the connection stood.
-  uint32_t send_head = t.send_seq() - static_cast<uint32_t>(t.send_size());
+  // A FIN we had sent (FIN_WAIT2) is sent again by shutdown() once repair ends, at the
+  // sequence number it had: the peer takes it as a retransmission. One the peer had sent
+  // (CLOSE_WAIT) is not received again: the bytes before it are queued up to recv_seq (the
+  // peer, closed for writing, sends nothing more) and the read side is shut down.
+  uint32_t send_head = t.send_seq() - static_cast<uint32_t>(t.send_size()) - (t.fin_sent() ? 1 : 0);
   uint32_t recv_head = t.recv_seq() - static_cast<uint32_t>(t.recv_size());
+  if (t.fin_sent()) out->shut = SHUT_WR;
+  if (t.fin_received()) out->shut = SHUT_RD;
+  if (t.fin_sent() && t.fin_received()) {
+    return absl::DataLossError(where + ": both FINs without a closing state (corrupt image)");
+  }
   RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select the send queue of " + where));
   RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(send_head), "send sequence of " + where));
   RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of " + where));
@@ -176,6 +185,11 @@ absl::Status FinishConnections(const std::vector<RepairedConnection>& conns,
     // Ending repair mode resets SO_REUSEADDR: the program's choice goes back.
     RETURN_IF_ERROR(SetInt(c, SOL_SOCKET, SO_REUSEADDR, r.reuseaddr ? 1 : 0, "SO_REUSEADDR on " + r.where));
     if (!r.unsent.empty()) RETURN_IF_ERROR(SendAll(c, r.unsent, "send the unsent bytes of " + r.where));
+    if (r.shut >= 0 && ::shutdown(c, r.shut) != 0) {
+      return ErrnoStatus(absl::StrCat(r.shut == SHUT_RD ? "shutdown(SHUT_RD) (the peer had closed) of "
+                                                        : "shutdown(SHUT_WR) (it had closed its side) of ",
+                                      r.where));
+    }
   }
   return absl::OkStatus();
 }

@@ -29,6 +29,7 @@ struct RepairedConnection {
   UniqueFd sock;        // a copy of the master, kept after the masters are closed
   std::string unsent;   // written by the program, never sent: sent after repair mode
   bool reuseaddr = false;  // SO_REUSEADDR as the program had it (repair mode forces it)
+  int shut = -1;           // half-closed: shutdown(2) once repair ends (SHUT_RD, SHUT_WR)
   std::string where;
 };
 
