@@ -11,7 +11,7 @@
 // before they are thawed and removes the lock; a dump that kills them leaves the sockets in
 // repair mode (so their close sends nothing to the peers: no FIN, no reset) and keeps the
 // lock for the restore. A dumper that dies is covered by its guardian (guardian.h, 6).
-// Only established connections are saved; other states (half-closed, closing) are refused.
+// Established and half-closed (CLOSE_WAIT, FIN_WAIT2) connections are saved; closing ones are refused.
 
 #include <sys/types.h>
 

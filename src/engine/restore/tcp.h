@@ -7,8 +7,9 @@
 // (the bytes sent and not yet acknowledged go back as sent: the kernel retransmits them once
 // repair ends; the bytes received and not yet read wait to be read again) and its window.
 // Once every process is rebuilt, FinishConnections ends repair mode (a window probe tells
-// the peer the connection is alive), sends the bytes that had never been sent, and removes
-// the network lock the dump left (net/netlock.h).
+// the peer the connection is alive), sends the bytes that had never been sent, and shuts a
+// half-closed connection down on its closed side; the restore then removes the network locks
+// (net/netlock.h): the dump's, and its own (RestoreLock).
 
 #include <sys/types.h>
 
