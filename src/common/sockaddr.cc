@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace cairn {
 
@@ -36,6 +37,25 @@ std::string FormatSockaddr(const std::string& b) {
     return path.substr(0, path.find('\0'));
   }
   return absl::StrCat("family ", family);
+}
+
+absl::StatusOr<std::string> SocketAddress(int fd, bool peer) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
+                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  if (rc != 0) {
+    if (peer && errno == ENOTCONN) return std::string();
+    return ErrnoStatus(peer ? "getpeername" : "getsockname");
+  }
+  return std::string(reinterpret_cast<const char*>(&a), len);
+}
+
+absl::StatusOr<int> SocketIntOption(int fd, int level, int name, absl::string_view what) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  if (::getsockopt(fd, level, name, &v, &len) != 0) return ErrnoStatus(absl::StrCat("getsockopt ", what));
+  return v;
 }
 
 }  // namespace cairn

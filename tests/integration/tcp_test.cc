@@ -155,6 +155,18 @@ class LiveTcp : public CairnTest {
     return out;
   }
 
+  // redis-server on a free loopback port and one client connected to it, which has stored
+  // `key` = `value`; the server's pid (-1 if it did not start) and the client in *client.
+  pid_t StartRedisWithClient(int* client, const std::string& key, const std::string& value) {
+    port_ = FreeLoopbackPort();
+    pid_t pid = StartRedis(port_);
+    if (pid <= 0) return -1;
+    *client = Connect(port_);
+    if (*client < 0 || Ask(*client, "SET " + key + " " + value) != "+OK") return -1;
+    return pid;
+  }
+  int port_ = 0;
+
   // The network locks `cairn check` reports (one line each).
   std::string Locks() {
     CommandResult r = Cairn({"check"});
@@ -171,13 +183,12 @@ class LiveTcp : public CairnTest {
 // its connection: a command it sent while the server was gone is answered once it is back, and
 // the connection serves on. An idle second client is untouched too.
 TEST_F(LiveTcp, ClientsOfACheckpointedServerKeepTheirConnections) {
-  int port = FreeLoopbackPort();
-  pid_t pid = StartRedis(port);
-  ASSERT_GT(pid, 0) << "redis-server did not start";
-  int busy = Connect(port), idle = Connect(port);
-  ASSERT_GE(busy, 0);
+  int busy = -1;
+  pid_t pid = StartRedisWithClient(&busy, "counter", "41");
+  ASSERT_GT(pid, 0) << "redis-server did not start, or its client could not store counter";
+  const int port = port_;
+  int idle = Connect(port);
   ASSERT_GE(idle, 0);
-  ASSERT_EQ(Ask(busy, "SET counter 41"), "+OK");
   ASSERT_EQ(Ask(idle, "PING"), "+PONG");
 
   std::string ckpt = *temp_ / "ckpt";
@@ -211,12 +222,9 @@ TEST_F(LiveTcp, ClientsOfACheckpointedServerKeepTheirConnections) {
 // --leave-running: the server goes on at once, its clients' connections out of repair mode and
 // no lock left.
 TEST_F(LiveTcp, ServerLeftRunningServesItsClientsAtOnce) {
-  int port = FreeLoopbackPort();
-  pid_t pid = StartRedis(port);
-  ASSERT_GT(pid, 0);
-  int c = Connect(port);
-  ASSERT_GE(c, 0);
-  ASSERT_EQ(Ask(c, "SET k v"), "+OK");
+  int c = -1;
+  pid_t pid = StartRedisWithClient(&c, "k", "v");
+  ASSERT_GT(pid, 0) << "redis-server did not start, or its client could not store k";
   // Without a choice the connection is refused, naming both answers; the server goes on.
   CommandResult refused = Dump(pid, *temp_ / "refused", /*leave_running=*/true);
   EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
@@ -247,12 +255,9 @@ TEST_F(LiveTcp, ServerLeftRunningServesItsClientsAtOnce) {
 // saved the connections, with the lock taken and the sockets in repair mode: the server and
 // its client go on as if nothing had happened.
 TEST_F(LiveTcp, InterruptedOrKilledDumpLeavesTheConnectionsAsTheyWere) {
-  int port = FreeLoopbackPort();
-  pid_t pid = StartRedis(port);
-  ASSERT_GT(pid, 0);
-  int c = Connect(port);
-  ASSERT_GE(c, 0);
-  ASSERT_EQ(Ask(c, "SET n 0"), "+OK");
+  int c = -1;
+  pid_t pid = StartRedisWithClient(&c, "n", "0");
+  ASSERT_GT(pid, 0) << "redis-server did not start, or its client could not store n";
   for (int sig : {SIGTERM, SIGKILL}) {
     SCOPED_TRACE(sig == SIGTERM ? "SIGTERM" : "SIGKILL");
     std::string dir = *temp_ / ("ckpt-" + std::to_string(sig));

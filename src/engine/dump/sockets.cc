@@ -52,25 +52,6 @@ std::string UnixSockaddr(absl::string_view name) {
   return out;
 }
 
-absl::StatusOr<int> IntOption(int fd, int level, int name, absl::string_view what) {
-  int v = 0;
-  socklen_t len = sizeof v;
-  if (::getsockopt(fd, level, name, &v, &len) != 0) return ErrnoStatus(absl::StrCat("getsockopt ", what));
-  return v;
-}
-
-absl::StatusOr<std::string> Sockname(int fd, bool peer) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
-                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (rc != 0) {
-    if (peer && errno == ENOTCONN) return std::string();
-    return ErrnoStatus(peer ? "getpeername" : "getsockname");
-  }
-  return std::string(reinterpret_cast<const char*>(&a), len);
-}
-
 // Whether an inet address names a port (bound) rather than the unbound any-address.
 bool BoundInet(const std::string& a) {
   if (a.size() >= sizeof(sockaddr_in6) && reinterpret_cast<const sockaddr*>(a.data())->sa_family == AF_INET6) {
@@ -211,7 +192,7 @@ absl::StatusOr<uint32_t> UdpShutdown(int c) {
     CAIRN_LOG_WARN("event=udp_shutdown_not_probed reason=\"an error is waiting on the socket\"");
     return shut;
   }
-  ASSIGN_OR_RETURN(int corked, IntOption(c, IPPROTO_UDP, UDP_CORK, "UDP_CORK"));
+  ASSIGN_OR_RETURN(int corked, SocketIntOption(c, IPPROTO_UDP, UDP_CORK, "UDP_CORK"));
   if (corked != 0) {
     return absl::UnimplementedError("a UDP socket corked (UDP_CORK) with a datagram being assembled cannot be "
                                     "checkpointed; uncork it first");
@@ -301,7 +282,7 @@ absl::Status TreeSockets::CaptureFilter(pid_t pid, const proc::FdInfo& info, ima
                                        info.fd, count));
   }
   fd->set_socket_filter(std::string(reinterpret_cast<const char*>(program.data()), count * sizeof(sock_filter)));
-  ASSIGN_OR_RETURN(int locked, IntOption(copy.get(), SOL_SOCKET, SO_LOCK_FILTER, "SO_LOCK_FILTER"));
+  ASSIGN_OR_RETURN(int locked, SocketIntOption(copy.get(), SOL_SOCKET, SO_LOCK_FILTER, "SO_LOCK_FILTER"));
   fd->set_filter_locked(locked != 0);
   return absl::OkStatus();
 }
@@ -409,9 +390,9 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
                                       image::Fd* fd) const {
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
   int c = copy.get();
-  ASSIGN_OR_RETURN(int family, IntOption(c, SOL_SOCKET, SO_DOMAIN, "SO_DOMAIN"));
-  ASSIGN_OR_RETURN(int type, IntOption(c, SOL_SOCKET, SO_TYPE, "SO_TYPE"));
-  ASSIGN_OR_RETURN(int protocol, IntOption(c, SOL_SOCKET, SO_PROTOCOL, "SO_PROTOCOL"));
+  ASSIGN_OR_RETURN(int family, SocketIntOption(c, SOL_SOCKET, SO_DOMAIN, "SO_DOMAIN"));
+  ASSIGN_OR_RETURN(int type, SocketIntOption(c, SOL_SOCKET, SO_TYPE, "SO_TYPE"));
+  ASSIGN_OR_RETURN(int protocol, SocketIntOption(c, SOL_SOCKET, SO_PROTOCOL, "SO_PROTOCOL"));
   constexpr absl::string_view kAdvice =
       "checkpoints support TCP, UDP, UDP-Lite, ICMP (ping) and raw internet sockets and unix sockets — close it "
       "before checkpointing";
@@ -430,8 +411,8 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image
   s->set_family(family);
   s->set_type(type);
   s->set_protocol(protocol);
-  ASSIGN_OR_RETURN(std::string local, Sockname(c, false));
-  ASSIGN_OR_RETURN(std::string remote, Sockname(c, true));
+  ASSIGN_OR_RETURN(std::string local, SocketAddress(c, false));
+  ASSIGN_OR_RETURN(std::string remote, SocketAddress(c, true));
   if (tcp) {
     tcp_info ti{};
     socklen_t len = sizeof ti;

@@ -30,20 +30,8 @@ const char* TcpStateName(int state) {
   return state >= 0 && state < static_cast<int>(sizeof kNames / sizeof kNames[0]) ? kNames[state] : "?";
 }
 
-absl::StatusOr<std::string> Name(int fd, bool peer) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
-                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (rc != 0) return ErrnoStatus(peer ? "getpeername" : "getsockname");
-  return std::string(reinterpret_cast<const char*>(&a), len);
-}
-
-int IntOpt(int fd, int level, int name) {
-  int v = -1;
-  socklen_t len = sizeof v;
-  return ::getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
-}
+// An int option of socket `fd`, -1 if it cannot be read.
+int IntOpt(int fd, int level, int name) { return SocketIntOption(fd, level, name, "").value_or(-1); }
 
 // The TCP state of socket `fd`, or -1 if it is not a TCP socket (TCP_INFO is TCP's alone: an
 // MPTCP socket, which also answers it, is refused later by its protocol).
@@ -94,8 +82,8 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
       ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, number));
       int state = TcpState(copy.get());
       if (state < 0 || state == TCP_LISTEN || state == TCP_CLOSE) continue;
-      ASSIGN_OR_RETURN(std::string local, Name(copy.get(), false));
-      ASSIGN_OR_RETURN(std::string remote, Name(copy.get(), true));
+      ASSIGN_OR_RETURN(std::string local, SocketAddress(copy.get(), false));
+      ASSIGN_OR_RETURN(std::string remote, SocketAddress(copy.get(), true));
       if (!Savable(state)) {
         return absl::UnimplementedError(absl::StrFormat(
             "pid %d fd %d is a TCP connection %s -> %s in state %s, a closing one; established and half-closed "
@@ -121,8 +109,7 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
   lock->netns_of_ = netns_of;
   absl::Status taken = net::TakeNetworkLock(table, conns, netns_of);
   if (!taken.ok()) {
-    lock->table_.clear();
-    (void)net::RemoveNetworkLock(table, netns_of);  // one transaction: normally nothing to remove
+    lock->table_.clear();  // one nft transaction: nothing of it was made
     return taken;
   }
   CAIRN_LOG_INFO("event=network_locked table={} connections={}", table, conns.size());

@@ -757,10 +757,11 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (built.ok() && opts.verify) built = PlantDifferenceForTest(root_host);  // a test hook: only verified
   if (built.ok() && opts.verify) {
     auto v0 = Clock::now();
+    VerifyShared shared;
     for (const image::Process* p : procs) {
       if (!built.ok()) break;
       bool session_restored = std::any_of(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == p->sid(); });
-      if (!p->zombie()) built = VerifyRestored(*p, procs, ids, session_restored);
+      if (!p->zombie()) built = VerifyRestored(*p, procs, ids, session_restored, &shared);
     }
     verify_seconds = std::chrono::duration<double>(Clock::now() - v0).count();
   }

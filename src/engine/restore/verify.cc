@@ -353,20 +353,14 @@ std::string OptionText(const std::string& bytes) {
   return out;
 }
 
+// The address of socket `fd` (or, `peer`, its peer) as text for a comparison.
 std::string SocketName(int fd, bool peer) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  int rc = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len)
-                : ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  if (rc != 0) return peer && errno == ENOTCONN ? "(none)" : absl::StrCat("(", ErrnoStatus("").message(), ")");
-  return FormatSockaddr(std::string(reinterpret_cast<const char*>(&a), len));
+  absl::StatusOr<std::string> a = SocketAddress(fd, peer);
+  if (!a.ok()) return absl::StrCat("(", a.status().message(), ")");
+  return a->empty() ? "(none)" : FormatSockaddr(*a);
 }
 
-int IntOption(int fd, int level, int name) {
-  int v = -1;
-  socklen_t len = sizeof v;
-  return ::getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
-}
+int IntOption(int fd, int level, int name) { return SocketIntOption(fd, level, name, "").value_or(-1); }
 
 // Reads option `level`/`name` of socket `fd` as text; empty if the socket has no such option.
 std::string OptionOf(int fd, int level, int name) {
@@ -407,8 +401,8 @@ uint64_t SocketInode(pid_t host, int fd) {
 // the image set again; its BPF filter and its lock; for unix sockets, also type, shutdown
 // state and, for a connected pair, that its peer is the restored socket of the image's peer.
 void CompareSockets(const image::Process& proc, pid_t host, const IdMap& ids,
-                    const std::vector<const image::Process*>& procs, Findings* f) {
-  std::optional<std::map<uint64_t, proc::UnixSocket>> unix_sockets;
+                    const std::vector<const image::Process*>& procs, VerifyShared* shared, Findings* f) {
+  std::optional<std::map<uint64_t, proc::UnixSocket>>& unix_sockets = shared->unix_sockets;
   for (const image::Fd& fd : proc.fds()) {
     if (fd.is_dup() || (fd.kind() != image::Fd::UNIX_SOCKET && fd.kind() != image::Fd::INET_SOCKET)) continue;
     std::string what = absl::StrFormat("fd %d (%s)", fd.fd(), fd.path());
@@ -587,7 +581,7 @@ void CompareThreads(const image::Process& proc, pid_t host, const IdMap& ids, Fi
 }  // namespace
 
 absl::Status VerifyRestored(const image::Process& proc, const std::vector<const image::Process*>& procs,
-                            const IdMap& ids, bool session_restored) {
+                            const IdMap& ids, bool session_restored, VerifyShared* shared) {
   pid_t host = ids.Host(proc.pid());
   Findings f;
   CompareTerminal(proc, host, ids, session_restored, &f);
@@ -602,7 +596,7 @@ absl::Status VerifyRestored(const image::Process& proc, const std::vector<const 
   } else {
     f.Add(absl::StrCat("descriptors: cannot read /proc/", host, "/fd: ", fds.status().message()));
   }
-  CompareSockets(proc, host, ids, procs, &f);
+  CompareSockets(proc, host, ids, procs, shared, &f);
   CompareProcess(proc, host, &f);
   if (f.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(

@@ -20,9 +20,13 @@
 // Timers' remaining times are read back where restore arms them (task_state.cc); page
 // contents are checksummed when read.
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/proc/unix_sockets.h"
 #include "engine/restore/ids.h"
 #include "image.pb.h"
 
@@ -33,9 +37,14 @@ namespace cairn::restore {
 // difference found.
 // `session_restored`: the process's session leader is in the checkpoint, so its controlling
 // terminal (and, for the leader, the terminal's foreground group) is compared too.
+// What the comparisons of one restore's processes share, read at most once for all of them.
+struct VerifyShared {
+  std::optional<std::map<uint64_t, proc::UnixSocket>> unix_sockets;  // sock_diag, by inode
+};
+
 // `procs`: every process of the checkpoint (a unix socket's peer may be in another).
 absl::Status VerifyRestored(const image::Process& proc, const std::vector<const image::Process*>& procs,
-                            const IdMap& ids, bool session_restored);
+                            const IdMap& ids, bool session_restored, VerifyShared* shared);
 
 // Test hook: with CAIRN_VERIFY_PLANT set to one of "oom_score_adj", "fd_flags", "rlimit",
 // "lock" (an OFD lock on the first regular file) or "socket_option" (SO_KEEPALIVE toggled),
