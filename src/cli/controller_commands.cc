@@ -23,6 +23,7 @@
 #include "cli/output.h"
 #include "common/grpc_server.h"
 #include "common/status.h"
+#include "common/validate.h"
 #include "controller/service/job_spec_check.h"
 #include "controller.grpc.pb.h"
 
@@ -44,6 +45,12 @@ struct ControllerCommands::Options {
   CLI::App* job_cancel = nullptr;
   CLI::App* remove_node = nullptr;
   CLI::App* events = nullptr;
+  CLI::App* group_checkpoint = nullptr;
+  CLI::App* group_restore = nullptr;
+  CLI::App* group_list = nullptr;
+  std::string group, group_ckpt;
+  int rank = 0;
+  bool stop = false;
 
   // submit
   api::JobSpec spec;
@@ -200,7 +207,27 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.submit->add_option("--user", o.user,
                        "The node user the command runs as (nothing of the job as root; its checkpoints come back "
                        "only as that user)");
+  o.submit->add_option("--group", o.group,
+                       "A rank of this job group: processes on several nodes checkpointed together as one consistent "
+                       "cut (cairn group checkpoint) and restored together (cairn group restore)");
+  o.submit->add_option("--rank", o.rank, "The job's rank in its --group (0 to 65535)");
   o.submit->add_option("command", o.command, "The command the node runs, after --");
+
+  CLI::App* group = app.add_subcommand("group", "Job groups: ranks on several nodes checkpointed and restored together");
+  group->require_subcommand(1);
+  o.group_checkpoint = group->add_subcommand(
+      "checkpoint", "One consistent checkpoint of every rank: all frozen and dumped before any runs again");
+  common(o.group_checkpoint);
+  o.group_checkpoint->add_option("group", o.group, "Group name")->required();
+  o.group_checkpoint->add_flag("--stop", o.stop, "Stop every rank once the group checkpoint is recorded");
+  o.group_restore = group->add_subcommand(
+      "restore", "Every rank back from one group checkpoint, each on the node that took its part");
+  common(o.group_restore);
+  o.group_restore->add_option("group", o.group, "Group name")->required();
+  o.group_restore->add_option("--checkpoint", o.group_ckpt, "The group checkpoint's id (default: the newest)");
+  o.group_list = group->add_subcommand("list", "The group's checkpoints, oldest first");
+  common(o.group_list);
+  o.group_list->add_option("group", o.group, "Group name")->required();
 
   CLI::App* cluster = app.add_subcommand("cluster", "The controller's view of the cluster");
   cluster->require_subcommand(1);
@@ -235,7 +262,8 @@ ControllerCommands::~ControllerCommands() = default;
 bool ControllerCommands::Parsed() const {
   return o_->submit->parsed() || o_->cluster_status->parsed() || o_->scale_down->parsed() ||
          o_->job_explain->parsed() || o_->events->parsed() || o_->job_cancel->parsed() ||
-         o_->remove_node->parsed();
+         o_->remove_node->parsed() || o_->group_checkpoint->parsed() || o_->group_restore->parsed() ||
+         o_->group_list->parsed();
 }
 
 int ControllerCommands::Run() {
@@ -249,6 +277,10 @@ int ControllerCommands::Run() {
     token = t;
   }
   if (o.tls_ca.empty() && std::getenv("CAIRN_TLS_CA") != nullptr) o.tls_ca = std::getenv("CAIRN_TLS_CA");
+  // A group checkpoint or restore takes as long as its slowest rank: wait for it unless told.
+  for (CLI::App* slow : {o.group_checkpoint, o.group_restore}) {
+    if (slow->parsed() && slow->get_option("--timeout")->count() == 0) o.timeout_s = 900;
+  }
   Client client(o.controllers, token, o.timeout_s, o.tls_ca);
   using Stub = api::Controller::Stub;
 
@@ -289,6 +321,8 @@ int ControllerCommands::Run() {
     }
     for (const std::string& a : o.command) s->add_command(a);
     s->set_user(o.user);
+    s->set_group(o.group);
+    s->set_rank(o.rank);
     // The controller refuses the same; checked here first so that nothing is sent.
     if (absl::Status bad = controller::CheckSubmittedJob(*s); !bad.ok()) return Fail(Annotate(bad, "submit"));
     api::SubmitJobResponse resp;
@@ -354,6 +388,48 @@ int ControllerCommands::Run() {
     api::RemoveNodeRequest req;
     req.set_node_id(o.node);
     return events_call(&Stub::RemoveNode, req, api::RemoveNodeResponse());
+  }
+
+  if (o.group_checkpoint->parsed() || o.group_restore->parsed() || o.group_list->parsed()) {
+    if (absl::Status bad = CheckJobName(o.group, "group name"); !bad.ok()) return Fail(Annotate(bad, "group"));
+    auto print = [](const api::GroupCheckpoint& g) {
+      std::printf("%s  %s  %d ranks  slowest dump %.3f s  longest frozen %.3f s%s\n", g.id().c_str(),
+                  TimeString(g.created()).c_str(), g.ranks_size(), g.dump_max_s(), g.frozen_max_s(),
+                  g.stopped() ? "  (ranks stopped)" : "");
+      for (const api::RankCheckpoint& r : g.ranks()) {
+        std::printf("  rank %-4d job %-20s node %-16s %s  dump %.3f s  frozen %.3f s\n", r.rank(), r.job_id().c_str(),
+                    r.node_id().c_str(), r.checkpoint().c_str(), r.dump_s(), r.frozen_s());
+      }
+    };
+    grpc::Status st;
+    if (o.group_checkpoint->parsed()) {
+      api::CheckpointGroupRequest req;
+      req.set_group(o.group);
+      req.set_stop(o.stop);
+      api::CheckpointGroupResponse resp;
+      st = client.Call(&Stub::CheckpointGroup, req, &resp);
+      if (!st.ok()) return Fail(st.error_message());
+      if (o.json) return PrintJson(resp);
+      print(resp.checkpoint());
+    } else if (o.group_restore->parsed()) {
+      api::RestoreGroupRequest req;
+      req.set_group(o.group);
+      req.set_checkpoint(o.group_ckpt);
+      api::RestoreGroupResponse resp;
+      st = client.Call(&Stub::RestoreGroup, req, &resp);
+      if (!st.ok()) return Fail(st.error_message());
+      if (o.json) return PrintJson(resp);
+      for (const std::string& n : resp.notes()) std::printf("%s\n", n.c_str());
+    } else {
+      api::ListGroupCheckpointsRequest req;
+      req.set_group(o.group);
+      api::ListGroupCheckpointsResponse resp;
+      st = client.Call(&Stub::ListGroupCheckpoints, req, &resp);
+      if (!st.ok()) return Fail(st.error_message());
+      if (o.json) return PrintJson(resp);
+      for (const api::GroupCheckpoint& g : resp.checkpoints()) print(g);
+    }
+    return 0;
   }
 
   if (o.job_explain->parsed()) {

@@ -50,7 +50,8 @@ struct DaemonCommands::Options {
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
   CLI::App* node_info = nullptr;
 
-  std::string job, id, memory, from, user;
+  std::string job, id, memory, from, user, group;
+  int rank = 0;
   std::vector<std::string> command;
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
@@ -164,6 +165,10 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--user", o.user,
                     "Run the job as this user of the node (name or uid): nothing of it runs as root, and its "
                     "checkpoints are restored only with this user's credentials");
+  o.run->add_option("--group", o.group,
+                    "A rank of this job group: processes on several nodes checkpointed together as one "
+                    "consistent cut, and restored together (cairn group checkpoint|restore, through the controller)");
+  o.run->add_option("--rank", o.rank, "The job's rank in its --group (0 to 65535)");
   o.run->add_option("command", o.command, "The command and its arguments, after --")->required();
 
   o.list = job->add_subcommand("list", "Jobs on the daemon");
@@ -303,6 +308,8 @@ int DaemonCommands::Run() {
     dapi::JobSpec* s = req.mutable_spec();
     s->set_name(o.job);
     s->set_user(o.user);
+    s->set_group(o.group);
+    s->set_rank(o.rank);
     for (const auto& a : o.command) s->add_command(a);
     s->mutable_limits()->set_cpus(o.cpus);
     if (!o.memory.empty()) {

@@ -116,6 +116,8 @@ struct JobSpec {
   std::map<std::string, std::string> node_selector;  // required node labels.
   std::vector<std::string> command;   // what the node daemon runs; placement ignores it.
   std::string user;                   // the node user it runs as (empty: root); placement ignores it.
+  std::string group;                  // the job group it is a rank of (empty: none); placement ignores it.
+  int rank = 0;
 };
 
 struct CheckpointRecord {

@@ -563,6 +563,11 @@ absl::Status Daemon::DeleteJob(const std::string& name) {
 }
 
 absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason) {
+  return CheckpointWith(req, reason, nullptr);
+}
+
+absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobRequest& req, const std::string& reason,
+                                                       RankPart* rank) {
   if (req.incremental() && req.pre_copy()) {
     return absl::InvalidArgumentError("a checkpoint is either incremental or pre-copy: give one of --incremental, "
                                       "--pre-copy");
@@ -602,12 +607,13 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   c.set_pinned(req.pin());
   c.set_reason(reason);
   c.set_created(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  if (rank) c.set_group_checkpoint(rank->group_checkpoint);
   // Incremental: asked for on this checkpoint, or by the job's policy for its periodic ones. It
   // builds on the job's newest checkpoint when it can (IncrementalParent), else it is full. The
   // row names its parent while it is written, so that the parent is neither deleted nor expired
   // under it (cleared below if the dump turns out full).
   const bool incremental_job = spec.checkpoint().incremental();
-  const bool incremental = req.incremental() || (reason == "periodic" && incremental_job);
+  const bool incremental = !rank && (req.incremental() || (reason == "periodic" && incremental_job));
   std::string full_why;
   const std::string parent = incremental ? IncrementalParent(name, spec, &full_why) : "";
   c.set_parent(parent);
@@ -630,8 +636,9 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   d.tree = true;
   // With a remote store, --kill stops the job only once the checkpoint is stored: until then
   // the job is held in its freezer, and a failed upload lets it go on.
-  const bool hold = req.kill() && opts_.store->Remote();
-  d.leave_running = !req.kill() || hold;
+  // (A group's rank is stored while it stands frozen, before its coordinator decides.)
+  const bool hold = !rank && req.kill() && opts_.store->Remote();
+  d.leave_running = !req.kill() || hold || rank;
   d.job_name = EngineName(name);
   // A job held for a remote store (hold) runs on until it is stored, then is killed as any
   // process is: its connections close for real, so they are saved as reset (what its peers
@@ -641,11 +648,11 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
                 (spec.checkpoint().tcp() == api::CheckpointPolicy::TCP_ESTABLISHED && hold);
   // Pre-copy: memory is copied while the job runs and the job is frozen only for what it wrote
   // meanwhile. Asked for on this checkpoint, or by the job's policy for its periodic ones.
-  d.pre_copy = !incremental && (req.pre_copy() || (reason == "periodic" && spec.checkpoint().pre_copy()));
+  d.pre_copy = !rank && !incremental && (req.pre_copy() || (reason == "periodic" && spec.checkpoint().pre_copy()));
   if (!parent.empty()) d.parent = CheckpointDir(name) + "/" + parent;
   // A job that keeps running after a checkpoint of an incremental job has its writes tracked
   // from here, so that the next checkpoint can build on this one.
-  d.track = d.leave_running && !hold && !d.pre_copy && (incremental_job || req.incremental());
+  d.track = !rank && d.leave_running && !hold && !d.pre_copy && (incremental_job || req.incremental());
   if (opts_.pause_in_checkpoint_s > 0) {
     double pause = opts_.pause_in_checkpoint_s;
     d.progress = [pause, paused = false](uint64_t, uint64_t) mutable {
@@ -654,9 +661,54 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
       std::this_thread::sleep_for(std::chrono::duration<double>(pause));
     };
   }
+  // A group's rank (group.cc): committed, stored and recorded complete while it stands frozen;
+  // then its coordinator decides whether it is thawed (or killed) with its checkpoint, or
+  // thawed without it.
+  absl::Status rank_failure;
+  absl::StatusOr<std::vector<api::Checkpoint>> expired;
+  if (rank) {
+    d.hand_off_decides = true;
+    d.hand_off = [&](const dump::DumpResult& r, const dump::HandOffControl&) {
+      (void)SyncDir(CheckpointDir(name));
+      c.set_size_bytes(DirBytes(c.location()));
+      if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
+        c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+      }
+      rank_failure = StoreCheckpoint(c, spec);
+      if (!rank_failure.ok()) return dump::HandOff::kThaw;
+      c.set_state("complete");
+      c.set_frozen_s(r.frozen_seconds);
+      c.set_total_s(r.frozen_seconds);
+      expired = catalog_->CompleteCheckpoint(c, keep);
+      if (!expired.ok()) {
+        rank_failure = expired.status();
+        return dump::HandOff::kThaw;
+      }
+      rank->decision = rank->decide(c, r.frozen_seconds);
+      if (rank->decision.value_or(false) && req.kill()) return dump::HandOff::kKill;
+      return dump::HandOff::kThaw;
+    };
+  }
   auto r = dump::Dump(d);
   absl::Status stored = r.status();
-  if (r.ok()) {
+  if (stored.ok()) stored = rank_failure;
+  if (stored.ok() && rank && !rank->decision.has_value()) {
+    // The coordinator went away before it decided: it may have recorded the group checkpoint,
+    // so this rank's part is kept; the rank runs on.
+    c.set_frozen_s(r->frozen_seconds);
+    (void)catalog_->PutCheckpoint(c);
+    done(false);
+    Event(name, "checkpoint", absl::StrCat("checkpoint ", c.id(), " of group checkpoint ", rank->group_checkpoint,
+                                           " kept; the job runs on: its coordinator left before deciding"));
+    return absl::UnavailableError(absl::StrCat("group checkpoint ", rank->group_checkpoint, " of job ", name,
+                                               ": the coordinator left before deciding; the job was thawed"));
+  }
+  if (stored.ok() && rank && !*rank->decision) {
+    stored = absl::AbortedError(absl::StrCat("group checkpoint ", rank->group_checkpoint,
+                                             " was called off by its coordinator (another rank failed); the job was "
+                                             "thawed untouched"));
+  }
+  if (r.ok() && !rank) {
     // Committed by the engine (DIR.partial renamed to DIR); complete once it is in the store.
     (void)SyncDir(CheckpointDir(name));
     c.set_size_bytes(DirBytes(c.location()));
@@ -671,7 +723,11 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
     if (hold && !stored.ok()) ThawFreezer(CgroupOf(name));
   }
   if (!stored.ok()) {
-    (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself
+    // A failed Put has cleaned the store itself; a rank's checkpoint called off was stored whole.
+    (void)DropCheckpointFiles(c, /*from_store=*/rank && c.state() == "complete");
+    if (rank && expired.ok()) {
+      for (const api::Checkpoint& old : *expired) (void)DropCheckpointFiles(old);  // out of the catalog already
+    }
     c.set_state("failed");
     c.set_parent("");  // it builds on nothing: its parent may go
     c.set_error(std::string(stored.message()));
@@ -689,14 +745,18 @@ absl::StatusOr<api::Checkpoint> Daemon::Checkpoint(const api::CheckpointJobReque
   c.set_total_s(r->total_seconds);
   c.set_state("complete");
   if (!r->incremental) c.set_parent("");
+  if (rank) {
+    (void)catalog_->PutCheckpoint(c);  // the figures of the whole hold; complete since the hand-off
+  } else {
+    expired = catalog_->CompleteCheckpoint(c, keep);
+  }
   std::string kind;
   if (incremental) {
     kind = r->incremental ? absl::StrCat(", incremental on ", parent)
                           : absl::StrCat(", full (", parent.empty() ? full_why : "no process's writes were tracked", ")");
     for (const std::string& note : r->notes) absl::StrAppend(&kind, "; ", note);
   }
-  // Retention is applied in the same catalog transaction; the expired checkpoints' files go after.
-  absl::StatusOr<std::vector<api::Checkpoint>> expired = catalog_->CompleteCheckpoint(c, keep);
+  // Retention is applied in the same catalog transaction (above); the expired checkpoints' files go after.
   done(req.kill());
   if (!expired.ok()) {
     (void)DropCheckpointFiles(c);

@@ -149,6 +149,13 @@ class Daemon {
   // The operator settles a migration the destination cannot answer for (SettleMigrationRequest).
   absl::StatusOr<api::Job> SettleMigration(const std::string& name, bool here);
 
+  // A rank's part in a group checkpoint (group.cc; RankCheckpointMessage in daemon.proto): `read`
+  // returns false once the coordinator's stream ended (or `cancel` was called: the rank waits
+  // for a decision at most Prepare.decide_timeout_s, then cancels), `write` false when it is gone.
+  absl::Status CheckpointRank(const std::function<bool(api::RankCheckpointMessage*)>& read,
+                              const std::function<bool(const api::RankCheckpointReply&)>& write,
+                              const std::function<void()>& cancel);
+
   // Events after `after_seq` for `job` (all when empty); waits up to `wait_ms` for one to arrive.
   std::vector<api::Event> WaitEvents(const std::string& job, uint64_t after_seq, int wait_ms);
   uint64_t LastEventSeq();
@@ -193,6 +200,19 @@ class Daemon {
     double next_checkpoint = 0;  // monotonic seconds
     double next_resolve = 0;     // state migrating: when to ask the destination again
   };
+
+  // A group checkpoint's rank (group.cc): the group checkpoint's id, and its coordinator's
+  // say, asked with the rank's checkpoint complete (in the catalog and the store) while the
+  // rank stands frozen: commit (true), call off (false), or none (the coordinator is gone).
+  struct RankPart {
+    std::string group_checkpoint;
+    std::function<std::optional<bool>(const api::Checkpoint&, double dump_s)> decide;
+    std::optional<bool> decision;  // what decide answered
+  };
+  // Checkpoint, or a rank's part of a group checkpoint with `rank` (always full, never pre-copy;
+  // the rank stays frozen until decide answers; kill then applies only to a commit).
+  absl::StatusOr<api::Checkpoint> CheckpointWith(const api::CheckpointJobRequest& req, const std::string& reason,
+                                                 RankPart* rank);
 
   struct Received;  // migrate.cc: a job arriving from another daemon
   // Ends a migration held in doubt as `committed` (the copy here dies) or not (it runs on

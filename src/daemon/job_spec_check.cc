@@ -11,6 +11,11 @@ namespace cairn::daemon {
 absl::Status CheckJobSpec(const api::JobSpec& spec) {
   if (!spec.name().empty()) RETURN_IF_ERROR(CheckJobName(spec.name()));
   if (!spec.user().empty()) RETURN_IF_ERROR(Annotate(job::LookupUser(spec.user()).status(), "user (--user)"));
+  if (!spec.group().empty()) RETURN_IF_ERROR(CheckJobName(spec.group(), "group name (--group)"));
+  RETURN_IF_ERROR(CheckInteger("rank (--rank)", spec.rank(), {0, 65535}));
+  if (spec.group().empty() && spec.rank() != 0) {
+    return absl::InvalidArgumentError("rank (--rank) is given without a group: add --group NAME");
+  }
   const api::Limits& l = spec.limits();
   // cgroup v1 takes a CPU quota of at least 1 ms per 100 ms period.
   RETURN_IF_ERROR(CheckNumber("limits.cpus (--cpus)", l.cpus(), {0.01, kMaxCpus, "no limit"}));
@@ -33,6 +38,13 @@ absl::Status CheckJobSpec(const api::JobSpec& spec) {
 
 absl::Status CheckRestoreRequest(const api::RestoreJobRequest& req) {
   return CheckNumber("taken_before (--taken-before, unix seconds)", req.taken_before(), {1, kMaxUnixTime, "any time"});
+}
+
+absl::Status CheckRankPrepare(const api::RankCheckpointMessage::Prepare& p) {
+  RETURN_IF_ERROR(CheckJobName(p.name()));
+  RETURN_IF_ERROR(CheckJobName(p.group(), "group name"));
+  RETURN_IF_ERROR(CheckJobName(p.group_checkpoint(), "group checkpoint id"));
+  return CheckNumber("decide_timeout_s", p.decide_timeout_s(), {0.1, 3600, "60 s"});
 }
 
 absl::Status CheckMigrateRequest(const api::MigrateJobRequest& req) {

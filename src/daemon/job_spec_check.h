@@ -16,6 +16,9 @@ absl::Status CheckJobSpec(const api::JobSpec& spec);
 // The numbers of a restore request (taken_before).
 absl::Status CheckRestoreRequest(const api::RestoreJobRequest& req);
 
+// A rank's Prepare (CheckpointRank): the names and the decide timeout.
+absl::Status CheckRankPrepare(const api::RankCheckpointMessage::Prepare& p);
+
 // The numbers of a migration request (restore_timeout_s).
 absl::Status CheckMigrateRequest(const api::MigrateJobRequest& req);
 

@@ -192,4 +192,12 @@ grpc::Status GrpcService::MigrationOutcome(grpc::ServerContext* ctx, const api::
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcService::CheckpointRank(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<api::RankCheckpointReply, api::RankCheckpointMessage>* stream) {
+  CAIRN_AUTHORIZE(ctx);
+  return ToGrpc(daemon_->CheckpointRank(
+      [&](api::RankCheckpointMessage* m) { return !ctx->IsCancelled() && stream->Read(m); },
+      [&](const api::RankCheckpointReply& r) { return stream->Write(r); }, [&] { ctx->TryCancel(); }));
+}
+
 }  // namespace cairn::daemon

@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
+#include "controller/service/group_checkpoint.h"
 
 namespace cairn::controller {
 namespace {
@@ -124,6 +125,10 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   s->set_name(job_id);
   for (const std::string& a : command) s->add_command(a);
   if (auto u = users_.find(job_id); u != users_.end()) s->set_user(u->second);
+  if (auto g = ranks_.find(job_id); g != ranks_.end()) {
+    s->set_group(g->second.first);
+    s->set_rank(g->second.second);
+  }
   s->mutable_checkpoint()->set_on_shutdown(true);
   if (auto p = intervals_.find(job_id); p != intervals_.end()) s->mutable_checkpoint()->set_interval_s(p->second);
   dapi::RunJobResponse resp;
@@ -148,6 +153,7 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
 void CairndDispatcher::KnowJob(const Job& job) {
   if (!job.spec.command.empty()) commands_[job.spec.id] = job.spec.command;
   if (!job.spec.user.empty()) users_[job.spec.id] = job.spec.user;
+  if (!job.spec.group.empty()) ranks_[job.spec.id] = {job.spec.group, job.spec.rank};
   if (job.spec.checkpoint.interval_s > 0) intervals_[job.spec.id] = job.spec.checkpoint.interval_s;
 }
 
@@ -480,6 +486,49 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
       return Move(d);
   }
   return {false, "not carried out: unknown action"};
+}
+
+absl::StatusOr<std::vector<RankPart>> CairndDispatcher::CheckpointGroup(
+    const std::string& group, const std::string& id, const std::vector<RankRef>& ranks, bool stop,
+    const std::function<absl::Status(const std::vector<RankPart>&)>& record) {
+  std::vector<RankTarget> targets;
+  for (const RankRef& r : ranks) {
+    std::string why;
+    NodeDaemon* d = Find(r.node_id, &why);
+    if (d == nullptr) {
+      return absl::UnavailableError(absl::StrCat("rank ", r.rank, " (job ", r.job_id, "): ", why));
+    }
+    RankTarget t;
+    t.ref = r;
+    t.stub = d->stub.get();
+    t.authorize = [this, token = d->token](grpc::ClientContext& c) {
+      if (!token.empty()) c.AddMetadata("authorization", "Bearer " + token);
+      if (uint64_t term = term_.load(); term > 0) c.AddMetadata("cairn-controller-term", std::to_string(term));
+    };
+    targets.push_back(std::move(t));
+  }
+  GroupCheckpointOptions opts;
+  opts.stop = stop;
+  opts.prepare_timeout_s = call_timeout_s_;
+  opts.decide_timeout_s = call_timeout_s_;
+  return RunGroupCheckpoint(group, id, targets, opts, record);
+}
+
+absl::Status CairndDispatcher::RestoreRank(const RankPart& part) {
+  std::string why;
+  NodeDaemon* d = Find(part.ref.node_id, &why);
+  if (d == nullptr) return absl::UnavailableError(why);
+  dapi::RestoreJobRequest req;
+  req.set_name(part.ref.job_id);
+  req.set_checkpoint(part.checkpoint);
+  dapi::RestoreJobResponse resp;
+  grpc::Status st = Call(*d, &dapi::Daemon::Stub::RestoreJob, req, &resp);
+  if (!st.ok()) {
+    return absl::Status(ToAbsl(st).code(), absl::StrCat("cairnd on ", part.ref.node_id, " at ", d->address,
+                                                        " refused to restore job ", part.ref.job_id, " from ",
+                                                        part.checkpoint, ": ", Why(st)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cairn::controller

@@ -22,6 +22,8 @@
 //   Locate         -> GetJob on the node: where a job runs, for the controller to follow.
 //   RunningJobs    -> ListJobs on the node (its running jobs).
 //   Kill           -> KillJob (fencing a copy the controller has placed elsewhere since).
+//   CheckpointGroup-> CheckpointRank on every rank's node at once (group_checkpoint.h).
+//   RestoreRank    -> RestoreJob of the rank's part on the node that took it.
 //   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
 //                     its record, logs and checkpoints stay on the node.
 //
@@ -70,6 +72,10 @@ class CairndDispatcher : public ActionDispatcher {
   absl::StatusOr<std::vector<std::pair<std::string, int>>> RunningJobs(const std::string& node_id) override;
   DispatchResult Kill(const std::string& job_id, const std::string& node_id) override;
   void SetTerm(uint64_t term) override { term_.store(term); }
+  absl::StatusOr<std::vector<RankPart>> CheckpointGroup(
+      const std::string& group, const std::string& id, const std::vector<RankRef>& ranks, bool stop,
+      const std::function<absl::Status(const std::vector<RankPart>&)>& record) override;
+  absl::Status RestoreRank(const RankPart& part) override;
 
  private:
   struct NodeDaemon {
@@ -125,6 +131,7 @@ class CairndDispatcher : public ActionDispatcher {
   // StartJob and KnowJob.
   std::map<std::string, std::vector<std::string>> commands_;
   std::map<std::string, std::string> users_;  // job -> the node user it runs as (KnowJob)
+  std::map<std::string, std::pair<std::string, int>> ranks_;  // job -> its group and rank (KnowJob)
   std::map<std::string, double> intervals_;  // job -> its periodic checkpoint interval (s), for RunJob
 };
 

@@ -92,12 +92,18 @@ class Controller {
   absl::Status ScaleDown(const api::ScaleDownRequest& req, api::ScaleDownResponse* resp);
   absl::Status CancelJob(const api::CancelJobRequest& req, api::CancelJobResponse* resp);
   absl::Status RemoveNode(const api::RemoveNodeRequest& req, api::RemoveNodeResponse* resp);
+  // Job groups (groups.cc).
+  absl::Status CheckpointGroup(const api::CheckpointGroupRequest& req, api::CheckpointGroupResponse* resp);
+  absl::Status RestoreGroup(const api::RestoreGroupRequest& req, api::RestoreGroupResponse* resp);
+  absl::Status ListGroupCheckpoints(const api::ListGroupCheckpointsRequest& req, api::ListGroupCheckpointsResponse* resp);
   api::LeaderResponse Leader();
 
  private:
   using Clock = std::chrono::steady_clock;
 
   absl::Status RequireLeaderLocked() const;
+  // The ranks of `group` by rank (groups.cc); with `running`, refused unless each runs, started.
+  absl::StatusOr<std::vector<RankRef>> GroupRanksLocked(const std::string& group, bool running);
   // Taking the lead: the next term, stored.
   absl::Status NewTermLocked();
   // Rebuilds the model from the store (on taking leadership).

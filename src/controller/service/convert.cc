@@ -57,6 +57,8 @@ absl::StatusOr<JobSpec> FromApi(const api::JobSpec& in) {
   s.node_selector.insert(in.node_selector().begin(), in.node_selector().end());
   s.command.assign(in.command().begin(), in.command().end());
   s.user = in.user();
+  s.group = in.group();
+  s.rank = in.rank();
   return s;
 }
 
@@ -100,6 +102,8 @@ api::JobSpec ToApi(const JobSpec& s) {
   o.mutable_node_selector()->insert(s.node_selector.begin(), s.node_selector.end());
   for (const std::string& a : s.command) o.add_command(a);
   o.set_user(s.user);
+  o.set_group(s.group);
+  o.set_rank(s.rank);
   return o;
 }
 

@@ -30,6 +30,21 @@ struct DispatchResult {
   bool failed = false;
 };
 
+// A rank of a job group (docs/controller.md "Job groups"): its job and the node it runs on.
+struct RankRef {
+  std::string job_id;
+  int rank = 0;
+  std::string node_id;
+};
+// One rank's part of a group checkpoint: its job's checkpoint on its node.
+struct RankPart {
+  RankRef ref;
+  std::string checkpoint;  // id on the node
+  std::string location;    // where the node keeps it
+  double dump_s = 0;       // the rank's own dump, freeze to commit
+  double frozen_s = 0;     // how long it stood frozen, the wait for the others included
+};
+
 class ActionDispatcher {
  public:
   virtual ~ActionDispatcher() = default;
@@ -67,6 +82,20 @@ class ActionDispatcher {
   virtual JobWhere Locate(const std::string& job_id, const std::string& node_id) {
     (void)job_id, (void)node_id;
     return {JobWhere::kUnreachable, "this dispatcher asks no node", 0};
+  }
+  // A group checkpoint `id` of `group` over `ranks` (group_checkpoint.h): every rank frozen and
+  // dumped, `record` called once all are, then each thawed (or stopped with `stop`); called off
+  // on any failure. Unimplemented where the dispatcher asks no node.
+  virtual absl::StatusOr<std::vector<RankPart>> CheckpointGroup(
+      const std::string& group, const std::string& id, const std::vector<RankRef>& ranks, bool stop,
+      const std::function<absl::Status(const std::vector<RankPart>&)>& record) {
+    (void)group, (void)id, (void)ranks, (void)stop, (void)record;
+    return absl::UnimplementedError("this dispatcher asks no node: start the controller with --dispatch cairnd");
+  }
+  // Restores one rank from its part of a group checkpoint, on the node that took it.
+  virtual absl::Status RestoreRank(const RankPart& part) {
+    (void)part;
+    return absl::UnimplementedError("this dispatcher asks no node: start the controller with --dispatch cairnd");
   }
   // The jobs running on the node (name, pid); Unavailable when its daemon cannot be asked.
   virtual absl::StatusOr<std::vector<std::pair<std::string, int>>> RunningJobs(const std::string& node_id) {

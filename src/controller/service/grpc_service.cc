@@ -84,6 +84,24 @@ grpc::Status GrpcService::RemoveNode(grpc::ServerContext* ctx, const api::Remove
   return Reply(ctx, controller_->RemoveNode(*req, resp));
 }
 
+grpc::Status GrpcService::CheckpointGroup(grpc::ServerContext* ctx, const api::CheckpointGroupRequest* req,
+                                          api::CheckpointGroupResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  return Reply(ctx, controller_->CheckpointGroup(*req, resp));
+}
+
+grpc::Status GrpcService::RestoreGroup(grpc::ServerContext* ctx, const api::RestoreGroupRequest* req,
+                                       api::RestoreGroupResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  return Reply(ctx, controller_->RestoreGroup(*req, resp));
+}
+
+grpc::Status GrpcService::ListGroupCheckpoints(grpc::ServerContext* ctx, const api::ListGroupCheckpointsRequest* req,
+                                               api::ListGroupCheckpointsResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  return Reply(ctx, controller_->ListGroupCheckpoints(*req, resp));
+}
+
 grpc::Status GrpcService::Leader(grpc::ServerContext* ctx, const api::LeaderRequest*,
                                  api::LeaderResponse* resp) {
   CAIRN_AUTHORIZE(ctx);

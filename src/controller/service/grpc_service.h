@@ -39,6 +39,12 @@ class GrpcService final : public api::Controller::Service {
                          api::CancelJobResponse* resp) override;
   grpc::Status RemoveNode(grpc::ServerContext* ctx, const api::RemoveNodeRequest* req,
                           api::RemoveNodeResponse* resp) override;
+  grpc::Status CheckpointGroup(grpc::ServerContext* ctx, const api::CheckpointGroupRequest* req,
+                               api::CheckpointGroupResponse* resp) override;
+  grpc::Status RestoreGroup(grpc::ServerContext* ctx, const api::RestoreGroupRequest* req,
+                            api::RestoreGroupResponse* resp) override;
+  grpc::Status ListGroupCheckpoints(grpc::ServerContext* ctx, const api::ListGroupCheckpointsRequest* req,
+                                    api::ListGroupCheckpointsResponse* resp) override;
   grpc::Status Leader(grpc::ServerContext* ctx, const api::LeaderRequest* req,
                       api::LeaderResponse* resp) override;
 

@@ -18,6 +18,11 @@ absl::Status CheckSubmittedJob(const api::JobSpec& s) {
                                                    "`: give a user name or uid of the nodes (letters, digits, . _ -; "
                                                    "at most 32, not starting with -)"));
   }
+  if (!s.group().empty()) RETURN_IF_ERROR(CheckJobName(s.group(), "group name (--group)"));
+  RETURN_IF_ERROR(CheckInteger("rank (--rank)", s.rank(), {0, 65535}));
+  if (s.group().empty() && s.rank() != 0) {
+    return absl::InvalidArgumentError("rank (--rank) is given without a group: add --group NAME");
+  }
   RETURN_IF_ERROR(CheckNumber("cpus (--cpus)", s.cpus(), {0, kMaxCpus}));
   RETURN_IF_ERROR(CheckInteger("memory_mb (--memory-mb)", s.memory_mb(), {0, kMaxMemoryMb}));
   RETURN_IF_ERROR(CheckInteger("gpus (--gpus)", s.gpus(), {0, kMaxGpus}));

@@ -437,7 +437,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   if (opts.tcp_established) {
     ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(net::LockTableName(ckpt.id()), live, journal));
     fd_opts.tcp = tcp->get();
-    if (opts.hand_off && !(*tcp)->table().empty()) {
+    if (opts.hand_off && !opts.hand_off_decides && !(*tcp)->table().empty()) {
       return absl::UnimplementedError(
           "a live migration cannot move established TCP connections yet: close them first, or checkpoint and "
           "restore the job with its connections instead");
@@ -785,6 +785,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     control.hold = [&] { journal.SetOutcome(GuardJournal::Outcome::kHold); };
     control.accepted = [&] { journal.SetOutcome(GuardJournal::Outcome::kKill); };
     HandOff h = opts.hand_off(*result, control);
+    if (h == HandOff::kHeld && opts.hand_off_decides) {
+      CAIRN_LOG_WARN("event=hand_off_held pid={} error=\"a deciding hand-off answered kHeld: thawed\"", opts.pid);
+      h = HandOff::kThaw;
+    }
     result->handed_off = h == HandOff::kKill;
     result->held = h == HandOff::kHeld;
     if (h == HandOff::kKill) {
@@ -793,6 +797,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       RETURN_IF_ERROR(ft.Kill());
     } else if (h == HandOff::kThaw) {
       journal.SetOutcome(GuardJournal::Outcome::kRunning);
+      // Out of repair and unlocked before anything runs (a failure is logged: the processes
+      // must run on either way).
+      absl::Status released = release_tcp();
+      if (!released.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, released.ToString());
       RETURN_IF_ERROR(ft.Thaw());
     } else {
       // Let go of them; their cgroup's freezer keeps them where they are. (Detaching a

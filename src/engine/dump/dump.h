@@ -46,7 +46,7 @@ struct DumpOptions {
   bool tcp_close = false;
   // Established TCP connections are saved whole (tcp.h), under a network lock that the
   // restore removes; their peers notice only a pause. A hand-off (live migration) of
-  // processes holding one is refused yet.
+  // processes holding one is refused unless hand_off_decides.
   bool tcp_established = false;
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // Progress of the memory copy: (bytes done, bytes total). Optional.
@@ -77,6 +77,11 @@ struct DumpOptions {
   // DumpResult::handed_off and held say which.) See HandOffControl for what the hand-off
   // must tell the dump as it goes.
   std::function<HandOff(const DumpResult&, const HandOffControl&)> hand_off;
+  // The hand-off answers kKill or kThaw, never kHeld (a group checkpoint's rank: its
+  // coordinator says commit or abort). Established TCP connections may then be saved with
+  // tcp_established: kKill keeps their lock for the restore, kThaw takes them out of repair
+  // and lifts the lock before the processes run. Without it a hand-off refuses them.
+  bool hand_off_decides = false;
   // Called once the pre-copy rounds are done, just before the freeze, while the processes
   // run (a migration waits there until what pre-copy wrote has been sent on).
   std::function<void()> before_freeze;

@@ -1,0 +1,198 @@
+// The controller's job groups (docs/controller.md "Job groups"): jobs submitted with --group and
+// --rank are the ranks of one distributed job. CheckpointGroup takes one consistent cut of all
+// of them through the dispatcher (group_checkpoint.h) and records it in the store, under
+// groups/GROUP/ID, only once every rank's part is complete and before any rank runs again;
+// RestoreGroup brings every rank back from one such record, each on the node that holds its part.
+//
+// The ranks stay bound to their nodes in the cluster model while stopped (their resources
+// held): a stopped group is restored where it was.
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "common/validate.h"
+#include "controller/service/controller.h"
+
+namespace cairn::controller {
+namespace {
+
+constexpr char kGroups[] = "groups/";
+
+std::string GroupPrefix(const std::string& group) { return absl::StrCat(kGroups, group, "/"); }
+
+}  // namespace
+
+absl::StatusOr<std::vector<RankRef>> Controller::GroupRanksLocked(const std::string& group, bool running) {
+  std::map<int, RankRef> by_rank;
+  std::string problem;
+  cluster_->ForEachJob([&](const Job& j) {
+    if (j.spec.group != group) return;
+    RankRef r{j.spec.id, j.spec.rank, j.node_id};
+    if (by_rank.count(r.rank) != 0) {
+      problem = absl::StrFormat("rank %d is given twice (jobs %s and %s): cancel one", r.rank, by_rank[r.rank].job_id,
+                                r.job_id);
+    } else if (running && (j.state != JobState::kRunning || j.node_id.empty() || !started_[j.spec.id])) {
+      problem = absl::StrFormat("rank %d (job %s) does not run (%s%s): a group checkpoint needs every rank running",
+                                r.rank, r.job_id, JobStateName(j.state),
+                                j.node_id.empty() ? "" : absl::StrCat(" on ", j.node_id, ", not confirmed started"));
+    }
+    by_rank[r.rank] = r;
+  });
+  if (by_rank.empty()) {
+    return absl::NotFoundError(absl::StrCat("no job of group ", group,
+                                            " is known: submit its ranks with cairn submit --group ", group,
+                                            " --rank R -- CMD"));
+  }
+  if (!problem.empty()) return absl::FailedPreconditionError(absl::StrCat("group ", group, ": ", problem));
+  std::vector<RankRef> out;
+  for (auto& [rank, r] : by_rank) out.push_back(r);
+  return out;
+}
+
+absl::Status Controller::CheckpointGroup(const api::CheckpointGroupRequest& req, api::CheckpointGroupResponse* resp) {
+  RETURN_IF_ERROR(CheckJobName(req.group(), "group name"));
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  ASSIGN_OR_RETURN(std::vector<RankRef> ranks, GroupRanksLocked(req.group(), /*running=*/true));
+  absl::Time now = absl::Now();
+  api::GroupCheckpoint g;
+  g.set_id(absl::StrCat(req.group(), "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone())));
+  g.set_id(absl::StrReplaceAll(g.id(), {{".", ""}}));
+  g.set_group(req.group());
+  g.set_created(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
+  g.set_stopped(req.stop());
+  auto fill = [&g](const std::vector<RankPart>& parts) {
+    g.clear_ranks();
+    double frozen = 0, dump = 0;
+    for (const RankPart& p : parts) {
+      api::RankCheckpoint* r = g.add_ranks();
+      r->set_job_id(p.ref.job_id);
+      r->set_rank(p.ref.rank);
+      r->set_node_id(p.ref.node_id);
+      r->set_checkpoint(p.checkpoint);
+      r->set_location(p.location);
+      r->set_dump_s(p.dump_s);
+      r->set_frozen_s(p.frozen_s);
+      frozen = std::max(frozen, p.frozen_s);
+      dump = std::max(dump, p.dump_s);
+    }
+    g.set_frozen_max_s(frozen);
+    g.set_dump_max_s(dump);
+  };
+  const std::string key = absl::StrCat(GroupPrefix(req.group()), g.id());
+  // Recorded once every rank is prepared, before any is told to go on: a record names only
+  // parts that are complete on their nodes.
+  auto record = [&](const std::vector<RankPart>& parts) -> absl::Status {
+    fill(parts);
+    absl::Status s = store_->Put(key, g.SerializeAsString());
+    if (!s.ok()) return StoreFailedLocked(s);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::vector<RankPart>> parts =
+      dispatcher_->CheckpointGroup(req.group(), g.id(), ranks, req.stop(), record);
+  api::Event ev;
+  ev.set_kind(parts.ok() ? "group-checkpoint" : "group-checkpoint-failed");
+  if (!parts.ok()) {
+    ev.set_reason(std::string(parts.status().message()));
+    RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+    return parts.status();
+  }
+  fill(*parts);  // the frozen times, known once every rank confirmed
+  if (absl::Status s = store_->Put(key, g.SerializeAsString()); !s.ok()) return StoreFailedLocked(s);
+  ev.set_reason(absl::StrFormat("group %s checkpoint %s: %d ranks, slowest dump %.3f s, longest frozen %.3f s%s",
+                                req.group(), g.id(), g.ranks_size(), g.dump_max_s(), g.frozen_max_s(),
+                                req.stop() ? ", ranks stopped" : ""));
+  RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  *resp->mutable_checkpoint() = g;
+  return absl::OkStatus();
+}
+
+absl::Status Controller::ListGroupCheckpoints(const api::ListGroupCheckpointsRequest& req,
+                                              api::ListGroupCheckpointsResponse* resp) {
+  RETURN_IF_ERROR(CheckJobName(req.group(), "group name"));
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  ASSIGN_OR_RETURN(auto rows, store_->List(GroupPrefix(req.group())));
+  std::vector<api::GroupCheckpoint> all;
+  for (const auto& [key, value] : rows) {
+    api::GroupCheckpoint g;
+    if (!g.ParseFromString(value)) {
+      return absl::DataLossError(absl::StrCat("group checkpoint record ", key, " in the store is unreadable"));
+    }
+    all.push_back(std::move(g));
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.created() < b.created(); });
+  for (auto& g : all) *resp->add_checkpoints() = std::move(g);
+  return absl::OkStatus();
+}
+
+absl::Status Controller::RestoreGroup(const api::RestoreGroupRequest& req, api::RestoreGroupResponse* resp) {
+  api::ListGroupCheckpointsRequest lreq;
+  lreq.set_group(req.group());
+  api::ListGroupCheckpointsResponse list;
+  RETURN_IF_ERROR(ListGroupCheckpoints(lreq, &list));
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(RequireLeaderLocked());
+  const api::GroupCheckpoint* g = nullptr;
+  for (const api::GroupCheckpoint& c : list.checkpoints()) {
+    if (req.checkpoint().empty() || c.id() == req.checkpoint()) g = &c;
+  }
+  if (g == nullptr) {
+    return absl::NotFoundError(req.checkpoint().empty()
+                                   ? absl::StrCat("group ", req.group(), " has no group checkpoint: take one with ",
+                                                  "cairn group checkpoint ", req.group())
+                                   : absl::StrCat("group ", req.group(), " has no group checkpoint ", req.checkpoint(),
+                                                  ": cairn group list ", req.group(), " lists them"));
+  }
+  // Every rank first, then each restored: a rank restored while another still runs would talk
+  // to a peer in another state.
+  ASSIGN_OR_RETURN(std::vector<RankRef> ranks, GroupRanksLocked(req.group(), /*running=*/false));
+  if (ranks.size() != static_cast<size_t>(g->ranks_size())) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "group %s has %d ranks now, its checkpoint %s has %d: restore it after the ranks it was taken of are back",
+        req.group(), ranks.size(), g->id(), g->ranks_size()));
+  }
+  for (const api::RankCheckpoint& r : g->ranks()) {
+    ActionDispatcher::JobWhere w = dispatcher_->Locate(r.job_id(), r.node_id());
+    if (w.kind == ActionDispatcher::JobWhere::kRunning || w.kind == ActionDispatcher::JobWhere::kBusy) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "restore group %s: rank %d (job %s) is %s on %s: stop the group first (cairn group checkpoint %s --stop)",
+          req.group(), r.rank(), r.job_id(), w.state, r.node_id(), req.group()));
+    }
+  }
+  std::vector<std::string> notes;
+  for (const api::RankCheckpoint& r : g->ranks()) {
+    RankPart part;
+    part.ref = {r.job_id(), r.rank(), r.node_id()};
+    part.checkpoint = r.checkpoint();
+    part.location = r.location();
+    absl::Status st = dispatcher_->RestoreRank(part);
+    if (!st.ok()) {
+      api::Event ev;
+      ev.set_kind("group-restore-failed");
+      ev.set_job_id(r.job_id());
+      ev.set_node_id(r.node_id());
+      ev.set_reason(absl::StrCat("group ", req.group(), " from ", g->id(), ": ", st.message()));
+      RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+      return Annotate(st, absl::StrFormat("restore group %s from %s: rank %d (%d of %d restored before it)",
+                                          req.group(), g->id(), r.rank(), notes.size(), g->ranks_size()));
+    }
+    notes.push_back(absl::StrFormat("rank %d: job %s restored on %s from %s", r.rank(), r.job_id(), r.node_id(),
+                                    r.checkpoint()));
+  }
+  api::Event ev;
+  ev.set_kind("group-restored");
+  ev.set_reason(absl::StrFormat("group %s restored from %s: %d ranks", req.group(), g->id(), g->ranks_size()));
+  RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+  *resp->mutable_checkpoint() = *g;
+  for (std::string& n : notes) resp->add_notes(std::move(n));
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::controller
