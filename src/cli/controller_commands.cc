@@ -419,7 +419,8 @@ int ControllerCommands::Run() {
       st = client.Call(&Stub::RestoreGroup, req, &resp);
       if (!st.ok()) return Fail(st.error_message());
       if (o.json) return PrintJson(resp);
-      for (const std::string& n : resp.notes()) std::printf("%s\n", n.c_str());
+      std::printf("group %s restored from %s\n", o.group.c_str(), resp.checkpoint().id().c_str());
+      for (const std::string& n : resp.notes()) std::printf("  %s\n", n.c_str());
     } else {
       api::ListGroupCheckpointsRequest req;
       req.set_group(o.group);

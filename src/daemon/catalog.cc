@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
 
@@ -31,7 +32,8 @@ std::string ColumnText(sqlite3_stmt* s, int i) {
 }
 
 constexpr char kCheckpointColumns[] =
-    "id, job, state, location, size_bytes, parent, checksum, pinned, reason, created, frozen_s, total_s, error";
+    "id, job, state, location, size_bytes, parent, checksum, pinned, reason, created, frozen_s, total_s, error, "
+    "group_checkpoint";
 
 api::Checkpoint ReadCheckpoint(sqlite3_stmt* s) {
   api::Checkpoint c;
@@ -48,6 +50,7 @@ api::Checkpoint ReadCheckpoint(sqlite3_stmt* s) {
   c.set_frozen_s(sqlite3_column_double(s, 10));
   c.set_total_s(sqlite3_column_double(s, 11));
   c.set_error(ColumnText(s, 12));
+  c.set_group_checkpoint(ColumnText(s, 13));
   return c;
 }
 
@@ -85,6 +88,11 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path) 
       "checksum TEXT NOT NULL DEFAULT '', pinned INTEGER NOT NULL DEFAULT 0, reason TEXT NOT NULL DEFAULT '', "
       "created REAL NOT NULL, frozen_s REAL NOT NULL DEFAULT 0, total_s REAL NOT NULL DEFAULT 0, "
       "error TEXT NOT NULL DEFAULT '')"));
+  // Added after the first catalogs were written: a catalog that has it already says so.
+  if (absl::Status added = c->Exec("ALTER TABLE checkpoints ADD COLUMN group_checkpoint TEXT NOT NULL DEFAULT ''");
+      !added.ok() && !absl::StrContains(added.message(), "duplicate column")) {
+    return added;
+  }
   RETURN_IF_ERROR(c->Exec("CREATE INDEX IF NOT EXISTS checkpoints_job ON checkpoints (job, created)"));
   RETURN_IF_ERROR(c->Exec("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
                           "time REAL NOT NULL, job TEXT NOT NULL, kind TEXT NOT NULL, detail TEXT NOT NULL)"));
@@ -183,7 +191,7 @@ absl::Status Catalog::PutCheckpoint(const api::Checkpoint& c) {
 absl::Status Catalog::PutCheckpointLocked(const api::Checkpoint& c) {
   Stmt st;
   std::string sql = absl::StrCat("INSERT OR REPLACE INTO checkpoints (", kCheckpointColumns,
-                                 ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                                 ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) return Error("prepare put checkpoint");
   BindText(st.s, 1, c.id());
   BindText(st.s, 2, c.job());
@@ -198,6 +206,7 @@ absl::Status Catalog::PutCheckpointLocked(const api::Checkpoint& c) {
   sqlite3_bind_double(st.s, 11, c.frozen_s());
   sqlite3_bind_double(st.s, 12, c.total_s());
   BindText(st.s, 13, c.error());
+  BindText(st.s, 14, c.group_checkpoint());
   if (sqlite3_step(st.s) != SQLITE_DONE) return Error("put checkpoint " + c.id());
   return absl::OkStatus();
 }

@@ -661,9 +661,10 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
       std::this_thread::sleep_for(std::chrono::duration<double>(pause));
     };
   }
-  // A group's rank (group.cc): committed, stored and recorded complete while it stands frozen;
-  // then its coordinator decides whether it is thawed (or killed) with its checkpoint, or
-  // thawed without it.
+  // A group's rank (group.cc): committed on this node's disk and recorded complete while it
+  // stands frozen; then its coordinator decides whether it is thawed (or killed) with its
+  // checkpoint, or thawed without it. A remote store gets its copy after the rank runs again
+  // (below): the upload is no downtime, and a failed one leaves the part complete here.
   absl::Status rank_failure;
   absl::StatusOr<std::vector<api::Checkpoint>> expired;
   if (rank) {
@@ -674,8 +675,6 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
       if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
         c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
       }
-      rank_failure = StoreCheckpoint(c, spec);
-      if (!rank_failure.ok()) return dump::HandOff::kThaw;
       c.set_state("complete");
       c.set_frozen_s(r.frozen_seconds);
       c.set_total_s(r.frozen_seconds);
@@ -723,8 +722,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     if (hold && !stored.ok()) ThawFreezer(CgroupOf(name));
   }
   if (!stored.ok()) {
-    // A failed Put has cleaned the store itself; a rank's checkpoint called off was stored whole.
-    (void)DropCheckpointFiles(c, /*from_store=*/rank && c.state() == "complete");
+    (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself
     if (rank && expired.ok()) {
       for (const api::Checkpoint& old : *expired) (void)DropCheckpointFiles(old);  // out of the catalog already
     }
@@ -746,7 +744,13 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   c.set_state("complete");
   if (!r->incremental) c.set_parent("");
   if (rank) {
-    (void)catalog_->PutCheckpoint(c);  // the figures of the whole hold; complete since the hand-off
+    if (absl::Status up = StoreCheckpoint(c, spec); !up.ok()) {
+      c.set_location(CheckpointDir(name) + "/" + c.id());
+      Event(name, "checkpoint-not-stored",
+            absl::StrCat("checkpoint ", c.id(), " of group checkpoint ", rank->group_checkpoint,
+                         " is kept on this node only: the store refused it: ", up.message()));
+    }
+    (void)catalog_->PutCheckpoint(c);  // its figures and where it is; complete since the hand-off
   } else {
     expired = catalog_->CompleteCheckpoint(c, keep);
   }

@@ -1,0 +1,219 @@
+// Job groups (issue 13, section 2) with real parts: one cairn-controller (`--dispatch cairnd`)
+// and two cairnd as two nodes, each running one rank of a job group submitted to the
+// controller. The group is checkpointed as one consistent cut through the daemons'
+// CheckpointRank, stopped, and restored, each rank on its node.
+//
+// The program is not ours: a data-parallel training loop on Debian's python3-torch with the gloo
+// backend (tests/daemon/group_train.py), whose two ranks all_reduce their gradients over TCP at
+// every step — established connections between the ranks, always busy. The restored group must
+// finish with exactly the result of an uninterrupted run (final loss and weights, bit for bit).
+
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cluster_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kTrain[] = GROUP_TRAIN_PY;
+constexpr char kSteps[] = "600";
+
+class GroupTest : public ClusterFixture {
+ protected:
+  void SetUp() override {
+    ClusterFixture::SetUp();
+    if (std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0) {
+      GTEST_SKIP() << "python3-torch is not installed (scripts/install-deps.sh installs it)";
+    }
+  }
+  // The step rank `rank` last reported in `out` (-1 before the first).
+  static int Progress(const std::string& out, int rank) {
+    std::string s = ReadFile(out + "/progress-" + std::to_string(rank));
+    return s.empty() ? -1 : std::atoi(s.c_str());
+  }
+  // Both ranks' results, "" until both are written.
+  static std::string Results(const std::string& out) {
+    std::string a = ReadFile(out + "/result-0"), b = ReadFile(out + "/result-1");
+    return a.empty() || b.empty() ? "" : a + b;
+  }
+  static std::vector<std::string> Rank(const std::string& out, int rank, int port) {
+    return {"/usr/bin/python3", kTrain, std::to_string(rank), "2", std::to_string(port), kSteps, out};
+  }
+  // The two ranks run as plain processes, start to end: what the group must come back to.
+  std::string Uninterrupted() {
+    std::string out = Dir() + "/plain";
+    fs::create_directories(out);
+    int port = FreeTcpPort();
+    for (int r : {0, 1}) {
+      pid_t pid = SpawnProgram(Rank(out, r, port), "/dev/null", out + "/log-" + std::to_string(r),
+                               out + "/log-" + std::to_string(r));
+      if (pid <= 0) return "";
+      Track(pid, "group_train.py");
+    }
+    WaitFor([&] { return !Results(out).empty(); }, 180s);
+    return Results(out);
+  }
+  // The controller and two daemons (`a` and `b`, labelled host=a / host=b), registered.
+  void StartCluster() {
+    c_ = StartTcpController("10");
+    ASSERT_NE(c_, nullptr);
+    std::string shared = SharedStore();
+    a_ = std::make_unique<DaemonProcess>(Dir(), "a", JoinArgs("0.30", shared, {"--labels", "host=a"}));
+    b_ = std::make_unique<DaemonProcess>(Dir(), "b", JoinArgs("0.30", shared, {"--labels", "host=b"}));
+    ASSERT_TRUE(a_->Start());
+    ASSERT_TRUE(b_->Start());
+    for (const DaemonProcess* d : {a_.get(), b_.get()}) {
+      ASSERT_FALSE(WaitEvent(*c_, 0, [&](const json& e) {
+                     return e.value("kind", "") == "node-registered" && e.value("node_id", "") == d->node();
+                   }, 30s).is_null())
+          << c_->Log() << d->Log();
+    }
+  }
+  // Submits job `id`, rank `rank` of group `group`, to run `command` on the node labelled `host`.
+  void Submit(const std::string& id, const std::string& group, int rank, const std::string& host,
+              const std::vector<std::string>& command) {
+    std::vector<std::string> args = {"submit", "--id", id, "--group", group, "--rank", std::to_string(rank),
+                                     "--node-label", "host=" + host, "--cpus", "0.5", "--memory-mb", "100", "--json", "--"};
+    args.insert(args.end(), command.begin(), command.end());
+    CommandResult sub = Ctl(*c_, args);
+    ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c_->Log();
+  }
+  std::string StateOf(const DaemonProcess& d, const std::string& job) {
+    json j = json::parse(d.Cairn({"job", "show", job, "--json"}, 20s).out, nullptr, false);
+    return j.is_discarded() ? "" : j["job"].value("state", "");
+  }
+  // The checkpoints job `job` has on `d` (complete and failed).
+  json CheckpointsOf(const DaemonProcess& d, const std::string& job) {
+    json j = json::parse(d.Cairn({"job", "show", job, "--json"}, 20s).out, nullptr, false);
+    return j.is_discarded() ? json::array() : j.value("checkpoints", json::array());
+  }
+
+  std::unique_ptr<ControllerProcess> c_;
+  std::unique_ptr<DaemonProcess> a_, b_;
+};
+
+TEST_F(GroupTest, TrainingGroupCheckpointedStoppedAndRestoredFinishesBitForBit) {
+  std::string expected = Uninterrupted();
+  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
+  StartCluster();
+  ASSERT_FALSE(HasFatalFailure());
+  std::string out = Dir() + "/run";
+  fs::create_directories(out);
+  int port = FreeTcpPort();
+  Submit("train-0", "train", 0, "a", Rank(out, 0, port));
+  Submit("train-1", "train", 1, "b", Rank(out, 1, port));
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(WaitFor([&] { return Progress(out, 0) >= 50 && Progress(out, 1) >= 50; }, 120s))
+      << a_->Log() << b_->Log() << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log");
+
+  // A group checkpoint that leaves the ranks running: one record, each rank's part complete.
+  CommandResult live = Ctl(*c_, {"group", "checkpoint", "train", "--json"});
+  ASSERT_TRUE(live.Exited(0)) << live.Describe() << c_->Log() << a_->Log() << b_->Log();
+  json g = ParseJson(live)["checkpoint"];
+  ASSERT_EQ(g["ranks"].size(), 2u) << live.out;
+  EXPECT_EQ(g["ranks"][0].value("node_id", ""), a_->node());
+  EXPECT_EQ(g["ranks"][1].value("node_id", ""), b_->node());
+  for (const json& r : g["ranks"]) {
+    const DaemonProcess& d = r.value("rank", 0) == 0 ? *a_ : *b_;
+    bool found = false;
+    for (const json& c : CheckpointsOf(d, r.value("job_id", ""))) {
+      if (c.value("id", "") != r.value("checkpoint", "")) continue;
+      found = true;
+      EXPECT_EQ(c.value("state", ""), "complete") << c.dump();
+      EXPECT_EQ(c.value("group_checkpoint", ""), g.value("id", "")) << c.dump();
+    }
+    EXPECT_TRUE(found) << r.dump();
+  }
+  // Each rank stood frozen for the slowest rank's dump and the decision, and not much longer.
+  std::printf("[ group    ] live group checkpoint: slowest dump %.3f s, longest frozen %.3f s\n",
+              g.value("dump_max_s", 0.0), g.value("frozen_max_s", 0.0));
+  EXPECT_GE(g.value("frozen_max_s", 0.0), g.value("dump_max_s", 0.0)) << g.dump();
+  int before = Progress(out, 0);
+  ASSERT_TRUE(WaitFor([&] { return Progress(out, 0) > before + 20; }, 60s)) << "the group did not go on training";
+  EXPECT_EQ(StateOf(*a_, "train-0"), "running");
+  EXPECT_EQ(StateOf(*b_, "train-1"), "running");
+
+  // Stopped with a second group checkpoint: no rank trains on.
+  CommandResult stop = Ctl(*c_, {"group", "checkpoint", "train", "--stop", "--json"});
+  ASSERT_TRUE(stop.Exited(0)) << stop.Describe() << c_->Log() << a_->Log() << b_->Log();
+  std::string stopped_id = ParseJson(stop)["checkpoint"].value("id", "");
+  ASSERT_TRUE(WaitFor([&] { return StateOf(*a_, "train-0") != "running" && StateOf(*b_, "train-1") != "running"; },
+                      30s));
+  int at_stop0 = Progress(out, 0), at_stop1 = Progress(out, 1);
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(Progress(out, 0), at_stop0);
+  EXPECT_EQ(Progress(out, 1), at_stop1);
+  EXPECT_EQ(Results(out), "") << "the group finished before it was stopped: give it more steps";
+  CommandResult list = Ctl(*c_, {"group", "list", "train", "--json"});
+  ASSERT_TRUE(list.Exited(0)) << list.Describe();
+  ASSERT_EQ(ParseJson(list)["checkpoints"].size(), 2u) << list.out;
+
+  // Restored, each rank where it was: the training ends as if nothing had happened.
+  CommandResult back = Ctl(*c_, {"group", "restore", "train"});
+  ASSERT_TRUE(back.Exited(0)) << back.Describe() << c_->Log() << a_->Log() << b_->Log();
+  EXPECT_TRUE(absl::StrContains(back.out, stopped_id)) << back.out;
+  ASSERT_TRUE(WaitFor([&] { return !Results(out).empty(); }, 180s))
+      << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log") << ReadFile(b_->state_dir() + "/jobs/train-1/stderr.log")
+      << a_->Log() << b_->Log();
+  EXPECT_EQ(Results(out), expected);
+  EXPECT_GE(Progress(out, 0), at_stop0);
+}
+
+// One rank cannot be checkpointed (it holds a FIFO it unlinked, which cairn refuses): the group
+// checkpoint is called off, the other rank — frozen and dumped meanwhile — is thawed untouched
+// and its part removed, and no group checkpoint is recorded.
+TEST_F(GroupTest, ARankThatCannotBeCheckpointedCallsTheGroupCheckpointOff) {
+  StartCluster();
+  ASSERT_FALSE(HasFatalFailure());
+  std::string out = Dir() + "/run";
+  fs::create_directories(out);
+  // Rank 0 counts; rank 1 holds an unlinked FIFO.
+  Submit("count-0", "pair", 0, "a",
+         {"/usr/bin/python3", "-c",
+          "import os, time\nn = 0\nwhile True:\n    n += 1\n    open('" + out + "/n.tmp', 'w').write(str(n))\n"
+          "    os.replace('" + out + "/n.tmp', '" + out + "/n')\n    time.sleep(0.01)\n"});
+  Submit("fifo-1", "pair", 1, "b",
+         {"/usr/bin/python3", "-c",
+          "import os, time\nos.mkfifo('" + out + "/f')\nfd = os.open('" + out + "/f', os.O_RDWR)\nos.unlink('" + out +
+              "/f')\nopen('" + out + "/ready', 'w').close()\ntime.sleep(1000)\n"});
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/ready") && !ReadFile(out + "/n").empty(); }, 60s))
+      << a_->Log() << b_->Log();
+
+  CommandResult r = Ctl(*c_, {"group", "checkpoint", "pair"});
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "called off")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "rank 1 (job fifo-1")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "FIFO")) << r.err;
+  // Nothing recorded; rank 0's part gone from its node, the job running on.
+  CommandResult list = Ctl(*c_, {"group", "list", "pair", "--json"});
+  ASSERT_TRUE(list.Exited(0)) << list.Describe();
+  EXPECT_EQ(ParseJson(list).value("checkpoints", json::array()).size(), 0u) << list.out;
+  for (const json& c : CheckpointsOf(*a_, "count-0")) {
+    EXPECT_NE(c.value("state", ""), "complete") << c.dump();
+    EXPECT_FALSE(fs::exists(c.value("location", "/nonexistent"))) << c.dump();
+  }
+  EXPECT_EQ(StateOf(*a_, "count-0"), "running");
+  EXPECT_EQ(StateOf(*b_, "fifo-1"), "running");
+  EXPECT_EQ(JobFreezer(a_->node(), "count-0"), "THAWED");
+  int n = std::atoi(ReadFile(out + "/n").c_str());
+  EXPECT_TRUE(WaitFor([&] { return std::atoi(ReadFile(out + "/n").c_str()) > n + 10; }, 10s))
+      << "rank 0 does not run on";
+  // The controller says why.
+  bool said = false;
+  for (const json& e : Events(*c_)) {
+    said |= e.value("kind", "") == "group-checkpoint-failed" && absl::StrContains(e.value("reason", ""), "fifo-1");
+  }
+  EXPECT_TRUE(said);
+}
+
+}  // namespace
+}  // namespace cairn::testing
