@@ -636,10 +636,11 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   d.tree = true;
   // With a remote store, --kill stops the job only once the checkpoint is stored: until then
   // the job is held in its freezer, and a failed upload lets it go on.
-  // (A group's rank is stored while it stands frozen, before its coordinator decides.)
+  // (A group's rank is stored once its coordinator decided, as it runs again: below.)
   const bool hold = !rank && req.kill() && opts_.store->Remote();
   d.leave_running = !req.kill() || hold || rank;
   d.job_name = EngineName(name);
+  d.freezer_cgroup = "/sys/fs/cgroup/freezer/" + CgroupOf(name);
   // A job held for a remote store (hold) runs on until it is stored, then is killed as any
   // process is: its connections close for real, so they are saved as reset (what its peers
   // will have seen), not whole.
@@ -670,6 +671,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   if (rank) {
     d.hand_off_decides = true;
     d.hand_off = [&](const dump::DumpResult& r, const dump::HandOffControl&) {
+      FaultPoint("group-frozen");  // frozen and committed on disk, not recorded: no part yet
       (void)SyncDir(CheckpointDir(name));
       c.set_size_bytes(DirBytes(c.location()));
       if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
@@ -678,11 +680,9 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
       c.set_state("complete");
       c.set_frozen_s(r.frozen_seconds);
       c.set_total_s(r.frozen_seconds);
-      expired = catalog_->CompleteCheckpoint(c, keep);
-      if (!expired.ok()) {
-        rank_failure = expired.status();
-        return dump::HandOff::kThaw;
-      }
+      // Retention waits for the decision: a group checkpoint called off must not cost an older one.
+      rank_failure = catalog_->PutCheckpoint(c);
+      if (!rank_failure.ok()) return dump::HandOff::kThaw;
       rank->decision = rank->decide(c, r.frozen_seconds);
       if (rank->decision.value_or(false) && req.kill()) return dump::HandOff::kKill;
       return dump::HandOff::kThaw;
@@ -723,9 +723,6 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   }
   if (!stored.ok()) {
     (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself
-    if (rank && expired.ok()) {
-      for (const api::Checkpoint& old : *expired) (void)DropCheckpointFiles(old);  // out of the catalog already
-    }
     c.set_state("failed");
     c.set_parent("");  // it builds on nothing: its parent may go
     c.set_error(std::string(stored.message()));
@@ -750,10 +747,8 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
             absl::StrCat("checkpoint ", c.id(), " of group checkpoint ", rank->group_checkpoint,
                          " is kept on this node only: the store refused it: ", up.message()));
     }
-    (void)catalog_->PutCheckpoint(c);  // its figures and where it is; complete since the hand-off
-  } else {
-    expired = catalog_->CompleteCheckpoint(c, keep);
   }
+  expired = catalog_->CompleteCheckpoint(c, keep);  // for a rank: its figures and where it is now
   std::string kind;
   if (incremental) {
     kind = r->incremental ? absl::StrCat(", incremental on ", parent)
@@ -763,7 +758,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   // Retention is applied in the same catalog transaction (above); the expired checkpoints' files go after.
   done(req.kill());
   if (!expired.ok()) {
-    (void)DropCheckpointFiles(c);
+    if (!rank) (void)DropCheckpointFiles(c);  // a rank's part is recorded complete already: kept
     return expired.status();
   }
   checkpoints_ok_++;

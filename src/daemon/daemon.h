@@ -21,7 +21,8 @@
 // upload-begun / upload-stored (StoreCheckpoint, before Put / after it, the row still
 // `writing`; the store's own are in storage/storage.h), restore-fetched (the image on this node,
 // the engine not started), restore-building (engine: every task created and held, no memory in),
-// restore-running (the restored job runs, its record not yet written).
+// restore-running (the restored job runs, its record not yet written); group-frozen (a group's
+// rank frozen with its part committed on disk, not yet recorded; tests/daemon/group_test.cc).
 //
 // Migration to another daemon (Migrate / ReceiveJob) lives in migrate.cc (see migrate.h).
 //

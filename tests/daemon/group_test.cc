@@ -61,13 +61,14 @@ class GroupTest : public ClusterFixture {
     WaitFor([&] { return !Results(out).empty(); }, 180s);
     return Results(out);
   }
-  // The controller and two daemons (`a` and `b`, labelled host=a / host=b), registered.
-  void StartCluster() {
+  // The controller and two daemons (`a` and `b`, labelled host=a / host=b), registered; `b_env`:
+  // b's environment (a fault point).
+  void StartCluster(std::vector<std::string> b_env = {}) {
     c_ = StartTcpController("10");
     ASSERT_NE(c_, nullptr);
     std::string shared = SharedStore();
     a_ = std::make_unique<DaemonProcess>(Dir(), "a", JoinArgs("0.30", shared, {"--labels", "host=a"}));
-    b_ = std::make_unique<DaemonProcess>(Dir(), "b", JoinArgs("0.30", shared, {"--labels", "host=b"}));
+    b_ = std::make_unique<DaemonProcess>(Dir(), "b", JoinArgs("0.30", shared, {"--labels", "host=b"}), b_env);
     ASSERT_TRUE(a_->Start());
     ASSERT_TRUE(b_->Start());
     for (const DaemonProcess* d : {a_.get(), b_.get()}) {
@@ -165,6 +166,53 @@ TEST_F(GroupTest, TrainingGroupCheckpointedStoppedAndRestoredFinishesBitForBit) 
       << a_->Log() << b_->Log();
   EXPECT_EQ(Results(out), expected);
   EXPECT_GE(Progress(out, 0), at_stop0);
+}
+
+// A rank's node dies in the middle of the group checkpoint: its daemon is SIGKILLed while the
+// rank stands frozen, dumped, its connections in repair mode and locked, before it said it was
+// prepared. Nothing is recorded; the other rank is thawed with its part removed; the dead
+// daemon's guardian thaws its rank and gives its connections back; the daemon, restarted,
+// cleans the half-made part. The training then finishes exactly as an uninterrupted run.
+TEST_F(GroupTest, ARankWhoseDaemonDiesMidCheckpointLeavesTheGroupTrainingUntouched) {
+  std::string expected = Uninterrupted();
+  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
+  StartCluster({"CAIRN_FAULT_PAUSE=group-frozen"});
+  ASSERT_FALSE(HasFatalFailure());
+  std::string out = Dir() + "/run";
+  fs::create_directories(out);
+  int port = FreeTcpPort();
+  Submit("train-0", "train", 0, "a", Rank(out, 0, port));
+  Submit("train-1", "train", 1, "b", Rank(out, 1, port));
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(WaitFor([&] { return Progress(out, 0) >= 50 && Progress(out, 1) >= 50; }, 120s)) << a_->Log() << b_->Log();
+
+  CommandResult r;
+  std::thread call([&] { r = Ctl(*c_, {"group", "checkpoint", "train"}); });
+  bool reached = WaitFor([&] { return b_->RunLog().find("fault point group-frozen") != std::string::npos; }, 60s);
+  b_->Kill(SIGKILL);
+  b_->Wait();
+  call.join();
+  ASSERT_TRUE(reached) << b_->Log();
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(absl::StrContains(r.err, "called off")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "rank 1 (job train-1")) << r.err;
+  CommandResult list = Ctl(*c_, {"group", "list", "train", "--json"});
+  ASSERT_TRUE(list.Exited(0)) << list.Describe();
+  EXPECT_EQ(ParseJson(list).value("checkpoints", json::array()).size(), 0u) << list.out;
+  for (const json& c : CheckpointsOf(*a_, "train-0")) EXPECT_NE(c.value("state", ""), "complete") << c.dump();
+
+  // Both ranks train on (rank 1 with no daemon), and b, back, finds its job running.
+  int p1 = Progress(out, 1);
+  EXPECT_TRUE(WaitFor([&] { return Progress(out, 1) > p1 + 20; }, 60s)) << "rank 1 was not given back its run";
+  ASSERT_TRUE(b_->Start());
+  EXPECT_EQ(StateOf(*b_, "train-1"), "running") << b_->Log();
+  for (const json& c : CheckpointsOf(*b_, "train-1")) {
+    EXPECT_NE(c.value("state", ""), "complete") << c.dump();
+    EXPECT_FALSE(fs::exists(c.value("location", "/nonexistent"))) << c.dump();
+  }
+  ASSERT_TRUE(WaitFor([&] { return !Results(out).empty(); }, 180s))
+      << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log") << ReadFile(b_->state_dir() + "/jobs/train-1/stderr.log");
+  EXPECT_EQ(Results(out), expected);
 }
 
 // One rank cannot be checkpointed (it holds a FIFO it unlinked, which cairn refuses): the group

@@ -121,6 +121,7 @@ absl::StatusOr<std::vector<RankPart>> RunGroupCheckpoint(
       r->stream->WritesDone();
       if (ok && r->stream->Read(&reply) && reply.state() == "done") {
         r->part->frozen_s = reply.frozen_s();
+        r->part->location = reply.checkpoint().location();  // in the node's store by now
         (void)r->stream->Finish();
         return;
       }

@@ -22,6 +22,7 @@
 #include "common/status.h"
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
+#include "engine/dump/freezer_hold.h"
 #include "engine/dump/guardian.h"
 #include "engine/dump/tcp.h"
 #include "engine/net/netlock.h"
@@ -390,7 +391,7 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
 // Captures everything of the frozen tree into `writer` and `ckpt`; the caller commits.
 absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer,
                                       IncrementalContext& inc, image::Checkpoint& ckpt, GuardJournal* journal,
-                                      std::unique_ptr<TcpConnections>* tcp) {
+                                      std::unique_ptr<TcpConnections>* tcp, FreezerHold* freezer) {
   DumpResult result;
   RETURN_IF_ERROR(StopPoint("frozen"));
   ckpt.set_id(NewImageId());
@@ -443,6 +444,8 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
           "restore the job with its connections instead");
     }
     ckpt.set_network_lock((*tcp)->table());
+    // Held in their cgroup too before a socket enters repair mode (freezer_hold.h).
+    if (!(*tcp)->table().empty()) RETURN_IF_ERROR(freezer->Freeze(*journal));
   }
   RETURN_IF_ERROR(CaptureFds(live, fd_opts, &writer, live_procs, &saved_files));
   ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
@@ -741,7 +744,8 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
   image::Checkpoint ckpt;
   std::unique_ptr<TcpConnections> tcp;  // --tcp-established: the lock and the repaired sockets
-  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt, &journal, &tcp);
+  FreezerHold freezer(opts.freezer_cgroup);
+  absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt, &journal, &tcp, &freezer);
   // The connections leave repair mode (and the lock goes) before any process that runs on
   // is thawed; for processes that are killed, both stay (tcp.h).
   auto release_tcp = [&]() -> absl::Status { return tcp ? tcp->Release() : absl::OkStatus(); };
@@ -775,6 +779,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     inc.Discard(/*all=*/false);
     absl::Status released = release_tcp();
     if (!released.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, released.ToString());
+    freezer.Thaw();
     absl::Status thaw = ft.Thaw();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
     return failed(result.status());
@@ -794,6 +799,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     if (h == HandOff::kKill) {
       journal.SetOutcome(GuardJournal::Outcome::kKill);
       if (tcp) tcp->Keep();
+      freezer.Thaw();  // still stopped by the dump: they die, not run
       RETURN_IF_ERROR(ft.Kill());
     } else if (h == HandOff::kThaw) {
       journal.SetOutcome(GuardJournal::Outcome::kRunning);
@@ -801,8 +807,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       // must run on either way).
       absl::Status released = release_tcp();
       if (!released.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, released.ToString());
+      freezer.Thaw();
       RETURN_IF_ERROR(ft.Thaw());
     } else {
+      freezer.Keep();  // held: the hand-off's freeze of the same cgroup stays
       // Let go of them; their cgroup's freezer keeps them where they are. (Detaching a
       // frozen task only marks it to run once its cgroup is thawed.)
       RETURN_IF_ERROR(ft.Thaw());
@@ -812,6 +820,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   } else if (opts.leave_running) {
     if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
     absl::Status released = release_tcp();
+    freezer.Thaw();
     if (!released.ok()) {
       writer->Abort();
       RETURN_IF_ERROR(ft.Thaw());
@@ -831,6 +840,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   } else {
     auto t_kill = Clock::now();
     if (tcp) tcp->Keep();  // committed with its lock: the sockets die in repair mode, whatever happens now
+    freezer.Thaw();         // still stopped by the dump: they die, not run
     RETURN_IF_ERROR(ft.Kill());
     journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);

@@ -49,6 +49,11 @@ struct DumpOptions {
   // processes holding one is refused unless hand_off_decides.
   bool tcp_established = false;
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
+  // The v1 freezer cgroup (its directory) that holds exactly these processes, when they have
+  // one of their own (a cairnd job): with connections saved whole it is frozen on top of the
+  // dump's stop before any socket enters repair mode, so that the processes stay still even
+  // if the dumper dies (freezer_hold.h).
+  std::string freezer_cgroup;
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;
   // Incremental: the checkpoint this one builds on (a directory next to `dir`). Only the

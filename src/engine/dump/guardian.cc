@@ -1,5 +1,7 @@
 #include "engine/dump/guardian.h"
 
+#include "engine/dump/freezer_hold.h"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +27,7 @@
 #include "common/status.h"
 #include "common/stop_points.h"
 #include "engine/dump/freeze.h"
+#include "engine/dump/freezer_hold.h"
 #include "engine/dump/tracker.h"
 #include "engine/inject/ptrace.h"
 #include "engine/net/netlock.h"
@@ -109,6 +112,15 @@ void GuardJournal::RepairsEnded() {
   lock_set_.store(0, std::memory_order_release);
 }
 
+absl::Status GuardJournal::FreezerHeld(const std::string& cgroup) {
+  if (cgroup.size() >= sizeof freezer_) {
+    return absl::InvalidArgumentError(absl::StrCat("freezer cgroup path too long for the journal: ", cgroup));
+  }
+  std::snprintf(freezer_, sizeof freezer_, "%s", cgroup.c_str());
+  freezer_set_.store(1, std::memory_order_release);
+  return absl::OkStatus();
+}
+
 void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit) {
   dir_dev_ = dev;
   dir_ino_ = ino;
@@ -152,11 +164,21 @@ class GuardianRepair {
         if (!killed.insert(p.pid).second || !SameProcess(p)) continue;
         ::kill(p.pid, SIGKILL);
       }
+      ThawFreezer();  // a frozen task dies only once thawed
       Say("the dump had committed its checkpoint: its processes were killed, as it was to do");
       return 0;
     }
     RemovePartial();
     int failures = EndRepairs();
+    if (j_.lock_set_.load(std::memory_order_acquire) != 0) {
+      absl::Status s = net::RemoveNetworkLock(j_.lock_, j_.lock_netns_of_);
+      if (!s.ok()) {
+        ++failures;
+        Say(s.ToString());
+      }
+    }
+    // Only now may the processes run: their sockets are out of repair mode and unlocked.
+    ThawFreezer();
     // The latest record of each process (pre-copy freezes a process once per round).
     std::map<pid_t, int> latest;
     for (int i = 0; i < nprocs; ++i) latest[j_.procs_[i].pid] = i;
@@ -165,13 +187,6 @@ class GuardianRepair {
       if (!s.ok()) {
         ++failures;
         Say(absl::StrCat("could not put pid ", pid, " back as it was: ", s.ToString()));
-      }
-    }
-    if (j_.lock_set_.load(std::memory_order_acquire) != 0) {
-      absl::Status s = net::RemoveNetworkLock(j_.lock_, j_.lock_netns_of_);
-      if (!s.ok()) {
-        ++failures;
-        Say(s.ToString());
       }
     }
     return failures == 0 ? 0 : 1;
@@ -183,6 +198,12 @@ class GuardianRepair {
   static void Say(const std::string& what) {
     std::string line = absl::StrCat("cairn dump guardian: ", what, "\n");
     (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
+
+  void ThawFreezer() {
+    if (j_.freezer_set_.load(std::memory_order_acquire) == 0) return;
+    absl::Status s = SetFreezerState(j_.freezer_, "THAWED");
+    if (!s.ok()) Say(absl::StrCat("could not thaw the processes' freezer cgroup: ", s.ToString()));
   }
 
   static bool SameProcess(const GuardJournal::Process& p) {

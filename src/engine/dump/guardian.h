@@ -37,8 +37,10 @@
 //    guardian first takes every journaled socket out of repair mode (through a copy of the
 //    descriptor), then removes the lock. Between the dumper's death and that, a thread that
 //    is not inside an injected call may run and find its socket in repair mode (a read fails
-//    EPERM): a window of the guardian's wake-up. A committed kill keeps the lock for the
-//    restore; a hand-off (kHold) leaves both to the daemon.
+//    EPERM): a window of the guardian's wake-up — closed where the processes have a freezer
+//    cgroup of their own (a cairnd job: freezer_hold.h): it is frozen before the first socket
+//    enters repair mode and outlives the dumper, and the guardian thaws it last. A committed
+//    kill keeps the lock for the restore; a hand-off (kHold) leaves both to the daemon.
 // What it cannot cover: the guardian itself killed together with the dumper (it runs in a
 // session of its own and ignores SIGTERM/SIGINT/SIGHUP, so only a SIGKILL aimed at it
 // does), and a write tracker being created at the instant of death (left in the process;
@@ -91,6 +93,9 @@ class GuardJournal {
   void NetworkLock(const std::string& table, pid_t netns_of);
   // Every journaled socket has left repair mode and the lock is gone.
   void RepairsEnded();
+  // The processes' freezer cgroup (its directory) is about to be frozen on top of the ptrace
+  // stop (freezer_hold.h): rolling back, the guardian thaws it once the repairs are undone.
+  absl::Status FreezerHeld(const std::string& cgroup);
   // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
   // (not a process a pre-copy round saw that has left the tree since).
   void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }
@@ -140,6 +145,8 @@ class GuardJournal {
     int32_t fd;
     int32_t reuseaddr;
   };
+  std::atomic<uint32_t> freezer_set_;
+  char freezer_[512];
   std::atomic<int32_t> nrepairs_;
   Repair repairs_[kMaxRepairs];
   Process procs_[kMaxProcesses];

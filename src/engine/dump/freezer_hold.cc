@@ -1,0 +1,70 @@
+#include "engine/dump/freezer_hold.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace cairn::dump {
+
+absl::Status SetFreezerState(const std::string& cgroup, const char* state) {
+  std::string path = cgroup + "/freezer.state";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open " + path);
+  ssize_t n = ::write(fd, state, std::strlen(state));
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(std::strlen(state))) {
+    errno = err;
+    return ErrnoStatus(absl::StrCat("write ", state, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string ReadState(const std::string& cgroup) {
+  std::string path = cgroup + "/freezer.state";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[32];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return "";
+  std::string s(buf, static_cast<size_t>(n));
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+absl::Status FreezerHold::Freeze(GuardJournal& journal) {
+  if (cgroup_.empty() || frozen_) return absl::OkStatus();
+  RETURN_IF_ERROR(journal.FreezerHeld(cgroup_));
+  RETURN_IF_ERROR(SetFreezerState(cgroup_, "FROZEN"));
+  frozen_ = true;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (ReadState(cgroup_) != "FROZEN") {
+    if (std::chrono::steady_clock::now() > deadline) {
+      Thaw();
+      return absl::DeadlineExceededError(absl::StrCat("freezer cgroup ", cgroup_, " did not reach FROZEN within 2 s"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return absl::OkStatus();
+}
+
+void FreezerHold::Thaw() {
+  if (!frozen_) return;
+  frozen_ = false;
+  absl::Status s = SetFreezerState(cgroup_, "THAWED");
+  if (!s.ok()) CAIRN_LOG_WARN("event=freezer_thaw_failed cgroup={} error=\"{}\"", cgroup_, s.ToString());
+}
+
+}  // namespace cairn::dump
