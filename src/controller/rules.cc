@@ -155,6 +155,9 @@ std::vector<Decision> NodeLostRule::Evaluate(const Event& e, const PolicyContext
   std::vector<Decision> out;
   for (const std::string& id : JobsOn(ctx.cluster, e.node_id)) {
     const Job& job = *ctx.cluster.FindJob(id);
+    // A job group's rank comes back only with its whole group (the controller's group failover,
+    // service/groups.cc): restored alone it would not match its peers.
+    if (!job.spec.group.empty()) continue;
     out.push_back(RestoreLatest(ctx, job, e.node_id, name(),
                                 absl::StrCat("node ", e.node_id, " lost (heartbeats stopped)"),
                                 std::numeric_limits<double>::infinity()));

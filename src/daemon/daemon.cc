@@ -793,7 +793,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
 }
 
 absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name, const std::string& checkpoint_in,
-                                                        const std::string& from_in) {
+                                                        const std::string& from_in, bool hold_network) {
   std::string checkpoint = checkpoint_in, from = from_in;
   if (from.empty() && !checkpoint.empty() && opts_.store->Remote()) {
     std::lock_guard<std::mutex> l(mu_);  // a job this node lacks, by id in the shared store
@@ -898,6 +898,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   }
   ro.cgroup = CgroupOf(name);
   ro.verify = true;  // a restore that differs from its image fails instead of running
+  ro.hold_network = hold_network;
   auto r = restore::Restore(ro);
   drop_fetched();
   if (!r.ok()) return fail(Annotate(r.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
@@ -912,6 +913,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     s.job.set_start_time(ProcessStartTime(r->pid).value_or(0));
     s.job.set_ended(0);
     s.job.set_restores(s.job.restores() + 1);
+    s.job.set_network_hold(r->network_hold);
     s.job.mutable_health()->Clear();
     s.job.mutable_health()->set_state("running");
     s.tracker = std::make_unique<HealthTracker>(spec.health());

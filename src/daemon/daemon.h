@@ -119,8 +119,11 @@ class Daemon {
   // `from` (a location in a shared store), or a `checkpoint` id of a job this node does not know
   // while its store is shared, the checkpoint is fetched from the store first and the job is
   // created from the spec stored with it (ImportCheckpoint).
+  // `hold_network`: its connections stay behind the restore's network lock (RestoreJobRequest).
   absl::StatusOr<api::RestoreJobResponse> Restore(const std::string& name, const std::string& checkpoint,
-                                                  const std::string& from = "");
+                                                  const std::string& from = "", bool hold_network = false);
+  // Lifts the network lock a restore with hold_network left for job `name` (group.cc).
+  absl::StatusOr<api::Job> ReleaseNetwork(const std::string& name);
 
   // The location of job `name`'s newest complete checkpoint in the shared store taken at or
   // before `taken_before` (unix seconds; 0: any), whichever node took it (restore_newest.cc).

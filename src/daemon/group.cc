@@ -26,6 +26,8 @@
 #include "common/status.h"
 #include "daemon/daemon.h"
 #include "daemon/job_spec_check.h"
+#include "engine/net/netlock.h"
+#include "common/validate.h"
 
 namespace cairn::daemon {
 
@@ -91,6 +93,21 @@ absl::Status Daemon::CheckpointRank(const std::function<bool(api::RankCheckpoint
   *done.mutable_checkpoint() = c;
   (void)write(done);
   return absl::OkStatus();
+}
+
+absl::StatusOr<api::Job> Daemon::ReleaseNetwork(const std::string& name) {
+  RETURN_IF_ERROR(CheckJobName(name));
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
+  api::Job& j = it->second.job;
+  if (j.network_hold().empty()) return j;
+  // In the restorer's network namespace, where the restore took it (this daemon's).
+  RETURN_IF_ERROR(Annotate(net::RemoveNetworkLock(j.network_hold()), absl::StrCat("job ", name)));
+  Event(name, "network-released", absl::StrCat("network lock ", j.network_hold(), " lifted: its connections flow"));
+  j.clear_network_hold();
+  if (absl::Status st = Persist(j); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+  return j;
 }
 
 }  // namespace cairn::daemon

@@ -114,7 +114,7 @@ grpc::Status GrpcService::RestoreJob(grpc::ServerContext* ctx, const api::Restor
     if (!newest.ok()) return ToGrpc(newest.status());
     from = *newest;
   }
-  auto r = daemon_->Restore(req->name(), req->checkpoint(), from);
+  auto r = daemon_->Restore(req->name(), req->checkpoint(), from, req->hold_network());
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
   return grpc::Status::OK;
@@ -189,6 +189,15 @@ grpc::Status GrpcService::MigrationOutcome(grpc::ServerContext* ctx, const api::
   auto r = daemon_->MigrationOutcome(req->name(), req->migration());
   if (!r.ok()) return ToGrpc(r.status());
   *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::ReleaseNetwork(grpc::ServerContext* ctx, const api::ReleaseNetworkRequest* req,
+                                         api::ReleaseNetworkResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->ReleaseNetwork(req->name());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp->mutable_job() = std::move(*r);
   return grpc::Status::OK;
 }
 

@@ -50,6 +50,8 @@ class GrpcService final : public api::Daemon::Service {
                                api::SettleMigrationResponse*) override;
   grpc::Status MigrationOutcome(grpc::ServerContext*, const api::MigrationOutcomeRequest*,
                                 api::MigrationOutcomeResponse*) override;
+  grpc::Status ReleaseNetwork(grpc::ServerContext*, const api::ReleaseNetworkRequest*,
+                              api::ReleaseNetworkResponse*) override;
   grpc::Status CheckpointRank(grpc::ServerContext*,
                               grpc::ServerReaderWriter<api::RankCheckpointReply, api::RankCheckpointMessage>*) override;
 

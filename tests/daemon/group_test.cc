@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cluster_harness.h"
 
 namespace cairn::testing {
@@ -78,11 +79,15 @@ class GroupTest : public ClusterFixture {
           << c_->Log() << d->Log();
     }
   }
-  // Submits job `id`, rank `rank` of group `group`, to run `command` on the node labelled `host`.
+  // Submits job `id`, rank `rank` of group `group`, to run `command` on the node labelled `host`
+  // (empty: where placement puts a job of one CPU).
   void Submit(const std::string& id, const std::string& group, int rank, const std::string& host,
               const std::vector<std::string>& command) {
     std::vector<std::string> args = {"submit", "--id", id, "--group", group, "--rank", std::to_string(rank),
-                                     "--node-label", "host=" + host, "--cpus", "0.5", "--memory-mb", "100", "--json", "--"};
+                                     "--cpus", host.empty() ? "1" : "0.5", "--memory-mb", "100"};
+    // (--node-label takes several values: an option after it ends them, not "--".)
+    if (!host.empty()) args.insert(args.end(), {"--node-label", "host=" + host});
+    args.insert(args.end(), {"--json", "--"});
     args.insert(args.end(), command.begin(), command.end());
     CommandResult sub = Ctl(*c_, args);
     ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c_->Log();
@@ -213,6 +218,73 @@ TEST_F(GroupTest, ARankWhoseDaemonDiesMidCheckpointLeavesTheGroupTrainingUntouch
   ASSERT_TRUE(WaitFor([&] { return !Results(out).empty(); }, 180s))
       << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log") << ReadFile(b_->state_dir() + "/jobs/train-1/stderr.log");
   EXPECT_EQ(Results(out), expected);
+}
+
+// Node b is lost (its daemon and the rank it ran SIGKILLed, as a dead machine loses them) after
+// a live group checkpoint: the controller restores the whole group from it — rank 0 stopped and
+// restored where it ran, rank 1 on node c from the shared store — with every rank's connections
+// held until all are back, and the training finishes bit for bit as an uninterrupted run.
+TEST_F(GroupTest, NodeLostRestoresTheWholeGroupFromItsNewestGroupCheckpoint) {
+  std::string expected = Uninterrupted();
+  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
+  // Three nodes of one CPU each: a rank of one CPU per node.
+  c_ = StartTcpController("3");
+  ASSERT_NE(c_, nullptr);
+  std::string shared = SharedStore();
+  a_ = std::make_unique<DaemonProcess>(Dir(), "a", JoinArgs("0.30", shared, {"--cpus", "1"}));
+  b_ = std::make_unique<DaemonProcess>(Dir(), "b", JoinArgs("0.30", shared, {"--cpus", "1"}));
+  // c fetches rank 1's part, then waits 3 s before rebuilding it: restored rank 0 runs meanwhile,
+  // and would be answered with a reset if its connections were not held until rank 1 is back.
+  DaemonProcess cn(Dir(), "c", JoinArgs("0.30", shared, {"--cpus", "1"}),
+                   {"CAIRN_FAULT_PAUSE=restore-fetched", "CAIRN_FAULT_PAUSE_S=3"});
+  for (DaemonProcess* d : {a_.get(), b_.get(), &cn}) {
+    ASSERT_TRUE(d->Start());
+    ASSERT_FALSE(WaitEvent(*c_, 0, [&](const json& e) {
+                   return e.value("kind", "") == "node-registered" && e.value("node_id", "") == d->node();
+                 }, 30s).is_null())
+        << c_->Log() << d->Log();
+  }
+  std::string out = Dir() + "/run";
+  fs::create_directories(out);
+  int port = FreeTcpPort();
+  Submit("train-0", "train", 0, "", Rank(out, 0, port));
+  Submit("train-1", "train", 1, "", Rank(out, 1, port));
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(WaitFor([&] { return StateOf(*a_, "train-0") == "running" && StateOf(*b_, "train-1") == "running"; }, 30s))
+      << c_->Log();
+  ASSERT_TRUE(WaitFor([&] { return Progress(out, 0) >= 50 && Progress(out, 1) >= 50; }, 120s)) << a_->Log() << b_->Log();
+  CommandResult ck = Ctl(*c_, {"group", "checkpoint", "train", "--json"});
+  ASSERT_TRUE(ck.Exited(0)) << ck.Describe() << c_->Log();
+  std::string id = ParseJson(ck)["checkpoint"].value("id", "");
+
+  // Node b dies with its rank.
+  uint64_t seq = 0;
+  for (const json& e : Events(*c_)) seq = std::max<uint64_t>(seq, JsonInt(e["seq"]));
+  int rank1 = Job(*b_, "train-1").value("host_pid", 0);
+  ASSERT_GT(rank1, 0);
+  std::string procs = ReadFile("/sys/fs/cgroup/freezer/cairn/" + b_->node() + ".train-1/cgroup.procs");
+  b_->Kill(SIGKILL);
+  b_->Wait();
+  for (absl::string_view p : absl::StrSplit(procs, '\n', absl::SkipEmpty())) ::kill(std::atoi(std::string(p).c_str()), SIGKILL);
+
+  json failover = WaitEvent(*c_, seq, [](const json& e) { return e.value("kind", "") == "group-failover"; }, 60s);
+  ASSERT_FALSE(failover.is_null()) << c_->Log();
+  EXPECT_TRUE(absl::StrContains(failover.value("reason", ""), id)) << failover.dump();
+  json restored = WaitEvent(*c_, seq, [](const json& e) { return e.value("kind", "") == "group-restored"; }, 60s);
+  ASSERT_FALSE(restored.is_null()) << c_->Log() << a_->Log() << cn.Log();
+  EXPECT_EQ(StateOf(cn, "train-1"), "running") << cn.Log();
+  ASSERT_TRUE(WaitFor([&] { return !Results(out).empty(); }, 180s))
+      << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log") << ReadFile(cn.state_dir() + "/jobs/train-1/stderr.log")
+      << c_->Log();
+  EXPECT_EQ(Results(out), expected);
+  // The controller placed rank 1 on c, and neither restored rank's connections stayed locked.
+  bool on_c = false;
+  for (const json& j : Status(*c_).value("jobs", json::array())) {
+    if (j["spec"].value("id", "") == "train-1") on_c = j.value("node_id", "") == cn.node();
+  }
+  EXPECT_TRUE(on_c) << Status(*c_).dump();
+  EXPECT_EQ(Job(*a_, "train-0").value("network_hold", ""), "");
+  cn.KillJobs();
 }
 
 // One rank cannot be checkpointed (it holds a FIFO it unlinked, which cairn refuses): the group

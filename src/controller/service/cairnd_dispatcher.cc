@@ -514,19 +514,40 @@ absl::StatusOr<std::vector<RankPart>> CairndDispatcher::CheckpointGroup(
   return RunGroupCheckpoint(group, id, targets, opts, record);
 }
 
-absl::Status CairndDispatcher::RestoreRank(const RankPart& part) {
+absl::Status CairndDispatcher::RestoreRank(const RankPart& part, const std::string& node_id) {
   std::string why;
-  NodeDaemon* d = Find(part.ref.node_id, &why);
+  NodeDaemon* d = Find(node_id, &why);
   if (d == nullptr) return absl::UnavailableError(why);
   dapi::RestoreJobRequest req;
   req.set_name(part.ref.job_id);
-  req.set_checkpoint(part.checkpoint);
+  if (node_id == part.ref.node_id) {
+    req.set_checkpoint(part.checkpoint);
+  } else {
+    req.set_from(part.location);  // the part's copy in the store the nodes share
+  }
+  req.set_hold_network(true);
   dapi::RestoreJobResponse resp;
   grpc::Status st = Call(*d, &dapi::Daemon::Stub::RestoreJob, req, &resp);
   if (!st.ok()) {
-    return absl::Status(ToAbsl(st).code(), absl::StrCat("cairnd on ", part.ref.node_id, " at ", d->address,
+    return absl::Status(ToAbsl(st).code(), absl::StrCat("cairnd on ", node_id, " at ", d->address,
                                                         " refused to restore job ", part.ref.job_id, " from ",
-                                                        part.checkpoint, ": ", Why(st)));
+                                                        node_id == part.ref.node_id ? part.checkpoint : part.location,
+                                                        ": ", Why(st)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CairndDispatcher::ReleaseRankNetwork(const std::string& job_id, const std::string& node_id) {
+  std::string why;
+  NodeDaemon* d = Find(node_id, &why);
+  if (d == nullptr) return absl::UnavailableError(why);
+  dapi::ReleaseNetworkRequest req;
+  req.set_name(job_id);
+  dapi::ReleaseNetworkResponse resp;
+  grpc::Status st = Call(*d, &dapi::Daemon::Stub::ReleaseNetwork, req, &resp);
+  if (!st.ok()) {
+    return absl::Status(ToAbsl(st).code(), absl::StrCat("cairnd on ", node_id, " could not lift the network lock of job ",
+                                                        job_id, ": ", Why(st)));
   }
   return absl::OkStatus();
 }

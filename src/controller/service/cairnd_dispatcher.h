@@ -23,7 +23,9 @@
 //   RunningJobs    -> ListJobs on the node (its running jobs).
 //   Kill           -> KillJob (fencing a copy the controller has placed elsewhere since).
 //   CheckpointGroup-> CheckpointRank on every rank's node at once (group_checkpoint.h).
-//   RestoreRank    -> RestoreJob of the rank's part on the node that took it.
+//   RestoreRank    -> RestoreJob of the rank's part (hold_network), on the node that took it or,
+//                     from its location in the shared store, on another.
+//   ReleaseRankNetwork -> ReleaseNetwork on the rank's node.
 //   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
 //                     its record, logs and checkpoints stay on the node.
 //
@@ -75,7 +77,8 @@ class CairndDispatcher : public ActionDispatcher {
   absl::StatusOr<std::vector<RankPart>> CheckpointGroup(
       const std::string& group, const std::string& id, const std::vector<RankRef>& ranks, bool stop,
       const std::function<absl::Status(const std::vector<RankPart>&)>& record) override;
-  absl::Status RestoreRank(const RankPart& part) override;
+  absl::Status RestoreRank(const RankPart& part, const std::string& node_id) override;
+  absl::Status ReleaseRankNetwork(const std::string& job_id, const std::string& node_id) override;
 
  private:
   struct NodeDaemon {

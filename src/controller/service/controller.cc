@@ -523,6 +523,8 @@ absl::Status Controller::CheckHeartbeatsLocked() {
                                   options_.heartbeat_timeout_s,
                                   n->job_ids.empty() ? "none" : absl::StrJoin(n->job_ids, ", ")));
     RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+    // Job groups with a rank there come back whole first (the node-lost rule skips their ranks).
+    RETURN_IF_ERROR(FailOverGroupsLocked(id));
     Event e;
     e.trigger = Trigger::kNodeLost;
     e.time = Now();

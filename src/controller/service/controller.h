@@ -45,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -104,6 +105,16 @@ class Controller {
   absl::Status RequireLeaderLocked() const;
   // The ranks of `group` by rank (groups.cc); with `running`, refused unless each runs, started.
   absl::StatusOr<std::vector<RankRef>> GroupRanksLocked(const std::string& group, bool running);
+  // The group checkpoint `id` of `group` in the store (empty id: the newest); nullopt if none.
+  absl::StatusOr<std::optional<api::GroupCheckpoint>> GroupCheckpointLocked(const std::string& group,
+                                                                            const std::string& id);
+  // Restores every rank of `g`, those in `moved` (rank -> node) on that node from the shared store,
+  // the others where they were; all or nothing (groups.cc).
+  absl::Status RestoreGroupLocked(const api::GroupCheckpoint& g, const std::map<int, std::string>& moved,
+                                  std::vector<std::string>* notes);
+  // Node `lost_node` is lost: every group with a rank there is restored whole from its newest
+  // group checkpoint, that rank on another node (groups.cc).
+  absl::Status FailOverGroupsLocked(const std::string& lost_node);
   // Taking the lead: the next term, stored.
   absl::Status NewTermLocked();
   // Rebuilds the model from the store (on taking leadership).

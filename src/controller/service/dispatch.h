@@ -92,9 +92,16 @@ class ActionDispatcher {
     (void)group, (void)id, (void)ranks, (void)stop, (void)record;
     return absl::UnimplementedError("this dispatcher asks no node: start the controller with --dispatch cairnd");
   }
-  // Restores one rank from its part of a group checkpoint, on the node that took it.
-  virtual absl::Status RestoreRank(const RankPart& part) {
-    (void)part;
+  // Restores one rank from its part of a group checkpoint on node `node_id` (the one that took it,
+  // or another that reaches the part's location in a shared store). Its connections stay behind
+  // that node's network lock until ReleaseRankNetwork: the group's other ranks are not back yet.
+  virtual absl::Status RestoreRank(const RankPart& part, const std::string& node_id) {
+    (void)part, (void)node_id;
+    return absl::UnimplementedError("this dispatcher asks no node: start the controller with --dispatch cairnd");
+  }
+  // Lets a restored rank's connections flow (every rank of its group is back).
+  virtual absl::Status ReleaseRankNetwork(const std::string& job_id, const std::string& node_id) {
+    (void)job_id, (void)node_id;
     return absl::UnimplementedError("this dispatcher asks no node: start the controller with --dispatch cairnd");
   }
   // The jobs running on the node (name, pid); Unavailable when its daemon cannot be asked.

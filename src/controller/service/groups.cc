@@ -9,14 +9,18 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/validate.h"
+#include "controller/placement.h"
 #include "controller/service/controller.h"
 
 namespace cairn::controller {
@@ -133,30 +137,16 @@ absl::Status Controller::ListGroupCheckpoints(const api::ListGroupCheckpointsReq
 }
 
 absl::Status Controller::RestoreGroup(const api::RestoreGroupRequest& req, api::RestoreGroupResponse* resp) {
-  api::ListGroupCheckpointsRequest lreq;
-  lreq.set_group(req.group());
-  api::ListGroupCheckpointsResponse list;
-  RETURN_IF_ERROR(ListGroupCheckpoints(lreq, &list));
+  RETURN_IF_ERROR(CheckJobName(req.group(), "group name"));
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(RequireLeaderLocked());
-  const api::GroupCheckpoint* g = nullptr;
-  for (const api::GroupCheckpoint& c : list.checkpoints()) {
-    if (req.checkpoint().empty() || c.id() == req.checkpoint()) g = &c;
-  }
-  if (g == nullptr) {
+  ASSIGN_OR_RETURN(std::optional<api::GroupCheckpoint> g, GroupCheckpointLocked(req.group(), req.checkpoint()));
+  if (!g) {
     return absl::NotFoundError(req.checkpoint().empty()
                                    ? absl::StrCat("group ", req.group(), " has no group checkpoint: take one with ",
                                                   "cairn group checkpoint ", req.group())
                                    : absl::StrCat("group ", req.group(), " has no group checkpoint ", req.checkpoint(),
                                                   ": cairn group list ", req.group(), " lists them"));
-  }
-  // Every rank first, then each restored: a rank restored while another still runs would talk
-  // to a peer in another state.
-  ASSIGN_OR_RETURN(std::vector<RankRef> ranks, GroupRanksLocked(req.group(), /*running=*/false));
-  if (ranks.size() != static_cast<size_t>(g->ranks_size())) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "group %s has %d ranks now, its checkpoint %s has %d: restore it after the ranks it was taken of are back",
-        req.group(), ranks.size(), g->id(), g->ranks_size()));
   }
   for (const api::RankCheckpoint& r : g->ranks()) {
     ActionDispatcher::JobWhere w = dispatcher_->Locate(r.job_id(), r.node_id());
@@ -167,31 +157,139 @@ absl::Status Controller::RestoreGroup(const api::RestoreGroupRequest& req, api::
     }
   }
   std::vector<std::string> notes;
-  for (const api::RankCheckpoint& r : g->ranks()) {
+  RETURN_IF_ERROR(RestoreGroupLocked(*g, {}, &notes));
+  *resp->mutable_checkpoint() = *g;
+  for (std::string& n : notes) resp->add_notes(std::move(n));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<api::GroupCheckpoint>> Controller::GroupCheckpointLocked(const std::string& group,
+                                                                                      const std::string& id) {
+  ASSIGN_OR_RETURN(auto rows, store_->List(GroupPrefix(group)));
+  std::optional<api::GroupCheckpoint> found;
+  for (const auto& [key, value] : rows) {
+    api::GroupCheckpoint g;
+    if (!g.ParseFromString(value)) {
+      return absl::DataLossError(absl::StrCat("group checkpoint record ", key, " in the store is unreadable"));
+    }
+    if (id.empty() ? (!found || g.created() > found->created()) : g.id() == id) found = std::move(g);
+  }
+  return found;
+}
+
+absl::Status Controller::RestoreGroupLocked(const api::GroupCheckpoint& g, const std::map<int, std::string>& moved,
+                                            std::vector<std::string>* notes) {
+  // Every rank is rebuilt with its connections held behind its node's network lock, and only
+  // once all are back are they let go: a rank that ran alone would reach a peer not rebuilt yet,
+  // whose host answers with a reset. All or nothing: a rank that fails stops those restored.
+  std::vector<std::pair<std::string, std::string>> restored;  // job, node
+  for (const api::RankCheckpoint& r : g.ranks()) {
     RankPart part;
     part.ref = {r.job_id(), r.rank(), r.node_id()};
     part.checkpoint = r.checkpoint();
     part.location = r.location();
-    absl::Status st = dispatcher_->RestoreRank(part);
+    auto to = moved.find(r.rank());
+    const std::string node = to == moved.end() ? r.node_id() : to->second;
+    absl::Status st = dispatcher_->RestoreRank(part, node);
     if (!st.ok()) {
+      for (const auto& [job, on] : restored) (void)dispatcher_->Kill(job, on);
       api::Event ev;
       ev.set_kind("group-restore-failed");
       ev.set_job_id(r.job_id());
-      ev.set_node_id(r.node_id());
-      ev.set_reason(absl::StrCat("group ", req.group(), " from ", g->id(), ": ", st.message()));
+      ev.set_node_id(node);
+      ev.set_reason(absl::StrFormat("group %s from %s: %s; the %d rank(s) restored before it were stopped again",
+                                    g.group(), g.id(), st.message(), restored.size()));
       RETURN_IF_ERROR(RecordLocked(std::move(ev)));
-      return Annotate(st, absl::StrFormat("restore group %s from %s: rank %d (%d of %d restored before it)",
-                                          req.group(), g->id(), r.rank(), notes.size(), g->ranks_size()));
+      return Annotate(st, absl::StrFormat("restore group %s from %s: rank %d (the %d restored before it were stopped "
+                                          "again)",
+                                          g.group(), g.id(), r.rank(), restored.size()));
     }
-    notes.push_back(absl::StrFormat("rank %d: job %s restored on %s from %s", r.rank(), r.job_id(), r.node_id(),
-                                    r.checkpoint()));
+    restored.emplace_back(r.job_id(), node);
+    notes->push_back(absl::StrFormat("rank %d: job %s restored on %s from %s", r.rank(), r.job_id(), node,
+                                     node == r.node_id() ? r.checkpoint() : r.location()));
+    if (node != r.node_id()) {
+      // The model follows the rank to its new node.
+      if (const Job* j = cluster_->FindJob(r.job_id()); j != nullptr && !j->node_id.empty()) {
+        RETURN_IF_ERROR(cluster_->Unbind(r.job_id(), JobState::kPending));
+      }
+      RETURN_IF_ERROR(cluster_->Bind(r.job_id(), node, /*runs_there=*/true));
+      started_[r.job_id()] = true;
+      RETURN_IF_ERROR(SaveJobLocked(r.job_id()));
+    }
+  }
+  for (const auto& [job, node] : restored) {
+    absl::Status st = dispatcher_->ReleaseRankNetwork(job, node);
+    if (!st.ok()) notes->push_back(absl::StrCat("job ", job, ": ", st.message(), " (cairn check --fix on ", node, ")"));
   }
   api::Event ev;
   ev.set_kind("group-restored");
-  ev.set_reason(absl::StrFormat("group %s restored from %s: %d ranks", req.group(), g->id(), g->ranks_size()));
-  RETURN_IF_ERROR(RecordLocked(std::move(ev)));
-  *resp->mutable_checkpoint() = *g;
-  for (std::string& n : notes) resp->add_notes(std::move(n));
+  ev.set_reason(absl::StrFormat("group %s restored from %s: %d ranks", g.group(), g.id(), g.ranks_size()));
+  return RecordLocked(std::move(ev));
+}
+
+absl::Status Controller::FailOverGroupsLocked(const std::string& lost_node) {
+  const Node* lost = cluster_->FindNode(lost_node);
+  if (lost == nullptr) return absl::OkStatus();
+  std::set<std::string> groups;
+  for (const std::string& id : lost->job_ids) {
+    if (const Job* j = cluster_->FindJob(id); j != nullptr && !j->spec.group.empty()) groups.insert(j->spec.group);
+  }
+  for (const std::string& group : groups) {
+    auto record = [&](const std::string& kind, const std::string& reason) {
+      api::Event ev;
+      ev.set_kind(kind);
+      ev.set_node_id(lost_node);
+      ev.set_reason(reason);
+      return RecordLocked(std::move(ev));
+    };
+    ASSIGN_OR_RETURN(std::optional<api::GroupCheckpoint> g, GroupCheckpointLocked(group, ""));
+    if (!g) {
+      RETURN_IF_ERROR(record("group-failover-failed",
+                             absl::StrCat("group ", group, " lost a rank on ", lost_node,
+                                          " and has no group checkpoint to come back from: its ranks are left as "
+                                          "they are (cancel and submit the group again)")));
+      continue;
+    }
+    // Each rank of the lost node goes where placement puts it now, away from the lost node.
+    std::map<int, std::string> moved;
+    Placer placer(*cluster_);
+    std::string problem;
+    for (const api::RankCheckpoint& r : g->ranks()) {
+      const Job* j = cluster_->FindJob(r.job_id());
+      if (j == nullptr) {
+        problem = absl::StrCat("rank ", r.rank(), " (job ", r.job_id(), ") is no longer known");
+        break;
+      }
+      if (j->node_id != lost_node && r.node_id() != lost_node) continue;
+      PlacementRequest pr;
+      pr.job = j;
+      pr.exclude_nodes.insert(lost_node);
+      absl::StatusOr<Placement> p = placer.Place(pr);
+      if (!p.ok()) {
+        problem = absl::StrCat("no node fits rank ", r.rank(), " (job ", r.job_id(), "): ", p.status().message());
+        break;
+      }
+      moved[r.rank()] = p->node_id;
+    }
+    if (!problem.empty()) {
+      RETURN_IF_ERROR(record("group-failover-failed", absl::StrCat("group ", group, " lost a rank on ", lost_node,
+                                                                   ": ", problem)));
+      continue;
+    }
+    // The ranks still running elsewhere go back too: stopped first, as their peers are gone.
+    for (const api::RankCheckpoint& r : g->ranks()) {
+      const Job* j = cluster_->FindJob(r.job_id());
+      if (j->node_id.empty() || j->node_id == lost_node) continue;
+      DispatchResult k = dispatcher_->Kill(r.job_id(), j->node_id);
+      if (!k.done) CAIRN_LOG_WARN("group={} job={} not stopped on {}: {}", group, r.job_id(), j->node_id, k.note);
+    }
+    RETURN_IF_ERROR(record("group-failover", absl::StrFormat("group %s lost a rank on %s: every rank restored from "
+                                                             "group checkpoint %s",
+                                                             group, lost_node, g->id())));
+    std::vector<std::string> notes;
+    absl::Status st = RestoreGroupLocked(*g, moved, &notes);
+    if (!st.ok()) CAIRN_LOG_WARN("group={} failover from {}: {}", group, g->id(), st.ToString());
+  }
   return absl::OkStatus();
 }
 

@@ -800,7 +800,12 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   // The connections exist again: their packets may flow (the dump's lock is on this host, or
   // on another, where there is none to remove here).
-  if (tcp_lock) tcp_lock->Release();
+  std::string network_hold;
+  if (tcp_lock && opts.hold_network) {
+    network_hold = tcp_lock->Hold();
+  } else if (tcp_lock) {
+    tcp_lock->Release();
+  }
   if (!meta.network_lock().empty()) {
     absl::Status unlocked = net::RemoveNetworkLock(meta.network_lock());
     if (!unlocked.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", unlocked.ToString());
@@ -830,6 +835,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   result.verify_seconds = verify_seconds;
+  result.network_hold = network_hold;
   CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, where,
                  result.bytes, result.seconds);
   return result;

@@ -49,6 +49,12 @@ struct RestoreOptions {
     std::string name;  // for messages
   };
   std::optional<Owner> only_as;
+  // Live TCP connections: the restore's own network lock stays once the processes run (their
+  // packets dropped, then sent again by TCP) until the caller lifts it (net::RemoveNetworkLock
+  // of RestoreResult::network_hold). For a job group, whose ranks are restored one after
+  // another: a restored rank must not reach a peer that is not back yet, whose host would
+  // answer with a reset.
+  bool hold_network = false;
 };
 
 struct RestoreResult {
@@ -58,6 +64,7 @@ struct RestoreResult {
   uint64_t bytes = 0;     // page data written
   double seconds = 0;     // from start until the process runs
   double verify_seconds = 0;  // of which --verify took this
+  std::string network_hold;   // with hold_network: the lock left in place ("" if none was needed)
 };
 
 // Rebuilds the process (tree) and lets it run. The root is a child of the caller, so the

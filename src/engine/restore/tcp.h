@@ -15,6 +15,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,6 +51,11 @@ class RestoreLock {
   // it) or `cairn check --fix`, not answered with resets.
   ~RestoreLock();
   void Release() { released_ = true; }
+  // Leaves it in place for the caller to lift (RestoreOptions::hold_network); its name.
+  std::string Hold() {
+    released_ = false;
+    return std::exchange(table_, std::string());
+  }
 
  private:
   explicit RestoreLock(std::string table) : table_(std::move(table)) {}
