@@ -3,10 +3,10 @@
 # cairnd) and two cairnd on loopback; a torch.distributed training group (gloo over TCP,
 # tests/daemon/group_train.py) of RANKS ranks, half on each daemon, all_reducing every 10 ms.
 # Per repetition: `cairn group checkpoint` (ranks left running), with the slowest rank's own
-# dump (freeze to commit, while the others wait) and the longest any rank stood frozen (its
-# dump, the wait for the slowest, the record, the decision, the release of its connections);
-# then each rank checkpointed alone (`cairn job checkpoint`), whose frozen time is what that rank
-# costs by itself (its lock and release included).
+# dump (from the common freeze until its state is captured; the others wait for it) and the
+# longest any rank stood frozen (the slowest capture, the decision, the release of its
+# connections, the thaw; the commit comes after); then each rank checkpointed alone (`cairn job
+# checkpoint`, leave-running), whose frozen time is what that rank costs by itself.
 #
 # Usage: sudo bash bench/group_checkpoint.sh [BUILD_DIR] [RANKS] [REPS]   (default: build 4 5)
 # KEEP=1 keeps the daemons' and controller's logs.
@@ -43,7 +43,7 @@ for _ in $(seq 100); do "$CAIRN" cluster status >/dev/null 2>&1 && break; sleep 
 start() {  # NODE LABEL
   "$CAIRND" --node "$1" --state-dir "$T/$1" --socket "$T/$1.sock" --cairn-bin "$CAIRN" --listen "127.0.0.1:$(port)" \
     --token-file "$T/node.token" --controller "127.0.0.1:$CPORT" --controller-token-file "$T/ctl.token" \
-    --price-per-hour 0.3 --labels "host=$2" > "$T/$1.log" 2>&1 &
+    --price-per-hour 0.3 --labels "host=$2" ${CAIRND_ARGS:-} > "$T/$1.log" 2>&1 &
   echo $! >> "$T/pids"
   for _ in $(seq 100); do "$CAIRN" cluster status 2>/dev/null | grep -q "^$1 " && return; sleep 0.1; done
   echo "cairnd $1 did not join:"; cat "$T/$1.log"; exit 1
@@ -65,7 +65,7 @@ sock_of() { [ "$1" -ge $((RANKS / 2)) ] && echo "$T/$B.sock" || echo "$T/$A.sock
 
 echo "machine: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg); group: $RANKS ranks (torch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), gloo), 2 daemons"
 echo
-echo "| run | slowest rank's dump (freeze to commit) | longest frozen in the group | excess | slowest rank checkpointed alone: frozen |"
+echo "| run | slowest rank's dump (freeze to captured) | longest frozen in the group | excess | slowest rank checkpointed alone: frozen |"
 echo "|---:|---:|---:|---:|---:|"
 for rep in $(seq "$REPS"); do
   "$CAIRN" group checkpoint train --json > "$T/g$rep.json"

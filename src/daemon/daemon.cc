@@ -668,21 +668,31 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   // (below): the upload is no downtime, and a failed one leaves the part complete here.
   absl::Status rank_failure;
   absl::StatusOr<std::vector<api::Checkpoint>> expired;
+  // The size and metadata checksum of a checkpoint the engine committed (DIR.partial renamed).
+  auto measure = [&] {
+    (void)SyncDir(CheckpointDir(name));
+    c.set_size_bytes(DirBytes(c.location()));
+    if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
+      c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+    }
+  };
   if (rank) {
     d.hand_off_decides = true;
+    // A live rank is thawed as soon as the group decides, and commits after (no downtime for
+    // its writes); one that is to die commits first, and is recorded complete before it may.
+    d.hand_off_commits_after = !req.kill();
+    d.before_freeze = [&] { return rank->ready(); };
     d.hand_off = [&](const dump::DumpResult& r, const dump::HandOffControl&) {
-      FaultPoint("group-frozen");  // frozen and committed on disk, not recorded: no part yet
-      (void)SyncDir(CheckpointDir(name));
-      c.set_size_bytes(DirBytes(c.location()));
-      if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
-        c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
+      FaultPoint("group-frozen");  // frozen, its state captured, not recorded: no part yet
+      if (req.kill()) {
+        measure();
+        c.set_state("complete");
+        c.set_frozen_s(r.frozen_seconds);
+        c.set_total_s(r.frozen_seconds);
+        // Retention waits for the decision: a group checkpoint called off must not cost an older one.
+        rank_failure = catalog_->PutCheckpoint(c);
+        if (!rank_failure.ok()) return dump::HandOff::kThaw;
       }
-      c.set_state("complete");
-      c.set_frozen_s(r.frozen_seconds);
-      c.set_total_s(r.frozen_seconds);
-      // Retention waits for the decision: a group checkpoint called off must not cost an older one.
-      rank_failure = catalog_->PutCheckpoint(c);
-      if (!rank_failure.ok()) return dump::HandOff::kThaw;
       rank->decision = rank->decide(c, r.frozen_seconds);
       if (rank->decision.value_or(false) && req.kill()) return dump::HandOff::kKill;
       return dump::HandOff::kThaw;
@@ -692,34 +702,44 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   absl::Status stored = r.status();
   if (stored.ok()) stored = rank_failure;
   if (stored.ok() && rank && !rank->decision.has_value()) {
-    // The coordinator went away before it decided: it may have recorded the group checkpoint,
-    // so this rank's part is kept; the rank runs on.
-    c.set_frozen_s(r->frozen_seconds);
-    (void)catalog_->PutCheckpoint(c);
-    done(false);
-    Event(name, "checkpoint", absl::StrCat("checkpoint ", c.id(), " of group checkpoint ", rank->group_checkpoint,
-                                           " kept; the job runs on: its coordinator left before deciding"));
-    return absl::UnavailableError(absl::StrCat("group checkpoint ", rank->group_checkpoint, " of job ", name,
-                                               ": the coordinator left before deciding; the job was thawed"));
+    if (req.kill()) {
+      // The coordinator went away before it decided: it may have recorded the group checkpoint,
+      // so this rank's part is kept; the rank runs on.
+      c.set_frozen_s(r->frozen_seconds);
+      (void)catalog_->PutCheckpoint(c);
+      done(false);
+      Event(name, "checkpoint", absl::StrCat("checkpoint ", c.id(), " of group checkpoint ", rank->group_checkpoint,
+                                             " kept; the job runs on: its coordinator left before deciding"));
+      return absl::UnavailableError(absl::StrCat("group checkpoint ", rank->group_checkpoint, " of job ", name,
+                                                 ": the coordinator left before deciding; the job was thawed"));
+    }
+    // A live group checkpoint is recorded only once every part is committed: none is now.
+    stored = absl::UnavailableError(absl::StrCat("group checkpoint ", rank->group_checkpoint,
+                                                 ": the coordinator left before deciding; the job was thawed"));
   }
   if (stored.ok() && rank && !*rank->decision) {
     stored = absl::AbortedError(absl::StrCat("group checkpoint ", rank->group_checkpoint,
                                              " was called off by its coordinator (another rank failed); the job was "
                                              "thawed untouched"));
   }
+  if (stored.ok() && rank && !req.kill()) measure();  // a live rank, committed after its thaw
   if (r.ok() && !rank) {
     // Committed by the engine (DIR.partial renamed to DIR); complete once it is in the store.
-    (void)SyncDir(CheckpointDir(name));
-    c.set_size_bytes(DirBytes(c.location()));
-    if (auto meta = ReadFile(c.location() + "/" + image::kMetaFile); meta.ok()) {
-      c.set_checksum(absl::StrFormat("xxh3:%016x", image::Checksum(meta->data(), meta->size())));
-    }
+    measure();
     if (hold && !FreezeJob(name)) {
       stored = absl::FailedPreconditionError("could not freeze the job to hold it still while the checkpoint is stored");
     } else {
       stored = StoreCheckpoint(c, spec);
     }
     if (hold && !stored.ok()) ThawFreezer(CgroupOf(name));
+  }
+  if (!stored.ok() && rank && c.state() == "complete" && rank->decision.value_or(true)) {
+    // A part committed and recorded complete before the decision (kill), which the group's
+    // record names or may name (committed, or no decision heard): kept whatever failed after.
+    done(false);
+    Event(name, "checkpoint", absl::StrCat("checkpoint ", c.id(), " of group checkpoint ", rank->group_checkpoint,
+                                           " kept after: ", stored.message()));
+    return Annotate(stored, absl::StrCat("checkpoint of job ", name, " (its part ", c.id(), " is kept)"));
   }
   if (!stored.ok()) {
     (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself

@@ -22,7 +22,7 @@
 // `writing`; the store's own are in storage/storage.h), restore-fetched (the image on this node,
 // the engine not started), restore-building (engine: every task created and held, no memory in),
 // restore-running (the restored job runs, its record not yet written); group-frozen (a group's
-// rank frozen with its part committed on disk, not yet recorded; tests/daemon/group_test.cc).
+// rank frozen with its state captured, its part not yet recorded; tests/daemon/group_test.cc).
 //
 // Migration to another daemon (Migrate / ReceiveJob) lives in migrate.cc (see migrate.h).
 //
@@ -206,15 +206,18 @@ class Daemon {
   };
 
   // A group checkpoint's rank (group.cc): the group checkpoint's id, and its coordinator's
-  // say, asked with the rank's checkpoint complete (in the catalog and the store) while the
-  // rank stands frozen: commit (true), call off (false), or none (the coordinator is gone).
+  // say, asked while the rank stands frozen with its state captured (with kill: its checkpoint
+  // committed and recorded complete): commit (true), call off (false), or none (gone).
   struct RankPart {
     std::string group_checkpoint;
+    // Called just before the freeze: OK once every rank is ready (the coordinator says Freeze).
+    std::function<absl::Status()> ready;
     std::function<std::optional<bool>(const api::Checkpoint&, double dump_s)> decide;
     std::optional<bool> decision;  // what decide answered
   };
   // Checkpoint, or a rank's part of a group checkpoint with `rank` (always full, never pre-copy;
-  // the rank stays frozen until decide answers; kill then applies only to a commit).
+  // frozen once ready() says so, until decide answers; kill then applies only to a commit; a
+  // live rank's checkpoint is committed after its thaw).
   absl::StatusOr<api::Checkpoint> CheckpointWith(const api::CheckpointJobRequest& req, const std::string& reason,
                                                  RankPart* rank);
 

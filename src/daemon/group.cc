@@ -1,20 +1,22 @@
 // Job groups, the rank's side (docs/daemon.md "Job groups"): this node's part in a group
-// checkpoint that a coordinator (the controller, controller/group_checkpoint.h) drives on one
-// stream per rank. Two phases, so that the group's checkpoint is one consistent cut:
+// checkpoint that a coordinator (the controller, controller/service/group_checkpoint.h) drives on
+// one stream per rank, so that the group's checkpoint is one consistent cut:
 //
-//   Prepare  -> the rank is dumped as any checkpoint is (its connections locked first, then
-//               frozen), but stays frozen once its checkpoint is committed, stored and
-//               recorded complete: reply `prepared`.
-//   Decide   -> commit: thawed with its connections released (or killed, with `kill`: the lock
-//               stays for the restore); call off: thawed, its checkpoint removed. Reply `done`.
+//   Prepare  -> the rank's dump checks what it can while the rank runs: reply `ready`.
+//   Freeze   -> the rank is locked and frozen (every rank at once) and its state captured; it
+//               stays frozen: reply `prepared` (with `kill`, once its checkpoint is committed,
+//               stored and recorded complete: it must be durable before the rank may die).
+//   Decide   -> commit: thawed with its connections released, then its checkpoint committed
+//               (or, with `kill`, killed with the lock kept for the restore); abort: thawed,
+//               its checkpoint removed. Reply `done`.
 //
-// No rank runs again before every rank is frozen with its state saved, and the locks hold
+// No rank runs again before every rank is frozen with its state captured, and the locks hold
 // every packet between them meanwhile, so what one rank sent and another had not received
 // stays in the sender's queue (saved with the sender) — no message is in two checkpoints or
-// in none. The stream ending before the decision (the coordinator died, the network broke)
-// or no decision within decide_timeout_s thaws the rank and keeps its checkpoint: the
-// coordinator may have recorded the group. The daemon dying meanwhile: the dump's guardian
-// thaws the rank and releases its connections.
+// in none. The stream ending (the coordinator died, the network broke), or no message within
+// decide_timeout_s, thaws the rank; a checkpoint already complete (`kill`) is kept, as the
+// coordinator may have recorded it. The daemon dying meanwhile: the dump's guardian thaws the
+// rank and releases its connections (its frozen cgroup holds it until then).
 
 #include <chrono>
 #include <condition_variable>
@@ -52,15 +54,8 @@ absl::Status Daemon::CheckpointRank(const std::function<bool(api::RankCheckpoint
     }
   }
   const double limit = p.decide_timeout_s() > 0 ? p.decide_timeout_s() : 60;
-  RankPart part;
-  part.group_checkpoint = p.group_checkpoint();
-  part.decide = [&](const api::Checkpoint& c, double dump_s) -> std::optional<bool> {
-    api::RankCheckpointReply prepared;
-    prepared.set_state("prepared");
-    *prepared.mutable_checkpoint() = c;
-    prepared.set_dump_s(dump_s);
-    if (!write(prepared)) return std::nullopt;
-    // The rank stands frozen while it waits: not longer than the limit.
+  // The coordinator's next message, waited for at most `limit` (then the stream is cancelled).
+  auto next = [&](api::RankCheckpointMessage* m) {
     std::mutex wd_mu;
     std::condition_variable wd_cv;
     bool answered = false;
@@ -68,15 +63,38 @@ absl::Status Daemon::CheckpointRank(const std::function<bool(api::RankCheckpoint
       std::unique_lock<std::mutex> l(wd_mu);
       if (!wd_cv.wait_for(l, std::chrono::duration<double>(limit), [&] { return answered; })) cancel();
     });
-    api::RankCheckpointMessage decision;
-    bool ok = read(&decision) && decision.has_decide();
+    bool ok = read(m);
     {
       std::lock_guard<std::mutex> l(wd_mu);
       answered = true;
     }
     wd_cv.notify_all();
     watchdog.join();
-    if (!ok) {
+    return ok;
+  };
+  RankPart part;
+  part.group_checkpoint = p.group_checkpoint();
+  part.ready = [&]() -> absl::Status {
+    api::RankCheckpointReply ready;
+    ready.set_state("ready");
+    api::RankCheckpointMessage m;
+    if (!write(ready) || !next(&m)) {
+      return absl::UnavailableError("the group's coordinator left before it said to freeze");
+    }
+    if (m.has_freeze()) return absl::OkStatus();
+    if (m.has_decide() && !m.decide().commit()) {
+      return absl::AbortedError(absl::StrCat("group checkpoint ", p.group_checkpoint(),
+                                             " was called off before the freeze (another rank failed)"));
+    }
+    return absl::InvalidArgumentError("the coordinator sent something else than Freeze or Decide abort");
+  };
+  part.decide = [&](const api::Checkpoint& c, double dump_s) -> std::optional<bool> {
+    api::RankCheckpointReply prepared;
+    prepared.set_state("prepared");
+    *prepared.mutable_checkpoint() = c;
+    prepared.set_dump_s(dump_s);
+    api::RankCheckpointMessage decision;
+    if (!write(prepared) || !next(&decision) || !decision.has_decide()) {
       CAIRN_LOG_WARN("event=group_rank_undecided job={} group_checkpoint={} limit_s={}", p.name(), p.group_checkpoint(),
                      limit);
       return std::nullopt;

@@ -44,7 +44,7 @@ absl::Status CheckRankPrepare(const api::RankCheckpointMessage::Prepare& p) {
   RETURN_IF_ERROR(CheckJobName(p.name()));
   RETURN_IF_ERROR(CheckJobName(p.group(), "group name"));
   RETURN_IF_ERROR(CheckJobName(p.group_checkpoint(), "group checkpoint id"));
-  return CheckNumber("decide_timeout_s", p.decide_timeout_s(), {0.1, 3600, "60 s"});
+  return CheckNumber("decide_timeout_s", p.decide_timeout_s(), {0.1, kDaySeconds, "60 s"});
 }
 
 absl::Status CheckMigrateRequest(const api::MigrateJobRequest& req) {

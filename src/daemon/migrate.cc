@@ -464,12 +464,13 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   // Pre-copy writes the image faster than a network may carry it: before the freeze, let the
   // stream catch up with everything written so far (a pass that started after now), so that
   // the freeze only has to send what the frozen phase adds.
-  d.before_freeze = [&] {
+  d.before_freeze = [&]() -> absl::Status {
     auto t = Clock::now();
     std::unique_lock<std::mutex> l(tail_mu);
     uint64_t target = passes + 2;
     tail_cv.wait(l, [&] { return passes >= target || !tail_status.ok() || stop; });
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=caught_up ms={:.1f} sent={}", name, Since(t) * 1e3, tail.bytes());
+    return absl::OkStatus();
   };
   d.hand_off = [&](const dump::DumpResult& r, const dump::HandOffControl& control) {
     auto t_hand = Clock::now();

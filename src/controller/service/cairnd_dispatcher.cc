@@ -510,7 +510,8 @@ absl::StatusOr<std::vector<RankPart>> CairndDispatcher::CheckpointGroup(
   GroupCheckpointOptions opts;
   opts.stop = stop;
   opts.prepare_timeout_s = call_timeout_s_;
-  opts.decide_timeout_s = call_timeout_s_;
+  // Longer than any rank's capture may take: a rank that waits that long thaws on its own.
+  opts.decide_timeout_s = call_timeout_s_ + 60;
   return RunGroupCheckpoint(group, id, targets, opts, record);
 }
 
@@ -520,19 +521,15 @@ absl::Status CairndDispatcher::RestoreRank(const RankPart& part, const std::stri
   if (d == nullptr) return absl::UnavailableError(why);
   dapi::RestoreJobRequest req;
   req.set_name(part.ref.job_id);
-  if (node_id == part.ref.node_id) {
-    req.set_checkpoint(part.checkpoint);
-  } else {
-    req.set_from(part.location);  // the part's copy in the store the nodes share
-  }
+  // On another node, which lacks the job, the id is looked up in the store the nodes share.
+  req.set_checkpoint(part.checkpoint);
   req.set_hold_network(true);
   dapi::RestoreJobResponse resp;
   grpc::Status st = Call(*d, &dapi::Daemon::Stub::RestoreJob, req, &resp);
   if (!st.ok()) {
     return absl::Status(ToAbsl(st).code(), absl::StrCat("cairnd on ", node_id, " at ", d->address,
                                                         " refused to restore job ", part.ref.job_id, " from ",
-                                                        node_id == part.ref.node_id ? part.checkpoint : part.location,
-                                                        ": ", Why(st)));
+                                                        part.checkpoint, ": ", Why(st)));
   }
   return absl::OkStatus();
 }

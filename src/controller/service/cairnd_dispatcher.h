@@ -23,8 +23,8 @@
 //   RunningJobs    -> ListJobs on the node (its running jobs).
 //   Kill           -> KillJob (fencing a copy the controller has placed elsewhere since).
 //   CheckpointGroup-> CheckpointRank on every rank's node at once (group_checkpoint.h).
-//   RestoreRank    -> RestoreJob of the rank's part (hold_network), on the node that took it or,
-//                     from its location in the shared store, on another.
+//   RestoreRank    -> RestoreJob of the rank's part by id (hold_network), on the node that took
+//                     it or on another, which finds it in the store they share.
 //   ReleaseRankNetwork -> ReleaseNetwork on the rank's node.
 //   StopJob        -> KillJob on the node (a job that no longer runs there counts as stopped);
 //                     its record, logs and checkpoints stay on the node.

@@ -413,6 +413,22 @@ absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event
   PolicyContext ctx{*cluster_, placer, options_.policy, event.time};
   std::vector<Decision> decisions = engine_.Handle(event, ctx);
   for (const Decision& d : decisions) {
+    if (const Job* j = d.job_id.empty() ? nullptr : cluster_->FindJob(d.job_id);
+        j != nullptr && !j->spec.group.empty() && d.action != Action::kCheckpoint && d.action != Action::kDrainNode) {
+      // A job group's rank moves, stops and comes back only with its whole group (groups.cc):
+      // alone it would not match its peers.
+      api::Event ev;
+      ev.set_kind("decision-skipped");
+      ev.set_rule(d.rule);
+      ev.set_action(std::string(ActionName(d.action)));
+      ev.set_job_id(d.job_id);
+      ev.set_node_id(d.node_id);
+      ev.set_reason(absl::StrCat(d.reason, "; not carried out: job ", d.job_id, " is rank ", j->spec.rank,
+                                 " of group ", j->spec.group, ", which moves only whole (cairn group checkpoint --stop, "
+                                 "cairn group restore)"));
+      RETURN_IF_ERROR(RecordLocked(std::move(ev), out));
+      continue;
+    }
     if (!d.job_id.empty() && in_flight_.count(d.job_id) != 0) {
       // Its previous decision is still being resolved (ResolveInFlightLocked): one at a time.
       CAIRN_LOG_WARN("controller {}: rule {} decided {} for job {}, whose {} is still in flight: not carried out",
@@ -524,7 +540,10 @@ absl::Status Controller::CheckHeartbeatsLocked() {
                                   n->job_ids.empty() ? "none" : absl::StrJoin(n->job_ids, ", ")));
     RETURN_IF_ERROR(RecordLocked(std::move(ev)));
     // Job groups with a rank there come back whole first (the node-lost rule skips their ranks).
-    RETURN_IF_ERROR(FailOverGroupsLocked(id));
+    // Whatever fails there, the node's other jobs are still handled.
+    if (absl::Status st = FailOverGroupsLocked(id); !st.ok()) {
+      CAIRN_LOG_WARN("controller {}: group failover for lost node {}: {}", options_.id, id, st.ToString());
+    }
     Event e;
     e.trigger = Trigger::kNodeLost;
     e.time = Now();

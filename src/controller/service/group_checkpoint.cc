@@ -1,9 +1,8 @@
 #include "controller/service/group_checkpoint.h"
 
 #include <chrono>
-#include <condition_variable>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -24,7 +23,10 @@ struct Rank {
   const RankTarget* target = nullptr;
   grpc::ClientContext ctx;
   std::unique_ptr<Stream> stream;
+  bool ready = false;
   std::optional<RankPart> part;  // set once prepared
+  bool done = false;             // its daemon confirmed the decision
+  std::chrono::steady_clock::time_point prepared_at;
   std::string error;             // set when it failed
 };
 
@@ -32,11 +34,74 @@ std::string Describe(const RankRef& r) {
   return absl::StrCat("rank ", r.rank, " (job ", r.job_id, " on ", r.node_id, ")");
 }
 
-// Why the stream ended: the daemon's own words when it refused.
+// Why the stream ended: the daemon's own words when it refused. Ends the stream.
 std::string Ended(Rank& r) {
   grpc::Status st = r.stream->Finish();
   if (st.ok()) return "its daemon ended the stream without a reply";
   return absl::StrCat(st.error_message(), " (gRPC code ", st.error_code(), ")");
+}
+
+// Runs `fn` on every rank that `which` selects, each on its own thread, and waits for all.
+void ForEach(std::vector<std::unique_ptr<Rank>>& ranks, const std::function<bool(const Rank&)>& which,
+             const std::function<void(Rank&)>& fn) {
+  std::vector<std::thread> threads;
+  for (auto& r : ranks) {
+    if (which(*r)) threads.emplace_back([&fn, p = r.get()] { fn(*p); });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// Reads the reply `state` from `r`; false (with r.error set) otherwise.
+bool Expect(Rank& r, const std::string& state, dapi::RankCheckpointReply* reply) {
+  if (!r.stream->Read(reply)) {
+    r.error = Ended(r);
+    return false;
+  }
+  if (reply->state() != state) {
+    r.error = absl::StrCat("unexpected reply '", reply->state(), "' where '", state, "' was due");
+    r.ctx.TryCancel();
+    (void)r.stream->Finish();
+    return false;
+  }
+  return true;
+}
+
+// Sends `m` to `r`; false (with r.error set) when the stream broke.
+bool Send(Rank& r, const dapi::RankCheckpointMessage& m) {
+  if (r.stream->Write(m)) return true;
+  r.error = Ended(r);
+  return false;
+}
+
+dapi::RankCheckpointMessage Decide(bool commit) {
+  dapi::RankCheckpointMessage m;
+  m.mutable_decide()->set_commit(commit);
+  return m;
+}
+
+// Tells every rank still in the exchange that it is called off, and lets each end its stream.
+void CallOff(std::vector<std::unique_ptr<Rank>>& ranks) {
+  ForEach(ranks, [](const Rank& r) { return r.error.empty() && r.ready; },
+          [](Rank& r) {
+            if (!r.stream->Write(Decide(false))) return;
+            r.stream->WritesDone();
+            (void)r.stream->Finish();  // the rank refuses to go on: that is its answer
+          });
+}
+
+// Removes the part a rank committed before the group checkpoint was called off.
+void DropPart(const Rank& r) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  if (r.target->authorize) r.target->authorize(ctx);
+  dapi::DeleteCheckpointRequest req;
+  req.set_id(r.part->checkpoint);
+  dapi::DeleteCheckpointResponse resp;
+  grpc::Status st = r.target->stub->DeleteCheckpoint(&ctx, req, &resp);
+  if (!st.ok()) {
+    CAIRN_LOG_WARN("event=group_part_not_removed rank={} checkpoint={} error=\"{}\"", r.target->ref.rank,
+                   r.part->checkpoint, st.error_message());
+  }
 }
 
 }  // namespace
@@ -49,103 +114,138 @@ absl::StatusOr<std::vector<RankPart>> RunGroupCheckpoint(
   for (const RankTarget& t : targets) {
     auto r = std::make_unique<Rank>();
     r->target = &t;
-    // The whole exchange: the slowest dump, the wait for the decision, the release.
+    // The whole exchange: the slowest dump, the waits, the release.
     r->ctx.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::duration<double>(opts.prepare_timeout_s + opts.decide_timeout_s + 60)));
     if (t.authorize) t.authorize(r->ctx);
     ranks.push_back(std::move(r));
   }
+  auto failures = [&] {
+    std::vector<std::string> out;
+    for (auto& r : ranks) {
+      if (!r->error.empty()) out.push_back(absl::StrCat(Describe(r->target->ref), ": ", r->error));
+    }
+    return out;
+  };
+  auto called_off = [&](const std::vector<std::string>& why) {
+    return absl::AbortedError(absl::StrCat("group checkpoint ", id, " of group ", group,
+                                           " was called off; every rank runs on untouched: ", absl::StrJoin(why, "; ")));
+  };
+  const auto all = [](const Rank&) { return true; };
 
-  // Phase 1, every rank at once: prepared or failed.
+  // 1. Every rank checks what it can while it runs, and says it is ready to freeze.
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (auto& rp : ranks) {
-    threads.emplace_back([&opts, &group, &id, r = rp.get()] {
-      const RankRef& ref = r->target->ref;
-      r->stream = r->target->stub->CheckpointRank(&r->ctx);
-      dapi::RankCheckpointMessage m;
-      dapi::RankCheckpointMessage::Prepare* p = m.mutable_prepare();
-      p->set_name(ref.job_id);
-      p->set_group(group);
-      p->set_group_checkpoint(id);
-      p->set_kill(opts.stop);
-      p->set_decide_timeout_s(opts.decide_timeout_s);
-      dapi::RankCheckpointReply reply;
-      if (!r->stream->Write(m) || !r->stream->Read(&reply)) {
-        r->error = Ended(*r);
-        return;
-      }
-      if (reply.state() != "prepared") {
-        r->error = absl::StrCat("unexpected reply '", reply.state(), "'");
-        r->ctx.TryCancel();
-        (void)r->stream->Finish();
-        return;
-      }
-      RankPart part;
-      part.ref = ref;
-      part.checkpoint = reply.checkpoint().id();
-      part.location = reply.checkpoint().location();
-      part.dump_s = reply.dump_s();
-      r->part = part;
-    });
+  ForEach(ranks, all, [&](Rank& r) {
+    const RankRef& ref = r.target->ref;
+    r.stream = r.target->stub->CheckpointRank(&r.ctx);
+    dapi::RankCheckpointMessage m;
+    dapi::RankCheckpointMessage::Prepare* p = m.mutable_prepare();
+    p->set_name(ref.job_id);
+    p->set_group(group);
+    p->set_group_checkpoint(id);
+    p->set_kill(opts.stop);
+    p->set_decide_timeout_s(opts.decide_timeout_s);
+    dapi::RankCheckpointReply reply;
+    r.ready = Send(r, m) && Expect(r, "ready", &reply);
+  });
+  if (std::vector<std::string> why = failures(); !why.empty()) {
+    CallOff(ranks);
+    return called_off(why);
   }
-  for (std::thread& t : threads) t.join();
-  threads.clear();
-  auto prepared_at = std::chrono::steady_clock::now();
 
-  std::vector<std::string> failures;
+  // 2. All freeze together (so that none stands frozen waiting for another's start), each is
+  //    dumped and stays frozen.
+  auto t_freeze = std::chrono::steady_clock::now();
+  dapi::RankCheckpointMessage freeze;
+  freeze.mutable_freeze();
+  ForEach(ranks, all, [&](Rank& r) {
+    dapi::RankCheckpointReply reply;
+    if (!Send(r, freeze) || !Expect(r, "prepared", &reply)) return;
+    r.prepared_at = std::chrono::steady_clock::now();
+    RankPart part;
+    part.ref = r.target->ref;
+    part.checkpoint = reply.checkpoint().id();
+    part.location = reply.checkpoint().location();
+    part.dump_s = reply.dump_s();
+    r.part = part;
+  });
+  auto prepared_at = std::chrono::steady_clock::now();
   std::vector<RankPart> parts;
   for (auto& r : ranks) {
-    if (!r->error.empty()) failures.push_back(absl::StrCat(Describe(r->target->ref), ": ", r->error));
     if (r->part) parts.push_back(*r->part);
   }
-  absl::Status recorded = absl::OkStatus();
-  if (failures.empty()) {
-    recorded = record(parts);
-    if (!recorded.ok()) failures.push_back(absl::StrCat("the controller could not record it: ", recorded.message()));
+  std::vector<std::string> why = failures();
+  // A rank that waited for the decision as long as it may has thawed on its own: the cut is gone.
+  for (auto& r : ranks) {
+    if (!r->part) continue;
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - r->prepared_at).count();
+    if (waited > opts.decide_timeout_s - 5) {
+      why.push_back(absl::StrCat(Describe(r->target->ref), ": waited ", static_cast<int>(waited),
+                                 " s frozen for the slowest rank, which is as long as it may (it thaws on its own)"));
+    }
   }
-  const bool commit = failures.empty();
-  CAIRN_LOG_INFO("event=group_checkpoint group={} id={} ranks={} prepared_ms={:.1f} decision={}", group, id,
-                 ranks.size(),
-                 std::chrono::duration<double, std::milli>(prepared_at - t0).count(), commit ? "commit" : "abort");
-
-  // Phase 2: the decision to every rank that prepared, at once.
-  for (auto& rp : ranks) {
-    if (!rp->part) continue;
-    threads.emplace_back([commit, r = rp.get()] {
-      dapi::RankCheckpointMessage m;
-      m.mutable_decide()->set_commit(commit);
-      dapi::RankCheckpointReply reply;
-      bool ok = r->stream->Write(m);
-      r->stream->WritesDone();
-      if (ok && r->stream->Read(&reply) && reply.state() == "done") {
-        r->part->frozen_s = reply.frozen_s();
-        r->part->location = reply.checkpoint().location();  // in the node's store by now
-        (void)r->stream->Finish();
-        return;
-      }
-      std::string why = Ended(*r);
-      // Called off: the rank's refusal to go on is the expected answer (it thawed).
-      if (commit) r->error = why;
-    });
+  // With --stop every part is durable now: recorded before any rank dies. A live group
+  // checkpoint is recorded once every rank has committed after its thaw (4.).
+  if (why.empty() && opts.stop) {
+    if (absl::Status s = record(parts); !s.ok()) why.push_back(absl::StrCat("the controller could not record it: ", s.message()));
   }
-  for (std::thread& t : threads) t.join();
+  const bool commit = why.empty();
+  CAIRN_LOG_INFO("event=group_checkpoint group={} id={} ranks={} ready_ms={:.1f} prepared_ms={:.1f} decision={}", group,
+                 id, ranks.size(), std::chrono::duration<double, std::milli>(t_freeze - t0).count(),
+                 std::chrono::duration<double, std::milli>(prepared_at - t_freeze).count(), commit ? "commit" : "abort");
 
+  // 3. The decision to every rank that prepared, at once.
+  ForEach(ranks, [](const Rank& r) { return r.part.has_value(); }, [&](Rank& r) {
+    dapi::RankCheckpointReply reply;
+    bool sent = r.stream->Write(Decide(commit));
+    r.stream->WritesDone();
+    if (sent && r.stream->Read(&reply) && reply.state() == "done") {
+      r.part->frozen_s = reply.frozen_s();
+      r.part->location = reply.checkpoint().location();  // in the node's store by now
+      r.done = true;
+      (void)r.stream->Finish();
+      return;
+    }
+    grpc::Status st = r.stream->Finish();
+    if (commit) {
+      r.error = st.ok() ? "its daemon ended the stream without a reply"
+                        : absl::StrCat(st.error_message(), " (gRPC code ", st.error_code(), ")");
+    } else if (st.error_code() != grpc::StatusCode::ABORTED) {
+      DropPart(r);  // the abort may not have reached it: its part goes all the same
+    }
+  });
   if (!commit) {
-    return absl::AbortedError(absl::StrCat("group checkpoint ", id, " of group ", group,
-                                           " was called off; every rank runs on untouched: ",
-                                           absl::StrJoin(failures, "; ")));
+    // Ranks that prepared were told to abort (their parts removed); one that failed in 2 has
+    // none. Every rank runs on.
+    return called_off(why);
   }
   parts.clear();
-  for (auto& r : ranks) {
-    // A rank that was told to commit and did not confirm: its part is complete on its node
-    // (it was prepared), and it runs on (its stream broke: its daemon thawed it).
-    if (!r->error.empty()) {
-      CAIRN_LOG_WARN("event=group_rank_unconfirmed group={} id={} rank={} error=\"{}\"", group, id, r->target->ref.rank,
-                     r->error);
+  for (auto& r : ranks) parts.push_back(*r->part);
+  if (opts.stop) {
+    // Recorded before any rank died. A rank that did not confirm has its part complete on its
+    // node (committed before it said prepared), but may run on (its daemon thawed it when the
+    // stream broke): the group checkpoint stands, the stop is not sure.
+    if (std::vector<std::string> unsure = failures(); !unsure.empty()) {
+      return absl::UnknownError(absl::StrCat("group checkpoint ", id, " of group ", group,
+                                             " is recorded, but not every rank confirmed it stopped (see that "
+                                             "none runs before a restore): ",
+                                             absl::StrJoin(unsure, "; ")));
     }
-    parts.push_back(*r->part);
+    return parts;
+  }
+  // 4. A live group checkpoint: every rank runs again; recorded only if every part is durable.
+  why = failures();
+  if (why.empty()) {
+    if (absl::Status s = record(parts); !s.ok()) why.push_back(absl::StrCat("the controller could not record it: ", s.message()));
+  }
+  if (!why.empty()) {
+    for (auto& r : ranks) {
+      if (r->done) DropPart(*r);
+    }
+    return absl::AbortedError(absl::StrCat("group checkpoint ", id, " of group ", group,
+                                           " failed after its ranks ran on (nothing recorded; every rank runs): ",
+                                           absl::StrJoin(why, "; ")));
   }
   return parts;
 }

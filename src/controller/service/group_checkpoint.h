@@ -1,20 +1,26 @@
 #pragma once
 // The coordinator of a group checkpoint (docs/controller.md "Job groups"): one consistent cut
 // of a job group whose ranks run on several nodes. It drives each rank's daemon through
-// CheckpointRank (daemon.proto; the rank's side is daemon/group.cc) in two phases:
+// CheckpointRank (daemon.proto; the rank's side is daemon/group.cc):
 //
-//   1. Prepare, every rank at once: each is locked, frozen, dumped and its checkpoint recorded
-//      complete on its node, and stays frozen.
-//   2. Once every rank is prepared: `record` (the controller writes the group checkpoint to its
-//      store), then Decide commit to every rank (each is thawed, or stopped). Any rank failing
-//      in phase 1, or `record` failing: Decide abort to those that prepared (thawed, their
-//      part removed), and nothing is recorded.
+//   1. Prepare, every rank at once: each checks what it can while it runs and says `ready`.
+//   2. Freeze, to every rank at once (so that they freeze together, none waiting frozen for
+//      another to start): each is locked, frozen and its state captured, and stays frozen.
+//      With `stop` its part is also committed and recorded complete on its node first.
+//   3. Decide commit to every rank: a live rank is thawed and commits after (its writes are
+//      no downtime), a stopping one is killed. With `stop`, `record` (the controller writes the
+//      group checkpoint to its store) comes before this decision: every part is durable and no
+//      rank may die unrecorded.
+//   4. Live: once every rank has committed, `record`.
+//   Any rank failing before 3, or `record` failing in 3: Decide abort to those that prepared
+//   (thawed untouched, their parts removed), nothing recorded. A live rank failing its commit
+//   in 4: the others' parts are removed, nothing recorded; every rank runs on.
 //
-// A rank is frozen from its own freeze until the decision reaches it: its own dump plus the
-// wait for the slowest rank plus one message. The coordinator dying between `record` and the
-// decisions leaves each rank to thaw on its own (the stream breaks) with its part kept, so a
-// recorded group checkpoint stays whole; dying before `record` leaves parts no record names
-// (each node's retention removes them like any old checkpoint).
+// A rank is frozen from the common freeze until the decision reaches it: the slowest rank's
+// capture plus one message (with `stop`, the commits and the record too). The coordinator dying
+// between a `stop` record and the decisions leaves each rank to thaw on its own (the stream
+// breaks) with its part kept, so a recorded group checkpoint stays whole; dying otherwise leaves
+// parts no record names (listed on their nodes with their group checkpoint id until deleted).
 
 #include <functional>
 #include <string>

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -27,6 +28,9 @@ namespace cairn::controller {
 namespace {
 
 constexpr char kGroups[] = "groups/";
+// A group its user stopped (`group checkpoint --stop`), until it is restored: a lost node does
+// not bring it back.
+constexpr char kStoppedGroups[] = "stopped-groups/";
 
 std::string GroupPrefix(const std::string& group) { return absl::StrCat(kGroups, group, "/"); }
 
@@ -103,9 +107,18 @@ absl::Status Controller::CheckpointGroup(const api::CheckpointGroupRequest& req,
   api::Event ev;
   ev.set_kind(parts.ok() ? "group-checkpoint" : "group-checkpoint-failed");
   if (!parts.ok()) {
+    if (req.stop() && absl::IsUnknown(parts.status())) {
+      // Recorded, the stop not confirmed by every rank: a lost node does not bring it back.
+      (void)store_->Put(absl::StrCat(kStoppedGroups, req.group()), g.id());
+    }
     ev.set_reason(std::string(parts.status().message()));
     RETURN_IF_ERROR(RecordLocked(std::move(ev)));
     return parts.status();
+  }
+  if (req.stop()) {
+    if (absl::Status s = store_->Put(absl::StrCat(kStoppedGroups, req.group()), g.id()); !s.ok()) {
+      return StoreFailedLocked(s);
+    }
   }
   fill(*parts);  // the frozen times, known once every rank confirmed
   if (absl::Status s = store_->Put(key, g.SerializeAsString()); !s.ok()) return StoreFailedLocked(s);
@@ -148,16 +161,21 @@ absl::Status Controller::RestoreGroup(const api::RestoreGroupRequest& req, api::
                                    : absl::StrCat("group ", req.group(), " has no group checkpoint ", req.checkpoint(),
                                                   ": cairn group list ", req.group(), " lists them"));
   }
+  // Each rank where the controller has it now (a failover may have moved it since the record).
+  std::map<int, std::string> moved;
   for (const api::RankCheckpoint& r : g->ranks()) {
-    ActionDispatcher::JobWhere w = dispatcher_->Locate(r.job_id(), r.node_id());
+    const Job* j = cluster_->FindJob(r.job_id());
+    const std::string now = j != nullptr && !j->node_id.empty() ? j->node_id : r.node_id();
+    if (now != r.node_id()) moved[r.rank()] = now;
+    ActionDispatcher::JobWhere w = dispatcher_->Locate(r.job_id(), now);
     if (w.kind == ActionDispatcher::JobWhere::kRunning || w.kind == ActionDispatcher::JobWhere::kBusy) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "restore group %s: rank %d (job %s) is %s on %s: stop the group first (cairn group checkpoint %s --stop)",
-          req.group(), r.rank(), r.job_id(), w.state, r.node_id(), req.group()));
+          req.group(), r.rank(), r.job_id(), w.state, now, req.group()));
     }
   }
   std::vector<std::string> notes;
-  RETURN_IF_ERROR(RestoreGroupLocked(*g, {}, &notes));
+  RETURN_IF_ERROR(RestoreGroupLocked(*g, moved, &notes));
   *resp->mutable_checkpoint() = *g;
   for (std::string& n : notes) resp->add_notes(std::move(n));
   return absl::OkStatus();
@@ -192,7 +210,10 @@ absl::Status Controller::RestoreGroupLocked(const api::GroupCheckpoint& g, const
     const std::string node = to == moved.end() ? r.node_id() : to->second;
     absl::Status st = dispatcher_->RestoreRank(part, node);
     if (!st.ok()) {
-      for (const auto& [job, on] : restored) (void)dispatcher_->Kill(job, on);
+      for (const auto& [job, on] : restored) {
+        (void)dispatcher_->ReleaseRankNetwork(job, on);  // no lock outlives the rank
+        (void)dispatcher_->Kill(job, on);
+      }
       api::Event ev;
       ev.set_kind("group-restore-failed");
       ev.set_job_id(r.job_id());
@@ -206,24 +227,24 @@ absl::Status Controller::RestoreGroupLocked(const api::GroupCheckpoint& g, const
     }
     restored.emplace_back(r.job_id(), node);
     notes->push_back(absl::StrFormat("rank %d: job %s restored on %s from %s", r.rank(), r.job_id(), node,
-                                     node == r.node_id() ? r.checkpoint() : r.location()));
-    if (node != r.node_id()) {
-      // The model follows the rank to its new node.
-      if (const Job* j = cluster_->FindJob(r.job_id()); j != nullptr && !j->node_id.empty()) {
-        RETURN_IF_ERROR(cluster_->Unbind(r.job_id(), JobState::kPending));
-      }
-      RETURN_IF_ERROR(cluster_->Bind(r.job_id(), node, /*runs_there=*/true));
-      started_[r.job_id()] = true;
-      RETURN_IF_ERROR(SaveJobLocked(r.job_id()));
-    }
+                                     r.checkpoint()));
   }
   for (const auto& [job, node] : restored) {
     absl::Status st = dispatcher_->ReleaseRankNetwork(job, node);
     if (!st.ok()) notes->push_back(absl::StrCat("job ", job, ": ", st.message(), " (cairn check --fix on ", node, ")"));
+    // The model follows each rank to where it runs now, once all run.
+    const Job* j = cluster_->FindJob(job);
+    if (j == nullptr || j->node_id == node) continue;
+    if (!j->node_id.empty()) RETURN_IF_ERROR(cluster_->Unbind(job, JobState::kPending));
+    RETURN_IF_ERROR(cluster_->Bind(job, node, /*runs_there=*/true));
+    started_[job] = true;
+    RETURN_IF_ERROR(SaveJobLocked(job));
   }
+  if (absl::Status s = store_->Delete(absl::StrCat(kStoppedGroups, g.group())); !s.ok()) return StoreFailedLocked(s);
   api::Event ev;
   ev.set_kind("group-restored");
-  ev.set_reason(absl::StrFormat("group %s restored from %s: %d ranks", g.group(), g.id(), g.ranks_size()));
+  ev.set_reason(absl::StrFormat("group %s restored from %s: %d ranks; %s", g.group(), g.id(), g.ranks_size(),
+                                absl::StrJoin(*notes, "; ")));
   return RecordLocked(std::move(ev));
 }
 
@@ -242,6 +263,13 @@ absl::Status Controller::FailOverGroupsLocked(const std::string& lost_node) {
       ev.set_reason(reason);
       return RecordLocked(std::move(ev));
     };
+    ASSIGN_OR_RETURN(std::optional<std::string> stopped, store_->Get(absl::StrCat(kStoppedGroups, group)));
+    if (stopped) {
+      RETURN_IF_ERROR(record("group-failover-skipped",
+                             absl::StrCat("group ", group, " lost a rank on ", lost_node, ", but its user stopped it ",
+                                          "(group checkpoint ", *stopped, "): it comes back with cairn group restore")));
+      continue;
+    }
     ASSIGN_OR_RETURN(std::optional<api::GroupCheckpoint> g, GroupCheckpointLocked(group, ""));
     if (!g) {
       RETURN_IF_ERROR(record("group-failover-failed",
@@ -287,8 +315,10 @@ absl::Status Controller::FailOverGroupsLocked(const std::string& lost_node) {
                                                              "group checkpoint %s",
                                                              group, lost_node, g->id())));
     std::vector<std::string> notes;
-    absl::Status st = RestoreGroupLocked(*g, moved, &notes);
-    if (!st.ok()) CAIRN_LOG_WARN("group={} failover from {}: {}", group, g->id(), st.ToString());
+    if (absl::Status st = RestoreGroupLocked(*g, moved, &notes); !st.ok()) {
+      RETURN_IF_ERROR(record("group-failover-failed", absl::StrCat("group ", group, " from ", g->id(), ": ",
+                                                                   st.message())));
+    }
   }
   return absl::OkStatus();
 }

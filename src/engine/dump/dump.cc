@@ -736,7 +736,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     }
     inc.precopied = std::move(*pc);
   }
-  if (opts.before_freeze) opts.before_freeze();
+  if (opts.before_freeze) {
+    RETURN_IF_ERROR(Annotate(opts.before_freeze(), absl::StrCat("checkpoint of pid ", opts.pid,
+                                                                " called off before the freeze (left running)")));
+  }
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=prepare ms={:.2f}", opts.pid, Since(t0) * 1e3);
   auto t_freeze = Clock::now();
   journal.FinalFreeze();
@@ -760,8 +763,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     }
     ckpt.set_precopy_rounds(static_cast<uint32_t>(result->precopy_rounds));
   }
-  // A hand-off commits while frozen too: the image must be complete before it is handed on.
-  if (result.ok() && (!opts.leave_running || opts.hand_off)) {
+  // A hand-off commits while frozen too: the image must be complete before it is handed on
+  // (unless it commits after: hand_off_commits_after).
+  const bool commit_after = opts.hand_off && opts.hand_off_decides && opts.hand_off_commits_after;
+  if (result.ok() && (!opts.leave_running || (opts.hand_off && !commit_after))) {
     ckpt.set_downtime_seconds(Since(t_freeze));
     auto t_commit = Clock::now();
     absl::Status committed = Commit(*writer, ckpt, inc, &*result);
@@ -789,9 +794,12 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     HandOffControl control;
     control.hold = [&] { journal.SetOutcome(GuardJournal::Outcome::kHold); };
     control.accepted = [&] { journal.SetOutcome(GuardJournal::Outcome::kKill); };
+    auto t_hand = Clock::now();
     HandOff h = opts.hand_off(*result, control);
-    if (h == HandOff::kHeld && opts.hand_off_decides) {
-      CAIRN_LOG_WARN("event=hand_off_held pid={} error=\"a deciding hand-off answered kHeld: thawed\"", opts.pid);
+    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=hand_off ms={:.2f}", opts.pid, Since(t_hand) * 1e3);
+    if ((h == HandOff::kHeld && opts.hand_off_decides) || (h == HandOff::kKill && commit_after)) {
+      CAIRN_LOG_WARN("event=hand_off_answer pid={} error=\"a deciding hand-off answered {}: thawed\"", opts.pid,
+                     h == HandOff::kHeld ? "held" : "kill before its commit");
       h = HandOff::kThaw;
     }
     result->handed_off = h == HandOff::kKill;
@@ -803,12 +811,32 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       RETURN_IF_ERROR(ft.Kill());
     } else if (h == HandOff::kThaw) {
       journal.SetOutcome(GuardJournal::Outcome::kRunning);
-      // Out of repair and unlocked before anything runs (a failure is logged: the processes
-      // must run on either way).
+      // Out of repair and unlocked before anything runs. A failure leaves the journal's outcome
+      // kRunning: once this dump returns, its guardian takes the sockets out of repair and lifts
+      // the lock (what it journaled); the processes run on either way.
+      auto t_release = Clock::now();
       absl::Status released = release_tcp();
-      if (!released.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, released.ToString());
+      CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=release ms={:.2f}", opts.pid, Since(t_release) * 1e3);
+      auto t_thaw = Clock::now();
       freezer.Thaw();
       RETURN_IF_ERROR(ft.Thaw());
+      CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=thaw ms={:.2f}", opts.pid, Since(t_thaw) * 1e3);
+      if (!released.ok()) {
+        if (commit_after) writer->Abort();
+        return failed(released);
+      }
+      if (commit_after) {
+        // Running again: now the commit, whose writes are no downtime (a failure leaves them
+        // running with no checkpoint, as a leave-running dump's does).
+        result->frozen_seconds = Since(t_freeze);
+        ckpt.set_downtime_seconds(result->frozen_seconds);
+        absl::Status committed = StopPoint("thawed");
+        if (committed.ok()) committed = Commit(*writer, ckpt, inc, &*result);
+        if (!committed.ok()) {
+          writer->Abort();
+          return failed(committed);
+        }
+      }
     } else {
       freezer.Keep();  // held: the hand-off's freeze of the same cgroup stays
       // Let go of them; their cgroup's freezer keeps them where they are. (Detaching a
@@ -816,7 +844,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       RETURN_IF_ERROR(ft.Thaw());
     }
     journal.SetOutcome(GuardJournal::Outcome::kDone);
-    result->frozen_seconds = Since(t_freeze);
+    if (!commit_after) result->frozen_seconds = Since(t_freeze);  // else set at the thaw
   } else if (opts.leave_running) {
     if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
     absl::Status released = release_tcp();

@@ -87,9 +87,15 @@ struct DumpOptions {
   // tcp_established: kKill keeps their lock for the restore, kThaw takes them out of repair
   // and lifts the lock before the processes run. Without it a hand-off refuses them.
   bool hand_off_decides = false;
+  // With hand_off_decides: the hand-off is called as soon as the state is captured, before the
+  // commit, and may answer kThaw only (kKill is taken as kThaw: a process must not die before
+  // its checkpoint is durable); the processes then run on and the checkpoint is committed after,
+  // as with leave_running, so that its writes are no downtime (a live group checkpoint's rank).
+  bool hand_off_commits_after = false;
   // Called once the pre-copy rounds are done, just before the freeze, while the processes
-  // run (a migration waits there until what pre-copy wrote has been sent on).
-  std::function<void()> before_freeze;
+  // run (a migration waits there until what pre-copy wrote has been sent on; a group's rank
+  // until every rank is ready to freeze). An error ends the dump there, nothing frozen.
+  std::function<absl::Status()> before_freeze;
 };
 
 struct DumpResult {

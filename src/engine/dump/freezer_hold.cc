@@ -46,6 +46,12 @@ std::string ReadState(const std::string& cgroup) {
 
 absl::Status FreezerHold::Freeze(GuardJournal& journal) {
   if (cgroup_.empty() || frozen_) return absl::OkStatus();
+  if (::access((cgroup_ + "/freezer.state").c_str(), W_OK) != 0) {
+    // No v1 freezer here (a host without that hierarchy): the ptrace stop alone holds them,
+    // with the guardian's short window (guardian.h, point 6).
+    CAIRN_LOG_WARN("event=freezer_hold_unavailable cgroup={} errno={}", cgroup_, errno);
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(journal.FreezerHeld(cgroup_));
   RETURN_IF_ERROR(SetFreezerState(cgroup_, "FROZEN"));
   frozen_ = true;

@@ -107,10 +107,9 @@ void GuardJournal::NetworkLock(const std::string& table, pid_t netns_of) {
   lock_set_.store(table.size() < sizeof lock_ ? 1 : 0, std::memory_order_release);
 }
 
-void GuardJournal::RepairsEnded() {
-  nrepairs_.store(0, std::memory_order_release);
-  lock_set_.store(0, std::memory_order_release);
-}
+void GuardJournal::RepairsEnded() { nrepairs_.store(0, std::memory_order_release); }
+
+void GuardJournal::LockGone() { lock_set_.store(0, std::memory_order_release); }
 
 absl::Status GuardJournal::FreezerHeld(const std::string& cgroup) {
   if (cgroup.size() >= sizeof freezer_) {

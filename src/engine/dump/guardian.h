@@ -91,8 +91,10 @@ class GuardJournal {
   // The network lock (net/netlock.h) `table` is about to be taken, in the network namespace
   // of `netns_of`.
   void NetworkLock(const std::string& table, pid_t netns_of);
-  // Every journaled socket has left repair mode and the lock is gone.
+  // Every journaled socket has left repair mode (the lock lets their packets through).
   void RepairsEnded();
+  // The network lock's table is deleted.
+  void LockGone();
   // The processes' freezer cgroup (its directory) is about to be frozen on top of the ptrace
   // stop (freezer_hold.h): rolling back, the guardian thaws it once the repairs are undone.
   absl::Status FreezerHeld(const std::string& cgroup);

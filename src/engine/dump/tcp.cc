@@ -215,21 +215,32 @@ absl::Status TcpConnections::Release() {
   }
   repaired_.clear();
   if (!table_.empty()) {
-    absl::Status removed = net::RemoveNetworkLock(table_, netns_of_);
-    if (status.ok()) status = removed;
+    absl::Status opened = net::OpenNetworkLock(table_, netns_of_);
+    if (status.ok()) status = opened;
   }
-  // Nothing of it is left for the guardian to put back (descriptor numbers may be reused).
+  // No socket is left for the guardian to put back (descriptor numbers may be reused); the
+  // table stays journaled until DropLock deletes it.
   if (journal_ != nullptr && status.ok()) journal_->RepairsEnded();
   return status;
 }
 
+absl::Status TcpConnections::DropLock() {
+  if (table_.empty() || table_dropped_ || !done_ || !repaired_.empty()) return absl::OkStatus();
+  table_dropped_ = true;
+  absl::Status removed = net::RemoveNetworkLock(table_, netns_of_);
+  if (journal_ != nullptr && removed.ok()) journal_->LockGone();
+  return removed;
+}
+
 void TcpConnections::Keep() {
   done_ = true;
+  table_dropped_ = true;  // the restore removes it
   repaired_.clear();
 }
 
 TcpConnections::~TcpConnections() {
   absl::Status s = Release();
+  if (s.ok()) s = DropLock();
   if (!s.ok()) CAIRN_LOG_WARN("event=tcp_release_failed error=\"{}\"", s.ToString());
 }
 

@@ -46,8 +46,12 @@ class TcpConnections {
   // on, then its state; the queues go to `writer`.
   absl::Status Save(pid_t pid, int fd, UniqueFd sock, image::ImageWriter& writer, image::SocketState* s);
 
-  // The processes run on: each saved socket leaves repair mode, and the lock goes.
+  // The processes may run on: each saved socket leaves repair mode, and the lock lets their
+  // packets through (opened, net/netlock.h); DropLock deletes its table once they run.
   absl::Status Release();
+  // After Release, with the processes running: the lock's table is deleted (the slow part of
+  // lifting it). Also done, if not yet, when this object goes.
+  absl::Status DropLock();
   // The processes were killed: the sockets close in repair mode, the lock stays.
   void Keep();
 
@@ -55,6 +59,7 @@ class TcpConnections {
   TcpConnections(std::string table, GuardJournal* journal) : table_(std::move(table)), journal_(journal) {}
 
   std::string table_;
+  bool table_dropped_ = false;
   pid_t netns_of_ = 0;  // a process in the connections' network namespace, where the lock is
   GuardJournal* journal_;
   struct Repaired {

@@ -806,8 +806,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   } else if (tcp_lock) {
     tcp_lock->Release();
   }
+  // Opened now, deleted once the processes run (the delete is the slow part: net/netlock.h).
   if (!meta.network_lock().empty()) {
-    absl::Status unlocked = net::RemoveNetworkLock(meta.network_lock());
+    absl::Status unlocked = net::OpenNetworkLock(meta.network_lock());
     if (!unlocked.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", unlocked.ToString());
   }
   // Let every process go at once, then turn zombies back into zombies.
@@ -817,6 +818,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   tasks.Release();
   lazy_handlers.Release();  // the processes run: their page handlers may prefetch
+  if (!meta.network_lock().empty()) {
+    absl::Status removed = net::RemoveNetworkLock(meta.network_lock());
+    if (!removed.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", removed.ToString());
+  }
   if (lazy::PageClient* client = lazy::ClientOf(*img)) {
     // The page server serves on until each handler has every page; a lost message only keeps it up.
     if (absl::Status d = client->Done(lazy_handlers.started); !d.ok()) {

@@ -50,7 +50,9 @@ class RestoreLock {
   // leaves it, so that the peers' packets are dropped until a second restore (which replaces
   // it) or `cairn check --fix`, not answered with resets.
   ~RestoreLock();
-  void Release() { released_ = true; }
+  // The connections exist again: their packets pass from now on (the lock opened); its table
+  // is deleted when this goes, once the processes run (the slow part: net/netlock.h).
+  void Release();
   // Leaves it in place for the caller to lift (RestoreOptions::hold_network); its name.
   std::string Hold() {
     released_ = false;
