@@ -197,6 +197,30 @@ absl::Status OpenNetworkLock(const std::string& table, pid_t netns_of) {
   return Annotate(done.status(), "open the network lock " + table);
 }
 
+absl::Status OpenNetworkLocks(const std::vector<std::string>& tables, pid_t netns_of) {
+  if (tables.empty()) return absl::OkStatus();
+  std::string script;
+  for (const std::string& t : tables) absl::StrAppend(&script, "add table inet ", t, "\nflush table inet ", t, "\n");
+  auto done = RunNft({"-f", "-"}, script, netns_of);
+  if (!done.ok()) return Annotate(done.status(), "open the network locks " + absl::StrJoin(tables, ", "));
+  return absl::OkStatus();
+}
+
+absl::Status RemoveNetworkLocks(const std::vector<std::string>& tables, pid_t netns_of) {
+  if (tables.empty()) return absl::OkStatus();
+  std::string script;
+  for (const std::string& t : tables) absl::StrAppend(&script, "delete table inet ", t, "\n");
+  auto done = RunNft({"-f", "-"}, script, netns_of);
+  if (done.ok()) return absl::OkStatus();
+  // One was gone already (the transaction is all or nothing): each on its own.
+  absl::Status first;
+  for (const std::string& t : tables) {
+    absl::Status s = RemoveNetworkLock(t, netns_of);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
 absl::StatusOr<std::vector<std::string>> ListNetworkLocks() {
   ASSIGN_OR_RETURN(std::string out, RunNft({"list", "tables"}, ""));
   std::vector<std::string> locks;

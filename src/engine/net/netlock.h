@@ -52,6 +52,12 @@ absl::Status RemoveNetworkLock(const std::string& table, pid_t netns_of = 0);
 // serialized between concurrent deletes: the delete can then come once the processes run.
 absl::Status OpenNetworkLock(const std::string& table, pid_t netns_of = 0);
 
+// The same for several tables in one nft run (a restore opens its own lock and the dump's): a
+// table that does not exist is made empty, so that RemoveNetworkLocks finds each.
+absl::Status OpenNetworkLocks(const std::vector<std::string>& tables, pid_t netns_of = 0);
+// Deletes every table of `tables` in one nft run (tables that are gone are skipped).
+absl::Status RemoveNetworkLocks(const std::vector<std::string>& tables, pid_t netns_of = 0);
+
 // The cairn_lock_* tables present.
 absl::StatusOr<std::vector<std::string>> ListNetworkLocks();
 

@@ -800,16 +800,20 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   // The connections exist again: their packets may flow (the dump's lock is on this host, or
   // on another, where there is none to remove here).
+  // Both locks (this restore's, unless it is held for the caller, and the dump's) are opened
+  // now in one nft run and deleted once the processes run, in another: the delete is the slow
+  // part (net/netlock.h).
   std::string network_hold;
+  std::vector<std::string> locks;
   if (tcp_lock && opts.hold_network) {
     network_hold = tcp_lock->Hold();
   } else if (tcp_lock) {
     tcp_lock->Release();
+    locks.push_back(tcp_lock->table());
   }
-  // Opened now, deleted once the processes run (the delete is the slow part: net/netlock.h).
-  if (!meta.network_lock().empty()) {
-    absl::Status unlocked = net::OpenNetworkLock(meta.network_lock());
-    if (!unlocked.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", unlocked.ToString());
+  if (!meta.network_lock().empty()) locks.push_back(meta.network_lock());
+  if (absl::Status opened = net::OpenNetworkLocks(locks); !opened.ok()) {
+    CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", opened.ToString());
   }
   // Let every process go at once, then turn zombies back into zombies.
   for (const image::Process* p : procs) {
@@ -818,9 +822,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   tasks.Release();
   lazy_handlers.Release();  // the processes run: their page handlers may prefetch
-  if (!meta.network_lock().empty()) {
-    absl::Status removed = net::RemoveNetworkLock(meta.network_lock());
-    if (!removed.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", removed.ToString());
+  if (absl::Status removed = net::RemoveNetworkLocks(locks); !removed.ok()) {
+    CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", removed.ToString());
+  } else if (tcp_lock) {
+    tcp_lock->Removed();
   }
   if (lazy::PageClient* client = lazy::ClientOf(*img)) {
     // The page server serves on until each handler has every page; a lost message only keeps it up.

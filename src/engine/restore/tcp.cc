@@ -63,13 +63,6 @@ absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkp
   return std::optional<RestoreLock>(RestoreLock(table));
 }
 
-void RestoreLock::Release() {
-  released_ = true;
-  if (table_.empty()) return;
-  absl::Status s = net::OpenNetworkLock(table_);
-  if (!s.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", s.ToString());
-}
-
 RestoreLock::~RestoreLock() {
   if (table_.empty() || !released_) return;
   absl::Status s = net::RemoveNetworkLock(table_);

@@ -50,9 +50,12 @@ class RestoreLock {
   // leaves it, so that the peers' packets are dropped until a second restore (which replaces
   // it) or `cairn check --fix`, not answered with resets.
   ~RestoreLock();
-  // The connections exist again: their packets pass from now on (the lock opened); its table
-  // is deleted when this goes, once the processes run (the slow part: net/netlock.h).
-  void Release();
+  // The connections exist again: the lock may go (restore.cc opens it, then deletes it once the
+  // processes run, with the dump's: net/netlock.h).
+  void Release() { released_ = true; }
+  const std::string& table() const { return table_; }
+  // Its table was deleted by the caller: nothing left to remove.
+  void Removed() { table_.clear(); }
   // Leaves it in place for the caller to lift (RestoreOptions::hold_network); its name.
   std::string Hold() {
     released_ = false;
