@@ -17,6 +17,7 @@ packages=(
   python3 procps util-linux zstd xz-utils
   nftables  # dump --tcp-established: the network lock (src/engine/net/netlock.h)
   redis-server redis-tools
+  python3-torch  # job groups: a torch.distributed (gloo) training group (tests/daemon/group_test.cc)
   openjdk-17-jdk-headless nginx-light tmux postgresql golang-go
   etcd-server etcd-client curl
 )

@@ -36,6 +36,7 @@
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
 #include "engine/job/job.h"
+#include "engine/net/netlock.h"
 #include "engine/restore/restore.h"
 
 namespace cairn::daemon {
@@ -451,6 +452,13 @@ void Daemon::ReapLocked(JobState& s) {
   if (!ended) return;
   bool stopped = s.stop_after_checkpoint || s.job.state() == "killing";
   s.job.set_state(stopped || s.killed_by_user ? "killed" : "exited");
+  if (!s.job.network_hold().empty()) {
+    // Restored with its network held (a group's rank) and gone before it was let go: no lock
+    // outlives the job's connections.
+    absl::Status removed = net::RemoveNetworkLock(s.job.network_hold());
+    if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock not removed: {}", s.job.name(), removed.ToString());
+    s.job.clear_network_hold();
+  }
   s.job.set_ended(UnixNow());
   *s.job.mutable_health() = HealthTracker::Exited(known, code, sig);
   if (s.stop_after_checkpoint) s.job.mutable_health()->set_detail("stopped after its checkpoint");

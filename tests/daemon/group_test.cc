@@ -117,6 +117,22 @@ class GroupTest : public ClusterFixture {
     return n;
   }
 
+  // The training group (ranks train-0 and train-1 of group "train", on the nodes labelled
+  // `host0` and `host1`, or where placement puts them when empty) started and past step 50;
+  // it writes to out_ and meets on port_.
+  void StartTraining(const std::string& host0, const std::string& host1) {
+    out_ = Dir() + "/run";
+    fs::create_directories(out_);
+    port_ = FreeTcpPort();
+    Submit("train-0", "train", 0, host0, Rank(out_, 0, port_));
+    Submit("train-1", "train", 1, host1, Rank(out_, 1, port_));
+    ASSERT_FALSE(HasFatalFailure());
+    ASSERT_TRUE(WaitFor([&] { return Progress(out_, 0) >= 50 && Progress(out_, 1) >= 50; }, 120s))
+        << c_->Log() << ReadFile(Dir() + "/run/progress-0") << ReadFile(Dir() + "/run/progress-1");
+  }
+  std::string out_;
+  int port_ = 0;
+
   std::unique_ptr<ControllerProcess> c_;
   std::unique_ptr<DaemonProcess> a_, b_;
 };
@@ -126,14 +142,9 @@ TEST_F(GroupTest, TrainingGroupCheckpointedStoppedAndRestoredFinishesBitForBit) 
   ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
   StartCluster();
   ASSERT_FALSE(HasFatalFailure());
-  std::string out = Dir() + "/run";
-  fs::create_directories(out);
-  int port = FreeTcpPort();
-  Submit("train-0", "train", 0, "a", Rank(out, 0, port));
-  Submit("train-1", "train", 1, "b", Rank(out, 1, port));
-  ASSERT_FALSE(HasFatalFailure());
-  ASSERT_TRUE(WaitFor([&] { return Progress(out, 0) >= 50 && Progress(out, 1) >= 50; }, 120s))
-      << a_->Log() << b_->Log() << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log");
+  StartTraining("a", "b");
+  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
+  const std::string out = out_;
 
   // A group checkpoint that leaves the ranks running: one record, each rank's part complete.
   CommandResult live = Ctl(*c_, {"group", "checkpoint", "train", "--json"});
@@ -198,13 +209,9 @@ TEST_F(GroupTest, ARankWhoseDaemonDiesMidCheckpointLeavesTheGroupTrainingUntouch
   ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
   StartCluster({"CAIRN_FAULT_PAUSE=group-frozen"});
   ASSERT_FALSE(HasFatalFailure());
-  std::string out = Dir() + "/run";
-  fs::create_directories(out);
-  int port = FreeTcpPort();
-  Submit("train-0", "train", 0, "a", Rank(out, 0, port));
-  Submit("train-1", "train", 1, "b", Rank(out, 1, port));
-  ASSERT_FALSE(HasFatalFailure());
-  ASSERT_TRUE(WaitFor([&] { return Progress(out, 0) >= 50 && Progress(out, 1) >= 50; }, 120s)) << a_->Log() << b_->Log();
+  StartTraining("a", "b");
+  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
+  const std::string out = out_;
 
   CommandResult r;
   std::thread call([&] { r = Ctl(*c_, {"group", "checkpoint", "train"}); });
@@ -259,15 +266,12 @@ TEST_F(GroupTest, NodeLostRestoresTheWholeGroupFromItsNewestGroupCheckpoint) {
                  }, 30s).is_null())
         << c_->Log() << d->Log();
   }
-  std::string out = Dir() + "/run";
-  fs::create_directories(out);
-  int port = FreeTcpPort();
-  Submit("train-0", "train", 0, "", Rank(out, 0, port));
-  Submit("train-1", "train", 1, "", Rank(out, 1, port));
-  ASSERT_FALSE(HasFatalFailure());
-  ASSERT_TRUE(WaitFor([&] { return StateOf(*a_, "train-0") == "running" && StateOf(*b_, "train-1") == "running"; }, 30s))
-      << c_->Log();
-  ASSERT_TRUE(WaitFor([&] { return Progress(out, 0) >= 50 && Progress(out, 1) >= 50; }, 120s)) << a_->Log() << b_->Log();
+  StartTraining("", "");
+  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
+  EXPECT_EQ(StateOf(*a_, "train-0"), "running");
+  EXPECT_EQ(StateOf(*b_, "train-1"), "running");
+  const std::string out = out_;
+  const int port = port_;
   CommandResult ck = Ctl(*c_, {"group", "checkpoint", "train", "--json"});
   ASSERT_TRUE(ck.Exited(0)) << ck.Describe() << c_->Log();
   std::string id = ParseJson(ck)["checkpoint"].value("id", "");

@@ -779,6 +779,16 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     return Annotate(s, absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
                                     opts.tree ? "es were" : " was", " left running)"));
   };
+  // The processes run again: the frozen time ends here and the commit comes now, its writes no
+  // downtime (a failure leaves them running with no checkpoint).
+  auto commit_thawed = [&]() -> absl::Status {
+    result->frozen_seconds = Since(t_freeze);
+    ckpt.set_downtime_seconds(result->frozen_seconds);
+    absl::Status committed = StopPoint("thawed");
+    if (committed.ok()) committed = Commit(*writer, ckpt, inc, &*result);
+    if (!committed.ok()) writer->Abort();
+    return committed;
+  };
   if (!result.ok()) {
     writer->Abort();
     inc.Discard(/*all=*/false);
@@ -826,16 +836,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
         return failed(released);
       }
       if (commit_after) {
-        // Running again: now the commit, whose writes are no downtime (a failure leaves them
-        // running with no checkpoint, as a leave-running dump's does).
-        result->frozen_seconds = Since(t_freeze);
-        ckpt.set_downtime_seconds(result->frozen_seconds);
-        absl::Status committed = StopPoint("thawed");
-        if (committed.ok()) committed = Commit(*writer, ckpt, inc, &*result);
-        if (!committed.ok()) {
-          writer->Abort();
-          return failed(committed);
-        }
+        if (absl::Status committed = commit_thawed(); !committed.ok()) return failed(committed);
       }
     } else {
       freezer.Keep();  // held: the hand-off's freeze of the same cgroup stays
@@ -855,12 +856,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       return failed(released);
     }
     RETURN_IF_ERROR(ft.Thaw());
-    result->frozen_seconds = Since(t_freeze);
-    ckpt.set_downtime_seconds(result->frozen_seconds);
-    absl::Status committed = StopPoint("thawed");
-    if (committed.ok()) committed = Commit(*writer, ckpt, inc, &*result);
-    if (!committed.ok()) {
-      writer->Abort();
+    if (absl::Status committed = commit_thawed(); !committed.ok()) {
       for (const TrackerUse& t : inc.trackers) ClearTrackerState(t.pid);
       return failed(committed);
     }

@@ -8,7 +8,8 @@
 //
 // Every path out leaves the connections as the processes expect them: a dump whose
 // processes run on (--leave-running, or a failure) takes each socket out of repair mode
-// before they are thawed and removes the lock; a dump that kills them leaves the sockets in
+// and opens the lock (its rules flushed) before they are thawed, and deletes its table once
+// they run (the slow part, net/netlock.h); a dump that kills them leaves the sockets in
 // repair mode (so their close sends nothing to the peers: no FIN, no reset) and keeps the
 // lock for the restore. A dumper that dies is covered by its guardian (guardian.h, 6).
 // Established and half-closed (CLOSE_WAIT, FIN_WAIT2) connections are saved; closing ones are refused.
