@@ -670,9 +670,10 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
       std::this_thread::sleep_for(std::chrono::duration<double>(pause));
     };
   }
-  // A group's rank (group.cc): committed on this node's disk and recorded complete while it
-  // stands frozen; then its coordinator decides whether it is thawed (or killed) with its
-  // checkpoint, or thawed without it. A remote store gets its copy after the rank runs again
+  // A group's rank (group.cc): frozen when every rank is ready, its state captured, and held
+  // until its coordinator decides: commit — a live rank is thawed and commits after, one that is
+  // to die was committed and recorded complete before the decision and is killed; abort —
+  // thawed, its checkpoint removed. A remote store gets its copy once the rank runs again
   // (below): the upload is no downtime, and a failed one leaves the part complete here.
   absl::Status rank_failure;
   absl::StatusOr<std::vector<api::Checkpoint>> expired;
