@@ -46,7 +46,8 @@ absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connect
 // Deletes table `table`; OK if there is none (a restore on another host, a second remove).
 absl::Status RemoveNetworkLock(const std::string& table, pid_t netns_of = 0);
 
-// Lets the packets of table `table` through without deleting it: its rules flushed, its base
+// Lets the packets of table `table` through without deleting it: its rules flushed (through
+// netlink from this process when it is in that network namespace, else by nft), its base
 // chains left in place (policy accept). Much cheaper than the delete, which unregisters the
 // chains' hooks and waits for the network stack's RCU grace periods — tens of milliseconds,
 // serialized between concurrent deletes: the delete can then come once the processes run.
