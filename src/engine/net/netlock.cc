@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -243,6 +244,11 @@ absl::Status FlushRulesByNetlink(const std::string& table) {
   AppendMessage(&buf, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELRULE), NLM_F_ACK, 2, NFPROTO_INET,
                 0, NFTA_RULE_TABLE, table);
   AppendMessage(&buf, NFNL_MSG_BATCH_END, 0, 3, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
+  // Never wait long for the kernel's answer (the processes may be frozen meanwhile).
+  timeval limit{2, 0};
+  if (::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0) {
+    return ErrnoStatus("setsockopt(SO_RCVTIMEO) on the netlink socket");
+  }
   sockaddr_nl to{};
   to.nl_family = AF_NETLINK;
   if (::sendto(sock.get(), buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
@@ -255,8 +261,10 @@ absl::Status FlushRulesByNetlink(const std::string& table) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoStatus("read the nftables answer");
     for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, static_cast<unsigned>(n)); h = NLMSG_NEXT(h, n)) {
-      if (h->nlmsg_type != NLMSG_ERROR || h->nlmsg_seq != 2) continue;
+      if (h->nlmsg_type != NLMSG_ERROR) continue;
+      // Our request's acknowledgement, or an error about any message of the batch.
       int err = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
+      if (err == 0 && h->nlmsg_seq != 2) continue;
       if (err == 0) return absl::OkStatus();
       errno = -err;
       return ErrnoStatus(absl::StrCat("flush the rules of table inet ", table));
