@@ -2,14 +2,16 @@
 # What the network lock (src/engine/net/netlock.cc) costs to load for N connections, in the form
 # cairn uses (one set of local.port.remote.port per address family, one drop rule per direction)
 # and in the form it replaced (one drop rule per connection and direction): `nft -f` wall time,
-# REPS times each, alternating, then the table deleted. Needs root and nftables.
+# REPS times each, alternating, then the table deleted. Then what lifting it costs: the rules
+# flushed (what a dump does before the thaw) against the table deleted (after it), one table alone
+# and PAR tables at once (the ranks of a group on one node). Needs root and nftables.
 #
-#   sudo bash bench/nft_lock.sh [CONNS]     (default: 1000)
+#   sudo bash bench/nft_lock.sh [CONNS]     (default: 1000; PAR=3)
 set -euo pipefail
 conns=${1:-1000}
 reps=${REPS:-3}
 work=$(mktemp -d)
-trap 'rm -rf "$work"; nft delete table inet cairn_bench 2>/dev/null || true' EXIT
+trap 'rm -rf "$work"; for t in $(nft list tables | awk "/cairn_bench/ {print \\$3}"); do nft delete table inet "$t"; done 2>/dev/null || true' EXIT
 {
   echo "table inet cairn_bench {"
   echo "  set conns4 {"
@@ -57,5 +59,25 @@ for _ in $(seq "$reps"); do
     nft delete table inet cairn_bench
     t2=$(now)
     printf '| %s | %d | %.3f | %.3f |\n' "$form" "$conns" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)"
+  done
+done
+
+par=${PAR:-3}
+load() { sed "s/cairn_bench/cairn_bench$1/" "$work/set.nft" | nft -f -; }
+ms() { echo "($2 - $1) * 1000" | bc; }
+echo
+echo "| lifting | tables at once | ms each |"
+echo "|---|---:|---|"
+for _ in $(seq "$reps"); do
+  for how in flush delete; do
+    load 0
+    t0=$(now); nft "$how" table inet cairn_bench0; t1=$(now)
+    [ "$how" = flush ] && nft delete table inet cairn_bench0
+    printf '| %s | 1 | %.0f |\n' "$how" "$(ms "$t0" "$t1")"
+    for i in $(seq "$par"); do load "$i"; done
+    for i in $(seq "$par"); do (a=$(now); nft "$how" table inet "cairn_bench$i"; b=$(now); ms "$a" "$b" >"$work/t$i") & done
+    wait
+    [ "$how" = flush ] && for i in $(seq "$par"); do nft delete table inet "cairn_bench$i"; done
+    printf '| %s | %d | %s |\n' "$how" "$par" "$(for i in $(seq "$par"); do printf '%.0f ' "$(cat "$work/t$i")"; done)"
   done
 done

@@ -27,6 +27,19 @@ constexpr char kEvents[] = "events/";
 // The last leadership's term (decimal).
 constexpr char kTerm[] = "term";
 
+// The event that records decision `d` (its rule, action, job, nodes and reason) as `kind`.
+api::Event DecisionEvent(const Decision& d, const char* kind) {
+  api::Event ev;
+  ev.set_kind(kind);
+  ev.set_rule(d.rule);
+  ev.set_action(std::string(ActionName(d.action)));
+  ev.set_job_id(d.job_id);
+  ev.set_node_id(d.node_id);
+  ev.set_target_node_id(d.target_node_id);
+  ev.set_reason(d.reason);
+  return ev;
+}
+
 std::string EventKey(uint64_t seq) { return absl::StrFormat("%s%020u", kEvents, seq); }
 
 // A job keeps its newest checkpoints only, in memory and in the store: the rules look at the
@@ -417,12 +430,7 @@ absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event
         j != nullptr && !j->spec.group.empty() && d.action != Action::kCheckpoint && d.action != Action::kDrainNode) {
       // A job group's rank moves, stops and comes back only with its whole group (groups.cc):
       // alone it would not match its peers.
-      api::Event ev;
-      ev.set_kind("decision-skipped");
-      ev.set_rule(d.rule);
-      ev.set_action(std::string(ActionName(d.action)));
-      ev.set_job_id(d.job_id);
-      ev.set_node_id(d.node_id);
+      api::Event ev = DecisionEvent(d, "decision-skipped");
       ev.set_reason(absl::StrCat(d.reason, "; not carried out: job ", d.job_id, " is rank ", j->spec.rank,
                                  " of group ", j->spec.group, ", which moves only whole (cairn group checkpoint --stop, "
                                  "cairn group restore)"));
@@ -460,14 +468,7 @@ absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event
       FaultPoint("controller-carried");
       in_flight_.erase(d.job_id);  // stored with the outcome below
     }
-    api::Event ev;
-    ev.set_kind("decision");
-    ev.set_rule(d.rule);
-    ev.set_action(std::string(ActionName(d.action)));
-    ev.set_job_id(d.job_id);
-    ev.set_node_id(d.node_id);
-    ev.set_target_node_id(d.target_node_id);
-    ev.set_reason(d.reason);
+    api::Event ev = DecisionEvent(d, "decision");
     ev.set_dispatch(r.note);
     RETURN_IF_ERROR(RecordLocked(std::move(ev), out));
     if (r.done) {

@@ -34,12 +34,14 @@ std::string Describe(const RankRef& r) {
   return absl::StrCat("rank ", r.rank, " (job ", r.job_id, " on ", r.node_id, ")");
 }
 
-// Why the stream ended: the daemon's own words when it refused. Ends the stream.
-std::string Ended(Rank& r) {
-  grpc::Status st = r.stream->Finish();
+// Why a stream ended with `st`: the daemon's own words when it refused.
+std::string Why(const grpc::Status& st) {
   if (st.ok()) return "its daemon ended the stream without a reply";
   return absl::StrCat(st.error_message(), " (gRPC code ", st.error_code(), ")");
 }
+
+// Ends the stream; why it ended.
+std::string Ended(Rank& r) { return Why(r.stream->Finish()); }
 
 // Runs `fn` on every rank that `which` selects, each on its own thread, and waits for all.
 void ForEach(std::vector<std::unique_ptr<Rank>>& ranks, const std::function<bool(const Rank&)>& which,
@@ -209,8 +211,7 @@ absl::StatusOr<std::vector<RankPart>> RunGroupCheckpoint(
     }
     grpc::Status st = r.stream->Finish();
     if (commit) {
-      r.error = st.ok() ? "its daemon ended the stream without a reply"
-                        : absl::StrCat(st.error_message(), " (gRPC code ", st.error_code(), ")");
+      r.error = Why(st);
     } else if (st.error_code() != grpc::StatusCode::ABORTED) {
       DropPart(r);  // the abort may not have reached it: its part goes all the same
     }

@@ -120,8 +120,11 @@ absl::Status Controller::CheckpointGroup(const api::CheckpointGroupRequest& req,
       return StoreFailedLocked(s);
     }
   }
-  fill(*parts);  // the frozen times, known once every rank confirmed
-  if (absl::Status s = store_->Put(key, g.SerializeAsString()); !s.ok()) return StoreFailedLocked(s);
+  if (req.stop()) {
+    // Recorded before the decision: the frozen times and the stored locations come after.
+    fill(*parts);
+    if (absl::Status s = store_->Put(key, g.SerializeAsString()); !s.ok()) return StoreFailedLocked(s);
+  }
   ev.set_reason(absl::StrFormat("group %s checkpoint %s: %d ranks, slowest dump %.3f s, longest frozen %.3f s%s",
                                 req.group(), g.id(), g.ranks_size(), g.dump_max_s(), g.frozen_max_s(),
                                 req.stop() ? ", ranks stopped" : ""));
