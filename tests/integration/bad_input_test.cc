@@ -459,10 +459,7 @@ struct Refusal {
 void PrintTo(const Refusal& r, std::ostream* os) { *os << r.workload; }
 
 const Refusal kRefusals[] = {
-    {"wl_proc_self_files", "/proc/[0-9]+/status, a file of one process's /proc directory"},
-    {"wl_ns_fds", "an unsupported file \\(net:\\["},
-    {"wl_lease", "holds a file lease \\(fcntl F_SETLEASE\\)"},
-    {"wl_hardlinked_deleted", "whose name was removed but which still has other links"},
+    {"wl_proc_other", "/proc/1/status, a file of the /proc entry of process 1, which is not part of the checkpoint"},
 };
 
 class Refused : public BadInput, public ::testing::WithParamInterface<Refusal> {};

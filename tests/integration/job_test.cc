@@ -92,6 +92,14 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
 // wl_threads: four threads holding registers and TLS across the checkpoint.
 TEST(JobTest, RunDumpRestoreCarriesOnInAFreshNamespace) { RoundTripJob("t1", "wl_threads"); }
 
+// Files of the job's own /proc (its PID namespace's ids: /proc/2/status names pid 2) and its
+// namespaces' descriptors: opened again by the restored process in its fresh namespace, they
+// name it (the workloads compare them with getpid() and /proc/self/ns).
+TEST(JobTest, ProcFilesAndNamespaceDescriptorsNameTheRestoredJob) {
+  RoundTripJob("pf1", "wl_proc_self_files");
+  RoundTripJob("ns1", "wl_ns_fds");
+}
+
 // `cairn run --user nobody`: the init and the command run as nobody (nothing of the job as root);
 // `restore --as-user root` refuses the checkpoint, restoring nothing; `--as-user nobody` brings it
 // back as nobody, and it finishes.

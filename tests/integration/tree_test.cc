@@ -62,6 +62,7 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_clone_files", true, true, /*leave_running=*/true},
     {"wl_tree_clone_vm", /*dumpable=*/false},
     {"wl_tree_pidfd"},
+    {"wl_tree_proc_files"},
     {"wl_tree_ctty"},
 };
 

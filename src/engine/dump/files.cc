@@ -27,6 +27,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/proc/fds.h"
+#include "engine/proc/mountinfo.h"
 #include "engine/dump/inotify.h"
 #include "engine/dump/sockets.h"
 #include "engine/proc/pidfd.h"
@@ -283,6 +284,119 @@ absl::Status CapturePidfd(const std::vector<pid_t>& pids, pid_t pid, const proc:
   return absl::OkStatus();
 }
 
+// The id thread or process `tid` of this host has in the PID namespace it is in: the last of
+// its NSpid (its host id when it is in the host's).
+std::optional<pid_t> OwnNamespaceId(pid_t tid) {
+  auto text = ReadFile(absl::StrCat("/proc/", tid, "/status"));
+  if (!text.ok()) return std::nullopt;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
+    std::vector<absl::string_view> ids = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    pid_t id = 0;
+    if (!ids.empty() && absl::SimpleAtoi(ids.back(), &id)) return id;
+  }
+  return std::nullopt;
+}
+
+// A file of a /proc/N entry: N must be a process or thread of the checkpoint as the holder
+// sees it, and the file of the /proc the holder sees (its root's /proc), so that the restored
+// process opening the same path gets the same file of its restored self or sibling.
+absl::Status CaptureProcFile(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info,
+                             const struct stat& st, image::Fd* fd) {
+  absl::string_view rest = info.target;
+  absl::ConsumePrefix(&rest, "/proc/");
+  pid_t n = 0;
+  absl::string_view digits = rest.substr(0, rest.find('/'));
+  if (!absl::SimpleAtoi(digits, &n)) {
+    return absl::InternalError(absl::StrFormat("pid %d fd %d: %s is not under /proc/PID", pid, info.fd, info.target));
+  }
+  std::string own_proc = absl::StrCat("/proc/", pid, "/root/proc");
+  struct stat pst {};
+  if (::stat(own_proc.c_str(), &pst) != 0 || pst.st_dev != st.st_dev) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is %s, a file of a /proc other than the one the process sees at /proc (another PID "
+        "namespace's); restore could not open it again — close it before checkpointing",
+        pid, info.fd, info.target));
+  }
+  bool inside = false;
+  for (pid_t p : pids) {
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(absl::StrCat("/proc/", p, "/task"), ec)) {
+      pid_t tid = 0;
+      if (!absl::SimpleAtoi(t.path().filename().string(), &tid)) continue;
+      inside = inside || OwnNamespaceId(tid) == n;
+    }
+  }
+  if (!inside) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is %s, a file of the /proc entry of process %d, which is not part of the checkpoint; after a "
+        "restore that id could be any process — checkpoint the tree that holds it (--tree), or close the file first",
+        pid, info.fd, info.target, n));
+  }
+  fd->set_kind(image::Fd::PROC_FILE);
+  fd->set_pos(info.pos);
+  fd->set_mode(st.st_mode);
+  return absl::OkStatus();
+}
+
+// A namespace file ("net:[4026531840]"): one of the holder's own namespaces, named by its
+// entry in /proc/PID/ns, or refused (restore could not find another process's namespace).
+absl::Status CaptureNamespace(pid_t pid, const proc::FdInfo& info, image::Fd* fd) {
+  static constexpr const char* kNames[] = {"net",    "uts",  "ipc",  "mnt",           "pid",
+                                           "cgroup", "user", "time", "pid_for_children", "time_for_children"};
+  for (const char* name : kNames) {
+    std::error_code ec;
+    std::filesystem::path link = std::filesystem::read_symlink(absl::StrCat("/proc/", pid, "/ns/", name), ec);
+    if (!ec && link.string() == info.target) {
+      fd->set_ns_name(name);
+      return absl::OkStatus();
+    }
+  }
+  return absl::UnimplementedError(absl::StrFormat(
+      "pid %d fd %d is a descriptor of a namespace the process is not in (%s); restore could not open it again — "
+      "close it before checkpointing (descriptors of the process's own namespaces are saved)",
+      pid, info.fd, info.target));
+}
+
+// A namespace file's target, "TYPE:[INODE]".
+bool IsNamespaceTarget(absl::string_view target) {
+  size_t colon = target.find(":[");
+  if (colon == absl::string_view::npos || colon == 0 || !absl::EndsWith(target, "]")) return false;
+  for (char c : target.substr(0, colon)) {
+    if (!absl::ascii_islower(c) && c != '_') return false;
+  }
+  uint64_t ino = 0;
+  return absl::SimpleAtoi(target.substr(colon + 2, target.size() - colon - 3), &ino);
+}
+
+// A regular file whose name was removed while another link keeps it: its file handle and a
+// mount point of its file system, to open it again without a name.
+absl::Status CaptureHandle(pid_t pid, const proc::FdInfo& info, const struct stat& st, image::Fd* fd) {
+  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+  std::vector<char> buf(sizeof(file_handle) + MAX_HANDLE_SZ);
+  auto* fh = reinterpret_cast<file_handle*>(buf.data());
+  fh->handle_bytes = MAX_HANDLE_SZ;
+  int mount_id = 0;
+  if (::name_to_handle_at(copy.get(), "", fh, &mount_id, AT_EMPTY_PATH) != 0) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is %s, a file whose name was removed while another link keeps it, on a file system that "
+        "gives no file handles (%s); restore could not find it again — open it by its other name before "
+        "checkpointing",
+        pid, info.fd, info.target, ErrnoStatus("name_to_handle_at").message()));
+  }
+  auto mount = proc::MountPointOf(pid, st.st_dev);
+  if (!mount.ok()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is %s, a file whose name was removed while another link keeps it, on a file system the "
+        "process sees no mount of (%s); restore could not find it again",
+        pid, info.fd, info.target, mount.status().message()));
+  }
+  fd->set_handle(std::string(reinterpret_cast<const char*>(fh->f_handle), fh->handle_bytes));
+  fd->set_handle_type(fh->handle_type);
+  fd->set_handle_mount(*mount);
+  return absl::OkStatus();
+}
+
 absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info, bool capture,
                                  image::Fd* fd) {
   switch (fd->kind()) {
@@ -340,11 +454,21 @@ absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
     } else if (l.kind == "POSIX") {
       if (!posix_new) continue;  // listed again for each descriptor of the same file
       lock.set_kind(image::FileLock::POSIX);
-    } else if (l.kind == "LEASE" || l.kind == "DELEG") {
-      return absl::UnimplementedError(absl::StrFormat(
-          "pid %d fd %d holds a file lease (fcntl F_SETLEASE) on %s; leases cannot be checkpointed yet — release it "
-          "(F_SETLEASE, F_UNLCK) before checkpointing",
-          pid, info.fd, info.target));
+    } else if (l.kind == "LEASE") {
+      // A lease being broken has an opener waiting for the holder to give it up, with a
+      // deadline the kernel keeps: neither can be made again.
+      if (l.mode != "ACTIVE") {
+        return absl::UnavailableError(absl::StrFormat(
+            "pid %d fd %d holds a file lease (fcntl F_SETLEASE) on %s that is being broken (%s: another process "
+            "opened the file and waits for the lease to be released); checkpoint it once the holder has released "
+            "or downgraded it",
+            pid, info.fd, info.target, l.mode));
+      }
+      lock.set_kind(image::FileLock::LEASE);
+      lock.set_pid(l.pid);
+      lock.set_write(l.write);
+      *fd->add_locks() = lock;
+      continue;
     } else {
       return absl::UnimplementedError(absl::StrFormat("pid %d fd %d holds a %s lock (%s); not supported", pid, info.fd,
                                                       l.kind, info.target));
@@ -479,14 +603,6 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         }
       }
       if (dup_of != nullptr) {
-        // A live pidfd is made again inside its process (restore/files.h): one shared with
-        // another process cannot be.
-        if (info.target == "anon_inode:[pidfd]" && dup_of->pid != pid) {
-          return absl::UnimplementedError(absl::StrFormat(
-              "pid %d fd %d is a pidfd it shares with pid %d (fd %d), inherited over fork; a pidfd shared between "
-              "processes cannot be checkpointed yet — close one of them",
-              pid, info.fd, dup_of->pid, dup_of->fd));
-        }
         image::Fd fd;
         fd.set_fd(info.fd);
         fd.set_is_dup(true);
@@ -501,15 +617,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     }
     bool fifo = absl::StartsWith(info.target, "/") && S_ISFIFO(st.st_mode);
     if (absl::StartsWith(info.target, "pipe:") || fifo) {
-      if (fifo && absl::EndsWith(info.target, " (deleted)")) {
-        return absl::UnimplementedError(absl::StrFormat(
-            "pid %d fd %d is a FIFO whose name was removed (%s); restore could not open it again — keep the FIFO's "
-            "name while it is open",
-            pid, info.fd, info.target));
-      }
       // A FIFO is found by its name: a process outside the checkpoint that holds the other
-      // end stays connected to the one restored, as both open the same inode.
-      if (!fifo && pipe_ends[st.st_ino] != 3) {
+      // end stays connected to the one restored, as both open the same inode. One whose name
+      // was removed is made again under a new name, removed at once: like a pipe, it can
+      // only be saved with every end that is still open.
+      bool unlinked = fifo && absl::EndsWith(info.target, " (deleted)");
+      if ((!fifo || unlinked) && pipe_ends[st.st_ino] != 3) {
         // Only one end is in the checkpoint. That is fine when the other end is closed
         // everywhere (a finished stage of a pipeline): poll on a copy of ours says so.
         // The restore then holds both ends only in the restorer, which closes the unused one.
@@ -519,13 +632,20 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         bool other_end_gone = ::poll(&pfd, 1, 0) == 1 && (pfd.revents & (reader ? POLLHUP : POLLERR)) != 0;
         if (!other_end_gone) {
           return absl::UnimplementedError(absl::StrFormat(
-              "pid %d fd %d is a pipe (%s) whose other end is held outside the checkpointed process%s; redirect it "
+              "pid %d fd %d is %s (%s) whose other end is held outside the checkpointed process%s; redirect it "
               "to a file, or checkpoint the whole tree that holds both ends (--tree)",
-              pid, info.fd, info.target, pids.size() > 1 ? "es" : ""));
+              pid, info.fd, unlinked ? "a FIFO whose name was removed" : "a pipe", info.target,
+              pids.size() > 1 ? "es" : ""));
         }
       }
       image::Fd fd = Describe(info, fifo ? image::Fd::FIFO : image::Fd::PIPE);
       fd.set_pipe_id(st.st_ino);
+      if (unlinked) {
+        fd.set_deleted(true);
+        fd.set_path(info.target.substr(0, info.target.size() - 10));
+        fd.mutable_saved_file()->set_uid(st.st_uid);
+        fd.mutable_saved_file()->set_gid(st.st_gid);
+      }
       if (fifo) {
         fd.set_mode(st.st_mode);
         fd.mutable_file()->set_dev(st.st_dev);
@@ -555,6 +675,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       if (out != nullptr) *out->add_fds() = std::move(fd);
       continue;
     }
+    if (IsNamespaceTarget(info.target)) {
+      image::Fd fd = Describe(info, image::Fd::NAMESPACE);
+      RETURN_IF_ERROR(CaptureNamespace(pid, info, &fd));
+      if (out != nullptr) *out->add_fds() = std::move(fd);
+      continue;
+    }
     if (std::optional<image::Fd::Kind> kind = KernelObjectKind(info.target)) {
       image::Fd fd = Describe(info, *kind);
       RETURN_IF_ERROR(CaptureKernelObject(pids, pid, info, out != nullptr, &fd));
@@ -564,7 +690,8 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     auto unsupported = [&](absl::string_view kind) {
       return absl::UnimplementedError(absl::StrFormat(
           "pid %d fd %d is %s (%s); checkpoints support regular files, directories, character devices, pipes, "
-          "FIFOs, sockets, memfds, eventfd, timerfd, signalfd, epoll and inotify descriptors, pidfds, and dups of these — close it or redirect it to a file "
+          "FIFOs, sockets, memfds, eventfd, timerfd, signalfd, epoll and inotify descriptors, pidfds, files of /proc/PID "
+          "entries and namespace files of the checkpoint's processes, and dups of these — close it or redirect it to a file "
           "before checkpointing",
           pid, info.fd, kind, info.target));
     };
@@ -581,10 +708,10 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     fd.mutable_file()->set_mtime_ns(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
     std::string path = info.target;
     if (absl::StartsWith(path, "/proc/") && path.size() > 6 && absl::ascii_isdigit(path[6])) {
-      return absl::UnimplementedError(absl::StrFormat(
-          "pid %d fd %d is %s, a file of one process's /proc directory; restore cannot point it at the restored "
-          "process yet — close it before checkpointing (files under /proc/self are opened by number too)",
-          pid, info.fd, path));
+      fd = Describe(info, image::Fd::PROC_FILE);
+      RETURN_IF_ERROR(CaptureProcFile(pids, pid, info, st, &fd));
+      if (out != nullptr) *out->add_fds() = std::move(fd);
+      continue;
     }
     if (S_ISREG(st.st_mode)) {
       fd.set_kind(image::Fd::REGULAR);
@@ -633,7 +760,9 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       return unsupported("a special file");
     }
     if (absl::EndsWith(path, " (deleted)") && !fd.deleted()) {
-      return unsupported("a file whose name was removed but which still has other links");
+      if (!S_ISREG(st.st_mode)) return unsupported("a file whose name was removed but which still has other links");
+      RETURN_IF_ERROR(CaptureHandle(pid, info, st, &fd));
+      path.resize(path.size() - 10);
     }
     fd.set_path(path);
     if (out != nullptr) *out->add_fds() = std::move(fd);

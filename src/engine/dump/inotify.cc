@@ -17,35 +17,16 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/proc/mountinfo.h"
 #include "engine/proc/pidfd.h"
 
 namespace cairn::dump {
 namespace {
 
-// A mount point, as `pid` sees it, of the file system with kernel device number `sdev`
-// (major << 20 | minor); its root mount if it has one.
-absl::StatusOr<std::string> MountPointOf(pid_t pid, uint32_t sdev) {
-  std::string path = absl::StrCat("/proc/", pid, "/mountinfo");
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  std::string want = absl::StrCat(sdev >> 20, ":", sdev & 0xfffff);
-  std::string found;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw"
-    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
-    if (f.size() < 5 || f[2] != want) continue;
-    if (f[3] == "/") return std::string(f[4]);
-    if (found.empty()) found = std::string(f[4]);
-  }
-  if (found.empty()) {
-    return absl::NotFoundError(absl::StrFormat("no mount of device %s in %s", want, path));
-  }
-  return found;
-}
-
 // The path of the file an inotify watch names, checked to be that file.
 absl::StatusOr<std::string> WatchedPath(pid_t pid, int fd, const proc::InotifyWatch& w) {
   auto where = [&] { return absl::StrFormat("inotify watch %d of pid %d fd %d", w.wd, pid, fd); };
-  ASSIGN_OR_RETURN(std::string mount, MountPointOf(pid, w.sdev));
+  ASSIGN_OR_RETURN(std::string mount, proc::MountPointOf(pid, makedev(w.sdev >> 20, w.sdev & 0xfffff)));
   std::string mount_path = absl::StrCat("/proc/", pid, "/root", mount);
   // Not O_PATH: open_by_handle_at does not take an O_PATH descriptor for the mount.
   UniqueFd mount_fd(::open(mount_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

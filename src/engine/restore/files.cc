@@ -90,6 +90,52 @@ absl::Status FillSavedFile(int f, const std::string& content, const image::Saved
 
 namespace {
 
+// The record of the description `fd` is or shares, in whichever process of `procs` holds it;
+// null when the image holds none (corrupt).
+const image::Fd* OriginOf(const std::vector<const image::Process*>& procs, const image::Process& proc,
+                          const image::Fd& fd) {
+  if (!fd.is_dup()) return &fd;
+  pid_t of = fd.dup_of_pid() != 0 ? fd.dup_of_pid() : proc.pid();
+  for (const image::Process* p : procs) {
+    if (p->pid() != of) continue;
+    for (const image::Fd& o : p->fds()) {
+      if (o.fd() == fd.dup_of() && !o.is_dup()) return &o;
+    }
+  }
+  return nullptr;
+}
+
+// Descriptions the process opens itself (OpenInProcess), not masters of the restorer: what
+// they name depends on who opens them (a pidfd's id, a /proc path, /proc/self/ns).
+bool OpenedInProcess(const image::Fd& origin) {
+  return (origin.kind() == image::Fd::PIDFD && origin.pidfd_pid() != 0) || origin.kind() == image::Fd::PROC_FILE ||
+         origin.kind() == image::Fd::NAMESPACE;
+}
+
+// A file whose name was removed while another link kept it, by its file handle through a
+// mount of its file system (checked to be the same file by the caller).
+absl::StatusOr<UniqueFd> OpenByHandle(const image::Fd& fd, int flags, pid_t pid) {
+  auto what = [&] {
+    return absl::StrFormat("the file of fd %d of pid %d (opened as %s, a name since removed; another link kept it)",
+                           fd.fd(), pid, fd.path());
+  };
+  // Not O_PATH: open_by_handle_at does not take an O_PATH descriptor for the mount.
+  UniqueFd mount(::open(fd.handle_mount().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!mount.valid()) return ErrnoStatus(absl::StrFormat("open %s, the mount of %s", fd.handle_mount(), what()));
+  std::vector<char> buf(sizeof(file_handle) + fd.handle().size());
+  auto* fh = reinterpret_cast<file_handle*>(buf.data());
+  fh->handle_bytes = static_cast<unsigned>(fd.handle().size());
+  fh->handle_type = fd.handle_type();
+  std::memcpy(fh->f_handle, fd.handle().data(), fd.handle().size());
+  UniqueFd f(::open_by_handle_at(mount.get(), fh, flags));
+  if (!f.valid()) {
+    return ErrnoStatus(absl::StrFormat("open_by_handle_at for %s: the file must still exist, on the same file system "
+                                       "(%s), to restore this checkpoint",
+                                       what(), fd.handle_mount()));
+  }
+  return f;
+}
+
 // Opens one saved description (not a pipe) in the restorer. A deleted file's description
 // is a new one of the file made again (`objects`), with the saved flags and offset.
 absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const Masters& m, std::set<int>* claimed) {
@@ -125,7 +171,12 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   if (fd.kind() == image::Fd::DIRECTORY) flags |= O_DIRECTORY;
   // /proc/self/fd/N is a link to follow (shm_open, for one, opens with O_NOFOLLOW).
   if (fd.deleted()) flags &= ~O_NOFOLLOW;
-  UniqueFd f(::open(open_path.c_str(), flags));
+  UniqueFd f;
+  if (!fd.handle().empty()) {
+    ASSIGN_OR_RETURN(f, OpenByHandle(fd, flags, pid));
+  } else {
+    f = UniqueFd(::open(open_path.c_str(), flags));
+  }
   if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
   if (!fd.deleted()) {
     struct stat st {};
@@ -209,7 +260,7 @@ absl::Status OpenFileObjects(const image::ImageReader& img, const std::vector<co
       if (o.vma_content == nullptr && v.content_xxh3() != 0) o.vma_content = &v;
     }
     for (const image::Fd& fd : p->fds()) {
-      if (fd.is_dup() || !fd.deleted()) continue;
+      if (fd.is_dup() || !fd.deleted() || fd.kind() == image::Fd::FIFO) continue;  // a FIFO: OpenFifo
       FileObject& o = objects[{fd.file().dev(), fd.file().ino()}];
       o.path = fd.path();
       o.memfd = fd.memfd();
@@ -382,10 +433,42 @@ absl::StatusOr<UniqueFd> CreateKernelObject(const image::Fd& fd, pid_t pid) {
 // reading and writing (which never blocks), checks it is the same FIFO, and puts back the
 // bytes that waited in it; with that hold, each saved end opens without blocking, and
 // takes its saved status flags after. The holds are dropped once every end is open.
+// A FIFO whose name was removed while it was open, made again: under its old name when that
+// is free (so that /proc/PID/fd shows the same "NAME (deleted)"), otherwise in a directory of
+// our own; opened for reading and writing (the restorer's hold), given the saved owner and
+// mode, and its name removed at once.
+absl::StatusOr<UniqueFd> MakeUnlinkedFifo(const image::Fd& fd, const std::string& what) {
+  std::string path = fd.path();
+  std::string made_dir;
+  if (::mkfifo(path.c_str(), 0600) != 0) {
+    char tmpl[] = "/tmp/cairn-fifo-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return ErrnoStatus("make a directory for " + what);
+    made_dir = tmpl;
+    path = made_dir + "/fifo";
+    if (::mkfifo(path.c_str(), 0600) != 0) {
+      ::rmdir(made_dir.c_str());
+      return ErrnoStatus("make " + what + " again (mkfifo " + path + ")");
+    }
+  }
+  UniqueFd h(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+  absl::Status st = h.valid() ? absl::OkStatus() : ErrnoStatus("open " + what + " made again at " + path);
+  ::unlink(path.c_str());
+  if (!made_dir.empty()) ::rmdir(made_dir.c_str());
+  RETURN_IF_ERROR(st);
+  if (::fchown(h.get(), fd.saved_file().uid(), fd.saved_file().gid()) != 0 || ::fchmod(h.get(), fd.mode() & 07777) != 0) {
+    return ErrnoStatus("give " + what + " its owner and mode back");
+  }
+  return h;
+}
+
 absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd& fd, pid_t pid,
                                   std::map<uint64_t, UniqueFd>* holds) {
   auto where = [&] { return absl::StrFormat("the FIFO %s (fd %d of pid %d)", fd.path(), fd.fd(), pid); };
   auto hold = holds->find(fd.pipe_id());
+  if (hold == holds->end() && fd.deleted()) {
+    ASSIGN_OR_RETURN(UniqueFd h, MakeUnlinkedFifo(fd, where()));
+    hold = holds->emplace(fd.pipe_id(), std::move(h)).first;
+  }
   if (hold == holds->end()) {
     UniqueFd h(::open(fd.path().c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!h.valid()) return ErrnoStatus("open " + where());
@@ -412,7 +495,10 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
     }
   }
   int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NONBLOCK | O_CLOEXEC;
-  UniqueFd f(::open(fd.path().c_str(), flags));
+  // One whose name is gone is opened again through the hold.
+  std::string path = fd.deleted() ? absl::StrCat("/proc/self/fd/", hold->second.get()) : fd.path();
+  if (fd.deleted()) flags &= ~O_NOFOLLOW;
+  UniqueFd f(::open(path.c_str(), flags));
   if (!f.valid()) return ErrnoStatus("open " + where());
   if (::fcntl(f.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + where());
   return f;
@@ -445,19 +531,23 @@ struct flock LockRange(const image::FileLock& l) {
   return fl;
 }
 
-// The process of the checkpoint that took flock `l` on the description of `holder`'s `fd`,
-// and its descriptor number for that description, when that process holds it.
-std::optional<std::pair<pid_t, int>> FlockTaker(const std::vector<const image::Process*>& procs,
-                                                pid_t holder, const image::Fd& fd, const image::FileLock& l) {
-  if (l.kind() != image::FileLock::FLOCK || l.pid() == 0) return std::nullopt;
+// The process of the checkpoint that takes flock or lease `l` of the description of
+// `holder`'s `fd` again, and its descriptor number for that description: the process that
+// took it (/proc/locks names it) when it holds the description. A lease whose taker is not
+// found is taken by the holder: taken in the restorer, it would name the restorer as its
+// owner and send it the signal that the lease is being broken.
+std::optional<std::pair<pid_t, int>> LockTaker(const std::vector<const image::Process*>& procs,
+                                               pid_t holder, const image::Fd& fd, const image::FileLock& l) {
+  if (l.kind() != image::FileLock::FLOCK && l.kind() != image::FileLock::LEASE) return std::nullopt;
   if (l.pid() == holder) return std::make_pair(holder, fd.fd());
   for (const image::Process* p : procs) {
-    if (p->pid() != l.pid()) continue;
+    if (l.pid() == 0 || p->pid() != l.pid()) continue;
     for (const image::Fd& f : p->fds()) {
       pid_t of = f.dup_of_pid() != 0 ? f.dup_of_pid() : p->pid();
       if (f.is_dup() && of == holder && f.dup_of() == fd.fd()) return std::make_pair(p->pid(), f.fd());
     }
   }
+  if (l.kind() == image::FileLock::LEASE) return std::make_pair(holder, fd.fd());
   return std::nullopt;
 }
 
@@ -465,7 +555,7 @@ absl::Status TakeDescriptionLocks(int master, const image::Fd& fd, pid_t pid,
                                   const std::vector<const image::Process*>& procs) {
   for (const image::FileLock& l : fd.locks()) {
     int rc = 0;
-    if (FlockTaker(procs, pid, fd, l)) continue;  // taken by its taker (RestoreProcessLocks)
+    if (LockTaker(procs, pid, fd, l)) continue;  // taken by its taker (RestoreProcessLocks)
     if (l.kind() == image::FileLock::FLOCK) {
       rc = ::flock(master, (l.write() ? LOCK_EX : LOCK_SH) | LOCK_NB);
     } else if (l.kind() == image::FileLock::OFD) {
@@ -491,8 +581,17 @@ absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& s
   for (const image::Process* holder : procs) {
     for (const image::Fd& fd : holder->fds()) {
       for (const image::FileLock& l : fd.locks()) {
-        auto taker = FlockTaker(procs, holder->pid(), fd, l);
+        auto taker = LockTaker(procs, holder->pid(), fd, l);
         if (!taker || taker->first != proc.pid()) continue;
+        if (l.kind() == image::FileLock::LEASE) {
+          RETURN_IF_ERROR(inj.Call(absl::StrFormat("fcntl(F_SETLEASE) on fd %d (%s): the file may be open elsewhere "
+                                                   "now (a read lease needs no writer, a write lease no other opener)",
+                                                   taker->second, fd.path()),
+                                   SYS_fcntl, static_cast<uint64_t>(taker->second), F_SETLEASE,
+                                   static_cast<uint64_t>(l.write() ? F_WRLCK : F_RDLCK))
+                              .status());
+          continue;
+        }
         RETURN_IF_ERROR(inj.Call(absl::StrFormat("flock on fd %d (%s): another process may hold a conflicting lock "
                                                  "now", taker->second, fd.path()),
                                  SYS_flock, static_cast<uint64_t>(taker->second),
@@ -602,8 +701,8 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
         RETURN_IF_ERROR(park(std::move(ptys.at({p->pid(), fd.fd()})), p->pid(), fd.fd()));
         continue;
       }
+      if (OpenedInProcess(fd)) continue;  // OpenInProcess
       if (fd.kind() == image::Fd::PIDFD) {
-        if (fd.pidfd_pid() != 0) continue;  // made inside its process (RestorePidfds)
         ASSIGN_OR_RETURN(UniqueFd f, DeadPidfd(fd, p->pid()));
         RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
         continue;
@@ -715,48 +814,79 @@ absl::Status RestoreOwners(inject::Injector& inj, inject::RemoteScratch& scratch
   return absl::OkStatus();
 }
 
-// The record of a live pidfd `fd` is, or is a dup of, in its process; null otherwise.
-const image::Fd* LivePidfdOf(const image::Process& proc, const image::Fd& fd) {
-  const image::Fd* origin = &fd;
-  if (fd.is_dup()) {
-    if (fd.dup_of_pid() != 0 && fd.dup_of_pid() != proc.pid()) return nullptr;
-    origin = nullptr;
-    for (const image::Fd& o : proc.fds()) {
-      if (o.fd() == fd.dup_of() && !o.is_dup()) origin = &o;
-    }
-    if (origin == nullptr) return nullptr;
+namespace {
+
+// Moves the process's new descriptor `n` to the saved number of `fd`, with its close-on-exec.
+absl::Status PlaceAt(inject::Injector& inj, long n, const image::Fd& fd) {
+  if (n == fd.fd()) {
+    return inj.Call("fcntl(F_SETFD)", SYS_fcntl, static_cast<uint64_t>(n), F_SETFD, fd.cloexec() ? FD_CLOEXEC : 0)
+        .status();
   }
-  return origin->kind() == image::Fd::PIDFD && origin->pidfd_pid() != 0 ? origin : nullptr;
+  RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(n),
+                           static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0)
+                      .status());
+  return inj.Call("close", SYS_close, static_cast<uint64_t>(n)).status();
 }
 
-absl::Status RestorePidfds(inject::Injector& inj, const image::Process& proc) {
-  for (const image::Fd& fd : proc.fds()) {
-    if (fd.is_dup() || LivePidfdOf(proc, fd) == nullptr) continue;
-    constexpr int kPidfdThread = O_EXCL;  // PIDFD_THREAD, Linux 6.9+
-    ASSIGN_OR_RETURN(long n, inj.Call(absl::StrFormat("pidfd_open(%d) for fd %d", fd.pidfd_pid(), fd.fd()),
-                                      SYS_pidfd_open, static_cast<uint64_t>(fd.pidfd_pid()),
-                                      static_cast<uint64_t>(fd.flags() & (O_NONBLOCK | kPidfdThread))));
-    if (n != fd.fd()) {
-      RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(n),
-                               static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0)
-                          .status());
-      RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(n)).status());
-    } else if (!fd.cloexec()) {
-      RETURN_IF_ERROR(inj.Call("fcntl(F_SETFD, 0)", SYS_fcntl, static_cast<uint64_t>(n), F_SETFD, 0).status());
+// Opens description `fd` inside the process; returns the new descriptor's number there.
+absl::StatusOr<long> OpenOne(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Fd& fd) {
+  constexpr int kPidfdThread = O_EXCL;  // PIDFD_THREAD, Linux 6.9+
+  if (fd.kind() == image::Fd::PIDFD) {
+    return inj.Call(absl::StrFormat("pidfd_open(%d) for fd %d", fd.pidfd_pid(), fd.fd()), SYS_pidfd_open,
+                    static_cast<uint64_t>(fd.pidfd_pid()), static_cast<uint64_t>(fd.flags() & (O_NONBLOCK | kPidfdThread)));
+  }
+  std::string path = fd.kind() == image::Fd::NAMESPACE ? absl::StrCat("/proc/self/ns/", fd.ns_name()) : fd.path();
+  int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
+  ASSIGN_OR_RETURN(uint64_t addr, scratch.PutString(0, path));
+  ASSIGN_OR_RETURN(long n, inj.Call(absl::StrFormat("open %s for fd %d", path, fd.fd()), SYS_openat,
+                                    static_cast<uint64_t>(AT_FDCWD), addr, static_cast<uint64_t>(flags), 0));
+  if (fd.kind() == image::Fd::PROC_FILE && fd.pos() != 0) {
+    ASSIGN_OR_RETURN(long at, inj.Call(absl::StrFormat("lseek %s to %d", path, fd.pos()), SYS_lseek,
+                                       static_cast<uint64_t>(n), static_cast<uint64_t>(fd.pos()), SEEK_SET));
+    if (at != fd.pos()) {
+      return absl::DataLossError(absl::StrFormat("lseek %s (fd %d) to %d gave %d", path, fd.fd(), fd.pos(), at));
     }
   }
+  return n;
+}
+
+}  // namespace
+
+absl::Status OpenInProcess(inject::Injector& inj, inject::RemoteScratch& scratch,
+                           const std::vector<const image::Process*>& procs, const image::Process& proc) {
   for (const image::Fd& fd : proc.fds()) {
-    if (!fd.is_dup() || LivePidfdOf(proc, fd) == nullptr) continue;
-    RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(fd.dup_of()),
-                             static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0)
-                        .status());
+    if (fd.is_dup() || !OpenedInProcess(fd)) continue;
+    ASSIGN_OR_RETURN(long n, OpenOne(inj, scratch, fd));
+    RETURN_IF_ERROR(PlaceAt(inj, n, fd));
+  }
+  for (const image::Fd& fd : proc.fds()) {
+    const image::Fd* origin = fd.is_dup() ? OriginOf(procs, proc, fd) : nullptr;
+    if (origin == nullptr || !OpenedInProcess(*origin)) continue;
+    pid_t of = fd.dup_of_pid() != 0 ? fd.dup_of_pid() : proc.pid();
+    if (of == proc.pid()) {
+      RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(fd.dup_of()),
+                               static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0)
+                          .status());
+      continue;
+    }
+    // Shared with another process of the checkpoint (inherited over fork), built before this
+    // one: taken from it, so that both hold one description again.
+    ASSIGN_OR_RETURN(long pidfd, inj.Call(absl::StrFormat("pidfd_open(%d) to take its fd %d", of, fd.dup_of()),
+                                          SYS_pidfd_open, static_cast<uint64_t>(of), 0));
+    absl::StatusOr<long> n = inj.Call(absl::StrFormat("pidfd_getfd(fd %d of pid %d) for fd %d", fd.dup_of(), of, fd.fd()),
+                                      SYS_pidfd_getfd, static_cast<uint64_t>(pidfd), static_cast<uint64_t>(fd.dup_of()), 0);
+    RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(pidfd)).status());
+    if (!n.ok()) return n.status();
+    RETURN_IF_ERROR(PlaceAt(inj, *n, fd));
   }
   return absl::OkStatus();
 }
 
-absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters) {
+absl::Status InstallFds(inject::Injector& inj, const std::vector<const image::Process*>& procs,
+                        const image::Process& proc, const Masters& masters) {
   for (const image::Fd& fd : proc.fds()) {
-    if (LivePidfdOf(proc, fd) != nullptr) continue;  // RestorePidfds
+    const image::Fd* origin = OriginOf(procs, proc, fd);
+    if (origin != nullptr && OpenedInProcess(*origin)) continue;  // OpenInProcess
     std::pair<pid_t, int> key = {proc.pid(), fd.fd()};
     if (fd.is_dup()) key = {fd.dup_of_pid() != 0 ? fd.dup_of_pid() : proc.pid(), fd.dup_of()};
     auto it = masters.fds.find(key);

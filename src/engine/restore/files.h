@@ -68,14 +68,20 @@ absl::StatusOr<UniqueFd> RecreateDeleted(const std::string& path, uint32_t mode)
 absl::Status FillSavedFile(int f, const std::string& content, const image::SavedFile& layout, const std::string& what);
 
 // In the task `inj` drives, which holds copies of all masters: dup3s its saved
-// descriptors into place. The caller closes the masters (close_range from Masters::base)
-// once no process sharing the table needs them.
-absl::Status InstallFds(inject::Injector& inj, const image::Process& proc, const Masters& masters);
+// descriptors into place, but for those OpenInProcess opens. The caller closes the masters
+// (close_range from Masters::base) once no process sharing the table needs them.
+absl::Status InstallFds(inject::Injector& inj, const std::vector<const image::Process*>& procs,
+                        const image::Process& proc, const Masters& masters);
 
-// In the task `inj` drives, once every process of the tree exists and after InstallFds: its
-// pidfds of live processes (and their dups), made with pidfd_open from inside, so that the
-// ids are the process's own. A pidfd of a reaped process is a master (OpenMasters).
-absl::Status RestorePidfds(inject::Injector& inj, const image::Process& proc);
+// In the task `inj` drives, once every process of the tree exists and after InstallFds: the
+// descriptions whose object depends on who opens them, opened from inside so that they name
+// the restored processes — pidfds of live processes (pidfd_open with the process's own ids),
+// files of /proc/PID entries (by the path the process saw), its own namespaces' files
+// (/proc/self/ns) — and their dups; a dup held by a process built earlier is taken from it
+// (pidfd_getfd), so that both share one description again. A pidfd of a reaped process is a
+// master (OpenMasters).
+absl::Status OpenInProcess(inject::Injector& inj, inject::RemoteScratch& scratch,
+                           const std::vector<const image::Process*>& procs, const image::Process& proc);
 
 // In the task `inj` drives, once its descriptors and threads are in place: the saved
 // F_SETOWN_EX owners and F_SETSIG signals of its descriptions, set from inside.

@@ -520,8 +520,8 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   if (own_table) {
-    RETURN_IF_ERROR(InstallFds(inj, proc, masters));
-    RETURN_IF_ERROR(RestorePidfds(inj, proc));
+    RETURN_IF_ERROR(InstallFds(inj, procs, proc, masters));
+    RETURN_IF_ERROR(OpenInProcess(inj, scratch, procs, proc));
     RETURN_IF_ERROR(ListenSockets(inj, proc));
     RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
   }

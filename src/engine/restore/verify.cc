@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -271,9 +272,26 @@ void CompareFds(const image::Process& proc, pid_t host, const IdMap& ids, const 
     f->Compare(what + " flags", absl::StrFormat("%#o", fd.flags() & kComparedFdFlags),
                absl::StrFormat("%#o", info.flags & kComparedFdFlags));
     if (fd.kind() == image::Fd::TIMERFD) CompareTimerfd(what, fd.timerfd(), info, f);
-    if (fd.kind() == image::Fd::REGULAR) {
+    if (fd.kind() == image::Fd::REGULAR || fd.kind() == image::Fd::PROC_FILE) {
       f->Compare(what + " offset", fd.pos(), info.pos);
-      if (!fd.deleted()) f->Compare(what + " file", fd.path(), info.target);
+      // A file opened by its handle shows whichever of its names the kernel finds.
+      if (!fd.deleted() && fd.handle().empty()) f->Compare(what + " file", fd.path(), info.target);
+    }
+    if (!fd.handle().empty()) {
+      struct stat st {};
+      std::string link = absl::StrFormat("/proc/%d/fd/%d", host, fd.fd());
+      if (::stat(link.c_str(), &st) != 0) {
+        f->Add(absl::StrFormat("%s: stat %s: %s", what, link, ErrnoStatus("").message()));
+      } else {
+        f->Compare(what + " file (device:inode)", absl::StrCat(fd.file().dev(), ":", fd.file().ino()),
+                   absl::StrCat(st.st_dev, ":", st.st_ino));
+      }
+    }
+    if (fd.kind() == image::Fd::NAMESPACE) {
+      std::error_code ec;
+      auto own = std::filesystem::read_symlink(absl::StrFormat("/proc/%d/ns/%s", host, fd.ns_name()), ec);
+      f->Compare(what + " namespace (the process's own " + fd.ns_name() + ")", ec ? ec.message() : own.string(),
+                 info.target);
     }
   }
   for (const auto& [n, info] : got) {
@@ -308,7 +326,7 @@ void CompareLocks(const image::Process& proc, pid_t host, const IdMap& ids, cons
     // exited leaves its lock to the restorer).
     bool owners = true;
     for (const image::FileLock& l : fd.locks()) {
-      if (l.kind() == image::FileLock::FLOCK) {
+      if (l.kind() == image::FileLock::FLOCK || l.kind() == image::FileLock::LEASE) {
         owners = owners && l.pid() != 0 && in_checkpoint.count(l.pid()) > 0;
       }
     }
@@ -319,6 +337,8 @@ void CompareLocks(const image::Process& proc, pid_t host, const IdMap& ids, cons
         want.push_back(LockText("FLOCK", l.write(), l.start(), l.end(), owners ? ids.Host(l.pid()) : 0));
       } else if (l.kind() == image::FileLock::OFD) {
         want.push_back(LockText("OFD", l.write(), l.start(), l.end(), 0));
+      } else if (l.kind() == image::FileLock::LEASE) {
+        want.push_back(LockText("LEASE", l.write(), 0, -1, owners ? ids.Host(l.pid()) : 0));
       }
     }
     auto locks = proc::ParseLocks(*it->second);
@@ -331,6 +351,7 @@ void CompareLocks(const image::Process& proc, pid_t host, const IdMap& ids, cons
       if (l.kind == "FLOCK") have.push_back(LockText("FLOCK", l.write, l.start, l.end, owners ? l.pid : 0));
       else if (l.kind == "OFDLCK") have.push_back(LockText("OFD", l.write, l.start, l.end, 0));
       else if (l.kind == "POSIX") have.push_back(LockText("POSIX", l.write, l.start, l.end, l.pid));
+      else if (l.kind == "LEASE") have.push_back(LockText("LEASE", l.write, l.start, l.end, owners ? l.pid : 0));
       else have.push_back(LockText(l.kind, l.write, l.start, l.end, l.pid));
     }
     std::sort(want.begin(), want.end());
