@@ -31,6 +31,7 @@
 #include "engine/dump/precopy.h"
 #include "engine/dump/precopy_tree.h"
 #include "engine/dump/tracker.h"
+#include "engine/dump/aio.h"
 #include "engine/dump/namespaces.h"
 #include "common/stop_points.h"
 #include "engine/dump/sysv_ipc.h"
@@ -453,6 +454,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     ckpt.set_own_ipc_ns(true);
     RETURN_IF_ERROR(CaptureSysvIpc(opts.pid, writer, ckpt.mutable_ipc()));
   }
+  RETURN_IF_ERROR(CheckAioRingsQuiet(live, live_procs));  // before LocalizeIds: host ids
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   timer.Mark("fds");
   RETURN_IF_ERROR(StopPoint("fds"));

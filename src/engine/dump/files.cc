@@ -27,6 +27,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/proc/fds.h"
+#include "engine/proc/maps.h"
 #include "engine/proc/mountinfo.h"
 #include "engine/dump/inotify.h"
 #include "engine/dump/sockets.h"
@@ -298,40 +299,55 @@ std::optional<pid_t> OwnNamespaceId(pid_t tid) {
   return std::nullopt;
 }
 
-// A file of a /proc/N entry: N must be a process or thread of the checkpoint as the holder
-// sees it, and the file of the /proc the holder sees (its root's /proc), so that the restored
-// process opening the same path gets the same file of its restored self or sibling.
+// The start time (field 22 of /proc/.../stat) of the process a /proc stat file describes.
+std::optional<std::string> StartTime(const std::string& stat_path) {
+  auto text = ReadFile(stat_path);
+  if (!text.ok()) return std::nullopt;
+  size_t paren = text->rfind(')');
+  if (paren == std::string::npos) return std::nullopt;
+  std::vector<absl::string_view> f = absl::StrSplit(absl::string_view(*text).substr(paren + 2), ' ');
+  if (f.size() < 20) return std::nullopt;
+  return std::string(f[19]);  // fields from the 3rd: starttime is the 22nd
+}
+
+// A file of a /proc/N entry: N must be a process of the checkpoint as the holder sees it, on
+// the /proc the holder sees (its root's /proc, showing the holder under its own id: the procfs
+// of its PID namespace), so that the restored process opening the same path gets the same file
+// of its restored self or sibling. Files of a thread's own entry (/proc/N/task/T, T another
+// thread) are refused: restore opens the file before the thread exists.
 absl::Status CaptureProcFile(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info,
                              const struct stat& st, image::Fd* fd) {
-  absl::string_view rest = info.target;
-  absl::ConsumePrefix(&rest, "/proc/");
+  auto refuse = [&](absl::string_view why) {
+    return absl::UnimplementedError(absl::StrFormat("pid %d fd %d is %s, %s — close it before checkpointing", pid,
+                                                    info.fd, info.target, why));
+  };
+  std::vector<absl::string_view> parts = absl::StrSplit(info.target, '/');  // "", "proc", N, ...
   pid_t n = 0;
-  absl::string_view digits = rest.substr(0, rest.find('/'));
-  if (!absl::SimpleAtoi(digits, &n)) {
+  if (parts.size() < 3 || !absl::SimpleAtoi(parts[2], &n)) {
     return absl::InternalError(absl::StrFormat("pid %d fd %d: %s is not under /proc/PID", pid, info.fd, info.target));
+  }
+  pid_t t = 0;
+  if (parts.size() >= 5 && parts[3] == "task" && absl::SimpleAtoi(parts[4], &t) && t != n) {
+    return refuse(absl::StrFormat("a file of the /proc entry of thread %d of process %d; restore cannot open it "
+                                  "again before the thread exists",
+                                  t, n));
   }
   std::string own_proc = absl::StrCat("/proc/", pid, "/root/proc");
   struct stat pst {};
-  if (::stat(own_proc.c_str(), &pst) != 0 || pst.st_dev != st.st_dev) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "pid %d fd %d is %s, a file of a /proc other than the one the process sees at /proc (another PID "
-        "namespace's); restore could not open it again — close it before checkpointing",
-        pid, info.fd, info.target));
+  std::optional<pid_t> self = OwnNamespaceId(pid);
+  std::optional<std::string> seen_there = self ? StartTime(absl::StrCat(own_proc, "/", *self, "/stat")) : std::nullopt;
+  std::optional<std::string> seen_here = StartTime(absl::StrCat("/proc/", pid, "/stat"));
+  if (::stat(own_proc.c_str(), &pst) != 0 || pst.st_dev != st.st_dev || !seen_there || seen_there != seen_here) {
+    return refuse("a file of a /proc other than the one of the process's own PID namespace at its /proc; restore "
+                  "could not open it again");
   }
   bool inside = false;
-  for (pid_t p : pids) {
-    std::error_code ec;
-    for (const auto& t : std::filesystem::directory_iterator(absl::StrCat("/proc/", p, "/task"), ec)) {
-      pid_t tid = 0;
-      if (!absl::SimpleAtoi(t.path().filename().string(), &tid)) continue;
-      inside = inside || OwnNamespaceId(tid) == n;
-    }
-  }
+  for (pid_t p : pids) inside = inside || OwnNamespaceId(p) == n;
   if (!inside) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "pid %d fd %d is %s, a file of the /proc entry of process %d, which is not part of the checkpoint; after a "
-        "restore that id could be any process — checkpoint the tree that holds it (--tree), or close the file first",
-        pid, info.fd, info.target, n));
+    return refuse(absl::StrFormat("a file of the /proc entry of process %d, which is not part of the checkpoint; "
+                                  "after a restore that id could be any process (checkpoint the tree that holds it "
+                                  "with --tree, or close the file)",
+                                  n));
   }
   fd->set_kind(image::Fd::PROC_FILE);
   fd->set_pos(info.pos);
@@ -342,8 +358,9 @@ absl::Status CaptureProcFile(const std::vector<pid_t>& pids, pid_t pid, const pr
 // A namespace file ("net:[4026531840]"): one of the holder's own namespaces, named by its
 // entry in /proc/PID/ns, or refused (restore could not find another process's namespace).
 absl::Status CaptureNamespace(pid_t pid, const proc::FdInfo& info, image::Fd* fd) {
-  static constexpr const char* kNames[] = {"net",    "uts",  "ipc",  "mnt",           "pid",
-                                           "cgroup", "user", "time", "pid_for_children", "time_for_children"};
+  // pid_for_children and time_for_children are made again as the process's own pid and time
+  // namespaces: one that differs from those (after unshare) is refused.
+  static constexpr const char* kNames[] = {"net", "uts", "ipc", "mnt", "pid", "cgroup", "user", "time"};
   for (const char* name : kNames) {
     std::error_code ec;
     std::filesystem::path link = std::filesystem::read_symlink(absl::StrCat("/proc/", pid, "/ns/", name), ec);
@@ -353,8 +370,9 @@ absl::Status CaptureNamespace(pid_t pid, const proc::FdInfo& info, image::Fd* fd
     }
   }
   return absl::UnimplementedError(absl::StrFormat(
-      "pid %d fd %d is a descriptor of a namespace the process is not in (%s); restore could not open it again — "
-      "close it before checkpointing (descriptors of the process's own namespaces are saved)",
+      "pid %d fd %d is a descriptor of a namespace the process is not in (%s; or one it made for its children "
+      "only); restore could not open it again — close it before checkpointing (descriptors of the process's own "
+      "namespaces are saved)",
       pid, info.fd, info.target));
 }
 
@@ -390,6 +408,16 @@ absl::Status CaptureHandle(pid_t pid, const proc::FdInfo& info, const struct sta
         "pid %d fd %d is %s, a file whose name was removed while another link keeps it, on a file system the "
         "process sees no mount of (%s); restore could not find it again",
         pid, info.fd, info.target, mount.status().message()));
+  }
+  // Restore opens the mount point by that path from where it runs (this machine's, or the
+  // job's, view of the same mounts): it must be there, on the file's file system.
+  struct stat mst {};
+  if (::stat(mount->c_str(), &mst) != 0 || mst.st_dev != st.st_dev) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d is %s, a file whose name was removed while another link keeps it, on a file system mounted "
+        "for the process at %s, which is not that file system here; restore could not find it again — open it by "
+        "its other name before checkpointing",
+        pid, info.fd, info.target, *mount));
   }
   fd->set_handle(std::string(reinterpret_cast<const char*>(fh->f_handle), fh->handle_bytes));
   fd->set_handle_type(fh->handle_type);
@@ -439,9 +467,40 @@ absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, cons
   }
 }
 
+// A lease is taken again by F_SETLEASE, which fails while the file has openers it would
+// conflict with. Restore makes a deleted file or memfd again with a description of its own
+// (and saving its content opens it, which would break a write lease while its holder is
+// frozen), and maps a mapped file through descriptions of its own: a lease on a deleted file,
+// or a write lease on a file the tree maps, is refused here rather than at restore.
+absl::Status CheckLeaseRestorable(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info,
+                                  const struct stat& st, bool write) {
+  if (st.st_nlink == 0) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "pid %d fd %d holds a file lease (fcntl F_SETLEASE) on %s, a file whose name was removed (or a memfd); "
+        "such a lease cannot be taken again on the file restore makes — release it (F_SETLEASE, F_UNLCK) before "
+        "checkpointing",
+        pid, info.fd, info.target));
+  }
+  if (!write) return absl::OkStatus();
+  for (pid_t p : pids) {
+    ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(p));
+    for (const proc::MapEntry& m : maps) {
+      if (m.inode == st.st_ino && makedev(m.dev_major, m.dev_minor) == st.st_dev) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "pid %d fd %d holds a write lease (fcntl F_SETLEASE, F_WRLCK) on %s, which pid %d also maps at %#x; "
+            "restore maps it through an open of its own, and a write lease allows no other — release the lease or "
+            "unmap the file before checkpointing",
+            pid, info.fd, info.target, p, m.start));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The locks held through a regular file's descriptor, into `fd`.
-absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
+absl::Status CaptureLocks(const std::vector<pid_t>& pids, pid_t pid, const proc::FdInfo& info, const struct stat& st,
                           std::set<std::pair<pid_t, uint64_t>>* posix_locked, image::Fd* fd) {
+  uint64_t ino = st.st_ino;
   bool posix_new = !posix_locked->count({pid, ino});
   ASSIGN_OR_RETURN(std::vector<proc::LockInfo> locks, proc::ParseLocks(info));
   for (const proc::LockInfo& l : locks) {
@@ -464,6 +523,7 @@ absl::Status CaptureLocks(pid_t pid, const proc::FdInfo& info, uint64_t ino,
             "or downgraded it",
             pid, info.fd, info.target, l.mode));
       }
+      RETURN_IF_ERROR(CheckLeaseRestorable(pids, pid, info, st, l.write));
       lock.set_kind(image::FileLock::LEASE);
       lock.set_pid(l.pid);
       lock.set_write(l.write);
@@ -715,7 +775,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     }
     if (S_ISREG(st.st_mode)) {
       fd.set_kind(image::Fd::REGULAR);
-      RETURN_IF_ERROR(CaptureLocks(pid, info, st.st_ino, &posix_locked, &fd));
+      RETURN_IF_ERROR(CaptureLocks(pids, pid, info, st, &posix_locked, &fd));
       if (st.st_nlink == 0) {
         fd.set_deleted(true);
         if (absl::EndsWith(path, " (deleted)")) path.resize(path.size() - 10);

@@ -1,4 +1,5 @@
 #include "engine/dump/memory.h"
+#include "engine/dump/aio.h"
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
@@ -435,11 +436,7 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
         return unsupported("a part of a System V shared memory segment (partly unmapped or with mixed protections)");
       }
     } else if (p == "/[aio] (deleted)") {
-      // The ring of an io_setup context: the kernel's own object, whose id is its address.
-      return absl::UnimplementedError(absl::StrFormat(
-          "pid %d has an AIO context (io_setup) whose ring is mapped at %#x-%#x; AIO contexts cannot be "
-          "checkpointed yet — io_destroy it first, or use io_uring or threads for asynchronous I/O",
-          pid, m.start, m.end));
+      RETURN_IF_ERROR(DescribeAioRing(pid, m, &v));  // aio.h
     } else if (absl::StartsWith(p, "/memfd:") &&
                std::find(m.vm_flags.begin(), m.vm_flags.end(), "ht") != m.vm_flags.end()) {
       return unsupported("a hugetlb memfd");

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -11,6 +12,26 @@
 #include "common/status.h"
 
 namespace cairn::proc {
+
+namespace {
+
+// A mountinfo field with its octal escapes ("\040" for a space, "\134" for a backslash...) undone.
+std::string Unescape(absl::string_view field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    bool escape = field[i] == '\\' && i + 3 < field.size() && absl::ascii_isdigit(field[i + 1]) &&
+                  absl::ascii_isdigit(field[i + 2]) && absl::ascii_isdigit(field[i + 3]);
+    if (escape) {
+      out.push_back(static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0')));
+      i += 3;
+    } else {
+      out.push_back(field[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> MountPointOf(pid_t pid, dev_t dev) {
   std::string path = absl::StrCat("/proc/", pid, "/mountinfo");
@@ -21,8 +42,8 @@ absl::StatusOr<std::string> MountPointOf(pid_t pid, dev_t dev) {
     // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw"
     std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
     if (f.size() < 5 || f[2] != want) continue;
-    if (f[3] == "/") return std::string(f[4]);
-    if (found.empty()) found = std::string(f[4]);
+    if (f[3] == "/") return Unescape(f[4]);
+    if (found.empty()) found = Unescape(f[4]);
   }
   if (found.empty()) return absl::NotFoundError(absl::StrFormat("no mount of device %s in %s", want, path));
   return found;

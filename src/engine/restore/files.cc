@@ -24,6 +24,8 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -433,27 +435,24 @@ absl::StatusOr<UniqueFd> CreateKernelObject(const image::Fd& fd, pid_t pid) {
 // reading and writing (which never blocks), checks it is the same FIFO, and puts back the
 // bytes that waited in it; with that hold, each saved end opens without blocking, and
 // takes its saved status flags after. The holds are dropped once every end is open.
-// A FIFO whose name was removed while it was open, made again: under its old name when that
-// is free (so that /proc/PID/fd shows the same "NAME (deleted)"), otherwise in a directory of
-// our own; opened for reading and writing (the restorer's hold), given the saved owner and
-// mode, and its name removed at once.
+// A FIFO whose name was removed while it was open, made again: in a directory of our own (0700,
+// root's: nothing can be swapped in there), opened for reading and writing (the restorer's hold),
+// its name and the directory removed at once, then given the saved owner and mode.
 absl::StatusOr<UniqueFd> MakeUnlinkedFifo(const image::Fd& fd, const std::string& what) {
-  std::string path = fd.path();
-  std::string made_dir;
+  char tmpl[] = "/tmp/cairn-fifo-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return ErrnoStatus("make a directory for " + what);
+  std::string dir = tmpl;
+  std::string path = dir + "/fifo";
+  absl::Status st = absl::OkStatus();
+  UniqueFd h;
   if (::mkfifo(path.c_str(), 0600) != 0) {
-    char tmpl[] = "/tmp/cairn-fifo-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return ErrnoStatus("make a directory for " + what);
-    made_dir = tmpl;
-    path = made_dir + "/fifo";
-    if (::mkfifo(path.c_str(), 0600) != 0) {
-      ::rmdir(made_dir.c_str());
-      return ErrnoStatus("make " + what + " again (mkfifo " + path + ")");
-    }
+    st = ErrnoStatus("make " + what + " again (mkfifo " + path + ")");
+  } else {
+    h = UniqueFd(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
+    if (!h.valid()) st = ErrnoStatus("open " + what + " made again at " + path);
+    ::unlink(path.c_str());
   }
-  UniqueFd h(::open(path.c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
-  absl::Status st = h.valid() ? absl::OkStatus() : ErrnoStatus("open " + what + " made again at " + path);
-  ::unlink(path.c_str());
-  if (!made_dir.empty()) ::rmdir(made_dir.c_str());
+  ::rmdir(dir.c_str());
   RETURN_IF_ERROR(st);
   if (::fchown(h.get(), fd.saved_file().uid(), fd.saved_file().gid()) != 0 || ::fchmod(h.get(), fd.mode() & 07777) != 0) {
     return ErrnoStatus("give " + what + " its owner and mode back");
@@ -828,18 +827,51 @@ absl::Status PlaceAt(inject::Injector& inj, long n, const image::Fd& fd) {
   return inj.Call("close", SYS_close, static_cast<uint64_t>(n)).status();
 }
 
+// Whether `path` is a file of the /proc entry of a process of the checkpoint, named plainly:
+// "/proc/N/..." with N one of `procs`, and no "." or ".." component (an image's path is not
+// trusted: it is opened as root).
+bool PlainProcPath(const std::vector<const image::Process*>& procs, absl::string_view path) {
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
+  pid_t n = 0;
+  if (parts.size() < 3 || !parts[0].empty() || parts[1] != "proc" || !absl::SimpleAtoi(parts[2], &n)) return false;
+  for (size_t i = 3; i < parts.size(); ++i) {
+    if (parts[i].empty() || parts[i] == "." || parts[i] == "..") return false;
+  }
+  return std::any_of(procs.begin(), procs.end(), [&](const image::Process* p) { return p->pid() == n; });
+}
+
 // Opens description `fd` inside the process; returns the new descriptor's number there.
-absl::StatusOr<long> OpenOne(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Fd& fd) {
+absl::StatusOr<long> OpenOne(inject::Injector& inj, inject::RemoteScratch& scratch,
+                             const std::vector<const image::Process*>& procs, const image::Fd& fd) {
   constexpr int kPidfdThread = O_EXCL;  // PIDFD_THREAD, Linux 6.9+
   if (fd.kind() == image::Fd::PIDFD) {
     return inj.Call(absl::StrFormat("pidfd_open(%d) for fd %d", fd.pidfd_pid(), fd.fd()), SYS_pidfd_open,
                     static_cast<uint64_t>(fd.pidfd_pid()), static_cast<uint64_t>(fd.flags() & (O_NONBLOCK | kPidfdThread)));
   }
+  static const std::set<std::string> kNamespaces = {"net", "uts", "ipc", "mnt", "pid", "cgroup", "user", "time"};
+  if (fd.kind() == image::Fd::NAMESPACE && !kNamespaces.count(fd.ns_name())) {
+    return absl::DataLossError(absl::StrFormat("fd %d: '%s' is not a namespace (corrupt image)", fd.fd(), fd.ns_name()));
+  }
+  if (fd.kind() == image::Fd::PROC_FILE && !PlainProcPath(procs, fd.path())) {
+    return absl::DataLossError(absl::StrFormat(
+        "fd %d: %s is not a file of the /proc entry of a process of the checkpoint (corrupt image)", fd.fd(), fd.path()));
+  }
   std::string path = fd.kind() == image::Fd::NAMESPACE ? absl::StrCat("/proc/self/ns/", fd.ns_name()) : fd.path();
   int flags = (fd.flags() & ~(O_CREAT | O_EXCL | O_TRUNC)) | O_NOCTTY | O_CLOEXEC;
   ASSIGN_OR_RETURN(uint64_t addr, scratch.PutString(0, path));
-  ASSIGN_OR_RETURN(long n, inj.Call(absl::StrFormat("open %s for fd %d", path, fd.fd()), SYS_openat,
-                                    static_cast<uint64_t>(AT_FDCWD), addr, static_cast<uint64_t>(flags), 0));
+  long n = 0;
+  if (fd.kind() == image::Fd::PROC_FILE) {
+    // Through no symlink and no magic link (/proc/N/root, /proc/N/cwd...): only the entry's own files.
+    struct {
+      uint64_t flags, mode, resolve;
+    } how{static_cast<uint64_t>(static_cast<uint32_t>(flags)), 0, 0x02 | 0x04 /* RESOLVE_NO_MAGICLINKS, _NO_SYMLINKS */};
+    ASSIGN_OR_RETURN(uint64_t how_addr, scratch.Put(4096, &how, sizeof how));
+    ASSIGN_OR_RETURN(n, inj.Call(absl::StrFormat("open %s for fd %d", path, fd.fd()), SYS_openat2,
+                                 static_cast<uint64_t>(AT_FDCWD), addr, how_addr, sizeof how));
+  } else {
+    ASSIGN_OR_RETURN(n, inj.Call(absl::StrFormat("open %s for fd %d", path, fd.fd()), SYS_openat,
+                                 static_cast<uint64_t>(AT_FDCWD), addr, static_cast<uint64_t>(flags), 0));
+  }
   if (fd.kind() == image::Fd::PROC_FILE && fd.pos() != 0) {
     ASSIGN_OR_RETURN(long at, inj.Call(absl::StrFormat("lseek %s to %d", path, fd.pos()), SYS_lseek,
                                        static_cast<uint64_t>(n), static_cast<uint64_t>(fd.pos()), SEEK_SET));
@@ -856,7 +888,7 @@ absl::Status OpenInProcess(inject::Injector& inj, inject::RemoteScratch& scratch
                            const std::vector<const image::Process*>& procs, const image::Process& proc) {
   for (const image::Fd& fd : proc.fds()) {
     if (fd.is_dup() || !OpenedInProcess(fd)) continue;
-    ASSIGN_OR_RETURN(long n, OpenOne(inj, scratch, fd));
+    ASSIGN_OR_RETURN(long n, OpenOne(inj, scratch, procs, fd));
     RETURN_IF_ERROR(PlaceAt(inj, n, fd));
   }
   for (const image::Fd& fd : proc.fds()) {

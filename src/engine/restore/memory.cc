@@ -455,6 +455,43 @@ absl::Status PlaceSharedAnon(inject::Injector& inj, const image::Process& proc, 
   return absl::OkStatus();
 }
 
+namespace {
+
+// An AIO context made again (dump/aio.h): io_setup for the number of events that gives a ring
+// of the saved size (the kernel asks for 2n + 2 slots, at least 8 per possible CPU, and fills
+// the ring's last page: a ring of p pages has 128p - 1; n = 64p - 2 gives p pages), checked,
+// then moved with mremap to the saved ring's address, which is the context's id (the
+// kernel follows a ring that moves). The saved ring held no completion not yet collected, so the
+// new one, empty, is what the process would have found.
+absl::Status RecreateAioRing(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Vma& v) {
+  constexpr size_t kCtxOff = 8192;
+  uint64_t ctx = 0;
+  ASSIGN_OR_RETURN(uint64_t ctx_addr, scratch.Put(kCtxOff, &ctx, sizeof ctx));
+  std::string what = absl::StrFormat("the AIO context (io_setup) at %#x", v.start());
+  uint64_t n = std::max<uint64_t>((v.aio_nr() + 1) / 2, 3) - 2;
+  RETURN_IF_ERROR(inj.Call("io_setup for " + what, SYS_io_setup, n, ctx_addr).status());
+  RETURN_IF_ERROR(scratch.Get(kCtxOff, &ctx, sizeof ctx));
+  uint32_t header[2] = {};  // id, nr
+  RETURN_IF_ERROR(inject::ReadRemote(inj.tid(), ctx, header, sizeof header));
+  if (header[1] != v.aio_nr()) {
+    (void)inj.Call("io_destroy", SYS_io_destroy, ctx);
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s had a ring of %u events; here io_setup gives %u (the kernel sizes rings by the number of possible "
+        "CPUs and its version: this machine has more, or another kernel) — restore it on a machine like the one "
+        "it was checkpointed on",
+        what, v.aio_nr(), header[1]));
+  }
+  uint64_t len = v.end() - v.start();
+  ASSIGN_OR_RETURN(long at, inj.Call("mremap " + what, SYS_mremap, ctx, len, len,
+                                     static_cast<uint64_t>(MREMAP_MAYMOVE | MREMAP_FIXED), v.start()));
+  if (static_cast<uint64_t>(at) != v.start()) {
+    return absl::InternalError(absl::StrFormat("mremap moved %s to %#x", what, at));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
                         const image::Process& proc, int threads,
                         const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects,
@@ -473,6 +510,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
     if (v.kind() == image::Vma::SHARED_ANON) continue;  // inherited from the root, filled there
+    if (v.kind() == image::Vma::AIO_RING) continue;     // once every area is in place, below
     if (v.kind() == image::Vma::SYSV_SHM) {
       // Attached again by id, in the job's IPC namespace where the segment was made again.
       uint64_t shmflg = (v.prot() & PROT_WRITE ? 0 : SHM_RDONLY) | (v.prot() & PROT_EXEC ? SHM_EXEC : 0);
@@ -558,6 +596,9 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   for (const auto& [key, rfd] : open_files) {
     RETURN_IF_ERROR(inj.Call("close", SYS_close, static_cast<uint64_t>(rfd)).status());
   }
+  for (const image::Vma& v : proc.vmas()) {
+    if (v.kind() == image::Vma::AIO_RING) RETURN_IF_ERROR(RecreateAioRing(inj, scratch, v));
+  }
 
   CAIRN_LOG_DEBUG("event=restore_stage stage=areas_mapped pid={}", pid);
   // 2. Fill pages, verifying every block, with parallel writers.
@@ -575,7 +616,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
 
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {
-    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
+    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR || v.kind() == image::Vma::AIO_RING) continue;
     bool sysv_other = v.kind() == image::Vma::SYSV_SHM && (v.prot() & (PROT_READ | PROT_WRITE)) != PROT_READ &&
                       (v.prot() & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE);
     if (((pieces.count(&v) > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) ||

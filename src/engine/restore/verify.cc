@@ -133,6 +133,9 @@ std::vector<Range> ImageRanges(const image::Process& proc, bool flags_too) {
       case image::Vma::SYSV_SHM:
         object = absl::StrCat("sysv:", v.shmem_id());
         break;
+      case image::Vma::AIO_RING:
+        object = "aio-ring";
+        break;
       case image::Vma::FILE_PRIVATE:
       case image::Vma::FILE_SHARED:
         object = v.file_deleted() ? "deleted-file"
@@ -161,6 +164,8 @@ std::vector<Range> RestoredRanges(const std::vector<proc::MapEntry>& maps) {
     bool file = !p.empty() && p[0] == '/';
     if (absl::StartsWith(p, "/SYSV")) {  // its inode is the segment's id, which may be 0
       object = absl::StrCat("sysv:", m.inode);
+    } else if (p == "/[aio] (deleted)") {
+      object = "aio-ring";
     } else if (m.inode == 0 || !file) {
       object = "anonymous";
     } else if (m.shared && absl::StartsWith(p, "/dev/zero")) {
@@ -326,8 +331,12 @@ void CompareLocks(const image::Process& proc, pid_t host, const IdMap& ids, cons
     // exited leaves its lock to the restorer).
     bool owners = true;
     for (const image::FileLock& l : fd.locks()) {
-      if (l.kind() == image::FileLock::FLOCK || l.kind() == image::FileLock::LEASE) {
+      if (l.kind() == image::FileLock::FLOCK) {
         owners = owners && l.pid() != 0 && in_checkpoint.count(l.pid()) > 0;
+      }
+      // A lease whose taker no longer holds the description is taken by its holder (files.cc).
+      if (l.kind() == image::FileLock::LEASE) {
+        owners = owners && l.pid() == proc.pid();
       }
     }
     for (const image::FileLock& l : fd.locks()) {
