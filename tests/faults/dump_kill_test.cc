@@ -75,9 +75,11 @@ class DumpKillTest : public ::testing::Test {
 
   std::string TargetOut() const { return dir_ / "target.out"; }
 
-  void StartTarget() {
+  void StartTarget(const std::vector<std::string>& extra = {}) {
     WriteFile(dir_ / "empty", "");
-    target_ = SpawnProgram({FAULT_TARGET, std::to_string(mib_)}, dir_ / "empty", TargetOut(), dir_ / "target.err");
+    std::vector<std::string> argv = {FAULT_TARGET, std::to_string(mib_)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    target_ = SpawnProgram(argv, dir_ / "empty", TargetOut(), dir_ / "target.err");
     ASSERT_GT(target_, 0);
     auto deadline = Clock::now() + 60s;
     while (ReadFile(TargetOut()).find("ready") == std::string::npos) {
@@ -205,6 +207,18 @@ TEST_F(DumpKillTest, LeaveRunningDumpKilledAtEveryStageLeavesTheProcessAsItWas) 
 
 TEST_F(DumpKillTest, DumpKilledAtEveryStageBeforeItsCommitLeavesTheProcessAsItWas) {
   AtEveryStage({"frozen", "injecting", "batch", "task_state", "pages", "fds"}, kAllSignals, /*leave_running=*/false);
+}
+
+// A process that unmapped its vDSO: the injected code goes into the end of a text page
+// instead, and a dump killed at each stage still leaves it exactly as it was, those bytes
+// included (fault_target checks them).
+TEST_F(DumpKillTest, WithoutAVdsoADumpKilledAtEveryStageLeavesTheProcessAsItWas) {
+  KillAndWait(target_);
+  std::filesystem::remove(TargetOut());
+  StartTarget({"novdso"});
+  ASSERT_EQ(AskTarget().rfind("PASS", 0), 0u) << ReadFile(TargetOut()) << ReadFile(dir_ / "target.err");
+  AtEveryStage({"trampoline", "injecting", "batch", "pages", "thawed"}, {SIGKILL, SIGTERM}, /*leave_running=*/true);
+  AtEveryStage({"injecting", "pages", "fds"}, {SIGKILL}, /*leave_running=*/false);
 }
 
 // Past its commit a dump that kills its process has done what it was asked: the guardian

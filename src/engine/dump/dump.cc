@@ -65,17 +65,16 @@ class StageTimer {
   Clock::time_point last_;
 };
 
-absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& vmas, uint64_t* start,
-                                      uint64_t* end) {
+// The checksum of the process's vDSO, to tell at restore whether the kernel is the same; 0
+// for a process that unmapped it.
+absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& vmas) {
   for (const image::Vma& v : vmas) {
     if (v.kind() != image::Vma::VDSO) continue;
     std::string bytes(v.end() - v.start(), '\0');
     RETURN_IF_ERROR(inject::ReadRemote(pid, v.start(), bytes.data(), bytes.size()));
-    *start = v.start();
-    *end = v.end();
     return image::Checksum(bytes.data(), bytes.size());
   }
-  return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO; cannot inject syscalls"));
+  return 0;
 }
 
 // An address where `len` bytes can be mapped in a process whose areas are `maps` (it is
@@ -196,12 +195,12 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     ASSIGN_OR_RETURN(maps, proc::ReadSmaps(pid));
   }
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
-  uint64_t vdso_start = 0, vdso_end = 0;
-  ASSIGN_OR_RETURN(uint64_t vdso_sum, VdsoChecksum(pid, vmas, &vdso_start, &vdso_end));
+  ASSIGN_OR_RETURN(uint64_t vdso_sum, VdsoChecksum(pid, vmas));
   proc->set_vdso_xxh3(vdso_sum);
   // Only now, with the vDSO's checksum taken: the trampoline goes in its tail.
   timer.Mark("areas");
-  RETURN_IF_ERROR(fp.InstallTrampoline(vdso_start, vdso_end));
+  ASSIGN_OR_RETURN(inject::TrampolineHome home, inject::FindTrampolineHome(pid));
+  RETURN_IF_ERROR(fp.InstallTrampoline(home));
   timer.Mark("trampoline");
   inject::Injector inj = fp.injector(pid);
   RETURN_IF_ERROR(StopPoint("trampoline"));
@@ -283,8 +282,10 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
 
   timer.Mark("tracking");
   RETURN_IF_ERROR(SaveDeletedMappedFiles(pid, vmas, writer, saved_files));
+  const inject::Trampoline& tramp = fp.trampoline();
   ASSIGN_OR_RETURN(MemoryStats m, DumpPages(pid, vmas, writer, opts.progress, saved_shmem,
-                                            incremental || precopied ? &written : nullptr));
+                                            incremental || precopied ? &written : nullptr, nullptr,
+                                            {tramp.addr(), tramp.addr() + inject::Trampoline::kSize}));
   if (inc.keep_tracking) {
     // Protect what the scan above did not: every private anonymous area, registering
     // the ones that are new. The process is frozen, so no write is missed.

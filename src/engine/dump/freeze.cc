@@ -123,10 +123,10 @@ inject::Injector FrozenProcess::injector(pid_t tid) const {
   return inj;
 }
 
-absl::Status FrozenProcess::InstallTrampoline(uint64_t vdso_start, uint64_t vdso_end) {
+absl::Status FrozenProcess::InstallTrampoline(const inject::TrampolineHome& home) {
   if (trampoline_.installed()) return absl::OkStatus();
   if (journal_ != nullptr) journal_->TrampolineWriting(journal_index_);
-  ASSIGN_OR_RETURN(trampoline_, inject::Trampoline::Install(pid_, vdso_start, vdso_end));
+  ASSIGN_OR_RETURN(trampoline_, inject::Trampoline::Install(pid_, home));
   if (journal_ != nullptr) journal_->TrampolineAt(journal_index_, trampoline_.addr());
   return absl::OkStatus();
 }

@@ -48,10 +48,10 @@ class FrozenProcess {
   int stop_signal_since_frozen() const { return stop_note_->load(); }
   const std::vector<ThreadState>& threads() const { return threads_; }
 
-  // Writes the injection trampoline into the process's vDSO [vdso_start, vdso_end)
-  // (inject/trampoline.h), journaled. Every injection into a frozen process goes through
-  // it; Thaw removes it.
-  absl::Status InstallTrampoline(uint64_t vdso_start, uint64_t vdso_end);
+  // Writes the injection trampoline into its home in the process (inject/trampoline.h: the
+  // vDSO's tail, or a text segment's), journaled. Every injection into a frozen process goes
+  // through it; Thaw removes it.
+  absl::Status InstallTrampoline(const inject::TrampolineHome& home);
   const inject::Trampoline& trampoline() const { return trampoline_; }
   // A guarded injector for thread `tid` of the process, with its in-call flag in the
   // journal (REQUIRES: InstallTrampoline).

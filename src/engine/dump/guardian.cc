@@ -141,8 +141,8 @@ class GuardianRepair {
       for (int i = 0; i < j_.nprocs_.load(std::memory_order_acquire); ++i) {
         const GuardJournal::Process& p = j_.procs_[i];
         if (p.trampoline_writing.load(std::memory_order_acquire) == 0 || !SameProcess(p)) continue;
-        absl::StatusOr<std::pair<uint64_t, uint64_t>> vdso = inject::VdsoRange(p.pid);
-        absl::Status s = vdso.ok() ? ClearTrampoline(p.pid, *vdso) : vdso.status();
+        absl::StatusOr<inject::TrampolineHome> home = inject::FindTrampolineHome(p.pid);
+        absl::Status s = home.ok() ? ClearTrampoline(p.pid, *home) : home.status();
         if (!s.ok() && !absl::IsNotFound(s)) {
           ++failures;
           Say(absl::StrCat("could not clear the trampoline of pid ", p.pid, ": ", s.ToString()));
@@ -288,13 +288,13 @@ class GuardianRepair {
         RETURN_IF_ERROR(inject::SetSigmask(t.tid, saved->mask));
       }
     }
-    ASSIGN_OR_RETURN(auto vdso, inject::VdsoRange(p.pid));
-    if (trampoline) RETURN_IF_ERROR(ClearTrampoline(p.pid, vdso));
+    ASSIGN_OR_RETURN(inject::TrampolineHome home, inject::FindTrampolineHome(p.pid));
+    if (trampoline) RETURN_IF_ERROR(ClearTrampoline(p.pid, home));
     // What the injected calls made: unmapped and closed with injected calls again.
     int fd = p.tracker_fd.load(std::memory_order_acquire);
     bool scratch_ours = scratch != 0 && IsScratch(p.pid, scratch);
     if (scratch_ours || fd >= 0) {
-      RETURN_IF_ERROR(fp.InstallTrampoline(vdso.first, vdso.second));
+      RETURN_IF_ERROR(fp.InstallTrampoline(home));
       inject::Injector inj = fp.injector(p.pid);
       if (scratch_ours) {
         RETURN_IF_ERROR(inj.Call("munmap scratch", SYS_munmap, scratch, inject::RemoteScratch::kSize).status());
@@ -308,8 +308,8 @@ class GuardianRepair {
 
   // Zeros over where Trampoline::Install puts its code (where the dumper may have been
   // writing it when it died).
-  static absl::Status ClearTrampoline(pid_t pid, std::pair<uint64_t, uint64_t> vdso) {
-    ASSIGN_OR_RETURN(uint64_t at, inject::Trampoline::Locate(pid, vdso.first, vdso.second));
+  static absl::Status ClearTrampoline(pid_t pid, const inject::TrampolineHome& home) {
+    ASSIGN_OR_RETURN(uint64_t at, inject::Trampoline::Locate(pid, home));
     return inject::Trampoline::Adopt(pid, at).Remove();
   }
 

@@ -541,7 +541,8 @@ absl::Status RecordGuards(pid_t pid, std::vector<image::Vma>& vmas) {
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
                                       const ProgressFn& progress, std::set<uint64_t>* saved_shmem,
                                       const WrittenPages* written,
-                                      std::vector<std::pair<uint64_t, uint64_t>>* unread) {
+                                      std::vector<std::pair<uint64_t, uint64_t>>* unread,
+                                      std::pair<uint64_t, uint64_t> zeroed) {
   std::vector<std::vector<image::PageBlock>> blocks(vmas.size());
   auto t_start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(RecordGuards(pid, vmas));
@@ -637,6 +638,8 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
     Batch batch{{}, buf};
     for (size_t k = 0; k < pieces.size(); ++k) {
       if (skipped[k]) continue;
+      uint64_t z0 = std::max(zeroed.first, pieces[k].vaddr), z1 = std::min(zeroed.second, pieces[k].vaddr + pieces[k].len);
+      if (z0 < z1) std::memset(buf + pieces[k].offset + (z0 - pieces[k].vaddr), 0, z1 - z0);
       bool skip_zero = vmas[pieces[k].vma].kind() != image::Vma::FILE_PRIVATE;
       AddSegments(buf, pieces[k], skip_zero, /*checksum=*/!compress, &batch.segments);
     }

@@ -47,10 +47,14 @@ absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, im
 // Blocks are appended to each Vma after the ones it already has.
 // `unread` (optional, for a process that runs meanwhile): a run that cannot be read is
 // recorded there as [start, end) and skipped instead of failing the dump.
+// `zeroed`: bytes [first, second) are saved as zeros, whatever they read now: the injection
+// trampoline, when it sits in a text page of the process (inject/trampoline.h), where they
+// were zeros before it came.
 using WrittenPages = std::map<size_t, std::vector<WrittenRun>>;
 absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas,
                                       image::ImageWriter& writer, const ProgressFn& progress,
                                       std::set<uint64_t>* saved_shmem, const WrittenPages* written = nullptr,
-                                      std::vector<std::pair<uint64_t, uint64_t>>* unread = nullptr);
+                                      std::vector<std::pair<uint64_t, uint64_t>>* unread = nullptr,
+                                      std::pair<uint64_t, uint64_t> zeroed = {0, 0});
 
 }  // namespace cairn::dump

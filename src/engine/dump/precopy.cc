@@ -46,11 +46,10 @@ absl::StatusOr<double> StartTracking(pid_t pid, GuardJournal* journal, int* trac
     ASSIGN_OR_RETURN(Tracker t, Tracker::Take(pid, fd));
     tracker.emplace(std::move(t));
   } else {
-    auto vdso = std::find_if(vmas.begin(), vmas.end(), [](const image::Vma& v) { return v.kind() == image::Vma::VDSO; });
-    if (vdso == vmas.end()) return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO"));
+    ASSIGN_OR_RETURN(inject::TrampolineHome home, inject::FindTrampolineHome(pid));
     auto t0 = Clock::now();
     ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(pid, journal));
-    RETURN_IF_ERROR(fp.InstallTrampoline(vdso->start(), vdso->end()));
+    RETURN_IF_ERROR(fp.InstallTrampoline(home));
     auto t1 = Clock::now();
     inject::Injector inj = fp.injector(pid);
     absl::StatusOr<Tracker> t = absl::UnknownError("");

@@ -1,6 +1,7 @@
 #include "engine/inject/trampoline.h"
 
 #include <elf.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -98,54 +99,88 @@ absl::StatusOr<size_t> ElfImageEnd(const std::string& image) {
   return end;
 }
 
-// The vDSO's bytes and where the trampoline goes in them.
+// The home's bytes that matter and where the trampoline goes in them: the whole vDSO (the
+// code goes past its ELF image), or a file mapping's last kSize bytes.
 struct Tail {
-  std::string vdso;
-  size_t image_end = 0;
-  size_t at = 0;
+  std::string bytes;
+  uint64_t base = 0;     // the address of bytes[0]
+  size_t image_end = 0;  // the vDSO's ELF image's end (vDSO only)
+  size_t at = 0;         // where the code goes, from base
 };
 
-absl::StatusOr<Tail> ReadTail(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
+absl::StatusOr<Tail> ReadTail(pid_t pid, const TrampolineHome& home) {
   Tail t;
-  t.vdso.resize(vdso_end - vdso_start);
-  RETURN_IF_ERROR(ReadRemote(pid, vdso_start, t.vdso.data(), t.vdso.size()));
-  absl::StatusOr<size_t> end = ElfImageEnd(t.vdso);
+  if (!home.vdso) {
+    if (home.end - home.start < Trampoline::kSize) {
+      return absl::FailedPreconditionError(absl::StrFormat("pid %d: its area at %#x is too small to inject from",
+                                                           pid, home.start));
+    }
+    t.base = home.end - Trampoline::kSize;
+    t.bytes.resize(Trampoline::kSize);
+    RETURN_IF_ERROR(ReadRemote(pid, t.base, t.bytes.data(), t.bytes.size()));
+    return t;
+  }
+  t.base = home.start;
+  t.bytes.resize(home.end - home.start);
+  RETURN_IF_ERROR(ReadRemote(pid, home.start, t.bytes.data(), t.bytes.size()));
+  absl::StatusOr<size_t> end = ElfImageEnd(t.bytes);
   if (!end.ok()) {
     return absl::FailedPreconditionError(absl::StrFormat("pid %d: its vDSO at %#x is not the kernel's (%s)", pid,
-                                                         vdso_start, end.status().message()));
+                                                         home.start, end.status().message()));
   }
   t.image_end = *end;
   t.at = (*end + 15) & ~size_t{15};
-  if (t.at + Trampoline::kSize > t.vdso.size()) {
+  if (t.at + Trampoline::kSize > t.bytes.size()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "pid %d: its vDSO has no free %zu bytes past its image (it ends at %zu of %zu); cannot inject safely", pid,
-        Trampoline::kSize, t.image_end, t.vdso.size()));
+        Trampoline::kSize, t.image_end, t.bytes.size()));
   }
   return t;
 }
 
 }  // namespace
 
-absl::StatusOr<uint64_t> Trampoline::Locate(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
-  ASSIGN_OR_RETURN(Tail t, ReadTail(pid, vdso_start, vdso_end));
-  return vdso_start + t.at;
+absl::StatusOr<TrampolineHome> FindTrampolineHome(pid_t pid) {
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
+  const proc::MapEntry* last_text = nullptr;
+  for (const proc::MapEntry& m : maps) {
+    if (m.path == "[vdso]") return TrampolineHome{m.start, m.end, true};
+    bool text = (m.prot & PROT_EXEC) && !m.shared && !m.path.empty() && m.path[0] == '/' && m.end <= 0x800000000000;
+    if (text) last_text = &m;
+  }
+  if (last_text == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", pid, " has no vDSO (it unmapped it) and no private executable file mapping to inject its calls from"));
+  }
+  return TrampolineHome{last_text->start, last_text->end, false};
 }
 
-absl::StatusOr<Trampoline> Trampoline::Install(pid_t pid, uint64_t vdso_start, uint64_t vdso_end) {
-  ASSIGN_OR_RETURN(Tail t, ReadTail(pid, vdso_start, vdso_end));
+absl::StatusOr<uint64_t> Trampoline::Locate(pid_t pid, const TrampolineHome& home) {
+  ASSIGN_OR_RETURN(Tail t, ReadTail(pid, home));
+  return t.base + t.at;
+}
+
+absl::StatusOr<Trampoline> Trampoline::Install(pid_t pid, const TrampolineHome& home) {
+  ASSIGN_OR_RETURN(Tail t, ReadTail(pid, home));
   // Zeros, or this very code left by a dumper whose guardian died too (the tail was zeros).
   std::string code = Code();
-  if (t.vdso.compare(t.at, kSize, code) != 0 &&
-      std::any_of(t.vdso.begin() + static_cast<long>(t.at), t.vdso.begin() + static_cast<long>(t.at + kSize),
+  if (t.bytes.compare(t.at, kSize, code) != 0 &&
+      std::any_of(t.bytes.begin() + static_cast<long>(t.at), t.bytes.begin() + static_cast<long>(t.at + kSize),
                   [](char c) { return c != 0; })) {
+    if (!home.vdso) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "pid %d has no vDSO (it unmapped it), and the last %zu bytes of its executable area at %#x-%#x are not "
+          "free; cannot inject safely",
+          pid, kSize, home.start, home.end));
+    }
     return absl::FailedPreconditionError(absl::StrFormat(
         "pid %d: its vDSO's %zu bytes past its image (at %zu of %zu) are not free; cannot inject safely", pid, kSize,
-        t.image_end, t.vdso.size()));
+        t.image_end, t.bytes.size()));
   }
-  Trampoline tramp(pid, vdso_start + t.at);
+  Trampoline tramp(pid, t.base + t.at);
   RETURN_IF_ERROR(Annotate(WriteRemote(pid, tramp.addr_, code.data(), kSize),
-                           "write the injection trampoline into the vDSO through /proc/PID/mem (a kernel booted "
-                           "with proc_mem.force_override=never refuses it)"));
+                           "write the injection trampoline through /proc/PID/mem (a kernel booted with "
+                           "proc_mem.force_override=never refuses it)"));
   return tramp;
 }
 

@@ -4,9 +4,12 @@
 // instant leaves nothing the process would run into.
 //
 // Where: the unused tail of the process's vDSO page (past the end of the vDSO's ELF image,
-// zeros the process never executes or reads). The bytes go in through /proc/PID/mem, which
-// copies the page for this process alone (the vDSO mapping allows a debugger's write), and
-// Remove() writes the zeros back. Nothing is mapped into the process for it, so no mapping
+// zeros the process never executes or reads). A process that unmapped its vDSO has it in the
+// last bytes of its highest private executable file mapping instead: the zero padding past
+// the end of a text segment, up to its page's end, which the process never executes (Install
+// checks they are zeros; the dump saves that page with its zeros, dump/memory.h). The bytes go
+// in through /proc/PID/mem, which copies the page for this process alone (the vDSO mapping, and
+// a private mapping, allow a debugger's write), and Remove() writes the zeros back. Nothing is mapped into the process for it, so no mapping
 // can be left behind, and it exists before the first injected call (an injected mmap of a
 // code page would itself need somewhere safe to run from).
 //
@@ -31,17 +34,31 @@
 
 namespace cairn::inject {
 
+// The area the trampoline lives in: the vDSO, or (`vdso` false) the private executable file
+// mapping whose last kSize bytes it takes.
+struct TrampolineHome {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  bool vdso = true;
+};
+
+// The home of `pid`'s trampoline: its vDSO, or, when it unmapped it, its highest private
+// executable file mapping (the choice depends on the layout alone, so that a guardian finds
+// the same one). FailedPrecondition when it has neither.
+absl::StatusOr<TrampolineHome> FindTrampolineHome(pid_t pid);
+
 class Trampoline {
  public:
   // Bytes of the tail it occupies (16-byte aligned start). The tail is zeros before (Install
   // checks it), so putting it back is writing zeros.
   static constexpr size_t kSize = 112;
 
-  // Writes the code into the free tail of `pid`'s vDSO [vdso_start, vdso_end) (VdsoRange).
-  // FailedPrecondition when the vDSO has no free tail of kSize bytes.
-  static absl::StatusOr<Trampoline> Install(pid_t pid, uint64_t vdso_start, uint64_t vdso_end);
-  // Where Install puts (or put) the code in `pid`'s vDSO, whatever is there now.
-  static absl::StatusOr<uint64_t> Locate(pid_t pid, uint64_t vdso_start, uint64_t vdso_end);
+  // Writes the code into the free tail of `home` (FindTrampolineHome). FailedPrecondition
+  // when it has no free tail of kSize bytes (zeros, or this very code left by a dumper whose
+  // guardian died too).
+  static absl::StatusOr<Trampoline> Install(pid_t pid, const TrampolineHome& home);
+  // Where Install puts (or put) the code in `home`, whatever is there now.
+  static absl::StatusOr<uint64_t> Locate(pid_t pid, const TrampolineHome& home);
   // One already written at `addr` (by a dumper that died; see dump/guardian.h).
   static Trampoline Adopt(pid_t pid, uint64_t addr) { return Trampoline(pid, addr); }
 
@@ -74,7 +91,8 @@ class Trampoline {
   uint64_t addr_ = 0;
 };
 
-// The [vdso] area of `pid`: FailedPrecondition when it has none (it unmapped it).
+// The [vdso] area of `pid`: FailedPrecondition when it has none (it unmapped it). Restore
+// uses it (sigtrap.h); injection finds its home with FindTrampolineHome.
 absl::StatusOr<std::pair<uint64_t, uint64_t>> VdsoRange(pid_t pid);
 
 }  // namespace cairn::inject

@@ -280,6 +280,19 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) saved[v.path()] = {v.start(), v.end()};
   }
+  // A process that had unmapped its vDSO gets none (nor the areas it had unmapped with it).
+  bool had_vdso = std::any_of(proc.vmas().begin(), proc.vmas().end(),
+                              [](const image::Vma& v) { return v.kind() == image::Vma::VDSO; });
+  for (auto it = cur_kernel.begin(); it != cur_kernel.end();) {
+    const auto& [name, r] = *it;
+    if (had_vdso || name == "[vsyscall]" || saved.count(name)) {
+      ++it;
+      continue;
+    }
+    RETURN_IF_ERROR(inj.Call("munmap " + name + " (the process had unmapped it)", SYS_munmap, r.start,
+                             r.end - r.start).status());
+    it = cur_kernel.erase(it);
+  }
   for (const auto& [name, r] : cur_kernel) {
     if (name == "[vsyscall]") continue;
     if (!saved.count(name)) {

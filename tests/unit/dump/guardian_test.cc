@@ -120,7 +120,7 @@ TEST_F(GuardianTest, PutsBackAThreadWhoseTracerDiedInsideAnInjectedCall) {
   AsDyingDumper([&] {
     auto fp = FrozenProcess::Freeze(child_, journal_);
     auto vdso = inject::VdsoRange(child_);
-    if (!fp.ok() || !vdso.ok() || !fp->InstallTrampoline(vdso->first, vdso->second).ok()) ::_exit(1);
+    if (!fp.ok() || !vdso.ok() || !fp->InstallTrampoline({vdso->first, vdso->second, true}).ok()) ::_exit(1);
     inject::Injector inj = fp->injector(child_);
     auto scratch = inject::RemoteScratch::Map(inj, /*shared=*/true);
     if (!scratch.ok()) ::_exit(1);
@@ -161,7 +161,7 @@ TEST_F(GuardianTest, AThreadFrozenBetweenCallsCarriesOnWhenItsTracerDies) {
   AsDyingDumper([&] {
     auto fp = FrozenProcess::Freeze(child_, journal_);
     auto vdso = inject::VdsoRange(child_);
-    if (!fp.ok() || !vdso.ok() || !fp->InstallTrampoline(vdso->first, vdso->second).ok()) ::_exit(1);
+    if (!fp.ok() || !vdso.ok() || !fp->InstallTrampoline({vdso->first, vdso->second, true}).ok()) ::_exit(1);
     inject::Injector inj = fp->injector(child_);
     if (!inj.Call("getpid", SYS_getpid).ok()) ::_exit(1);
     ::_exit(0);

@@ -403,7 +403,7 @@ TEST_F(InjectorTest, CallBatchRunsEveryCallInOneGoAndLeavesNoTrace) {
   ASSERT_TRUE(maps_before.ok()) << maps_before.status();
   auto [vdso, vdso_before] = ReadVdso(pid_);
   ASSERT_NE(vdso, 0u);
-  auto tramp = Trampoline::Install(pid_, vdso, vdso + vdso_before.size());
+  auto tramp = Trampoline::Install(pid_, {vdso, vdso + vdso_before.size(), true});
   ASSERT_TRUE(tramp.ok()) << tramp.status();
   EXPECT_NE(ReadVdso(pid_).second, vdso_before) << "the trampoline is not in the vDSO";
   EXPECT_EQ(ReadVdso(::getpid()).second.substr(tramp->addr() - vdso, Trampoline::kSize),
@@ -443,7 +443,7 @@ TEST_F(InjectorTest, GuardedCallKeepsRegistersMaskAndSigtrapAction) {
   auto before = GetRegs(pid);
   ASSERT_TRUE(before.ok());
   auto [vdso, bytes] = ReadVdso(pid);
-  auto tramp = Trampoline::Install(pid, vdso, vdso + bytes.size());
+  auto tramp = Trampoline::Install(pid, {vdso, vdso + bytes.size(), true});
   ASSERT_TRUE(tramp.ok()) << tramp.status();
   Injector inj(pid, tramp->syscall_insn(), Injector::Drive::kGuarded);
   for (int i = 0; i < 3; ++i) {
