@@ -257,13 +257,20 @@ void ControllerLink::FollowEvents(int wait_ms) {
       ReportCheckpoint(e);
       continue;
     }
-    if (e.job().empty() || (e.kind() != "hung" && e.kind() != "memory-pressure")) continue;
+    bool ended = e.kind() == "exited";  // by itself: a job cairn stops ends "killed"
+    if (e.job().empty() || (e.kind() != "hung" && e.kind() != "memory-pressure" && !ended)) continue;
     absl::StatusOr<api::GetJobResponse> j = daemon_->GetJob(e.job());
     if (!j.ok()) continue;
     const api::Health& h = j->job().health();
     capi::NodeSignal s;
     s.set_job_id(e.job());
-    if (e.kind() == "hung") {
+    if (ended) {
+      s.set_kind(capi::NodeSignal::JOB_ENDED);
+      s.set_exit_known(h.exit_known());
+      s.set_exit_code(h.exit_code());
+      s.set_exit_signal(h.signal());
+      s.set_ended_time(j->job().ended() > 0 ? j->job().ended() : e.time());
+    } else if (e.kind() == "hung") {
       s.set_kind(capi::NodeSignal::JOB_HUNG);
       s.set_last_progress_time(UnixSeconds() - h.seconds_since_progress());
     } else {

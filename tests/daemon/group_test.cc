@@ -11,6 +11,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -246,6 +247,57 @@ TEST_F(GroupTest, ARankWhoseDaemonDiesMidCheckpointLeavesTheGroupTrainingUntouch
 // a live group checkpoint: the controller restores the whole group from it — rank 0 stopped and
 // restored where it ran, rank 1 on node c from the shared store — with every rank's connections
 // held until all are back, and the training finishes bit for bit as an uninterrupted run.
+// A rank dies while its node lives (its program SIGKILLed, as the OOM killer or a crash would
+// end it): its daemon reports the end (NodeSignal JOB_ENDED), and the controller brings the whole
+// group back from its newest group checkpoint, each rank on its node, the survivor stopped
+// first. The survivor's own end (it loses its peer) is not a second failover. The training then
+// finishes exactly as an uninterrupted run.
+TEST_F(GroupTest, ARankThatDiesOnALiveNodeBringsTheGroupBackFromItsNewestGroupCheckpoint) {
+  std::string expected = Uninterrupted();
+  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
+  StartCluster();
+  ASSERT_FALSE(HasFatalFailure());
+  StartTraining("a", "b");
+  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
+  const std::string out = out_;
+  CommandResult ck = Ctl(*c_, {"group", "checkpoint", "train", "--json"});
+  ASSERT_TRUE(ck.Exited(0)) << ck.Describe() << c_->Log();
+  std::string id = ParseJson(ck)["checkpoint"].value("id", "");
+  int at_checkpoint = Progress(out, 1);
+  ASSERT_TRUE(WaitFor([&] { return Progress(out, 1) > at_checkpoint + 20; }, 60s)) << "the group did not train on";
+
+  // Rank 1's program dies; its node and daemon live on.
+  uint64_t seq = 0;
+  for (const json& e : Events(*c_)) seq = std::max<uint64_t>(seq, JsonInt(e["seq"]));
+  int init = Job(*b_, "train-1").value("host_pid", 0);
+  ASSERT_GT(init, 0);
+  std::istringstream kids(ReadFile("/proc/" + std::to_string(init) + "/task/" + std::to_string(init) + "/children"));
+  pid_t python = 0;
+  ASSERT_TRUE(kids >> python) << "the rank's init has no child";
+  ASSERT_EQ(::kill(python, SIGKILL), 0);
+
+  json ended = WaitEvent(*c_, seq, [](const json& e) { return e.value("kind", "") == "job-ended"; }, 60s);
+  ASSERT_FALSE(ended.is_null()) << c_->Log() << b_->Log();
+  json failover = WaitEvent(*c_, seq, [](const json& e) { return e.value("kind", "") == "group-failover"; }, 60s);
+  ASSERT_FALSE(failover.is_null()) << c_->Log();
+  EXPECT_TRUE(absl::StrContains(failover.value("reason", ""), id)) << failover.dump();
+  EXPECT_TRUE(absl::StrContains(failover.value("reason", ""), "lost rank")) << failover.dump();
+  json restored = WaitEvent(*c_, seq, [](const json& e) { return e.value("kind", "") == "group-restored"; }, 60s);
+  ASSERT_FALSE(restored.is_null()) << c_->Log() << a_->Log() << b_->Log();
+  ASSERT_TRUE(WaitFor([&] { return !Results(out).empty(); }, 180s))
+      << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log") << ReadFile(b_->state_dir() + "/jobs/train-1/stderr.log")
+      << c_->Log();
+  EXPECT_EQ(Results(out), expected);
+  // One failover: the survivor's end, caused by its peer's, did not bring the group back again.
+  int failovers = 0;
+  for (const json& e : Events(*c_)) {
+    if (static_cast<uint64_t>(JsonInt(e["seq"])) > seq && e.value("kind", "") == "group-failover") ++failovers;
+  }
+  EXPECT_EQ(failovers, 1) << c_->Log();
+  EXPECT_TRUE(WaitFor([&] { return StateOf(*a_, "train-0") == "exited" && StateOf(*b_, "train-1") == "exited"; }, 30s))
+      << StateOf(*a_, "train-0") << " " << StateOf(*b_, "train-1");
+}
+
 TEST_F(GroupTest, NodeLostRestoresTheWholeGroupFromItsNewestGroupCheckpoint) {
   std::string expected = Uninterrupted();
   ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
@@ -326,15 +378,15 @@ TEST_F(GroupTest, ARankThatCannotBeCheckpointedCallsTheGroupCheckpointOff) {
   ASSERT_FALSE(HasFatalFailure());
   std::string out = Dir() + "/run";
   fs::create_directories(out);
-  // Rank 0 counts; rank 1 holds an unlinked FIFO.
+  // Rank 0 counts; rank 1 holds a tun device (state in the kernel: refused).
   Submit("count-0", "pair", 0, "a",
          {"/usr/bin/python3", "-c",
           "import os, time\nn = 0\nwhile True:\n    n += 1\n    open('" + out + "/n.tmp', 'w').write(str(n))\n"
           "    os.replace('" + out + "/n.tmp', '" + out + "/n')\n    time.sleep(0.01)\n"});
-  Submit("fifo-1", "pair", 1, "b",
+  Submit("tun-1", "pair", 1, "b",
          {"/usr/bin/python3", "-c",
-          "import os, time\nos.mkfifo('" + out + "/f')\nfd = os.open('" + out + "/f', os.O_RDWR)\nos.unlink('" + out +
-              "/f')\nopen('" + out + "/ready', 'w').close()\ntime.sleep(1000)\n"});
+          "import os, time\nfd = os.open('/dev/net/tun', os.O_RDWR)\nopen('" + out +
+              "/ready', 'w').close()\ntime.sleep(1000)\n"});
   ASSERT_FALSE(HasFatalFailure());
   ASSERT_TRUE(WaitFor([&] { return fs::exists(out + "/ready") && !ReadFile(out + "/n").empty(); }, 60s))
       << a_->Log() << b_->Log();
@@ -342,15 +394,15 @@ TEST_F(GroupTest, ARankThatCannotBeCheckpointedCallsTheGroupCheckpointOff) {
   CommandResult r = Ctl(*c_, {"group", "checkpoint", "pair"});
   EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.err, "called off")) << r.err;
-  EXPECT_TRUE(absl::StrContains(r.err, "rank 1 (job fifo-1")) << r.err;
-  EXPECT_TRUE(absl::StrContains(r.err, "FIFO")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "rank 1 (job tun-1")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "tun/tap")) << r.err;
   // Nothing recorded; rank 0's part gone from its node, the job running on.
   CommandResult list = Ctl(*c_, {"group", "list", "pair", "--json"});
   ASSERT_TRUE(list.Exited(0)) << list.Describe();
   EXPECT_EQ(ParseJson(list).value("checkpoints", json::array()).size(), 0u) << list.out;
   EXPECT_EQ(CalledOffParts(*a_, "count-0"), 1);
   EXPECT_EQ(StateOf(*a_, "count-0"), "running");
-  EXPECT_EQ(StateOf(*b_, "fifo-1"), "running");
+  EXPECT_EQ(StateOf(*b_, "tun-1"), "running");
   EXPECT_EQ(JobFreezer(a_->node(), "count-0"), "THAWED");
   int n = std::atoi(ReadFile(out + "/n").c_str());
   EXPECT_TRUE(WaitFor([&] { return std::atoi(ReadFile(out + "/n").c_str()) > n + 10; }, 10s))
@@ -358,7 +410,7 @@ TEST_F(GroupTest, ARankThatCannotBeCheckpointedCallsTheGroupCheckpointOff) {
   // The controller says why.
   bool said = false;
   for (const json& e : Events(*c_)) {
-    said |= e.value("kind", "") == "group-checkpoint-failed" && absl::StrContains(e.value("reason", ""), "fifo-1");
+    said |= e.value("kind", "") == "group-checkpoint-failed" && absl::StrContains(e.value("reason", ""), "tun-1");
   }
   EXPECT_TRUE(said);
 }

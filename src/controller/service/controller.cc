@@ -927,6 +927,7 @@ absl::Status Controller::ReportSignal(const api::NodeSignal& req, api::ReportSig
   e.node_id = req.node_id();
   e.job_id = req.job_id();
   if (req.kind() == api::NodeSignal::CHECKPOINT) return RecordCheckpointLocked(req, resp);
+  if (req.kind() == api::NodeSignal::JOB_ENDED) return JobEndedLocked(req, resp);
   bool needs_node = true;
   switch (req.kind()) {
     case api::NodeSignal::SPOT_NOTICE:

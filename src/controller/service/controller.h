@@ -115,6 +115,17 @@ class Controller {
   // Node `lost_node` is lost: every group with a rank there is restored whole from its newest
   // group checkpoint, that rank on another node (groups.cc).
   absl::Status FailOverGroupsLocked(const std::string& lost_node);
+  // Restores `group` whole from its newest group checkpoint because `why`: its ranks on
+  // `lost_node` (if any) on other nodes, the others where they are, after the ranks still
+  // running are stopped (`dead_job`, the rank that died, is not) (groups.cc). Records what it did.
+  absl::Status FailOverGroupLocked(const std::string& group, const std::string& lost_node, const std::string& node,
+                                   const std::string& dead_job, const std::string& why,
+                                   std::vector<api::Event>* out = nullptr);
+  // A node's report that a job ended by itself (NodeSignal JOB_ENDED): recorded; a group's rank
+  // that died takes its group back to its newest group checkpoint (groups.cc).
+  absl::Status JobEndedLocked(const api::NodeSignal& req, api::ReportSignalResponse* resp);
+  // A node with a rank of `group` whose daemon does not answer; empty when every one does.
+  std::string UnreachableRankNodeLocked(const std::string& group);
   // Taking the lead: the next term, stored.
   absl::Status NewTermLocked();
   // Rebuilds the model from the store (on taking leadership).
@@ -186,6 +197,12 @@ class Controller {
   std::map<std::string, bool> started_;                      // job -> dispatcher confirmed
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order
   std::map<std::string, api::JobSpec> specs_;                // job -> the spec as submitted
+  // group -> when (unix s, wall clock) its ranks were last brought back by a failover: a rank's
+  // end that happened before is one of that failover's causes or consequences, not news.
+  std::map<std::string, double> group_failed_over_at_;
+  // group checkpoint id -> failovers that came back from it after a rank died: a group whose
+  // ranks keep dying from the same state is not brought back for ever.
+  std::map<std::string, int> rank_death_failovers_;
   uint64_t next_seq_ = 1;
   uint64_t first_seq_ = 1;  // the oldest event still in the store
   Clock::time_point last_deadline_check_{};

@@ -259,70 +259,142 @@ absl::Status Controller::FailOverGroupsLocked(const std::string& lost_node) {
     if (const Job* j = cluster_->FindJob(id); j != nullptr && !j->spec.group.empty()) groups.insert(j->spec.group);
   }
   for (const std::string& group : groups) {
-    auto record = [&](const std::string& kind, const std::string& reason) {
-      api::Event ev;
-      ev.set_kind(kind);
-      ev.set_node_id(lost_node);
-      ev.set_reason(reason);
-      return RecordLocked(std::move(ev));
-    };
-    ASSIGN_OR_RETURN(std::optional<std::string> stopped, store_->Get(absl::StrCat(kStoppedGroups, group)));
-    if (stopped) {
-      RETURN_IF_ERROR(record("group-failover-skipped",
-                             absl::StrCat("group ", group, " lost a rank on ", lost_node, ", but its user stopped it ",
-                                          "(group checkpoint ", *stopped, "): it comes back with cairn group restore")));
-      continue;
+    RETURN_IF_ERROR(FailOverGroupLocked(group, lost_node, lost_node, "",
+                                        absl::StrCat("group ", group, " lost a rank on ", lost_node)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::FailOverGroupLocked(const std::string& group, const std::string& lost_node,
+                                             const std::string& node, const std::string& dead_job,
+                                             const std::string& why, std::vector<api::Event>* out) {
+  auto record = [&](const std::string& kind, const std::string& reason) {
+    api::Event ev;
+    ev.set_kind(kind);
+    ev.set_node_id(node);
+    ev.set_job_id(dead_job);
+    ev.set_reason(reason);
+    return RecordLocked(std::move(ev), out);
+  };
+  ASSIGN_OR_RETURN(std::optional<std::string> stopped, store_->Get(absl::StrCat(kStoppedGroups, group)));
+  if (stopped) {
+    return record("group-failover-skipped", absl::StrCat(why, ", but its user stopped it (group checkpoint ", *stopped,
+                                                         "): it comes back with cairn group restore"));
+  }
+  ASSIGN_OR_RETURN(std::optional<api::GroupCheckpoint> g, GroupCheckpointLocked(group, ""));
+  if (!g) {
+    return record("group-failover-failed",
+                  absl::StrCat(why, " and has no group checkpoint to come back from: its ranks are left as they are "
+                                    "(cancel and submit the group again)"));
+  }
+  // Each rank of the lost node goes where placement puts it now, away from the lost node.
+  std::map<int, std::string> moved;
+  Placer placer(*cluster_);
+  for (const api::RankCheckpoint& r : g->ranks()) {
+    const Job* j = cluster_->FindJob(r.job_id());
+    if (j == nullptr) {
+      return record("group-failover-failed", absl::StrCat(why, ": rank ", r.rank(), " (job ", r.job_id(),
+                                                          ") is no longer known"));
     }
-    ASSIGN_OR_RETURN(std::optional<api::GroupCheckpoint> g, GroupCheckpointLocked(group, ""));
-    if (!g) {
-      RETURN_IF_ERROR(record("group-failover-failed",
-                             absl::StrCat("group ", group, " lost a rank on ", lost_node,
-                                          " and has no group checkpoint to come back from: its ranks are left as "
-                                          "they are (cancel and submit the group again)")));
-      continue;
+    if (lost_node.empty() || (j->node_id != lost_node && r.node_id() != lost_node)) continue;
+    PlacementRequest pr;
+    pr.job = j;
+    pr.exclude_nodes.insert(lost_node);
+    absl::StatusOr<Placement> p = placer.Place(pr);
+    if (!p.ok()) {
+      return record("group-failover-failed", absl::StrCat(why, ": no node fits rank ", r.rank(), " (job ", r.job_id(),
+                                                          "): ", p.status().message()));
     }
-    // Each rank of the lost node goes where placement puts it now, away from the lost node.
-    std::map<int, std::string> moved;
-    Placer placer(*cluster_);
-    std::string problem;
-    for (const api::RankCheckpoint& r : g->ranks()) {
-      const Job* j = cluster_->FindJob(r.job_id());
-      if (j == nullptr) {
-        problem = absl::StrCat("rank ", r.rank(), " (job ", r.job_id(), ") is no longer known");
-        break;
+    moved[r.rank()] = p->node_id;
+  }
+  group_failed_over_at_[group] = Now();
+  // The ranks still running go back too: stopped first, as their peers are gone.
+  for (const api::RankCheckpoint& r : g->ranks()) {
+    const Job* j = cluster_->FindJob(r.job_id());
+    if (j->node_id.empty() || j->node_id == lost_node || r.job_id() == dead_job) continue;
+    DispatchResult k = dispatcher_->Kill(r.job_id(), j->node_id);
+    if (!k.done) CAIRN_LOG_WARN("group={} job={} not stopped on {}: {}", group, r.job_id(), j->node_id, k.note);
+  }
+  RETURN_IF_ERROR(record("group-failover", absl::StrFormat("%s: every rank restored from group checkpoint %s", why,
+                                                           g->id())));
+  std::vector<std::string> notes;
+  if (absl::Status st = RestoreGroupLocked(*g, moved, &notes); !st.ok()) {
+    return record("group-failover-failed", absl::StrCat(why, ": from ", g->id(), ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::string Controller::UnreachableRankNodeLocked(const std::string& group) {
+  std::vector<std::pair<std::string, std::string>> ranks;  // job, node
+  cluster_->ForEachJob([&](const Job& j) {
+    if (j.spec.group == group && !j.node_id.empty()) ranks.emplace_back(j.spec.id, j.node_id);
+  });
+  for (const auto& [job, node] : ranks) {
+    if (dispatcher_->Locate(job, node).kind == ActionDispatcher::JobWhere::kUnreachable) return node;
+  }
+  return "";
+}
+
+absl::Status Controller::JobEndedLocked(const api::NodeSignal& req, api::ReportSignalResponse* resp) {
+  const Job* job = cluster_->FindJob(req.job_id());
+  if (job == nullptr) return absl::NotFoundError(absl::StrCat("signal job-ended: unknown job `", req.job_id(), "`"));
+  // Only the node the job is placed on speaks for it (a copy stopped elsewhere is not news).
+  if (req.node_id() != job->node_id) {
+    CAIRN_LOG_INFO("controller {}: job {} ended on {}, but it is placed on {}: ignored", options_.id, req.job_id(),
+                   req.node_id(), job->node_id.empty() ? "no node" : job->node_id);
+    return absl::OkStatus();
+  }
+  bool died = !req.exit_known() || req.exit_signal() != 0 || req.exit_code() != 0;
+  std::string how = !req.exit_known()     ? std::string("ended while its node's daemon was down (how is unknown)")
+                    : req.exit_signal() != 0 ? absl::StrCat("was killed by signal ", req.exit_signal())
+                                             : absl::StrCat("exited with code ", req.exit_code());
+  std::vector<api::Event> out;
+  api::Event ev;
+  ev.set_kind("job-ended");
+  ev.set_node_id(req.node_id());
+  ev.set_job_id(req.job_id());
+  ev.set_reason(absl::StrCat("job ", req.job_id(), " ", how, " on ", req.node_id()));
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
+  const std::string& group = job->spec.group;
+  if (died && !group.empty()) {
+    auto at = group_failed_over_at_.find(group);
+    if (at != group_failed_over_at_.end() && req.ended_time() <= at->second) {
+      CAIRN_LOG_INFO("controller {}: rank job {} of group {} ended before its group's last failover: not news",
+                     options_.id, req.job_id(), group);
+    } else if (in_flight_.count(req.job_id())) {
+      CAIRN_LOG_WARN("controller {}: rank job {} of group {} ended while a decision about it is carried out",
+                     options_.id, req.job_id(), group);
+    } else if (std::string away = UnreachableRankNodeLocked(group); !away.empty()) {
+      // A rank's end may be the first sign that another rank's node died (the survivor loses its
+      // peer): a failover now would fail on that node. The node-lost rule acts if it is lost.
+      api::Event wait;
+      wait.set_kind("group-failover-deferred");
+      wait.set_node_id(req.node_id());
+      wait.set_job_id(req.job_id());
+      wait.set_reason(absl::StrFormat("group %s lost rank %d (job %s %s), but node %s of another rank does not answer: "
+                                      "if it is lost, the group comes back with the node-lost failover",
+                                      group, job->spec.rank, req.job_id(), how, away));
+      RETURN_IF_ERROR(RecordLocked(std::move(wait), &out));
+    } else {
+      ASSIGN_OR_RETURN(std::optional<api::GroupCheckpoint> g, GroupCheckpointLocked(group, ""));
+      std::string why = absl::StrFormat("group %s lost rank %d: job %s %s on %s", group, job->spec.rank,
+                                        req.job_id(), how, req.node_id());
+      constexpr int kMaxRankDeathFailovers = 3;
+      if (g && ++rank_death_failovers_[g->id()] > kMaxRankDeathFailovers) {
+        api::Event gave_up;
+        gave_up.set_kind("group-failover-failed");
+        gave_up.set_node_id(req.node_id());
+        gave_up.set_job_id(req.job_id());
+        gave_up.set_reason(absl::StrFormat("%s, its ranks died %d times since group checkpoint %s was taken: it is not "
+                                           "brought back again (look at its logs; cairn group restore brings it back)",
+                                           why, kMaxRankDeathFailovers, g->id()));
+        RETURN_IF_ERROR(RecordLocked(std::move(gave_up), &out));
+      } else {
+        RETURN_IF_ERROR(FailOverGroupLocked(group, "", req.node_id(), req.job_id(), why, &out));
       }
-      if (j->node_id != lost_node && r.node_id() != lost_node) continue;
-      PlacementRequest pr;
-      pr.job = j;
-      pr.exclude_nodes.insert(lost_node);
-      absl::StatusOr<Placement> p = placer.Place(pr);
-      if (!p.ok()) {
-        problem = absl::StrCat("no node fits rank ", r.rank(), " (job ", r.job_id(), "): ", p.status().message());
-        break;
-      }
-      moved[r.rank()] = p->node_id;
-    }
-    if (!problem.empty()) {
-      RETURN_IF_ERROR(record("group-failover-failed", absl::StrCat("group ", group, " lost a rank on ", lost_node,
-                                                                   ": ", problem)));
-      continue;
-    }
-    // The ranks still running elsewhere go back too: stopped first, as their peers are gone.
-    for (const api::RankCheckpoint& r : g->ranks()) {
-      const Job* j = cluster_->FindJob(r.job_id());
-      if (j->node_id.empty() || j->node_id == lost_node) continue;
-      DispatchResult k = dispatcher_->Kill(r.job_id(), j->node_id);
-      if (!k.done) CAIRN_LOG_WARN("group={} job={} not stopped on {}: {}", group, r.job_id(), j->node_id, k.note);
-    }
-    RETURN_IF_ERROR(record("group-failover", absl::StrFormat("group %s lost a rank on %s: every rank restored from "
-                                                             "group checkpoint %s",
-                                                             group, lost_node, g->id())));
-    std::vector<std::string> notes;
-    if (absl::Status st = RestoreGroupLocked(*g, moved, &notes); !st.ok()) {
-      RETURN_IF_ERROR(record("group-failover-failed", absl::StrCat("group ", group, " from ", g->id(), ": ",
-                                                                   st.message())));
     }
   }
+  for (api::Event& o : out) *resp->add_events() = std::move(o);
   return absl::OkStatus();
 }
 

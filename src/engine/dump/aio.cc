@@ -39,13 +39,6 @@ absl::StatusOr<AioRingHeader> ReadHeader(pid_t pid, uint64_t addr) {
 
 absl::Status DescribeAioRing(pid_t pid, const proc::MapEntry& m, image::Vma* v) {
   ASSIGN_OR_RETURN(AioRingHeader h, ReadHeader(pid, m.start));
-  if (h.head != h.tail) {
-    uint32_t waiting = (h.tail + h.nr - h.head) % h.nr;
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "pid %d has an AIO context (io_setup, ring at %#x) with %u completed request%s not collected yet; they "
-        "cannot be put back into a new context — checkpoint it once its completions are collected (io_getevents)",
-        pid, m.start, waiting, waiting == 1 ? "" : "s"));
-  }
   v->set_kind(image::Vma::AIO_RING);
   v->set_aio_nr(h.nr);
   v->set_aio_tail(h.tail);
@@ -57,7 +50,15 @@ absl::Status CheckAioRingsQuiet(const std::vector<pid_t>& pids, const std::vecto
     for (const image::Vma& v : procs[i]->vmas()) {
       if (v.kind() != image::Vma::AIO_RING) continue;
       ASSIGN_OR_RETURN(AioRingHeader h, ReadHeader(pids[i], v.start()));
-      if (h.tail != v.aio_tail() || h.head != v.aio_tail()) {
+      if (h.head != h.tail) {
+        uint32_t waiting = (h.tail + h.nr - h.head) % h.nr;
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "pid %d has an AIO context (io_setup, ring at %#x) with %u completed request%s not collected yet; they "
+            "cannot be put back into a new context — checkpoint it once its completions are collected "
+            "(io_getevents)",
+            pids[i], v.start(), waiting, waiting == 1 ? "" : "s"));
+      }
+      if (h.tail != v.aio_tail()) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "pid %d has an AIO context (io_setup, ring at %#x) with a request that completed while it was being "
             "checkpointed: requests were in flight, and they cannot be saved — checkpoint it when no io_submit "

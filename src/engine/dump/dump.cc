@@ -216,6 +216,19 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   if (unmap.ok() && fp.journal() != nullptr) fp.journal()->ScratchGone(fp.journal_index());
   RETURN_IF_ERROR(st);
   RETURN_IF_ERROR(unmap);
+  // Each AIO ring must be a context of this process (not a mapping inherited over fork).
+  for (const image::Vma& v : vmas) {
+    if (v.kind() != image::Vma::AIO_RING) continue;
+    absl::StatusOr<long> probe = inj.Call("io_getevents(ring, 0, 0) to ask whether the ring is a context of its own",
+                                          SYS_io_getevents, v.start(), 0, 0, 0, 0);
+    if (!probe.ok()) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d maps an AIO ring at %#x that is no context of its own (a mapping inherited over fork, whose "
+          "context stayed with the parent: %s); it cannot be made again — unmap it in the child before "
+          "checkpointing",
+          pid, v.start(), probe.status().message()));
+    }
+  }
   timer.Mark("task_state");
   RETURN_IF_ERROR(StopPoint("task_state"));
 

@@ -310,7 +310,7 @@ class GuardianRepair {
   // writing it when it died).
   static absl::Status ClearTrampoline(pid_t pid, const inject::TrampolineHome& home) {
     ASSIGN_OR_RETURN(uint64_t at, inject::Trampoline::Locate(pid, home));
-    return inject::Trampoline::Adopt(pid, at).Remove();
+    return inject::Trampoline::ClearIfOurs(pid, at);
   }
 
   // The area at `addr` is the dump's scratch area (shared anonymous, of its size: see

@@ -46,9 +46,9 @@ absl::StatusOr<double> StartTracking(pid_t pid, GuardJournal* journal, int* trac
     ASSIGN_OR_RETURN(Tracker t, Tracker::Take(pid, fd));
     tracker.emplace(std::move(t));
   } else {
-    ASSIGN_OR_RETURN(inject::TrampolineHome home, inject::FindTrampolineHome(pid));
     auto t0 = Clock::now();
     ASSIGN_OR_RETURN(FrozenProcess fp, FrozenProcess::Freeze(pid, journal));
+    ASSIGN_OR_RETURN(inject::TrampolineHome home, inject::FindTrampolineHome(pid));  // its layout, frozen
     RETURN_IF_ERROR(fp.InstallTrampoline(home));
     auto t1 = Clock::now();
     inject::Injector inj = fp.injector(pid);

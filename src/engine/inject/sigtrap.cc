@@ -1,5 +1,7 @@
 #include "engine/inject/sigtrap.h"
 
+#include <sys/mman.h>
+
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/user.h>
@@ -8,6 +10,10 @@
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
 #include "engine/inject/trampoline.h"
+
+#include "engine/proc/maps.h"
+
+#include "absl/strings/str_cat.h"
 
 namespace cairn::inject {
 namespace {
@@ -48,10 +54,20 @@ absl::Status SetSigtrapAction(pid_t tid, uint64_t syscall_insn, const KernelSiga
 
 absl::StatusOr<uint64_t> VdsoSyscallInsn(pid_t pid) {
   // FailedPrecondition, not NotFound: a tree dump reads that as a process that exited.
-  ASSIGN_OR_RETURN(auto vdso, VdsoRange(pid));
-  absl::StatusOr<uint64_t> insn = FindSyscallInsn(pid, vdso.first, vdso.second);
-  if (absl::IsNotFound(insn.status())) return absl::FailedPreconditionError(insn.status().message());
-  return insn;
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> vdso = VdsoRange(pid);
+  if (vdso.ok()) {
+    absl::StatusOr<uint64_t> insn = FindSyscallInsn(pid, vdso->first, vdso->second);
+    if (absl::IsNotFound(insn.status())) return absl::FailedPreconditionError(insn.status().message());
+    return insn;
+  }
+  // A process without a vDSO: a `syscall` of its own code (its libc has many).
+  ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
+  for (const proc::MapEntry& m : maps) {
+    if (!(m.prot & PROT_EXEC) || m.shared || m.path.empty() || m.path[0] != '/') continue;
+    absl::StatusOr<uint64_t> insn = FindSyscallInsn(pid, m.start, m.end);
+    if (insn.ok()) return insn;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " has no vDSO and no syscall instruction in its code"));
 }
 
 }  // namespace cairn::inject

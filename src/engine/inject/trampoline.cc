@@ -2,11 +2,13 @@
 
 #include <elf.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
@@ -145,8 +147,15 @@ absl::StatusOr<TrampolineHome> FindTrampolineHome(pid_t pid) {
   const proc::MapEntry* last_text = nullptr;
   for (const proc::MapEntry& m : maps) {
     if (m.path == "[vdso]") return TrampolineHome{m.start, m.end, true};
-    bool text = (m.prot & PROT_EXEC) && !m.shared && !m.path.empty() && m.path[0] == '/' && m.end <= 0x800000000000;
-    if (text) last_text = &m;
+    // A file's text: not a memfd or deleted file (whose content the process may change), and
+    // its last page backed by the file (a page past its end cannot be read).
+    bool text = (m.prot & PROT_EXEC) && !m.shared && !m.path.empty() && m.path[0] == '/' &&
+                !absl::StartsWith(m.path, "/memfd:") && !absl::EndsWith(m.path, " (deleted)");
+    struct stat st {};
+    std::string file = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, m.start, m.end);
+    if (text && ::stat(file.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > m.offset + (m.end - m.start) - 4096) {
+      last_text = &m;
+    }
   }
   if (last_text == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -193,6 +202,20 @@ Trampoline& Trampoline::operator=(Trampoline&& other) noexcept {
 
 uint64_t Trampoline::batch_wait() const { return addr_ + kLoopWaitOff; }
 uint64_t Trampoline::batch_done() const { return addr_ + kLoopDoneOff; }
+
+absl::Status Trampoline::ClearIfOurs(pid_t pid, uint64_t addr) {
+  std::string now(kSize, '\0');
+  RETURN_IF_ERROR(ReadRemote(pid, addr, now.data(), now.size()));
+  std::string code = Code();
+  for (size_t i = 0; i < kSize; ++i) {
+    if (now[i] != 0 && now[i] != code[i]) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "pid %d: the %zu bytes at %#x are not (part of) the injection trampoline: left as they are", pid, kSize,
+          addr));
+    }
+  }
+  return Adopt(pid, addr).Remove();
+}
 
 absl::Status Trampoline::Remove() {
   if (addr_ == 0) return absl::OkStatus();

@@ -83,6 +83,10 @@ class Trampoline {
 
   // Writes the tail's zeros back. Idempotent.
   absl::Status Remove();
+  // Writes zeros over `pid`'s kSize bytes at `addr` only if each is a zero or the trampoline's
+  // own byte there (what a dumper that died may have left, whole or in part): a guardian never
+  // overwrites anything else. FailedPrecondition otherwise.
+  static absl::Status ClearIfOurs(pid_t pid, uint64_t addr);
 
  private:
   Trampoline(pid_t pid, uint64_t addr) : pid_(pid), addr_(addr) {}

@@ -236,7 +236,7 @@ absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::ve
 }
 
 absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep,
-                                 const std::vector<Range>& staged) {
+                                 const std::vector<Range>& staged, bool skeleton) {
   pid_t pid = inj.tid();
   // The layout only (maps, not smaps: smaps walks every page table of the restorer's copy).
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
@@ -281,6 +281,8 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) saved[v.path()] = {v.start(), v.end()};
   }
   // A process that had unmapped its vDSO gets none (nor the areas it had unmapped with it).
+  // (Areas missing from an image that has a vDSO mean another kernel: refused below, since the
+  // vDSO's code may need them.)
   bool had_vdso = std::any_of(proc.vmas().begin(), proc.vmas().end(),
                               [](const image::Vma& v) { return v.kind() == image::Vma::VDSO; });
   for (auto it = cur_kernel.begin(); it != cur_kernel.end();) {
@@ -289,9 +291,11 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
       ++it;
       continue;
     }
-    RETURN_IF_ERROR(inj.Call("munmap " + name + " (the process had unmapped it)", SYS_munmap, r.start,
-                             r.end - r.start).status());
-    it = cur_kernel.erase(it);
+    if (!skeleton) {
+      RETURN_IF_ERROR(inj.Call("munmap " + name + " (the process had unmapped it)", SYS_munmap, r.start,
+                               r.end - r.start).status());
+    }
+    it = cur_kernel.erase(it);  // (the skeleton's: left where it is, for the tree's other processes)
   }
   for (const auto& [name, r] : cur_kernel) {
     if (name == "[vsyscall]") continue;
@@ -481,6 +485,15 @@ absl::Status RecreateAioRing(inject::Injector& inj, inject::RemoteScratch& scrat
   uint64_t ctx = 0;
   ASSIGN_OR_RETURN(uint64_t ctx_addr, scratch.Put(kCtxOff, &ctx, sizeof ctx));
   std::string what = absl::StrFormat("the AIO context (io_setup) at %#x", v.start());
+  uint64_t len = v.end() - v.start();
+  // The saved address held while io_setup places the new ring (the kernel refuses to move a ring
+  // onto a range it overlaps); the move replaces the hold.
+  ASSIGN_OR_RETURN(long held, inj.Call("hold the address of " + what, SYS_mmap, v.start(), len, PROT_NONE,
+                                       static_cast<uint64_t>(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE),
+                                       static_cast<uint64_t>(-1), 0));
+  if (static_cast<uint64_t>(held) != v.start()) {
+    return absl::InternalError(absl::StrFormat("mmap placed the hold of %s at %#x", what, held));
+  }
   uint64_t n = std::max<uint64_t>((v.aio_nr() + 1) / 2, 3) - 2;
   RETURN_IF_ERROR(inj.Call("io_setup for " + what, SYS_io_setup, n, ctx_addr).status());
   RETURN_IF_ERROR(scratch.Get(kCtxOff, &ctx, sizeof ctx));
@@ -494,7 +507,6 @@ absl::Status RecreateAioRing(inject::Injector& inj, inject::RemoteScratch& scrat
         "it was checkpointed on",
         what, v.aio_nr(), header[1]));
   }
-  uint64_t len = v.end() - v.start();
   ASSIGN_OR_RETURN(long at, inj.Call("mremap " + what, SYS_mremap, ctx, len, len,
                                      static_cast<uint64_t>(MREMAP_MAYMOVE | MREMAP_FIXED), v.start()));
   if (static_cast<uint64_t>(at) != v.start()) {
@@ -629,7 +641,13 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
 
   // 3. Final protections and advice.
   for (const image::Vma& v : proc.vmas()) {
-    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR || v.kind() == image::Vma::AIO_RING) continue;
+    if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
+    if (v.kind() == image::Vma::AIO_RING) {  // the kernel made it: only locked again, if it was
+      if (HasFlag(v, "lo")) {
+        RETURN_IF_ERROR(inj.Call("mlock an AIO ring", SYS_mlock, v.start(), v.end() - v.start()).status());
+      }
+      continue;
+    }
     bool sysv_other = v.kind() == image::Vma::SYSV_SHM && (v.prot() & (PROT_READ | PROT_WRITE)) != PROT_READ &&
                       (v.prot() & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE);
     if (((pieces.count(&v) > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) ||

@@ -355,7 +355,7 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     if (p == procs[0]) {
       // Shared anonymous memory is created in the root, on an address space emptied of the
       // restorer's areas, before anything is forked: every process inherits it.
-      RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}));
+      RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}, {}, /*skeleton=*/true));
       RETURN_IF_ERROR(CreateSharedAnon(inj, sc, img, procs, staging, fill_threads));
     }
     if (p == procs[0] && mount_proc) {
