@@ -131,6 +131,17 @@ void ThawFreezer(const std::string& cgroup) {
   if (text.ok() && absl::StripAsciiWhitespace(*text) != "THAWED") (void)WriteKnob(state, "THAWED");
 }
 
+std::vector<pid_t> CgroupPids(const std::string& cgroup) {
+  std::vector<pid_t> out;
+  auto procs = ReadFile(absl::StrCat(kRoot, "freezer/", cgroup, "/cgroup.procs"));
+  if (!procs.ok()) return out;
+  for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {
+    int pid = 0;
+    if (absl::SimpleAtoi(p, &pid) && pid > 1) out.push_back(pid);
+  }
+  return out;
+}
+
 int KillCgroup(const std::string& cgroup) {
   auto procs = ReadFile(absl::StrCat(kRoot, "freezer/", cgroup, "/cgroup.procs"));
   if (!procs.ok()) return 0;

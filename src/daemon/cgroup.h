@@ -31,6 +31,9 @@ void RemoveCgroup(const std::string& cgroup);
 // Thaws the cgroup's v1 freezer if it is FROZEN (a dump interrupted by a crash could leave it so).
 void ThawFreezer(const std::string& cgroup);
 
+// The processes of the job cgroup `cgroup` (its freezer hierarchy's), host ids.
+std::vector<pid_t> CgroupPids(const std::string& cgroup);
+
 // SIGKILLs every process in the cgroup (its freezer hierarchy's list), e.g. what a restore the
 // daemon's crash interrupted left there. A frozen one dies once the cgroup is thawed. Returns how
 // many it signalled.

@@ -37,6 +37,7 @@
 #include "engine/image/format.h"
 #include "engine/job/job.h"
 #include "engine/net/netlock.h"
+#include "engine/net/silence.h"
 #include "engine/restore/restore.h"
 
 namespace cairn::daemon {
@@ -530,6 +531,12 @@ absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
     if (!SameProcess(s.job.host_pid(), s.job.start_time())) {
       ReapLocked(s);
       return s.job;
+    }
+    if (sig == SIGKILL && !s.job.network_hold().empty()) {
+      // Its connections are still held (a group restore called off): closed in repair mode, they
+      // send no FIN the lock would drop and keep no address (net/silence.h).
+      absl::Status silenced = net::SilenceTcpConnections(CgroupPids(CgroupOf(name)));
+      if (!silenced.ok()) CAIRN_LOG_WARN("job={} connections not silenced before the kill: {}", name, silenced.ToString());
     }
     if (::kill(s.job.host_pid(), sig) != 0) return ErrnoStatus(absl::StrCat("kill job ", name, " pid ", s.job.host_pid()));
     s.killed_by_user = sig == SIGKILL;

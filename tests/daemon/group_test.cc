@@ -200,6 +200,42 @@ TEST_F(GroupTest, TrainingGroupCheckpointedStoppedAndRestoredFinishesBitForBit) 
   EXPECT_GE(Progress(out, 0), at_stop0);
 }
 
+// A group restore called off part-way (rank 1's daemon is down) stops the rank it had restored
+// while that rank's connections are still held: they close in repair mode, sending nothing and
+// keeping no port, so that the restore can be tried again at once (before, the held FIN left
+// rank 0's connections in FIN_WAIT1 for minutes, and the second restore failed "Cannot assign
+// requested address"). The training then finishes bit for bit.
+TEST_F(GroupTest, AGroupRestoreCalledOffCanBeTriedAgainAtOnce) {
+  std::string expected = Uninterrupted();
+  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
+  StartCluster();
+  ASSERT_FALSE(HasFatalFailure());
+  StartTraining("a", "b");
+  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
+  const std::string out = out_;
+  CommandResult stop = Ctl(*c_, {"group", "checkpoint", "train", "--stop", "--json"});
+  ASSERT_TRUE(stop.Exited(0)) << stop.Describe() << c_->Log();
+  ASSERT_TRUE(WaitFor([&] { return StateOf(*a_, "train-0") != "running" && StateOf(*b_, "train-1") != "running"; },
+                      30s));
+
+  b_->Kill(SIGKILL);
+  b_->Wait();
+  CommandResult first = Ctl(*c_, {"group", "restore", "train"});
+  EXPECT_TRUE(first.FailedCleanly()) << first.Describe() << a_->RunLog() << c_->Log();
+  EXPECT_TRUE(absl::StrContains(first.err, "rank 1")) << first.err;
+  ASSERT_TRUE(WaitFor([&] { return StateOf(*a_, "train-0") != "running"; }, 30s)) << "rank 0 was not stopped again";
+
+  ASSERT_TRUE(b_->Start());
+  ASSERT_TRUE(WaitFor([&] {
+    CommandResult again = Ctl(*c_, {"group", "restore", "train"});
+    return again.Exited(0);
+  }, 30s)) << c_->Log() << a_->Log() << b_->Log();
+  ASSERT_TRUE(WaitFor([&] { return !Results(out).empty(); }, 180s))
+      << ReadFile(a_->state_dir() + "/jobs/train-0/stderr.log") << ReadFile(b_->state_dir() + "/jobs/train-1/stderr.log")
+      << c_->Log() << a_->Log();
+  EXPECT_EQ(Results(out), expected);
+}
+
 // A rank's node dies in the middle of the group checkpoint: its daemon is SIGKILLed while the
 // rank stands frozen, dumped, its connections in repair mode and locked, before it said it was
 // prepared. Nothing is recorded; the other rank is thawed with its part removed; the dead

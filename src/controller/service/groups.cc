@@ -213,10 +213,10 @@ absl::Status Controller::RestoreGroupLocked(const api::GroupCheckpoint& g, const
     const std::string node = to == moved.end() ? r.node_id() : to->second;
     absl::Status st = dispatcher_->RestoreRank(part, node);
     if (!st.ok()) {
-      for (const auto& [job, on] : restored) {
-        (void)dispatcher_->ReleaseRankNetwork(job, on);  // no lock outlives the rank
-        (void)dispatcher_->Kill(job, on);
-      }
+      // Stopped with their connections still held: the daemon closes them in repair mode
+      // (nothing sent, no port kept, net/silence.h), so that the restore can be tried again at
+      // once, and removes the lock once the rank is gone.
+      for (const auto& [job, on] : restored) (void)dispatcher_->Kill(job, on);
       api::Event ev;
       ev.set_kind("group-restore-failed");
       ev.set_job_id(r.job_id());
@@ -224,9 +224,14 @@ absl::Status Controller::RestoreGroupLocked(const api::GroupCheckpoint& g, const
       ev.set_reason(absl::StrFormat("group %s from %s: %s; the %d rank(s) restored before it were stopped again",
                                     g.group(), g.id(), st.message(), restored.size()));
       RETURN_IF_ERROR(RecordLocked(std::move(ev)));
-      return Annotate(st, absl::StrFormat("restore group %s from %s: rank %d (the %d restored before it were stopped "
-                                          "again)",
-                                          g.group(), g.id(), r.rank(), restored.size()));
+      std::string what = absl::StrFormat("restore group %s from %s: rank %d (the %d restored before it were stopped again)",
+                                         g.group(), g.id(), r.rank(), restored.size());
+      // A node that does not answer is the group's trouble, not the controller's: a caller must not
+      // take it for an unavailable controller and retry.
+      if (absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st)) {
+        return absl::FailedPreconditionError(absl::StrCat(what, ": ", st.message()));
+      }
+      return Annotate(st, what);
     }
     restored.emplace_back(r.job_id(), node);
     notes->push_back(absl::StrFormat("rank %d: job %s restored on %s from %s", r.rank(), r.job_id(), node,
