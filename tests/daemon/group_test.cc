@@ -131,6 +131,16 @@ class GroupTest : public ClusterFixture {
     ASSERT_TRUE(WaitFor([&] { return Progress(out_, 0) >= 50 && Progress(out_, 1) >= 50; }, 120s))
         << c_->Log() << ReadFile(Dir() + "/run/progress-0") << ReadFile(Dir() + "/run/progress-1");
   }
+  // The uninterrupted run's result in *expected, then the cluster (b with `b_env`) and the
+  // training group, rank 0 on a and rank 1 on b, past step 50.
+  void TrainOnAAndB(std::string* expected, std::vector<std::string> b_env = {}) {
+    *expected = Uninterrupted();
+    ASSERT_FALSE(expected->empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
+    StartCluster(std::move(b_env));
+    ASSERT_FALSE(HasFatalFailure());
+    StartTraining("a", "b");
+    ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
+  }
   std::string out_;
   int port_ = 0;
 
@@ -139,12 +149,9 @@ class GroupTest : public ClusterFixture {
 };
 
 TEST_F(GroupTest, TrainingGroupCheckpointedStoppedAndRestoredFinishesBitForBit) {
-  std::string expected = Uninterrupted();
-  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
-  StartCluster();
+  std::string expected;
+  TrainOnAAndB(&expected);
   ASSERT_FALSE(HasFatalFailure());
-  StartTraining("a", "b");
-  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
   const std::string out = out_;
 
   // A group checkpoint that leaves the ranks running: one record, each rank's part complete.
@@ -206,12 +213,9 @@ TEST_F(GroupTest, TrainingGroupCheckpointedStoppedAndRestoredFinishesBitForBit) 
 // rank 0's connections in FIN_WAIT1 for minutes, and the second restore failed "Cannot assign
 // requested address"). The training then finishes bit for bit.
 TEST_F(GroupTest, AGroupRestoreCalledOffCanBeTriedAgainAtOnce) {
-  std::string expected = Uninterrupted();
-  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
-  StartCluster();
+  std::string expected;
+  TrainOnAAndB(&expected);
   ASSERT_FALSE(HasFatalFailure());
-  StartTraining("a", "b");
-  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
   const std::string out = out_;
   CommandResult stop = Ctl(*c_, {"group", "checkpoint", "train", "--stop", "--json"});
   ASSERT_TRUE(stop.Exited(0)) << stop.Describe() << c_->Log();
@@ -242,12 +246,9 @@ TEST_F(GroupTest, AGroupRestoreCalledOffCanBeTriedAgainAtOnce) {
 // daemon's guardian thaws its rank and gives its connections back; the daemon, restarted,
 // cleans the half-made part. The training then finishes exactly as an uninterrupted run.
 TEST_F(GroupTest, ARankWhoseDaemonDiesMidCheckpointLeavesTheGroupTrainingUntouched) {
-  std::string expected = Uninterrupted();
-  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
-  StartCluster({"CAIRN_FAULT_PAUSE=group-frozen"});
+  std::string expected;
+  TrainOnAAndB(&expected, {"CAIRN_FAULT_PAUSE=group-frozen"});
   ASSERT_FALSE(HasFatalFailure());
-  StartTraining("a", "b");
-  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
   const std::string out = out_;
 
   CommandResult r;
@@ -289,12 +290,9 @@ TEST_F(GroupTest, ARankWhoseDaemonDiesMidCheckpointLeavesTheGroupTrainingUntouch
 // first. The survivor's own end (it loses its peer) is not a second failover. The training then
 // finishes exactly as an uninterrupted run.
 TEST_F(GroupTest, ARankThatDiesOnALiveNodeBringsTheGroupBackFromItsNewestGroupCheckpoint) {
-  std::string expected = Uninterrupted();
-  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-0") << ReadFile(Dir() + "/plain/log-1");
-  StartCluster();
+  std::string expected;
+  TrainOnAAndB(&expected);
   ASSERT_FALSE(HasFatalFailure());
-  StartTraining("a", "b");
-  ASSERT_FALSE(HasFatalFailure()) << a_->Log() << b_->Log();
   const std::string out = out_;
   CommandResult ck = Ctl(*c_, {"group", "checkpoint", "train", "--json"});
   ASSERT_TRUE(ck.Exited(0)) << ck.Describe() << c_->Log();

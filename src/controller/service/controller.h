@@ -197,8 +197,8 @@ class Controller {
   std::map<std::string, bool> started_;                      // job -> dispatcher confirmed
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order
   std::map<std::string, api::JobSpec> specs_;                // job -> the spec as submitted
-  // group -> when (unix s, wall clock) its ranks were last brought back by a failover: a rank's
-  // end that happened before is one of that failover's causes or consequences, not news.
+  // group -> when (unix s, wall clock) its ranks were last brought back (a failover or a group
+  // restore): a rank's end that happened before is one of its causes or consequences, not news.
   std::map<std::string, double> group_failed_over_at_;
   // group checkpoint id -> failovers that came back from it after a rank died: a group whose
   // ranks keep dying from the same state is not brought back for ever.

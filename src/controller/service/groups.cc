@@ -204,6 +204,7 @@ absl::Status Controller::RestoreGroupLocked(const api::GroupCheckpoint& g, const
   // once all are back are they let go: a rank that ran alone would reach a peer not rebuilt yet,
   // whose host answers with a reset. All or nothing: a rank that fails stops those restored.
   std::vector<std::pair<std::string, std::string>> restored;  // job, node
+  group_failed_over_at_[g.group()] = Now();  // a rank's end before this is not news (JobEndedLocked)
   for (const api::RankCheckpoint& r : g.ranks()) {
     RankPart part;
     part.ref = {r.job_id(), r.rank(), r.node_id()};
@@ -349,19 +350,24 @@ absl::Status Controller::JobEndedLocked(const api::NodeSignal& req, api::ReportS
                    req.node_id(), job->node_id.empty() ? "no node" : job->node_id);
     return absl::OkStatus();
   }
+  std::vector<api::Event> out;
+  auto record = [&](const std::string& kind, const std::string& reason) {
+    api::Event ev;
+    ev.set_kind(kind);
+    ev.set_node_id(req.node_id());
+    ev.set_job_id(req.job_id());
+    ev.set_reason(reason);
+    return RecordLocked(std::move(ev), &out);
+  };
   bool died = !req.exit_known() || req.exit_signal() != 0 || req.exit_code() != 0;
-  std::string how = !req.exit_known()     ? std::string("ended while its node's daemon was down (how is unknown)")
+  std::string how = !req.exit_known()       ? std::string("ended while its node's daemon was down (how is unknown)")
                     : req.exit_signal() != 0 ? absl::StrCat("was killed by signal ", req.exit_signal())
                                              : absl::StrCat("exited with code ", req.exit_code());
-  std::vector<api::Event> out;
-  api::Event ev;
-  ev.set_kind("job-ended");
-  ev.set_node_id(req.node_id());
-  ev.set_job_id(req.job_id());
-  ev.set_reason(absl::StrCat("job ", req.job_id(), " ", how, " on ", req.node_id()));
-  RETURN_IF_ERROR(RecordLocked(std::move(ev), &out));
+  RETURN_IF_ERROR(record("job-ended", absl::StrCat("job ", req.job_id(), " ", how, " on ", req.node_id())));
   const std::string& group = job->spec.group;
   if (died && !group.empty()) {
+    std::string why = absl::StrFormat("group %s lost rank %d: job %s %s on %s", group, job->spec.rank, req.job_id(),
+                                      how, req.node_id());
     auto at = group_failed_over_at_.find(group);
     if (at != group_failed_over_at_.end() && req.ended_time() <= at->second) {
       CAIRN_LOG_INFO("controller {}: rank job {} of group {} ended before its group's last failover: not news",
@@ -372,28 +378,19 @@ absl::Status Controller::JobEndedLocked(const api::NodeSignal& req, api::ReportS
     } else if (std::string away = UnreachableRankNodeLocked(group); !away.empty()) {
       // A rank's end may be the first sign that another rank's node died (the survivor loses its
       // peer): a failover now would fail on that node. The node-lost rule acts if it is lost.
-      api::Event wait;
-      wait.set_kind("group-failover-deferred");
-      wait.set_node_id(req.node_id());
-      wait.set_job_id(req.job_id());
-      wait.set_reason(absl::StrFormat("group %s lost rank %d (job %s %s), but node %s of another rank does not answer: "
-                                      "if it is lost, the group comes back with the node-lost failover",
-                                      group, job->spec.rank, req.job_id(), how, away));
-      RETURN_IF_ERROR(RecordLocked(std::move(wait), &out));
+      RETURN_IF_ERROR(record("group-failover-deferred",
+                             absl::StrFormat("%s, but node %s of another rank does not answer: if it is lost, the "
+                                             "group comes back with the node-lost failover",
+                                             why, away)));
     } else {
       ASSIGN_OR_RETURN(std::optional<api::GroupCheckpoint> g, GroupCheckpointLocked(group, ""));
-      std::string why = absl::StrFormat("group %s lost rank %d: job %s %s on %s", group, job->spec.rank,
-                                        req.job_id(), how, req.node_id());
       constexpr int kMaxRankDeathFailovers = 3;
       if (g && ++rank_death_failovers_[g->id()] > kMaxRankDeathFailovers) {
-        api::Event gave_up;
-        gave_up.set_kind("group-failover-failed");
-        gave_up.set_node_id(req.node_id());
-        gave_up.set_job_id(req.job_id());
-        gave_up.set_reason(absl::StrFormat("%s, its ranks died %d times since group checkpoint %s was taken: it is not "
-                                           "brought back again (look at its logs; cairn group restore brings it back)",
-                                           why, kMaxRankDeathFailovers, g->id()));
-        RETURN_IF_ERROR(RecordLocked(std::move(gave_up), &out));
+        RETURN_IF_ERROR(record("group-failover-failed",
+                               absl::StrFormat("%s, its ranks died %d times since group checkpoint %s was taken: it "
+                                               "is not brought back again (look at its logs; cairn group restore "
+                                               "brings it back)",
+                                               why, kMaxRankDeathFailovers, g->id())));
       } else {
         RETURN_IF_ERROR(FailOverGroupLocked(group, "", req.node_id(), req.job_id(), why, &out));
       }

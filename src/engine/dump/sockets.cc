@@ -109,8 +109,10 @@ absl::Status CaptureOptions(int theirs, int family, int type, int protocol, imag
 // bytes of a stream. The socket's own peek offset is put back after. Descriptors in flight
 // (SCM_RIGHTS) cannot be saved: the peek shows them, and the socket is refused. A stream's
 // copy must hold `expected` bytes (0: not checked, for a process still running).
+// `unnamed_senders`: each message must come from a socket with no name (refused otherwise: a
+// restore could not send it again from that name, which its sender still holds).
 absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool messages, uint32_t expected,
-                                      image::Fd* fd, bool read_shut = false) {
+                                      image::Fd* fd, bool read_shut = false, bool unnamed_senders = false) {
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
   auto where = [&] { return absl::StrFormat("the queue of pid %d fd %d", pid, info.fd); };
   int saved_off = -1;
@@ -129,6 +131,9 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
   for (;;) {
     iovec iov{buf.data(), buf.size()};
     msghdr mh{};
+    sockaddr_un from{};
+    mh.msg_name = &from;
+    mh.msg_namelen = sizeof from;
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
     mh.msg_control = control;
@@ -152,6 +157,13 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
     if (in_flight || (mh.msg_flags & MSG_CTRUNC) != 0) {
       st = Refuse(pid, info, "a unix socket with descriptors in flight (sent with SCM_RIGHTS, not received yet)",
                   "let the process receive them before checkpointing");
+      break;
+    }
+    if (unnamed_senders && mh.msg_namelen > sizeof(sa_family_t)) {
+      st = Refuse(pid, info,
+                  absl::StrFormat("a datagram unix socket with a message waiting from the bound socket %s",
+                                  FormatSockaddr(std::string(reinterpret_cast<const char*>(&from), mh.msg_namelen))),
+                  "read it before checkpointing (messages from unbound senders are saved)");
       break;
     }
     // A stream's end of data; and a seqpacket socket shut down for reading reads 0 at its
@@ -217,11 +229,12 @@ absl::StatusOr<uint32_t> UdpShutdown(int c) {
 // `writer` is set; without it (the check before anything is frozen) only peeked, which
 // refuses descriptors in flight early.
 absl::Status SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us, image::ImageWriter* writer,
-                       image::Fd* fd) {
+                       image::Fd* fd, bool unnamed_senders = false) {
   if (us.rqueue == 0) return absl::OkStatus();
   bool messages = us.type != SOCK_STREAM;
   uint32_t expected = writer != nullptr && !messages ? us.rqueue : 0;
-  ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, messages, expected, fd, (us.shutdown & 1) != 0));
+  ASSIGN_OR_RETURN(std::string data,
+                   PeekQueue(pid, info, messages, expected, fd, (us.shutdown & 1) != 0, unnamed_senders));
   if (writer == nullptr) {
     fd->clear_message_sizes();
     return absl::OkStatus();
@@ -327,7 +340,22 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     s->set_listening(true);
     s->set_backlog(static_cast<int32_t>(us.wqueue));
   } else if (us.rqueue != 0 && !self) {
-    return Refuse(pid, info, "a datagram unix socket with messages waiting to be read", kUnixAdvice);
+    // Messages other sockets sent it: kept when none of their senders had a name, sent again
+    // from an unnamed socket to this one's name (which it must have, reachable, for that).
+    if (us.type != SOCK_DGRAM || us.name.empty()) {
+      return Refuse(pid, info, "an unbound datagram unix socket with messages waiting to be read", kUnixAdvice);
+    }
+    ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+    int passcred = 0;
+    socklen_t len = sizeof passcred;
+    if (::getsockopt(copy.get(), SOL_SOCKET, SO_PASSCRED, &passcred, &len) == 0 && passcred) {
+      return Refuse(pid, info,
+                    "a datagram unix socket with SO_PASSCRED and messages waiting (their senders' credentials "
+                    "could not be given back)",
+                    "read them before checkpointing");
+    }
+    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd, /*unnamed_senders=*/true));
+    fd->set_messages_from_unnamed(true);
   } else if (us.rqueue != 0) {
     RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd));
   }
@@ -367,6 +395,13 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   if (::lstat(seen.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
     // The socket file (or a directory above it) was removed: the socket keeps its name,
     // which nothing can reach any more. Restore binds it and removes the file again.
+    if (fd->messages_from_unnamed()) {
+      return Refuse(pid, info,
+                    absl::StrFormat("a datagram unix socket bound to %s, whose socket file was removed, with messages "
+                                    "waiting (restore sends them again to its name, which nothing reaches now)",
+                                    path),
+                    "read them before checkpointing");
+    }
     s->set_bound(UnixSockaddr(path));
     s->set_bound_file_removed(true);
     return absl::OkStatus();

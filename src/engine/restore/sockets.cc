@@ -278,6 +278,24 @@ absl::Status SendMessages(int sender, const std::string& content, const image::F
   return absl::OkStatus();
 }
 
+// The messages other, unnamed sockets had sent socket `fd` (bound; messages_from_unnamed), sent
+// again in order from an unbound socket of ours to its name: the receiver finds each as it was,
+// from no name.
+absl::Status SendFromUnnamed(const image::ImageReader& img, const image::Fd& fd, pid_t pid) {
+  UniqueFd sender(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!sender.valid()) return ErrnoStatus("socket(AF_UNIX, SOCK_DGRAM) to send the messages of " + Where(fd, pid));
+  const std::string& to = fd.socket().bound();
+  if (::connect(sender.get(), reinterpret_cast<const sockaddr*>(to.data()), static_cast<socklen_t>(to.size())) != 0) {
+    return ErrnoStatus(absl::StrFormat("connect to %s to send the messages of %s", FormatSockaddr(to), Where(fd, pid)));
+  }
+  ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
+  // Every message stays charged to the sender's buffer until it is read: room for all of them
+  // (they came from several senders, each with a buffer of its own).
+  int room = static_cast<int>(std::min<size_t>(content.size() * 2 + fd.message_sizes_size() * 2048 + 65536, 1 << 30));
+  (void)::setsockopt(sender.get(), SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room);
+  return SendMessages(sender.get(), content, fd, pid);
+}
+
 // A stream or seqpacket end whose peer had been closed: one end of a new pair, given the
 // bytes (or messages) that waited in it through the other end, which is then closed; the
 // kernel then shuts the survivor down both ways, as it was.
@@ -390,9 +408,17 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
   // A datagram socket connected to itself gets back, from itself, the messages it had sent
   // itself and not read.
   for (const auto& [fd, pid] : connects) {
-    if (fd->content_size() == 0) continue;
+    if (fd->content_size() == 0 || fd->messages_from_unnamed()) continue;
     ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
     RETURN_IF_ERROR(SendMessages(m->fds.at({pid, fd->fd()}), content, *fd, pid));
+  }
+  // One that other, unnamed sockets had sent messages gets them back from an unnamed one.
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (IsSocket(fd) && fd.messages_from_unnamed() && fd.content_size() > 0) {
+        RETURN_IF_ERROR(SendFromUnnamed(img, fd, p->pid()));
+      }
+    }
   }
   RETURN_IF_ERROR(RefillQueues(img, queues, pairs));
   // shutdown(2) once the queues are full again (a socket shut down for sending, or whose
