@@ -700,5 +700,163 @@ TEST_F(ControllerCoreTest, MoveCutAfterItsStopIsRestoredWhereTheJobRan) {
   EXPECT_FALSE(StoredJ().has_in_flight());
 }
 
+
+// ---- a rank that dies (NodeSignal JOB_ENDED)
+
+// Restores ranks as asked (recorded), and answers where jobs run like LocatingDispatcher.
+class GroupDispatcher : public LocatingDispatcher {
+ public:
+  absl::Status RestoreRank(const RankPart& part, const std::string& node) override {
+    restored.push_back(part.ref.job_id + "@" + node + " from " + part.checkpoint);
+    return absl::OkStatus();
+  }
+  absl::Status ReleaseRankNetwork(const std::string& job, const std::string& node) override {
+    released.push_back(job + "@" + node);
+    return absl::OkStatus();
+  }
+  std::vector<std::string> restored, released;
+};
+
+// Group g: ranks g-0 and g-1 (jobs of one CPU on nodes a and b), each reported running, and a
+// group checkpoint g-ck of both in the store.
+class RankDeathTest : public ::testing::Test {
+ protected:
+  RankDeathTest() : controller_(&store_, &dispatcher_, Options()) { controller_.Tick(); }
+  static ControllerOptions Options() {
+    ControllerOptions o;
+    o.id = "test";
+    return o;
+  }
+  void SetUp() override {
+    api::RegisterNodeResponse rr;
+    ASSERT_TRUE(controller_.RegisterNode(Node("a", 0.9, false), &rr).ok());
+    ASSERT_TRUE(controller_.RegisterNode(Node("b", 0.9, false), &rr).ok());
+    api::GroupCheckpoint g;
+    g.set_id("g-ck");
+    g.set_group("g");
+    g.set_created(1000);
+    for (int rank : {0, 1}) {
+      api::SubmitJobRequest r;
+      std::string id = absl::StrCat("g-", rank);
+      r.mutable_spec()->set_id(id);
+      r.mutable_spec()->set_cpus(6);  // one per node
+      r.mutable_spec()->set_memory_mb(100);
+      r.mutable_spec()->set_group("g");
+      r.mutable_spec()->set_rank(rank);
+      api::SubmitJobResponse sr;
+      ASSERT_TRUE(controller_.SubmitJob(r, &sr).ok());
+      node_[rank] = sr.node_id();
+      dispatcher_.where[id + "@" + sr.node_id()] = {kRunning, "running", 100 + rank};
+      api::RankCheckpoint* rc = g.add_ranks();
+      rc->set_job_id(id);
+      rc->set_rank(rank);
+      rc->set_node_id(sr.node_id());
+      rc->set_checkpoint(absl::StrCat(id, "-ck"));
+    }
+    ASSERT_NE(node_[0], node_[1]);
+    ASSERT_TRUE(store_.Put("groups/g/g-ck", g.SerializeAsString()).ok());
+  }
+  // Rank `rank`'s job ended on its node at `when` (unix s): killed by `sig`, or exited `code`.
+  absl::Status Ended(int rank, double when, int sig, int code = 0) {
+    api::NodeSignal s;
+    s.set_kind(api::NodeSignal::JOB_ENDED);
+    s.set_node_id(node_[rank]);
+    s.set_job_id(absl::StrCat("g-", rank));
+    s.set_exit_known(true);
+    s.set_exit_signal(sig);
+    s.set_exit_code(code);
+    s.set_ended_time(when);
+    api::ReportSignalResponse resp;
+    return controller_.ReportSignal(s, &resp);
+  }
+  // How many events of kind `kind` the controller recorded.
+  size_t Count(const std::string& kind) {
+    api::ListEventsResponse ev;
+    EXPECT_TRUE(controller_.ListEvents(api::ListEventsRequest(), &ev).ok());
+    size_t n = 0;
+    for (const api::Event& e : ev.events()) n += e.kind() == kind;
+    return n;
+  }
+  static double Now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+  MemoryStore store_;
+  GroupDispatcher dispatcher_;
+  Controller controller_;
+  std::string node_[2];
+};
+
+// A rank killed by a signal: the survivor is stopped, every rank restored where it is from the
+// newest group checkpoint, and the ranks' connections let go once all are back.
+TEST_F(RankDeathTest, ARankKilledBringsTheGroupBackFromItsGroupCheckpoint) {
+  ASSERT_TRUE(Ended(1, Now(), SIGKILL).ok());
+  EXPECT_EQ(Count("job-ended"), 1u);
+  EXPECT_EQ(Count("group-failover"), 1u);
+  EXPECT_EQ(dispatcher_.killed, std::vector<std::string>{"g-0@" + node_[0]}) << "only the survivor is stopped";
+  EXPECT_EQ(dispatcher_.restored, (std::vector<std::string>{"g-0@" + node_[0] + " from g-0-ck",
+                                                             "g-1@" + node_[1] + " from g-1-ck"}));
+  EXPECT_EQ(dispatcher_.released.size(), 2u);
+  EXPECT_EQ(Count("group-restored"), 1u);
+}
+
+// The survivor's own end, from before the failover (it lost its peer), is not a second failover;
+// an end after it is.
+TEST_F(RankDeathTest, AnEndFromBeforeTheGroupsLastFailoverIsNotNews) {
+  // Rank 1 died 0.5 s ago, rank 0 exited 1 (its peer gone) 0.3 s ago: reported in that order.
+  ASSERT_TRUE(Ended(1, Now() - 0.5, SIGKILL).ok());
+  ASSERT_EQ(Count("group-failover"), 1u);
+  ASSERT_TRUE(Ended(0, Now() - 0.3, 0, 1).ok());
+  EXPECT_EQ(Count("group-failover"), 1u);
+  EXPECT_EQ(Count("job-ended"), 2u);
+  ASSERT_TRUE(Ended(0, Now() + 1, SIGSEGV).ok());
+  EXPECT_EQ(Count("group-failover"), 2u);
+}
+
+// A rank that exits 0 (its work done) is recorded, nothing more.
+TEST_F(RankDeathTest, ARankThatFinishesIsOnlyRecorded) {
+  ASSERT_TRUE(Ended(0, Now(), 0, 0).ok());
+  EXPECT_EQ(Count("job-ended"), 1u);
+  EXPECT_EQ(Count("group-failover"), 0u);
+  EXPECT_TRUE(dispatcher_.restored.empty());
+  EXPECT_TRUE(dispatcher_.killed.empty());
+}
+
+// While another rank's node does not answer, the failover waits for the node-lost rule: it would
+// fail on that node.
+TEST_F(RankDeathTest, AFailoverWaitsWhileAnotherRanksNodeDoesNotAnswer) {
+  dispatcher_.where["g-1@" + node_[1]] = {ActionDispatcher::JobWhere::kUnreachable, "no answer", 0};
+  ASSERT_TRUE(Ended(0, Now(), 0, 1).ok());
+  EXPECT_EQ(Count("group-failover-deferred"), 1u);
+  EXPECT_EQ(Count("group-failover"), 0u);
+  EXPECT_TRUE(dispatcher_.restored.empty());
+  EXPECT_TRUE(dispatcher_.killed.empty());
+}
+
+// Ranks that keep dying from the same group checkpoint are brought back three times, not more.
+TEST_F(RankDeathTest, RanksThatKeepDyingAreBroughtBackThreeTimes) {
+  for (int i = 0; i < 4; ++i) {
+    dispatcher_.where["g-0@" + node_[0]] = {kRunning, "running", 100};
+    ASSERT_TRUE(Ended(1, Now() + 1 + i, SIGKILL).ok());
+  }
+  EXPECT_EQ(Count("group-failover"), 3u);
+  EXPECT_EQ(Count("group-failover-failed"), 1u);
+  EXPECT_EQ(dispatcher_.restored.size(), 6u);
+}
+
+// A report from a node the job is not placed on (a stale copy stopped elsewhere) is ignored.
+TEST_F(RankDeathTest, AnEndReportedByAnotherNodeIsIgnored) {
+  api::NodeSignal s;
+  s.set_kind(api::NodeSignal::JOB_ENDED);
+  s.set_node_id(node_[0]);
+  s.set_job_id("g-1");
+  s.set_exit_known(true);
+  s.set_exit_signal(SIGKILL);
+  s.set_ended_time(Now());
+  api::ReportSignalResponse resp;
+  ASSERT_TRUE(controller_.ReportSignal(s, &resp).ok());
+  EXPECT_EQ(Count("job-ended"), 0u);
+  EXPECT_EQ(Count("group-failover"), 0u);
+}
+
 }  // namespace
 }  // namespace cairn::controller
