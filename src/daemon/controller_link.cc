@@ -264,6 +264,7 @@ void ControllerLink::FollowEvents(int wait_ms) {
     const api::Health& h = j->job().health();
     capi::NodeSignal s;
     s.set_job_id(e.job());
+    if (ended && j->job().state() != "exited") continue;  // it runs again: the end of an old incarnation
     if (ended) {
       s.set_kind(capi::NodeSignal::JOB_ENDED);
       s.set_exit_known(h.exit_known());

@@ -756,13 +756,18 @@ class RankDeathTest : public ::testing::Test {
     ASSERT_NE(node_[0], node_[1]);
     ASSERT_TRUE(store_.Put("groups/g/g-ck", g.SerializeAsString()).ok());
   }
-  // Rank `rank`'s job ended on its node at `when` (unix s): killed by `sig`, or exited `code`.
-  absl::Status Ended(int rank, double when, int sig, int code = 0) {
+  // Rank `rank`'s job ended on its node at `when` (unix s): killed by `sig`, or exited `code`
+  // (`known` false: the node could not see how). Its node's daemon says so too (unless `runs`).
+  absl::Status Ended(int rank, double when, int sig, int code = 0, bool known = true, bool runs = false) {
+    std::string id = absl::StrCat("g-", rank);
+    dispatcher_.where[id + "@" + node_[rank]] =
+        runs ? ActionDispatcher::JobWhere{kRunning, "running", 100 + rank}
+             : ActionDispatcher::JobWhere{ActionDispatcher::JobWhere::kGone, "exited", 0};
     api::NodeSignal s;
     s.set_kind(api::NodeSignal::JOB_ENDED);
     s.set_node_id(node_[rank]);
-    s.set_job_id(absl::StrCat("g-", rank));
-    s.set_exit_known(true);
+    s.set_job_id(id);
+    s.set_exit_known(known);
     s.set_exit_signal(sig);
     s.set_exit_code(code);
     s.set_ended_time(when);
@@ -841,6 +846,46 @@ TEST_F(RankDeathTest, RanksThatKeepDyingAreBroughtBackThreeTimes) {
   EXPECT_EQ(Count("group-failover"), 3u);
   EXPECT_EQ(Count("group-failover-failed"), 1u);
   EXPECT_EQ(dispatcher_.restored.size(), 6u);
+}
+
+// An end whose status its node could not see is recorded, not taken for a death (a finished group
+// is not rolled back); nor is the end of a rank its node runs again (an old incarnation's).
+TEST_F(RankDeathTest, AnUnknownEndOrARankThatRunsAgainIsOnlyRecorded) {
+  ASSERT_TRUE(Ended(1, Now(), 0, 0, /*known=*/false).ok());
+  ASSERT_TRUE(Ended(0, Now(), SIGKILL, 0, true, /*runs=*/true).ok());
+  EXPECT_EQ(Count("job-ended"), 2u);
+  EXPECT_EQ(Count("group-failover"), 0u);
+  EXPECT_TRUE(dispatcher_.restored.empty());
+}
+
+// After a failover moved a rank (node-lost), a later rank death restores it where it runs now.
+TEST_F(RankDeathTest, ARankThatMovedSinceTheCheckpointIsRestoredWhereItRuns) {
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(Node("c", 0.9, false), &rr).ok());
+  // Rank 1 now runs on c (as a failover would have left it): the model follows its daemon.
+  std::string stored;
+  {
+    auto sj = store_.Get("jobs/g-1");
+    ASSERT_TRUE(sj.ok() && sj->has_value());
+    stored = **sj;
+  }
+  api::StoredJob j;
+  ASSERT_TRUE(j.ParseFromString(stored));
+  j.set_node_id("c");
+  ASSERT_TRUE(store_.Put("jobs/g-1", j.SerializeAsString()).ok());
+  Controller fresh(&store_, &dispatcher_, Options());
+  fresh.Tick();  // loads the model from the store
+  dispatcher_.where["g-1@c"] = {ActionDispatcher::JobWhere::kGone, "exited", 0};
+  api::NodeSignal s;
+  s.set_kind(api::NodeSignal::JOB_ENDED);
+  s.set_node_id("c");
+  s.set_job_id("g-1");
+  s.set_exit_known(true);
+  s.set_exit_signal(SIGKILL);
+  s.set_ended_time(Now());
+  api::ReportSignalResponse resp;
+  ASSERT_TRUE(fresh.ReportSignal(s, &resp).ok());
+  EXPECT_EQ(dispatcher_.restored, (std::vector<std::string>{"g-0@" + node_[0] + " from g-0-ck", "g-1@c from g-1-ck"}));
 }
 
 // A report from a node the job is not placed on (a stale copy stopped elsewhere) is ignored.

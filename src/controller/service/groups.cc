@@ -302,7 +302,11 @@ absl::Status Controller::FailOverGroupLocked(const std::string& group, const std
       return record("group-failover-failed", absl::StrCat(why, ": rank ", r.rank(), " (job ", r.job_id(),
                                                           ") is no longer known"));
     }
-    if (lost_node.empty() || (j->node_id != lost_node && r.node_id() != lost_node)) continue;
+    if (lost_node.empty() || (j->node_id != lost_node && r.node_id() != lost_node)) {
+      // Where it runs now, if a failover moved it since the group checkpoint (from the store).
+      if (!j->node_id.empty() && j->node_id != r.node_id()) moved[r.rank()] = j->node_id;
+      continue;
+    }
     PlacementRequest pr;
     pr.job = j;
     pr.exclude_nodes.insert(lost_node);
@@ -359,7 +363,9 @@ absl::Status Controller::JobEndedLocked(const api::NodeSignal& req, api::ReportS
     ev.set_reason(reason);
     return RecordLocked(std::move(ev), &out);
   };
-  bool died = !req.exit_known() || req.exit_signal() != 0 || req.exit_code() != 0;
+  // An end whose status the node could not see (it was not the job's parent, after a restart) is
+  // not taken for a death: a group that finished must not be rolled back.
+  bool died = req.exit_known() && (req.exit_signal() != 0 || req.exit_code() != 0);
   std::string how = !req.exit_known()       ? std::string("ended while its node's daemon was down (how is unknown)")
                     : req.exit_signal() != 0 ? absl::StrCat("was killed by signal ", req.exit_signal())
                                              : absl::StrCat("exited with code ", req.exit_code());
@@ -372,6 +378,10 @@ absl::Status Controller::JobEndedLocked(const api::NodeSignal& req, api::ReportS
     if (at != group_failed_over_at_.end() && req.ended_time() <= at->second) {
       CAIRN_LOG_INFO("controller {}: rank job {} of group {} ended before its group's last failover: not news",
                      options_.id, req.job_id(), group);
+    } else if (dispatcher_->Locate(req.job_id(), req.node_id()).kind == ActionDispatcher::JobWhere::kRunning) {
+      // Its node runs it again (a failover or a restore brought it back since it ended): an old end.
+      CAIRN_LOG_INFO("controller {}: rank job {} of group {} ended, but runs again on {}: not news", options_.id,
+                     req.job_id(), group, req.node_id());
     } else if (in_flight_.count(req.job_id())) {
       CAIRN_LOG_WARN("controller {}: rank job {} of group {} ended while a decision about it is carried out",
                      options_.id, req.job_id(), group);

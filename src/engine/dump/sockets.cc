@@ -228,22 +228,26 @@ absl::StatusOr<uint32_t> UdpShutdown(int c) {
 // What waits to be read on unix socket `us` (PeekQueue), saved as `fd`'s content when
 // `writer` is set; without it (the check before anything is frozen) only peeked, which
 // refuses descriptors in flight early.
-absl::Status SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us, image::ImageWriter* writer,
-                       image::Fd* fd, bool unnamed_senders = false) {
-  if (us.rqueue == 0) return absl::OkStatus();
+// Returns whether anything waits. A datagram socket's `rqueue` is the size of its first message
+// only (0 for an empty one, with others behind it): its queue is always peeked.
+absl::StatusOr<bool> SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
+                               image::ImageWriter* writer, image::Fd* fd, bool unnamed_senders = false) {
+  if (us.rqueue == 0 && us.type != SOCK_DGRAM) return false;
   bool messages = us.type != SOCK_STREAM;
   uint32_t expected = writer != nullptr && !messages ? us.rqueue : 0;
   ASSIGN_OR_RETURN(std::string data,
                    PeekQueue(pid, info, messages, expected, fd, (us.shutdown & 1) != 0, unnamed_senders));
+  bool waiting = !data.empty() || fd->message_sizes_size() > 0;
   if (writer == nullptr) {
     fd->clear_message_sizes();
-    return absl::OkStatus();
+    return waiting;
   }
+  if (!waiting) return false;
   ASSIGN_OR_RETURN(auto blob, writer->AppendBytes(data));
   fd->set_content_offset(blob.offset);
   fd->set_content_size(blob.size);
   fd->set_content_xxh3(blob.xxh3);
-  return absl::OkStatus();
+  return true;
 }
 
 }  // namespace
@@ -309,7 +313,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     // A connected end whose peer is gone (closed: the kernel shut this end down both ways).
     // What waits in it can still be read.
     fd->set_orphaned(true);
-    return SaveQueue(pid, info, us, writer, fd);
+    return SaveQueue(pid, info, us, writer, fd).status();
   }
   auto peer = us.peer != 0 ? unix_.find(us.peer) : unix_.end();
   // A datagram socket bound and connected to itself is rebuilt on its own, like one
@@ -324,7 +328,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
                     kUnixAdvice);
     }
     fd->set_peer_ino(us.peer);
-    return SaveQueue(pid, info, us, writer, fd);
+    return SaveQueue(pid, info, us, writer, fd).status();
   }
   // A socket rebuilt on its own.
   image::SocketState* s = fd->mutable_socket();
@@ -339,25 +343,29 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     }
     s->set_listening(true);
     s->set_backlog(static_cast<int32_t>(us.wqueue));
-  } else if (us.rqueue != 0 && !self) {
+  } else if (us.type == SOCK_DGRAM && !self) {
     // Messages other sockets sent it: kept when none of their senders had a name, sent again
     // from an unnamed socket to this one's name (which it must have, reachable, for that).
-    if (us.type != SOCK_DGRAM || us.name.empty()) {
-      return Refuse(pid, info, "an unbound datagram unix socket with messages waiting to be read", kUnixAdvice);
+    ASSIGN_OR_RETURN(bool waiting, SaveQueue(pid, info, us, writer, fd, /*unnamed_senders=*/true));
+    if (waiting) {
+      if (us.name.empty()) {
+        return Refuse(pid, info, "an unbound datagram unix socket with messages waiting to be read", kUnixAdvice);
+      }
+      ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+      int passcred = 0;
+      socklen_t len = sizeof passcred;
+      if (::getsockopt(copy.get(), SOL_SOCKET, SO_PASSCRED, &passcred, &len) == 0 && passcred) {
+        return Refuse(pid, info,
+                      "a datagram unix socket with SO_PASSCRED and messages waiting (their senders' credentials "
+                      "could not be given back)",
+                      "read them before checkpointing");
+      }
+      fd->set_messages_from_unnamed(true);
     }
-    ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
-    int passcred = 0;
-    socklen_t len = sizeof passcred;
-    if (::getsockopt(copy.get(), SOL_SOCKET, SO_PASSCRED, &passcred, &len) == 0 && passcred) {
-      return Refuse(pid, info,
-                    "a datagram unix socket with SO_PASSCRED and messages waiting (their senders' credentials "
-                    "could not be given back)",
-                    "read them before checkpointing");
-    }
-    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd, /*unnamed_senders=*/true));
-    fd->set_messages_from_unnamed(true);
+  } else if (self) {  // what it sent itself
+    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd).status());
   } else if (us.rqueue != 0) {
-    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd));
+    return Refuse(pid, info, "a unix socket with data waiting to be read", kUnixAdvice);
   }
   if (us.peer != 0) {
     // A datagram socket connected (one way) to a named socket.

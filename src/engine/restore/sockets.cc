@@ -393,6 +393,15 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
       if (fd.content_size() > 0) queues.emplace_back(&fd, p->pid());
     }
   }
+  // A socket that other, unnamed sockets had sent messages gets them back from an unnamed one,
+  // before it connects anywhere or is shut down (either would refuse them).
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (IsSocket(fd) && fd.messages_from_unnamed() && fd.content_size() > 0) {
+        RETURN_IF_ERROR(SendFromUnnamed(img, fd, p->pid()));
+      }
+    }
+  }
   // Datagram sockets connect to their peers once every name is bound.
   for (const auto& [fd, pid] : connects) {
     const std::string& peer = fd->socket().peer();
@@ -411,14 +420,6 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
     if (fd->content_size() == 0 || fd->messages_from_unnamed()) continue;
     ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
     RETURN_IF_ERROR(SendMessages(m->fds.at({pid, fd->fd()}), content, *fd, pid));
-  }
-  // One that other, unnamed sockets had sent messages gets them back from an unnamed one.
-  for (const image::Process* p : procs) {
-    for (const image::Fd& fd : p->fds()) {
-      if (IsSocket(fd) && fd.messages_from_unnamed() && fd.content_size() > 0) {
-        RETURN_IF_ERROR(SendFromUnnamed(img, fd, p->pid()));
-      }
-    }
   }
   RETURN_IF_ERROR(RefillQueues(img, queues, pairs));
   // shutdown(2) once the queues are full again (a socket shut down for sending, or whose
