@@ -169,6 +169,21 @@ absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
     ASSIGN_OR_RETURN(ufd, inj.Raw(SYS_userfaultfd, {O_CLOEXEC | O_NONBLOCK | kUffdUserModeOnly}));
   }
   ASSIGN_OR_RETURN(ufd, inject::SyscallResult("userfaultfd", inj.tid(), ufd));
+  // The API at once, on a copy (the state is the file's): until then the new descriptor looks
+  // like a userfaultfd of the program's own, which the next dump could neither discard as a
+  // stray tracker nor save, had this dumper died here. From here on it is a tracker.
+  {
+    absl::StatusOr<Tracker> early = Take(pid, static_cast<int>(ufd));
+    uffdio_api api{};
+    api.api = UFFD_API;
+    api.features = kUffdFeatureWpAsync;
+    if (!early.ok() || ::ioctl(early->fd(), UFFDIO_API, &api) != 0) {
+      absl::Status s = early.ok() ? ErrnoStatus("UFFDIO_API with UFFD_FEATURE_WP_ASYNC (Linux 6.7 or later is needed)")
+                                  : early.status();
+      (void)Discard(inj, static_cast<int>(ufd));
+      return s;
+    }
+  }
   absl::StatusOr<long> parked;
   if (target >= 0) {
     parked = inj.Call("park the write tracker", SYS_dup3, static_cast<uint64_t>(ufd), static_cast<uint64_t>(target),
@@ -189,14 +204,6 @@ absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
   if (!t.ok()) {
     (void)Discard(inj, remote);
     return t.status();
-  }
-  uffdio_api api{};
-  api.api = UFFD_API;
-  api.features = kUffdFeatureWpAsync;
-  if (::ioctl(t->fd(), UFFDIO_API, &api) != 0) {
-    absl::Status s = ErrnoStatus("UFFDIO_API with UFFD_FEATURE_WP_ASYNC (Linux 6.7 or later is needed)");
-    (void)Discard(inj, remote);
-    return s;
   }
   return t;
 }
