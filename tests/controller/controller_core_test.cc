@@ -763,16 +763,21 @@ class RankDeathTest : public ::testing::Test {
     dispatcher_.where[id + "@" + node_[rank]] =
         runs ? ActionDispatcher::JobWhere{kRunning, "running", 100 + rank}
              : ActionDispatcher::JobWhere{ActionDispatcher::JobWhere::kGone, "exited", 0};
+    return Report(controller_, node_[rank], id, when, sig, code, known);
+  }
+  // Node `node` reports to `c` that job `job` ended at `when`.
+  static absl::Status Report(Controller& c, const std::string& node, const std::string& job, double when, int sig,
+                             int code = 0, bool known = true) {
     api::NodeSignal s;
     s.set_kind(api::NodeSignal::JOB_ENDED);
-    s.set_node_id(node_[rank]);
-    s.set_job_id(id);
+    s.set_node_id(node);
+    s.set_job_id(job);
     s.set_exit_known(known);
     s.set_exit_signal(sig);
     s.set_exit_code(code);
     s.set_ended_time(when);
     api::ReportSignalResponse resp;
-    return controller_.ReportSignal(s, &resp);
+    return c.ReportSignal(s, &resp);
   }
   // How many events of kind `kind` the controller recorded.
   size_t Count(const std::string& kind) {
@@ -876,29 +881,13 @@ TEST_F(RankDeathTest, ARankThatMovedSinceTheCheckpointIsRestoredWhereItRuns) {
   Controller fresh(&store_, &dispatcher_, Options());
   fresh.Tick();  // loads the model from the store
   dispatcher_.where["g-1@c"] = {ActionDispatcher::JobWhere::kGone, "exited", 0};
-  api::NodeSignal s;
-  s.set_kind(api::NodeSignal::JOB_ENDED);
-  s.set_node_id("c");
-  s.set_job_id("g-1");
-  s.set_exit_known(true);
-  s.set_exit_signal(SIGKILL);
-  s.set_ended_time(Now());
-  api::ReportSignalResponse resp;
-  ASSERT_TRUE(fresh.ReportSignal(s, &resp).ok());
+  ASSERT_TRUE(Report(fresh, "c", "g-1", Now(), SIGKILL).ok());
   EXPECT_EQ(dispatcher_.restored, (std::vector<std::string>{"g-0@" + node_[0] + " from g-0-ck", "g-1@c from g-1-ck"}));
 }
 
 // A report from a node the job is not placed on (a stale copy stopped elsewhere) is ignored.
 TEST_F(RankDeathTest, AnEndReportedByAnotherNodeIsIgnored) {
-  api::NodeSignal s;
-  s.set_kind(api::NodeSignal::JOB_ENDED);
-  s.set_node_id(node_[0]);
-  s.set_job_id("g-1");
-  s.set_exit_known(true);
-  s.set_exit_signal(SIGKILL);
-  s.set_ended_time(Now());
-  api::ReportSignalResponse resp;
-  ASSERT_TRUE(controller_.ReportSignal(s, &resp).ok());
+  ASSERT_TRUE(Report(controller_, node_[0], "g-1", Now(), SIGKILL).ok());
   EXPECT_EQ(Count("job-ended"), 0u);
   EXPECT_EQ(Count("group-failover"), 0u);
 }

@@ -317,7 +317,6 @@ absl::Status Controller::FailOverGroupLocked(const std::string& group, const std
     }
     moved[r.rank()] = p->node_id;
   }
-  group_failed_over_at_[group] = Now();
   // The ranks still running go back too: stopped first, as their peers are gone.
   for (const api::RankCheckpoint& r : g->ranks()) {
     const Job* j = cluster_->FindJob(r.job_id());

@@ -33,6 +33,7 @@
 #include "engine/dump/sockets.h"
 #include "engine/proc/pidfd.h"
 #include "engine/proc/pty.h"
+#include "engine/proc/stat.h"
 
 namespace cairn::dump {
 namespace {
@@ -285,29 +286,21 @@ absl::Status CapturePidfd(const std::vector<pid_t>& pids, pid_t pid, const proc:
   return absl::OkStatus();
 }
 
-// The id thread or process `tid` of this host has in the PID namespace it is in: the last of
-// its NSpid (its host id when it is in the host's).
-std::optional<pid_t> OwnNamespaceId(pid_t tid) {
-  auto text = ReadFile(absl::StrCat("/proc/", tid, "/status"));
-  if (!text.ok()) return std::nullopt;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
-    std::vector<absl::string_view> ids = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    pid_t id = 0;
-    if (!ids.empty() && absl::SimpleAtoi(ids.back(), &id)) return id;
-  }
-  return std::nullopt;
+// The id process `pid` of this host has in the PID namespace it is in: the last of its NSpid
+// (its host id when it is in the host's).
+std::optional<pid_t> OwnNamespaceId(pid_t pid) {
+  absl::StatusOr<proc::Status> st = proc::ReadStatus(pid);
+  if (!st.ok() || st->nspids.empty()) return std::nullopt;
+  return st->nspids.back();
 }
 
-// The start time (field 22 of /proc/.../stat) of the process a /proc stat file describes.
-std::optional<std::string> StartTime(const std::string& stat_path) {
-  auto text = ReadFile(stat_path);
+// The start time of the process whose /proc stat file is `stat_path`.
+std::optional<uint64_t> StartTime(const std::string& stat_path) {
+  absl::StatusOr<std::string> text = ReadFile(stat_path);
   if (!text.ok()) return std::nullopt;
-  size_t paren = text->rfind(')');
-  if (paren == std::string::npos) return std::nullopt;
-  std::vector<absl::string_view> f = absl::StrSplit(absl::string_view(*text).substr(paren + 2), ' ');
-  if (f.size() < 20) return std::nullopt;
-  return std::string(f[19]);  // fields from the 3rd: starttime is the 22nd
+  absl::StatusOr<proc::Stat> st = proc::ParseStat(*text);
+  if (!st.ok()) return std::nullopt;
+  return st->start_time;
 }
 
 // A file of a /proc/N entry: N must be a process of the checkpoint as the holder sees it, on
@@ -335,8 +328,8 @@ absl::Status CaptureProcFile(const std::vector<pid_t>& pids, pid_t pid, const pr
   std::string own_proc = absl::StrCat("/proc/", pid, "/root/proc");
   struct stat pst {};
   std::optional<pid_t> self = OwnNamespaceId(pid);
-  std::optional<std::string> seen_there = self ? StartTime(absl::StrCat(own_proc, "/", *self, "/stat")) : std::nullopt;
-  std::optional<std::string> seen_here = StartTime(absl::StrCat("/proc/", pid, "/stat"));
+  std::optional<uint64_t> seen_there = self ? StartTime(absl::StrCat(own_proc, "/", *self, "/stat")) : std::nullopt;
+  std::optional<uint64_t> seen_here = StartTime(absl::StrCat("/proc/", pid, "/stat"));
   if (::stat(own_proc.c_str(), &pst) != 0 || pst.st_dev != st.st_dev || !seen_there || seen_there != seen_here) {
     return refuse("a file of a /proc other than the one of the process's own PID namespace at its /proc; restore "
                   "could not open it again");
@@ -360,8 +353,7 @@ absl::Status CaptureProcFile(const std::vector<pid_t>& pids, pid_t pid, const pr
 absl::Status CaptureNamespace(pid_t pid, const proc::FdInfo& info, image::Fd* fd) {
   // pid_for_children and time_for_children are made again as the process's own pid and time
   // namespaces: one that differs from those (after unshare) is refused.
-  static constexpr const char* kNames[] = {"net", "uts", "ipc", "mnt", "pid", "cgroup", "user", "time"};
-  for (const char* name : kNames) {
+  for (const char* name : proc::kOwnNamespaces) {
     std::error_code ec;
     std::filesystem::path link = std::filesystem::read_symlink(absl::StrCat("/proc/", pid, "/ns/", name), ec);
     if (!ec && link.string() == info.target) {
@@ -517,7 +509,7 @@ absl::Status CaptureLocks(const std::vector<pid_t>& pids, pid_t pid, const proc:
       // A lease being broken has an opener waiting for the holder to give it up, with a
       // deadline the kernel keeps: neither can be made again.
       if (l.mode != "ACTIVE") {
-        return absl::UnavailableError(absl::StrFormat(
+        return absl::FailedPreconditionError(absl::StrFormat(
             "pid %d fd %d holds a file lease (fcntl F_SETLEASE) on %s that is being broken (%s: another process "
             "opened the file and waits for the lease to be released); checkpoint it once the holder has released "
             "or downgraded it",

@@ -27,17 +27,8 @@ namespace {
 absl::StatusOr<std::string> WatchedPath(pid_t pid, int fd, const proc::InotifyWatch& w) {
   auto where = [&] { return absl::StrFormat("inotify watch %d of pid %d fd %d", w.wd, pid, fd); };
   ASSIGN_OR_RETURN(std::string mount, proc::MountPointOf(pid, makedev(w.sdev >> 20, w.sdev & 0xfffff)));
-  std::string mount_path = absl::StrCat("/proc/", pid, "/root", mount);
-  // Not O_PATH: open_by_handle_at does not take an O_PATH descriptor for the mount.
-  UniqueFd mount_fd(::open(mount_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!mount_fd.valid()) return ErrnoStatus("open " + mount_path + " (the mount of the file of " + where() + ")");
-  std::vector<char> buf(sizeof(file_handle) + w.handle.size());
-  auto* fh = reinterpret_cast<file_handle*>(buf.data());
-  fh->handle_bytes = static_cast<unsigned>(w.handle.size());
-  fh->handle_type = w.handle_type;
-  std::memcpy(fh->f_handle, w.handle.data(), w.handle.size());
-  UniqueFd file(::open_by_handle_at(mount_fd.get(), fh, O_PATH | O_CLOEXEC));
-  if (!file.valid()) return ErrnoStatus("open_by_handle_at for the file of " + where());
+  ASSIGN_OR_RETURN(UniqueFd file, proc::OpenFileHandle(absl::StrCat("/proc/", pid, "/root", mount), w.handle_type,
+                                                       w.handle, O_PATH | O_CLOEXEC, "the file of " + where()));
   std::string link = absl::StrCat("/proc/self/fd/", file.get());
   char target[4096];
   ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);

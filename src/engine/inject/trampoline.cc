@@ -144,9 +144,11 @@ absl::StatusOr<Tail> ReadTail(pid_t pid, const TrampolineHome& home) {
 
 absl::StatusOr<TrampolineHome> FindTrampolineHome(pid_t pid) {
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
-  const proc::MapEntry* last_text = nullptr;
   for (const proc::MapEntry& m : maps) {
     if (m.path == "[vdso]") return TrampolineHome{m.start, m.end, true};
+  }
+  const proc::MapEntry* last_text = nullptr;
+  for (const proc::MapEntry& m : maps) {
     // A file's text: not a memfd or deleted file (whose content the process may change), and
     // its last page backed by the file (a page past its end cannot be read).
     bool text = (m.prot & PROT_EXEC) && !m.shared && !m.path.empty() && m.path[0] == '/' &&

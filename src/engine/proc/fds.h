@@ -90,6 +90,11 @@ struct LockInfo {
 // a syscall that restarts.
 absl::StatusOr<std::vector<LockInfo>> ParseLocks(const FdInfo& info);
 
+// The entries of /proc/PID/ns a descriptor of a process's own namespace is saved as (and opened
+// again from): pid_for_children and time_for_children are left out, as restore makes them the
+// process's own pid and time namespaces again.
+inline constexpr const char* kOwnNamespaces[] = {"net", "uts", "ipc", "mnt", "pid", "cgroup", "user", "time"};
+
 // Every open descriptor of `pid`, ascending, with what /proc/PID/fd/N links to (no fdinfo).
 absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid);
 

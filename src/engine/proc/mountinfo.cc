@@ -1,6 +1,9 @@
 #include "engine/proc/mountinfo.h"
 
+#include <fcntl.h>
 #include <sys/sysmacros.h>
+
+#include <cstring>
 
 #include <vector>
 
@@ -47,6 +50,21 @@ absl::StatusOr<std::string> MountPointOf(pid_t pid, dev_t dev) {
   }
   if (found.empty()) return absl::NotFoundError(absl::StrFormat("no mount of device %s in %s", want, path));
   return found;
+}
+
+absl::StatusOr<UniqueFd> OpenFileHandle(const std::string& mount_path, int type, absl::string_view handle, int flags,
+                                        const std::string& what) {
+  // Not O_PATH: open_by_handle_at does not take an O_PATH descriptor for the mount.
+  UniqueFd mount(::open(mount_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!mount.valid()) return ErrnoStatus(absl::StrCat("open ", mount_path, ", the mount of ", what));
+  std::vector<char> buf(sizeof(file_handle) + handle.size());
+  auto* fh = reinterpret_cast<file_handle*>(buf.data());
+  fh->handle_bytes = static_cast<unsigned>(handle.size());
+  fh->handle_type = type;
+  std::memcpy(fh->f_handle, handle.data(), handle.size());
+  UniqueFd f(::open_by_handle_at(mount.get(), fh, flags));
+  if (!f.valid()) return ErrnoStatus(absl::StrCat("open_by_handle_at for ", what));
+  return f;
 }
 
 }  // namespace cairn::proc

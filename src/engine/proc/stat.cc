@@ -39,7 +39,7 @@ absl::StatusOr<Stat> ParseStat(absl::string_view text) {
   st.pgrp = static_cast<pid_t>(v);
   if (!absl::SimpleAtoi(f[3], &v)) return bad("session");
   st.session = static_cast<pid_t>(v);
-  if (!u64(9, &st.flags) || !absl::SimpleAtoi(f[20 - 3], &st.num_threads) ||
+  if (!u64(9, &st.flags) || !absl::SimpleAtoi(f[20 - 3], &st.num_threads) || !u64(22, &st.start_time) ||
       !u64(26, &st.start_code) || !u64(27, &st.end_code) || !u64(28, &st.start_stack) ||
       !u64(45, &st.start_data) || !u64(46, &st.end_data) || !u64(47, &st.start_brk) ||
       !u64(48, &st.arg_start) || !u64(49, &st.arg_end) || !u64(50, &st.env_start) ||

@@ -21,6 +21,7 @@ struct Stat {
   pid_t session = 0;
   uint64_t flags = 0;        // PF_* (PF_KTHREAD = 0x00200000)
   int64_t num_threads = 0;
+  uint64_t start_time = 0;   // field 22: clock ticks after boot
   uint64_t start_code = 0, end_code = 0, start_stack = 0;
   uint64_t start_data = 0, end_data = 0, start_brk = 0;
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;

@@ -29,6 +29,8 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/proc/fds.h"
+#include "engine/proc/mountinfo.h"
 #include "engine/proc/pty.h"
 #include "engine/restore/sockets.h"
 
@@ -117,25 +119,10 @@ bool OpenedInProcess(const image::Fd& origin) {
 // A file whose name was removed while another link kept it, by its file handle through a
 // mount of its file system (checked to be the same file by the caller).
 absl::StatusOr<UniqueFd> OpenByHandle(const image::Fd& fd, int flags, pid_t pid) {
-  auto what = [&] {
-    return absl::StrFormat("the file of fd %d of pid %d (opened as %s, a name since removed; another link kept it)",
-                           fd.fd(), pid, fd.path());
-  };
-  // Not O_PATH: open_by_handle_at does not take an O_PATH descriptor for the mount.
-  UniqueFd mount(::open(fd.handle_mount().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!mount.valid()) return ErrnoStatus(absl::StrFormat("open %s, the mount of %s", fd.handle_mount(), what()));
-  std::vector<char> buf(sizeof(file_handle) + fd.handle().size());
-  auto* fh = reinterpret_cast<file_handle*>(buf.data());
-  fh->handle_bytes = static_cast<unsigned>(fd.handle().size());
-  fh->handle_type = fd.handle_type();
-  std::memcpy(fh->f_handle, fd.handle().data(), fd.handle().size());
-  UniqueFd f(::open_by_handle_at(mount.get(), fh, flags));
-  if (!f.valid()) {
-    return ErrnoStatus(absl::StrFormat("open_by_handle_at for %s: the file must still exist, on the same file system "
-                                       "(%s), to restore this checkpoint",
-                                       what(), fd.handle_mount()));
-  }
-  return f;
+  std::string what = absl::StrFormat("the file of fd %d of pid %d (opened as %s, a name since removed; another link "
+                                     "kept it, which must still exist on the same file system to restore it)",
+                                     fd.fd(), pid, fd.path());
+  return proc::OpenFileHandle(fd.handle_mount(), fd.handle_type(), fd.handle(), flags, what);
 }
 
 // Opens one saved description (not a pipe) in the restorer. A deleted file's description
@@ -848,8 +835,9 @@ absl::StatusOr<long> OpenOne(inject::Injector& inj, inject::RemoteScratch& scrat
     return inj.Call(absl::StrFormat("pidfd_open(%d) for fd %d", fd.pidfd_pid(), fd.fd()), SYS_pidfd_open,
                     static_cast<uint64_t>(fd.pidfd_pid()), static_cast<uint64_t>(fd.flags() & (O_NONBLOCK | kPidfdThread)));
   }
-  static const std::set<std::string> kNamespaces = {"net", "uts", "ipc", "mnt", "pid", "cgroup", "user", "time"};
-  if (fd.kind() == image::Fd::NAMESPACE && !kNamespaces.count(fd.ns_name())) {
+  if (fd.kind() == image::Fd::NAMESPACE &&
+      std::none_of(std::begin(proc::kOwnNamespaces), std::end(proc::kOwnNamespaces),
+                   [&](const char* n) { return fd.ns_name() == n; })) {
     return absl::DataLossError(absl::StrFormat("fd %d: '%s' is not a namespace (corrupt image)", fd.fd(), fd.ns_name()));
   }
   if (fd.kind() == image::Fd::PROC_FILE && !PlainProcPath(procs, fd.path())) {
