@@ -462,6 +462,8 @@ const Refusal kRefusals[] = {
     {"wl_proc_other", "/proc/1/status, a file of the /proc entry of process 1, which is not part of the checkpoint"},
     {"wl_lease_mapped", "holds a write lease \\(fcntl F_SETLEASE, F_WRLCK\\) on .*leased, which pid [0-9]+ also maps"},
     {"wl_unix_dgram_named_sender", "a datagram unix socket with a message waiting from the bound socket .*client"},
+    {"wl_unix_pending_sent", "a unix socket whose connection to .*server was not accepted yet and which has already sent data"},
+    {"wl_unix_pending_outside", "a unix socket whose connection to .*outside was not accepted yet by a listening socket outside the checkpoint"},
     {"wl_aio_uncollected", "an AIO context \\(io_setup, ring at 0x[0-9a-f]+\\) with 1 completed request not collected"},
 };
 

@@ -90,6 +90,7 @@ const Spec kSpecs[] = {
     {"wl_aio"},
     {"wl_no_vdso", true, false, true, false},
     {"wl_unix_dgram_server"},
+    {"wl_unix_pending"},
     {"wl_memfd_exec", true, false, true, false},
     {"wl_mtime"},
     {"wl_shared_map_mayw"},

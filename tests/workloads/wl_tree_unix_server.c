@@ -1,7 +1,9 @@
 // A unix-socket server and its client inside one tree: root listens on a path in the work
 // directory, child C connects and they exchange a message before ready, leaving one more
-// message unread on each side. After go both read what was waiting, talk over the same
-// connection, and C opens a second connection by the socket's name, which root accepts.
+// message unread on each side; C also makes a second connection, which root has not accepted
+// when the tree is checkpointed. After go both read what was waiting, talk over the same
+// connection, root accepts the second one (C's, both ways), and C opens a third by the socket's
+// name, which root accepts.
 #include "wl_tree.h"
 
 #include <stddef.h>
@@ -31,16 +33,20 @@ int main(int argc, char** argv) {
     WL_SYS(write(s, "hello", 5));
     expect(s, "welcome", "C");
     WL_SYS(write(s, "pending-to-root", 15));
+    int s2 = WL_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    WL_SYS(connect(s2, (struct sockaddr*)&a, sizeof a));
     wl_tree_announce();
     wl_wait_go();
     wl_tree_watchdog();
     expect(s, "pending-to-child", "C");
     WL_SYS(write(s, "after", 5));
     expect(s, "ack", "C");
-    int s2 = WL_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    WL_SYS(connect(s2, (struct sockaddr*)&a, sizeof a));
     WL_SYS(write(s2, "second", 6));
     expect(s2, "ok", "C (second connection)");
+    int s3 = WL_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    WL_SYS(connect(s3, (struct sockaddr*)&a, sizeof a));
+    WL_SYS(write(s3, "third", 5));
+    expect(s3, "ok3", "C (third connection)");
     _exit(0);
   }
   int s = WL_SYS(accept4(l, NULL, NULL, SOCK_CLOEXEC));
@@ -54,6 +60,9 @@ int main(int argc, char** argv) {
   int s2 = WL_SYS(accept4(l, NULL, NULL, SOCK_CLOEXEC));
   expect(s2, "second", "root (second connection)");
   WL_SYS(write(s2, "ok", 2));
+  int s3 = WL_SYS(accept4(l, NULL, NULL, SOCK_CLOEXEC));
+  expect(s3, "third", "root (third connection)");
+  WL_SYS(write(s3, "ok3", 3));
   wl_tree_expect_child_ok(c, "C");
   wl_tree_expect_no_children();
   unlink(a.sun_path);

@@ -259,7 +259,58 @@ absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, const F
     ASSIGN_OR_RETURN(t.unix_, proc::ReadUnixSockets());
   }
   t.inodes_ = std::move(inodes);
+  for (const auto& [ino, us] : t.unix_) {
+    for (size_t i = 0; i < us.pending.size(); ++i) {
+      if (us.pending[i] != 0) t.pending_[us.pending[i]] = {ino, static_cast<uint32_t>(i + 1)};
+    }
+  }
   return t;
+}
+
+std::string TreeSockets::UnreachableName(pid_t pid, const proc::UnixSocket& us) const {
+  if (us.name.empty()) return "it has no name";
+  if (us.name[0] == '\0') return "";  // abstract
+  if (us.name[0] != '/') return absl::StrFormat("its name '%s' is relative to another process's directory", us.name);
+  struct stat st {};
+  std::string seen = absl::StrCat("/proc/", pid, "/root", us.name);
+  if (::lstat(seen.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino != us.vfs_ino) {
+    return absl::StrFormat("its socket file %s was removed or replaced", us.name);
+  }
+  return "";
+}
+
+absl::Status TreeSockets::CapturePendingClient(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
+                                               const proc::UnixSocket& listener, uint32_t position,
+                                               image::Fd* fd) const {
+  std::string name = FormatSockaddr(UnixSockaddr(listener.name));
+  if (!inodes_.count(listener.ino)) {
+    return Refuse(pid, info,
+                  absl::StrFormat("a unix socket whose connection to %s was not accepted yet by a listening socket "
+                                  "outside the checkpoint",
+                                  name),
+                  "let the server accept it, or checkpoint the server with it");
+  }
+  if (us.wqueue != 0) {
+    return Refuse(pid, info,
+                  absl::StrFormat("a unix socket whose connection to %s was not accepted yet and which has already "
+                                  "sent data on it (nothing can read it before the server accepts)",
+                                  name),
+                  "let the server accept it before checkpointing");
+  }
+  if (std::string why = UnreachableName(pid, listener); !why.empty()) {
+    return Refuse(pid, info,
+                  absl::StrFormat("a unix socket whose connection to %s was not accepted yet, and the listening "
+                                  "socket could not be reached again (%s)",
+                                  name, why),
+                  "let the server accept it before checkpointing");
+  }
+  image::SocketState* s = fd->mutable_socket();
+  s->set_family(AF_UNIX);
+  s->set_type(us.type);
+  s->set_peer(UnixSockaddr(listener.name));
+  fd->set_pending_on(listener.ino);
+  fd->set_pending_position(position);
+  return absl::OkStatus();
 }
 
 absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer,
@@ -309,7 +360,11 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   fd->set_kind(image::Fd::UNIX_SOCKET);
   fd->set_sock_type(us.type);
   fd->set_shutdown(us.shutdown);
-  if (us.type != SOCK_DGRAM && us.state == kTcpEstablished && us.peer == 0) {
+  // A connection not accepted yet also shows no peer: only its listener names it.
+  auto pending = pending_.find(us.ino);
+  if (pending != pending_.end()) {
+    RETURN_IF_ERROR(CapturePendingClient(pid, info, us, unix_.at(pending->second.first), pending->second.second, fd));
+  } else if (us.type != SOCK_DGRAM && us.state == kTcpEstablished && us.peer == 0) {
     // A connected end whose peer is gone (closed: the kernel shut this end down both ways).
     // What waits in it can still be read.
     fd->set_orphaned(true);
@@ -334,12 +389,29 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   image::SocketState* s = fd->mutable_socket();
   s->set_family(AF_UNIX);
   s->set_type(us.type);
-  if (us.state == kTcpListen) {
-    if (us.rqueue != 0) {
+  if (pending != pending_.end()) {
+    // Its name, if it has one, below.
+  } else if (us.state == kTcpListen) {
+    // Connections waiting to be accepted are made again by their clients, which must be in
+    // the checkpoint and able to reach this socket's name again.
+    size_t outside = 0;
+    for (uint64_t client : us.pending) outside += client == 0 || !inodes_.count(client) ? 1 : 0;
+    if (outside != 0 || us.pending.size() != us.rqueue) {
       return Refuse(pid, info,
-                    absl::StrFormat("a listening unix socket with %u connection%s waiting to be accepted", us.rqueue,
+                    absl::StrFormat("a listening unix socket with %u connection%s waiting to be accepted from "
+                                    "processes outside the checkpoint (or whose clients closed them)",
+                                    us.rqueue - static_cast<uint32_t>(us.pending.size() - outside),
                                     us.rqueue == 1 ? "" : "s"),
-                    "accept or refuse them before checkpointing");
+                    "accept or refuse them before checkpointing, or checkpoint their clients with it");
+    }
+    if (us.rqueue != 0) {
+      if (std::string why = UnreachableName(pid, us); !why.empty()) {
+        return Refuse(pid, info,
+                      absl::StrFormat("a listening unix socket with connections waiting to be accepted, whose clients "
+                                      "could not reach it again (%s)",
+                                      why),
+                      "accept them before checkpointing");
+      }
     }
     s->set_listening(true);
     s->set_backlog(static_cast<int32_t>(us.wqueue));

@@ -53,8 +53,18 @@ class TreeSockets {
   // The socket's classic BPF filter (SO_ATTACH_FILTER) and its lock; an eBPF one is refused.
   absl::Status CaptureFilter(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const;
 
+  // A client whose connection a listener has not accepted yet: filled like a socket of its
+  // own whose peer is the listener's name (Fd.pending_on, pending_position).
+  absl::Status CapturePendingClient(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
+                                    const proc::UnixSocket& listener, uint32_t position, image::Fd* fd) const;
+  // Whether `pid`'s socket `us` (a listener) could be reached by its name again at restore:
+  // empty if so, else why not.
+  std::string UnreachableName(pid_t pid, const proc::UnixSocket& us) const;
+
   std::set<uint64_t> inodes_;
   std::map<uint64_t, proc::UnixSocket> unix_;
+  // Client inode -> (listener inode, position in its queue, 1 first).
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> pending_;
   FdOptions opts_;
 };
 

@@ -26,7 +26,7 @@ absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets() {
   msg.hdr.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   msg.req.sdiag_family = AF_UNIX;
   msg.req.udiag_states = ~0U;
-  msg.req.udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_VFS | UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN;
+  msg.req.udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_VFS | UDIAG_SHOW_PEER | UDIAG_SHOW_RQLEN | UDIAG_SHOW_ICONS;
   if (::send(nl.get(), &msg, sizeof msg, 0) != static_cast<ssize_t>(sizeof msg)) {
     return ErrnoStatus("send sock_diag request");
   }
@@ -82,6 +82,13 @@ absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets() {
               unix_diag_vfs v;
               std::memcpy(&v, data, sizeof v);
               s.vfs_ino = v.udiag_vfs_ino;
+            }
+            break;
+          case UNIX_DIAG_ICONS:
+            for (size_t at = 0; at + 4 <= dlen; at += 4) {
+              uint32_t client;
+              std::memcpy(&client, data + at, 4);
+              s.pending.push_back(client);
             }
             break;
           case UNIX_DIAG_SHUTDOWN:

@@ -1,13 +1,18 @@
 #pragma once
 // Unix domain sockets as the kernel's sock_diag netlink interface describes them: type,
 // state, peer, bound name (and its socket file) and queue lengths, keyed by inode. For a
-// listening socket, rqueue is the number of connections waiting to be accepted and wqueue
-// the backlog. Covers the caller's network
-// namespace.
+// listening socket, rqueue is the number of connections waiting to be accepted, wqueue the
+// backlog and `pending` their clients. Covers the caller's network namespace.
+//
+// A connection not accepted yet is a socket the kernel made for the listener's side (it has
+// no inode until accept gives it one): the diag lists it neither on its own nor as its
+// client's peer (0, as for a client whose peer was closed) — only the listener names the
+// client, in `pending`.
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -24,6 +29,9 @@ struct UnixSocket {
   uint8_t shutdown = 0; // RCV_SHUTDOWN (1) | SEND_SHUTDOWN (2)
   // A name in the file system: the inode of the socket file bind(2) created (0 otherwise).
   uint64_t vfs_ino = 0;
+  // A listener: the client sockets of the connections waiting to be accepted, first to be
+  // accepted first (0: a client closed since).
+  std::vector<uint64_t> pending;
 };
 
 absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets();

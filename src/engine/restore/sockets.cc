@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -342,6 +343,49 @@ absl::Status AttachFilter(int sock, const image::Fd& fd, pid_t pid) {
 absl::Status RefillQueues(const image::ImageReader& img, const std::vector<std::pair<const image::Fd*, pid_t>>& queues,
                           const std::map<uint64_t, int>& pairs);
 
+// Connections the listeners had not accepted yet: each listener listens (here, before its
+// process does it again with the same backlog) and its clients connect again, in the order
+// its queue had them. Their shutdowns follow with every unix socket's.
+absl::Status ConnectPending(const std::vector<const image::Process*>& procs,
+                            std::vector<std::pair<const image::Fd*, pid_t>> pending, const Masters& m) {
+  std::sort(pending.begin(), pending.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.first->pending_on(), a.first->pending_position()) <
+           std::make_pair(b.first->pending_on(), b.first->pending_position());
+  });
+  uint64_t listening = 0;
+  for (const auto& [fd, pid] : pending) {
+    if (fd->pending_on() != listening) {
+      const image::Fd* listener = nullptr;
+      pid_t holder = 0;
+      for (const image::Process* p : procs) {
+        for (const image::Fd& g : p->fds()) {
+          if (IsSocket(g) && g.sock_ino() == fd->pending_on() && g.has_socket() && g.socket().listening()) {
+            listener = &g;
+            holder = p->pid();
+          }
+        }
+      }
+      if (listener == nullptr) {
+        return absl::DataLossError(absl::StrFormat(
+            "%s: the listening socket its connection waits on is not in the checkpoint (corrupt image)", Where(*fd, pid)));
+      }
+      if (::listen(m.fds.at({holder, listener->fd()}), listener->socket().backlog()) != 0) {
+        return ErrnoStatus(absl::StrFormat("listen(backlog %d) on %s, for the connections it had not accepted",
+                                           listener->socket().backlog(), Where(*listener, holder)));
+      }
+      listening = fd->pending_on();
+    }
+    const std::string& peer = fd->socket().peer();
+    if (::connect(m.fds.at({pid, fd->fd()}), reinterpret_cast<const sockaddr*>(peer.data()),
+                  static_cast<socklen_t>(peer.size())) != 0) {
+      return ErrnoStatus(absl::StrFormat("connect %s to %s again (a connection not accepted yet, number %u in its "
+                                         "queue)",
+                                         Where(*fd, pid), FormatSockaddr(peer), fd->pending_position()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsSocket(const image::Fd& fd) {
@@ -351,7 +395,7 @@ bool IsSocket(const image::Fd& fd) {
 absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
                                Masters* m) {
   std::map<uint64_t, int> pairs;  // socket inode -> master of the recreated pair end
-  std::vector<std::pair<const image::Fd*, pid_t>> queues, connects;
+  std::vector<std::pair<const image::Fd*, pid_t>> queues, connects, pending;
   bool live_tcp = false;  // listeners then bind and listen beside live connections (tcp.h)
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) live_tcp = live_tcp || (fd.has_socket() && fd.socket().has_tcp());
@@ -378,7 +422,11 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
           m->listeners.push_back(std::move(reuse));
         }
         RETURN_IF_ERROR(Park(std::move(sock), fd, p->pid(), m));
-        if (!fd.socket().peer().empty() && !fd.socket().reset()) connects.emplace_back(&fd, p->pid());
+        if (fd.pending_position() != 0) {
+          pending.emplace_back(&fd, p->pid());
+        } else if (!fd.socket().peer().empty() && !fd.socket().reset()) {
+          connects.emplace_back(&fd, p->pid());
+        }
         continue;
       }
       if (fd.orphaned()) {
@@ -414,6 +462,7 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
       return ErrnoStatus(absl::StrFormat("shutdown(%u) %s as it was", shut, Where(*fd, pid)));
     }
   }
+  RETURN_IF_ERROR(ConnectPending(procs, pending, *m));
   // A datagram socket connected to itself gets back, from itself, the messages it had sent
   // itself and not read.
   for (const auto& [fd, pid] : connects) {

@@ -475,6 +475,21 @@ void CompareSockets(const image::Process& proc, pid_t host, const IdMap& ids,
     const proc::UnixSocket& us = it->second;
     if (fd.sock_type() != 0) f->Compare(what + " type", fd.sock_type(), us.type);
     f->Compare(what + " shutdown", fd.shutdown(), static_cast<uint32_t>(us.shutdown));
+    if (fd.has_socket() && fd.socket().listening()) {
+      // The connections it had not accepted: the same clients, in the same order.
+      std::map<uint32_t, uint64_t> clients;  // position -> restored client inode
+      for (const image::Process* p : procs) {
+        for (const image::Fd& g : p->fds()) {
+          if (!g.is_dup() && g.pending_on() != 0 && g.pending_on() == fd.sock_ino()) {
+            clients[g.pending_position()] = SocketInode(ids.Host(p->pid()), g.fd());
+          }
+        }
+      }
+      std::vector<uint64_t> want;
+      for (const auto& [position, ino] : clients) want.push_back(ino);
+      f->Compare(what + " connections waiting to be accepted (client socket inodes)", absl::StrJoin(want, ","),
+                 absl::StrJoin(us.pending, ","));
+    }
     if (fd.peer_ino() == 0 || fd.orphaned()) continue;
     uint64_t want_peer = 0;
     std::string peer_what = "(not in the checkpoint)";
