@@ -100,6 +100,10 @@ TEST(JobTest, ProcFilesAndNamespaceDescriptorsNameTheRestoredJob) {
   RoundTripJob("ns1", "wl_ns_fds");
 }
 
+// Descriptors in flight name the processes that hold them by their ids inside the job's PID
+// namespace, and those only the messages hold come back with them.
+TEST(JobTest, DescriptorsInFlightComeBackInsideAJob) { RoundTripJob("scm1", "wl_scm_rights"); }
+
 // `cairn run --user nobody`: the init and the command run as nobody (nothing of the job as root);
 // `restore --as-user root` refuses the checkpoint, restoring nothing; `--as-user nobody` brings it
 // back as nobody, and it finishes.

@@ -91,6 +91,7 @@ const Spec kSpecs[] = {
     {"wl_no_vdso", true, false, true, false},
     {"wl_unix_dgram_server"},
     {"wl_unix_pending"},
+    {"wl_scm_rights", true, false, true, false},
     {"wl_memfd_exec", true, false, true, false},
     {"wl_mtime"},
     {"wl_shared_map_mayw"},

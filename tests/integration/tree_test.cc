@@ -46,6 +46,7 @@ const TreeSpec kTreeSpecs[] = {
     {"wl_tree_shared_fd", true, true, /*leave_running=*/true},
     {"wl_tree_socketpair"},
     {"wl_tree_socketpair_messages", true, true, /*leave_running=*/true},
+    {"wl_tree_scm_rights", true, true, /*leave_running=*/true},
     {"wl_tree_io_uring", /*dumpable=*/false},
     {"wl_tree_memfd", true, true, /*leave_running=*/true},
     {"wl_tree_tcp_close", true, true, false, "--tcp-close", "CONNECTION kept", "CONNECTION reset"},

@@ -462,7 +462,8 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     // Held in their cgroup too before a socket enters repair mode (freezer_hold.h).
     if (!(*tcp)->table().empty()) RETURN_IF_ERROR(freezer->Freeze(*journal));
   }
-  RETURN_IF_ERROR(CaptureFds(live, fd_opts, &writer, live_procs, &saved_files));
+  RETURN_IF_ERROR(CaptureFds(live, fd_opts, &writer, live_procs, &saved_files, ckpt.mutable_in_flight()));
+  if (ckpt.in_flight().fds_size() == 0) ckpt.clear_in_flight();
   ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
   if (own_ipc) {
     ckpt.set_own_ipc_ns(true);

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "engine/proc/fds.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/mountinfo.h"
+#include "engine/dump/in_flight.h"
 #include "engine/dump/inotify.h"
 #include "engine/dump/sockets.h"
 #include "engine/proc/pidfd.h"
@@ -552,6 +554,77 @@ image::Fd Describe(const proc::FdInfo& info, image::Fd::Kind kind) {
   return fd;
 }
 
+// What a descriptor in flight may be: a description restore makes in the restorer, to send it
+// (not one a process opens itself, nor an epoll set or SIGIO owner only a process could give
+// back, nor a connection under the network lock). `holder`: the holder's own descriptions (the
+// sender closed its copy). Empty if fine, else what it is.
+std::string InFlightUnsupported(const image::Fd& fd, bool holder) {
+  if ((fd.kind() == image::Fd::PIDFD && fd.pidfd_pid() != 0) || fd.kind() == image::Fd::PROC_FILE ||
+      fd.kind() == image::Fd::NAMESPACE) {
+    return absl::StrFormat("%s (%s), which only a process can open", fd.kind() == image::Fd::PIDFD ? "a pidfd"
+                           : fd.kind() == image::Fd::PROC_FILE ? "a /proc file" : "a namespace file", fd.path());
+  }
+  if (!holder) return "";
+  if (fd.kind() == image::Fd::EPOLL) return "an epoll set no process holds (its registrations name a process's descriptors)";
+  if (fd.socket().has_tcp()) return "an established TCP connection no process holds";
+  if (fd.has_owner() && fd.owner().pid() != 0) return "a file with a SIGIO owner (F_SETOWN) no process holds";
+  for (const image::FileLock& l : fd.locks()) {
+    if (l.kind() == image::FileLock::LEASE) return "a file with a lease no process holds";
+  }
+  return "";
+}
+
+// Every descriptor in flight the processes' sockets (`outs`) and the holder's name exists and
+// can be sent again (InFlightUnsupported).
+absl::Status CheckInFlight(const std::vector<image::Process*>& outs, const image::Process& holder) {
+  constexpr absl::string_view kAdvice = "let the process receive it before checkpointing";
+  for (const image::Fd& fd : holder.fds()) {
+    if (std::string what = InFlightUnsupported(fd, true); !what.empty()) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "a descriptor in flight (sent with SCM_RIGHTS, not received yet; its sender closed its own) is %s; %s", what,
+          kAdvice));
+    }
+  }
+  // The record of the description `ref` names (a dup's origin).
+  auto find = [&](const image::FdRef& ref) -> const image::Fd* {
+    pid_t pid = ref.pid();
+    int n = ref.fd();
+    for (int hop = 0; hop < 2; ++hop) {
+      const image::Process* p = pid == kInFlightHolder ? &holder : nullptr;
+      for (const image::Process* o : outs) p = p == nullptr && o->pid() == pid ? o : p;
+      if (p == nullptr) return nullptr;
+      const image::Fd* f = nullptr;
+      for (const image::Fd& g : p->fds()) f = g.fd() == n ? &g : f;
+      if (f == nullptr || !f->is_dup()) return f;
+      pid = f->dup_of_pid() != 0 ? f->dup_of_pid() : pid;
+      n = f->dup_of();
+    }
+    return nullptr;
+  };
+  std::vector<const image::Process*> sockets_of(outs.begin(), outs.end());
+  sockets_of.push_back(&holder);
+  for (const image::Process* p : sockets_of) {
+    for (const image::Fd& fd : p->fds()) {
+      for (const image::InFlight& f : fd.in_flight()) {
+        for (const image::FdRef& ref : f.files()) {
+          if (outs.empty() && ref.pid() != kInFlightHolder) continue;  // a check: nothing recorded
+          const image::Fd* target = find(ref);
+          std::string what = target == nullptr ? absl::StrFormat("fd %d of pid %d, which the checkpoint lost track of",
+                                                                 ref.fd(), ref.pid())
+                                               : InFlightUnsupported(*target, false);
+          if (!what.empty()) {
+            return absl::UnimplementedError(absl::StrFormat(
+                "pid %d fd %d is a unix socket with a descriptor in flight (sent with SCM_RIGHTS, not received yet) "
+                "that is %s; %s",
+                p->pid(), fd.fd(), what, kAdvice));
+          }
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Who the description at `pid`'s `fd_num` signals when I/O is possible (F_SETOWN_EX) and
@@ -595,29 +668,24 @@ absl::Status CaptureOwner(pid_t pid, int fd_num, const std::vector<pid_t>& pids,
 }
 
 absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
-                        const std::vector<image::Process*>& outs, FileSet* saved_files) {
+                        const std::vector<image::Process*>& outs, FileSet* saved_files, image::Process* in_flight_out) {
   std::vector<std::vector<proc::FdInfo>> all(pids.size());
-  // Pipes are supported when both ends are inside the tree.
-  std::map<uint64_t, int> pipe_ends;  // inode -> bit 1: read end seen, bit 2: write end seen
   for (size_t i = 0; i < pids.size(); ++i) {
     ASSIGN_OR_RETURN(all[i], proc::ReadFds(pids[i]));
     // cairn's own write tracker is not the process's: neither saved nor restored.
     std::erase_if(all[i], [](const proc::FdInfo& info) { return IsTrackerFd(info); });
-    for (const proc::FdInfo& info : all[i]) {
-      bool pipe = absl::StartsWith(info.target, "pipe:");
-      if (!pipe && !absl::StartsWith(info.target, "/")) continue;
-      std::string link = absl::StrCat("/proc/", pids[i], "/fd/", info.fd);
-      struct stat st {};
-      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
-      if (!pipe && !S_ISFIFO(st.st_mode)) continue;
-      int mode = info.flags & O_ACCMODE;
-      pipe_ends[st.st_ino] |= mode == O_RDONLY ? 1 : mode == O_WRONLY ? 2 : 3;
-    }
   }
   std::set<uint64_t> tree_sockets;  // every socket inode the tree holds
+  std::vector<InFlightFiles::Held> held;
+  std::vector<std::pair<pid_t, int>> socket_fds;
   for (size_t i = 0; i < pids.size(); ++i) {
     for (const proc::FdInfo& info : all[i]) {
+      struct stat st {};
+      if (::stat(absl::StrCat("/proc/", pids[i], "/fd/", info.fd).c_str(), &st) == 0) {
+        held.push_back({pids[i], info.fd, st.st_ino});
+      }
       if (!absl::StartsWith(info.target, "socket:[")) continue;
+      socket_fds.emplace_back(pids[i], info.fd);
       uint64_t ino = 0;
       if (absl::SimpleAtoi(absl::string_view(info.target).substr(8, info.target.size() - 9), &ino)) {
         tree_sockets.insert(ino);
@@ -625,6 +693,33 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     }
   }
   ASSIGN_OR_RETURN(TreeSockets sockets, TreeSockets::Load(std::move(tree_sockets), opts));
+  // Descriptors in flight (in_flight.h): those no process holds are recorded as the holder's,
+  // which comes last, after the processes.
+  InFlightFiles in_flight(std::move(held));
+  RETURN_IF_ERROR(sockets.FindInFlight(socket_fds, &in_flight));
+  std::vector<pid_t> holders = pids;
+  image::Process holder_scratch;
+  if (std::vector<int> kept = in_flight.Kept(); !kept.empty()) {
+    ASSIGN_OR_RETURN(std::vector<proc::FdInfo> ours, proc::ReadFds(::getpid()));
+    std::erase_if(ours, [&](const proc::FdInfo& info) { return std::find(kept.begin(), kept.end(), info.fd) == kept.end(); });
+    all.push_back(std::move(ours));
+    holders.push_back(::getpid());
+  }
+  image::Process* holder_out = in_flight_out != nullptr ? in_flight_out : &holder_scratch;
+  // Pipes are supported when both ends are inside the tree.
+  std::map<uint64_t, int> pipe_ends;  // inode -> bit 1: read end seen, bit 2: write end seen
+  for (size_t i = 0; i < holders.size(); ++i) {
+    for (const proc::FdInfo& info : all[i]) {
+      bool pipe = absl::StartsWith(info.target, "pipe:");
+      if (!pipe && !absl::StartsWith(info.target, "/")) continue;
+      std::string link = absl::StrCat("/proc/", holders[i], "/fd/", info.fd);
+      struct stat st {};
+      if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
+      if (!pipe && !S_ISFIFO(st.st_mode)) continue;
+      int mode = info.flags & O_ACCMODE;
+      pipe_ends[st.st_ino] |= mode == O_RDONLY ? 1 : mode == O_WRONLY ? 2 : 3;
+    }
+  }
   std::set<uint64_t> pipe_saved;
   std::set<std::pair<pid_t, uint64_t>> posix_locked;  // (pid, inode) whose POSIX locks are recorded
   struct Seen {
@@ -633,9 +728,9 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     uint64_t ino;
   };
   std::vector<Seen> seen;  // descriptors recorded so far, across the tree
-  for (size_t pi = 0; pi < pids.size(); ++pi) {
-  pid_t pid = pids[pi];
-  image::Process* out = outs.empty() ? nullptr : outs[pi];
+  for (size_t pi = 0; pi < holders.size(); ++pi) {
+  pid_t pid = holders[pi];
+  image::Process* out = pi == pids.size() ? holder_out : outs.empty() ? nullptr : outs[pi];
   for (const proc::FdInfo& info : all[pi]) {
     // Same open file description as an earlier descriptor (dup, 2>&1, inherited by fork)?
     // kcmp tells exactly.
@@ -831,11 +926,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     }
   }
   }
-  return absl::OkStatus();
+  if (holders.size() > pids.size()) holder_out->set_pid(kInFlightHolder);
+  return CheckInFlight(outs, *holder_out);
 }
 
 absl::Status CheckFdsSupported(const std::vector<pid_t>& pids, const FdOptions& opts) {
-  return CaptureFds(pids, opts, nullptr, {}, nullptr);
+  return CaptureFds(pids, opts, nullptr, {}, nullptr, nullptr);
 }
 
 }  // namespace cairn::dump

@@ -43,7 +43,9 @@ using FileSet = std::set<std::pair<uint64_t, uint64_t>>;
 // and the bytes queued in pipes go to `writer` (null for a check-only pass); a deleted
 // file whose content is in `saved_files` already (saved with a mapped area) is not saved
 // again, and every one saved here is added.
+// Descriptors in flight that no process holds go to `in_flight` (in_flight.h; null for a check).
 absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
-                        const std::vector<image::Process*>& out, FileSet* saved_files);
+                        const std::vector<image::Process*>& out, FileSet* saved_files,
+                        image::Process* in_flight = nullptr);
 
 }  // namespace cairn::dump

@@ -93,6 +93,13 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
     p->set_sid(map(p->sid()));
     if (p->ctty_foreground() != 0) p->set_ctty_foreground(map(p->ctty_foreground()));
     for (auto& t : *p->mutable_threads()) t.set_tid(map(t.tid()));
+    for (auto& pt : *p->mutable_posix_timers()) {
+      if (pt.notify_tid() != 0) pt.set_notify_tid(map(pt.notify_tid()));
+    }
+  }
+  // The descriptors: the processes', and those only messages in flight hold.
+  procs.push_back(ckpt->mutable_in_flight());
+  for (image::Process* p : procs) {
     for (auto& fd : *p->mutable_fds()) {
       if (fd.dup_of_pid() != 0) fd.set_dup_of_pid(map(fd.dup_of_pid()));
       if (fd.owner().pid() != 0) fd.mutable_owner()->set_pid(map(fd.owner().pid()));
@@ -100,11 +107,14 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
       for (auto& l : *fd.mutable_locks()) {
         if (l.pid() != 0) l.set_pid(map(l.pid()));
       }
-    }
-    for (auto& pt : *p->mutable_posix_timers()) {
-      if (pt.notify_tid() != 0) pt.set_notify_tid(map(pt.notify_tid()));
+      for (auto& f : *fd.mutable_in_flight()) {
+        for (auto& ref : *f.mutable_files()) {
+          if (ref.pid() != 0) ref.set_pid(map(ref.pid()));  // 0: the holder's
+        }
+      }
     }
   }
+  if (ckpt->in_flight().fds_size() == 0) ckpt->clear_in_flight();
   return absl::OkStatus();
 }
 

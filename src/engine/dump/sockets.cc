@@ -103,16 +103,36 @@ absl::Status CaptureOptions(int theirs, int family, int type, int protocol, imag
   return absl::OkStatus();
 }
 
+// The descriptors a peek received with SCM_RIGHTS (`mh`'s control messages), now the caller's.
+std::vector<UniqueFd> ReceivedRights(msghdr& mh) {
+  std::vector<UniqueFd> out;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+      out.emplace_back(received);
+    }
+  }
+  return out;
+}
+
 // What waits to be read on a unix socket, copied without taking it off the queue: with a
 // peek offset set (SO_PEEK_OFF), each MSG_PEEK returns what follows the last one — the next
 // message of a datagram or seqpacket socket (`messages`: their sizes go to `fd`), the next
-// bytes of a stream. The socket's own peek offset is put back after. Descriptors in flight
-// (SCM_RIGHTS) cannot be saved: the peek shows them, and the socket is refused. A stream's
-// copy must hold `expected` bytes (0: not checked, for a process still running).
+// bytes of a stream. The socket's own peek offset is put back after. A stream's copy must hold
+// `expected` bytes (0: not checked, for a process still running).
 // `unnamed_senders`: each message must come from a socket with no name (refused otherwise: a
 // restore could not send it again from that name, which its sender still holds).
+//
+// Descriptors in flight (SCM_RIGHTS) come with the peek as copies of ours: each is recorded in
+// `fd` (in_flight) as the descriptor `in_flight` resolves it to. `may_add`: it may find
+// descriptions not seen before (the first look at the queues, or a check while the processes
+// run); otherwise one is an error — the queue changed since that first look.
 absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool messages, uint32_t expected,
-                                      image::Fd* fd, bool read_shut = false, bool unnamed_senders = false) {
+                                      image::Fd* fd, InFlightFiles* in_flight, bool may_add, bool read_shut = false,
+                                      bool unnamed_senders = false) {
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
   auto where = [&] { return absl::StrFormat("the queue of pid %d fd %d", pid, info.fd); };
   int saved_off = -1;
@@ -143,19 +163,9 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
       if (errno != EAGAIN && errno != EWOULDBLOCK) st = ErrnoStatus("peek " + where());
       break;
     }
-    bool in_flight = false;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      in_flight = true;
-      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
-        ::close(received);
-      }
-    }
-    if (in_flight || (mh.msg_flags & MSG_CTRUNC) != 0) {
-      st = Refuse(pid, info, "a unix socket with descriptors in flight (sent with SCM_RIGHTS, not received yet)",
+    std::vector<UniqueFd> rights = ReceivedRights(mh);
+    if ((mh.msg_flags & MSG_CTRUNC) != 0) {
+      st = Refuse(pid, info, "a unix socket with more descriptors in flight in one message than a peek can take",
                   "let the process receive them before checkpointing");
       break;
     }
@@ -163,15 +173,44 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
       st = Refuse(pid, info,
                   absl::StrFormat("a datagram unix socket with a message waiting from the bound socket %s",
                                   FormatSockaddr(std::string(reinterpret_cast<const char*>(&from), mh.msg_namelen))),
-                  "read it before checkpointing (messages from unbound senders are saved)");
+                  "read it before checkpointing (messages from unnamed senders are saved)");
       break;
     }
     // A stream's end of data; and a seqpacket socket shut down for reading reads 0 at its
     // end too (a zero-length message there cannot be told from it, and is not kept).
-    if (n == 0 && (!messages || read_shut)) break;
-    if (static_cast<size_t>(n) > buf.size()) {
+    if (n == 0 && rights.empty() && (!messages || read_shut)) break;
+    if (static_cast<size_t>(n) > buf.size() || (!messages && !rights.empty() && static_cast<size_t>(n) == buf.size())) {
       st = absl::UnimplementedError(absl::StrFormat("%s holds a message of %d bytes, more than 1 MiB", where(), n));
       break;
+    }
+    if (!rights.empty()) {
+      image::InFlight* f = fd->add_in_flight();
+      if (messages) {
+        f->set_message(static_cast<uint32_t>(fd->message_sizes_size()));
+      } else {
+        // A stream's peek stops after the bytes descriptors came with, but where those bytes
+        // start cannot be seen: a peek also brings the descriptors of the next bytes that have
+        // some when it ends before them (it walks on with nothing left to copy). They are
+        // recorded with every byte since the previous descriptors — exactly the bytes they came
+        // with when nothing was written without descriptors in between.
+        f->set_offset(out.size());
+        f->set_length(static_cast<uint64_t>(n));
+      }
+      for (const UniqueFd& r : rights) {
+        bool added = false;
+        auto ref = in_flight->Resolve(r.get(), &added);
+        if (!ref.ok()) {
+          st = ref.status();
+          break;
+        }
+        if (added && !may_add) {
+          st = absl::InternalError(absl::StrFormat(
+              "%s: a descriptor in flight appeared while the checkpoint was written; try again", where()));
+          break;
+        }
+        *f->add_files() = *ref;
+      }
+      if (!st.ok()) break;
     }
     out.append(buf.data(), static_cast<size_t>(n));
     if (messages) fd->add_message_sizes(static_cast<uint32_t>(n));
@@ -226,19 +265,19 @@ absl::StatusOr<uint32_t> UdpShutdown(int c) {
 }
 
 // What waits to be read on unix socket `us` (PeekQueue), saved as `fd`'s content when
-// `writer` is set; without it (the check before anything is frozen) only peeked, which
-// refuses descriptors in flight early.
+// `writer` is set; without it (the check before anything is frozen) only peeked.
 // Returns whether anything waits. A datagram socket's `rqueue` is the size of its first message
 // only (0 for an empty one, with others behind it): its queue is always peeked.
 absl::StatusOr<bool> SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
-                               image::ImageWriter* writer, image::Fd* fd, bool unnamed_senders = false) {
+                               image::ImageWriter* writer, image::Fd* fd, InFlightFiles* in_flight,
+                               bool unnamed_senders = false) {
   if (us.rqueue == 0 && us.type != SOCK_DGRAM) return false;
   bool messages = us.type != SOCK_STREAM;
   uint32_t expected = writer != nullptr && !messages ? us.rqueue : 0;
-  ASSIGN_OR_RETURN(std::string data,
-                   PeekQueue(pid, info, messages, expected, fd, (us.shutdown & 1) != 0, unnamed_senders));
+  ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, messages, expected, fd, in_flight, writer == nullptr,
+                                               (us.shutdown & 1) != 0, unnamed_senders));
   bool waiting = !data.empty() || fd->message_sizes_size() > 0;
-  if (writer == nullptr) {
+  if (writer == nullptr) {  // (the descriptors in flight stay: they are checked, CheckInFlight)
     fd->clear_message_sizes();
     return waiting;
   }
@@ -265,6 +304,41 @@ absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, const F
     }
   }
   return t;
+}
+
+absl::Status TreeSockets::FindInFlight(const std::vector<std::pair<pid_t, int>>& sockets, InFlightFiles* in_flight) {
+  in_flight_ = in_flight;
+  std::vector<std::pair<pid_t, int>> todo = sockets;
+  std::set<uint64_t> looked;
+  while (!todo.empty()) {
+    auto [pid, n] = todo.back();
+    todo.pop_back();
+    proc::FdInfo info;
+    info.fd = n;
+    UniqueFd copy;
+    ASSIGN_OR_RETURN(copy, proc::CopyFd(pid, n));
+    struct stat st {};
+    if (::fstat(copy.get(), &st) != 0) return ErrnoStatus(absl::StrFormat("fstat pid %d fd %d", pid, n));
+    auto it = unix_.find(st.st_ino);
+    if (it == unix_.end() || !looked.insert(st.st_ino).second) continue;
+    const proc::UnixSocket& us = it->second;
+    if (us.state == kTcpListen || (us.type == SOCK_STREAM && us.rqueue == 0)) continue;
+    info.target = absl::StrCat("socket:[", st.st_ino, "]");
+    image::Fd scratch;
+    ASSIGN_OR_RETURN(std::string ignored, PeekQueue(pid, info, us.type != SOCK_STREAM, 0, &scratch, in_flight, true,
+                                                    (us.shutdown & 1) != 0));
+    for (const image::InFlight& f : scratch.in_flight()) {
+      for (const image::FdRef& ref : f.files()) {
+        if (ref.pid() != kInFlightHolder) continue;
+        struct stat held {};
+        if (::fstat(ref.fd(), &held) == 0 && S_ISSOCK(held.st_mode) && unix_.count(held.st_ino) &&
+            inodes_.insert(held.st_ino).second) {
+          todo.emplace_back(::getpid(), ref.fd());
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string TreeSockets::UnreachableName(pid_t pid, const proc::UnixSocket& us) const {
@@ -368,7 +442,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     // A connected end whose peer is gone (closed: the kernel shut this end down both ways).
     // What waits in it can still be read.
     fd->set_orphaned(true);
-    return SaveQueue(pid, info, us, writer, fd).status();
+    return SaveQueue(pid, info, us, writer, fd, in_flight_).status();
   }
   auto peer = us.peer != 0 ? unix_.find(us.peer) : unix_.end();
   // A datagram socket bound and connected to itself is rebuilt on its own, like one
@@ -383,7 +457,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
                     kUnixAdvice);
     }
     fd->set_peer_ino(us.peer);
-    return SaveQueue(pid, info, us, writer, fd).status();
+    return SaveQueue(pid, info, us, writer, fd, in_flight_).status();
   }
   // A socket rebuilt on its own.
   image::SocketState* s = fd->mutable_socket();
@@ -418,7 +492,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   } else if (us.type == SOCK_DGRAM && !self) {
     // Messages other sockets sent it: kept when none of their senders had a name, sent again
     // from an unnamed socket to this one's name (which it must have, reachable, for that).
-    ASSIGN_OR_RETURN(bool waiting, SaveQueue(pid, info, us, writer, fd, /*unnamed_senders=*/true));
+    ASSIGN_OR_RETURN(bool waiting, SaveQueue(pid, info, us, writer, fd, in_flight_, /*unnamed_senders=*/true));
     if (waiting) {
       if (us.name.empty()) {
         return Refuse(pid, info, "an unbound datagram unix socket with messages waiting to be read", kUnixAdvice);
@@ -435,7 +509,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
       fd->set_messages_from_unnamed(true);
     }
   } else if (self) {  // what it sent itself
-    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd).status());
+    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd, in_flight_).status());
   } else if (us.rqueue != 0) {
     return Refuse(pid, info, "a unix socket with data waiting to be read", kUnixAdvice);
   }

@@ -27,9 +27,12 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/dump/files.h"
+#include "engine/dump/in_flight.h"
 #include "engine/image/image.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/unix_sockets.h"
@@ -45,6 +48,12 @@ class TreeSockets {
   // Fills `fd` (number, flags and cloexec already set) for `pid`'s socket descriptor
   // `info`. With a null `writer` only checks that it can be saved.
   absl::Status Capture(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer, image::Fd* fd) const;
+
+  // Looks once at the queue of every unix socket `sockets` names (pid, descriptor) — and of
+  // every socket found in flight there — for descriptors in flight (in_flight.h): `in_flight`
+  // keeps a copy of each description no process holds, and Capture records them all through it.
+  // The sockets in flight count as the checkpoint's (a pair's other end may be one).
+  absl::Status FindInFlight(const std::vector<std::pair<pid_t, int>>& sockets, InFlightFiles* in_flight);
 
  private:
   absl::Status CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
@@ -63,6 +72,7 @@ class TreeSockets {
 
   std::set<uint64_t> inodes_;
   std::map<uint64_t, proc::UnixSocket> unix_;
+  InFlightFiles* in_flight_ = nullptr;
   // Client inode -> (listener inode, position in its queue, 1 first).
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> pending_;
   FdOptions opts_;

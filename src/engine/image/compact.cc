@@ -86,6 +86,7 @@ absl::StatusOr<CompactResult> Compact(const std::string& dir, const std::string&
   for (int i = 0; i < meta.descendants_size(); ++i) {
     procs.push_back({&img->meta().descendants(i), meta.mutable_descendants(i)});
   }
+  if (meta.has_in_flight()) procs.push_back({&img->meta().in_flight(), meta.mutable_in_flight()});
   for (auto [src, dst] : procs) {
     RETURN_IF_ERROR(Annotate(CopyPages(*img, *src, dst, *writer, &result.bytes), absl::StrCat("compact ", dir)));
     RETURN_IF_ERROR(Annotate(CopyFiles(*img, dst, *writer), absl::StrCat("compact ", dir)));

@@ -436,6 +436,7 @@ absl::StatusOr<std::string> ImageReader::ReceiveQueue(const TcpConnection& t) co
 absl::Status ImageReader::VerifyAll() const {
   std::vector<const Process*> procs = {&meta_.process()};
   for (const Process& d : meta_.descendants()) procs.push_back(&d);
+  if (meta_.has_in_flight()) procs.push_back(&meta_.in_flight());
   for (const Process* p : procs) {
     for (const Vma& v : p->vmas()) {
       for (const PageBlock& b : v.blocks()) RETURN_IF_ERROR(VerifyBlock(b));

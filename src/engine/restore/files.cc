@@ -653,7 +653,12 @@ absl::StatusOr<UniqueFd> RecreatePty(const image::Fd& fd, pid_t pid) {
   return m;
 }
 
-absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs) {
+absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& tree,
+                                    const image::Process* in_flight) {
+  // The descriptions only messages in flight hold are made like the processes' (their holder,
+  // pid 0, is no process: nothing is installed from it).
+  std::vector<const image::Process*> procs = tree;
+  if (in_flight != nullptr && in_flight->fds_size() > 0) procs.push_back(in_flight);
   Masters m;
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) m.base = std::max(m.base, fd.fd() + 1);

@@ -52,7 +52,10 @@ struct Masters {
 // Opens the masters for every process of the checkpoint (`procs`). A file deleted while
 // open or mapped is recreated from the image under a temporary name next to where it was,
 // opened and unlinked at once; a memfd is created again with memfd_create.
-absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs);
+// `in_flight`: the checkpoint's holder of descriptions only messages in flight hold
+// (Checkpoint.in_flight), made too, to be sent with those messages (sockets.h).
+absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
+                                    const image::Process* in_flight = nullptr);
 
 // Adds their seals to the memfds, once every area that maps them is in place (a seal
 // may forbid mapping them writable).

@@ -653,7 +653,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // a peer's packet that reaches this host first (its address moved here) is dropped and sent
   // again, not answered with a reset. Lifted on every path out (tcp.h).
   ASSIGN_OR_RETURN(std::optional<RestoreLock> tcp_lock, RestoreLock::Take(meta, procs));
-  auto masters = OpenMasters(*img, procs);
+  auto masters = OpenMasters(*img, procs, meta.has_in_flight() ? &meta.in_flight() : nullptr);
   if (!masters.ok()) {
     return Annotate(masters.status(), absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }
@@ -758,6 +758,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (built.ok() && opts.verify) {
     auto v0 = Clock::now();
     VerifyShared shared;
+    if (meta.has_in_flight()) shared.in_flight = &meta.in_flight();
     for (const image::Process* p : procs) {
       if (!built.ok()) break;
       bool session_restored = std::any_of(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == p->sid(); });

@@ -262,27 +262,129 @@ absl::Status CreatePair(const image::Fd& fd, pid_t pid, Masters* m, std::map<uin
   return absl::OkStatus();
 }
 
-// Datagrams and seqpackets: each message of `content` (sizes in `fd`) sent again on its
-// own, in order, through `sender`.
-absl::Status SendMessages(int sender, const std::string& content, const image::Fd& fd, pid_t pid) {
-  size_t at = 0;
-  for (uint32_t len : fd.message_sizes()) {
-    if (at + len > content.size()) {
-      return absl::DataLossError(absl::StrFormat("%s: its queued messages overrun their content (corrupt image)",
-                                                 Where(fd, pid)));
+// The masters of the descriptors in flight the image names (Fd.in_flight): `procs` are the
+// checkpoint's processes and its holder of descriptions only messages hold (pid 0).
+class Rights {
+ public:
+  Rights(const std::vector<const image::Process*>& procs, const Masters& m) : procs_(procs), m_(m) {}
+
+  absl::StatusOr<std::vector<int>> Of(const image::InFlight& f, const image::Fd& fd, pid_t pid) const {
+    std::vector<int> out;
+    for (const image::FdRef& ref : f.files()) {
+      pid_t at = ref.pid();
+      int n = ref.fd();
+      for (int hop = 0; hop < 2; ++hop) {  // a dup's origin
+        const image::Fd* g = Find(at, n);
+        if (g == nullptr || !g->is_dup()) break;
+        at = g->dup_of_pid() != 0 ? g->dup_of_pid() : at;
+        n = g->dup_of();
+      }
+      auto it = m_.fds.find({at, n});
+      if (it == m_.fds.end()) {
+        return absl::DataLossError(absl::StrFormat(
+            "%s: a descriptor in flight in its queue names fd %d of pid %d, which was not made (corrupt image)",
+            Where(fd, pid), ref.fd(), ref.pid()));
+      }
+      out.push_back(it->second);
     }
-    if (::send(sender, content.data() + at, len, MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(len)) {
-      return ErrnoStatus(absl::StrFormat("queue a %u-byte message again on the socket of %s", len, Where(fd, pid)));
-    }
-    at += len;
+    return out;
   }
-  return absl::OkStatus();
+
+ private:
+  const image::Fd* Find(pid_t pid, int n) const {
+    for (const image::Process* p : procs_) {
+      if (p->pid() != pid) continue;
+      for (const image::Fd& g : p->fds()) {
+        if (g.fd() == n) return &g;
+      }
+    }
+    return nullptr;
+  }
+
+  const std::vector<const image::Process*>& procs_;
+  const Masters& m_;
+};
+
+// One send of `len` bytes of `data` through `sender`, with `rights` (SCM_RIGHTS) if any;
+// returns how much was sent.
+absl::StatusOr<size_t> SendOnce(int sender, const char* data, size_t len, const std::vector<int>& rights,
+                                const std::string& what) {
+  iovec iov{const_cast<char*>(data), len};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  std::vector<char> control;
+  if (!rights.empty()) {
+    control.resize(CMSG_SPACE(rights.size() * sizeof(int)));
+    mh.msg_control = control.data();
+    mh.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(rights.size() * sizeof(int));
+    std::memcpy(CMSG_DATA(c), rights.data(), rights.size() * sizeof(int));
+  }
+  for (;;) {
+    ssize_t n = ::sendmsg(sender, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) return ErrnoStatus(what);
+  }
+}
+
+// What waited in `fd`'s queue (`content`), sent again through `sender`: each message of a
+// datagram or seqpacket socket (sizes in `fd`) on its own, in order; a stream's bytes. The
+// descriptors in flight go with the message or the bytes they came with.
+absl::Status SendQueue(int sender, const std::string& content, const image::Fd& fd, pid_t pid, const Rights& rights) {
+  std::string what = absl::StrFormat("queue what waited in the socket of %s again", Where(fd, pid));
+  if (fd.message_sizes_size() > 0) {
+    std::map<uint32_t, const image::InFlight*> with;
+    for (const image::InFlight& f : fd.in_flight()) with[f.message()] = &f;
+    size_t at = 0;
+    for (int i = 0; i < fd.message_sizes_size(); ++i) {
+      uint32_t len = fd.message_sizes(i);
+      if (at + len > content.size()) {
+        return absl::DataLossError(absl::StrFormat("%s: its queued messages overrun their content (corrupt image)",
+                                                   Where(fd, pid)));
+      }
+      std::vector<int> sent_with;
+      if (auto it = with.find(static_cast<uint32_t>(i)); it != with.end()) {
+        ASSIGN_OR_RETURN(sent_with, rights.Of(*it->second, fd, pid));
+      }
+      ASSIGN_OR_RETURN(size_t n, SendOnce(sender, content.data() + at, len, sent_with,
+                                          absl::StrFormat("%s (a %u-byte message)", what, len)));
+      if (n != len) return absl::InternalError(absl::StrFormat("%s: sent %d of a %u-byte message", what, n, len));
+      at += len;
+    }
+    return absl::OkStatus();
+  }
+  // A stream: the bytes up to each group of descriptors, then the bytes sent with it.
+  size_t at = 0;
+  auto plain = [&](size_t to) -> absl::Status {
+    while (at < to) {
+      ASSIGN_OR_RETURN(size_t n, SendOnce(sender, content.data() + at, to - at, {}, what));
+      at += n;
+    }
+    return absl::OkStatus();
+  };
+  for (const image::InFlight& f : fd.in_flight()) {
+    if (f.offset() < at || f.length() == 0 || f.offset() + f.length() > content.size()) {
+      return absl::DataLossError(absl::StrFormat(
+          "%s: descriptors in flight at bytes %d-%d of its %d queued bytes (corrupt image)", Where(fd, pid), f.offset(),
+          f.offset() + f.length(), content.size()));
+    }
+    RETURN_IF_ERROR(plain(f.offset()));
+    ASSIGN_OR_RETURN(std::vector<int> sent_with, rights.Of(f, fd, pid));
+    ASSIGN_OR_RETURN(size_t n, SendOnce(sender, content.data() + at, f.length(), sent_with, what));
+    if (n == 0) return absl::InternalError(what + ": the descriptors in flight were not taken");
+    at += n;
+  }
+  return plain(content.size());
 }
 
 // The messages other, unnamed sockets had sent socket `fd` (bound; messages_from_unnamed), sent
 // again in order from an unbound socket of ours to its name: the receiver finds each as it was,
 // from no name.
-absl::Status SendFromUnnamed(const image::ImageReader& img, const image::Fd& fd, pid_t pid) {
+absl::Status SendFromUnnamed(const image::ImageReader& img, const image::Fd& fd, pid_t pid, const Rights& rights) {
   UniqueFd sender(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!sender.valid()) return ErrnoStatus("socket(AF_UNIX, SOCK_DGRAM) to send the messages of " + Where(fd, pid));
   const std::string& to = fd.socket().bound();
@@ -294,29 +396,36 @@ absl::Status SendFromUnnamed(const image::ImageReader& img, const image::Fd& fd,
   // (they came from several senders, each with a buffer of its own).
   int room = static_cast<int>(std::min<size_t>(content.size() * 2 + fd.message_sizes_size() * 2048 + 65536, 1 << 30));
   (void)::setsockopt(sender.get(), SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room);
-  return SendMessages(sender.get(), content, fd, pid);
+  return SendQueue(sender.get(), content, fd, pid, rights);
 }
 
-// A stream or seqpacket end whose peer had been closed: one end of a new pair, given the
-// bytes (or messages) that waited in it through the other end, which is then closed; the
-// kernel then shuts the survivor down both ways, as it was.
-absl::StatusOr<UniqueFd> CreateOrphan(const image::ImageReader& img, const image::Fd& fd, pid_t pid) {
+// A stream or seqpacket end whose peer had been closed: one end of a new pair (`mine`), whose
+// other end (`other`) is given the bytes (or messages) that waited in it (FillOrphan) and is
+// then closed; the kernel then shuts the survivor down both ways, as it was.
+struct Orphan {
+  const image::Fd* fd;
+  pid_t pid;
+  UniqueFd other;
+};
+
+absl::StatusOr<UniqueFd> CreateOrphan(const image::Fd& fd, pid_t pid, std::vector<Orphan>* orphans) {
   int sv[2];
   if (::socketpair(AF_UNIX, fd.sock_type() | SOCK_CLOEXEC, 0, sv) != 0) {
     return ErrnoStatus("socketpair for " + Where(fd, pid));
   }
-  UniqueFd mine(sv[0]), other(sv[1]);
-  if (fd.content_size() > 0) {
-    ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
-    if (fd.message_sizes_size() > 0) {
-      RETURN_IF_ERROR(SendMessages(other.get(), content, fd, pid));
-    } else {
-      RETURN_IF_ERROR(WriteAll(other.get(), content, "the socket of " + Where(fd, pid)));
-    }
-  }
-  other.Reset();
+  UniqueFd mine(sv[0]);
+  orphans->push_back({&fd, pid, UniqueFd(sv[1])});
   if (::fcntl(mine.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, pid));
   return mine;
+}
+
+absl::Status FillOrphan(const image::ImageReader& img, Orphan& o, const Rights& rights) {
+  if (o.fd->content_size() > 0 || o.fd->message_sizes_size() > 0) {
+    ASSIGN_OR_RETURN(std::string content, img.FileContent(*o.fd));
+    RETURN_IF_ERROR(SendQueue(o.other.get(), content, *o.fd, o.pid, rights));
+  }
+  o.other.Reset();
+  return absl::OkStatus();
 }
 
 // SO_ATTACH_FILTER with the saved classic BPF program, then SO_LOCK_FILTER if it was locked.
@@ -341,7 +450,7 @@ absl::Status AttachFilter(int sock, const image::Fd& fd, pid_t pid) {
 }
 
 absl::Status RefillQueues(const image::ImageReader& img, const std::vector<std::pair<const image::Fd*, pid_t>>& queues,
-                          const std::map<uint64_t, int>& pairs);
+                          const std::map<uint64_t, int>& pairs, const Rights& rights);
 
 // Connections the listeners had not accepted yet: each listener listens (here, before its
 // process does it again with the same backlog) and its clients connect again, in the order
@@ -396,6 +505,8 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
                                Masters* m) {
   std::map<uint64_t, int> pairs;  // socket inode -> master of the recreated pair end
   std::vector<std::pair<const image::Fd*, pid_t>> queues, connects, pending;
+  std::vector<Orphan> orphans;
+  Rights rights(procs, *m);
   bool live_tcp = false;  // listeners then bind and listen beside live connections (tcp.h)
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) live_tcp = live_tcp || (fd.has_socket() && fd.socket().has_tcp());
@@ -430,7 +541,7 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
         continue;
       }
       if (fd.orphaned()) {
-        ASSIGN_OR_RETURN(UniqueFd sock, CreateOrphan(img, fd, p->pid()));
+        ASSIGN_OR_RETURN(UniqueFd sock, CreateOrphan(fd, p->pid(), &orphans));
         RETURN_IF_ERROR(Park(std::move(sock), fd, p->pid(), m));
         continue;
       }
@@ -438,15 +549,15 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
       int master = pairs.at(fd.sock_ino());
       if (::fcntl(master, F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, p->pid()));
       m->fds[{p->pid(), fd.fd()}] = master;
-      if (fd.content_size() > 0) queues.emplace_back(&fd, p->pid());
+      if (fd.content_size() > 0 || fd.message_sizes_size() > 0) queues.emplace_back(&fd, p->pid());
     }
   }
   // A socket that other, unnamed sockets had sent messages gets them back from an unnamed one,
   // before it connects anywhere or is shut down (either would refuse them).
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
-      if (IsSocket(fd) && fd.messages_from_unnamed() && fd.content_size() > 0) {
-        RETURN_IF_ERROR(SendFromUnnamed(img, fd, p->pid()));
+      if (IsSocket(fd) && fd.messages_from_unnamed() && (fd.content_size() > 0 || fd.message_sizes_size() > 0)) {
+        RETURN_IF_ERROR(SendFromUnnamed(img, fd, p->pid(), rights));
       }
     }
   }
@@ -466,11 +577,12 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
   // A datagram socket connected to itself gets back, from itself, the messages it had sent
   // itself and not read.
   for (const auto& [fd, pid] : connects) {
-    if (fd->content_size() == 0 || fd->messages_from_unnamed()) continue;
+    if ((fd->content_size() == 0 && fd->message_sizes_size() == 0) || fd->messages_from_unnamed()) continue;
     ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
-    RETURN_IF_ERROR(SendMessages(m->fds.at({pid, fd->fd()}), content, *fd, pid));
+    RETURN_IF_ERROR(SendQueue(m->fds.at({pid, fd->fd()}), content, *fd, pid, rights));
   }
-  RETURN_IF_ERROR(RefillQueues(img, queues, pairs));
+  RETURN_IF_ERROR(RefillQueues(img, queues, pairs, rights));
+  for (Orphan& o : orphans) RETURN_IF_ERROR(FillOrphan(img, o, rights));
   // shutdown(2) once the queues are full again (a socket shut down for sending, or whose
   // peer is, takes nothing more). Either end's call marks both; each end's bits are
   // given back as they were, which gives its peer the same bits again.
@@ -497,7 +609,7 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
 namespace {
 
 absl::Status RefillQueues(const image::ImageReader& img, const std::vector<std::pair<const image::Fd*, pid_t>>& queues,
-                          const std::map<uint64_t, int>& pairs) {
+                          const std::map<uint64_t, int>& pairs, const Rights& rights) {
   for (const auto& [fd, pid] : queues) {
     auto peer = pairs.find(fd->peer_ino());
     if (peer == pairs.end()) {
@@ -505,19 +617,7 @@ absl::Status RefillQueues(const image::ImageReader& img, const std::vector<std::
                                                  Where(*fd, pid)));
     }
     ASSIGN_OR_RETURN(std::string content, img.FileContent(*fd));
-    if (fd->message_sizes_size() > 0) {
-      RETURN_IF_ERROR(SendMessages(peer->second, content, *fd, pid));
-      continue;
-    }
-    size_t done = 0;
-    while (done < content.size()) {
-      ssize_t n = ::send(peer->second, content.data() + done, content.size() - done, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus(absl::StrFormat("queue %d bytes again on the socket of %s", content.size(), Where(*fd, pid)));
-      }
-      done += static_cast<size_t>(n);
-    }
+    RETURN_IF_ERROR(SendQueue(peer->second, content, *fd, pid, rights));
   }
   return absl::OkStatus();
 }

@@ -500,6 +500,15 @@ void CompareSockets(const image::Process& proc, pid_t host, const IdMap& ids,
         peer_what = absl::StrFormat("the socket of fd %d of pid %d", g.fd(), p->pid());
       }
     }
+    bool peer_in_flight = false;
+    if (want_peer == 0 && shared->in_flight != nullptr) {
+      for (const image::Fd& g : shared->in_flight->fds()) peer_in_flight |= !g.is_dup() && g.sock_ino() == fd.peer_ino();
+    }
+    if (peer_in_flight) {
+      // Its peer is in a queue, not in a process: that it has one is what can be seen.
+      if (us.peer == 0) f->Add(what + ": checkpoint connected to a socket in flight (SCM_RIGHTS), restored connected to none");
+      continue;
+    }
     if (us.peer != want_peer) {
       f->Add(absl::StrFormat("%s: checkpoint connected to %s (restored as socket inode %d), restored connected to "
                              "socket inode %d",

@@ -40,6 +40,9 @@ namespace cairn::restore {
 // What the comparisons of one restore's processes share, read at most once for all of them.
 struct VerifyShared {
   std::optional<std::map<uint64_t, proc::UnixSocket>> unix_sockets;  // sock_diag, by inode
+  // The checkpoint's descriptions only messages in flight hold (Checkpoint.in_flight), if any: a
+  // unix socket's peer may be one.
+  const image::Process* in_flight = nullptr;
 };
 
 // `procs`: every process of the checkpoint (a unix socket's peer may be in another).

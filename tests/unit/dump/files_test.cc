@@ -329,30 +329,73 @@ TEST(CaptureFdsTest, ListenerWithConnectionsWaitingIsRefused) {
   EXPECT_THAT(st.message(), HasSubstr("with 1 connection waiting to be accepted"));
 }
 
-TEST(CaptureFdsTest, SocketWithDescriptorsInFlightIsRefused) {
+// Sends one byte with `fds` (SCM_RIGHTS) through `sock`; exits 5 on failure.
+void SendRights(int sock, const std::vector<int>& fds) {
+  char byte = 'x';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = CMSG_SPACE(fds.size() * sizeof(int));
+  cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
+  if (::sendmsg(sock, &mh, 0) != 1) ::_exit(5);
+}
+
+// A descriptor in flight the sender still holds names it; one the sender closed is the holder's.
+TEST(CaptureFdsTest, DescriptorsInFlightNameTheirHolder) {
   Child child([] {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) ::_exit(4);  // 0, 1
-    int passed = ::eventfd(0, 0);                                   // 2
-    char byte = 'x';
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &passed, sizeof passed);
-    if (::sendmsg(sv[0], &mh, 0) != 1) ::_exit(5);
+    int kept = ::eventfd(0, 0);                                     // 2
+    int closed = ::eventfd(3, 0);                                   // 3
+    SendRights(sv[0], {kept, closed});
+    ::close(closed);
   });
   ASSERT_GT(child.pid(), 0);
-  absl::Status st = CheckFdsSupported({child.pid()}, {});
+  image::Process proc, holder;
+  proc.set_pid(child.pid());
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr, &holder);
+  ASSERT_TRUE(st.ok()) << st;
+  const image::Fd* receiver = nullptr;
+  for (const image::Fd& fd : proc.fds()) receiver = fd.fd() == 1 ? &fd : receiver;
+  ASSERT_NE(receiver, nullptr);
+  ASSERT_EQ(receiver->in_flight_size(), 1);
+  const image::InFlight& f = receiver->in_flight(0);
+  EXPECT_EQ(f.offset(), 0u);
+  EXPECT_EQ(f.length(), 1u);
+  ASSERT_EQ(f.files_size(), 2);
+  EXPECT_EQ(f.files(0).pid(), child.pid());
+  EXPECT_EQ(f.files(0).fd(), 2);
+  EXPECT_EQ(f.files(1).pid(), 0);
+  EXPECT_EQ(holder.pid(), 0);
+  ASSERT_EQ(holder.fds_size(), 1);
+  EXPECT_EQ(holder.fds(0).fd(), f.files(1).fd());
+  EXPECT_EQ(holder.fds(0).kind(), image::Fd::EVENTFD);
+  EXPECT_EQ(holder.fds(0).eventfd().count(), 3u);
+}
+
+// A pidfd in flight names a process only the process that opens it can: refused.
+TEST(CaptureFdsTest, PidfdInFlightIsRefused) {
+  Child child([] {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) != 0) ::_exit(4);
+    int self = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
+    if (self < 0) ::_exit(6);
+    SendRights(sv[0], {self});
+  });
+  ASSERT_GT(child.pid(), 0);
+  image::Process proc, holder;
+  proc.set_pid(child.pid());
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr, &holder);
   ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("pid ", child.pid(), " fd 1 is a unix socket with descriptors in flight")));
+  EXPECT_THAT(st.message(), HasSubstr("with a descriptor in flight (sent with SCM_RIGHTS, not received yet) that is a "
+                                      "pidfd"));
 }
 
 TEST(CaptureFdsTest, NetlinkSocketIsRefused) {
