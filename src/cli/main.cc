@@ -346,6 +346,10 @@ int RunInspect(const std::string& dir, bool json, const std::string& image_key) 
                   d.zombie() ? absl::StrFormat("zombie (wait status %#x), ", d.exit_code()).c_str() : "",
                   d.threads_size(), d.vmas_size(), HumanBytes(static_cast<double>(b)).c_str(), d.fds_size());
     }
+    if (c.in_flight().fds_size() > 0) {
+      std::printf("descriptors in flight that only their messages hold: %d\n", c.in_flight().fds_size());
+      for (const auto& f : c.in_flight().fds()) std::printf("  %s%s\n", f.path().c_str(), KernelObjectDetail(f).c_str());
+    }
     if (c.own_ipc_ns()) {
       uint64_t b = 0;
       for (const auto& shm : c.ipc().shm()) b += shm.size();

@@ -254,6 +254,7 @@ absl::Status RewriteForNode(const std::string& image_dir, const std::string& fro
   };
   RETURN_IF_ERROR(fix(meta.mutable_process()));
   for (image::Process& p : *meta.mutable_descendants()) RETURN_IF_ERROR(fix(&p));
+  if (meta.has_in_flight()) RETURN_IF_ERROR(fix(meta.mutable_in_flight()));  // files only messages hold
   meta.set_cgroup(cgroup);
   meta.set_job_name(engine_name);
   if (!meta.SerializeToString(&payload)) return absl::InternalError("cannot encode checkpoint metadata");

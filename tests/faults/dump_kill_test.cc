@@ -201,12 +201,14 @@ class DumpKillTest : public ::testing::Test {
 const std::vector<int> kAllSignals = {SIGKILL, SIGTERM, SIGINT, SIGHUP};
 
 TEST_F(DumpKillTest, LeaveRunningDumpKilledAtEveryStageLeavesTheProcessAsItWas) {
-  AtEveryStage({"frozen", "trampoline", "injecting", "scratch", "batch", "task_state", "pages", "fds", "thawed"},
+  AtEveryStage({"frozen", "trampoline", "injecting", "scratch", "batch", "task_state", "pages", "fds", "socket_queue",
+                "thawed"},
                kAllSignals, /*leave_running=*/true);
 }
 
 TEST_F(DumpKillTest, DumpKilledAtEveryStageBeforeItsCommitLeavesTheProcessAsItWas) {
-  AtEveryStage({"frozen", "injecting", "batch", "task_state", "pages", "fds"}, kAllSignals, /*leave_running=*/false);
+  AtEveryStage({"frozen", "injecting", "batch", "task_state", "pages", "fds", "socket_queue"}, kAllSignals,
+               /*leave_running=*/false);
 }
 
 // A process that unmapped its vDSO: the injected code goes into the end of a text page

@@ -11,14 +11,16 @@
 // in a register-heavy loop and checking its own mask (SIGUSR1 blocked); a reader thread
 // asleep in read(2) on a pipe (a call the dump interrupts and that must be restarted); its
 // own signal mask (SIGUSR2 and SIGRTMIN+1 blocked); handlers for SIGUSR1 and SIGTRAP and
-// SIG_IGN for SIGPIPE.
+// SIG_IGN for SIGPIPE; a unix socket pair with 6 bytes waiting in one end (whose queue the dump
+// copies with a peek offset of its own: the socket's must be unset again after).
 // Then it records what it sees: its mappings (/proc/self/maps), its descriptors, its vDSO's
 // bytes. Prints "ready PID" and loops, checking the pattern of one page in each 64 per
 // pass (every page every 64 passes).
 //
 // On SIGUSR1 it checks everything against what it recorded: every page of its memory, both
 // masks, the three actions, the mappings (no area added, none gone), the descriptors, the
-// vDSO bytes, that the worker still counts with its mask and arithmetic right, that the
+// vDSO bytes, the unix socket's queue and unset peek offset, that the worker still counts with
+// its mask and arithmetic right, that the
 // reader gets a byte written to its pipe; prints
 // "PASS N" (N: verifications so far) or "FAIL what", and goes on. Any mismatch found in the
 // loop prints "FAIL" at once and exits 1.
@@ -31,7 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define kPage 4096
@@ -49,6 +53,7 @@ static volatile pid_t g_worker_tid;
 static volatile int g_worker_bad;
 static int g_passes;
 static int g_pipe[2];
+static int g_queue[2];  // a unix socket pair with bytes waiting in g_queue[1]: the dump peeks at them
 static atomic_int g_read_bytes;
 
 static uint64_t Pattern(size_t page, size_t word) { return (page * 0x9e3779b97f4a7c15ULL) ^ (word * 0xbf58476d1ce4e5b9ULL); }
@@ -209,6 +214,14 @@ static int Verify(char* why, size_t cap) {
   }
   if (g_worker_bad == 1) return snprintf(why, cap, "the worker thread's arithmetic went wrong"), 0;
   if (g_worker_bad == 2) return snprintf(why, cap, "the worker thread's mask changed"), 0;
+  int off = 0, queued = 0;
+  socklen_t len = sizeof off;
+  if (getsockopt(g_queue[1], SOL_SOCKET, SO_PEEK_OFF, &off, &len) != 0 || off != -1) {
+    return snprintf(why, cap, "its unix socket's peek offset is %d, was -1 (unset)", off), 0;
+  }
+  if (ioctl(g_queue[1], FIONREAD, &queued) != 0 || queued != 6) {
+    return snprintf(why, cap, "its unix socket holds %d bytes, held 6", queued), 0;
+  }
   int got = atomic_load(&g_read_bytes);
   if (write(g_pipe[1], "x", 1) != 1) return snprintf(why, cap, "cannot write to the reader's pipe"), 0;
   for (int i = 0; i < 200 && atomic_load(&g_read_bytes) == got; ++i) usleep(5000);
@@ -239,6 +252,9 @@ int main(int argc, char** argv) {
   sigaction(SIGTRAP, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   if (pipe(g_pipe) != 0) return perror("pipe"), 2;
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, g_queue) != 0 || write(g_queue[0], "queued", 6) != 6) {
+    return perror("socketpair"), 2;
+  }
   pthread_t t, r;
   pthread_create(&t, NULL, Worker, NULL);
   pthread_create(&r, NULL, Reader, NULL);

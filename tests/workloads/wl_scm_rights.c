@@ -5,7 +5,9 @@
 //   third nothing;
 // - a datagram pair: a plain message; one with a memfd and a pipe's read end whose sender closed
 //   its copies (only the message holds them) and an eventfd the sender keeps; one with a unix
-//   socket end the sender closed, which itself has a message with a file in flight in its queue.
+//   socket end the sender closed, which itself has a message with a file in flight in its queue;
+//   one with a listening socket the sender closed, which a client of the process had connected to
+//   (not accepted yet): the receiver accepts that client, then a new one.
 // After restore each received descriptor is the same open file description the sender holds
 // (shared offset, shared counter, the pipe and the socket still connected to the ends kept), or
 // holds what it held (the memfd's bytes, the file in flight in the socket in flight).
@@ -15,7 +17,10 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "wl_common.h"
@@ -102,6 +107,16 @@ int main(int argc, char** argv) {
   send_with(dg[0], "sockets", two, 2);
   close(x[1]);
   close(y[1]);
+  struct sockaddr_un name = {.sun_family = AF_UNIX};
+  int nl = snprintf(name.sun_path + 1, sizeof name.sun_path - 1, "cairn-wl-scm-%d", (int)getpid());
+  socklen_t name_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)nl);
+  int listener = WL_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  WL_SYS(bind(listener, (struct sockaddr*)&name, name_len));
+  WL_SYS(listen(listener, 4));
+  int waiting = WL_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  WL_SYS(connect(waiting, (struct sockaddr*)&name, name_len));
+  send_with(dg[0], "listener", &listener, 1);
+  close(listener);
 
   wl_signal_ready();
   wl_wait_go();
@@ -139,7 +154,20 @@ int main(int argc, char** argv) {
   memset(buf, 0, sizeof buf);
   WL_CHECK(pread(inner_fds[0], buf, 5, 0) == 5 && memcmp(buf, "inner", 5) == 0, "the file in flight in the socket in "
            "flight holds '%s'", buf);
+  expect_msg(dg[1], "listener", 1, fds, "datagram 4");
+  int got_listener = fds[0];
+  int accepted = WL_SYS(accept4(got_listener, NULL, NULL, SOCK_CLOEXEC));
+  WL_SYS(write(waiting, "queued", 6));
+  memset(buf, 0, sizeof buf);
+  WL_CHECK(read(accepted, buf, sizeof buf) == 6 && memcmp(buf, "queued", 6) == 0,
+           "the connection waiting on the listener in flight read '%s'", buf);
+  int later = WL_SYS(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  WL_SYS(connect(later, (struct sockaddr*)&name, name_len));
+  int accepted2 = WL_SYS(accept4(got_listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  WL_SYS(write(later, "later", 5));
+  memset(buf, 0, sizeof buf);
+  WL_CHECK(read(accepted2, buf, sizeof buf) == 5, "a new connection to the listener in flight read '%s'", buf);
   errno = 0;
-  WL_CHECK(recv(dg[1], buf, sizeof buf, MSG_DONTWAIT) == -1 && errno == EAGAIN, "a fourth datagram waited");
+  WL_CHECK(recv(dg[1], buf, sizeof buf, MSG_DONTWAIT) == -1 && errno == EAGAIN, "a fifth datagram waited");
   wl_pass();
 }

@@ -449,7 +449,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     result.areas += p->vmas_size();
   }
   StageTimer timer(opts.pid);
-  FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr};
+  FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
   if (opts.tcp_established) {
     ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(net::LockTableName(ckpt.id()), live, journal));
     fd_opts.tcp = tcp->get();
@@ -582,7 +582,8 @@ absl::Status CheckSharing(const std::vector<pid_t>& pids) {
 
 // The checks made before anything is frozen: every process's areas and descriptors can
 // be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
-absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<proc::MapEntry>>* areas) {
+absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<proc::MapEntry>>* areas,
+                          GuardJournal* journal) {
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
   std::vector<pid_t> live;
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> shmem_at;  // shared anonymous object -> its range
@@ -627,7 +628,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
     live.push_back(pid);
   }
   RETURN_IF_ERROR(CheckSharing(live));
-  return CheckFdsSupported(live, FdOptions{opts.tcp_close, opts.tcp_established, nullptr});
+  return CheckFdsSupported(live, FdOptions{opts.tcp_close, opts.tcp_established, nullptr, journal});
 }
 
 // Journals the checkpoint directory being written (DIR.partial), and whether committing it
@@ -690,6 +691,11 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   }
   RETURN_IF_ERROR(CheckTarget(opts.pid));
   RETURN_IF_ERROR(CheckNamespaces(opts.pid));
+  // From here on the processes are changed: the guardian puts them back if this process
+  // dies before it has (guardian.h). (The check below already gives their unix sockets a peek
+  // offset of ours for a moment.)
+  ASSIGN_OR_RETURN(std::unique_ptr<Guardian> guardian, Guardian::Start());
+  GuardJournal& journal = guardian->journal();
   // Refuse what cannot be saved before stopping anything. Processes of a tree may exit
   // while they are looked at: then look again.
   absl::Status checked;
@@ -698,7 +704,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // every page in within about a second per GiB).
   auto fill_deadline = Clock::now() + std::chrono::seconds(120);
   for (int attempt = 0; attempt < 5;) {
-    checked = PrecheckTree(opts, &prechecked);
+    checked = PrecheckTree(opts, &prechecked, &journal);
     if (absl::IsUnavailable(checked) && Clock::now() < fill_deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
@@ -717,10 +723,6 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     ASSIGN_OR_RETURN(Parent p, OpenParent(opts.dir, opts.parent));
     parent.emplace(std::move(p));
   }
-  // From here on the processes are changed: the guardian puts them back if this process
-  // dies before it has (guardian.h).
-  ASSIGN_OR_RETURN(std::unique_ptr<Guardian> guardian, Guardian::Start());
-  GuardJournal& journal = guardian->journal();
   IncrementalContext inc;
   inc.parent = parent ? &*parent : nullptr;
   inc.prechecked = std::move(prechecked);

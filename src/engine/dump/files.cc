@@ -576,13 +576,14 @@ std::string InFlightUnsupported(const image::Fd& fd, bool holder) {
 
 // Every descriptor in flight the processes' sockets (`outs`) and the holder's name exists and
 // can be sent again (InFlightUnsupported).
-absl::Status CheckInFlight(const std::vector<image::Process*>& outs, const image::Process& holder) {
+absl::Status CheckInFlight(const std::vector<image::Process*>& outs, const image::Process& holder,
+                           const InFlightFiles& in_flight) {
   constexpr absl::string_view kAdvice = "let the process receive it before checkpointing";
   for (const image::Fd& fd : holder.fds()) {
     if (std::string what = InFlightUnsupported(fd, true); !what.empty()) {
       return absl::UnimplementedError(absl::StrFormat(
-          "a descriptor in flight (sent with SCM_RIGHTS, not received yet; its sender closed its own) is %s; %s", what,
-          kAdvice));
+          "a descriptor in flight in %s (sent with SCM_RIGHTS, not received yet; its sender closed its own) is %s; %s",
+          in_flight.FoundIn(fd.fd()), what, kAdvice));
     }
   }
   // The record of the description `ref` names (a dup's origin).
@@ -728,7 +729,8 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     uint64_t ino;
   };
   std::vector<Seen> seen;  // descriptors recorded so far, across the tree
-  for (size_t pi = 0; pi < holders.size(); ++pi) {
+  // One process's descriptors (all[pi]); the holder's last.
+  auto capture_process = [&](size_t pi) -> absl::Status {
   pid_t pid = holders[pi];
   image::Process* out = pi == pids.size() ? holder_out : outs.empty() ? nullptr : outs[pi];
   for (const proc::FdInfo& info : all[pi]) {
@@ -925,9 +927,26 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       RETURN_IF_ERROR(CaptureOwner(pid, info.fd, pids, &scratch));
     }
   }
+  return absl::OkStatus();
+  };
+  for (size_t pi = 0; pi < pids.size(); ++pi) RETURN_IF_ERROR(capture_process(pi));
+  if (holders.size() > pids.size()) {
+    // One at a time, so that a refusal says which queue the descriptor was found in (it names
+    // the dumper's copy otherwise).
+    std::vector<proc::FdInfo> held_here = std::move(all.back());
+    for (const proc::FdInfo& info : held_here) {
+      all.back() = {info};
+      absl::Status s = capture_process(pids.size());
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("a descriptor in flight in ", in_flight.FoundIn(info.fd),
+                                                   " (sent with SCM_RIGHTS, not received yet; its sender closed its "
+                                                   "own, so only the message holds it; below, cairn's copy of it): ",
+                                                   s.message()));
+      }
+    }
+    holder_out->set_pid(kInFlightHolder);
   }
-  if (holders.size() > pids.size()) holder_out->set_pid(kInFlightHolder);
-  return CheckInFlight(outs, *holder_out);
+  return CheckInFlight(outs, *holder_out, in_flight);
 }
 
 absl::Status CheckFdsSupported(const std::vector<pid_t>& pids, const FdOptions& opts) {

@@ -19,6 +19,7 @@
 
 namespace cairn::dump {
 
+class GuardJournal;
 class TcpConnections;
 
 struct FdOptions {
@@ -28,6 +29,8 @@ struct FdOptions {
   // saved through `tcp`, which holds the network lock over them, when capturing.
   bool tcp_established = false;
   TcpConnections* tcp = nullptr;
+  // Where a socket given a peek offset of the dump's is journaled (guardian.h, 6).
+  GuardJournal* journal = nullptr;
 };
 
 // Checks every descriptor of the processes `pids` (a tree) is of a kind the engine can

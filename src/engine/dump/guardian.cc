@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -101,6 +102,21 @@ absl::Status GuardJournal::TcpRepairing(pid_t pid, int fd, bool reuseaddr) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> GuardJournal::PeekOffsetChanging(pid_t pid, int fd, uint64_t ino, int saved) {
+  int n = npeeks_.load(std::memory_order_relaxed);
+  if (n >= kMaxPeeks) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a dump looks into unix socket queues at most ", kMaxPeeks, " times (each socket two or three)"));
+  }
+  peeks_[n].pid = pid;
+  peeks_[n].fd = fd;
+  peeks_[n].ino = ino;
+  peeks_[n].saved = saved;
+  peeks_[n].back.store(0, std::memory_order_relaxed);
+  npeeks_.store(n + 1, std::memory_order_release);
+  return n;
+}
+
 void GuardJournal::NetworkLock(const std::string& table, pid_t netns_of) {
   std::snprintf(lock_, sizeof lock_, "%s", table.c_str());
   lock_netns_of_ = netns_of;
@@ -168,7 +184,7 @@ class GuardianRepair {
       return 0;
     }
     RemovePartial();
-    int failures = EndRepairs();
+    int failures = EndRepairs() + PutPeekOffsetsBack();
     if (j_.lock_set_.load(std::memory_order_acquire) != 0) {
       absl::Status s = net::RemoveNetworkLock(j_.lock_, j_.lock_netns_of_);
       if (!s.ok()) {
@@ -241,6 +257,27 @@ class GuardianRepair {
         ++failures;
         Say(absl::StrCat("could not take pid ", r.pid, " fd ", r.fd, " out of TCP repair mode: ",
                          ErrnoStatus("setsockopt(TCP_REPAIR, off)").ToString()));
+      }
+    }
+    return failures;
+  }
+
+  // Gives every journaled unix socket not yet given it back its own peek offset, through a
+  // copy of its descriptor. Returns the number of failures.
+  int PutPeekOffsetsBack() {
+    int failures = 0;
+    int n = j_.npeeks_.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      const GuardJournal::Peek& p = j_.peeks_[i];
+      if (p.back.load(std::memory_order_acquire) != 0) continue;
+      absl::StatusOr<UniqueFd> copy = proc::CopyFd(p.pid, p.fd);
+      if (!copy.ok()) continue;  // the process or its descriptor is gone
+      struct stat st {};
+      if (::fstat(copy->get(), &st) != 0 || st.st_ino != p.ino) continue;  // not that socket any more
+      if (::setsockopt(copy->get(), SOL_SOCKET, SO_PEEK_OFF, &p.saved, sizeof p.saved) != 0) {
+        ++failures;
+        Say(absl::StrCat("could not give pid ", p.pid, " fd ", p.fd, " its peek offset back: ",
+                         ErrnoStatus("setsockopt(SO_PEEK_OFF)").ToString()));
       }
     }
     return failures;

@@ -41,6 +41,10 @@
 //    cgroup of their own (a cairnd job: freezer_hold.h): it is frozen before the first socket
 //    enters repair mode and outlives the dumper, and the guardian thaws it last. A committed
 //    kill keeps the lock for the restore; a hand-off (kHold) leaves both to the daemon.
+// 7. A unix socket's queue is copied with a peek offset (SO_PEEK_OFF) of the dump's: each
+//    socket is journaled with the program's own offset before, and marked after it is put back;
+//    rolling back, the guardian gives the others theirs. (A socket in flight, which no process
+//    holds, cannot be reached: one the dumper died peeking keeps the dump's offset.)
 // What it cannot cover: the guardian itself killed together with the dumper (it runs in a
 // session of its own and ignores SIGTERM/SIGINT/SIGHUP, so only a SIGKILL aimed at it
 // does), and a write tracker being created at the instant of death (left in the process;
@@ -66,6 +70,7 @@ class GuardJournal {
   static constexpr int kMaxProcesses = 4096;
   static constexpr int kMaxThreads = 16384;
   static constexpr int kMaxRepairs = 16384;
+  static constexpr int kMaxPeeks = 16384;
 
   enum class Outcome : uint32_t {
     kRunning = 0,  // undo everything journaled (also after a failed dump, for what it left)
@@ -88,6 +93,12 @@ class GuardJournal {
   // Descriptor `fd` of `pid`, a TCP socket, is about to enter repair mode (which forces
   // SO_REUSEADDR on; `reuseaddr` is the program's own, given back when it leaves).
   absl::Status TcpRepairing(pid_t pid, int fd, bool reuseaddr);
+  // Unix socket descriptor `fd` of `pid` (socket inode `ino`) is about to be given a peek offset
+  // (SO_PEEK_OFF) to copy its queue; `saved` is the program's own. Returns the slot
+  // PeekOffsetBack takes.
+  absl::StatusOr<int> PeekOffsetChanging(pid_t pid, int fd, uint64_t ino, int saved);
+  // The socket of `slot` has its own peek offset again.
+  void PeekOffsetBack(int slot) { peeks_[slot].back.store(1, std::memory_order_release); }
   // The network lock (net/netlock.h) `table` is about to be taken, in the network namespace
   // of `netns_of`.
   void NetworkLock(const std::string& table, pid_t netns_of);
@@ -151,6 +162,15 @@ class GuardJournal {
   char freezer_[512];
   std::atomic<int32_t> nrepairs_;
   Repair repairs_[kMaxRepairs];
+  struct Peek {
+    int32_t pid;
+    int32_t fd;
+    uint64_t ino;  // the socket's: whatever the descriptor names now is checked to be it
+    int32_t saved;
+    std::atomic<uint32_t> back;
+  };
+  std::atomic<int32_t> npeeks_;
+  Peek peeks_[kMaxPeeks];
   Process procs_[kMaxProcesses];
   Thread threads_[kMaxThreads];
 };

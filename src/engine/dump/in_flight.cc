@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "absl/strings/str_format.h"
 #include "common/status.h"
 
 namespace cairn::dump {
@@ -18,7 +19,7 @@ bool SameDescription(pid_t a, int afd, pid_t b, int bfd) {
 
 }  // namespace
 
-absl::StatusOr<image::FdRef> InFlightFiles::Resolve(int received, bool* added) {
+absl::StatusOr<image::FdRef> InFlightFiles::Resolve(int received, bool* added, pid_t queue_pid, int queue_fd) {
   *added = false;
   struct stat st {};
   if (::fstat(received, &st) != 0) return ErrnoStatus("fstat a descriptor in flight");
@@ -31,10 +32,10 @@ absl::StatusOr<image::FdRef> InFlightFiles::Resolve(int received, bool* added) {
       return ref;
     }
   }
-  for (const auto& [copy, ino] : kept_) {
-    if (ino == st.st_ino && SameDescription(self, received, self, copy.get())) {
+  for (const Copy& k : kept_) {
+    if (k.ino == st.st_ino && SameDescription(self, received, self, k.copy.get())) {
       ref.set_pid(kInFlightHolder);
-      ref.set_fd(copy.get());
+      ref.set_fd(k.copy.get());
       return ref;
     }
   }
@@ -42,15 +43,24 @@ absl::StatusOr<image::FdRef> InFlightFiles::Resolve(int received, bool* added) {
   if (!copy.valid()) return ErrnoStatus("keep a copy of a descriptor in flight");
   ref.set_pid(kInFlightHolder);
   ref.set_fd(copy.get());
-  kept_.emplace_back(std::move(copy), st.st_ino);
+  kept_.push_back({std::move(copy), st.st_ino, queue_pid, queue_fd});
   *added = true;
   return ref;
 }
 
 std::vector<int> InFlightFiles::Kept() const {
   std::vector<int> out;
-  for (const auto& [copy, ino] : kept_) out.push_back(copy.get());
+  for (const Copy& k : kept_) out.push_back(k.copy.get());
   return out;
+}
+
+std::string InFlightFiles::FoundIn(int kept) const {
+  for (const Copy& k : kept_) {
+    if (k.copy.get() != kept) continue;
+    if (k.queue_pid == ::getpid()) return "the queue of a socket in flight";
+    return absl::StrFormat("the queue of pid %d fd %d", k.queue_pid, k.queue_fd);
+  }
+  return "a queue";
 }
 
 }  // namespace cairn::dump

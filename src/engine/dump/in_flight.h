@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,14 +35,24 @@ class InFlightFiles {
   // The descriptor the description of `received` (the dumper's, from a peek) is known by: one
   // of the checkpoint's, or the holder's — a copy of `received` kept from now on when the
   // description is new (`*added` is set then).
-  absl::StatusOr<image::FdRef> Resolve(int received, bool* added);
+  // `queue_pid`, `queue_fd`: the socket whose queue it was found in, for messages.
+  absl::StatusOr<image::FdRef> Resolve(int received, bool* added, pid_t queue_pid, int queue_fd);
 
   // The holder's descriptors: the dumper's copies, in the order they were found.
   std::vector<int> Kept() const;
 
+  // Where the holder's descriptor `kept` was found first, for messages: "the queue of pid P fd F".
+  std::string FoundIn(int kept) const;
+
  private:
+  struct Copy {
+    UniqueFd copy;
+    uint64_t ino;
+    pid_t queue_pid;
+    int queue_fd;
+  };
   std::vector<Held> held_;
-  std::vector<std::pair<UniqueFd, uint64_t>> kept_;  // copy, inode
+  std::vector<Copy> kept_;
 };
 
 }  // namespace cairn::dump

@@ -109,7 +109,13 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
       }
       for (auto& f : *fd.mutable_in_flight()) {
         for (auto& ref : *f.mutable_files()) {
-          if (ref.pid() != 0) ref.set_pid(map(ref.pid()));  // 0: the holder's
+          if (ref.pid() == 0) continue;  // the holder's
+          int32_t inside = map(ref.pid());
+          if (inside == 0) {  // 0 would name the holder
+            return absl::InternalError(absl::StrCat("a descriptor in flight names pid ", ref.pid(),
+                                                    ", which is not in the job's PID namespace"));
+          }
+          ref.set_pid(inside);
         }
       }
     }

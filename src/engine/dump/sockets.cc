@@ -23,7 +23,9 @@
 #include "common/log.h"
 #include "common/sockaddr.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "common/unique_fd.h"
+#include "engine/dump/guardian.h"
 #include "engine/dump/tcp.h"
 #include "engine/image/socket_options.h"
 #include "engine/net/netlock.h"
@@ -103,10 +105,19 @@ absl::Status CaptureOptions(int theirs, int family, int type, int protocol, imag
   return absl::OkStatus();
 }
 
+constexpr int kScmPidfd = 0x04;  // SCM_PIDFD (Linux 6.5), newer than Debian's headers
+
 // The descriptors a peek received with SCM_RIGHTS (`mh`'s control messages), now the caller's.
 std::vector<UniqueFd> ReceivedRights(msghdr& mh) {
   std::vector<UniqueFd> out;
   for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    // SCM_PIDFD (a receiver with SO_PASSPIDFD): a pidfd of the sender, installed by the peek.
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == kScmPidfd) {
+      int pidfd;
+      std::memcpy(&pidfd, CMSG_DATA(c), sizeof pidfd);
+      ::close(pidfd);
+      continue;
+    }
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
@@ -131,8 +142,8 @@ std::vector<UniqueFd> ReceivedRights(msghdr& mh) {
 // descriptions not seen before (the first look at the queues, or a check while the processes
 // run); otherwise one is an error — the queue changed since that first look.
 absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool messages, uint32_t expected,
-                                      image::Fd* fd, InFlightFiles* in_flight, bool may_add, bool read_shut = false,
-                                      bool unnamed_senders = false) {
+                                      image::Fd* fd, InFlightFiles* in_flight, bool may_add, GuardJournal* journal,
+                                      bool read_shut = false, bool unnamed_senders = false) {
   ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
   auto where = [&] { return absl::StrFormat("the queue of pid %d fd %d", pid, info.fd); };
   int saved_off = -1;
@@ -140,13 +151,24 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
   if (::getsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &saved_off, &len) != 0) {
     return ErrnoStatus("getsockopt(SO_PEEK_OFF) on " + where());
   }
+  // Journaled first: a dumper that dies from here on leaves the guardian to give it back (a
+  // socket in flight, the dumper's copy only, cannot be reached and is not journaled).
+  int slot = -1;
+  if (journal != nullptr && pid != ::getpid()) {
+    struct stat st {};
+    if (::fstat(copy.get(), &st) != 0) return ErrnoStatus("fstat " + where());
+    ASSIGN_OR_RETURN(slot, journal->PeekOffsetChanging(pid, info.fd, st.st_ino, saved_off));
+  }
   int zero = 0;
   if (::setsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &zero, sizeof zero) != 0) {
     return ErrnoStatus("setsockopt(SO_PEEK_OFF) on " + where());
   }
+  FaultPoint("socket_queue");
   std::string out;
   std::vector<char> buf(1 << 20);
-  alignas(cmsghdr) char control[CMSG_SPACE(253 * sizeof(int))];
+  // Room for the most descriptors one message carries (SCM_MAX_FD), and for the sender's
+  // credentials and pidfd a receiver may ask for.
+  alignas(cmsghdr) char control[CMSG_SPACE(253 * sizeof(int)) + CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int))];
   absl::Status st;
   for (;;) {
     iovec iov{buf.data(), buf.size()};
@@ -165,7 +187,9 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
     }
     std::vector<UniqueFd> rights = ReceivedRights(mh);
     if ((mh.msg_flags & MSG_CTRUNC) != 0) {
-      st = Refuse(pid, info, "a unix socket with more descriptors in flight in one message than a peek can take",
+      st = Refuse(pid, info,
+                  "a unix socket with descriptors in flight that a peek could not take (more than one message "
+                  "carries, or more than the checkpointer may open: raise its RLIMIT_NOFILE)",
                   "let the process receive them before checkpointing");
       break;
     }
@@ -180,7 +204,9 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
     // end too (a zero-length message there cannot be told from it, and is not kept).
     if (n == 0 && rights.empty() && (!messages || read_shut)) break;
     if (static_cast<size_t>(n) > buf.size() || (!messages && !rights.empty() && static_cast<size_t>(n) == buf.size())) {
-      st = absl::UnimplementedError(absl::StrFormat("%s holds a message of %d bytes, more than 1 MiB", where(), n));
+      st = absl::UnimplementedError(absl::StrFormat(
+          "%s holds %s of %d bytes or more, more than 1 MiB", where(),
+          messages ? "a message" : "bytes sent with descriptors (and the bytes before them)", n));
       break;
     }
     if (!rights.empty()) {
@@ -198,7 +224,7 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
       }
       for (const UniqueFd& r : rights) {
         bool added = false;
-        auto ref = in_flight->Resolve(r.get(), &added);
+        auto ref = in_flight->Resolve(r.get(), &added, pid, info.fd);
         if (!ref.ok()) {
           st = ref.status();
           break;
@@ -215,8 +241,10 @@ absl::StatusOr<std::string> PeekQueue(pid_t pid, const proc::FdInfo& info, bool 
     out.append(buf.data(), static_cast<size_t>(n));
     if (messages) fd->add_message_sizes(static_cast<uint32_t>(n));
   }
-  if (::setsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &saved_off, sizeof saved_off) != 0 && st.ok()) {
-    st = ErrnoStatus("put back SO_PEEK_OFF on " + where());
+  if (::setsockopt(copy.get(), SOL_SOCKET, SO_PEEK_OFF, &saved_off, sizeof saved_off) != 0) {
+    if (st.ok()) st = ErrnoStatus("put back SO_PEEK_OFF on " + where());
+  } else if (slot >= 0) {
+    journal->PeekOffsetBack(slot);
   }
   RETURN_IF_ERROR(st);
   if (!messages && expected != 0 && out.size() != expected) {
@@ -270,12 +298,12 @@ absl::StatusOr<uint32_t> UdpShutdown(int c) {
 // only (0 for an empty one, with others behind it): its queue is always peeked.
 absl::StatusOr<bool> SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
                                image::ImageWriter* writer, image::Fd* fd, InFlightFiles* in_flight,
-                               bool unnamed_senders = false) {
+                               GuardJournal* journal, bool unnamed_senders = false) {
   if (us.rqueue == 0 && us.type != SOCK_DGRAM) return false;
   bool messages = us.type != SOCK_STREAM;
   uint32_t expected = writer != nullptr && !messages ? us.rqueue : 0;
   ASSIGN_OR_RETURN(std::string data, PeekQueue(pid, info, messages, expected, fd, in_flight, writer == nullptr,
-                                               (us.shutdown & 1) != 0, unnamed_senders));
+                                               journal, (us.shutdown & 1) != 0, unnamed_senders));
   bool waiting = !data.empty() || fd->message_sizes_size() > 0;
   if (writer == nullptr) {  // (the descriptors in flight stay: they are checked, CheckInFlight)
     fd->clear_message_sizes();
@@ -326,7 +354,7 @@ absl::Status TreeSockets::FindInFlight(const std::vector<std::pair<pid_t, int>>&
     info.target = absl::StrCat("socket:[", st.st_ino, "]");
     image::Fd scratch;
     ASSIGN_OR_RETURN(std::string ignored, PeekQueue(pid, info, us.type != SOCK_STREAM, 0, &scratch, in_flight, true,
-                                                    (us.shutdown & 1) != 0));
+                                                    opts_.journal, (us.shutdown & 1) != 0));
     for (const image::InFlight& f : scratch.in_flight()) {
       for (const image::FdRef& ref : f.files()) {
         if (ref.pid() != kInFlightHolder) continue;
@@ -442,7 +470,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
     // A connected end whose peer is gone (closed: the kernel shut this end down both ways).
     // What waits in it can still be read.
     fd->set_orphaned(true);
-    return SaveQueue(pid, info, us, writer, fd, in_flight_).status();
+    return SaveQueue(pid, info, us, writer, fd, in_flight_, opts_.journal).status();
   }
   auto peer = us.peer != 0 ? unix_.find(us.peer) : unix_.end();
   // A datagram socket bound and connected to itself is rebuilt on its own, like one
@@ -457,7 +485,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
                     kUnixAdvice);
     }
     fd->set_peer_ino(us.peer);
-    return SaveQueue(pid, info, us, writer, fd, in_flight_).status();
+    return SaveQueue(pid, info, us, writer, fd, in_flight_, opts_.journal).status();
   }
   // A socket rebuilt on its own.
   image::SocketState* s = fd->mutable_socket();
@@ -492,7 +520,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   } else if (us.type == SOCK_DGRAM && !self) {
     // Messages other sockets sent it: kept when none of their senders had a name, sent again
     // from an unnamed socket to this one's name (which it must have, reachable, for that).
-    ASSIGN_OR_RETURN(bool waiting, SaveQueue(pid, info, us, writer, fd, in_flight_, /*unnamed_senders=*/true));
+    ASSIGN_OR_RETURN(bool waiting, SaveQueue(pid, info, us, writer, fd, in_flight_, opts_.journal, /*unnamed_senders=*/true));
     if (waiting) {
       if (us.name.empty()) {
         return Refuse(pid, info, "an unbound datagram unix socket with messages waiting to be read", kUnixAdvice);
@@ -509,7 +537,7 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
       fd->set_messages_from_unnamed(true);
     }
   } else if (self) {  // what it sent itself
-    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd, in_flight_).status());
+    RETURN_IF_ERROR(SaveQueue(pid, info, us, writer, fd, in_flight_, opts_.journal).status());
   } else if (us.rqueue != 0) {
     return Refuse(pid, info, "a unix socket with data waiting to be read", kUnixAdvice);
   }

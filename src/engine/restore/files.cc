@@ -525,7 +525,9 @@ struct flock LockRange(const image::FileLock& l) {
 std::optional<std::pair<pid_t, int>> LockTaker(const std::vector<const image::Process*>& procs,
                                                pid_t holder, const image::Fd& fd, const image::FileLock& l) {
   if (l.kind() != image::FileLock::FLOCK && l.kind() != image::FileLock::LEASE) return std::nullopt;
-  if (l.pid() == holder) return std::make_pair(holder, fd.fd());
+  // (Descriptions only messages in flight hold have holder 0, no process: like a lock whose
+  // taker is unknown, 0, theirs are taken in the restorer.)
+  if (holder != 0 && l.pid() == holder) return std::make_pair(holder, fd.fd());
   for (const image::Process* p : procs) {
     if (l.pid() == 0 || p->pid() != l.pid()) continue;
     for (const image::Fd& f : p->fds()) {

@@ -338,7 +338,13 @@ absl::Status SendQueue(int sender, const std::string& content, const image::Fd& 
   std::string what = absl::StrFormat("queue what waited in the socket of %s again", Where(fd, pid));
   if (fd.message_sizes_size() > 0) {
     std::map<uint32_t, const image::InFlight*> with;
-    for (const image::InFlight& f : fd.in_flight()) with[f.message()] = &f;
+    for (const image::InFlight& f : fd.in_flight()) {
+      if (f.message() >= static_cast<uint32_t>(fd.message_sizes_size()) || !with.emplace(f.message(), &f).second) {
+        return absl::DataLossError(absl::StrFormat(
+            "%s: descriptors in flight with message %u of its %d queued messages (corrupt image)", Where(fd, pid),
+            f.message(), fd.message_sizes_size()));
+      }
+    }
     size_t at = 0;
     for (int i = 0; i < fd.message_sizes_size(); ++i) {
       uint32_t len = fd.message_sizes(i);
@@ -485,12 +491,22 @@ absl::Status ConnectPending(const std::vector<const image::Process*>& procs,
       listening = fd->pending_on();
     }
     const std::string& peer = fd->socket().peer();
-    if (::connect(m.fds.at({pid, fd->fd()}), reinterpret_cast<const sockaddr*>(peer.data()),
-                  static_cast<socklen_t>(peer.size())) != 0) {
+    // Without blocking: a listener whose backlog this machine caps lower (net.core.somaxconn)
+    // refuses the connections past it, which would otherwise wait forever.
+    int client = m.fds.at({pid, fd->fd()});
+    if (::fcntl(client, F_SETFL, fd->flags() | O_NONBLOCK) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(*fd, pid));
+    if (::connect(client, reinterpret_cast<const sockaddr*>(peer.data()), static_cast<socklen_t>(peer.size())) != 0) {
+      if (errno == EAGAIN) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "connect %s to %s again (a connection not accepted yet, number %u in its queue): the listener's queue is "
+            "full here; raise net.core.somaxconn to at least %u",
+            Where(*fd, pid), FormatSockaddr(peer), fd->pending_position(), fd->pending_position()));
+      }
       return ErrnoStatus(absl::StrFormat("connect %s to %s again (a connection not accepted yet, number %u in its "
                                          "queue)",
                                          Where(*fd, pid), FormatSockaddr(peer), fd->pending_position()));
     }
+    if (::fcntl(client, F_SETFL, fd->flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(*fd, pid));
   }
   return absl::OkStatus();
 }
@@ -574,6 +590,18 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
     }
   }
   RETURN_IF_ERROR(ConnectPending(procs, pending, *m));
+  // A listening socket only a message in flight holds (the holder, pid 0, is no process that
+  // could listen again): the restorer listens, so that its receiver can accept on it.
+  for (const image::Process* p : procs) {
+    if (p->pid() != 0) continue;
+    for (const image::Fd& fd : p->fds()) {
+      if (!IsSocket(fd) || !fd.has_socket() || !fd.socket().listening()) continue;
+      if (::listen(m->fds.at({0, fd.fd()}), fd.socket().backlog()) != 0) {
+        return ErrnoStatus(absl::StrFormat("listen(backlog %d) on a listening socket in flight",
+                                           fd.socket().backlog()));
+      }
+    }
+  }
   // A datagram socket connected to itself gets back, from itself, the messages it had sent
   // itself and not read.
   for (const auto& [fd, pid] : connects) {

@@ -477,18 +477,30 @@ void CompareSockets(const image::Process& proc, pid_t host, const IdMap& ids,
     f->Compare(what + " shutdown", fd.shutdown(), static_cast<uint32_t>(us.shutdown));
     if (fd.has_socket() && fd.socket().listening()) {
       // The connections it had not accepted: the same clients, in the same order.
-      std::map<uint32_t, uint64_t> clients;  // position -> restored client inode
+      // A client only a message in flight holds is in no process: "in flight" stands for it.
+      std::map<uint32_t, std::string> clients;  // position -> restored client inode
       for (const image::Process* p : procs) {
         for (const image::Fd& g : p->fds()) {
           if (!g.is_dup() && g.pending_on() != 0 && g.pending_on() == fd.sock_ino()) {
-            clients[g.pending_position()] = SocketInode(ids.Host(p->pid()), g.fd());
+            clients[g.pending_position()] = absl::StrCat(SocketInode(ids.Host(p->pid()), g.fd()));
           }
         }
       }
-      std::vector<uint64_t> want;
+      if (shared->in_flight != nullptr) {
+        for (const image::Fd& g : shared->in_flight->fds()) {
+          if (!g.is_dup() && g.pending_on() != 0 && g.pending_on() == fd.sock_ino()) {
+            clients[g.pending_position()] = "in flight";
+          }
+        }
+      }
+      std::vector<std::string> want, have;
       for (const auto& [position, ino] : clients) want.push_back(ino);
+      for (size_t i = 0; i < us.pending.size(); ++i) {
+        bool in_flight = i < want.size() && want[i] == "in flight";
+        have.push_back(in_flight ? "in flight" : absl::StrCat(us.pending[i]));
+      }
       f->Compare(what + " connections waiting to be accepted (client socket inodes)", absl::StrJoin(want, ","),
-                 absl::StrJoin(us.pending, ","));
+                 absl::StrJoin(have, ","));
     }
     if (fd.peer_ino() == 0 || fd.orphaned()) continue;
     uint64_t want_peer = 0;

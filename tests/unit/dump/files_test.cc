@@ -398,6 +398,29 @@ TEST(CaptureFdsTest, PidfdInFlightIsRefused) {
                                       "pidfd"));
 }
 
+// An epoll set only a message holds (its registrations name descriptors of a process): refused,
+// naming the queue it waits in.
+TEST(CaptureFdsTest, EpollSetOnlyAMessageHoldsIsRefused) {
+  Child child([] {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) ::_exit(4);  // 0, 1
+    int ep = ::epoll_create1(0);
+    SendRights(sv[0], {ep});
+    ::close(ep);
+  });
+  ASSERT_GT(child.pid(), 0);
+  image::Process proc, holder;
+  proc.set_pid(child.pid());
+  absl::Status st = CaptureFds({child.pid()}, {}, nullptr, {&proc}, nullptr, &holder);
+  ASSERT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_THAT(st.message(), HasSubstr(absl::StrCat("a descriptor in flight in the queue of pid ", child.pid(),
+                                                   " fd 1 (sent with SCM_RIGHTS, not received yet; its sender closed "
+                                                   "its own) is an epoll set")));
+  // The check while the process runs refuses it too.
+  st = CheckFdsSupported({child.pid()}, {});
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+}
+
 TEST(CaptureFdsTest, NetlinkSocketIsRefused) {
   Child child([] { ::socket(AF_NETLINK, SOCK_RAW, 0); });
   ASSERT_GT(child.pid(), 0);
