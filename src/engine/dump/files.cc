@@ -677,27 +677,33 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     std::erase_if(all[i], [](const proc::FdInfo& info) { return IsTrackerFd(info); });
   }
   std::set<uint64_t> tree_sockets;  // every socket inode the tree holds
-  std::vector<InFlightFiles::Held> held;
-  std::vector<std::pair<pid_t, int>> socket_fds;
+  std::vector<TreeSockets::SocketFd> socket_fds;
   for (size_t i = 0; i < pids.size(); ++i) {
     for (const proc::FdInfo& info : all[i]) {
-      struct stat st {};
-      if (::stat(absl::StrCat("/proc/", pids[i], "/fd/", info.fd).c_str(), &st) == 0) {
-        held.push_back({pids[i], info.fd, st.st_ino});
-      }
       if (!absl::StartsWith(info.target, "socket:[")) continue;
-      socket_fds.emplace_back(pids[i], info.fd);
       uint64_t ino = 0;
       if (absl::SimpleAtoi(absl::string_view(info.target).substr(8, info.target.size() - 9), &ino)) {
         tree_sockets.insert(ino);
+        socket_fds.push_back({pids[i], info.fd, ino});
       }
     }
   }
   ASSIGN_OR_RETURN(TreeSockets sockets, TreeSockets::Load(std::move(tree_sockets), opts));
   // Descriptors in flight (in_flight.h): those no process holds are recorded as the holder's,
   // which comes last, after the processes.
-  InFlightFiles in_flight(std::move(held));
-  RETURN_IF_ERROR(sockets.FindInFlight(socket_fds, &in_flight));
+  InFlightFiles in_flight([&] {
+    std::vector<InFlightFiles::Held> held;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      for (const proc::FdInfo& info : all[i]) {
+        struct stat st {};
+        if (::stat(absl::StrCat("/proc/", pids[i], "/fd/", info.fd).c_str(), &st) == 0) {
+          held.push_back({pids[i], info.fd, st.st_ino});
+        }
+      }
+    }
+    return held;
+  });
+  RETURN_IF_ERROR(sockets.FindInFlight(std::move(socket_fds), &in_flight));
   std::vector<pid_t> holders = pids;
   image::Process holder_scratch;
   if (std::vector<int> kept = in_flight.Kept(); !kept.empty()) {

@@ -25,7 +25,8 @@ absl::StatusOr<image::FdRef> InFlightFiles::Resolve(int received, bool* added, p
   if (::fstat(received, &st) != 0) return ErrnoStatus("fstat a descriptor in flight");
   pid_t self = ::getpid();
   image::FdRef ref;
-  for (const Held& h : held_) {
+  if (!held_) held_ = list_held_();
+  for (const Held& h : *held_) {
     if (h.ino == st.st_ino && SameDescription(self, received, h.pid, h.fd)) {
       ref.set_pid(h.pid);
       ref.set_fd(h.fd);

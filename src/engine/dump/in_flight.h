@@ -10,6 +10,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,8 +31,9 @@ class InFlightFiles {
     int fd;
     uint64_t ino;
   };
-  // `held`: every descriptor of the checkpoint's processes.
-  explicit InFlightFiles(std::vector<Held> held) : held_(std::move(held)) {}
+  // `held` lists every descriptor of the checkpoint's processes, when first needed (most
+  // checkpoints have no descriptor in flight).
+  explicit InFlightFiles(std::function<std::vector<Held>()> held) : list_held_(std::move(held)) {}
 
   // The descriptor the description of `received` (the dumper's, from a peek) is known by: one
   // of the checkpoint's, or the holder's — a copy of `received` kept from now on when the
@@ -51,7 +54,8 @@ class InFlightFiles {
     pid_t queue_pid;
     int queue_fd;
   };
-  std::vector<Held> held_;
+  std::function<std::vector<Held>()> list_held_;
+  std::optional<std::vector<Held>> held_;
   std::vector<Copy> kept_;
 };
 

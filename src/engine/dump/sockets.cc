@@ -334,26 +334,21 @@ absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, const F
   return t;
 }
 
-absl::Status TreeSockets::FindInFlight(const std::vector<std::pair<pid_t, int>>& sockets, InFlightFiles* in_flight) {
+absl::Status TreeSockets::FindInFlight(std::vector<SocketFd> todo, InFlightFiles* in_flight) {
   in_flight_ = in_flight;
-  std::vector<std::pair<pid_t, int>> todo = sockets;
   std::set<uint64_t> looked;
   while (!todo.empty()) {
-    auto [pid, n] = todo.back();
+    SocketFd q = todo.back();
     todo.pop_back();
-    proc::FdInfo info;
-    info.fd = n;
-    UniqueFd copy;
-    ASSIGN_OR_RETURN(copy, proc::CopyFd(pid, n));
-    struct stat st {};
-    if (::fstat(copy.get(), &st) != 0) return ErrnoStatus(absl::StrFormat("fstat pid %d fd %d", pid, n));
-    auto it = unix_.find(st.st_ino);
-    if (it == unix_.end() || !looked.insert(st.st_ino).second) continue;
+    auto it = unix_.find(q.ino);
+    if (it == unix_.end() || !looked.insert(q.ino).second) continue;
     const proc::UnixSocket& us = it->second;
     if (us.state == kTcpListen || (us.type == SOCK_STREAM && us.rqueue == 0)) continue;
-    info.target = absl::StrCat("socket:[", st.st_ino, "]");
+    proc::FdInfo info;
+    info.fd = q.fd;
+    info.target = absl::StrCat("socket:[", q.ino, "]");
     image::Fd scratch;
-    ASSIGN_OR_RETURN(std::string ignored, PeekQueue(pid, info, us.type != SOCK_STREAM, 0, &scratch, in_flight, true,
+    ASSIGN_OR_RETURN(std::string ignored, PeekQueue(q.pid, info, us.type != SOCK_STREAM, 0, &scratch, in_flight, true,
                                                     opts_.journal, (us.shutdown & 1) != 0));
     for (const image::InFlight& f : scratch.in_flight()) {
       for (const image::FdRef& ref : f.files()) {
@@ -361,7 +356,7 @@ absl::Status TreeSockets::FindInFlight(const std::vector<std::pair<pid_t, int>>&
         struct stat held {};
         if (::fstat(ref.fd(), &held) == 0 && S_ISSOCK(held.st_mode) && unix_.count(held.st_ino) &&
             inodes_.insert(held.st_ino).second) {
-          todo.emplace_back(::getpid(), ref.fd());
+          todo.push_back({::getpid(), ref.fd(), static_cast<uint64_t>(held.st_ino)});
         }
       }
     }

@@ -49,11 +49,16 @@ class TreeSockets {
   // `info`. With a null `writer` only checks that it can be saved.
   absl::Status Capture(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer, image::Fd* fd) const;
 
-  // Looks once at the queue of every unix socket `sockets` names (pid, descriptor) — and of
+  // Looks once at the queue of every unix socket `sockets` names — and of
   // every socket found in flight there — for descriptors in flight (in_flight.h): `in_flight`
   // keeps a copy of each description no process holds, and Capture records them all through it.
   // The sockets in flight count as the checkpoint's (a pair's other end may be one).
-  absl::Status FindInFlight(const std::vector<std::pair<pid_t, int>>& sockets, InFlightFiles* in_flight);
+  struct SocketFd {
+    pid_t pid;
+    int fd;
+    uint64_t ino;
+  };
+  absl::Status FindInFlight(std::vector<SocketFd> sockets, InFlightFiles* in_flight);
 
  private:
   absl::Status CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,

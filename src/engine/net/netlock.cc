@@ -29,6 +29,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/net/nft_netlink.h"
 
 namespace cairn::net {
 namespace {
@@ -46,8 +47,17 @@ constexpr char kPrefix[] = "cairn_lock_";
 struct Endpoint {
   bool v6 = false;
   std::string addr;  // text
+  std::string raw;   // the address in network order: 4 or 16 bytes
   uint16_t port = 0;
 };
+
+bool InOurNetns(pid_t pid) {
+  if (pid <= 0) return true;
+  struct stat ours {}, theirs {};
+  return ::stat("/proc/self/ns/net", &ours) == 0 &&
+         ::stat(absl::StrCat("/proc/", pid, "/ns/net").c_str(), &theirs) == 0 && ours.st_ino == theirs.st_ino &&
+         ours.st_dev == theirs.st_dev;
+}
 
 absl::StatusOr<Endpoint> ParseEndpoint(const std::string& bytes) {
   Endpoint e;
@@ -58,9 +68,11 @@ absl::StatusOr<Endpoint> ParseEndpoint(const std::string& bytes) {
     e.port = ntohs(a.sin6_port);
     if (IN6_IS_ADDR_V4MAPPED(&a.sin6_addr)) {
       ::inet_ntop(AF_INET, &a.sin6_addr.s6_addr[12], text, sizeof text);
+      e.raw.assign(reinterpret_cast<const char*>(&a.sin6_addr.s6_addr[12]), 4);
     } else {
       e.v6 = true;
       ::inet_ntop(AF_INET6, &a.sin6_addr, text, sizeof text);
+      e.raw.assign(reinterpret_cast<const char*>(&a.sin6_addr), 16);
     }
   } else if (bytes.size() >= sizeof(sockaddr_in) &&
              reinterpret_cast<const sockaddr*>(bytes.data())->sa_family == AF_INET) {
@@ -68,6 +80,7 @@ absl::StatusOr<Endpoint> ParseEndpoint(const std::string& bytes) {
     std::memcpy(&a, bytes.data(), sizeof a);
     e.port = ntohs(a.sin_port);
     ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text);
+    e.raw.assign(reinterpret_cast<const char*>(&a.sin_addr), 4);
   } else {
     return absl::InvalidArgumentError("not an IPv4 or IPv6 socket address");
   }
@@ -160,11 +173,19 @@ absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connect
   // it is dropped at the first. A set keeps the ruleset small: 1,000 connections load in
   // a quarter of the time separate rules take.
   std::set<std::string> v4, v6;
+  std::vector<LockedConnection> keys;
   for (const Connection& c : conns) {
     ASSIGN_OR_RETURN(Endpoint l, ParseEndpoint(c.local));
     ASSIGN_OR_RETURN(Endpoint r, ParseEndpoint(c.remote));
     if (l.v6 != r.v6) return absl::InvalidArgumentError("a connection between an IPv4 and an IPv6 address");
     (l.v6 ? v6 : v4).insert(absl::StrFormat("%s . %d . %s . %d", l.addr, l.port, r.addr, r.port));
+    keys.push_back({l.raw, r.raw, l.port, r.port});
+  }
+  // In this process's network namespace (a job's, as a rule): through netlink, no nft to start.
+  if (InOurNetns(netns_of)) {
+    absl::Status made = CreateLockTable(table, keys);
+    if (made.ok()) return absl::OkStatus();
+    CAIRN_LOG_WARN("event=netlink_lock_failed table={} error=\"{}\"", table, made.ToString());
   }
   std::string sets, input, output;
   auto add = [&](const std::set<std::string>& elements, const char* name, const char* ip, const char* type) {
@@ -191,93 +212,21 @@ absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connect
 }
 
 absl::Status RemoveNetworkLock(const std::string& table, pid_t netns_of) {
+  if (InOurNetns(netns_of)) {
+    absl::Status deleted = DeleteLockTable(table);
+    if (deleted.ok() || absl::IsNotFound(deleted)) return absl::OkStatus();
+    CAIRN_LOG_WARN("event=netlink_delete_failed table={} error=\"{}\"", table, deleted.ToString());
+  }
   auto done = RunNft({"delete", "table", "inet", table}, "", netns_of);
   if (done.ok()) return absl::OkStatus();
   if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
   return Annotate(done.status(), "remove the network lock " + table);
 }
 
-namespace {
-
-bool InOurNetns(pid_t pid) {
-  if (pid <= 0) return true;
-  struct stat ours {}, theirs {};
-  return ::stat("/proc/self/ns/net", &ours) == 0 &&
-         ::stat(absl::StrCat("/proc/", pid, "/ns/net").c_str(), &theirs) == 0 && ours.st_ino == theirs.st_ino &&
-         ours.st_dev == theirs.st_dev;
-}
-
-// Appends a netlink message of `type` (nfgenmsg for `family`), with attribute `attr` = `str`
-// (NUL-terminated) when `attr` is not 0.
-void AppendMessage(std::string* buf, uint16_t type, uint16_t flags, uint32_t seq, uint8_t family, uint16_t res_id,
-                   uint16_t attr = 0, const std::string& str = "") {
-  size_t start = buf->size();
-  nlmsghdr h{};
-  h.nlmsg_type = type;
-  h.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
-  h.nlmsg_seq = seq;
-  nfgenmsg g{};
-  g.nfgen_family = family;
-  g.version = NFNETLINK_V0;
-  g.res_id = htons(res_id);
-  buf->append(reinterpret_cast<const char*>(&h), sizeof h);
-  buf->append(reinterpret_cast<const char*>(&g), sizeof g);
-  buf->resize(NLMSG_ALIGN(buf->size()), '\0');
-  if (attr != 0) {
-    nlattr a{};
-    a.nla_type = attr;
-    a.nla_len = static_cast<uint16_t>(NLA_HDRLEN + str.size() + 1);
-    buf->append(reinterpret_cast<const char*>(&a), sizeof a);
-    buf->append(str.c_str(), str.size() + 1);
-    buf->resize(start + NLMSG_ALIGN(buf->size() - start), '\0');
-  }
-  reinterpret_cast<nlmsghdr*>(buf->data() + start)->nlmsg_len = static_cast<uint32_t>(buf->size() - start);
-}
-
-// Deletes every rule of inet table `table` in one nfnetlink batch, from this process (no nft to
-// start: the kernel's part is about a millisecond).
-absl::Status FlushRulesByNetlink(const std::string& table) {
-  UniqueFd sock(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
-  if (!sock.valid()) return ErrnoStatus("socket(NETLINK_NETFILTER)");
-  std::string buf;
-  AppendMessage(&buf, NFNL_MSG_BATCH_BEGIN, 0, 1, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
-  AppendMessage(&buf, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELRULE), NLM_F_ACK, 2, NFPROTO_INET,
-                0, NFTA_RULE_TABLE, table);
-  AppendMessage(&buf, NFNL_MSG_BATCH_END, 0, 3, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
-  // Never wait long for the kernel's answer (the processes may be frozen meanwhile).
-  timeval limit{2, 0};
-  if (::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0) {
-    return ErrnoStatus("setsockopt(SO_RCVTIMEO) on the netlink socket");
-  }
-  sockaddr_nl to{};
-  to.nl_family = AF_NETLINK;
-  if (::sendto(sock.get(), buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
-      static_cast<ssize_t>(buf.size())) {
-    return ErrnoStatus("send the nftables batch");
-  }
-  char reply[8192];
-  for (;;) {
-    ssize_t n = ::recv(sock.get(), reply, sizeof reply, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus("read the nftables answer");
-    for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, static_cast<unsigned>(n)); h = NLMSG_NEXT(h, n)) {
-      if (h->nlmsg_type != NLMSG_ERROR) continue;
-      // Our request's acknowledgement, or an error about any message of the batch.
-      int err = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
-      if (err == 0 && h->nlmsg_seq != 2) continue;
-      if (err == 0) return absl::OkStatus();
-      errno = -err;
-      return ErrnoStatus(absl::StrCat("flush the rules of table inet ", table));
-    }
-  }
-}
-
-}  // namespace
-
 absl::Status OpenNetworkLock(const std::string& table, pid_t netns_of) {
   // In this process's network namespace (a job's, as a rule): through netlink, no nft to start.
   if (InOurNetns(netns_of)) {
-    absl::Status flushed = FlushRulesByNetlink(table);
+    absl::Status flushed = FlushLockTable(table);
     if (flushed.ok() || absl::IsNotFound(flushed)) return absl::OkStatus();
     CAIRN_LOG_WARN("event=netlink_flush_failed table={} error=\"{}\"", table, flushed.ToString());
   }
@@ -289,6 +238,11 @@ absl::Status OpenNetworkLock(const std::string& table, pid_t netns_of) {
 
 absl::Status OpenNetworkLocks(const std::vector<std::string>& tables, pid_t netns_of) {
   if (tables.empty()) return absl::OkStatus();
+  if (InOurNetns(netns_of)) {
+    absl::Status opened = OpenLockTables(tables);
+    if (opened.ok()) return absl::OkStatus();
+    CAIRN_LOG_WARN("event=netlink_open_failed tables={} error=\"{}\"", absl::StrJoin(tables, ","), opened.ToString());
+  }
   std::string script;
   for (const std::string& t : tables) absl::StrAppend(&script, "add table inet ", t, "\nflush table inet ", t, "\n");
   auto done = RunNft({"-f", "-"}, script, netns_of);
@@ -298,6 +252,14 @@ absl::Status OpenNetworkLocks(const std::vector<std::string>& tables, pid_t netn
 
 absl::Status RemoveNetworkLocks(const std::vector<std::string>& tables, pid_t netns_of) {
   if (tables.empty()) return absl::OkStatus();
+  if (InOurNetns(netns_of)) {  // each on its own, through netlink (RemoveNetworkLock)
+    absl::Status first;
+    for (const std::string& t : tables) {
+      absl::Status s = RemoveNetworkLock(t, netns_of);
+      if (first.ok()) first = s;
+    }
+    return first;
+  }
   std::string script;
   for (const std::string& t : tables) absl::StrAppend(&script, "delete table inet ", t, "\n");
   auto done = RunNft({"-f", "-"}, script, netns_of);

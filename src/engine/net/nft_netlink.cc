@@ -1,0 +1,335 @@
+#include "engine/net/nft_netlink.h"
+
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn::net {
+namespace {
+
+// nfnetlink messages of one batch, with nested attributes.
+class Batch {
+ public:
+  Batch() { Message(NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES); }
+
+  // Starts a message of nf_tables type `type` (NFT_MSG_...) for `family`; the previous one ends.
+  void Message(uint16_t type, uint16_t flags, uint8_t family, uint16_t res_id = 0) {
+    Close();
+    start_ = buf_.size();
+    nlmsghdr h{};
+    h.nlmsg_type = type;
+    h.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
+    h.nlmsg_seq = ++seq_;
+    nfgenmsg g{};
+    g.nfgen_family = family;
+    g.version = NFNETLINK_V0;
+    g.res_id = htons(res_id);
+    Append(&h, sizeof h);
+    Append(&g, sizeof g);
+    Pad();
+  }
+  void Nft(uint16_t msg, uint16_t flags, uint8_t family = NFPROTO_INET) {
+    Message(static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg), flags, family);
+  }
+
+  void Bytes(uint16_t type, const void* data, size_t len) {
+    nlattr a{};
+    a.nla_type = type;
+    a.nla_len = static_cast<uint16_t>(NLA_HDRLEN + len);
+    Append(&a, sizeof a);
+    Append(data, len);
+    Pad();
+  }
+  void Str(uint16_t type, const std::string& s) { Bytes(type, s.c_str(), s.size() + 1); }
+  void U32(uint16_t type, uint32_t v) {
+    uint32_t be = htonl(v);
+    Bytes(type, &be, sizeof be);
+  }
+  // A nested attribute: its attributes follow until the matching End.
+  size_t Nest(uint16_t type) {
+    size_t at = buf_.size();
+    nlattr a{};
+    a.nla_type = static_cast<uint16_t>(type | NLA_F_NESTED);
+    Append(&a, sizeof a);
+    return at;
+  }
+  void End(size_t at) {
+    reinterpret_cast<nlattr*>(buf_.data() + at)->nla_len = static_cast<uint16_t>(buf_.size() - at);
+  }
+
+  // Ends the batch; returns its bytes.
+  const std::string& Finish() {
+    Message(NFNL_MSG_BATCH_END, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
+    Close();
+    return buf_;
+  }
+  uint32_t seq() const { return seq_; }
+
+ private:
+  void Append(const void* p, size_t n) { buf_.append(static_cast<const char*>(p), n); }
+  void Pad() { buf_.resize(NLMSG_ALIGN(buf_.size()), '\0'); }
+  void Close() {
+    if (start_ == std::string::npos) return;
+    reinterpret_cast<nlmsghdr*>(buf_.data() + start_)->nlmsg_len = static_cast<uint32_t>(buf_.size() - start_);
+    start_ = std::string::npos;
+  }
+
+  std::string buf_;
+  size_t start_ = std::string::npos;
+  uint32_t seq_ = 0;
+};
+
+// Sends `batch`, whose message `acked` asked for an acknowledgement, and waits for it (or for
+// the error about any message of the batch, which aborts the whole transaction). Never long:
+// the processes may be frozen meanwhile. ENOENT comes back as NotFound.
+absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
+  UniqueFd sock(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
+  if (!sock.valid()) return ErrnoStatus("socket(NETLINK_NETFILTER)");
+  timeval limit{2, 0};
+  if (::setsockopt(sock.get(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0) {
+    return ErrnoStatus("setsockopt(SO_RCVTIMEO) on the netlink socket");
+  }
+  int room = 4 << 20;  // a batch of thousands of set elements
+  (void)::setsockopt(sock.get(), SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room);
+  const std::string& buf = batch.Finish();
+  sockaddr_nl to{};
+  to.nl_family = AF_NETLINK;
+  if (::sendto(sock.get(), buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
+      static_cast<ssize_t>(buf.size())) {
+    return ErrnoStatus("send the nftables batch to " + what);
+  }
+  char reply[16384];
+  for (;;) {
+    ssize_t n = ::recv(sock.get(), reply, sizeof reply, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read the nftables answer to " + what);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, static_cast<unsigned>(n)); h = NLMSG_NEXT(h, n)) {
+      if (h->nlmsg_type != NLMSG_ERROR) continue;
+      int err = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
+      if (err == 0 && h->nlmsg_seq != acked) continue;
+      if (err == 0) return absl::OkStatus();
+      errno = -err;
+      return ErrnoStatus(what);
+    }
+  }
+}
+
+// Registers, as nft numbers them in attributes.
+constexpr uint32_t kReg1 = NFT_REG_1;
+constexpr uint32_t kReg32 = NFT_REG32_00;
+
+void Expr(Batch& b, const char* name, const std::function<void()>& data) {
+  size_t elem = b.Nest(NFTA_LIST_ELEM);
+  b.Str(NFTA_EXPR_NAME, name);
+  size_t d = b.Nest(NFTA_EXPR_DATA);
+  data();
+  b.End(d);
+  b.End(elem);
+}
+
+void MetaLoad(Batch& b, uint32_t key) {
+  Expr(b, "meta", [&] {
+    b.U32(NFTA_META_DREG, kReg1);
+    b.U32(NFTA_META_KEY, key);
+  });
+}
+
+void CmpByte(Batch& b, uint8_t value) {
+  Expr(b, "cmp", [&] {
+    b.U32(NFTA_CMP_SREG, kReg1);
+    b.U32(NFTA_CMP_OP, NFT_CMP_EQ);
+    size_t d = b.Nest(NFTA_CMP_DATA);
+    b.Bytes(NFTA_DATA_VALUE, &value, 1);
+    b.End(d);
+  });
+}
+
+void PayloadLoad(Batch& b, uint32_t base, uint32_t offset, uint32_t len, uint32_t reg) {
+  Expr(b, "payload", [&] {
+    b.U32(NFTA_PAYLOAD_DREG, reg);
+    b.U32(NFTA_PAYLOAD_BASE, base);
+    b.U32(NFTA_PAYLOAD_OFFSET, offset);
+    b.U32(NFTA_PAYLOAD_LEN, len);
+  });
+}
+
+struct Family {
+  bool v6;
+  const char* set;
+  uint32_t set_id;
+  uint32_t addr_len;  // 4 or 16
+  uint32_t saddr_off, daddr_off;
+  uint8_t nfproto;
+  uint32_t key_type;  // nft's datatype of the concatenation (informational)
+};
+
+// nft's datatype numbers, concatenated as it does: 6 bits per field.
+constexpr uint32_t kTypeIpv4 = 7, kTypeIpv6 = 8, kTypeService = 13;
+constexpr uint32_t Concat(uint32_t addr) { return (((addr << 6 | kTypeService) << 6 | addr) << 6) | kTypeService; }
+
+constexpr Family kV4{false, "conns4", 1, 4, 12, 16, NFPROTO_IPV4, Concat(kTypeIpv4)};
+constexpr Family kV6{true, "conns6", 2, 16, 8, 24, NFPROTO_IPV6, Concat(kTypeIpv6)};
+
+uint32_t KeyLen(const Family& f) { return 2 * f.addr_len + 2 * 4; }
+
+// The key of a connection: address, port (2 bytes, padded to a register), address, port.
+std::string Key(const std::string& a, uint16_t ap, const std::string& b, uint16_t bp) {
+  std::string k;
+  auto port = [&](uint16_t p) {
+    uint16_t be = htons(p);
+    k.append(reinterpret_cast<const char*>(&be), 2);
+    k.append(2, '\0');
+  };
+  k += a;
+  port(ap);
+  k += b;
+  port(bp);
+  return k;
+}
+
+// `first` . `first port` . `second` . `second port` @set drop, where `first` is the source
+// (output) or the destination (input) of the packet.
+void LockRule(Batch& b, const std::string& table, const char* chain, const Family& f, bool output) {
+  b.Nft(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND);
+  b.Str(NFTA_RULE_TABLE, table);
+  b.Str(NFTA_RULE_CHAIN, chain);
+  size_t exprs = b.Nest(NFTA_RULE_EXPRESSIONS);
+  MetaLoad(b, NFT_META_NFPROTO);
+  CmpByte(b, f.nfproto);
+  MetaLoad(b, NFT_META_L4PROTO);
+  CmpByte(b, IPPROTO_TCP);
+  uint32_t reg = kReg32;
+  uint32_t addr_regs = f.addr_len / 4;
+  // The local end first: the packet's source going out, its destination coming in.
+  PayloadLoad(b, NFT_PAYLOAD_NETWORK_HEADER, output ? f.saddr_off : f.daddr_off, f.addr_len, reg);
+  reg += addr_regs;
+  PayloadLoad(b, NFT_PAYLOAD_TRANSPORT_HEADER, output ? 0 : 2, 2, reg);
+  reg += 1;
+  PayloadLoad(b, NFT_PAYLOAD_NETWORK_HEADER, output ? f.daddr_off : f.saddr_off, f.addr_len, reg);
+  reg += addr_regs;
+  PayloadLoad(b, NFT_PAYLOAD_TRANSPORT_HEADER, output ? 2 : 0, 2, reg);
+  Expr(b, "lookup", [&] {
+    b.Str(NFTA_LOOKUP_SET, f.set);
+    b.U32(NFTA_LOOKUP_SET_ID, f.set_id);
+    b.U32(NFTA_LOOKUP_SREG, kReg32);
+  });
+  Expr(b, "immediate", [&] {
+    b.U32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
+    size_t data = b.Nest(NFTA_IMMEDIATE_DATA);
+    size_t verdict = b.Nest(NFTA_DATA_VERDICT);
+    b.U32(NFTA_VERDICT_CODE, NF_DROP);
+    b.End(verdict);
+    b.End(data);
+  });
+  b.End(exprs);
+}
+
+void BaseChain(Batch& b, const std::string& table, const char* chain, uint32_t hook) {
+  b.Nft(NFT_MSG_NEWCHAIN, NLM_F_CREATE);
+  b.Str(NFTA_CHAIN_TABLE, table);
+  b.Str(NFTA_CHAIN_NAME, chain);
+  size_t h = b.Nest(NFTA_CHAIN_HOOK);
+  b.U32(NFTA_HOOK_HOOKNUM, hook);
+  b.U32(NFTA_HOOK_PRIORITY, static_cast<uint32_t>(-300));
+  b.End(h);
+  b.U32(NFTA_CHAIN_POLICY, NF_ACCEPT);
+  b.Str(NFTA_CHAIN_TYPE, "filter");
+}
+
+}  // namespace
+
+absl::Status CreateLockTable(const std::string& table, const std::vector<LockedConnection>& conns) {
+  std::vector<std::string> keys4, keys6;
+  for (const LockedConnection& c : conns) {
+    if (c.local_addr.size() != c.remote_addr.size() || (c.local_addr.size() != 4 && c.local_addr.size() != 16)) {
+      return absl::InvalidArgumentError("a connection whose addresses are not both IPv4 or both IPv6");
+    }
+    (c.local_addr.size() == 4 ? keys4 : keys6).push_back(Key(c.local_addr, c.local_port, c.remote_addr, c.remote_port));
+  }
+  Batch b;
+  // Declared, deleted and declared again in the same transaction: a table of that name left by
+  // a killed run is replaced, not merged with.
+  b.Nft(NFT_MSG_NEWTABLE, NLM_F_CREATE);
+  b.Str(NFTA_TABLE_NAME, table);
+  b.Nft(NFT_MSG_DELTABLE, 0);
+  b.Str(NFTA_TABLE_NAME, table);
+  b.Nft(NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_EXCL);
+  b.Str(NFTA_TABLE_NAME, table);
+  for (const auto& [f, keys] : {std::make_pair(&kV4, &keys4), std::make_pair(&kV6, &keys6)}) {
+    if (keys->empty()) continue;
+    b.Nft(NFT_MSG_NEWSET, NLM_F_CREATE | NLM_F_EXCL);
+    b.Str(NFTA_SET_TABLE, table);
+    b.Str(NFTA_SET_NAME, f->set);
+    b.U32(NFTA_SET_FLAGS, 0);
+    b.U32(NFTA_SET_KEY_TYPE, f->key_type);
+    b.U32(NFTA_SET_KEY_LEN, KeyLen(*f));
+    b.U32(NFTA_SET_ID, f->set_id);
+    // The elements, a few hundred per message.
+    for (size_t at = 0; at < keys->size(); at += 512) {
+      b.Nft(NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_EXCL);
+      b.Str(NFTA_SET_ELEM_LIST_TABLE, table);
+      b.Str(NFTA_SET_ELEM_LIST_SET, f->set);
+      b.U32(NFTA_SET_ELEM_LIST_SET_ID, f->set_id);
+      size_t list = b.Nest(NFTA_SET_ELEM_LIST_ELEMENTS);
+      for (size_t i = at; i < std::min(keys->size(), at + 512); ++i) {
+        size_t elem = b.Nest(NFTA_LIST_ELEM);
+        size_t key = b.Nest(NFTA_SET_ELEM_KEY);
+        b.Bytes(NFTA_DATA_VALUE, (*keys)[i].data(), (*keys)[i].size());
+        b.End(key);
+        b.End(elem);
+      }
+      b.End(list);
+    }
+  }
+  BaseChain(b, table, "input", NF_INET_LOCAL_IN);
+  BaseChain(b, table, "output", NF_INET_LOCAL_OUT);
+  for (const auto& [f, keys] : {std::make_pair(&kV4, &keys4), std::make_pair(&kV6, &keys6)}) {
+    if (keys->empty()) continue;
+    LockRule(b, table, "input", *f, /*output=*/false);
+    LockRule(b, table, "output", *f, /*output=*/true);
+  }
+  // The last message asks for the acknowledgement.
+  b.Nft(NFT_MSG_NEWTABLE, NLM_F_CREATE | NLM_F_ACK);
+  b.Str(NFTA_TABLE_NAME, table);
+  return Send(b, b.seq(), "make the network lock table inet " + table);
+}
+
+absl::Status FlushLockTable(const std::string& table) {
+  Batch b;
+  b.Nft(NFT_MSG_DELRULE, NLM_F_ACK);
+  b.Str(NFTA_RULE_TABLE, table);
+  return Send(b, b.seq(), "flush the rules of table inet " + table);
+}
+
+absl::Status OpenLockTables(const std::vector<std::string>& tables) {
+  Batch b;
+  for (const std::string& t : tables) {
+    b.Nft(NFT_MSG_NEWTABLE, NLM_F_CREATE);
+    b.Str(NFTA_TABLE_NAME, t);
+    b.Nft(NFT_MSG_DELRULE, NLM_F_ACK);
+    b.Str(NFTA_RULE_TABLE, t);
+  }
+  return Send(b, b.seq(), "open the network locks");
+}
+
+absl::Status DeleteLockTable(const std::string& table) {
+  Batch b;
+  b.Nft(NFT_MSG_DELTABLE, NLM_F_ACK);
+  b.Str(NFTA_TABLE_NAME, table);
+  return Send(b, b.seq(), "delete table inet " + table);
+}
+
+}  // namespace cairn::net
