@@ -1,10 +1,12 @@
 #include "engine/proc/pidfd.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -17,6 +19,10 @@ namespace {
 // pidfd names one process for good: once it has exited, pidfd_getfd fails (ESRCH) and a new
 // pidfd is opened for whatever has the id now — as without the cache, never another process
 // by mistake. A forked child (the dump's guardian) does not trust what it inherited.
+// Bumped in every child a fork makes (pthread_atfork): a cache filled before is its parent's.
+std::atomic<uint64_t> forks{0};
+const int registered = [] { return ::pthread_atfork(nullptr, nullptr, [] { forks.fetch_add(1); }); }();
+
 struct PidfdCache {
   struct Entry {
     pid_t pid = 0;
@@ -24,15 +30,16 @@ struct PidfdCache {
   };
   std::array<Entry, 4> entries;
   size_t next = 0;
-  pid_t owner = 0;  // the process the pidfds were opened in
+  uint64_t generation = 0;  // `forks` when the pidfds were opened
 
   Entry* Find(pid_t pid) {
-    if (owner != ::getpid()) {
+    (void)registered;
+    if (generation != forks.load(std::memory_order_relaxed)) {
       for (Entry& e : entries) {
         (void)e.pidfd.Release();  // the parent's: their numbers may mean anything here
         e.pid = 0;
       }
-      owner = ::getpid();
+      generation = forks.load(std::memory_order_relaxed);
     }
     for (Entry& e : entries) {
       if (e.pid == pid && e.pidfd.valid()) return &e;
