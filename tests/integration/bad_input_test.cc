@@ -464,6 +464,7 @@ const Refusal kRefusals[] = {
     {"wl_unix_dgram_named_sender", "a datagram unix socket with a message waiting from the bound socket .*client"},
     {"wl_unix_pending_sent", "a unix socket whose connection to .*server was not accepted yet and which has already sent data"},
     {"wl_unix_pending_outside", "a unix socket whose connection to .*outside was not accepted yet by a listening socket outside the checkpoint"},
+    {"wl_vvar_unmapped", "unmapped its \\[vvar[_a-z]*\\] area but kept its \\[vdso\\]"},
     {"wl_aio_uncollected", "an AIO context \\(io_setup, ring at 0x[0-9a-f]+\\) with 1 completed request not collected"},
 };
 

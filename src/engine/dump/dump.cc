@@ -17,6 +17,7 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -582,6 +583,34 @@ absl::Status CheckSharing(const std::vector<pid_t>& pids) {
 
 // The checks made before anything is frozen: every process's areas and descriptors can
 // be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
+// A process that kept its vDSO must have kept every area this kernel maps with it ([vvar],
+// [vvar_vclock]: the vDSO's code reads them). Restore gives a process its kernel's vDSO areas
+// as a whole, so one that unmapped only some of them is refused here, not at restore.
+absl::Status CheckKernelAreas(pid_t pid, const std::vector<proc::MapEntry>& maps) {
+  static const std::set<std::string> kernel = [] {
+    std::set<std::string> names;
+    auto own = proc::ReadMaps(::getpid());
+    if (own.ok()) {
+      for (const proc::MapEntry& m : *own) {
+        if (absl::StartsWith(m.path, "[vvar") || m.path == "[vdso]") names.insert(m.path);
+      }
+    }
+    return names;
+  }();
+  std::set<std::string> have;
+  for (const proc::MapEntry& m : maps) have.insert(m.path);
+  if (!have.count("[vdso]")) return absl::OkStatus();
+  for (const std::string& name : kernel) {
+    if (!have.count(name)) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d unmapped its %s area but kept its [vdso], whose code reads it; restore gives a process this "
+          "kernel's vDSO areas whole, so that layout cannot be made again — keep both or unmap both",
+          pid, name));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<proc::MapEntry>>* areas,
                           GuardJournal* journal) {
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
@@ -597,6 +626,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
       RETURN_IF_ERROR(ok);
     }
     ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
+    RETURN_IF_ERROR(CheckKernelAreas(pid, maps));
     // A lazy restore's page handler still fills these areas ("um": registered with a
     // userfaultfd in missing mode): their missing pages are not in the process yet.
     for (const proc::MapEntry& m : maps) {
