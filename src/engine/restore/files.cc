@@ -29,6 +29,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/inject/stop_loop.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/mountinfo.h"
 #include "engine/proc/pty.h"
@@ -909,8 +910,11 @@ absl::Status OpenInProcess(inject::Injector& inj, inject::RemoteScratch& scratch
   return absl::OkStatus();
 }
 
-absl::Status InstallFds(inject::Injector& inj, const std::vector<const image::Process*>& procs,
-                        const image::Process& proc, const Masters& masters) {
+absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                        const std::vector<const image::Process*>& procs, const image::Process& proc,
+                        const Masters& masters) {
+  std::vector<inject::BatchedCall> calls;
+  std::vector<const image::Fd*> of;
   for (const image::Fd& fd : proc.fds()) {
     const image::Fd* origin = OriginOf(procs, proc, fd);
     if (origin != nullptr && OpenedInProcess(*origin)) continue;  // OpenInProcess
@@ -922,9 +926,20 @@ absl::Status InstallFds(inject::Injector& inj, const std::vector<const image::Pr
                                                  "does not hold (corrupt image)",
                                                  fd.fd(), proc.pid(), key.second, key.first));
     }
-    RETURN_IF_ERROR(inj.Call(absl::StrCat("dup3 to fd ", fd.fd()), SYS_dup3, static_cast<uint64_t>(it->second),
-                             static_cast<uint64_t>(fd.fd()), fd.cloexec() ? O_CLOEXEC : 0)
-                        .status());
+    calls.push_back({SYS_dup3, {static_cast<uint64_t>(it->second), static_cast<uint64_t>(fd.fd()),
+                                static_cast<uint64_t>(fd.cloexec() ? O_CLOEXEC : 0), 0, 0, 0}});
+    of.push_back(&fd);
+  }
+  // All in one stop (inject/stop_loop.h); one injected call each if the loop could not run.
+  absl::Status looped = inject::RunStopLoop(inj, scratch, loop, 0, calls);
+  if (!looped.ok()) CAIRN_LOG_WARN("event=stop_loop_failed pid={} error=\"{}\"", proc.pid(), looped.ToString());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (looped.ok() && calls[i].result == of[i]->fd()) continue;
+    long r = looped.ok() ? calls[i].result : 0;
+    if (!looped.ok()) {
+      ASSIGN_OR_RETURN(r, inj.Raw(SYS_dup3, calls[i].args));
+    }
+    RETURN_IF_ERROR(inject::SyscallResult(absl::StrCat("dup3 to fd ", of[i]->fd()), inj.tid(), r).status());
   }
   return absl::OkStatus();
 }

@@ -71,10 +71,12 @@ absl::StatusOr<UniqueFd> RecreateDeleted(const std::string& path, uint32_t mode)
 absl::Status FillSavedFile(int f, const std::string& content, const image::SavedFile& layout, const std::string& what);
 
 // In the task `inj` drives, which holds copies of all masters: dup3s its saved
-// descriptors into place, but for those OpenInProcess opens. The caller closes the masters
+// descriptors into place, but for those OpenInProcess opens — all in one run of the loop at
+// `loop` (inject/stop_loop.h, its table in `scratch`), or one injected call each if it fails. The caller closes the masters
 // (close_range from Masters::base) once no process sharing the table needs them.
-absl::Status InstallFds(inject::Injector& inj, const std::vector<const image::Process*>& procs,
-                        const image::Process& proc, const Masters& masters);
+absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                        const std::vector<const image::Process*>& procs, const image::Process& proc,
+                        const Masters& masters);
 
 // In the task `inj` drives, once every process of the tree exists and after InstallFds: the
 // descriptions whose object depends on who opens them, opened from inside so that they name

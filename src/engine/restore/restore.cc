@@ -34,6 +34,7 @@
 #include "engine/image/chain.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
+#include "engine/inject/stop_loop.h"
 #include "engine/inject/ptrace.h"
 #include "engine/inject/sigtrap.h"
 #include "engine/job/job.h"
@@ -58,6 +59,9 @@ using Clock = std::chrono::steady_clock;
 // The restorer's work area in every new task: one page holding a `syscall` instruction,
 // then scratch space for syscall arguments.
 constexpr uint64_t kWorkAreaSize = 4096 + inject::RemoteScratch::kSize;
+// The work area's first page: a syscall instruction at 0 (single-stepped injections), the loop
+// of inject/stop_loop.h here.
+constexpr uint64_t kStopLoopAt = 64;
 
 // Runs in the first new task, a copy of the restorer: raw syscalls only (no locks, no malloc).
 [[noreturn]] void ChildMain(uint64_t work_area) {
@@ -70,6 +74,7 @@ constexpr uint64_t kWorkAreaSize = 4096 + inject::RemoteScratch::kSize;
   code[0] = 0x0f;  // syscall
   code[1] = 0x05;
   code[2] = 0xcc;  // int3, never reached: the tracer single-steps
+  for (size_t i = 0; i < sizeof inject::kStopLoop; ++i) code[kStopLoopAt + i] = inject::kStopLoop[i];
   ::syscall(SYS_ptrace, PTRACE_TRACEME, 0, 0, 0);
   ::syscall(SYS_kill, ::syscall(SYS_getpid), SIGSTOP);
   ::syscall(SYS_exit_group, 121);
@@ -520,7 +525,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   if (own_table) {
-    RETURN_IF_ERROR(InstallFds(inj, procs, proc, masters));
+    RETURN_IF_ERROR(InstallFds(inj, scratch, work_area + kStopLoopAt, procs, proc, masters));
     RETURN_IF_ERROR(OpenInProcess(inj, scratch, procs, proc));
     RETURN_IF_ERROR(ListenSockets(inj, proc));
     RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "engine/inject/batch.h"
+#include "engine/inject/stop_loop.h"
 #include "engine/inject/ptrace.h"
 #include "engine/inject/trampoline.h"
 #include "engine/proc/maps.h"
@@ -422,6 +423,44 @@ TEST_F(InjectorTest, CallBatchRunsEveryCallInOneGoAndLeavesNoTrace) {
   ASSERT_TRUE(SetSigmask(pid_, old_mask_).ok());
   ASSERT_TRUE(Detach(pid_).ok());
   EXPECT_TRUE(CounterPasses(frozen + 1000)) << "child did not resume after the batch";
+}
+
+// The restore's loop of calls (stop_loop.h), in an executable page of the child: every call
+// answers, in chunks when the table outgrows the scratch area, and the thread's registers and
+// mask are as they were; the child runs on after.
+TEST_F(InjectorTest, StopLoopRunsEveryCallAndPutsTheThreadBack) {
+  StartStoppedSpinner();
+  ASSERT_FALSE(HasFailure());
+  const uint64_t frozen = Count();
+  constexpr uint64_t kArea = 4096 + RemoteScratch::kSize;
+  auto area = inj_->Call("mmap", SYS_mmap, 0, kArea, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
+                         static_cast<uint64_t>(-1), 0);
+  ASSERT_TRUE(area.ok()) << area.status();
+  uint64_t loop = static_cast<uint64_t>(*area);
+  ASSERT_TRUE(WriteRemote(pid_, loop, kStopLoop, sizeof kStopLoop).ok());
+  RemoteScratch scratch(pid_, loop + 4096, RemoteScratch::kSize, /*owned=*/false);
+  auto regs_before = GetRegs(pid_);
+  auto mask_before = GetSigmask(pid_);
+  ASSERT_TRUE(regs_before.ok() && mask_before.ok());
+  std::vector<BatchedCall> calls(1500);  // more than one table's worth (1024 rows)
+  for (size_t i = 0; i < calls.size(); ++i) calls[i].nr = i % 2 == 0 ? SYS_getpid : SYS_getppid;
+  ASSERT_TRUE(RunStopLoop(*inj_, scratch, loop, 0, calls).ok());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ASSERT_EQ(calls[i].result, i % 2 == 0 ? pid_ : ::getpid()) << "call " << i;
+  }
+  auto regs_after = GetRegs(pid_);
+  auto mask_after = GetSigmask(pid_);
+  ASSERT_TRUE(regs_after.ok() && mask_after.ok());
+  EXPECT_EQ(regs_after->rip, regs_before->rip);
+  EXPECT_EQ(regs_after->rsp, regs_before->rsp);
+  EXPECT_EQ(regs_after->r12, regs_before->r12);
+  EXPECT_EQ(regs_after->r13, regs_before->r13);
+  EXPECT_EQ(*mask_after, *mask_before);
+  EXPECT_EQ(Count(), frozen) << "the child ran its own code during the loop";
+  ASSERT_TRUE(inj_->Call("munmap", SYS_munmap, loop, kArea).ok());
+  ASSERT_TRUE(SetSigmask(pid_, old_mask_).ok());
+  ASSERT_TRUE(Detach(pid_).ok());
+  EXPECT_TRUE(CounterPasses(frozen + 1000)) << "child did not resume after the loop";
 }
 
 // A guarded call (syscall stops at the trampoline) answers, leaves the registers and

@@ -1,0 +1,49 @@
+#pragma once
+// Many system calls for the price of one stop, in a process the restore is building.
+//
+// The restore's processes are traced from birth (PTRACE_TRACEME) and driven by single steps,
+// which cost two stops per injected call; putting a thousand descriptors in place was most of a
+// restore's time. kStopLoop is a loop over a table of calls (number, six arguments, result: the
+// rows of batch.h) that ends in an int3: the tracer blocks every catchable signal, points the
+// thread at the loop, lets it run and takes the trap's SIGTRAP stop, then puts back the
+// registers and the mask. Unlike the dump's CallBatch it forces a trap, which a process being
+// restored can afford (it has never run; a tracer that dies takes it along: PDEATHSIG).
+// Calls must not block or depend on each other's results.
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "engine/inject/batch.h"
+#include "engine/inject/injector.h"
+
+namespace cairn::inject {
+
+// x86-64: while r13 != 0 { rax, rdi, rsi, rdx, r10, r8, r9 = row[0..6]; syscall; row[7] = rax;
+// r12 += 64; r13-- } int3.
+inline constexpr unsigned char kStopLoop[] = {
+    0x4d, 0x85, 0xed,              // test r13, r13
+    0x74, 0x32,                    // jz done
+    0x49, 0x8b, 0x04, 0x24,        // mov rax, [r12]
+    0x49, 0x8b, 0x7c, 0x24, 0x08,  // mov rdi, [r12+8]
+    0x49, 0x8b, 0x74, 0x24, 0x10,  // mov rsi, [r12+16]
+    0x49, 0x8b, 0x54, 0x24, 0x18,  // mov rdx, [r12+24]
+    0x4d, 0x8b, 0x54, 0x24, 0x20,  // mov r10, [r12+32]
+    0x4d, 0x8b, 0x44, 0x24, 0x28,  // mov r8, [r12+40]
+    0x4d, 0x8b, 0x4c, 0x24, 0x30,  // mov r9, [r12+48]
+    0x0f, 0x05,                    // syscall
+    0x49, 0x89, 0x44, 0x24, 0x38,  // mov [r12+56], rax
+    0x49, 0x83, 0xc4, 0x40,        // add r12, 64
+    0x49, 0xff, 0xcd,              // dec r13
+    0xeb, 0xc9,                    // jmp loop
+    0xcc,                          // done: int3
+};
+
+// Runs `calls` in order through the loop at `loop` (kStopLoop, written there before) in the
+// thread `inj` drives, `per_run` rows at a time in `scratch` from offset `table_off`; fills in
+// each result. On any error the thread's registers and mask are put back; calls made by then
+// stay made (the caller may make them again one by one).
+absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, size_t table_off,
+                         std::span<BatchedCall> calls);
+
+}  // namespace cairn::inject
