@@ -19,6 +19,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/dump/files.h"
@@ -581,18 +583,19 @@ absl::Status CheckSharing(const std::vector<pid_t>& pids) {
   return absl::OkStatus();
 }
 
-// The checks made before anything is frozen: every process's areas and descriptors can
-// be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
 // A process that kept its vDSO must have kept every area this kernel maps with it ([vvar],
 // [vvar_vclock]: the vDSO's code reads them). Restore gives a process its kernel's vDSO areas
-// as a whole, so one that unmapped only some of them is refused here, not at restore.
+// as a whole, so one that unmapped only some of them is refused here, not at restore. (Checked
+// before the freeze only: a process that unmaps one between the two is refused at restore.)
 absl::Status CheckKernelAreas(pid_t pid, const std::vector<proc::MapEntry>& maps) {
-  static const std::set<std::string> kernel = [] {
+  static const std::set<std::string> kernel = [] {  // this kernel's, from our own areas
     std::set<std::string> names;
-    auto own = proc::ReadMaps(::getpid());
+    absl::StatusOr<std::string> own = ReadFile("/proc/self/maps");
     if (own.ok()) {
-      for (const proc::MapEntry& m : *own) {
-        if (absl::StartsWith(m.path, "[vvar") || m.path == "[vdso]") names.insert(m.path);
+      for (absl::string_view line : absl::StrSplit(*own, '\n')) {
+        size_t at = line.rfind(' ');
+        absl::string_view name = at == absl::string_view::npos ? line : line.substr(at + 1);
+        if (absl::StartsWith(name, "[vvar") || name == "[vdso]") names.emplace(name);
       }
     }
     return names;
@@ -611,6 +614,8 @@ absl::Status CheckKernelAreas(pid_t pid, const std::vector<proc::MapEntry>& maps
   return absl::OkStatus();
 }
 
+// The checks made before anything is frozen: every process's areas and descriptors can
+// be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
 absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<proc::MapEntry>>* areas,
                           GuardJournal* journal) {
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));

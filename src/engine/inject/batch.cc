@@ -22,18 +22,31 @@
 namespace cairn::inject {
 namespace {
 
-constexpr size_t kEntry = 64;  // one table row: nr, six arguments, result
+constexpr size_t kEntry = sizeof(BatchRow);
 // A batch that has not finished in this long is stuck (its calls must not block).
 constexpr auto kBatchTimeout = std::chrono::seconds(10);
 
-struct Row {
-  uint64_t nr;
-  uint64_t args[6];
-  uint64_t result;
-};
-static_assert(sizeof(Row) == kEntry);
-
 }  // namespace
+
+std::vector<BatchRow> BatchRows(std::span<const BatchedCall> calls) {
+  std::vector<BatchRow> rows(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    rows[i].nr = static_cast<uint64_t>(calls[i].nr);
+    for (size_t a = 0; a < 6; ++a) rows[i].args[a] = calls[i].args[a];
+    rows[i].result = static_cast<uint64_t>(-ENOSYS);
+  }
+  return rows;
+}
+
+user_regs_struct LoopRegs(const user_regs_struct& saved, uint64_t code, uint64_t table, size_t count) {
+  user_regs_struct regs = saved;
+  regs.rip = code;
+  regs.r12 = table;
+  regs.r13 = count;
+  regs.eflags &= ~uint64_t{0x100};  // no trap flag (a program single-stepping itself)
+  regs.orig_rax = static_cast<uint64_t>(-1);  // no syscall-restart fixup on the way out
+  return regs;
+}
 
 absl::Status CallBatch::Run(Injector& inj, RemoteScratch& scratch, size_t table_off, std::span<BatchedCall> calls) {
   if (calls.empty()) return absl::OkStatus();
@@ -44,13 +57,8 @@ absl::Status CallBatch::Run(Injector& inj, RemoteScratch& scratch, size_t table_
     return absl::OkStatus();
   }
   // The rows, then one more whose first word the loop sets when every call is done.
-  std::vector<Row> rows(calls.size() + 1);
-  for (size_t i = 0; i < calls.size(); ++i) {
-    rows[i].nr = static_cast<uint64_t>(calls[i].nr);
-    for (size_t a = 0; a < 6; ++a) rows[i].args[a] = calls[i].args[a];
-    rows[i].result = static_cast<uint64_t>(-ENOSYS);  // a row the loop never reached
-  }
-  rows.back() = Row{};
+  std::vector<BatchRow> rows = BatchRows(calls);
+  rows.push_back(BatchRow{});
   ASSIGN_OR_RETURN(uint64_t table, scratch.Put(table_off, rows.data(), rows.size() * kEntry));
   // With a shared scratch area, the loop's done word is waited for with a futex in this
   // process's mapping of it rather than polled.
@@ -67,13 +75,7 @@ absl::Status CallBatch::RunLoop(const Injector& inj, uint64_t table, size_t coun
   pid_t tid = inj.tid();
   ASSIGN_OR_RETURN(user_regs_struct saved, GetRegs(tid));
   ASSIGN_OR_RETURN(uint64_t mask, GetSigmask(tid));
-  user_regs_struct regs = saved;
-  regs.rip = code_;
-  regs.r12 = table;
-  regs.r13 = count;
-  regs.eflags &= ~uint64_t{0x100};  // no trap flag (a program single-stepping itself)
-  regs.orig_rax = static_cast<uint64_t>(-1);  // no syscall-restart fixup on the way out
-  RETURN_IF_ERROR(inj.EnterWindow(saved, mask, regs));
+  RETURN_IF_ERROR(inj.EnterWindow(saved, mask, LoopRegs(saved, code_, table, count)));
   auto t_start = std::chrono::steady_clock::now();
   absl::Status ran = Cont(tid);
   bool resumed = ran.ok();

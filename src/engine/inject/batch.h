@@ -19,9 +19,12 @@
 //
 // REQUIRES: the thread is in a ptrace stop.
 
+#include <sys/user.h>
+
 #include <array>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,6 +38,22 @@ struct BatchedCall {
   std::array<uint64_t, 6> args{};
   long result = 0;  // the kernel's raw return value (a negative errno on failure)
 };
+
+// One row of the table a loop of calls reads in the process (this batch's, and the restore's,
+// stop_loop.h): number, six arguments, result.
+struct BatchRow {
+  uint64_t nr;
+  uint64_t args[6];
+  uint64_t result;
+};
+static_assert(sizeof(BatchRow) == 64);
+
+// The rows for `calls` (results preset to -ENOSYS: a row the loop never reached).
+std::vector<BatchRow> BatchRows(std::span<const BatchedCall> calls);
+
+// `saved` pointed at a loop at `code` over `count` rows at `table` (r12, r13), with no trap flag
+// and no syscall-restart fixup.
+user_regs_struct LoopRegs(const user_regs_struct& saved, uint64_t code, uint64_t table, size_t count);
 
 class CallBatch {
  public:

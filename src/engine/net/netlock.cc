@@ -54,7 +54,7 @@ struct Endpoint {
 bool InOurNetns(pid_t pid) {
   if (pid <= 0) return true;
   struct stat ours {}, theirs {};
-  return ::stat("/proc/self/ns/net", &ours) == 0 &&
+  return ::stat("/proc/thread-self/ns/net", &ours) == 0 &&  // the calling thread's: its netlink socket's
          ::stat(absl::StrCat("/proc/", pid, "/ns/net").c_str(), &theirs) == 0 && ours.st_ino == theirs.st_ino &&
          ours.st_dev == theirs.st_dev;
 }

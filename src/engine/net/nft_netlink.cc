@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -104,6 +105,12 @@ absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
   }
   int room = 4 << 20;  // a batch of thousands of set elements
   (void)::setsockopt(sock.get(), SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room);
+  // Errors without a copy of the message they are about: an error about a large message (a
+  // chunk of set elements) then fits the reply buffer, and is not skipped as a cut reply.
+  int one = 1;
+  if (::setsockopt(sock.get(), SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one) != 0) {
+    return ErrnoStatus("setsockopt(NETLINK_CAP_ACK) on the netlink socket");
+  }
   const std::string& buf = batch.Finish();
   sockaddr_nl to{};
   to.nl_family = AF_NETLINK;
@@ -111,11 +118,15 @@ absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
       static_cast<ssize_t>(buf.size())) {
     return ErrnoStatus("send the nftables batch to " + what);
   }
-  char reply[16384];
+  alignas(nlmsghdr) char reply[65536];
   for (;;) {
-    ssize_t n = ::recv(sock.get(), reply, sizeof reply, 0);
+    ssize_t n = ::recv(sock.get(), reply, sizeof reply, MSG_TRUNC);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoStatus("read the nftables answer to " + what);
+    // A reply cut short could hide an error: never taken for an answer.
+    if (static_cast<size_t>(n) > sizeof reply || !NLMSG_OK(reinterpret_cast<nlmsghdr*>(reply), static_cast<unsigned>(n))) {
+      return absl::InternalError(absl::StrCat("an nftables answer to ", what, " did not fit or was malformed"));
+    }
     for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, static_cast<unsigned>(n)); h = NLMSG_NEXT(h, n)) {
       if (h->nlmsg_type != NLMSG_ERROR) continue;
       int err = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
@@ -252,13 +263,14 @@ void BaseChain(Batch& b, const std::string& table, const char* chain, uint32_t h
 }  // namespace
 
 absl::Status CreateLockTable(const std::string& table, const std::vector<LockedConnection>& conns) {
-  std::vector<std::string> keys4, keys6;
+  std::set<std::string> set4, set6;  // each key once: a set element is added once
   for (const LockedConnection& c : conns) {
     if (c.local_addr.size() != c.remote_addr.size() || (c.local_addr.size() != 4 && c.local_addr.size() != 16)) {
       return absl::InvalidArgumentError("a connection whose addresses are not both IPv4 or both IPv6");
     }
-    (c.local_addr.size() == 4 ? keys4 : keys6).push_back(Key(c.local_addr, c.local_port, c.remote_addr, c.remote_port));
+    (c.local_addr.size() == 4 ? set4 : set6).insert(Key(c.local_addr, c.local_port, c.remote_addr, c.remote_port));
   }
+  std::vector<std::string> keys4(set4.begin(), set4.end()), keys6(set6.begin(), set6.end());
   Batch b;
   // Declared, deleted and declared again in the same transaction: a table of that name left by
   // a killed run is replaced, not merged with.
