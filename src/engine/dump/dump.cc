@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
@@ -529,6 +531,20 @@ absl::Status Commit(image::ImageWriter& writer, image::Checkpoint& ckpt, Increme
 // member of the group whose own parent is outside it. Memory (CLONE_VM, as vfork's child
 // before it execs) and signal handlers (CLONE_SIGHAND) are refused: restore would give each
 // process its own copy. kcmp compares the kernel objects. pids[0] is the tree's root.
+// Whether `pid` (0: none) is waiting in vfork(), or in clone()/clone3() — vfork's form in
+// posix_spawn — for its child to exec or exit (/proc/PID/syscall: the call it is blocked in).
+bool InVfork(pid_t pid) {
+  if (pid <= 0) return false;
+  absl::StatusOr<std::string> sys = ReadFile(absl::StrCat("/proc/", pid, "/syscall"));
+  if (!sys.ok()) return false;
+  std::vector<std::string> f = absl::StrSplit(*sys, ' ');
+  long nr = -1;
+  uint64_t flags = 0;
+  if (f.empty() || !absl::SimpleAtoi(f[0], &nr)) return false;
+  if (nr == SYS_vfork || nr == SYS_clone3) return true;
+  return nr == SYS_clone && f.size() > 1 && absl::SimpleHexAtoi(f[1], &flags) && (flags & CLONE_VFORK) != 0;
+}
+
 absl::Status CheckSharing(const std::vector<pid_t>& pids) {
   constexpr struct {
     int type;
@@ -573,6 +589,12 @@ absl::Status CheckSharing(const std::vector<pid_t>& pids) {
       for (size_t j = i + 1; j < pids.size(); ++j) {
         if (!shares(pids[i], pids[j], k.type)) continue;
         if (k.restorable && top(pids[i]) == top(pids[j])) continue;
+        if (k.type == KCMP_VM && InVfork(parent[pids[j]] == pids[i] ? pids[i] : parent[pids[i]] == pids[j] ? pids[j] : 0)) {
+          // A vfork child before its exec (a shell running a command): it has its own memory
+          // in a moment. Unavailable: the check is made again.
+          return absl::UnavailableError(absl::StrFormat(
+              "pid %d is the vfork child of pid %d and has not called exec yet", pids[j], pids[i]));
+        }
         return absl::UnimplementedError(absl::StrFormat(
             "pid %d shares %s with pid %d (they were made with clone(%s)%s); processes sharing it this way cannot be "
             "checkpointed yet — restore would give each its own copy",
@@ -748,9 +770,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     ++attempt;
     RETURN_IF_ERROR(CheckTarget(opts.pid));  // the root itself is gone: say so
   }
-  if (absl::IsUnavailable(checked)) {
-    return Annotate(checked, "waited 120 s for it; try again when its restore has brought every page in");
-  }
+  if (absl::IsUnavailable(checked)) return Annotate(checked, "waited 120 s for it to change; try again later");
   RETURN_IF_ERROR(checked);
 
   std::optional<Parent> parent;
