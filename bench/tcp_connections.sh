@@ -2,8 +2,9 @@
 # What live TCP connections cost a checkpoint (dump --tcp-established): redis-server with N
 # clients connected (held by a python3 process outside the checkpoint) is dumped (killed) and
 # restored, for N = 0 and N = CONNS, REPS times each, alternating. Times are the wall time of
-# each command (what the user waits for); after each restore every client sends PING on its old
-# connection and must get PONG: the resets and silent connections are counted.
+# each command (what the user waits for) and the time the server stood frozen (the dump's
+# summary); after each restore every client sends PING on its old connection and must get PONG:
+# the resets and silent connections are counted.
 #
 #   sudo bash bench/tcp_connections.sh [CONNS]     (default: 1000)
 #   BUILD=build selects the build directory (default build-bench, made Release if missing).
@@ -55,8 +56,8 @@ PY
 
 now() { date +%s.%N; }
 port=$((20000 + RANDOM % 20000))
-echo "| connections | dump s | restore s | clients answered after restore | resets or silent |"
-echo "|---:|---:|---:|---:|---:|"
+echo "| connections | dump s | frozen s | restore s | clients answered after restore | resets or silent |"
+echo "|---:|---:|---:|---:|---:|---:|"
 for rep in $(seq "$reps"); do
   for n in 0 "$conns"; do
     rm -rf "$work/ckpt" "$work/ready" "$work/result" "$work/go"
@@ -72,7 +73,7 @@ for rep in $(seq "$reps"); do
     holder=$!
     until [[ -f $work/ready ]]; do sleep 0.05; done
     t0=$(now)
-    "$build/cairn" dump --pid "$server" --dir "$work/ckpt" --tcp-established >/dev/null
+    summary=$("$build/cairn" dump --pid "$server" --dir "$work/ckpt" --tcp-established)
     t1=$(now)
     while kill -0 "$server" 2>/dev/null; do sleep 0.01; done
     t2=$(now)
@@ -82,7 +83,9 @@ for rep in $(seq "$reps"); do
     touch "$work/go"
     until [[ -f $work/result ]]; do sleep 0.01; done
     read -r ok bad _ <"$work/result"
-    printf '| %d | %.3f | %.3f | %d of %d | %d |\n' "$n" "$(echo "$t1 - $t0" | bc)" "$(echo "$t3 - $t2" | bc)" "$ok" "$n" "$bad"
+    frozen=$(sed -n 's/.*(frozen \([0-9.]*\) s).*/\1/p' <<<"$summary")
+    printf '| %d | %.3f | %s | %.3f | %d of %d | %d |\n' "$n" "$(echo "$t1 - $t0" | bc)" "${frozen:-?}" \
+      "$(echo "$t3 - $t2" | bc)" "$ok" "$n" "$bad"
     kill -KILL "$holder" 2>/dev/null || true
     wait "$holder" 2>/dev/null || true
     kill -KILL "$server"

@@ -172,20 +172,24 @@ absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connect
   // (output), the peer's arrive with it reversed (input). On loopback a packet passes both;
   // it is dropped at the first. A set keeps the ruleset small: 1,000 connections load in
   // a quarter of the time separate rules take.
-  std::set<std::string> v4, v6;
-  std::vector<LockedConnection> keys;
+  std::vector<std::pair<Endpoint, Endpoint>> ends;
   for (const Connection& c : conns) {
     ASSIGN_OR_RETURN(Endpoint l, ParseEndpoint(c.local));
     ASSIGN_OR_RETURN(Endpoint r, ParseEndpoint(c.remote));
     if (l.v6 != r.v6) return absl::InvalidArgumentError("a connection between an IPv4 and an IPv6 address");
-    (l.v6 ? v6 : v4).insert(absl::StrFormat("%s . %d . %s . %d", l.addr, l.port, r.addr, r.port));
-    keys.push_back({l.raw, r.raw, l.port, r.port});
+    ends.emplace_back(std::move(l), std::move(r));
   }
   // In this process's network namespace (a job's, as a rule): through netlink, no nft to start.
   if (InOurNetns(netns_of)) {
+    std::vector<LockedConnection> keys;
+    for (const auto& [l, r] : ends) keys.push_back({l.raw, r.raw, l.port, r.port});
     absl::Status made = CreateLockTable(table, keys);
     if (made.ok()) return absl::OkStatus();
     CAIRN_LOG_WARN("event=netlink_lock_failed table={} error=\"{}\"", table, made.ToString());
+  }
+  std::set<std::string> v4, v6;
+  for (const auto& [l, r] : ends) {
+    (l.v6 ? v6 : v4).insert(absl::StrFormat("%s . %d . %s . %d", l.addr, l.port, r.addr, r.port));
   }
   std::string sets, input, output;
   auto add = [&](const std::set<std::string>& elements, const char* name, const char* ip, const char* type) {

@@ -934,12 +934,11 @@ absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, u
   absl::Status looped = inject::RunStopLoop(inj, scratch, loop, 0, calls);
   if (!looped.ok()) CAIRN_LOG_WARN("event=stop_loop_failed pid={} error=\"{}\"", proc.pid(), looped.ToString());
   for (size_t i = 0; i < calls.size(); ++i) {
-    if (looped.ok() && calls[i].result == of[i]->fd()) continue;
-    long r = looped.ok() ? calls[i].result : 0;
     if (!looped.ok()) {
-      ASSIGN_OR_RETURN(r, inj.Raw(SYS_dup3, calls[i].args));
+      ASSIGN_OR_RETURN(calls[i].result, inj.Raw(SYS_dup3, calls[i].args));
     }
-    RETURN_IF_ERROR(inject::SyscallResult(absl::StrCat("dup3 to fd ", of[i]->fd()), inj.tid(), r).status());
+    RETURN_IF_ERROR(
+        inject::SyscallResult(absl::StrCat("dup3 to fd ", of[i]->fd()), inj.tid(), calls[i].result).status());
   }
   return absl::OkStatus();
 }
