@@ -27,6 +27,7 @@
 #include "engine/check/check.h"
 #include "engine/net/netlock.h"
 #include "engine/dump/dump.h"
+#include "engine/dump/guardian.h"
 #include "engine/image/chain.h"
 #include "engine/image/compact.h"
 #include "engine/image/image.h"
@@ -403,6 +404,25 @@ int RunCheck(bool fix) {
     std::printf("%-4s %-42s %s (%s)\n", f.ok ? "ok" : "MISSING", f.name.c_str(), f.detail.c_str(), f.needed_for.c_str());
   }
   std::printf(all ? "all features present\n" : "some features are missing; see above\n");
+  // Dumps killed together with their guardians (dump/guardian.h, point 8).
+  std::string journals = dump::JournalDir();
+  if (fix) {
+    absl::StatusOr<std::vector<std::string>> repaired = dump::RepairOrphanedDumps(journals);
+    if (!repaired.ok()) return Fail(repaired.status());
+    for (const std::string& line : *repaired) std::printf("%s\n", line.c_str());
+  } else {
+    absl::StatusOr<std::vector<std::string>> orphans = dump::FindOrphanedDumps(journals);
+    if (!orphans.ok()) return Fail(orphans.status());
+    for (const std::string& name : *orphans) {
+      std::printf("dump journal %s/%s: a dump and its guardian were killed before they had put its processes back "
+                  "(`cairn check --fix`, the next `cairn dump` or cairnd's start does it)\n",
+                  journals.c_str(), name.c_str());
+    }
+    if (!orphans->empty()) {
+      std::printf("%zu dump(s) left processes to put back: see above\n", orphans->size());
+      all = false;
+    }
+  }
   // Network locks (net/netlock.h): each holds the packets of the live TCP connections of a
   // checkpoint not restored here yet (or of a dump that was killed).
   if (!net::CheckNftables().ok()) {
@@ -547,7 +567,7 @@ int main(int argc, char** argv) {
 
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
   bool fix = false;
-  check->add_flag("--fix", fix, "Remove the network locks left by checkpoints with live TCP connections");
+  check->add_flag("--fix", fix, "Remove the network locks left by checkpoints with live TCP connections, and put back the processes of dumps killed together with their guardians");
 
   cairn::cli::ControllerCommands controller_commands(app);
   cairn::cli::DaemonCommands daemon_commands(app);  // after the controller's: shares its `job`

@@ -34,6 +34,7 @@
 #include "daemon/migrate.h"
 #include "daemon/proc_identity.h"
 #include "engine/dump/dump.h"
+#include "engine/dump/guardian.h"
 #include "engine/image/format.h"
 #include "engine/job/job.h"
 #include "engine/net/netlock.h"
@@ -146,6 +147,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Open(const DaemonOptions& opts) 
 }
 
 absl::Status Daemon::Recover() {
+  // A dump this daemon ran when it was killed, with its guardian (a SIGKILL to the whole
+  // service): what the dump changed in the job is put back first (dump/guardian.h, point 8),
+  // before its freezer cgroup is thawed below.
+  absl::StatusOr<std::vector<std::string>> repaired = dump::RepairOrphanedDumps(dump::JournalDir());
+  if (!repaired.ok()) {
+    CAIRN_LOG_WARN("event=orphan_repair_failed error=\"{}\"", repaired.status().ToString());
+  } else {
+    for (const std::string& line : *repaired) CAIRN_LOG_WARN("event=orphan_repaired what=\"{}\"", line);
+  }
   ASSIGN_OR_RETURN(last_seq_, catalog_->LastSeq());
   ASSIGN_OR_RETURN(std::vector<api::Checkpoint> all, catalog_->ListCheckpoints(""));
   for (api::Checkpoint& c : all) {

@@ -42,9 +42,9 @@ int EnvInt(const char* name, int fallback) {
 
 std::string SignalName(int sig) { return std::string("SIG") + sigabbrev_np(sig); }
 
-// This process's children named `comm` (a dump's guardian is re-parented to the test, a
-// subreaper, when the dump dies).
-std::vector<pid_t> ChildrenNamed(const std::string& comm) {
+// The children of `parent` (default: this process) named `comm` (a dump's guardian is
+// re-parented to the test, a subreaper, when the dump dies).
+std::vector<pid_t> ChildrenNamed(const std::string& comm, pid_t parent = ::getpid()) {
   std::vector<pid_t> out;
   DIR* d = ::opendir("/proc");
   for (dirent* e; d != nullptr && (e = ::readdir(d)) != nullptr;) {
@@ -56,7 +56,7 @@ std::vector<pid_t> ChildrenNamed(const std::string& comm) {
     if (close == std::string::npos || open == std::string::npos) continue;
     if (stat.substr(open + 1, close - open - 1) != comm) continue;
     pid_t ppid = std::atoi(stat.c_str() + close + 4);  // ") S PPID"
-    if (ppid == ::getpid()) out.push_back(pid);
+    if (ppid == parent) out.push_back(pid);
   }
   if (d != nullptr) ::closedir(d);
   return out;
@@ -233,6 +233,85 @@ TEST_F(DumpKillTest, DumpKilledAfterItsCommitFinishesTheKill) {
   EXPECT_TRUE(e.gone) << "the target still runs beside its committed checkpoint";
   ExpectUnharmed(dir, k, false, "killed with SIGKILL after the commit");
   EXPECT_EQ(committed_, 1);
+}
+
+// The dump and its guardian killed together (a SIGKILL aimed at both, or at a whole
+// service's cgroup): the journal stays behind, and the next cairn does what the guardian
+// would have — `cairn check --fix`, or the next dump, which must then find the process as
+// it was (guardian.h, point 8).
+TEST_F(DumpKillTest, DumpKilledWithItsGuardianIsPutBackByTheNextCairn) {
+  std::string journals = dir_ / "journals";
+  std::vector<std::string> env = {"CAIRN_JOURNAL_DIR=" + journals};
+  struct Case {
+    std::string stage;
+    bool leave_running;
+    bool by_next_dump;  // else by `cairn check --fix`
+  };
+  const std::vector<Case> cases = {{"injecting", true, false}, {"batch", true, true},   {"scratch", true, false},
+                                   {"pages", false, false},    {"socket_queue", false, true}, {"fds", true, false},
+                                   {"committed", false, false}};
+  int n = 0;
+  for (const Case& c : cases) {
+    std::string what = "dump and guardian killed at stage " + c.stage + (c.leave_running ? " (--leave-running)" : "") +
+                       ", put back by " + (c.by_next_dump ? "the next dump" : "cairn check --fix");
+    SCOPED_TRACE(what);
+    auto t0 = Clock::now();
+    std::string dir = dir_ / ("both-" + std::to_string(n++));
+    std::vector<std::string> argv = {CairnBinary(), "dump", "--pid", std::to_string(target_), "--dir", dir};
+    if (c.leave_running) argv.push_back("--leave-running");
+    std::vector<std::string> dump_env = env;
+    dump_env.push_back("CAIRN_FAULT_PAUSE=" + c.stage);
+    pid_t dump = SpawnProgram(argv, dir_ / "empty", dir + ".out", dir + ".err", dump_env);
+    auto deadline = Clock::now() + 60s;
+    while (ReadFile(dir + ".err").find("fault point " + c.stage) == std::string::npos) {
+      ASSERT_TRUE(IsAlive(dump)) << "the dump ended before the stage: " << ReadFile(dir + ".err");
+      ASSERT_LT(Clock::now(), deadline) << "the dump never reached the stage";
+      std::this_thread::sleep_for(5ms);
+    }
+    std::vector<pid_t> guardian = ChildrenNamed("cairn-guardian", dump);
+    ASSERT_EQ(guardian.size(), 1u) << "the paused dump has no guardian";
+    ::kill(guardian[0], SIGKILL);
+    ::kill(dump, SIGKILL);
+    ::waitpid(dump, nullptr, 0);
+    for (auto until = Clock::now() + 10s; IsAlive(guardian[0]) && Clock::now() < until;) {
+      ::waitpid(guardian[0], nullptr, WNOHANG);  // re-parented to this subreaper
+      std::this_thread::sleep_for(5ms);
+    }
+    // Nothing was put back yet: the journal says so, and `cairn check` too.
+    CommandResult listed = RunCommand({CairnBinary(), "check"}, dir_.path(), WithEnv(env));
+    EXPECT_NE(listed.out.find("a dump and its guardian were killed"), std::string::npos) << listed.Describe();
+    EXPECT_FALSE(listed.Exited(0)) << listed.Describe();
+    auto t1 = Clock::now();
+    if (c.by_next_dump) {
+      std::string next = dir_ / ("next-" + std::to_string(n));
+      CommandResult r = RunCommand({CairnBinary(), "dump", "--pid", std::to_string(target_), "--dir", next,
+                                    "--leave-running"},
+                                   dir_.path(), WithEnv(env));
+      ASSERT_TRUE(r.Exited(0)) << "the next dump of the process: " << r.Describe();
+      EXPECT_NE(r.err.find("orphan_repaired"), std::string::npos) << r.Describe();
+      std::filesystem::remove_all(next);
+    } else {
+      CommandResult r = RunCommand({CairnBinary(), "check", "--fix"}, dir_.path(), WithEnv(env));
+      EXPECT_NE(r.out.find("done what its guardian would have"), std::string::npos) << r.Describe();
+    }
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(journals, ec)) {
+      ADD_FAILURE() << "a journal is left: " << e.path();
+    }
+    Killed k;
+    k.err = ReadFile(dir + ".err");
+    auto t2 = Clock::now();
+    ExpectUnharmed(dir, k, c.leave_running, what);
+    std::printf("%s: killed in %lld ms, put back in %lld ms, checked in %lld ms\n", what.c_str(),
+                static_cast<long long>((t1 - t0) / 1ms), static_cast<long long>((t2 - t1) / 1ms),
+                static_cast<long long>((Clock::now() - t2) / 1ms));
+    if (HasFatalFailure()) return;
+    if (!IsAlive(target_)) {
+      ADD_FAILURE() << what << ": no target left to go on with";
+      return;
+    }
+  }
+  EXPECT_EQ(committed_, 1) << "the dump killed after its commit, with its guardian, was not finished";
 }
 
 TEST_F(DumpKillTest, DumpKilledAtRandomInstantsLeavesTheProcessAsItWas) {

@@ -746,6 +746,15 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   if (opts.tcp_established && opts.tcp_close) {
     return absl::InvalidArgumentError("--tcp-established and --tcp-close are two answers to one question: pass one");
   }
+  // A dump killed together with its guardian left its processes for the next cairn to put
+  // back (guardian.h, point 8): maybe this one's target, whose threads would be caught
+  // inside that dump's injected call.
+  absl::StatusOr<std::vector<std::string>> repaired = RepairOrphanedDumps(JournalDir());
+  if (!repaired.ok()) {
+    CAIRN_LOG_WARN("event=orphan_repair_failed error=\"{}\"", repaired.status().ToString());
+  } else {
+    for (const std::string& line : *repaired) CAIRN_LOG_WARN("event=orphan_repaired what=\"{}\"", line);
+  }
   RETURN_IF_ERROR(CheckTarget(opts.pid));
   RETURN_IF_ERROR(CheckNamespaces(opts.pid));
   // From here on the processes are changed: the guardian puts them back if this process

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -14,7 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,7 +26,9 @@
 #include <thread>
 #include <type_traits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/stop_points.h"
@@ -90,6 +95,12 @@ void GuardJournal::ScratchGone(int proc) {
   procs_[proc].scratch_addr.store(0, std::memory_order_release);
 }
 void GuardJournal::TrackerCreated(int proc, int fd) { procs_[proc].tracker_fd.store(fd, std::memory_order_release); }
+std::vector<pid_t> GuardJournal::Pids() const {
+  std::set<pid_t> pids;
+  for (int i = 0; i < nprocs_.load(std::memory_order_acquire); ++i) pids.insert(procs_[i].pid);
+  return {pids.begin(), pids.end()};
+}
+
 void GuardJournal::Thawed(int proc) { procs_[proc].thawed.store(1, std::memory_order_release); }
 
 absl::Status GuardJournal::TcpRepairing(pid_t pid, int fd, bool reuseaddr) {
@@ -381,16 +392,73 @@ int RunGuardian(GuardJournal& journal, int pipe_rd) {
   return GuardianRepair(journal).Run();
 }
 
+std::string JournalDir() {
+  const char* env = std::getenv("CAIRN_JOURNAL_DIR");
+  return env != nullptr && *env != '\0' ? env : "/run/cairn/dump-journals";
+}
+
+namespace {
+
+// The journal directory, made if missing; refused unless it is a directory of root's (our
+// effective uid's) that no one else can write: what is in it is acted on as root.
+absl::StatusOr<UniqueFd> OpenJournalDir(const std::string& dir, bool create) {
+  if (create) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return ErrnoStatus(absl::StrCat("make the dump journal directory ", dir));
+    }
+  }
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open the dump journal directory ", dir));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("stat ", dir));
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the dump journal directory ", dir, " is not a directory of uid ", ::geteuid(),
+        " that only it can open (mode 0700): journals there are acted on as root; remove it, cairn makes it again"));
+  }
+  return fd;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
-  void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  // The journal: an unnamed file, locked, sized and marked, then linked in under a free name
+  // (point 8): a journal found in the directory is always complete.
+  std::string dir = JournalDir();
+  ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/true));
+  UniqueFd file(::openat(dirfd.get(), ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!file.valid()) return ErrnoStatus(absl::StrCat("make the dump's journal in ", dir));
+  if (::flock(file.get(), LOCK_EX) != 0) return ErrnoStatus("lock the dump's journal");
+  if (::ftruncate(file.get(), sizeof(GuardJournal)) != 0) {
+    return ErrnoStatus(absl::StrCat("size the dump's journal in ", dir));
+  }
+  void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED, file.get(), 0);
   if (mem == MAP_FAILED) return ErrnoStatus("mmap the dump's journal");
-  // Fresh zero pages are the journal's initial state (every count 0, outcome kRunning): it
-  // is not constructed, which would write all of its 4 MiB; only what is used gets a page.
+  // Zero bytes are the journal's initial state (every count 0, outcome kRunning): it is not
+  // constructed, which would write all of its MiBs; only what is used gets a page.
   static_assert(std::is_trivially_destructible_v<GuardJournal>);
   auto* journal = static_cast<GuardJournal*>(mem);
+  journal->magic_ = GuardJournal::kMagic;
+  journal->size_ = sizeof(GuardJournal);
+  static std::atomic<uint64_t> serial{0};
+  std::string name;
+  std::string self = absl::StrCat("/proc/self/fd/", file.get());
+  for (int tries = 0;; ++tries) {
+    name = absl::StrCat("dump-", ::getpid(), "-", serial.fetch_add(1), ".journal");
+    if (::linkat(AT_FDCWD, self.c_str(), dirfd.get(), name.c_str(), AT_SYMLINK_FOLLOW) == 0) break;
+    if (errno != EEXIST || tries > 1000) {
+      absl::Status s = ErrnoStatus(absl::StrCat("link the dump's journal into ", dir));
+      ::munmap(mem, sizeof(GuardJournal));
+      return s;
+    }
+  }
+  std::string path = absl::StrCat(dir, "/", name);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     absl::Status s = ErrnoStatus("pipe for the dump's guardian");
+    ::unlink(path.c_str());
     ::munmap(mem, sizeof(GuardJournal));
     return s;
   }
@@ -399,14 +467,15 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
     absl::Status s = ErrnoStatus("fork the dump's guardian");
     ::close(fds[0]);
     ::close(fds[1]);
+    ::unlink(path.c_str());
     ::munmap(mem, sizeof(GuardJournal));
     return s;
   }
   if (pid == 0) {
-    // The guardian: nothing but the read end and stdin/out/err, in a session of its own
-    // (a terminal's ^C or hangup, or a kill of the dumper's group, does not reach it),
-    // deaf to the signals that end the dumper. It may be a fork of a threaded daemon:
-    // from here on it touches no lock another thread could have held.
+    // The guardian: nothing but the read end, the journal's file and stdin/out/err, in a
+    // session of its own (a terminal's ^C or hangup, or a kill of the dumper's group, does
+    // not reach it), deaf to the signals that end the dumper. It may be a fork of a threaded
+    // daemon: from here on it touches no lock another thread could have held.
     ::setsid();
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
     ::prctl(PR_SET_NAME, "cairn-guardian", 0, 0, 0);
@@ -414,16 +483,21 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
     // No logging: an atomic store, where a log call could wait for a lock held at the fork.
     spdlog::default_logger_raw()->set_level(spdlog::level::off);
     ::close(fds[1]);  // wherever it is (fds 0-2 may have been closed)
-    if (fds[0] != 3) {
-      ::dup2(fds[0], 3);
-    } else {
-      ::fcntl(3, F_SETFD, 0);
-    }
-    ::syscall(SYS_close_range, 4, ~0U, 0);
-    ::_exit(RunGuardian(*journal, 3));
+    // Out of the way of 3 and 4 first, then into them (the same open file descriptions: the
+    // journal's lock is shared with the dumper).
+    int rd = ::fcntl(fds[0], F_DUPFD, 5);
+    int jf = ::fcntl(file.get(), F_DUPFD, 5);
+    ::dup2(rd, 3);
+    ::dup2(jf, 4);
+    ::syscall(SYS_close_range, 5, ~0U, 0);
+    int rc = RunGuardian(*journal, 3);
+    // Done: nothing is left for anyone to repair.
+    journal->SetOutcome(GuardJournal::Outcome::kDone);
+    ::unlink(path.c_str());
+    ::_exit(rc);
   }
   ::close(fds[0]);
-  return std::unique_ptr<Guardian>(new Guardian(journal, fds[1], pid));
+  return std::unique_ptr<Guardian>(new Guardian(journal, file.Release(), fds[1], pid));
 }
 
 Guardian::~Guardian() {
@@ -434,6 +508,94 @@ Guardian::~Guardian() {
   }
   CAIRN_LOG_DEBUG("event=guardian_gone us={:.0f}", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e6);
   ::munmap(journal_, sizeof(GuardJournal));
+  ::close(journal_fd_);
+}
+
+namespace {
+
+bool IsJournalName(const std::string& name) { return absl::EndsWith(name, ".journal"); }
+
+// The journal `name` in `dirfd`, locked, if its dumper and guardian are both dead and it is
+// still linked there (another cairn may have repaired and removed it meanwhile).
+absl::StatusOr<UniqueFd> LockOrphan(int dirfd, const std::string& name) {
+  UniqueFd fd(::openat(dirfd, name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) return errno == ENOENT ? absl::NotFoundError(name) : ErrnoStatus(absl::StrCat("open ", name));
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return absl::UnavailableError(absl::StrCat(name, ": its dump or guardian runs"));
+    return ErrnoStatus(absl::StrCat("lock ", name));
+  }
+  struct stat held {}, named {};
+  if (::fstat(fd.get(), &held) != 0) return ErrnoStatus(absl::StrCat("stat ", name));
+  if (::fstatat(dirfd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0 || named.st_ino != held.st_ino ||
+      named.st_dev != held.st_dev) {
+    return absl::NotFoundError(absl::StrCat(name, ": repaired and removed meanwhile"));
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> FindOrphanedDumps(const std::string& dir) {
+  std::vector<std::string> out;
+  if (::access(dir.c_str(), F_OK) != 0 && errno == ENOENT) return out;
+  ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/false));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename();
+    if (!IsJournalName(name)) continue;
+    if (LockOrphan(dirfd.get(), name).ok()) out.push_back(name);
+  }
+  if (ec) return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& dir) {
+  std::vector<std::string> lines;
+  ASSIGN_OR_RETURN(std::vector<std::string> names, FindOrphanedDumps(dir));
+  if (names.empty()) return lines;
+  ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/false));
+  for (const std::string& name : names) {
+    absl::StatusOr<UniqueFd> fd = LockOrphan(dirfd.get(), name);
+    if (!fd.ok()) continue;  // taken by another cairn since the listing
+    std::string path = absl::StrCat(dir, "/", name);
+    struct stat st {};
+    if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+        static_cast<uint64_t>(st.st_size) != sizeof(GuardJournal)) {
+      ::renameat(dirfd.get(), name.c_str(), dirfd.get(), absl::StrCat(name, ".failed").c_str());
+      lines.push_back(absl::StrCat("dump journal ", path, ": not a journal of this cairn (size ", st.st_size,
+                                   "): nothing done, kept as ", name, ".failed"));
+      continue;
+    }
+    void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
+    if (mem == MAP_FAILED) return ErrnoStatus(absl::StrCat("mmap ", path));
+    auto* j = static_cast<GuardJournal*>(mem);
+    std::string what;
+    int rc = 0;
+    if (!j->Marked()) {
+      rc = 1;
+      what = "not a journal of this cairn: nothing done";
+    } else {
+      std::vector<pid_t> pids = j->Pids();
+      GuardJournal::Outcome outcome = j->outcome();
+      rc = GuardianRepair(*j).Run();
+      what = absl::StrCat(outcome == GuardJournal::Outcome::kDone ? "the dump had finished"
+                                                                  : "its dump and guardian had died",
+                          "; processes ", absl::StrJoin(pids, ", "), ": ",
+                          rc == 0 ? "done what its guardian would have (put back, or the committed kill finished)"
+                                  : "not all put back (the cairn dump guardian lines above say why)");
+      j->SetOutcome(GuardJournal::Outcome::kDone);
+    }
+    ::munmap(mem, sizeof(GuardJournal));
+    if (rc == 0) {
+      ::unlinkat(dirfd.get(), name.c_str(), 0);
+      lines.push_back(absl::StrCat("dump journal ", path, ": ", what));
+    } else {
+      ::renameat(dirfd.get(), name.c_str(), dirfd.get(), absl::StrCat(name, ".failed").c_str());
+      lines.push_back(absl::StrCat("dump journal ", path, ": ", what, "; kept as ", name, ".failed"));
+    }
+  }
+  return lines;
 }
 
 }  // namespace cairn::dump

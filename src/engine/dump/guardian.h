@@ -45,11 +45,17 @@
 //    socket is journaled with the program's own offset before, and marked after it is put back;
 //    rolling back, the guardian gives the others theirs. (A socket in flight, which no process
 //    holds, cannot be reached: one the dumper died peeking keeps the dump's offset.)
-// What it cannot cover: the guardian itself killed together with the dumper (it runs in a
-// session of its own and ignores SIGTERM/SIGINT/SIGHUP, so only a SIGKILL aimed at it
-// does), and a write tracker being created at the instant of death (left in the process;
-// the next dump of it closes it as a stray).
-
+// 8. The journal is a file (JournalDir(), a root-only directory), locked with flock by the
+//    dumper and its guardian together (one open file description, shared over the fork):
+//    the lock is free only once both are dead. The guardian's last act is to remove it.
+//    So a journal whose lock is free belongs to a dump whose guardian died too (a SIGKILL
+//    aimed at both): the next cairn that looks — every dump before it starts, `cairn check
+//    --fix`, cairnd at its start — does what the guardian would have (RepairOrphanedDumps).
+//    Until then a thread caught inside an injected call sleeps in the trampoline (its
+//    signals blocked: it runs none of its code), the others run on, and a freezer cgroup
+//    held by the dump stays frozen.
+// What it cannot cover: a write tracker being created at the instant of death (left in the
+// process; the next dump of it closes it as a stray).
 #include <sys/types.h>
 #include <sys/user.h>
 
@@ -57,6 +63,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -71,6 +78,9 @@ class GuardJournal {
   static constexpr int kMaxThreads = 16384;
   static constexpr int kMaxRepairs = 16384;
   static constexpr int kMaxPeeks = 16384;
+
+  // A journal file's first bytes: written before it is linked into JournalDir().
+  static constexpr uint64_t kMagic = 0x6c6e72756f6a6463ULL;  // "cdjournl"
 
   enum class Outcome : uint32_t {
     kRunning = 0,  // undo everything journaled (also after a failed dump, for what it left)
@@ -116,6 +126,11 @@ class GuardJournal {
   // its mask may be the call's until it has left (inject/injector.h).
   std::atomic<uint32_t>* InCallFlag(int slot) { return &threads_[slot].in_call; }
   void SetOutcome(Outcome o) { outcome_.store(static_cast<uint32_t>(o), std::memory_order_release); }
+  Outcome outcome() const { return static_cast<Outcome>(outcome_.load(std::memory_order_acquire)); }
+  // Written by a cairn of this layout (a journal file's mark, point 8).
+  bool Marked() const { return magic_ == kMagic && size_ == sizeof(GuardJournal); }
+  // The processes it froze, each once.
+  std::vector<pid_t> Pids() const;
   // The checkpoint being written: DIR.partial, renamed to `dir` when committed, known by
   // its inode (a later dump's directory of the same name is never taken for it). With
   // `kill_on_commit`, once it is committed the processes are to die (guardian.h, 4).
@@ -142,6 +157,8 @@ class GuardJournal {
     std::atomic<uint32_t> in_call;
   };
 
+  uint64_t magic_;
+  uint64_t size_;  // sizeof(GuardJournal) of the cairn that wrote it: a layout check
   std::atomic<uint32_t> outcome_;
   std::atomic<int32_t> final_from_;
   std::atomic<int32_t> nprocs_;
@@ -179,7 +196,7 @@ class GuardJournal {
 class Guardian {
  public:
   // Starts the guardian process (a fork that does not exec; it keeps only the pipe that
-  // tells it the dumper is gone, and stderr). Before anything is frozen.
+  // tells it the dumper is gone, the journal's file, and stderr). Before anything is frozen.
   static absl::StatusOr<std::unique_ptr<Guardian>> Start();
   // Closes the guardian's pipe and waits for it. The outcome stays as set: a dump that
   // failed leaves kRunning, and the guardian undoes whatever the dump's own failure path
@@ -189,12 +206,25 @@ class Guardian {
   GuardJournal& journal() { return *journal_; }
 
  private:
-  Guardian(GuardJournal* journal, int pipe_wr, pid_t pid) : journal_(journal), pipe_wr_(pipe_wr), pid_(pid) {}
+  Guardian(GuardJournal* journal, int journal_fd, int pipe_wr, pid_t pid)
+      : journal_(journal), journal_fd_(journal_fd), pipe_wr_(pipe_wr), pid_(pid) {}
 
   GuardJournal* journal_;
+  int journal_fd_;  // the file, locked (point 8)
   int pipe_wr_;
   pid_t pid_;
 };
+
+// Where the journals of running dumps are: $CAIRN_JOURNAL_DIR, else /run/cairn/dump-journals.
+std::string JournalDir();
+
+// The journals in `dir` whose dumper and guardian are both dead (point 8), by file name.
+absl::StatusOr<std::vector<std::string>> FindOrphanedDumps(const std::string& dir);
+
+// Does for each of them what its guardian would have done, then removes it. Returns one
+// line per journal saying what was done (or what failed: such a journal is kept as
+// NAME.failed for a person to read, and the line says so).
+absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& dir);
 
 // The guardian's body: waits until `pipe_rd` reads EOF (every copy of the write end is
 // closed: the dumper finished or died), then does what the journal's outcome says. Exposed
