@@ -11,7 +11,8 @@
 // waits there until it is killed (or cancelled), so that a test can kill it at that
 // instant. The stages, in order: frozen, trampoline, scratch, injecting (inside an injected
 // call, the thread's registers already the call's), batch (a batch of calls resumed and
-// not yet stopped), task_state, pages (after the first MiB copied), fds, committed (the
+// not yet stopped), task_state, tracker_creating and tracker_created (a --track dump making
+// its write tracker: before the injected userfaultfd(), and after it before its API), pages (after the first MiB copied), fds, committed (the
 // checkpoint renamed into place, the processes not yet killed or let go), thawed (with
 // --leave-running: the processes let go, the checkpoint not yet committed). The engine's restore
 // has one, restore-building (every task created and held, no memory in yet); cairnd's are listed

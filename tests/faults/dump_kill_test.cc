@@ -120,6 +120,7 @@ class DumpKillTest : public ::testing::Test {
                   bool leave_running) {
     std::vector<std::string> argv = {CairnBinary(), "dump", "--pid", std::to_string(target_), "--dir", dir};
     if (leave_running) argv.push_back("--leave-running");
+    argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
     std::vector<std::string> env;
     if (!stage.empty()) env.push_back("CAIRN_FAULT_PAUSE=" + stage);
     std::string err_path = dir + ".err";
@@ -193,6 +194,7 @@ class DumpKillTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::vector<std::string> extra_args_;  // more arguments for every dump
   int mib_ = 256;
   pid_t target_ = -1;
   int survived_ = 0, committed_ = 0;
@@ -209,6 +211,14 @@ TEST_F(DumpKillTest, LeaveRunningDumpKilledAtEveryStageLeavesTheProcessAsItWas) 
 TEST_F(DumpKillTest, DumpKilledAtEveryStageBeforeItsCommitLeavesTheProcessAsItWas) {
   AtEveryStage({"frozen", "injecting", "batch", "task_state", "pages", "fds", "socket_queue"}, kAllSignals,
                /*leave_running=*/false);
+}
+
+// A dump that tracks writes from now on (--track) makes a write tracker in the process: a
+// userfaultfd made by an injected call, then parked at a chosen descriptor. Killed while it
+// makes it, the process must keep no descriptor of it (fault_target compares its descriptors).
+TEST_F(DumpKillTest, TrackingDumpKilledWhileItMakesItsTrackerLeavesNoDescriptor) {
+  extra_args_ = {"--track"};
+  AtEveryStage({"tracker_creating", "tracker_created", "pages"}, kAllSignals, /*leave_running=*/true);
 }
 
 // A process that unmapped its vDSO: the injected code goes into the end of a text page
@@ -246,19 +256,23 @@ TEST_F(DumpKillTest, DumpKilledWithItsGuardianIsPutBackByTheNextCairn) {
     std::string stage;
     bool leave_running;
     bool by_next_dump;  // else by `cairn check --fix`
+    bool track = false;
   };
-  const std::vector<Case> cases = {{"injecting", true, false}, {"batch", true, true},   {"scratch", true, false},
-                                   {"pages", false, false},    {"socket_queue", false, true}, {"fds", true, false},
-                                   {"committed", false, false}};
+  const std::vector<Case> cases = {{"injecting", true, false},     {"batch", true, true},
+                                   {"scratch", true, false},       {"pages", false, false},
+                                   {"socket_queue", false, true},  {"fds", true, false},
+                                   {"tracker_created", true, false, true}, {"committed", false, false}};
   int n = 0;
   for (const Case& c : cases) {
     std::string what = "dump and guardian killed at stage " + c.stage + (c.leave_running ? " (--leave-running)" : "") +
+                       (c.track ? " (--track)" : "") +
                        ", put back by " + (c.by_next_dump ? "the next dump" : "cairn check --fix");
     SCOPED_TRACE(what);
     auto t0 = Clock::now();
     std::string dir = dir_ / ("both-" + std::to_string(n++));
     std::vector<std::string> argv = {CairnBinary(), "dump", "--pid", std::to_string(target_), "--dir", dir};
     if (c.leave_running) argv.push_back("--leave-running");
+    if (c.track) argv.push_back("--track");
     std::vector<std::string> dump_env = env;
     dump_env.push_back("CAIRN_FAULT_PAUSE=" + c.stage);
     pid_t dump = SpawnProgram(argv, dir_ / "empty", dir + ".out", dir + ".err", dump_env);

@@ -254,10 +254,15 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   std::optional<Tracker> tracker;
   if (incremental || inc.keep_tracking || precopied) {
     bool created = tracker_fd < 0;
-    auto t = created ? Tracker::Create(inj) : Tracker::Take(pid, tracker_fd);
+    GuardJournal* journal = fp.journal();
+    int index = fp.journal_index();
+    auto t = !created ? Tracker::Take(pid, tracker_fd)
+                      : Tracker::Create(inj, [journal, index](const std::vector<int>& fds) {
+                          if (journal != nullptr) journal->TrackerCreating(index, fds);
+                        });
+    if (created && journal != nullptr) journal->TrackerCreated(index, t.ok() ? t->remote_fd() : -1);
     if (!t.ok()) return Annotate(t.status(), "start tracking writes");
     tracker.emplace(std::move(*t));
-    if (created && fp.journal() != nullptr) fp.journal()->TrackerCreated(fp.journal_index(), tracker->remote_fd());
     inc.trackers.push_back({pid, inj, tracker->remote_fd(), created});
   } else if (tracker_fd >= 0 && opts.leave_running) {
     // A tracker nobody will use again: tracking ends here.

@@ -63,6 +63,7 @@ absl::StatusOr<int> GuardJournal::AddProcess(pid_t pid, uint64_t start_time) {
     break;
   }
   p.tracker_fd.store(tracker, std::memory_order_relaxed);
+  p.ncreating.store(0, std::memory_order_relaxed);
   p.thawed.store(0, std::memory_order_relaxed);
   nprocs_.store(n + 1, std::memory_order_release);
   return n;
@@ -94,7 +95,18 @@ void GuardJournal::ScratchAt(int proc, uint64_t addr, uint64_t len) {
 void GuardJournal::ScratchGone(int proc) {
   procs_[proc].scratch_addr.store(0, std::memory_order_release);
 }
-void GuardJournal::TrackerCreated(int proc, int fd) { procs_[proc].tracker_fd.store(fd, std::memory_order_release); }
+void GuardJournal::TrackerCreating(int proc, const std::vector<int>& fds) {
+  Process& p = procs_[proc];
+  uint32_t n = 0;
+  for (int fd : fds) {
+    if (n < 2) p.creating_fds[n++] = fd;
+  }
+  p.ncreating.store(n, std::memory_order_release);
+}
+void GuardJournal::TrackerCreated(int proc, int fd) {
+  procs_[proc].tracker_fd.store(fd, std::memory_order_release);
+  procs_[proc].ncreating.store(0, std::memory_order_release);
+}
 std::vector<pid_t> GuardJournal::Pids() const {
   std::set<pid_t> pids;
   for (int i = 0; i < nprocs_.load(std::memory_order_acquire); ++i) pids.insert(procs_[i].pid);
@@ -307,7 +319,8 @@ class GuardianRepair {
 
   absl::Status Repair(int index) {
     GuardJournal::Process& p = j_.procs_[index];
-    bool tracker = p.tracker_fd.load(std::memory_order_acquire) >= 0;
+    uint32_t ncreating = std::min<uint32_t>(p.ncreating.load(std::memory_order_acquire), 2);
+    bool tracker = p.tracker_fd.load(std::memory_order_acquire) >= 0 || ncreating > 0;
     bool trampoline = p.trampoline_writing.load(std::memory_order_acquire) != 0;
     if (p.thawed.load(std::memory_order_acquire) != 0 && !tracker) return absl::OkStatus();
     if (!SameProcess(p)) return absl::OkStatus();  // it is gone: nothing to put back
@@ -341,7 +354,12 @@ class GuardianRepair {
     // What the injected calls made: unmapped and closed with injected calls again.
     int fd = p.tracker_fd.load(std::memory_order_acquire);
     bool scratch_ours = scratch != 0 && IsScratch(p.pid, scratch);
-    if (scratch_ours || fd >= 0) {
+    std::vector<int> made;  // a tracker's creation cut short: the userfaultfds it left
+    for (uint32_t k = 0; k < ncreating; ++k) {
+      int at = p.creating_fds[k];
+      if (at != fd && IsTracker(p.pid, at)) made.push_back(at);
+    }
+    if (scratch_ours || fd >= 0 || !made.empty()) {
       RETURN_IF_ERROR(fp.InstallTrampoline(home));
       inject::Injector inj = fp.injector(p.pid);
       if (scratch_ours) {
@@ -349,6 +367,9 @@ class GuardianRepair {
       }
       if (fd >= 0 && IsTracker(p.pid, fd)) {
         RETURN_IF_ERROR(inj.Call("close the write tracker", SYS_close, static_cast<uint64_t>(fd)).status());
+      }
+      for (int at : made) {
+        RETURN_IF_ERROR(inj.Call("close a half-made write tracker", SYS_close, static_cast<uint64_t>(at)).status());
       }
     }
     return fp.Thaw();

@@ -54,8 +54,12 @@
 //    Until then a thread caught inside an injected call sleeps in the trampoline (its
 //    signals blocked: it runs none of its code), the others run on, and a freezer cgroup
 //    held by the dump stays frozen.
-// What it cannot cover: a write tracker being created at the instant of death (left in the
-// process; the next dump of it closes it as a stray).
+// 9. A write tracker (a userfaultfd made by an injected call, then parked at a chosen number):
+//    the numbers it may take are journaled before it is made (the process is stopped, so they
+//    are known: the lowest free one and the park), and it is journaled once made; rolling
+//    back, a userfaultfd at one of those numbers is closed.
+// What it cannot cover: in the double kill of point 8, a userfaultfd the program itself makes,
+// before the repair, at a number the tracker's creation had journaled but never took.
 #include <sys/types.h>
 #include <sys/user.h>
 
@@ -98,7 +102,9 @@ class GuardJournal {
   void TrampolineAt(int proc, uint64_t addr);         // it is there: rip inside means mid-call
   void ScratchAt(int proc, uint64_t addr, uint64_t len);  // before it is mapped there
   void ScratchGone(int proc);
-  void TrackerCreated(int proc, int fd);              // a write tracker this dump made
+  // A write tracker is about to be made: it may take these descriptor numbers (at most 2).
+  void TrackerCreating(int proc, const std::vector<int>& fds);
+  void TrackerCreated(int proc, int fd);              // made (-1: the attempt failed and left none)
   void Thawed(int proc);                              // let go: nothing of it to undo
   // Descriptor `fd` of `pid`, a TCP socket, is about to enter repair mode (which forces
   // SO_REUSEADDR on; `reuseaddr` is the program's own, given back when it leaves).
@@ -147,6 +153,8 @@ class GuardJournal {
     std::atomic<uint64_t> scratch_addr;
     uint64_t scratch_len;
     std::atomic<int32_t> tracker_fd;    // created by this dump, not (yet) kept
+    int32_t creating_fds[2];            // being created: the numbers it may take
+    std::atomic<uint32_t> ncreating;
     std::atomic<uint32_t> thawed;
   };
   struct Thread {

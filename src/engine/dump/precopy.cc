@@ -60,8 +60,11 @@ absl::StatusOr<double> StartTracking(pid_t pid, GuardJournal* journal, int* trac
     if (closed.ok() && fd >= 0) {
       t = Tracker::Take(pid, fd);
     } else if (closed.ok()) {
-      t = Tracker::Create(inj);
-      if (t.ok() && journal != nullptr) journal->TrackerCreated(fp.journal_index(), t->remote_fd());
+      int index = fp.journal_index();
+      t = Tracker::Create(inj, [journal, index](const std::vector<int>& fds) {
+        if (journal != nullptr) journal->TrackerCreating(index, fds);
+      });
+      if (journal != nullptr) journal->TrackerCreated(index, t.ok() ? t->remote_fd() : -1);
     } else {
       t = closed;
     }

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "common/stop_points.h"
 #include "engine/proc/pagemap_scan.h"
 
 namespace cairn::dump {
@@ -46,6 +47,17 @@ std::string StateDir() {
 }
 
 std::string StatePath(pid_t pid) { return absl::StrCat(StateDir(), "/", pid); }
+
+// Where a tracker is parked when no descriptor below 64 is free: from 1000, or below the
+// process's descriptor limit.
+int ParkBase(pid_t pid) {
+  struct rlimit lim {};
+  int base = kParkBase;
+  if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    base = static_cast<int>(std::min<rlim_t>(base, lim.rlim_cur > 32 ? lim.rlim_cur - 16 : 3));
+  }
+  return base;
+}
 
 }  // namespace
 
@@ -142,7 +154,8 @@ absl::StatusOr<Tracker> Tracker::Take(pid_t pid, int remote_fd) {
   return Tracker(std::move(local), remote_fd);
 }
 
-absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
+absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj,
+                                        const std::function<void(const std::vector<int>&)>& will_use) {
   pid_t pid = inj.tid();
   // Park it at the highest free descriptor below 64: every descriptor table has room for
   // 64, so the table does not grow (growing the table of a multi-threaded process waits
@@ -160,6 +173,18 @@ absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
       break;
     }
   }
+  // The numbers it will take, the process being stopped: userfaultfd() the lowest free one,
+  // and the park `target` (or the lowest free one from the base).
+  if (will_use != nullptr && fds.ok()) {
+    auto lowest_free = [&used](int from, int except) {
+      int fd = from;
+      while (used.count(fd) != 0 || fd == except) ++fd;
+      return fd;
+    };
+    int created = lowest_free(0, -1);
+    will_use({created, target >= 0 ? target : lowest_free(ParkBase(pid), created)});
+  }
+  FaultPoint("tracker_creating");
   // A process without CAP_SYS_PTRACE may only make a userfaultfd limited to faults from user
   // mode (vm.unprivileged_userfaultfd=0). That is enough here: in write-protect async mode no
   // fault reaches the descriptor, the kernel resolves them all itself.
@@ -169,6 +194,7 @@ absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
     ASSIGN_OR_RETURN(ufd, inj.Raw(SYS_userfaultfd, {O_CLOEXEC | O_NONBLOCK | kUffdUserModeOnly}));
   }
   ASSIGN_OR_RETURN(ufd, inject::SyscallResult("userfaultfd", inj.tid(), ufd));
+  FaultPoint("tracker_created");
   // The API at once, on a copy (the state is the file's): until then the new descriptor looks
   // like a userfaultfd of the program's own, which the next dump could neither discard as a
   // stray tracker nor save, had this dumper died here. From here on it is a tracker.
@@ -189,13 +215,8 @@ absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj) {
     parked = inj.Call("park the write tracker", SYS_dup3, static_cast<uint64_t>(ufd), static_cast<uint64_t>(target),
                       O_CLOEXEC);
   } else {
-    struct rlimit lim {};
-    int base = kParkBase;
-    if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
-      base = static_cast<int>(std::min<rlim_t>(base, lim.rlim_cur > 32 ? lim.rlim_cur - 16 : 3));
-    }
     parked = inj.Call("park the write tracker", SYS_fcntl, static_cast<uint64_t>(ufd), F_DUPFD_CLOEXEC,
-                      static_cast<uint64_t>(base));
+                      static_cast<uint64_t>(ParkBase(pid)));
   }
   (void)inj.Call("close userfaultfd", SYS_close, static_cast<uint64_t>(ufd));
   if (!parked.ok()) return parked.status();

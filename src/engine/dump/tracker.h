@@ -23,9 +23,10 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -68,8 +69,11 @@ class Tracker {
   // Takes (pidfd_getfd) the tracker parked in `pid` at `remote_fd` and checks it is one.
   static absl::StatusOr<Tracker> Take(pid_t pid, int remote_fd);
   // Creates a tracker in the stopped process `inj` drives and parks it. The caller
-  // unparks it with Discard() when the dump fails.
-  static absl::StatusOr<Tracker> Create(inject::Injector& inj);
+  // unparks it with Discard() when the dump fails. `will_use`, if given, is told the
+  // descriptor numbers the creation may take before any of them exists (the guardian's
+  // journal: a dumper that dies in between leaves no userfaultfd behind, guardian.h).
+  static absl::StatusOr<Tracker> Create(inject::Injector& inj,
+                                        const std::function<void(const std::vector<int>&)>& will_use = nullptr);
 
   int remote_fd() const { return remote_fd_; }
   int fd() const { return local_.get(); }
