@@ -22,6 +22,7 @@
 #include "engine/image/format.h"
 #include "engine/image/chain.h"
 #include "engine/image/image.h"
+#include "engine/image/seal.h"
 #include "engine/job/job.h"
 
 namespace cairn::daemon {
@@ -41,6 +42,9 @@ absl::Status Daemon::StoreCheckpoint(api::Checkpoint& c, const api::JobSpec& spe
   if (!opts_.store->Remote()) return absl::OkStatus();
   std::string local = c.location();
   RETURN_IF_ERROR(WriteFileSynced(local + "/" + storage::kJobSpecFile, spec.SerializeAsString()));
+  // The spec says as whom the job comes back (its user): the image's seal does not cover it,
+  // so it gets one of its own, bound to the image's (image/seal.h).
+  if (opts_.image_key) RETURN_IF_ERROR(image::SealSideFile(local, storage::kJobSpecFile, *opts_.image_key));
   FaultPoint("upload-begun");
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::string location, opts_.store->Put(local, c.job(), c.id()));
@@ -126,7 +130,12 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
     return st;
   };
   api::JobSpec spec;
-  auto spec_bytes = ReadFile(local + "/" + storage::kJobSpecFile);
+  absl::StatusOr<std::string> spec_bytes =
+      opts_.image_key ? image::ReadSealedSideFile(local, storage::kJobSpecFile, *opts_.image_key)
+                      : ReadFile(local + "/" + storage::kJobSpecFile);
+  if (!spec_bytes.ok() && opts_.image_key && !absl::IsNotFound(spec_bytes.status())) {
+    return cleanup(Annotate(spec_bytes.status(), absl::StrCat("restore --from ", from, ": the job spec stored with it")));
+  }
   if (!spec_bytes.ok() || !spec.ParseFromString(*spec_bytes)) {
     return cleanup(absl::DataLossError(absl::StrCat(from, ": no readable job spec (", storage::kJobSpecFile,
                                                     "): not a checkpoint stored by cairnd")));

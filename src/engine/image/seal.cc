@@ -480,6 +480,102 @@ absl::Status SealCheck::Wait() {
   return pages_;
 }
 
+namespace {
+
+constexpr char kSideMagic[] = "cairn-side-seal 1";
+
+// The seal id of the checkpoint in `dir` (its seal's third line), unchecked: a side file
+// bound to it is only as good as that seal, which the restore checks.
+absl::StatusOr<std::string> SealIdOf(const std::string& dir) {
+  std::string path = dir + "/" + kSealFile;
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  if (lines.size() < 3 || lines[0] != kSealMagic || !absl::StartsWith(lines[2], "seal ")) {
+    return absl::DataLossError(absl::StrCat(path, ": not a cairn seal (damaged or forged)"));
+  }
+  return lines[2].substr(5);
+}
+
+absl::StatusOr<std::array<uint8_t, kTag>> MacBytes(const ImageKey& key, const std::array<uint8_t, kNonce>& nonce,
+                                                   const std::string& preamble, const std::string& bytes) {
+  Gmac m;
+  RETURN_IF_ERROR(m.Init(key, nonce, preamble));
+  RETURN_IF_ERROR(m.Update(bytes.data(), bytes.size()));
+  return m.Final();
+}
+
+}  // namespace
+
+absl::Status SealSideFile(const std::string& dir, const std::string& name, const ImageKey& key) {
+  ASSIGN_OR_RETURN(std::string seal_id, SealIdOf(dir));
+  std::string path = dir + "/" + name;
+  ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  std::array<uint8_t, kNonce> nonce{};
+  if (RAND_bytes(nonce.data(), kNonce) != 1) return absl::InternalError("OpenSSL: no random bytes for a seal");
+  ASSIGN_OR_RETURN(auto tag, MacBytes(key, nonce, Preamble(key, seal_id, name), bytes));
+  std::string text = absl::StrCat(kSideMagic, "\nkey ", key.id(), "\nseal ", seal_id, "\n", name, " ", bytes.size(), " ",
+                                  Hex(nonce.data(), kNonce), " ", Hex(tag.data(), kTag), "\n");
+  std::string seal_path = path + ".seal";
+  std::string tmp = seal_path + ".tmp";
+  UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out.valid()) return ErrnoStatus("create " + tmp);
+  RETURN_IF_ERROR(WriteAll(out.get(), text, tmp));
+  if (::fsync(out.get()) != 0) return ErrnoStatus("fsync " + tmp);
+  if (::rename(tmp.c_str(), seal_path.c_str()) != 0) return ErrnoStatus("rename " + tmp);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadSealedSideFile(const std::string& dir, const std::string& name, const ImageKey& key) {
+  std::string path = dir + "/" + name;
+  std::string seal_path = path + ".seal";
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat(seal_path, ": ", why, " (damaged or forged); ", path, " not used"));
+  };
+  UniqueFd sf(::open(seal_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!sf.valid()) {
+    if (errno == ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is not sealed (no ", name, ".seal): anyone who could write where it was stored may have written "
+          "it; not used"));
+    }
+    return ErrnoStatus("open " + seal_path);
+  }
+  struct stat st {};
+  if (::fstat(sf.get(), &st) != 0) return ErrnoStatus("stat " + seal_path);
+  RETURN_IF_ERROR(CheckPrivate(st, seal_path));
+  ASSIGN_OR_RETURN(std::string text, ReadFile(seal_path));
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  if (lines.size() != 4 || lines[0] != kSideMagic || !absl::StartsWith(lines[1], "key ") ||
+      !absl::StartsWith(lines[2], "seal ")) {
+    return bad("not a cairn side seal");
+  }
+  if (lines[1].substr(4) != key.id()) {
+    return absl::PermissionDeniedError(absl::StrCat(seal_path, " was sealed with image key ", lines[1].substr(4),
+                                                    ", not with this node's key ", key.id(), "; ", path, " not used"));
+  }
+  ASSIGN_OR_RETURN(std::string checkpoint_seal, SealIdOf(dir));
+  std::string seal_id = lines[2].substr(5);
+  if (seal_id != checkpoint_seal) return bad("it belongs to another checkpoint");
+  std::vector<std::string> f = absl::StrSplit(lines[3], ' ');
+  Line l;
+  if (f.size() != 4 || f[0] != name || !absl::SimpleAtoi(f[1], &l.size) || !FromHex(f[2], l.nonce.data(), kNonce) ||
+      !FromHex(f[3], l.tag.data(), kTag)) {
+    return bad("malformed");
+  }
+  ASSIGN_OR_RETURN(UniqueFd fd, OpenSealed(path, l.size));
+  std::string bytes(static_cast<size_t>(l.size), '\0');
+  for (size_t off = 0; off < bytes.size();) {
+    ssize_t n = ::pread(fd.get(), bytes.data() + off, bytes.size() - off, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read " + path);
+    if (n == 0) return bad("the file is shorter than its seal says");
+    off += static_cast<size_t>(n);
+  }
+  ASSIGN_OR_RETURN(auto tag, MacBytes(key, l.nonce, Preamble(key, seal_id, name), bytes));
+  RETURN_IF_ERROR(Matches(tag, l, path));
+  return bytes;
+}
+
 absl::Status CheckSeal(const std::string& dir, const ImageKey& key) {
   ASSIGN_OR_RETURN(std::unique_ptr<SealCheck> c, SealCheck::Start(dir, key));
   return c->Wait();

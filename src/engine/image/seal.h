@@ -98,4 +98,12 @@ class SealCheck {
 // The whole check, waited for.
 absl::Status CheckSeal(const std::string& dir, const ImageKey& key);
 
+// A file kept beside a sealed checkpoint that its seal does not cover (cairnd's job spec,
+// written after the commit, which decides as whom the job comes back): sealed on its own
+// under the same key and bound to that checkpoint (its seal's id), in DIR/NAME.seal.
+absl::Status SealSideFile(const std::string& dir, const std::string& name, const ImageKey& key);
+// DIR/NAME's bytes, read once and checked against DIR/NAME.seal (and so against DIR's seal:
+// a side file of another checkpoint is refused).
+absl::StatusOr<std::string> ReadSealedSideFile(const std::string& dir, const std::string& name, const ImageKey& key);
+
 }  // namespace cairn::image

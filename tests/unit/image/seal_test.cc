@@ -120,6 +120,44 @@ TEST_F(SealTest, FilesOthersCouldWriteAreRefused) {
   EXPECT_TRUE(absl::IsPermissionDenied(CheckSeal(dir, key_)));
 }
 
+// cairnd's job spec beside a stored checkpoint (it names the job's user): sealed on its own,
+// bound to that checkpoint.
+TEST_F(SealTest, ASideFileComesBackOnlyAsSealedForItsCheckpoint) {
+  std::string a = Checkpoint("a", 'a');
+  std::string b = Checkpoint("b", 'b');
+  Write(a + "/spec", "user nobody");
+  Write(b + "/spec", "user root!!");
+  ASSERT_TRUE(SealSideFile(a, "spec", key_).ok());
+  ASSERT_TRUE(SealSideFile(b, "spec", key_).ok());
+  absl::StatusOr<std::string> got = ReadSealedSideFile(a, "spec", key_);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "user nobody");
+
+  // Changed, same length.
+  Write(a + "/spec", "user root!!");
+  got = ReadSealedSideFile(a, "spec", key_);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("does not match its seal"));
+
+  // Another checkpoint's spec with its seal, moved over.
+  fs::copy_file(b + "/spec", a + "/spec", fs::copy_options::overwrite_existing);
+  fs::copy_file(b + "/spec.seal", a + "/spec.seal", fs::copy_options::overwrite_existing);
+  got = ReadSealedSideFile(a, "spec", key_);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("belongs to another checkpoint"));
+
+  // No seal at all; another key.
+  fs::remove(a + "/spec.seal");
+  got = ReadSealedSideFile(a, "spec", key_);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("is not sealed"));
+  auto other = ImageKey::LoadOrCreate(tmp_.path() + "/keys/other.key");
+  ASSERT_TRUE(other.ok());
+  got = ReadSealedSideFile(b, "spec", *other);
+  ASSERT_FALSE(got.ok());
+  EXPECT_THAT(std::string(got.status().message()), HasSubstr("not with this node's key"));
+}
+
 TEST_F(SealTest, AKeyFileOthersCanReadIsRefused) {
   std::string path = tmp_.path() + "/loose.key";
   Write(path, std::string(64, 'a') + "\n");
