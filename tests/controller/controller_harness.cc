@@ -1,10 +1,12 @@
 #include "controller_harness.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include <grpcpp/grpcpp.h>
@@ -279,6 +281,88 @@ std::string EtcdCluster::StoreSpec() const {
   }
   return ::testing::AssertionFailure() << "etcd cluster not healthy in time; m0 log:\n"
                                        << ReadFile(dir_ + "/etcd-m0.log");
+}
+
+Partitionable::Partitionable(int to_port) : to_port_(to_port) {
+  listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (listener_ < 0 || ::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(listener_, 64) != 0 || ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ADD_FAILURE() << "Partitionable: cannot listen on loopback: " << std::strerror(errno);
+    return;
+  }
+  port_ = ntohs(a.sin_port);
+  acceptor_ = std::thread([this] { Accept(); });
+}
+
+Partitionable::~Partitionable() {
+  stop_.store(true);
+  ::shutdown(listener_, SHUT_RDWR);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  for (std::thread& t : pumps_) t.join();
+  ::close(listener_);
+  for (int fd : fds_) ::close(fd);
+}
+
+void Partitionable::Accept() {
+  for (;;) {
+    int in = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (in < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (stop_.load()) {
+      ::close(in);
+      return;
+    }
+    int out = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(to_port_));
+    if (out < 0 || ::connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(in);
+      if (out >= 0) ::close(out);
+      continue;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    fds_.push_back(in);
+    fds_.push_back(out);
+    pumps_.emplace_back([this, in, out] { Pump(in, out); });
+    pumps_.emplace_back([this, in, out] { Pump(out, in); });
+  }
+}
+
+// Copies `from` to `to` until either ends; once cut, reads and drops (the sender is not
+// blocked on a full buffer, as a lossy network would not block it either).
+void Partitionable::Pump(int from, int to) {
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(from, buf, sizeof buf);
+    if (n <= 0 || stop_.load()) return;
+    if (cut_.load()) continue;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = ::write(to, buf + off, static_cast<size_t>(n - off));
+      if (w <= 0) return;
+      off += w;
+    }
+  }
+}
+
+std::string PartitionableStoreSpec(const EtcdCluster& etcd, std::vector<std::unique_ptr<Partitionable>>* paths) {
+  std::vector<std::string> eps;
+  for (int p : etcd.client_ports()) {
+    paths->push_back(std::make_unique<Partitionable>(p));
+    eps.push_back(absl::StrCat("127.0.0.1:", paths->back()->port()));
+  }
+  return "etcd://" + absl::StrJoin(eps, ",");
 }
 
 }  // namespace cairn::testing

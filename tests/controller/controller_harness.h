@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -102,11 +103,38 @@ class EtcdCluster {
   std::string StoreSpec() const;
   // SIGKILLs member i (the cluster keeps its quorum with one of three gone).
   void KillMember(int i);
+  const std::vector<int>& client_ports() const { return client_ports_; }
 
  private:
   std::string dir_;
   std::vector<pid_t> pids_;
   std::vector<int> client_ports_;
 };
+
+// A TCP path on loopback that can be cut like a partition: it listens on a port of its own and
+// forwards every connection to `to_port`, both ways, on threads, until Cut(). Cut, it forwards
+// nothing more and answers nothing, but keeps every connection open and accepts new ones (as a
+// network that drops packets does: the peer sees silence, not a reset).
+class Partitionable {
+ public:
+  explicit Partitionable(int to_port);
+  ~Partitionable();
+  int port() const { return port_; }
+  void Cut() { cut_.store(true); }
+
+ private:
+  void Accept();
+  void Pump(int from, int to);
+
+  int to_port_, port_ = 0, listener_ = -1;
+  std::atomic<bool> cut_{false}, stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> pumps_;
+  std::vector<int> fds_;
+  std::mutex mu_;
+};
+
+// The etcd store spec of `etcd`, every member reached through a Partitionable of `paths`.
+std::string PartitionableStoreSpec(const EtcdCluster& etcd, std::vector<std::unique_ptr<Partitionable>>* paths);
 
 }  // namespace cairn::testing

@@ -242,6 +242,74 @@ TEST_F(ControllerKillTest, DeposedLeaderCannotCarryOutItsStaleDecision) {
   y.KillJobs();
 }
 
+// Partitioned from etcd alone: the leader still reaches the daemons (and they it), but every
+// byte between it and etcd is dropped (its connections stay open: silence, not resets) from the
+// moment it has stored a move in flight. Its lease lapses, the other controller takes the lead
+// and resolves the move; whatever the cut-off leader does with its move meanwhile (it wakes from
+// its pause 3 s later and may ask the daemons), the job runs on exactly one node, the decision
+// ends once with its reason, and the job finishes once with the uninterrupted result.
+TEST_F(ControllerKillTest, LeaderCutOffFromEtcdAloneLosesTheLeadAndTheJobRunsOnce) {
+  if (EtcdCluster::Binary().empty()) GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd): scripts/install-deps.sh";
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  EtcdCluster etcd(Dir());
+  ASSERT_TRUE(etcd.Start());
+  std::vector<std::unique_ptr<Partitionable>> paths;  // c1's only way to etcd
+  const std::vector<std::string> flags = {"--dispatch", "cairnd", "--lease-ttl", "2", "--heartbeat-interval", "0.3",
+                                          "--heartbeat-timeout", "15"};
+  ControllerProcess c1(Dir(), "c1", PartitionableStoreSpec(etcd, &paths), flags);
+  ASSERT_TRUE(StartPausingLeader(c1)) << c1.Log();
+  ControllerProcess c2(Dir(), "c2", etcd.StoreSpec(), flags);
+  ASSERT_TRUE(c2.Start());
+  const std::string both = c1.address() + "," + c2.address();
+  std::string shared = SharedStore();
+  std::unique_ptr<DaemonProcess> yp = Join("y", both, "1.20", shared, /*wait=*/true);
+  DaemonProcess& y = *yp;
+  ASSERT_FALSE(HasFailure()) << c1.Log();
+  std::string out = SubmitTrain([&](std::vector<std::string> a) { return Ctl(c1, std::move(a)); }, y);
+  ASSERT_FALSE(HasFailure()) << c1.Log();
+
+  // x registers: c1 decides the move, stores it in flight, and is cut off from etcd there.
+  std::unique_ptr<DaemonProcess> xp = Join("x", both, "0.30", shared, /*wait=*/false);
+  DaemonProcess& x = *xp;
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(c1.Log(), "cairn: fault point controller-in-flight"); }, 60s))
+      << c1.Log() << x.Log();
+  for (auto& p : paths) p->Cut();
+
+  // c2 takes the lead and ends the decision, once.
+  auto ends = [&] {
+    std::vector<json> out;
+    for (const json& e : Events(c2)) {
+      if (absl::StartsWith(e.value("kind", ""), "decision-") && e.value("job_id", "") == "train") out.push_back(e);
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return !ends().empty(); }, 60s)) << c2.Log() << c1.Log() << x.Log() << y.Log();
+  std::optional<api::LeaderResponse> l2 = c2.Leader();
+  ASSERT_TRUE(l2.has_value() && l2->leader()) << c2.Log();
+  json ended = ends().front();
+  std::printf("the cut-off leader's move: %s (%s)\n", ended.value("kind", "").c_str(), ended.value("reason", "").c_str());
+  EXPECT_EQ(ended.value("rule", ""), "cheaper-capacity") << ended.dump();
+  EXPECT_FALSE(ended.value("reason", "").empty()) << ended.dump();
+  // c1 knows it no longer leads (it cannot renew its lease).
+  EXPECT_TRUE(WaitFor([&] { auto l = c1.Leader(); return l.has_value() && !l->leader(); }, 30s)) << c1.Log();
+
+  std::this_thread::sleep_for(3s);  // whatever c1 was doing with its move is done or refused
+  const bool on_x = StateOn(x) == "running", on_y = StateOn(y) == "running";
+  ASSERT_TRUE(on_x != on_y) << "x: " << StateOn(x) << ", y: " << StateOn(y) << "\n" << c1.Log() << c2.Log();
+  const DaemonProcess& there = on_x ? x : y;
+  EXPECT_TRUE(WaitFor([&] { return NodeOfJob(c2) == there.node(); }, 20s)) << Status(c2).dump();
+  EXPECT_EQ(ends().size(), 1u) << c2.Log();
+
+  Release(out);
+  ASSERT_TRUE(WaitFor([&] { return StateOn(x) == "exited" || StateOn(y) == "exited"; }, 180s))
+      << "x: " << StateOn(x) << ", y: " << StateOn(y) << "\n" << c2.Log() << x.Log() << y.Log();
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_FALSE(StateOn(x) == "running" || StateOn(y) == "running");
+  x.KillJobs();
+  y.KillJobs();
+}
+
 TEST_F(ControllerKillTest, EtcdMemberKilledDuringAMoveTheMoveIsStored) {
   if (EtcdCluster::Binary().empty()) GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd): scripts/install-deps.sh";
   std::string expected = Expected();
