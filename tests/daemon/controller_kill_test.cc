@@ -291,8 +291,9 @@ TEST_F(ControllerKillTest, LeaderCutOffFromEtcdAloneLosesTheLeadAndTheJobRunsOnc
   std::printf("the cut-off leader's move: %s (%s)\n", ended.value("kind", "").c_str(), ended.value("reason", "").c_str());
   EXPECT_EQ(ended.value("rule", ""), "cheaper-capacity") << ended.dump();
   EXPECT_FALSE(ended.value("reason", "").empty()) << ended.dump();
-  // c1 knows it no longer leads (it cannot renew its lease).
-  EXPECT_TRUE(WaitFor([&] { auto l = c1.Leader(); return l.has_value() && !l->leader(); }, 30s)) << c1.Log();
+  // c1 knows it no longer leads (it cannot renew its lease). It answers nothing while it carries
+  // its move out (the controller's lock), and each of its writes to etcd waits 3 s for nothing.
+  EXPECT_TRUE(WaitFor([&] { auto l = c1.Leader(); return l.has_value() && !l->leader(); }, 90s)) << c1.Log();
 
   std::this_thread::sleep_for(3s);  // whatever c1 was doing with its move is done or refused
   const bool on_x = StateOn(x) == "running", on_y = StateOn(y) == "running";
