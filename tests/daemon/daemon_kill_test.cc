@@ -174,5 +174,69 @@ TEST_F(DaemonKillTest, RandomKillsDuringPeriodicCheckpointsCostNoJob) {
   daemon->KillJobs();
 }
 
+// The daemon killed together with the guardian of the dump it was taking (a SIGKILL to every
+// process of the service, as `systemctl kill -s KILL cairnd` sends): the dump's journal stays,
+// and the restarted daemon does what the guardian would have before it adopts the job
+// (engine/dump/guardian.h, point 8). Caught inside an injected call, the job answers nothing
+// until then.
+TEST_F(DaemonKillTest, KilledWithItsDumpsGuardianTheRestartedDaemonPutsTheJobBack) {
+  std::string journals = Dir() + "/journals";
+  std::vector<std::string> env = {"CAIRN_JOURNAL_DIR=" + journals};
+  std::vector<std::string> paused = env;
+  paused.push_back("CAIRN_FAULT_PAUSE=injecting");
+  auto daemon = std::make_unique<DaemonProcess>(Dir(), "node-a", std::vector<std::string>{}, paused);
+  ASSERT_TRUE(daemon->Start());
+  Target t;
+  t.name = "full";
+  CommandResult r = daemon->Cairn({"job", "run", "--name", t.name, "--", "/usr/bin/env", "FAULT_TARGET_TRACKED=0",
+                                   FAULT_TARGET, "64"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  t.init = Job(*daemon, t.name)["host_pid"];
+  t.log = daemon->state_dir() + "/jobs/" + t.name + "/stdout.log";
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(t.log).find("ready") != std::string::npos; }, 60s)) << ReadFile(t.log);
+  t.target = ChildOf(t.init);
+  ASSERT_GT(t.target, 0);
+
+  // A checkpoint, paused inside its first injected call; then the daemon and the guardian die.
+  pid_t cli = SpawnProgram({CairnBinary(), "job", "checkpoint", t.name}, Dir() + "/empty", Dir() + "/cli.out",
+                           Dir() + "/cli.err", {"CAIRND_SOCKET=" + daemon->socket()});
+  ASSERT_TRUE(WaitFor([&] { return daemon->RunLog().find("fault point injecting") != std::string::npos; }, 60s))
+      << daemon->RunLog();
+  std::vector<pid_t> guardians;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    pid_t pid = std::atoi(e.path().filename().c_str());
+    std::string stat = pid > 0 ? ReadFile(e.path() / "stat") : "";
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos || stat.find("(cairn-guardian)") == std::string::npos) continue;
+    if (std::atoi(stat.c_str() + close + 4) == daemon->pid()) guardians.push_back(pid);
+  }
+  ASSERT_EQ(guardians.size(), 1u) << "the paused checkpoint has no guardian";
+  ::kill(guardians[0], SIGKILL);
+  daemon->Kill(SIGKILL);
+  daemon->Wait();
+  ::kill(cli, SIGKILL);
+  ::waitpid(cli, nullptr, 0);
+  int left = 0;
+  for (auto it = fs::directory_iterator(journals); it != fs::directory_iterator(); ++it) ++left;
+  EXPECT_EQ(left, 1) << "the dump's journal is not there to be carried out";
+
+  daemon = std::make_unique<DaemonProcess>(Dir(), "node-a", std::vector<std::string>{}, env);
+  ASSERT_TRUE(daemon->Start());
+  EXPECT_NE(daemon->RunLog().find("event=orphan_repaired"), std::string::npos) << daemon->RunLog();
+  for (auto it = fs::directory_iterator(journals); it != fs::directory_iterator(); ++it) {
+    ADD_FAILURE() << "a journal is left after the restart: " << it->path();
+  }
+  json j = Job(*daemon, t.name);
+  EXPECT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["host_pid"], t.init);
+  std::string answer = Ask(t);
+  EXPECT_EQ(answer.rfind("PASS", 0), 0u) << "the job is not as it was: " << answer;
+  // And the restarted daemon checkpoints it.
+  CommandResult again = daemon->Cairn({"job", "checkpoint", t.name});
+  EXPECT_TRUE(again.Exited(0)) << again.Describe();
+  EXPECT_EQ(Ask(t).rfind("PASS", 0), 0u);
+  daemon->KillJobs();
+}
+
 }  // namespace
 }  // namespace cairn::testing
