@@ -203,6 +203,7 @@ class Daemon {
     bool killed_by_user = false;
     double next_checkpoint = 0;  // monotonic seconds
     double next_resolve = 0;     // state migrating: when to ask the destination again
+    bool warned_no_token = false;  // state migrating: said once that it cannot ask
   };
 
   // A group checkpoint's rank (group.cc): the group checkpoint's id, and its coordinator's
@@ -302,6 +303,9 @@ class Daemon {
   std::set<std::string> receiving_;  // GUARDED_BY(mu_)
   // The token a migration in doubt was started with, when it was not --peer-token-file's.
   std::map<std::string, std::string> doubt_tokens_;  // GUARDED_BY(mu_)
+  // Where a migration's credential is kept while it is in doubt (JobDir/migration.token, 0600).
+  std::string MigrationTokenPath(const std::string& name) const;
+  void ForgetMigrationTokenLocked(const std::string& name);
   std::map<std::string, JobState> jobs_;  // GUARDED_BY(mu_)
   std::mutex ev_mu_;
   std::condition_variable events_cv_;     // notified when an event is added

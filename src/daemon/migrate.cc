@@ -349,7 +349,14 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
                                   opts_.node);
   ckid.erase(std::remove(ckid.begin(), ckid.end(), '.'), ckid.end());
   // Recorded before anything is sent: a daemon that restarts in the middle finds out from
-  // the destination how it ended (ResolveMigrations).
+  // the destination how it ended (ResolveMigrations), with the credential it was given for
+  // the destination (kept beside the job, root's alone: the catalog's record is served to
+  // callers, the token must not be).
+  if (!req.token().empty()) {
+    if (absl::Status st = WriteFileSynced(MigrationTokenPath(name), req.token()); !st.ok()) {
+      return refuse(Annotate(st, "keep the migration's credential"));
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     JobState& s = jobs_[name];
@@ -358,6 +365,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.job.set_migration(ckid);
     if (absl::Status st = Persist(s.job); !st.ok()) {
       ClearMigration(s.job);
+      ForgetMigrationTokenLocked(name);
       return refuse(Annotate(st, "record the migration in the catalog"));
     }
     if (!req.token().empty()) doubt_tokens_[name] = req.token();
@@ -627,7 +635,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.child = false;
     s.job.set_state("migrated");
     ClearMigration(s.job);
-    doubt_tokens_.erase(name);
+    ForgetMigrationTokenLocked(name);
     s.job.set_ended(UnixNow());
     s.job.mutable_health()->set_state("migrated");
     s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", to_node));
@@ -663,9 +671,23 @@ void Daemon::ResolveMigrations() {
     for (auto& [name, s] : jobs_) {
       if (s.job.state() != "migrating" || s.busy || now < s.next_resolve) continue;
       s.next_resolve = now + 2;
+      // The migration's own credential: in memory, or (the daemon restarted) kept beside the job.
       auto t = doubt_tokens_.find(name);
+      std::string token = t != doubt_tokens_.end() ? t->second : "";
+      if (token.empty()) {
+        absl::StatusOr<std::string> kept = ReadFile(MigrationTokenPath(name));
+        if (kept.ok()) token = *kept;
+      }
+      if (token.empty() && !s.warned_no_token) {
+        s.warned_no_token = true;
+        if (opts_.peer_token.empty()) {
+          CAIRN_LOG_WARN("migration={} job={}: no credential to ask node {} how it ended (none was kept and there is "
+                         "no --peer-token-file); the job stays held until it can be asked",
+                         s.job.migration(), name, s.job.migrating_to());
+        }
+      }
       doubts.push_back({name, s.job.migrating_to(), s.job.migrating_address(), s.job.migration(),
-                        t != doubt_tokens_.end() ? t->second : opts_.peer_token});
+                        token.empty() ? opts_.peer_token : token});
     }
   }
   for (const Doubt& d : doubts) {
@@ -681,6 +703,13 @@ void Daemon::ResolveMigrations() {
     SettleLocked(d.name, s, *o == "committed", absl::StrCat("(runs there as pid ", there.host_pid(), ")"),
                  "the destination");
   }
+}
+
+std::string Daemon::MigrationTokenPath(const std::string& name) const { return JobDir(name) + "/migration.token"; }
+
+void Daemon::ForgetMigrationTokenLocked(const std::string& name) {
+  doubt_tokens_.erase(name);
+  ::unlink(MigrationTokenPath(name).c_str());
 }
 
 void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, const std::string& there,
@@ -708,7 +737,7 @@ void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, 
     }
   }
   ClearMigration(s.job);
-  doubt_tokens_.erase(name);
+  ForgetMigrationTokenLocked(name);
   if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
   if (committed) {
     Event(name, "migrated",

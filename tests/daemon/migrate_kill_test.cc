@@ -28,6 +28,10 @@ struct Cut {
   const char* stage;     // where
   const char* settles;   // where the job must run afterwards: "source", "destination" or "either"
   int down_s = 0;        // how long the killed daemon stays down before it is started again
+  // The destination's credential comes with the request (--to-token-file, as the controller
+  // sends it), the source has no --peer-token-file of its own: a restarted source must have
+  // kept the migration's credential to ask how it ended.
+  bool token_in_request = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Cut& c) { return os << c.name; }
@@ -46,9 +50,9 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
   auto b = std::make_unique<DaemonProcess>(Dir(), "node-b", args_b,
                                            cut.kill_source ? std::vector<std::string>{} : std::vector<std::string>{fault});
   ASSERT_TRUE(b->Start());
-  std::vector<std::string> args_a = {"--listen",        addr_a, "--token-file",  token,
-                                     "--peer",          b->node() + "=" + addr_b,
-                                     "--peer-token-file", token, "--spool-dir", Dir() + "/spool"};
+  std::vector<std::string> args_a = {"--listen", addr_a, "--token-file", token, "--peer", b->node() + "=" + addr_b,
+                                     "--spool-dir", Dir() + "/spool"};
+  if (!cut.token_in_request) args_a.insert(args_a.end(), {"--peer-token-file", token});
   auto a = std::make_unique<DaemonProcess>(Dir(), "node-a", args_a,
                                            cut.kill_source ? std::vector<std::string>{fault} : std::vector<std::string>{});
   ASSERT_TRUE(a->Start());
@@ -62,8 +66,9 @@ TEST_P(MigrateKillTest, ExactlyOneCopyRunsAndTheRecordsAgree) {
   int pid_a = Job(*a, "py")["host_pid"];
 
   std::unique_ptr<DaemonProcess>& victim = cut.kill_source ? a : b;
-  FaultCut killed =
-      KillAtFaultPoint(*a, {"job", "migrate", "py", "--to", node_b, "--restore-timeout", "30"}, *victim, cut.stage);
+  std::vector<std::string> migrate_args = {"job", "migrate", "py", "--to", node_b, "--restore-timeout", "30"};
+  if (cut.token_in_request) migrate_args.insert(migrate_args.end(), {"--to-token-file", token});
+  FaultCut killed = KillAtFaultPoint(*a, migrate_args, *victim, cut.stage);
   const CommandResult& migrate = killed.call;
   ASSERT_TRUE(killed.reached) << "the " << (cut.kill_source ? "source" : "destination") << " never reached " << cut.stage
                               << ": " << victim->RunLog() << "\nmigrate: " << migrate.Describe();
@@ -191,7 +196,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // Down longer than the source asks (10 s): the source holds the job frozen
                       // (state migrating) and asks every 2 s until the destination answers.
                       Cut{"DestinationGivenCommitDownLong", false, "migrate-commit-received", "source", 14},
-                      Cut{"DestinationAfterItsRecordDownLong", false, "migrate-adopted", "destination", 14}),
+                      Cut{"DestinationAfterItsRecordDownLong", false, "migrate-adopted", "destination", 14},
+                      // The controller's way: the credential only in the request (chaos run, seed
+                      // 602: a restarted source held its job frozen for good, unable to ask).
+                      Cut{"SourceHoldingBeforeCommitTokenInRequest", true, "migrate-held", "source", 0, true},
+                      Cut{"SourceAfterSendingCommitTokenInRequest", true, "migrate-commit-sent", "either", 0, true}),
     [](const ::testing::TestParamInfo<Cut>& i) { return std::string(i.param.name); });
 
 }  // namespace
