@@ -596,6 +596,31 @@ TEST_F(ControllerCoreTest, InFlightDecisionWaitsWhileBusyThenIsCarriedOutAgain) 
   EXPECT_FALSE(StoredJ().has_in_flight());
 }
 
+// Busy for long (a source that cannot find out how its migration ended holds the job frozen):
+// not silent — one decision-waiting event, and the job's status shows its decision in flight.
+TEST_F(ControllerCoreTest, InFlightDecisionBusyForLongIsSaidOnceAndShown) {
+  DieWhileRestoringOnB();
+  ASSERT_FALSE(HasFatalFailure());
+  api::StoredJob sj = StoredJ();
+  ASSERT_TRUE(sj.has_in_flight());
+  sj.mutable_in_flight()->set_since(sj.in_flight().since() - 60);
+  ASSERT_TRUE(store_.Put("jobs/j", sj.SerializeAsString()).ok());
+  LocatingDispatcher d2;
+  d2.where["j@a"] = {kBusy, "migrating", 7};
+  Controller next(&store_, &d2, Options());
+  next.Tick();
+  next.Tick();
+  next.Tick();
+  std::vector<api::Event> waiting = EventsOf(next, "decision-waiting");
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(waiting[0].reason(), "a says the job is busy")) << waiting[0].reason();
+  api::ClusterStatusResponse st;
+  ASSERT_TRUE(next.ClusterStatus(&st).ok());
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).pending_action(), "in flight: restore to b (node-lost)") << st.jobs(0).DebugString();
+  EXPECT_TRUE(d2.carried.empty());
+}
+
 // Each leadership has a term one more than the last: its dispatcher sends it with every call
 // and registrations and heartbeats carry it to the daemons.
 TEST_F(ControllerCoreTest, EachLeaderHasANewTerm) {

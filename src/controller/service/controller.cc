@@ -738,7 +738,22 @@ absl::Status Controller::ResolveInFlightLocked() {
           id, "decision-resolved", absl::StrCat(what, ": carried out: ", d.target_node_id, " ", Said(to), also)));
       continue;
     }
-    if (to.kind == Where::kBusy || from.kind == Where::kBusy) continue;  // a migration being settled, a restore
+    if (to.kind == Where::kBusy || from.kind == Where::kBusy) {
+      // A migration being settled, a restore: asked again every tick. Said once when it lasts,
+      // so that a job held in doubt is not silent (the status shows its decision in flight).
+      if (Now() - f.since() > 30 && waiting_noted_.insert(id).second) {
+        api::Event ev;
+        ev.set_kind("decision-waiting");
+        ev.set_job_id(id);
+        ev.set_node_id(to.kind == Where::kBusy ? d.target_node_id : d.node_id);
+        ev.set_rule(f.rule());
+        ev.set_reason(absl::StrCat(what, ": still waiting: ", to.kind == Where::kBusy ? d.target_node_id : d.node_id,
+                                   " says the job is busy (", Said(to.kind == Where::kBusy ? to : from),
+                                   "); asked again every tick"));
+        RETURN_IF_ERROR(RecordLocked(std::move(ev)));
+      }
+      continue;
+    }
     if (from.kind == Where::kRunning) {
       RETURN_IF_ERROR(EndInFlightLocked(
           id, "decision-abandoned",
@@ -780,6 +795,7 @@ absl::Status Controller::ResolveInFlightLocked() {
     // stopped at its checkpoint) is restored from its newest stored checkpoint where it ran: the
     // source's record says why it stopped, while the target may hold an older record of the job
     // (a move the other way) and rightly refuses to run what it believes runs elsewhere.
+    const std::string meant_for = d.target_node_id;  // where the decision meant the job to go
     if (d.action == Action::kMigrate) {
       d.action = Action::kRestore;
       d.restore_from_time = Now();
@@ -795,8 +811,9 @@ absl::Status Controller::ResolveInFlightLocked() {
     RETURN_IF_ERROR(EndInFlightLocked(
         id, "decision-resumed",
         absl::StrCat(what, ": the job runs on neither ", d.node_id.empty() ? "" : d.node_id + " (" + Said(from) + ") nor ",
-                     d.target_node_id, " (", Said(to), "): carried out again by this leader (",
-                     ActionName(d.action), r.done ? ", done)" : ", not done)"),
+                     meant_for, " (", Said(to), "): carried out again by this leader (", ActionName(d.action),
+                     d.target_node_id != meant_for ? absl::StrCat(" on ", d.target_node_id) : "",
+                     r.done ? ", done)" : ", not done)"),
         r.note));
   }
   return absl::OkStatus();
@@ -1093,7 +1110,14 @@ api::JobStatus Controller::JobStatusLocked(const Job& job) const {
   s.set_state(state);
   s.set_node_id(job.node_id);
   s.set_submit_time(job.spec.submit_time);
-  if (auto it = pending_action_.find(job.spec.id); it != pending_action_.end()) s.set_pending_action(it->second);
+  if (auto it = pending_action_.find(job.spec.id); it != pending_action_.end()) {
+    s.set_pending_action(it->second);
+  } else if (auto f = in_flight_.find(job.spec.id); f != in_flight_.end()) {
+    // A decision being carried out, or found by this leader and not resolved yet.
+    s.set_pending_action(absl::StrCat("in flight: ", f->second.action(),
+                                      f->second.to_node().empty() ? "" : " to " + f->second.to_node(), " (",
+                                      f->second.rule(), ")"));
+  }
   return s;
 }
 

@@ -193,6 +193,7 @@ class Controller {
   // Nodes whose reconciliation left a job undecided (its placed node busy or silent): again next tick.
   std::set<std::string> reconcile_again_;
   std::set<std::string> deferred_noted_;  // "job@node" whose fence-deferred event is recorded
+  std::set<std::string> waiting_noted_;   // jobs whose decision-waiting event is recorded
   std::map<std::string, std::string> pending_action_;        // job -> decision text
   std::map<std::string, bool> started_;                      // job -> dispatcher confirmed
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order
