@@ -99,6 +99,11 @@ struct PolicyContext {
   const Placer& placer;
   const PolicyConfig& config;
   double now = 0;
+  // Jobs with a decision still being carried out or resolved: the controller takes no other
+  // decision for them, so a rule that shares out room (a node claimed by one move is not offered
+  // to the next) leaves them out before it does.
+  const std::set<std::string>* settling = nullptr;
+  bool Settling(const std::string& job_id) const { return settling != nullptr && settling->count(job_id) != 0; }
 };
 
 class Rule {

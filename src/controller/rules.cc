@@ -274,6 +274,7 @@ std::vector<Decision> CheaperCapacityRule::Evaluate(const Event& e, const Policy
     const Job& job = *ctx.cluster.FindJob(id);
     if (job.state != JobState::kRunning || job.node_id.empty()) continue;
     if (!e.job_id.empty() && e.job_id != id) continue;
+    if (ctx.Settling(id)) continue;  // its move would be dropped, and would keep the node from the next job
     const Node* cur_node = ctx.cluster.FindNode(job.node_id);
     if (cur_node == nullptr) continue;
     PlacementRequest r;

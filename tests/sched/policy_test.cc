@@ -181,6 +181,33 @@ TEST_F(PolicyTest, CheaperCapacityMovesOnlyWhenTheSavingPaysForTheMove) {
   EXPECT_TRUE(CheaperCapacityRule().Evaluate(Ev(Trigger::kCapacityAdded), Ctx()).empty());
 }
 
+// A job whose decision is still in flight gets no move, and takes no cheap node from the next
+// job (chaos run seed 602: a held job's move, dropped each time, kept the only free node).
+TEST_F(PolicyTest, CheaperCapacityLeavesAJobWithADecisionInFlightOut) {
+  ASSERT_TRUE(c_.RemoveNode("spot-b").ok());
+  ASSERT_TRUE(c_.Unbind("j").ok());
+  ASSERT_TRUE(c_.Bind("j", "od").ok());
+  ASSERT_TRUE(c_.AddNode(GpuNode("od2", 3.06)).ok());
+  ASSERT_TRUE(c_.AddJob(GpuJob("a")).ok());  // sorted first
+  ASSERT_TRUE(c_.Bind("a", "od2").ok());
+  Job* a = c_.MutableJob("a");
+  a->work_done_s = 2 * 3600;
+  a->progress_time = now_;
+  a->checkpoints = {{now_ - 3600, 1.0 * 3600}, {now_ - 360, 1.9 * 3600}};
+  Event added = Ev(Trigger::kCapacityAdded);
+  added.job_id.clear();  // capacity added: every job is looked at
+  auto both = CheaperCapacityRule().Evaluate(added, Ctx());
+  ASSERT_EQ(both.size(), 1u) << "one cheap node: one move";
+  EXPECT_EQ(both[0].job_id, "a");
+  std::set<std::string> settling = {"a"};
+  PolicyContext ctx = Ctx();
+  ctx.settling = &settling;
+  auto d = CheaperCapacityRule().Evaluate(added, ctx);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].job_id, "j");
+  EXPECT_EQ(d[0].target_node_id, "spot-a");
+}
+
 TEST_F(PolicyTest, ScaleDownSuspendsLowestPriorityFirst) {
   ASSERT_TRUE(c_.AddNode(GpuNode("od2", 3.06)).ok());
   JobSpec hi = GpuJob("hi");

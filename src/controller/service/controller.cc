@@ -423,7 +423,9 @@ absl::Status Controller::PlacePendingLocked() {
 
 absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event>* out) {
   Placer placer(*cluster_);
-  PolicyContext ctx{*cluster_, placer, options_.policy, event.time};
+  std::set<std::string> settling;
+  for (const auto& [id, f] : in_flight_) settling.insert(id);
+  PolicyContext ctx{*cluster_, placer, options_.policy, event.time, &settling};
   std::vector<Decision> decisions = engine_.Handle(event, ctx);
   for (const Decision& d : decisions) {
     if (const Job* j = d.job_id.empty() ? nullptr : cluster_->FindJob(d.job_id);

@@ -25,6 +25,7 @@
 #include <set>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -424,8 +425,16 @@ namespace {
 // effective uid's) that no one else can write: what is in it is acted on as root.
 absl::StatusOr<UniqueFd> OpenJournalDir(const std::string& dir, bool create) {
   if (create) {
+    // Missing parents 0755 whatever the umask (not create_directories' 0777 & ~umask: under
+    // umask 000 /run/cairn, where cairnd puts its socket, would be anyone's to write).
+    std::vector<std::filesystem::path> missing;
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+    for (auto p = std::filesystem::path(dir).parent_path(); !p.empty() && p != p.root_path() &&
+                                                            !std::filesystem::exists(p, ec);
+         p = p.parent_path()) {
+      missing.push_back(p);
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) ::mkdir(it->c_str(), 0755);
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
       return ErrnoStatus(absl::StrCat("make the dump journal directory ", dir));
     }
