@@ -276,18 +276,20 @@ struct PagesSealer::State {
   std::condition_variable cv;
   uint64_t end = 0;      // GUARDED_BY(mu): written so far
   uint64_t hashed = 0;   // GUARDED_BY(mu)
-  bool done = false;     // GUARDED_BY(mu)
+  bool stop = false;     // GUARDED_BY(mu): the commit takes over (or the dump is abandoned)
   absl::Status status;   // GUARDED_BY(mu)
   std::thread thread;
 
   void Run() {
-    // Only has to keep up; at the commit the processes are frozen or gone, and it has the CPU.
+    // Only has to keep up while the dump writes, beside the processes. It may be starved (the
+    // processes left running keep every CPU busy): the commit then takes the rest over at its
+    // own priority (Finish), so it hashes a chunk at a time.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
     std::unique_lock<std::mutex> l(mu);
     for (;;) {
-      cv.wait(l, [&] { return done || end > hashed; });
-      if (end == hashed && done) return;
-      uint64_t from = hashed, to = end;
+      cv.wait(l, [&] { return stop || end > hashed; });
+      if (stop) return;
+      uint64_t from = hashed, to = std::min<uint64_t>(end, hashed + kChunk);
       l.unlock();
       absl::Status st = mac.UpdateFrom(fd.get(), from, to, path);
       l.lock();
@@ -299,16 +301,20 @@ struct PagesSealer::State {
     }
   }
 
-  // The final MAC of [0, size).
+  // The final MAC of [0, size): the thread stops after its chunk, this one hashes the rest.
   absl::StatusOr<std::array<uint8_t, kTag>> Finish(uint64_t size) {
     {
       std::lock_guard<std::mutex> l(mu);
       end = std::max(end, size);
-      done = true;
+      stop = true;
     }
     cv.notify_all();
     if (thread.joinable()) thread.join();
     RETURN_IF_ERROR(status);
+    if (hashed < size) {
+      RETURN_IF_ERROR(mac.UpdateFrom(fd.get(), hashed, size, path));
+      hashed = size;
+    }
     if (hashed != size) {
       return absl::InternalError(absl::StrFormat("%s: %d bytes were sealed as written, the file has %d", path, hashed, size));
     }
@@ -336,7 +342,7 @@ absl::StatusOr<std::unique_ptr<PagesSealer>> PagesSealer::Start(const ImageKey& 
 PagesSealer::~PagesSealer() {
   {
     std::lock_guard<std::mutex> l(s_->mu);
-    s_->done = true;
+    s_->stop = true;
   }
   s_->cv.notify_all();
   if (s_->thread.joinable()) s_->thread.join();
