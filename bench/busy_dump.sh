@@ -23,12 +23,14 @@ trap cleanup EXIT
 for ((i = 0; i < busy; i++)); do
   (exec 251>&- 2>/dev/null; while :; do :; done) &
   spinners+=($!)
+  disown $!
 done
 (
   for fd in $(ls /proc/$BASHPID/fd); do if ((fd > 2)); then eval "exec $fd>&-"; fi; done
   exec "$build/bench/mem_holder" "$mib" "$work/ready" </dev/null >/dev/null 2>&1
 ) &
 holder=$!
+disown $holder
 while [[ ! -f $work/ready ]]; do sleep 0.05; done
 echo "| --leave-running dump of $mib MiB, $busy CPU spinners beside it | run | dump s | frozen s |"
 echo "|---|---:|---:|---:|"
