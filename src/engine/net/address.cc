@@ -1,0 +1,312 @@
+#include "engine/net/address.h"
+
+#include <arpa/inet.h>
+#include <linux/if_addr.h>
+#include <net/ethernet.h>
+#include <net/if_arp.h>
+#include <netpacket/packet.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn::net {
+namespace {
+
+// One address of an interface, as RTM_GETADDR lists it.
+struct Held {
+  int family = 0;
+  int index = 0;
+  int prefix = 0;
+  std::string addr;
+};
+
+// A route-netlink socket with a 2 s limit on every answer.
+absl::StatusOr<UniqueFd> RouteSocket() {
+  UniqueFd s(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  if (!s.valid()) return ErrnoStatus("socket(NETLINK_ROUTE)");
+  timeval tv{2, 0};
+  ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return s;
+}
+
+void Attr(std::string* msg, uint16_t type, const std::string& data) {
+  nlattr a{};
+  a.nla_type = type;
+  a.nla_len = static_cast<uint16_t>(NLA_HDRLEN + data.size());
+  msg->append(reinterpret_cast<const char*>(&a), sizeof a);
+  msg->append(data);
+  msg->resize(NLMSG_ALIGN(msg->size()), '\0');
+}
+
+// Sends one request that asks for an acknowledgement and returns the kernel's errno for it (0: done).
+absl::StatusOr<int> Request(uint16_t type, uint16_t flags, const ifaddrmsg& ifa, const std::string& addr) {
+  std::string msg(NLMSG_HDRLEN, '\0');
+  msg.append(reinterpret_cast<const char*>(&ifa), sizeof ifa);
+  msg.resize(NLMSG_ALIGN(msg.size()), '\0');
+  if (ifa.ifa_family == AF_INET) Attr(&msg, IFA_LOCAL, addr);
+  Attr(&msg, IFA_ADDRESS, addr);
+  auto* h = reinterpret_cast<nlmsghdr*>(msg.data());
+  h->nlmsg_len = static_cast<uint32_t>(msg.size());
+  h->nlmsg_type = type;
+  h->nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | NLM_F_ACK | flags);
+  h->nlmsg_seq = 1;
+  ASSIGN_OR_RETURN(UniqueFd s, RouteSocket());
+  if (::send(s.get(), msg.data(), msg.size(), 0) != static_cast<ssize_t>(msg.size())) {
+    return ErrnoStatus("send to rtnetlink");
+  }
+  alignas(nlmsghdr) char buf[8192];
+  for (;;) {
+    ssize_t n = ::recv(s.get(), buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read rtnetlink's answer");
+    for (auto* r = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(r, static_cast<unsigned>(n));
+         r = NLMSG_NEXT(r, n)) {
+      if (r->nlmsg_type == NLMSG_ERROR && r->nlmsg_seq == 1) {
+        return -reinterpret_cast<nlmsgerr*>(NLMSG_DATA(r))->error;
+      }
+    }
+  }
+}
+
+// Every address of every interface here.
+absl::StatusOr<std::vector<Held>> ListAddresses() {
+  ASSIGN_OR_RETURN(UniqueFd s, RouteSocket());
+  struct {
+    nlmsghdr h;
+    ifaddrmsg ifa;
+  } req{};
+  req.h.nlmsg_len = sizeof req;
+  req.h.nlmsg_type = RTM_GETADDR;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.h.nlmsg_seq = 1;
+  req.ifa.ifa_family = AF_UNSPEC;
+  if (::send(s.get(), &req, sizeof req, 0) != static_cast<ssize_t>(sizeof req)) return ErrnoStatus("send RTM_GETADDR");
+  std::vector<Held> out;
+  alignas(nlmsghdr) char buf[32768];
+  for (;;) {
+    ssize_t n = ::recv(s.get(), buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read the addresses from rtnetlink");
+    for (auto* r = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(r, static_cast<unsigned>(n));
+         r = NLMSG_NEXT(r, n)) {
+      if (r->nlmsg_type == NLMSG_DONE) return out;
+      if (r->nlmsg_type == NLMSG_ERROR) {
+        int err = -reinterpret_cast<nlmsgerr*>(NLMSG_DATA(r))->error;
+        return absl::InternalError(absl::StrCat("list the addresses (rtnetlink): ", std::strerror(err)));
+      }
+      if (r->nlmsg_type != RTM_NEWADDR) continue;
+      auto* ifa = reinterpret_cast<ifaddrmsg*>(NLMSG_DATA(r));
+      Held h;
+      h.family = ifa->ifa_family;
+      h.index = static_cast<int>(ifa->ifa_index);
+      h.prefix = ifa->ifa_prefixlen;
+      std::string local, address;
+      int len = static_cast<int>(IFA_PAYLOAD(r));
+      for (auto* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+        std::string v(reinterpret_cast<const char*>(RTA_DATA(a)), RTA_PAYLOAD(a));
+        if (a->rta_type == IFA_LOCAL) local = v;
+        if (a->rta_type == IFA_ADDRESS) address = v;
+      }
+      h.addr = local.empty() ? address : local;  // IPv4 names its own address IFA_LOCAL
+      if (h.family == AF_INET || h.family == AF_INET6) out.push_back(std::move(h));
+    }
+  }
+}
+
+bool SameSubnet(const std::string& a, const std::string& b, int prefix) {
+  if (a.size() != b.size()) return false;
+  int bytes = prefix / 8, bits = prefix % 8;
+  if (std::memcmp(a.data(), b.data(), static_cast<size_t>(bytes)) != 0) return false;
+  if (bits == 0) return true;
+  auto mask = static_cast<unsigned char>(0xff << (8 - bits));
+  return (static_cast<unsigned char>(a[bytes]) & mask) == (static_cast<unsigned char>(b[bytes]) & mask);
+}
+
+std::string Text(const ServiceAddress& a) { return a.text.empty() ? "(a service address)" : a.text; }
+
+// Two gratuitous ARP requests for `a` out of interface `index`: whoever has it cached learns
+// its new hardware address. Nothing to do on an interface without ARP (loopback, tunnels).
+absl::Status Announce(const ServiceAddress& a, int index) {
+  char name[IF_NAMESIZE] = {};
+  if (::if_indextoname(static_cast<unsigned>(index), name) == nullptr) return ErrnoStatus("if_indextoname");
+  UniqueFd s(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP)));
+  if (!s.valid()) return ErrnoStatus("socket(AF_PACKET) to announce " + Text(a));
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, name, IF_NAMESIZE);  // name: IF_NAMESIZE bytes, NUL-terminated
+  if (::ioctl(s.get(), SIOCGIFHWADDR, &ifr) != 0) return ErrnoStatus(absl::StrCat("SIOCGIFHWADDR ", name));
+  if (ifr.ifr_hwaddr.sa_family != ARPHRD_ETHER) return absl::OkStatus();
+  struct __attribute__((packed)) {
+    arphdr h;
+    unsigned char sha[6];
+    unsigned char spa[4];
+    unsigned char tha[6];
+    unsigned char tpa[4];
+  } pkt{};
+  pkt.h.ar_hrd = htons(ARPHRD_ETHER);
+  pkt.h.ar_pro = htons(ETH_P_IP);
+  pkt.h.ar_hln = 6;
+  pkt.h.ar_pln = 4;
+  pkt.h.ar_op = htons(ARPOP_REQUEST);
+  std::memcpy(pkt.sha, ifr.ifr_hwaddr.sa_data, 6);
+  std::memcpy(pkt.spa, a.addr.data(), 4);
+  std::memcpy(pkt.tpa, a.addr.data(), 4);
+  sockaddr_ll to{};
+  to.sll_family = AF_PACKET;
+  to.sll_protocol = htons(ETH_P_ARP);
+  to.sll_ifindex = index;
+  to.sll_halen = 6;
+  std::memset(to.sll_addr, 0xff, 6);
+  for (int i = 0; i < 2; ++i) {
+    if (::sendto(s.get(), &pkt, sizeof pkt, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) != sizeof pkt) {
+      return ErrnoStatus(absl::StrCat("announce ", Text(a), " on ", name, " (gratuitous ARP)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServiceAddress> ParseServiceAddress(absl::string_view text) {
+  ServiceAddress a;
+  a.text = std::string(text);
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("service address '", text, "': ", why, " (write ADDR/PREFIX or ADDR/PREFIX@DEVICE, e.g. 10.0.0.5/24)"));
+  };
+  absl::string_view rest = text;
+  if (size_t at = rest.find('@'); at != absl::string_view::npos) {
+    a.device = std::string(rest.substr(at + 1));
+    rest = rest.substr(0, at);
+    if (a.device.empty() || a.device.size() >= IF_NAMESIZE || a.device.find('/') != std::string::npos) {
+      return bad("not a device name after '@'");
+    }
+  }
+  size_t slash = rest.find('/');
+  if (slash == absl::string_view::npos) return bad("no /PREFIX");
+  std::string ip(rest.substr(0, slash));
+  if (!absl::SimpleAtoi(rest.substr(slash + 1), &a.prefix)) return bad("the prefix is not a number");
+  unsigned char raw[16];
+  if (::inet_pton(AF_INET, ip.c_str(), raw) == 1) {
+    a.family = AF_INET;
+    a.addr.assign(reinterpret_cast<char*>(raw), 4);
+  } else if (::inet_pton(AF_INET6, ip.c_str(), raw) == 1) {
+    a.family = AF_INET6;
+    a.addr.assign(reinterpret_cast<char*>(raw), 16);
+  } else {
+    return bad("not an IPv4 or IPv6 address");
+  }
+  int max = a.family == AF_INET ? 32 : 128;
+  if (a.prefix < 1 || a.prefix > max) return bad(absl::StrCat("the prefix must be 1 to ", max));
+  bool unspecified = a.addr == std::string(a.addr.size(), '\0');
+  bool loopback = a.family == AF_INET ? static_cast<unsigned char>(a.addr[0]) == 127
+                                      : a.addr == std::string(15, '\0') + '\x01';
+  bool multicast = a.family == AF_INET ? (static_cast<unsigned char>(a.addr[0]) & 0xf0) == 0xe0
+                                       : static_cast<unsigned char>(a.addr[0]) == 0xff;
+  if (unspecified || loopback || multicast) return bad("an unspecified, loopback or multicast address cannot move");
+  return a;
+}
+
+absl::StatusOr<int> InterfaceFor(const ServiceAddress& a) {
+  if (!a.device.empty()) {
+    unsigned index = ::if_nametoindex(a.device.c_str());
+    if (index == 0) {
+      return absl::NotFoundError(absl::StrCat("service address ", Text(a), ": this node has no device ", a.device));
+    }
+    return static_cast<int>(index);
+  }
+  ASSIGN_OR_RETURN(std::vector<Held> held, ListAddresses());
+  for (const Held& h : held) {
+    if (h.family == a.family && h.addr != a.addr && SameSubnet(h.addr, a.addr, a.prefix)) return h.index;
+  }
+  for (const Held& h : held) {
+    if (h.family == a.family && h.addr == a.addr) return h.index;
+  }
+  std::string network = a.addr;  // the address with its host bits cleared
+  for (size_t bit = static_cast<size_t>(a.prefix); bit < network.size() * 8; ++bit) {
+    network[bit / 8] = static_cast<char>(static_cast<unsigned char>(network[bit / 8]) & ~(0x80u >> (bit % 8)));
+  }
+  char subnet[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(a.family, network.data(), subnet, sizeof subnet);
+  return absl::NotFoundError(absl::StrCat("service address ", Text(a), ": no interface of this node has an address in ",
+                                          subnet, "/", a.prefix,
+                                          " to put it on; name the device (ADDR/PREFIX@DEVICE) or give the node an "
+                                          "address on that network"));
+}
+
+absl::StatusOr<bool> HasAddress(const ServiceAddress& a) {
+  ASSIGN_OR_RETURN(std::vector<Held> held, ListAddresses());
+  for (const Held& h : held) {
+    if (h.family == a.family && h.addr == a.addr) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<bool> AddServiceAddress(const ServiceAddress& a) {
+  ASSIGN_OR_RETURN(bool there, HasAddress(a));
+  if (there) return false;
+  ASSIGN_OR_RETURN(int index, InterfaceFor(a));
+  ifaddrmsg ifa{};
+  ifa.ifa_family = static_cast<unsigned char>(a.family);
+  ifa.ifa_prefixlen = static_cast<unsigned char>(a.prefix);
+  ifa.ifa_flags = a.family == AF_INET6 ? IFA_F_NODAD : 0;
+  ifa.ifa_scope = RT_SCOPE_UNIVERSE;
+  ifa.ifa_index = static_cast<unsigned>(index);
+  ASSIGN_OR_RETURN(int err, Request(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, ifa, a.addr));
+  if (err == EEXIST) return false;
+  if (err != 0) {
+    return absl::InternalError(absl::StrCat("add service address ", Text(a), ": ", std::strerror(err),
+                                            err == EPERM ? " (it needs CAP_NET_ADMIN in this network namespace)" : ""));
+  }
+  if (a.family == AF_INET) RETURN_IF_ERROR(Announce(a, index));
+  return true;
+}
+
+absl::Status RemoveServiceAddress(const ServiceAddress& a) {
+  ASSIGN_OR_RETURN(std::vector<Held> held, ListAddresses());
+  for (const Held& h : held) {
+    if (h.family != a.family || h.addr != a.addr) continue;
+    ifaddrmsg ifa{};
+    ifa.ifa_family = static_cast<unsigned char>(a.family);
+    ifa.ifa_prefixlen = static_cast<unsigned char>(h.prefix);
+    ifa.ifa_index = static_cast<unsigned>(h.index);
+    ASSIGN_OR_RETURN(int err, Request(RTM_DELADDR, 0, ifa, a.addr));
+    if (err != 0 && err != EADDRNOTAVAIL && err != ENOENT) {
+      return absl::InternalError(absl::StrCat("remove service address ", Text(a), ": ", std::strerror(err)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddServiceAddresses(const std::vector<std::string>& texts) {
+  absl::Status first;
+  for (const std::string& t : texts) {
+    absl::StatusOr<ServiceAddress> a = ParseServiceAddress(t);
+    absl::Status st = a.ok() ? AddServiceAddress(*a).status() : a.status();
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+absl::Status RemoveServiceAddresses(const std::vector<std::string>& texts) {
+  absl::Status first;
+  for (const std::string& t : texts) {
+    absl::StatusOr<ServiceAddress> a = ParseServiceAddress(t);
+    absl::Status st = a.ok() ? RemoveServiceAddress(*a) : a.status();
+    if (first.ok()) first = st;
+  }
+  return first;
+}
+
+}  // namespace cairn::net
