@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "netns.h"
 
 namespace cairn::testing {
 namespace {
@@ -303,71 +304,19 @@ class TwoStacks : public LiveTcp {
   void SetUp() override {
     LiveTcp::SetUp();
     if (IsSkipped()) return;
-    tag_ = std::to_string(::getpid() % 100000);
-    for (const char* n : {"A", "B", "C"}) ns_.push_back(std::string("cairn") + n + tag_);
-    bridge_ = "cbr" + tag_;
-    ASSERT_TRUE(Ip({"link", "add", bridge_, "type", "bridge"})) << last_;
-    ASSERT_TRUE(Ip({"link", "set", bridge_, "up"})) << last_;
-    const char* addrs[] = {"10.77.0.1/24", "10.77.0.2/24", "10.77.0.3/24"};
-    for (size_t i = 0; i < ns_.size(); ++i) {
-      std::string inside = "v" + std::string(1, "abc"[i]) + tag_, outside = inside + "b";
-      ASSERT_TRUE(Ip({"netns", "add", ns_[i]})) << last_;
-      ASSERT_TRUE(Ip({"link", "add", inside, "type", "veth", "peer", "name", outside})) << last_;
-      ASSERT_TRUE(Ip({"link", "set", inside, "netns", ns_[i]})) << last_;
-      ASSERT_TRUE(Ip({"link", "set", outside, "master", bridge_})) << last_;
-      ASSERT_TRUE(Ip({"link", "set", outside, "up"})) << last_;
-      ASSERT_TRUE(Ip({"-n", ns_[i], "addr", "add", addrs[i], "dev", inside})) << last_;
-      ASSERT_TRUE(Ip({"-n", ns_[i], "link", "set", inside, "up"})) << last_;
-      ASSERT_TRUE(Ip({"-n", ns_[i], "link", "set", "lo", "up"})) << last_;
-      dev_.push_back(inside);
-    }
+    ASSERT_TRUE(net_.Create({"A", "B", "C"}, "10.77.0", temp_->path()));
   }
   void TearDown() override {
-    for (const std::string& n : ns_) Ip({"netns", "del", n});
-    if (!bridge_.empty()) Ip({"link", "del", bridge_});
+    net_.Remove();
     LiveTcp::TearDown();
   }
 
-  bool Ip(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"/usr/sbin/ip"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    CommandResult r = RunCommand(argv, temp_->path());
-    last_ = r.Describe();
-    return r.Exited(0);
-  }
-
-  // A TCP connection to `addr`:`port` made from namespace `ns` (the socket stays there).
-  static int ConnectFrom(const std::string& ns, const std::string& addr, int port) {
-    int out = -1;
-    std::thread t([&] {
-      int nsfd = ::open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
-      if (nsfd < 0 || ::setns(nsfd, CLONE_NEWNET) != 0) return;
-      ::close(nsfd);
-      for (int i = 0; i < 100 && out < 0; ++i) {
-        int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
-        a.sin_port = htons(static_cast<uint16_t>(port));
-        if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-          out = s;
-        } else {
-          ::close(s);
-          std::this_thread::sleep_for(50ms);
-        }
-      }
-    });
-    t.join();
-    return out;
-  }
-
-  std::string tag_, bridge_, last_;
-  std::vector<std::string> ns_, dev_;
+  NetworkNodes net_;
 };
 
 TEST_F(TwoStacks, ConnectionMovesWithItsAddressToAnotherNetworkStack) {
   const std::string service = "10.77.0.100";
-  ASSERT_TRUE(Ip({"-n", ns_[0], "addr", "add", service + "/24", "dev", dev_[0]})) << last_;
+  ASSERT_TRUE(net_.Ip({"-n", net_.Namespace(0), "addr", "add", service + "/24", "dev", net_.Device(0)})) << net_.Last();
   // Its listener has no SO_REUSEADDR (Python's default): the restore binds and listens on the
   // port its live connection shares, and gives the listener its own setting back (--verify).
   std::string server =
@@ -385,11 +334,11 @@ TEST_F(TwoStacks, ConnectionMovesWithItsAddressToAnotherNetworkStack) {
   fs::create_directories(dir);
   WriteFile(dir + "/stdin", "");
   // nsenter enters the network namespace alone (`ip netns exec` makes a mount namespace too).
-  pid_t pid = SpawnProgram({"/usr/bin/nsenter", "--net=/var/run/netns/" + ns_[0], "python3", "-c", server}, dir + "/stdin",
+  pid_t pid = SpawnProgram({"/usr/bin/nsenter", "--net=" + net_.Path(0), "python3", "-c", server}, dir + "/stdin",
                            dir + "/stdout", dir + "/stderr");
   ASSERT_GT(pid, 0);
   Track(pid, "python3");
-  int c = ConnectFrom(ns_[2], service, 7000);
+  int c = net_.ConnectFrom(2, service, 7000);
   ASSERT_GE(c, 0) << "the client could not reach the server in A: " << ReadFile(dir + "/stderr");
   auto ask = [&](const std::string& line) {
     if (!line.empty()) ::send(c, line.data(), line.size(), MSG_NOSIGNAL);
@@ -410,10 +359,10 @@ TEST_F(TwoStacks, ConnectionMovesWithItsAddressToAnotherNetworkStack) {
   // The address moves: off A, onto B; the client forgets where it was. (A packet that reached
   // B before the restore there has taken its own lock would be answered with a reset: the
   // client's next retransmission comes about 200 ms after its send.)
-  ASSERT_TRUE(Ip({"-n", ns_[0], "addr", "del", service + "/24", "dev", dev_[0]})) << last_;
-  ASSERT_TRUE(Ip({"-n", ns_[1], "addr", "add", service + "/24", "dev", dev_[1]})) << last_;
-  ASSERT_TRUE(Ip({"-n", ns_[2], "neigh", "flush", "all"})) << last_;
-  CommandResult restore = RunCommand({"/usr/bin/nsenter", "--net=/var/run/netns/" + ns_[1], CairnBinary(), "restore",
+  ASSERT_TRUE(net_.Ip({"-n", net_.Namespace(0), "addr", "del", service + "/24", "dev", net_.Device(0)})) << net_.Last();
+  ASSERT_TRUE(net_.Ip({"-n", net_.Namespace(1), "addr", "add", service + "/24", "dev", net_.Device(1)})) << net_.Last();
+  ASSERT_TRUE(net_.Ip({"-n", net_.Namespace(2), "neigh", "flush", "all"})) << net_.Last();
+  CommandResult restore = RunCommand({"/usr/bin/nsenter", "--net=" + net_.Path(1), CairnBinary(), "restore",
                                       "--detach", "--verify", "--dir", ckpt},
                                      temp_->path());
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
@@ -421,7 +370,7 @@ TEST_F(TwoStacks, ConnectionMovesWithItsAddressToAnotherNetworkStack) {
   EXPECT_EQ(ask("on b"), "ON B");
   // It runs in B's network stack now.
   struct stat b{}, there{};
-  ASSERT_EQ(::stat(("/var/run/netns/" + ns_[1]).c_str(), &b), 0);
+  ASSERT_EQ(::stat((net_.Path(1)).c_str(), &b), 0);
   ASSERT_EQ(::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &there), 0);
   EXPECT_EQ(there.st_ino, b.st_ino) << "the restored server is not in B's network namespace";
   ::close(c);
