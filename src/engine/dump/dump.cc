@@ -461,14 +461,16 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   StageTimer timer(opts.pid);
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
   if (opts.tcp_established) {
-    ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(net::LockTableName(ckpt.id()), live, journal));
+    std::string table = opts.network_lock_table.empty() ? net::LockTableName(ckpt.id()) : opts.network_lock_table;
+    ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(table, live, journal));
     fd_opts.tcp = tcp->get();
-    if (opts.hand_off && !opts.hand_off_decides && !(*tcp)->table().empty()) {
+    if (opts.hand_off && !opts.hand_off_decides && !opts.hand_off_moves_connections && !(*tcp)->table().empty()) {
       return absl::UnimplementedError(
-          "a live migration cannot move established TCP connections yet: close them first, or checkpoint and "
-          "restore the job with its connections instead");
+          "this hand-off cannot move established TCP connections: close them first, or checkpoint and restore the "
+          "job with its connections instead");
     }
     ckpt.set_network_lock((*tcp)->table());
+    result.network_lock = (*tcp)->table();
     // Held in their cgroup too before a socket enters repair mode (freezer_hold.h).
     if (!(*tcp)->table().empty()) RETURN_IF_ERROR(freezer->Freeze(*journal));
   }
@@ -928,6 +930,12 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       }
     } else {
       freezer.Keep();  // held: the hand-off's freeze of the same cgroup stays
+      if (tcp) {
+        // Their sockets as the program left them, should they run here again; the lock stays,
+        // for the caller to remove once it knows where they run (dump.h, kHeld).
+        absl::Status ended = tcp->EndRepairsKeepLock();
+        if (!ended.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, ended.ToString());
+      }
       // Let go of them; their cgroup's freezer keeps them where they are. (Detaching a
       // frozen task only marks it to run once its cgroup is thawed.)
       RETURN_IF_ERROR(ft.Thaw());

@@ -46,7 +46,7 @@ struct DumpOptions {
   bool tcp_close = false;
   // Established TCP connections are saved whole (tcp.h), under a network lock that the
   // restore removes; their peers notice only a pause. A hand-off (live migration) of
-  // processes holding one is refused unless hand_off_decides.
+  // processes holding one is refused unless hand_off_decides or hand_off_moves_connections.
   bool tcp_established = false;
   std::string job_name;  // recorded in the checkpoint for a job started by `cairn run`
   // The v1 freezer cgroup (its directory) that holds exactly these processes, when they have
@@ -92,6 +92,18 @@ struct DumpOptions {
   // its checkpoint is durable); the processes then run on and the checkpoint is committed after,
   // as with leave_running, so that its writes are no downtime (a live group checkpoint's rank).
   bool hand_off_commits_after = false;
+  // A live migration that moves the connections' addresses with the processes (daemon/migrate.h):
+  // established TCP connections are saved with tcp_established. kKill: the sockets die in repair
+  // mode (nothing reaches their peers) and the dump's lock stays for the caller to remove
+  // (DumpResult::network_lock: the destination has its own); kThaw: out of repair, the lock lifted,
+  // before the processes run; kHeld: the sockets out of repair while the processes stay frozen
+  // in their cgroup, the lock kept for the caller, who removes it once it has decided: after it
+  // silenced and killed them (net/silence.h), or before it thaws them. (The dump's guardian, if
+  // the dump dies held, does the same: guardian.h.)
+  bool hand_off_moves_connections = false;
+  // The network lock's table (net/netlock.h) instead of one named after the checkpoint's id: a
+  // caller that must find it again after its own crash (a migration held in doubt).
+  std::string network_lock_table;
   // Called once the pre-copy rounds are done, just before the freeze, while the processes
   // run (a migration waits there until what pre-copy wrote has been sent on; a group's rank
   // until every rank is ready to freeze). An error ends the dump there, nothing frozen.
@@ -114,6 +126,7 @@ struct DumpResult {
   double start_freeze_seconds = 0;  // the brief stop that started write tracking
   bool handed_off = false;          // hand_off said kKill: the processes were killed
   bool held = false;                // hand_off said kHeld: left frozen in their cgroup
+  std::string network_lock;         // tcp_established with connections: the lock's table (net/netlock.h)
 };
 
 // Freezes the process (with `tree`, it and every descendant: each process is frozen

@@ -177,7 +177,8 @@ class GuardianRepair {
     auto outcome = static_cast<GuardJournal::Outcome>(j_.outcome_.load(std::memory_order_acquire));
     if (outcome == GuardJournal::Outcome::kDone) return 0;
     if (outcome == GuardJournal::Outcome::kHold) {
-      int failures = 0;
+      // Their sockets as the program left them (they may run here again); the lock stays.
+      int failures = EndRepairs();
       for (int i = 0; i < j_.nprocs_.load(std::memory_order_acquire); ++i) {
         const GuardJournal::Process& p = j_.procs_[i];
         if (p.trampoline_writing.load(std::memory_order_acquire) == 0 || !SameProcess(p)) continue;

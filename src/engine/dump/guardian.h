@@ -27,7 +27,9 @@
 //    nor killed, and the daemon that owns the migration decides once it knows what the peer
 //    did (daemon/migrate.h). All that is left to undo by then is the trampoline's code in
 //    the vDSO's tail (every injection ended before the commit): the guardian writes its
-//    zeros back through /proc/PID/mem, which needs no stop of the process.
+//    zeros back through /proc/PID/mem, which needs no stop of the process; and the sockets
+//    still in repair mode (point 6) leave it, the network lock staying for the daemon, which
+//    removes it once it has silenced and killed them or before it thaws them.
 // 5. The window of a call: entering, the thread's journal flag is set, then its mask
 //    blocked, then its registers set; leaving, the reverse. So no handler of the process
 //    ever runs with rip in the trampoline, and a flagged thread found outside it only
@@ -40,7 +42,7 @@
 //    EPERM): a window of the guardian's wake-up — closed where the processes have a freezer
 //    cgroup of their own (a cairnd job: freezer_hold.h): it is frozen before the first socket
 //    enters repair mode and outlives the dumper, and the guardian thaws it last. A committed
-//    kill keeps the lock for the restore; a hand-off (kHold) leaves both to the daemon.
+//    kill keeps the lock for the restore; a hand-off (kHold) keeps it for the daemon (point 4).
 // 7. A unix socket's queue is copied with a peek offset (SO_PEEK_OFF) of the dump's: each
 //    socket is journaled with the program's own offset before, and marked after it is put back;
 //    rolling back, the guardian gives the others theirs. (A socket in flight, which no process
@@ -118,7 +120,8 @@ class GuardJournal {
   // The network lock (net/netlock.h) `table` is about to be taken, in the network namespace
   // of `netns_of`.
   void NetworkLock(const std::string& table, pid_t netns_of);
-  // Every journaled socket has left repair mode (the lock lets their packets through).
+  // Every journaled socket has left repair mode (the lock, unless held for a hand-off, lets
+  // their packets through).
   void RepairsEnded();
   // The network lock's table is deleted.
   void LockGone();

@@ -204,16 +204,7 @@ absl::Status TcpConnections::Save(pid_t pid, int fd, UniqueFd sock, image::Image
 absl::Status TcpConnections::Release() {
   if (done_) return absl::OkStatus();
   done_ = true;
-  absl::Status status;
-  for (Repaired& r : repaired_) {
-    int off = TCP_REPAIR_OFF;
-    if ((::setsockopt(r.sock.get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0 ||
-         ::setsockopt(r.sock.get(), SOL_SOCKET, SO_REUSEADDR, &r.reuseaddr, sizeof r.reuseaddr) != 0) &&
-        status.ok()) {
-      status = ErrnoStatus("setsockopt(TCP_REPAIR, off) on a saved connection");
-    }
-  }
-  repaired_.clear();
+  absl::Status status = EndRepairs();
   if (!table_.empty()) {
     absl::Status opened = net::OpenNetworkLock(table_, netns_of_);
     if (status.ok()) status = opened;
@@ -230,6 +221,29 @@ absl::Status TcpConnections::DropLock() {
   absl::Status removed = net::RemoveNetworkLock(table_, netns_of_);
   if (journal_ != nullptr && removed.ok()) journal_->LockGone();
   return removed;
+}
+
+absl::Status TcpConnections::EndRepairs() {
+  absl::Status status;
+  for (Repaired& r : repaired_) {
+    int off = TCP_REPAIR_OFF;
+    if ((::setsockopt(r.sock.get(), IPPROTO_TCP, TCP_REPAIR, &off, sizeof off) != 0 ||
+         ::setsockopt(r.sock.get(), SOL_SOCKET, SO_REUSEADDR, &r.reuseaddr, sizeof r.reuseaddr) != 0) &&
+        status.ok()) {
+      status = ErrnoStatus("setsockopt(TCP_REPAIR, off) on a saved connection");
+    }
+  }
+  repaired_.clear();
+  return status;
+}
+
+absl::Status TcpConnections::EndRepairsKeepLock() {
+  if (done_) return absl::OkStatus();
+  absl::Status status = EndRepairs();
+  // No socket is left for the guardian to put back; the lock stays journaled for it (point 6).
+  if (journal_ != nullptr && status.ok()) journal_->RepairsEnded();
+  Keep();
+  return status;
 }
 
 void TcpConnections::Keep() {

@@ -55,9 +55,13 @@ class TcpConnections {
   absl::Status DropLock();
   // The processes were killed: the sockets close in repair mode, the lock stays.
   void Keep();
+  // The processes stay frozen for a caller that decides later (a hand-off held: dump.h): each
+  // saved socket leaves repair mode, the lock stays closed (the caller removes it).
+  absl::Status EndRepairsKeepLock();
 
  private:
   TcpConnections(std::string table, GuardJournal* journal) : table_(std::move(table)), journal_(journal) {}
+  absl::Status EndRepairs();  // every saved socket out of repair mode, with its SO_REUSEADDR back
 
   std::string table_;
   bool table_dropped_ = false;

@@ -233,6 +233,12 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
             "checkpointed with --leave-running?); free it, or restore on another machine",
             FormatSockaddr(b), Where(fd, pid)));
       }
+      if (errno == EADDRNOTAVAIL) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "bind %s for %s: the address is not on this host; add it here (a cairnd job's --address moves "
+            "with it), or restore on the host that has it",
+            FormatSockaddr(b), Where(fd, pid)));
+      }
       return ErrnoStatus(absl::StrFormat("bind %s for %s", FormatSockaddr(b), Where(fd, pid)));
     }
     if (removed) {

@@ -46,21 +46,47 @@ absl::Status SendAll(int sock, const std::string& data, const std::string& what)
   return absl::OkStatus();
 }
 
+void AddConnections(const image::Process& p, std::vector<net::Connection>* conns) {
+  for (const image::Fd& fd : p.fds()) {
+    if (fd.has_socket() && fd.socket().has_tcp()) conns->push_back({fd.socket().bound(), fd.socket().peer()});
+  }
+}
+
+std::string RestoreLockTable(const image::Checkpoint& meta) { return net::LockTableName(meta.id() + "_restore"); }
+
 }  // namespace
 
 absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkpoint& meta,
                                                              const std::vector<const image::Process*>& procs) {
   std::vector<net::Connection> conns;
-  for (const image::Process* p : procs) {
-    for (const image::Fd& fd : p->fds()) {
-      if (fd.has_socket() && fd.socket().has_tcp()) conns.push_back({fd.socket().bound(), fd.socket().peer()});
-    }
-  }
+  for (const image::Process* p : procs) AddConnections(*p, &conns);
   if (conns.empty()) return std::optional<RestoreLock>();
-  std::string table = net::LockTableName(meta.id() + "_restore");
-  // (One left by an earlier restore of this checkpoint that was killed is replaced.)
+  std::string table = RestoreLockTable(meta);
+  // (One left by an earlier restore of this checkpoint that was killed, or taken early by
+  // TakeRestoreLockEarly, is replaced in one transaction: no packet gets through meanwhile.)
   RETURN_IF_ERROR(net::TakeNetworkLock(table, conns));
   return std::optional<RestoreLock>(RestoreLock(table));
+}
+
+namespace {
+
+std::vector<net::Connection> ConnectionsOf(const image::Checkpoint& meta) {
+  std::vector<net::Connection> conns;
+  AddConnections(meta.process(), &conns);
+  for (const image::Process& p : meta.descendants()) AddConnections(p, &conns);
+  return conns;
+}
+
+}  // namespace
+
+absl::Status TakeRestoreLockEarly(const image::Checkpoint& meta) {
+  std::vector<net::Connection> conns = ConnectionsOf(meta);
+  if (conns.empty()) return absl::OkStatus();
+  return net::TakeNetworkLock(RestoreLockTable(meta), conns);
+}
+
+std::string RestoreLockTableFor(const image::Checkpoint& meta) {
+  return ConnectionsOf(meta).empty() ? std::string() : RestoreLockTable(meta);
 }
 
 RestoreLock::~RestoreLock() {
@@ -127,6 +153,13 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
     return ErrnoStatus(absl::StrFormat("bind %s for %s", FormatSockaddr(s.bound()), where));
   }
   if (::connect(c, reinterpret_cast<const sockaddr*>(s.peer().data()), static_cast<socklen_t>(s.peer().size())) != 0) {
+    if (errno == EADDRNOTAVAIL) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "connect (in repair mode) ", where,
+          ": a socket of this network stack still holds the same connection — its checkpointed copy is alive "
+          "here (a move within one host, or one network namespace, cannot carry a connection: kill the copy, or "
+          "move it to another network stack)"));
+    }
     return ErrnoStatus("connect (in repair mode: nothing is sent) " + where);
   }
   std::vector<tcp_repair_opt> opts;

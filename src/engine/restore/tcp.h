@@ -68,6 +68,17 @@ class RestoreLock {
   bool released_ = false;
 };
 
+// Takes, before a restore of `meta` starts, the lock that restore takes over its connections
+// (RestoreLock::Take: the same table, which the restore then replaces); nothing when the
+// checkpoint has no live connection. For a caller that must hold the packets
+// first: a migration's destination, before the job's addresses arrive on this host, where a
+// client's packet that found no socket yet would be answered with a reset. The caller removes
+// the table when the restore fails (a restore that fails leaves its lock: RestoreLock).
+absl::Status TakeRestoreLockEarly(const image::Checkpoint& meta);
+// The table of that lock ("" when the checkpoint has no live connection), for a caller that
+// records it before it takes it.
+std::string RestoreLockTableFor(const image::Checkpoint& meta);
+
 // A listening socket given SO_REUSEADDR while the restore binds and listens beside the live
 // connections bound to its port; `reuseaddr` (the program's) goes back with them.
 struct ListenerReuse {
