@@ -52,7 +52,7 @@ struct DaemonCommands::Options {
 
   std::string job, id, memory, from, user, group;
   int rank = 0;
-  std::vector<std::string> command;
+  std::vector<std::string> command, addresses;
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
   bool no_shutdown_checkpoint = false;
@@ -169,6 +169,10 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
                     "A rank of this job group: processes on several nodes checkpointed together as one "
                     "consistent cut, and restored together (cairn group checkpoint|restore, through the controller)");
   o.run->add_option("--rank", o.rank, "The job's rank in its --group (0 to 65535)");
+  o.run->add_option("--address", o.addresses,
+                    "A service address of the job, ADDR/PREFIX or ADDR/PREFIX@DEVICE (repeatable): on the node "
+                    "where the job runs and only there; a live migration moves it, and the job's established "
+                    "connections to it, with the job");
   o.run->add_option("command", o.command, "The command and its arguments, after --")->required();
 
   o.list = job->add_subcommand("list", "Jobs on the daemon");
@@ -310,6 +314,7 @@ int DaemonCommands::Run() {
     s->set_user(o.user);
     s->set_group(o.group);
     s->set_rank(o.rank);
+    for (const auto& a : o.addresses) s->add_addresses(a);
     for (const auto& a : o.command) s->add_command(a);
     s->mutable_limits()->set_cpus(o.cpus);
     if (!o.memory.empty()) {

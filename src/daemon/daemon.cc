@@ -205,6 +205,7 @@ absl::Status Daemon::Recover() {
         Event(j.name(), "adopted", absl::StrFormat("still running as pid %d; adopted after a daemon restart", j.host_pid()));
       } else {
         KillCgroup(CgroupOf(j.name()));
+        DropAddresses(j.name(), j.spec(), "the job was gone when the daemon restarted");
         j.set_state("exited");
         j.set_ended(UnixNow());
         *j.mutable_health() = HealthTracker::Exited(false, 0, 0);
@@ -223,6 +224,23 @@ absl::Status Daemon::Recover() {
   }
   CleanUnrecorded(all);
   DropFetchedCopies(all);
+  RecoverArrivals();
+  for (auto& [name, s] : jobs_) {
+    if (s.job.state() != "running") continue;
+    // A job runs with its addresses (one whose migration away failed while the daemon was
+    // down may have lost them), and a migration's restore that committed before the crash
+    // no longer holds its connections (a group's rank waits for its coordinator).
+    if (absl::Status st = BringAddresses(name, s.job.spec()); !st.ok()) {
+      CAIRN_LOG_WARN("job={} runs without its addresses: {}", name, st.ToString());
+    }
+    if (!s.job.network_hold().empty() && s.job.spec().group().empty()) {
+      absl::Status lifted = net::RemoveNetworkLock(s.job.network_hold());
+      if (!lifted.ok()) CAIRN_LOG_WARN("job={} network lock not lifted: {}", name, lifted.ToString());
+      Event(name, "network-released", absl::StrCat("network lock ", s.job.network_hold(), " lifted after the restart"));
+      s.job.clear_network_hold();
+      if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -348,6 +366,7 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
     return give_up(Annotate(st, "job " + name + ": set limits"));
   }
   if (absl::Status st = PrepareJobDir(name); !st.ok()) return give_up(Annotate(st, "job " + name));
+  if (absl::Status st = BringAddresses(name, spec); !st.ok()) return give_up(st);
   auto rec = StartWithCairnRun(name, spec);
   if (!rec.ok()) return give_up(rec.status());
   api::Job j;
@@ -470,6 +489,7 @@ void Daemon::ReapLocked(JobState& s) {
     if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock not removed: {}", s.job.name(), removed.ToString());
     s.job.clear_network_hold();
   }
+  DropAddresses(s.job.name(), s.job.spec(), absl::StrCat("the job ", s.job.state(), " here"));
   s.job.set_ended(UnixNow());
   *s.job.mutable_health() = HealthTracker::Exited(known, code, sig);
   if (s.stop_after_checkpoint) s.job.mutable_health()->set_detail("stopped after its checkpoint");
@@ -945,6 +965,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   ro.cgroup = CgroupOf(name);
   ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.hold_network = hold_network;
+  if (absl::Status st = BringAddresses(name, spec); !st.ok()) {
+    drop_fetched();
+    return fail(st);
+  }
   auto r = restore::Restore(ro);
   drop_fetched();
   if (!r.ok()) return fail(Annotate(r.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));

@@ -279,6 +279,18 @@ class Daemon {
   // Holds a job still in its freezer cgroup (true once FROZEN), or lets it go.
   bool FreezeJob(const std::string& name);
 
+  // A job's service addresses (addresses.cc, JobSpec.addresses): on the node where it runs.
+  // Puts on this node each address of `spec` it lacks (an event names each one added); an error
+  // names the address that could not be.
+  absl::Status BringAddresses(const std::string& name, const api::JobSpec& spec);
+  // Takes every address of `spec` off this node (`why`: for the event); best effort, logged.
+  void DropAddresses(const std::string& name, const api::JobSpec& spec, const std::string& why);
+  // A migration's destination records what it is about to put on this node for the job before
+  // it does (JobDir/arrival: the restore's network lock, the job's addresses), so that a restart
+  // that finds the migration uncommitted takes them off again (RecoverArrivals, migrate.cc).
+  std::string ArrivalPath(const std::string& name) const;
+  void RecoverArrivals();  // REQUIRES: mu_ held, jobs_ loaded
+
   // The job `name`, once no checkpoint, restore or migration of it is in progress (waits up to
   // 60 s, `l` on mu_ released meanwhile and held on return).
   absl::StatusOr<JobState*> IdleJobLocked(std::unique_lock<std::mutex>& l, const std::string& name);

@@ -1,6 +1,11 @@
 #include "daemon/job_spec_check.h"
 
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "engine/job/job.h"
+#include "engine/net/address.h"
 
 #include "common/status.h"
 #include "common/validate.h"
@@ -15,6 +20,17 @@ absl::Status CheckJobSpec(const api::JobSpec& spec) {
   RETURN_IF_ERROR(CheckInteger("rank (--rank)", spec.rank(), {0, 65535}));
   if (spec.group().empty() && spec.rank() != 0) {
     return absl::InvalidArgumentError("rank (--rank) is given without a group: add --group NAME");
+  }
+  if (spec.addresses_size() > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("addresses (--address): ", spec.addresses_size(),
+                                                   " given; a job has at most 16"));
+  }
+  std::set<std::string> seen;
+  for (const std::string& text : spec.addresses()) {
+    ASSIGN_OR_RETURN(net::ServiceAddress a, net::ParseServiceAddress(text));
+    if (!seen.insert(a.addr).second) {
+      return absl::InvalidArgumentError(absl::StrCat("addresses (--address): ", text, " is given twice"));
+    }
   }
   const api::Limits& l = spec.limits();
   // cgroup v1 takes a CPU quota of at least 1 ms per 100 ms period.

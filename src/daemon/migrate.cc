@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/file_util.h"
 #include "common/log.h"
@@ -43,7 +44,11 @@
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
 #include "engine/job/job.h"
+#include "engine/net/address.h"
+#include "engine/net/netlock.h"
+#include "engine/net/silence.h"
 #include "engine/restore/restore.h"
+#include "engine/restore/tcp.h"
 #include "image.pb.h"
 
 namespace cairn::daemon {
@@ -63,6 +68,14 @@ bool IsLogFile(const std::string& f) { return f == kJobLogs[0] || f == kJobLogs[
 bool IsImageFile(const std::string& f) { return f == image::kPagesFile || f == image::kFilesFile || f == image::kMetaFile; }
 
 using SendFn = std::function<bool(const api::MigrationMessage&)>;
+
+// This process's network stack: the host's boot id and its network namespace's inode.
+std::string NetworkStack() {
+  absl::StatusOr<std::string> boot = ReadFile("/proc/sys/kernel/random/boot_id");
+  struct stat st {};
+  if (!boot.ok() || ::stat("/proc/self/ns/net", &st) != 0) return "";
+  return absl::StrCat(absl::StripAsciiWhitespace(*boot), ":", st.st_ino);
+}
 
 // Sends `size` bytes of `fd` from `offset` as Data messages for `file`.
 absl::Status SendRange(const SendFn& send, const std::string& file, int fd, int64_t offset, int64_t end,
@@ -225,7 +238,7 @@ absl::StatusOr<Peer> ResolvePeer(const std::string& to, const std::map<std::stri
 }
 
 absl::Status RewriteForNode(const std::string& image_dir, const std::string& from_dir, const std::string& to_dir,
-                            const std::string& cgroup, const std::string& engine_name) {
+                            const std::string& cgroup, const std::string& engine_name, image::Checkpoint* rewritten) {
   std::string path = image_dir + "/" + image::kMetaFile;
   ASSIGN_OR_RETURN(std::string raw, ReadFile(path));
   if (raw.size() < sizeof(image::FileHeader)) return absl::DataLossError(path + ": truncated");
@@ -265,6 +278,7 @@ absl::Status RewriteForNode(const std::string& image_dir, const std::string& fro
   RETURN_IF_ERROR(WriteAll(f.get(), absl::string_view(reinterpret_cast<const char*>(&h), sizeof h), tmp));
   RETURN_IF_ERROR(WriteAll(f.get(), payload, tmp));
   if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename " + tmp);
+  if (rewritten != nullptr) *rewritten = std::move(meta);
   return absl::OkStatus();
 }
 
@@ -391,6 +405,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     b->set_from_job_dir(JobDir(name));
     b->set_checkpoint(ckid);
     b->set_created(job.created());
+    b->set_network_stack(NetworkStack());
     api::MigrationReply r;
     if (!stream->Write(m) || !stream->Read(&r)) return refuse(stream_error("at the start"));
     if (r.state() != "accepted") return refuse(absl::InternalError("unexpected reply " + r.state()));
@@ -470,6 +485,14 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   d.leave_running = true;
   d.pre_copy = true;
   d.job_name = EngineName(name);
+  // Established connections go with the job (its addresses too, below), as in its checkpoints.
+  const api::CheckpointPolicy::Tcp tcp_mode = job.spec().checkpoint().tcp();
+  d.tcp_established = tcp_mode == api::CheckpointPolicy::TCP_ESTABLISHED;
+  d.tcp_close = tcp_mode == api::CheckpointPolicy::TCP_CLOSE;
+  d.hand_off_moves_connections = true;
+  // Named after the migration, so that a restart that finds it held can remove it (SettleLocked).
+  d.network_lock_table = net::LockTableName(ckid);
+  d.freezer_cgroup = "/sys/fs/cgroup/freezer/" + CgroupOf(name);
   // Pre-copy writes the image faster than a network may carry it: before the freeze, let the
   // stream catch up with everything written so far (a pass that started after now), so that
   // the freeze only has to send what the frozen phase adds.
@@ -500,6 +523,23 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
       failure = absl::IsUnavailable(st) ? stream_error("while the image was sent") : st;
       return dump::HandOff::kThaw;
     }
+    // The job's addresses leave this node now, while its connections are held (in repair mode,
+    // behind the dump's lock): the destination puts them on before it rebuilds them. From here
+    // every way back to running here puts them back first.
+    bool addresses_away = false;
+    if (!job.spec().addresses().empty()) {
+      DropAddresses(name, job.spec(), absl::StrCat("moving with the job to ", where));
+      addresses_away = true;
+    }
+    auto stay = [&](absl::Status why) {
+      failure = std::move(why);
+      if (addresses_away) {
+        if (absl::Status back = BringAddresses(name, job.spec()); !back.ok()) {
+          CAIRN_LOG_WARN("migrate job={}: its addresses did not come back: {}", name, back.ToString());
+        }
+      }
+      return dump::HandOff::kThaw;
+    };
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=sent ms={:.1f} bytes_while_frozen={}", name, Since(t_hand) * 1e3,
                     tail.bytes() - precopy_bytes + other_bytes);
     api::MigrationMessage fin;
@@ -525,18 +565,11 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     wd_cv.notify_all();
     watchdog.join();
     if (timed_out) {
-      failure = absl::DeadlineExceededError(absl::StrFormat(
-          "the destination did not run the job within %.0f s of receiving it (--restore-timeout)", limit));
-      return dump::HandOff::kThaw;
+      return stay(absl::DeadlineExceededError(absl::StrFormat(
+          "the destination did not run the job within %.0f s of receiving it (--restore-timeout)", limit)));
     }
-    if (!ok) {
-      failure = stream_error("before the job ran there");
-      return dump::HandOff::kThaw;
-    }
-    if (reply.state() != "running") {
-      failure = absl::InternalError("unexpected reply " + reply.state());
-      return dump::HandOff::kThaw;
-    }
+    if (!ok) return stay(stream_error("before the job ran there"));
+    if (reply.state() != "running") return stay(absl::InternalError("unexpected reply " + reply.state()));
     downtime = r.frozen_seconds + Since(t_hand);
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=running_there ms={:.1f}", name, Since(t_hand) * 1e3);
     restore_s = reply.restore_s();
@@ -547,10 +580,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     // here, even if this daemon dies: it is held in its freezer cgroup (which outlives us)
     // and the dump is told so (hold: its guardian then leaves it there).
     auto t_hold = Clock::now();
-    if (!FreezeJob(name)) {
-      failure = absl::InternalError("could not hold the job in its freezer cgroup for the commit");
-      return dump::HandOff::kThaw;
-    }
+    if (!FreezeJob(name)) return stay(absl::InternalError("could not hold the job in its freezer cgroup for the commit"));
     control.hold();
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=held ms={:.1f}", name, Since(t_hold) * 1e3);
     FaultPoint("migrate-held");
@@ -580,15 +610,20 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
       return dump::HandOff::kKill;
     }
     if (outcome == "aborted") {
-      ThawFreezer(CgroupOf(name));
-      failure = absl::AbortedError("the destination did not take the job over");
-      return dump::HandOff::kThaw;
+      dump::HandOff h = stay(absl::AbortedError("the destination did not take the job over"));
+      ThawFreezer(CgroupOf(name));  // still stopped by the dump, which lets them go once out of repair
+      return h;
     }
     return dump::HandOff::kHeld;
   };
   absl::StatusOr<dump::DumpResult> r = dump::Dump(d);
   stop_tailer();
   cleanup();
+  if (r.ok() && r->handed_off && !r->network_lock.empty()) {
+    // Its sockets died in repair mode, saying nothing; the destination holds its connections now.
+    absl::Status removed = net::RemoveNetworkLock(r->network_lock);
+    if (!removed.ok()) CAIRN_LOG_WARN("migrate job={}: network lock not removed: {}", name, removed.ToString());
+  }
   if (!r.ok()) {
     ctx.TryCancel();
     return refuse(r.status());
@@ -712,20 +747,41 @@ void Daemon::ForgetMigrationTokenLocked(const std::string& name) {
   ::unlink(MigrationTokenPath(name).c_str());
 }
 
+namespace {
+
+// The network lock a migration's dump kept over the job's connections when it left the job held
+// (dump.h, kHeld), its table named after the migration; none without connections.
+void ReleaseHeldLock(const std::string& name, const std::string& migration) {
+  absl::Status removed = net::RemoveNetworkLock(net::LockTableName(migration));
+  if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock of migration {} not removed: {}", name, migration, removed.ToString());
+}
+
+}  // namespace
+
 void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, const std::string& there,
                           const std::string& who) {
   std::string cgroup = CgroupOf(name);
   std::string to = s.job.migrating_to();
   bool alive = SameProcess(s.job.host_pid(), s.job.start_time());
   if (committed) {
-    // Its copy here dies; a frozen task dies only once thawed.
+    // Its copy here dies; a frozen task dies only once thawed. Its connections run there now:
+    // closed in repair mode, they send nothing to their peers (net/silence.h).
+    absl::Status silenced = net::SilenceTcpConnections(CgroupPids(cgroup));
+    if (!silenced.ok()) CAIRN_LOG_WARN("job={} connections not silenced before the kill: {}", name, silenced.ToString());
     KillCgroup(cgroup);
     ThawFreezer(cgroup);
+    ReleaseHeldLock(name, s.job.migration());
     s.job.set_state("migrated");
     s.job.set_ended(UnixNow());
     s.job.mutable_health()->set_state("migrated");
     s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", to));
   } else {
+    if (alive) {
+      if (absl::Status back = BringAddresses(name, s.job.spec()); !back.ok()) {
+        CAIRN_LOG_WARN("job={} runs on without its addresses: {}", name, back.ToString());
+      }
+    }
+    ReleaseHeldLock(name, s.job.migration());  // their packets flow again before they run
     ThawFreezer(cgroup);
     if (alive) {
       s.job.set_state("running");
@@ -783,21 +839,66 @@ absl::StatusOr<api::MigrationOutcomeResponse> Daemon::MigrationOutcome(const std
 // ---------------------------------------------------------------------------------------
 // Destination
 
+std::string Daemon::ArrivalPath(const std::string& name) const { return JobDir(name) + "/arrival"; }
+
+void Daemon::RecoverArrivals() {
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(opts_.state_dir + "/jobs", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    std::string path = ArrivalPath(name);
+    absl::StatusOr<std::string> kept = ReadFile(path);
+    if (!kept.ok()) continue;
+    auto job = jobs_.find(name);
+    if (job == jobs_.end() || job->second.job.state() != "running") {
+      // The migration that brought them never committed: the job runs on its source, which
+      // has its addresses back and its connections.
+      std::vector<std::string> addresses;
+      for (absl::string_view line : absl::StrSplit(*kept, '\n', absl::SkipEmpty())) {
+        if (absl::ConsumePrefix(&line, "address ")) addresses.emplace_back(line);
+        if (absl::ConsumePrefix(&line, "lock ") && !line.empty()) {
+          absl::Status removed = net::RemoveNetworkLock(std::string(line));
+          if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, std::string(line), removed.ToString());
+        }
+      }
+      absl::Status st = net::RemoveServiceAddresses(addresses);
+      if (!st.ok()) CAIRN_LOG_WARN("job={} addresses of an uncommitted migration not all removed: {}", name, st.ToString());
+      CAIRN_LOG_INFO("event=stray_arrival job={} addresses=\"{}\": put here with its network lock for a migration "
+                     "the restart found uncommitted; taken off",
+                     name, absl::StrJoin(addresses, ", "));
+    }
+    ::unlink(path.c_str());
+  }
+}
+
 struct Daemon::Received {
   api::MigrationMessage::Begin begin;
   std::string name, dir, partial, job_dir;
   std::map<std::string, UniqueFd> files;
   restore::RestoreResult restored;
   bool running = false;
+  std::string early_lock;  // the restore's lock, taken before the job's addresses came
+  bool arrival = false;    // ArrivalPath written: the lock and the addresses may be on this node
   std::optional<api::Job> previous;  // the job's record here from before it migrated away
 };
 
 void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
   if (in.running) {
+    // Its connections stay the source's: closed in repair mode, they send nothing (net/silence.h).
+    absl::Status silenced = net::SilenceTcpConnections(CgroupPids(CgroupOf(in.name)));
+    if (!silenced.ok()) CAIRN_LOG_WARN("job={} connections not silenced: {}", in.name, silenced.ToString());
     ::kill(in.restored.pid, SIGKILL);
     while (::waitpid(in.restored.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     KillCgroup(CgroupOf(in.name));
+  }
+  if (in.arrival) {
+    DropAddresses(in.name, in.begin.spec(), "the migration to here did not commit");
+    if (!in.early_lock.empty()) {
+      absl::Status removed = net::RemoveNetworkLock(in.early_lock);
+      if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", in.name, in.early_lock, removed.ToString());
+    }
+    ::unlink(ArrivalPath(in.name).c_str());
   }
   in.files.clear();
   std::error_code ec;
@@ -826,12 +927,25 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
   if (opts_.pause_before_migration_restore_s > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(opts_.pause_before_migration_restore_s));
   }
-  if (opts_.fail_migration_restore) return absl::InternalError("test hook: CAIRND_TEST_FAIL_MIGRATION_RESTORE");
-  RETURN_IF_ERROR(RewriteForNode(in.partial, in.begin.from_job_dir(), in.job_dir, CgroupOf(in.name), EngineName(in.name)));
+  image::Checkpoint meta;
+  RETURN_IF_ERROR(
+      RewriteForNode(in.partial, in.begin.from_job_dir(), in.job_dir, CgroupOf(in.name), EngineName(in.name), &meta));
   if (::rename(in.partial.c_str(), in.dir.c_str()) != 0) return ErrnoStatus("rename " + in.partial);
   const api::JobSpec& spec = in.begin.spec();
   CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=image_rewritten ms={:.1f}", in.name, Since(t0) * 1e3);
   RETURN_IF_ERROR(SetLimits(CgroupOf(in.name), spec.limits().cpus(), spec.limits().memory_bytes()));
+  // Its connections' packets are held here before its addresses arrive (the source took them
+  // off): one reaching no socket yet would be answered with a reset. The restore takes the same
+  // lock over (restore/tcp.h) and keeps it until the commit (hold_network).
+  in.early_lock = restore::RestoreLockTableFor(meta);
+  if (!in.early_lock.empty() || !spec.addresses().empty()) {
+    std::string record = absl::StrCat("lock ", in.early_lock, "\n");
+    for (const std::string& a : spec.addresses()) absl::StrAppend(&record, "address ", a, "\n");
+    RETURN_IF_ERROR(WriteFileSynced(ArrivalPath(in.name), record));
+    in.arrival = true;
+    RETURN_IF_ERROR(restore::TakeRestoreLockEarly(meta));
+    RETURN_IF_ERROR(BringAddresses(in.name, spec));
+  }
   restore::RestoreOptions ro;
   ro.dir = in.dir;
   // Unsealed: written here from the source's stream (a peer of this cluster, by its token);
@@ -840,11 +954,15 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
   ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.lazy = opts_.lazy_migrations;
   ro.lazy_min_bytes = 16 << 20;  // a job's init, a small job: copied at once, no page handler to start
+  // Its connections flow once the source has let go of them (Commit), not before: an aborted
+  // migration leaves them to the source's copy, whose peers must not have heard from this one.
+  ro.hold_network = true;
   if (!spec.user().empty()) {
     ASSIGN_OR_RETURN(ro.only_as, job::OwnerOf(spec.user()));  // its owner's credentials only
   }
   // The source may have given up meanwhile (--restore-timeout) and thawed the job there.
   if (cancelled()) return absl::CancelledError("the source called the migration off before the restore");
+  if (opts_.fail_migration_restore) return absl::InternalError("test hook: CAIRND_TEST_FAIL_MIGRATION_RESTORE");
   ASSIGN_OR_RETURN(in.restored, restore::Restore(ro));
   in.running = true;
   return absl::OkStatus();
@@ -859,6 +977,14 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   in.begin = m.begin();
   in.name = in.begin.spec().name();
   RETURN_IF_ERROR(CheckJobName(in.name));
+  if (!in.begin.spec().addresses().empty() && !in.begin.network_stack().empty() &&
+      in.begin.network_stack() == NetworkStack()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "migration of job ", in.name, ": node ", in.begin.from_node(), " and node ", opts_.node,
+        " share one network stack (one host, one network namespace), so the job's addresses (",
+        absl::StrJoin(in.begin.spec().addresses(), ", "),
+        ") and its connections cannot move between them; move it to a node on another host or network namespace"));
+  }
   RETURN_IF_ERROR(Annotate(CheckJobSpec(in.begin.spec()), "migration of job " + in.name));
   RETURN_IF_ERROR(CheckEngineName(in.name));
   RETURN_IF_ERROR(Annotate(job::CheckName(in.begin.checkpoint()), "checkpoint id"));
@@ -978,6 +1104,7 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
   j.set_dir(in.job_dir);
   j.set_node(opts_.node);
   j.set_arrived_with(in.begin.checkpoint());
+  j.set_network_hold(in.restored.network_hold);  // lifted just below (or by Recover after a crash)
   j.mutable_health()->set_state("running");
   // The commit: this one record (state running, arrived_with the migration's id) is what
   // the source's question (MigrationOutcome) and a restart of this daemon go by.
@@ -985,6 +1112,16 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
     return fail(Annotate(st, "record the job in the catalog (the migration was not committed)"));
   }
   FaultPoint("migrate-adopted");
+  ::unlink(ArrivalPath(in.name).c_str());  // its addresses are this node's now, its lock its record's
+  if (!j.network_hold().empty()) {
+    absl::Status lifted = net::RemoveNetworkLock(j.network_hold());
+    if (lifted.ok()) {
+      j.clear_network_hold();
+      if (absl::Status st = Persist(j); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", in.name, st.ToString());
+    } else {
+      CAIRN_LOG_WARN("job={} network lock not lifted (the next restart lifts it): {}", in.name, lifted.ToString());
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     receiving_.erase(in.begin.checkpoint());

@@ -48,6 +48,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon.pb.h"
+#include "image.pb.h"
 
 namespace cairn::daemon {
 
@@ -76,7 +77,9 @@ absl::StatusOr<std::string> AskMigrationOutcome(const std::string& address, cons
 // `from_dir` (the job's logs on the source) name the same files under `to_dir` instead
 // (with their device and inode here), and the job's cgroup and engine name become this
 // node's. The metadata's checksum is recomputed.
+// The rewritten metadata goes to `rewritten` when given.
 absl::Status RewriteForNode(const std::string& image_dir, const std::string& from_dir, const std::string& to_dir,
-                            const std::string& cgroup, const std::string& engine_name);
+                            const std::string& cgroup, const std::string& engine_name,
+                            image::Checkpoint* rewritten = nullptr);
 
 }  // namespace cairn::daemon

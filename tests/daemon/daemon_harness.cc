@@ -44,6 +44,7 @@ DaemonProcess::~DaemonProcess() {
     argv.insert(argv.end(), {"--image-key", dir_ + "/cluster-image.key"});
   }
   argv.insert(argv.end(), extra_.begin(), extra_.end());
+  argv.insert(argv.begin(), prefix_.begin(), prefix_.end());
   WriteFile(dir_ + "/empty", "");
   // Appends, so the log of a restarted daemon keeps the earlier run's.
   std::string prev = ReadFile(log_);

@@ -26,6 +26,8 @@ class DaemonProcess {
                 std::vector<std::string> env = {});
   ~DaemonProcess();
 
+  // Runs it under `prefix` (e.g. nsenter --net=PATH, to start it in a network namespace).
+  void RunUnder(std::vector<std::string> prefix) { prefix_ = std::move(prefix); }
   // Starts it and waits until `cairn job list` answers through its socket.
   ::testing::AssertionResult Start(std::chrono::milliseconds timeout = 20s);
   void Kill(int sig = SIGKILL);
@@ -50,7 +52,7 @@ class DaemonProcess {
 
  private:
   std::string dir_, node_, state_, socket_, log_;
-  std::vector<std::string> extra_, env_;
+  std::vector<std::string> extra_, env_, prefix_;
   pid_t pid_ = -1;
 };
 
