@@ -157,8 +157,10 @@ class DumpKillTest : public ::testing::Test {
     SCOPED_TRACE(what);
     EXPECT_FALSE(Exists(dir + ".partial")) << "a half-written checkpoint was left\n" << k.err;
     bool committed = Exists(dir);
-    if (!leave_running && committed && !IsAlive(target_)) {
-      WaitGone(target_, 10s);
+    if (!leave_running && committed) {
+      // Committed, it was to kill the target: whoever finished the dump (its guardian, `cairn
+      // check --fix`) sent the SIGKILL; the death itself may still be under way.
+      ASSERT_TRUE(WaitGone(target_, 10s).gone) << "the target runs beside the checkpoint that was to replace it: " << k.err;
       CommandResult r = RunCommand({CairnBinary(), "restore", "--dir", dir, "--detach"}, dir_.path());
       ASSERT_TRUE(r.Exited(0)) << "the committed checkpoint does not restore: " << r.Describe();
       std::string answer = AskTarget();
