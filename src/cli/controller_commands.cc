@@ -62,7 +62,7 @@ struct ControllerCommands::Options {
   double max_downtime_s = 0, budget = 0, ckpt_interval = 0, ckpt_pause = 0, notice_ckpt = 0, restore_s = 0;
   double downtime_cost = 0;
   int64_t ckpt_bytes = 0;
-  std::vector<std::string> selector, command;
+  std::vector<std::string> selector, command, addresses;
 
   // job explain / events
   std::string job;
@@ -211,6 +211,10 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
                        "A rank of this job group: processes on several nodes checkpointed together as one consistent "
                        "cut (cairn group checkpoint) and restored together (cairn group restore)");
   o.submit->add_option("--rank", o.rank, "The job's rank in its --group (0 to 65535)");
+  o.submit->add_option("--address", o.addresses,
+                       "A service address of the job, ADDR/PREFIX or ADDR/PREFIX@DEVICE (repeatable): on the node "
+                       "that runs it and only there; a live migration moves it, and the job's established "
+                       "connections to it, with the job");
   o.submit->add_option("command", o.command, "The command the node runs, after --");
 
   CLI::App* group = app.add_subcommand("group", "Job groups: ranks on several nodes checkpointed and restored together");
@@ -323,6 +327,7 @@ int ControllerCommands::Run() {
     s->set_user(o.user);
     s->set_group(o.group);
     s->set_rank(o.rank);
+    for (const std::string& a : o.addresses) s->add_addresses(a);
     // The controller refuses the same; checked here first so that nothing is sent.
     if (absl::Status bad = controller::CheckSubmittedJob(*s); !bad.ok()) return Fail(Annotate(bad, "submit"));
     api::SubmitJobResponse resp;

@@ -118,6 +118,7 @@ struct JobSpec {
   std::string user;                   // the node user it runs as (empty: root); placement ignores it.
   std::string group;                  // the job group it is a rank of (empty: none); placement ignores it.
   int rank = 0;
+  std::vector<std::string> addresses;  // its service addresses (the node daemon's); placement ignores them.
 };
 
 struct CheckpointRecord {

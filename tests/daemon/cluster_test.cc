@@ -6,7 +6,9 @@
 // node back from a partition has its moved job stopped.
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <functional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -215,6 +217,54 @@ TEST_F(ControllerWithDaemonsTest, HungJobIsReportedToTheController) {
       << d.Log() << c.Log();
   EXPECT_TRUE(absl::StrContains(signal.value("reason", ""), "job-hung reported")) << signal.dump();
   EXPECT_TRUE(absl::StrContains(signal.value("reason", ""), "last_progress_time")) << signal.dump();
+  d.KillJobs();
+}
+
+// A job submitted with a service address (`submit --address`) reaches its node with it: the node
+// daemon puts it on the interface of its subnet (one end of a veth pair the test makes, standing
+// for the node's network) while the job runs, and takes it off when it ends. A malformed one is
+// refused at submit.
+TEST_F(ControllerWithDaemonsTest, SubmittedJobsAddressIsPutOnItsNodeWhileItRuns) {
+  const std::string dev = "cairnd" + std::to_string(::getpid() % 100000);
+  const std::string subnet = "10.81." + std::to_string(::getpid() % 200) + ".";
+  auto ip = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/sbin/ip");
+    return RunCommand(args, Dir());
+  };
+  ASSERT_TRUE(ip({"link", "add", dev, "type", "veth", "peer", "name", dev + "p"}).Exited(0)) << "needs root and veth";
+  struct Gone {
+    std::function<void()> f;
+    ~Gone() { f(); }
+  } gone{[&] { ip({"link", "del", dev}); }};
+  ASSERT_TRUE(ip({"addr", "add", subnet + "1/24", "dev", dev}).Exited(0));
+  ASSERT_TRUE(ip({"link", "set", dev, "up"}).Exited(0));
+  ASSERT_TRUE(ip({"link", "set", dev + "p", "up"}).Exited(0));
+  auto on_dev = [&] { return ip({"-o", "addr", "show", "dev", dev}).out; };
+
+  std::unique_ptr<ControllerProcess> cp = StartTcpController("5");
+  ASSERT_NE(cp, nullptr);
+  ControllerProcess& c = *cp;
+  DaemonProcess d(Dir(), "n", JoinArgs("1", SharedStore(), {}));
+  ASSERT_TRUE(d.Start());
+  ASSERT_TRUE(WaitFor([&] { return !NodeIn(Status(c), d.node()).is_null(); }, 20s)) << c.Log() << d.Log();
+
+  CommandResult bad = Ctl(c, {"submit", "--id", "bad", "--address", "10.81.0.5", "--", "/bin/sleep", "600"});
+  EXPECT_FALSE(bad.Exited(0)) << bad.Describe();
+  EXPECT_TRUE(absl::StrContains(bad.err, "ADDR/PREFIX")) << bad.Describe();
+
+  std::string service = subnet + "50";
+  CommandResult sub = Ctl(c, {"submit", "--id", "svc", "--cpus", "1", "--memory-mb", "50", "--address",
+                              service + "/24", "--json", "--", "/bin/sleep", "600"});
+  ASSERT_TRUE(sub.Exited(0)) << sub.Describe();
+  ASSERT_TRUE(WaitFor([&] { return JobIn(d, "svc").value("state", "") == "running"; }, 20s)) << d.Log() << c.Log();
+  json job = JobIn(d, "svc");
+  ASSERT_EQ(job["spec"]["addresses"].size(), 1u) << job.dump();
+  EXPECT_EQ(job["spec"]["addresses"][0], service + "/24");
+  EXPECT_TRUE(absl::StrContains(on_dev(), " " + service + "/24")) << on_dev();
+
+  ASSERT_TRUE(d.Cairn({"job", "kill", "svc"}).Exited(0));
+  EXPECT_TRUE(WaitFor([&] { return !absl::StrContains(on_dev(), " " + service + "/"); }, 20s))
+      << "the address outlived its job: " << on_dev();
   d.KillJobs();
 }
 

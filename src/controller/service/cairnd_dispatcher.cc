@@ -129,6 +129,9 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
     s->set_group(g->second.first);
     s->set_rank(g->second.second);
   }
+  if (auto a = addresses_.find(job_id); a != addresses_.end()) {
+    for (const std::string& text : a->second) s->add_addresses(text);
+  }
   s->mutable_checkpoint()->set_on_shutdown(true);
   if (auto p = intervals_.find(job_id); p != intervals_.end()) s->mutable_checkpoint()->set_interval_s(p->second);
   dapi::RunJobResponse resp;
@@ -154,6 +157,7 @@ void CairndDispatcher::KnowJob(const Job& job) {
   if (!job.spec.command.empty()) commands_[job.spec.id] = job.spec.command;
   if (!job.spec.user.empty()) users_[job.spec.id] = job.spec.user;
   if (!job.spec.group.empty()) ranks_[job.spec.id] = {job.spec.group, job.spec.rank};
+  if (!job.spec.addresses.empty()) addresses_[job.spec.id] = job.spec.addresses;
   if (job.spec.checkpoint.interval_s > 0) intervals_[job.spec.id] = job.spec.checkpoint.interval_s;
 }
 

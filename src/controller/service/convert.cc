@@ -59,6 +59,7 @@ absl::StatusOr<JobSpec> FromApi(const api::JobSpec& in) {
   s.user = in.user();
   s.group = in.group();
   s.rank = in.rank();
+  s.addresses.assign(in.addresses().begin(), in.addresses().end());
   return s;
 }
 
@@ -104,6 +105,7 @@ api::JobSpec ToApi(const JobSpec& s) {
   o.set_user(s.user);
   o.set_group(s.group);
   o.set_rank(s.rank);
+  for (const std::string& a : s.addresses) o.add_addresses(a);
   return o;
 }
 

@@ -23,6 +23,18 @@ absl::Status CheckSubmittedJob(const api::JobSpec& s) {
   if (s.group().empty() && s.rank() != 0) {
     return absl::InvalidArgumentError("rank (--rank) is given without a group: add --group NAME");
   }
+  // The node daemon parses each (engine/net/address.h) and refuses one it cannot put on; here
+  // only their shape.
+  if (s.addresses_size() > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("addresses (--address): ", s.addresses_size(), " given; a job has at most 16"));
+  }
+  for (const std::string& a : s.addresses()) {
+    if (a.empty() || a.size() > 64 || a.find('/') == std::string::npos ||
+        a.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.:/@-_") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("address (--address) `", a,
+                                                     "`: write ADDR/PREFIX or ADDR/PREFIX@DEVICE, e.g. 10.0.0.5/24"));
+    }
+  }
   RETURN_IF_ERROR(CheckNumber("cpus (--cpus)", s.cpus(), {0, kMaxCpus}));
   RETURN_IF_ERROR(CheckInteger("memory_mb (--memory-mb)", s.memory_mb(), {0, kMaxMemoryMb}));
   RETURN_IF_ERROR(CheckInteger("gpus (--gpus)", s.gpus(), {0, kMaxGpus}));
