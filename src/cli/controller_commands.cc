@@ -203,7 +203,8 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.submit->add_option("--notice-checkpoint", o.notice_ckpt, "Seconds to take and upload a checkpoint on a notice");
   o.submit->add_option("--checkpoint-bytes", o.ckpt_bytes, "Size of one checkpoint, bytes");
   o.submit->add_option("--restore-time", o.restore_s, "Seconds from a ready node to the job running again");
-  o.submit->add_option("--node-label", o.selector, "Required node label KEY=VALUE (repeatable)");
+  o.submit->add_option("--node-label", o.selector, "Required node label KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
   o.submit->add_option("--user", o.user,
                        "The node user the command runs as (nothing of the job as root; its checkpoints come back "
                        "only as that user)");
@@ -214,7 +215,8 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.submit->add_option("--address", o.addresses,
                        "A service address of the job, ADDR/PREFIX or ADDR/PREFIX@DEVICE (repeatable): on the node "
                        "that runs it and only there; a live migration moves it, and the job's established "
-                       "connections to it, with the job");
+                       "connections to it, with the job")
+      ->allow_extra_args(false);  // one per --address: a list would swallow the "--" before the command
   o.submit->add_option("command", o.command, "The command the node runs, after --");
 
   CLI::App* group = app.add_subcommand("group", "Job groups: ranks on several nodes checkpointed and restored together");

@@ -172,7 +172,8 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--address", o.addresses,
                     "A service address of the job, ADDR/PREFIX or ADDR/PREFIX@DEVICE (repeatable): on the node "
                     "where the job runs and only there; a live migration moves it, and the job's established "
-                    "connections to it, with the job");
+                    "connections to it, with the job")
+      ->allow_extra_args(false);  // one per --address: a list would swallow the "--" before the command
   o.run->add_option("command", o.command, "The command and its arguments, after --")->required();
 
   o.list = job->add_subcommand("list", "Jobs on the daemon");

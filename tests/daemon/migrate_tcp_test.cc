@@ -208,6 +208,14 @@ TEST_F(MigrateConnectionsTest, AnAddressLeavesTheNodeWithItsJobAndABadOneIsRefus
       << away.Describe();
   EXPECT_FALSE(net_.HasAddress(0, "10.80.0.7"));
 
+  // As a user types it: the address right before the "--" that starts a command with options of
+  // its own (a repeatable option once swallowed the "--", and the command's options were refused).
+  CommandResult typed = RunCommand({CAIRN_BIN, "job", "run", "--socket", a_->socket(), "--name", "typed", "--address",
+                                    "10.79.0.101/24", "--", "/usr/bin/env", "-i", "/bin/sleep", "60"},
+                                   Dir());
+  EXPECT_TRUE(typed.Exited(0)) << typed.Describe();
+  EXPECT_TRUE(net_.HasAddress(0, "10.79.0.101")) << net_.Last();
+
   ASSERT_NO_FATAL_FAILURE(StartServerAndClient());
   int pid = Job(*a_, "srv")["host_pid"];
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
