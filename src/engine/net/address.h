@@ -27,7 +27,7 @@ namespace cairn::net {
 struct ServiceAddress {
   int family = 0;         // AF_INET or AF_INET6
   std::string addr;       // 4 or 16 bytes, network order
-  int prefix = 0;         // 0-32 or 0-128
+  int prefix = 0;         // 1-32 or 1-128
   std::string device;     // "" when chosen by subnet
   std::string text;       // as written
 };
