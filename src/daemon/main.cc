@@ -283,6 +283,19 @@ int main(int argc, char** argv) {
   } else {
     d->SetComponentStatus("controller", "off (no --controller)");
   }
+  // Jobs are held in their freezer cgroup for a migration's commit and while their connections
+  // are saved; without the hierarchy both fail later, so say it now.
+  struct stat freezer {};
+  if (::stat("/sys/fs/cgroup/freezer", &freezer) == 0 && S_ISDIR(freezer.st_mode) &&
+      ::access("/sys/fs/cgroup/freezer/cgroup.procs", F_OK) == 0) {
+    d->SetComponentStatus("freezer", "on (/sys/fs/cgroup/freezer)");
+  } else {
+    d->SetComponentStatus(
+        "freezer",
+        "warning: the cgroup v1 freezer is not mounted at /sys/fs/cgroup/freezer here: jobs cannot be held "
+        "for a live migration's commit nor while their TCP connections are saved (started under `ip netns "
+        "exec`, which mounts a /sys of its own? use nsenter --net=/run/netns/NAME)");
+  }
   if (spot_opts.cloud.empty()) {
     d->SetComponentStatus("spot-watcher", "off (--spot-notices aws|gcp|azure turns it on)");
   } else {

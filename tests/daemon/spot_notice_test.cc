@@ -169,5 +169,26 @@ TEST_F(SpotNoticeTest, OffUnlessConfiguredAndGpuWatcherSaysWhyItIsOff) {
   EXPECT_TRUE(absl::StrContains(d.Log(), "gpu-watcher: off (no NVML")) << d.Log();
 }
 
+// The freezer hierarchy the daemon holds jobs in is said at its start: on, or a warning when this
+// mount namespace has none (a daemon started under `ip netns exec`, which mounts a /sys of its own).
+TEST_F(SpotNoticeTest, TheFreezerIsSaidOnOrMissingAtStart) {
+  DaemonProcess plain(Dir(), "plain");
+  ASSERT_TRUE(plain.Start());
+  EXPECT_EQ(Info(plain)["components"].value("freezer", ""), "on (/sys/fs/cgroup/freezer)") << Info(plain).dump();
+
+  const std::string ns = "cairnfz" + std::to_string(::getpid() % 100000);
+  ASSERT_TRUE(RunCommand({"/usr/sbin/ip", "netns", "add", ns}, Dir()).Exited(0)) << "needs root";
+  DaemonProcess inside(Dir(), "inside");
+  inside.RunUnder({"/usr/sbin/ip", "netns", "exec", ns});
+  bool started = static_cast<bool>(inside.Start());
+  std::string freezer = started ? Info(inside)["components"].value("freezer", "") : "";
+  inside.Kill(SIGTERM);
+  inside.Wait();
+  RunCommand({"/usr/sbin/ip", "netns", "del", ns}, Dir());
+  ASSERT_TRUE(started) << inside.Log();
+  EXPECT_TRUE(absl::StartsWith(freezer, "warning: the cgroup v1 freezer is not mounted")) << freezer;
+  EXPECT_TRUE(absl::StrContains(inside.Log(), "nsenter --net")) << inside.Log();
+}
+
 }  // namespace
 }  // namespace cairn::testing
