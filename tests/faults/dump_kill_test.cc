@@ -284,7 +284,12 @@ TEST_F(DumpKillTest, DumpKilledWithItsGuardianIsPutBackByTheNextCairn) {
       ASSERT_LT(Clock::now(), deadline) << "the dump never reached the stage";
       std::this_thread::sleep_for(5ms);
     }
+    // (Its name is set by the guardian itself once forked: under load, a moment after the fork.)
     std::vector<pid_t> guardian = ChildrenNamed("cairn-guardian", dump);
+    for (auto until = Clock::now() + 5s; guardian.empty() && Clock::now() < until;) {
+      std::this_thread::sleep_for(5ms);
+      guardian = ChildrenNamed("cairn-guardian", dump);
+    }
     ASSERT_EQ(guardian.size(), 1u) << "the paused dump has no guardian";
     ::kill(guardian[0], SIGKILL);
     ::kill(dump, SIGKILL);
