@@ -176,6 +176,34 @@ absl::Status Announce(const ServiceAddress& a, int index) {
   return absl::OkStatus();
 }
 
+// InterfaceFor, given what ListAddresses says is here.
+absl::StatusOr<int> InterfaceIn(const std::vector<Held>& held, const ServiceAddress& a) {
+  if (!a.device.empty()) {
+    unsigned index = ::if_nametoindex(a.device.c_str());
+    if (index == 0) {
+      return absl::NotFoundError(absl::StrCat("service address ", Text(a), ": this node has no device ", a.device));
+    }
+    return static_cast<int>(index);
+  }
+  for (const Held& h : held) {
+    if (h.family == a.family && h.addr != a.addr && SameSubnet(h.addr, a.addr, a.prefix)) return h.index;
+  }
+  for (const Held& h : held) {
+    if (h.family == a.family && h.addr == a.addr) return h.index;
+  }
+  std::string network = a.addr;  // the address with its host bits cleared
+  for (size_t bit = static_cast<size_t>(a.prefix); bit < network.size() * 8; ++bit) {
+    network[bit / 8] = static_cast<char>(static_cast<unsigned char>(network[bit / 8]) & ~(0x80u >> (bit % 8)));
+  }
+  char subnet[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(a.family, network.data(), subnet, sizeof subnet);
+  return absl::NotFoundError(absl::StrCat("service address ", Text(a), ": no interface of this node has an address in ",
+                                          subnet, "/", a.prefix,
+                                          " to put it on; name the device (ADDR/PREFIX@DEVICE) or give the node an "
+                                          "address on that network"));
+}
+
+
 }  // namespace
 
 absl::StatusOr<ServiceAddress> ParseServiceAddress(absl::string_view text) {
@@ -219,30 +247,8 @@ absl::StatusOr<ServiceAddress> ParseServiceAddress(absl::string_view text) {
 }
 
 absl::StatusOr<int> InterfaceFor(const ServiceAddress& a) {
-  if (!a.device.empty()) {
-    unsigned index = ::if_nametoindex(a.device.c_str());
-    if (index == 0) {
-      return absl::NotFoundError(absl::StrCat("service address ", Text(a), ": this node has no device ", a.device));
-    }
-    return static_cast<int>(index);
-  }
   ASSIGN_OR_RETURN(std::vector<Held> held, ListAddresses());
-  for (const Held& h : held) {
-    if (h.family == a.family && h.addr != a.addr && SameSubnet(h.addr, a.addr, a.prefix)) return h.index;
-  }
-  for (const Held& h : held) {
-    if (h.family == a.family && h.addr == a.addr) return h.index;
-  }
-  std::string network = a.addr;  // the address with its host bits cleared
-  for (size_t bit = static_cast<size_t>(a.prefix); bit < network.size() * 8; ++bit) {
-    network[bit / 8] = static_cast<char>(static_cast<unsigned char>(network[bit / 8]) & ~(0x80u >> (bit % 8)));
-  }
-  char subnet[INET6_ADDRSTRLEN] = {};
-  ::inet_ntop(a.family, network.data(), subnet, sizeof subnet);
-  return absl::NotFoundError(absl::StrCat("service address ", Text(a), ": no interface of this node has an address in ",
-                                          subnet, "/", a.prefix,
-                                          " to put it on; name the device (ADDR/PREFIX@DEVICE) or give the node an "
-                                          "address on that network"));
+  return InterfaceIn(held, a);
 }
 
 absl::StatusOr<bool> HasAddress(const ServiceAddress& a) {
@@ -254,9 +260,11 @@ absl::StatusOr<bool> HasAddress(const ServiceAddress& a) {
 }
 
 absl::StatusOr<bool> AddServiceAddress(const ServiceAddress& a) {
-  ASSIGN_OR_RETURN(bool there, HasAddress(a));
-  if (there) return false;
-  ASSIGN_OR_RETURN(int index, InterfaceFor(a));
+  ASSIGN_OR_RETURN(std::vector<Held> held, ListAddresses());  // once: on a migration's frozen path
+  for (const Held& h : held) {
+    if (h.family == a.family && h.addr == a.addr) return false;
+  }
+  ASSIGN_OR_RETURN(int index, InterfaceIn(held, a));
   ifaddrmsg ifa{};
   ifa.ifa_family = static_cast<unsigned char>(a.family);
   ifa.ifa_prefixlen = static_cast<unsigned char>(a.prefix);
@@ -287,16 +295,6 @@ absl::Status RemoveServiceAddress(const ServiceAddress& a) {
     }
   }
   return absl::OkStatus();
-}
-
-absl::Status AddServiceAddresses(const std::vector<std::string>& texts) {
-  absl::Status first;
-  for (const std::string& t : texts) {
-    absl::StatusOr<ServiceAddress> a = ParseServiceAddress(t);
-    absl::Status st = a.ok() ? AddServiceAddress(*a).status() : a.status();
-    if (first.ok()) first = st;
-  }
-  return first;
 }
 
 absl::Status RemoveServiceAddresses(const std::vector<std::string>& texts) {

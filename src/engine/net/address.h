@@ -49,9 +49,8 @@ absl::StatusOr<bool> AddServiceAddress(const ServiceAddress& a);
 // Takes `a` off whatever interface holds it here; OK when none does.
 absl::Status RemoveServiceAddress(const ServiceAddress& a);
 
-// The same for a list of `ADDR/PREFIX[@DEV]` texts: every one is tried; the first error is
-// returned after the others (each error names its address).
-absl::Status AddServiceAddresses(const std::vector<std::string>& texts);
+// RemoveServiceAddress for a list of `ADDR/PREFIX[@DEV]` texts: every one is tried; the first
+// error is returned after the others (each error names its address).
 absl::Status RemoveServiceAddresses(const std::vector<std::string>& texts);
 
 }  // namespace cairn::net

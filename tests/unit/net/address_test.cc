@@ -138,7 +138,7 @@ TEST(ServiceAddressTest, PutOnTheInterfaceOfItsSubnetAnnouncedAndTakenOff) {
     EXPECT_NE(none.status().message().find("no interface of this node has an address in 10.98.0.0/24"),
               std::string::npos)
         << none.status();
-    EXPECT_TRUE(AddServiceAddresses({"10.98.0.5/24@ca"}).ok());
+    EXPECT_TRUE(AddServiceAddress(*ParseServiceAddress("10.98.0.5/24@ca")).ok());
     EXPECT_EQ(BindErrno(AF_INET, "10.98.0.5"), 0);
     EXPECT_TRUE(RemoveServiceAddresses({"10.98.0.5/24@ca"}).ok());
 
