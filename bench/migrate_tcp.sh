@@ -9,7 +9,9 @@
 # ones are counted.
 #
 # Usage: sudo bash bench/migrate_tcp.sh [BUILD_DIR] [CONNS] [REPS]   (default: build 100 3)
-# KEEP=1 keeps the daemons' logs.
+# KEEP=1 keeps the daemons' logs. BUSY=N keeps N CPUs busy (`yes > /dev/null`) during the moves.
+# CAPTURE=FILE logs every ARP and TCP packet the clients' interface sees (bench/packet_log.py),
+# with the monotonic time each move started and ended in FILE.moves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; CONNS=${2:-100}; REPS=${3:-3}
@@ -22,6 +24,8 @@ A=mta-$tag; B=mtb-$tag; NS_A=cmta$tag; NS_B=cmtb$tag; NS_C=cmtc$tag; BR=cmtbr$ta
 SERVICE=10.77.0.100
 cleanup() {
   pkill -KILL -f "$T/clients.py" 2>/dev/null || true
+  for p in ${SPINNERS:-}; do kill -KILL "$p" 2>/dev/null || true; done
+  [ -n "${CAPTURER:-}" ] && kill -KILL "$CAPTURER" 2>/dev/null || true
   for n in "$A" "$B"; do
     for d in /sys/fs/cgroup/freezer/cairn/$n.*; do
       [ -d "$d" ] && for p in $(cat "$d/cgroup.procs"); do kill -9 "$p" 2>/dev/null || true; done
@@ -123,18 +127,27 @@ report() {  # sets $gap (s), $ok, $bad: since the previous report
   [ -f "$T/c/report$n.out" ] || { echo "the clients stopped answering:"; cat "$T/clients.log"; exit 1; }
   read -r gap ok bad < "$T/c/report$n.out"
 }
-echo "machine: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg); redis with $CONNS idle clients + 1 pinging"
+echo "machine: $(nproc) CPUs, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), ${BUSY:-0} CPUs kept busy; redis with $CONNS idle clients + 1 pinging"
 echo
 echo "| move | quiet window: longest wait | migration: client's longest wait | daemon's downtime | whole command | idle clients answered | reset or silent |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 label() { [ "$1" = "$A" ] && echo a || echo b; }
 report
+SPINNERS=""
+for _ in $(seq "${BUSY:-0}"); do yes > /dev/null & SPINNERS="$SPINNERS $!"; done
+if [ -n "${CAPTURE:-}" ]; then
+  nsenter --net="/run/netns/$NS_C" python3 bench/packet_log.py "v$NS_C" "$CAPTURE" $((REPS * 2 * 30)) &
+  CAPTURER=$!; : > "$CAPTURE.moves"; sleep 0.5
+fi
+mono() { python3 -c 'import time; print("%.4f" % time.monotonic())'; }
 from=$A; to=$B
 for rep in $(seq $((REPS * 2))); do
+  [ -n "${CAPTURE:-}" ] && echo "$(label "$from") -> $(label "$to") start $(mono)" >> "$CAPTURE.moves"
   t0=$(date +%s.%N)
   "$CAIRN" job migrate --socket "$T/$from.sock" redis --to "$to" --json > "$T/m$rep.json"
   window=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
   report; mig_gap=$gap; mig_ok=$ok; mig_bad=$bad
+  [ -n "${CAPTURE:-}" ] && echo "$(label "$from") -> $(label "$to") end $(mono)" >> "$CAPTURE.moves"
   sleep "$window"
   report; quiet_gap=$gap
   j=$T/m$rep.json
