@@ -128,6 +128,16 @@ class MigrateConnectionsTest : public DaemonFixture {
     return out;
   }
 
+  // The service address is on node `runs` (0: A, 1: B) and not on the other, and no network lock
+  // is left on either.
+  void ExpectAddressOnlyOnAndNoLock(size_t runs) {
+    const char* name[] = {"A", "B"};
+    EXPECT_TRUE(net_.HasAddress(runs, kService)) << "the address is not on " << name[runs] << ": " << net_.Last();
+    EXPECT_FALSE(net_.HasAddress(1 - runs, kService)) << "the address stayed on " << name[1 - runs] << ": " << net_.Last();
+    EXPECT_EQ(Locks(0), "") << "a network lock stayed on A";
+    EXPECT_EQ(Locks(1), "") << "a network lock stayed on B";
+  }
+
   NetworkNodes net_;
   std::unique_ptr<DaemonProcess> a_, b_;
   std::vector<std::string> a_args_, b_args_;
@@ -155,10 +165,7 @@ TEST_F(MigrateConnectionsTest, ServerMovesWithItsAddressAndItsClientNoticesOnlyA
   EXPECT_TRUE(WaitGone(pid_a, std::chrono::seconds(10)).gone);
   EXPECT_EQ(Job(*a_, "srv")["state"], "migrated");
   EXPECT_EQ(Job(*b_, "srv")["state"], "running");
-  EXPECT_FALSE(net_.HasAddress(0, kService)) << "the address stayed on A: " << net_.Last();
-  EXPECT_TRUE(net_.HasAddress(1, kService)) << "the address did not come to B: " << net_.Last();
-  EXPECT_EQ(Locks(0), "") << "a network lock stayed on A";
-  EXPECT_EQ(Locks(1), "") << "a network lock stayed on B";
+  ExpectAddressOnlyOnAndNoLock(1);
   ::close(client_);
 }
 
@@ -174,10 +181,7 @@ TEST_F(MigrateConnectionsTest, AMigrationTheDestinationFailsLeavesTheServerItsAd
   EXPECT_EQ(Ask("count"), "accepted 1");
   EXPECT_EQ(Job(*a_, "srv")["state"], "running");
   EXPECT_EQ(Job(*a_, "srv")["host_pid"], pid_a);
-  EXPECT_TRUE(net_.HasAddress(0, kService)) << "the address did not come back to A: " << net_.Last();
-  EXPECT_FALSE(net_.HasAddress(1, kService)) << "the address stayed on B: " << net_.Last();
-  EXPECT_EQ(Locks(0), "") << "a network lock stayed on A";
-  EXPECT_EQ(Locks(1), "") << "a network lock stayed on B";
+  ExpectAddressOnlyOnAndNoLock(0);
   ::close(client_);
 }
 
@@ -266,7 +270,7 @@ TEST_P(MigrateConnectionsKillTest, TheJobSettlesOnOneNodeWithItsAddressAndItsCli
   if (std::string(cut.settles) != "either") {
     EXPECT_EQ(moved ? "destination" : "source", std::string(cut.settles));
   }
-  size_t runs = moved ? 1 : 0, idle = moved ? 0 : 1;
+  size_t runs = moved ? 1 : 0;
   if (moved) {
     EXPECT_EQ(Job(*b_, "srv")["state"], "running");
     EXPECT_TRUE(WaitGone(pid_a, std::chrono::seconds(10)).gone);
@@ -275,10 +279,7 @@ TEST_P(MigrateConnectionsKillTest, TheJobSettlesOnOneNodeWithItsAddressAndItsCli
   }
   EXPECT_EQ(Ask("after the cut"), "AFTER THE CUT") << a_->RunLog() << b_->RunLog();
   EXPECT_EQ(Ask("count"), "accepted 1");
-  EXPECT_TRUE(net_.HasAddress(runs, kService)) << "the address is not where the job runs: " << net_.Last();
-  EXPECT_FALSE(net_.HasAddress(idle, kService)) << "the address stayed where the job does not run: " << net_.Last();
-  EXPECT_EQ(Locks(0), "") << "a network lock stayed on A";
-  EXPECT_EQ(Locks(1), "") << "a network lock stayed on B";
+  ExpectAddressOnlyOnAndNoLock(runs);
   ::close(client_);
 }
 
