@@ -12,8 +12,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/net/silence.h"
 
 namespace cairn::daemon {
 namespace {
@@ -151,6 +153,12 @@ int KillCgroup(const std::string& cgroup) {
     if (absl::SimpleAtoi(p, &pid) && pid > 1 && ::kill(pid, SIGKILL) == 0) ++killed;
   }
   return killed;
+}
+
+int KillCgroupSilently(const std::string& cgroup) {
+  absl::Status silenced = net::SilenceTcpConnections(CgroupPids(cgroup));
+  if (!silenced.ok()) CAIRN_LOG_WARN("cgroup={} connections not silenced before the kill: {}", cgroup, silenced.ToString());
+  return KillCgroup(cgroup);
 }
 
 std::string FreezerState(const std::string& cgroup) {

@@ -39,6 +39,13 @@ std::vector<pid_t> CgroupPids(const std::string& cgroup);
 // many it signalled.
 int KillCgroup(const std::string& cgroup);
 
+// KillCgroup for a copy of a job whose TCP connections are not its own: a migration's copy on
+// the node that lost it (uncommitted there, or committed elsewhere), or a restore the daemon's
+// crash cut off. Each connection is first switched to repair mode (net/silence.h), so that its
+// close sends the peer nothing: the peer keeps talking to the copy that owns the connection,
+// and a FIN that found the network lock gone would end it there.
+int KillCgroupSilently(const std::string& cgroup);
+
 // The v1 freezer's state (THAWED, FREEZING or FROZEN); "" when the cgroup does not exist.
 std::string FreezerState(const std::string& cgroup);
 

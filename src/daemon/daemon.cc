@@ -214,8 +214,9 @@ absl::Status Daemon::Recover() {
       RETURN_IF_ERROR(catalog_->PutJob(j));
     } else {
       // Nothing of a job that does not run may run in its cgroup (e.g. a migration to here
-      // whose commit the crash cut off: restored, never recorded as running).
-      KillCgroup(CgroupOf(j.name()));
+      // whose commit the crash cut off: restored, never recorded as running; its connections
+      // are its source's).
+      KillCgroupSilently(CgroupOf(j.name()));
     }
     if (j.spec().checkpoint().interval_s() > 0) s.next_checkpoint = now + j.spec().checkpoint().interval_s();
     s.job = std::move(j);
@@ -251,7 +252,7 @@ absl::Status Daemon::Recover() {
 // again. Its image is untouched (a fetched copy is removed by DropFetchedCopies).
 void Daemon::RollBackRestore(api::Job& j) {
   std::string cgroup = CgroupOf(j.name());
-  const int killed = KillCgroup(cgroup);
+  const int killed = KillCgroupSilently(cgroup);  // its connections live on in the checkpoint
   ThawFreezer(cgroup);
   std::string from(absl::StripPrefix(j.health().detail(), kRestoringFrom));
   j.set_state("exited");
@@ -294,7 +295,7 @@ void Daemon::CleanUnrecorded(const std::vector<api::Checkpoint>& checkpoints) {
     std::string engine_name = it->path().filename().string();
     if (!absl::StartsWith(engine_name, prefix) || jobs_.count(engine_name.substr(prefix.size())) != 0) continue;
     std::string cgroup = "cairn/" + engine_name;
-    KillCgroup(cgroup);
+    KillCgroupSilently(cgroup);
     ThawFreezer(cgroup);
     CAIRN_LOG_INFO("event=stray_cgroup cgroup={}: no job of this node owns it; its processes were killed", cgroup);
   }

@@ -46,7 +46,6 @@
 #include "engine/job/job.h"
 #include "engine/net/address.h"
 #include "engine/net/netlock.h"
-#include "engine/net/silence.h"
 #include "engine/restore/restore.h"
 #include "engine/restore/tcp.h"
 #include "image.pb.h"
@@ -764,11 +763,8 @@ void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, 
   std::string to = s.job.migrating_to();
   bool alive = SameProcess(s.job.host_pid(), s.job.start_time());
   if (committed) {
-    // Its copy here dies; a frozen task dies only once thawed. Its connections run there now:
-    // closed in repair mode, they send nothing to their peers (net/silence.h).
-    absl::Status silenced = net::SilenceTcpConnections(CgroupPids(cgroup));
-    if (!silenced.ok()) CAIRN_LOG_WARN("job={} connections not silenced before the kill: {}", name, silenced.ToString());
-    KillCgroup(cgroup);
+    // Its copy here dies (a frozen task once thawed), its connections silent: they run there now.
+    KillCgroupSilently(cgroup);
     ThawFreezer(cgroup);
     ReleaseHeldLock(name, s.job.migration());
     s.job.set_state("migrated");
@@ -853,16 +849,19 @@ void Daemon::RecoverArrivals() {
     if (job == jobs_.end() || job->second.job.state() != "running") {
       // The migration that brought them never committed: the job runs on its source, which
       // has its addresses back and its connections.
-      std::vector<std::string> addresses;
+      // The addresses go first: while the lock stands, a client's packet that still finds this
+      // node is dropped, not answered with a reset by a node that has no socket for it.
+      std::vector<std::string> addresses, locks;
       for (absl::string_view line : absl::StrSplit(*kept, '\n', absl::SkipEmpty())) {
         if (absl::ConsumePrefix(&line, "address ")) addresses.emplace_back(line);
-        if (absl::ConsumePrefix(&line, "lock ") && !line.empty()) {
-          absl::Status removed = net::RemoveNetworkLock(std::string(line));
-          if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, std::string(line), removed.ToString());
-        }
+        if (absl::ConsumePrefix(&line, "lock ") && !line.empty()) locks.emplace_back(line);
       }
       absl::Status st = net::RemoveServiceAddresses(addresses);
       if (!st.ok()) CAIRN_LOG_WARN("job={} addresses of an uncommitted migration not all removed: {}", name, st.ToString());
+      for (const std::string& lock : locks) {
+        absl::Status removed = net::RemoveNetworkLock(lock);
+        if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, lock, removed.ToString());
+      }
       CAIRN_LOG_INFO("event=stray_arrival job={} addresses=\"{}\": put here with its network lock for a migration "
                      "the restart found uncommitted; taken off",
                      name, absl::StrJoin(addresses, ", "));
@@ -884,13 +883,11 @@ struct Daemon::Received {
 
 void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
   if (in.running) {
-    // Its connections stay the source's: closed in repair mode, they send nothing (net/silence.h).
-    absl::Status silenced = net::SilenceTcpConnections(CgroupPids(CgroupOf(in.name)));
-    if (!silenced.ok()) CAIRN_LOG_WARN("job={} connections not silenced: {}", in.name, silenced.ToString());
+    // Its connections stay the source's: they close without a word.
+    KillCgroupSilently(CgroupOf(in.name));
     ::kill(in.restored.pid, SIGKILL);
     while (::waitpid(in.restored.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    KillCgroup(CgroupOf(in.name));
   }
   if (in.arrival) {
     DropAddresses(in.name, in.begin.spec(), "the migration to here did not commit");
