@@ -76,6 +76,10 @@ class DoingDispatcher : public ActionDispatcher {
   DispatchResult Carry(const Decision& d) override {
     carried.push_back(d);
     if (on_carry) on_carry(d);
+    if (refuse_carries > 0) {
+      --refuse_carries;
+      return {false, "not carried out: cairnd does not answer (fake)", true, refuse_final};
+    }
     return {true, "done by fake daemon"};
   }
   DispatchResult StopJob(const Job& job, const Node& node) override {
@@ -90,7 +94,17 @@ class DoingDispatcher : public ActionDispatcher {
   std::vector<Decision> carried;
   std::vector<std::string> stopped;
   bool refuse_stop = false;
+  int refuse_carries = 0;     // the next this many decisions are not carried out
+  bool refuse_final = false;  // ... for a reason a later try cannot change
   std::function<void(const Decision&)> on_carry;  // called as a decision is carried out
+  // The decisions carried out for `job`.
+  std::vector<Decision> CarriedFor(const std::string& job) const {
+    std::vector<Decision> out;
+    for (const Decision& d : carried) {
+      if (d.job_id == job) out.push_back(d);
+    }
+    return out;
+  }
 };
 
 // Also answers where jobs run, from a table "job@node" -> what that node's daemon says.
@@ -150,7 +164,57 @@ class ControllerCoreTest : public ::testing::Test {
     ControllerOptions o;
     o.id = "test";
     o.heartbeat_timeout_s = 0.2;
+    o.retry_first_s = 0.01;
+    o.retry_tries = 2;
     return o;
+  }
+  // Ticks `c` `n` times, 20 ms apart, each after a heartbeat from every node of `alive`.
+  static void TickWhile(Controller& c, const std::vector<std::string>& alive, int n = 10) {
+    for (int i = 0; i < n; ++i) {
+      for (const std::string& node : alive) {
+        api::HeartbeatRequest hb;
+        hb.set_node_id(node);
+        ASSERT_TRUE(c.Heartbeat(hb).ok());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      c.Tick();
+    }
+  }
+  // Nodes spot ($0.9/h) and od ($3/h); service svc on spot; spot's reclaim notice: the
+  // spot-notice rule decides to move svc to od.
+  void NoticeMovesSvcToOd(Controller& c) {
+    api::RegisterNodeResponse rr;
+    ASSERT_TRUE(c.RegisterNode(Node("spot", 0.9, true), &rr).ok());
+    ASSERT_TRUE(c.RegisterNode(Node("od", 3.0, false), &rr).ok());
+    api::SubmitJobRequest job = Job1("svc");
+    job.mutable_spec()->set_service(true);
+    job.mutable_spec()->mutable_checkpoint()->set_on_notice(true);
+    job.mutable_spec()->mutable_checkpoint()->set_notice_checkpoint_s(20);
+    api::SubmitJobResponse sr;
+    ASSERT_TRUE(c.SubmitJob(job, &sr).ok());
+    ASSERT_EQ(sr.node_id(), "spot");
+    api::NodeSignal sig;
+    sig.set_kind(api::NodeSignal::SPOT_NOTICE);
+    sig.set_node_id("spot");
+    sig.set_notice_s(120);
+    api::ReportSignalResponse resp;
+    ASSERT_TRUE(c.ReportSignal(sig, &resp).ok());
+  }
+  static std::string PendingOf(Controller& c, const std::string& job) {
+    api::ClusterStatusResponse st;
+    EXPECT_TRUE(c.ClusterStatus(&st).ok());
+    for (const auto& j : st.jobs()) {
+      if (j.spec().id() == job) return j.pending_action();
+    }
+    return "?";
+  }
+  static std::string NodeOf(Controller& c, const std::string& job) {
+    api::ClusterStatusResponse st;
+    EXPECT_TRUE(c.ClusterStatus(&st).ok());
+    for (const auto& j : st.jobs()) {
+      if (j.spec().id() == job) return j.node_id();
+    }
+    return "?";
   }
   // Nodes a (spot, $0.9/h) and b (on demand, $3/h); job j, placed on a, the cheaper.
   void PlaceJobOnA() {
@@ -618,6 +682,136 @@ TEST_F(ControllerCoreTest, InFlightDecisionBusyForLongIsSaidOnceAndShown) {
   ASSERT_TRUE(next.ClusterStatus(&st).ok());
   ASSERT_EQ(st.jobs_size(), 1);
   EXPECT_EQ(st.jobs(0).pending_action(), "in flight: restore to b (node-lost)") << st.jobs(0).DebugString();
+  EXPECT_TRUE(d2.carried.empty());
+}
+
+// A decision a node did not carry out is not left waiting for the rule's next trigger (which
+// may never come): a lost node's job is decided again, after a backoff, until it runs.
+TEST_F(ControllerCoreTest, ALostNodesJobIsDecidedAgainUntilItRuns) {
+  PlaceJobOnA();
+  ASSERT_FALSE(HasFatalFailure());
+  dispatcher_.refuse_carries = 2;
+  OnlyBHeartbeatsUntilALost(controller_);
+  ASSERT_EQ(dispatcher_.carried.size(), 1u);
+  EXPECT_EQ(JobNode(controller_), "a");
+  EXPECT_EQ(PendingOf(controller_, "j"), "restore to b (node-lost)");
+  std::vector<api::Event> decided = EventsOf(controller_, "decision");
+  ASSERT_EQ(decided.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(decided[0].dispatch(), "decided again in 0.0 s (try 1; a is lost")) << decided[0].dispatch();
+
+  TickWhile(controller_, {"b"});
+  ASSERT_EQ(dispatcher_.carried.size(), 3u) << "refused twice, then carried out";
+  for (const Decision& d : dispatcher_.carried) {
+    EXPECT_EQ(d.action, Action::kRestore);
+    EXPECT_EQ(d.target_node_id, "b");
+  }
+  EXPECT_EQ(JobNode(controller_), "b");
+  EXPECT_EQ(PendingOf(controller_, "j"), "");
+  EXPECT_EQ(StoredJ().pending_action(), "");
+  EXPECT_TRUE(EventsOf(controller_, "decision-dropped").empty());
+}
+
+// A move the source or the target did not answer is tried again once they do.
+TEST_F(ControllerCoreTest, AMoveNotCarriedOutIsTriedAgain) {
+  dispatcher_.refuse_carries = 1;
+  NoticeMovesSvcToOd(controller_);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(dispatcher_.CarriedFor("svc").size(), 1u);
+  EXPECT_EQ(dispatcher_.CarriedFor("svc")[0].action, Action::kMigrate);
+  EXPECT_EQ(PendingOf(controller_, "svc"), "migrate to od (spot-notice)");
+  EXPECT_EQ(NodeOf(controller_, "svc"), "spot");
+
+  TickWhile(controller_, {"spot", "od"});
+  ASSERT_EQ(dispatcher_.CarriedFor("svc").size(), 2u);
+  EXPECT_EQ(dispatcher_.CarriedFor("svc")[1].target_node_id, "od");
+  EXPECT_EQ(NodeOf(controller_, "svc"), "od");
+  EXPECT_EQ(PendingOf(controller_, "svc"), "");
+}
+
+// Tried retry_tries times more, then dropped, saying so: the job runs on where it is.
+TEST_F(ControllerCoreTest, AMoveRefusedEveryTimeIsDroppedAfterItsTries) {
+  dispatcher_.refuse_carries = 100;
+  NoticeMovesSvcToOd(controller_);
+  ASSERT_FALSE(HasFatalFailure());
+  TickWhile(controller_, {"spot", "od"}, 20);
+  EXPECT_EQ(dispatcher_.CarriedFor("svc").size(), 3u) << "once, then retry_tries (2) times";
+  std::vector<api::Event> dropped = EventsOf(controller_, "decision-dropped");
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].job_id(), "svc");
+  EXPECT_TRUE(absl::StrContains(dropped[0].reason(), "migrate to od (spot-notice), not carried out: tried 3 times"))
+      << dropped[0].reason();
+  EXPECT_EQ(PendingOf(controller_, "svc"), "");
+  EXPECT_EQ(NodeOf(controller_, "svc"), "spot");
+}
+
+// A refusal a later try cannot change is not tried again; a decision whose target went away
+// meanwhile is dropped, not carried out.
+TEST_F(ControllerCoreTest, AFinalRefusalOrAStaleDecisionIsNotTriedAgain) {
+  dispatcher_.refuse_carries = 1;
+  dispatcher_.refuse_final = true;
+  NoticeMovesSvcToOd(controller_);
+  ASSERT_FALSE(HasFatalFailure());
+  TickWhile(controller_, {"spot", "od"});
+  EXPECT_EQ(dispatcher_.CarriedFor("svc").size(), 1u);
+  EXPECT_EQ(PendingOf(controller_, "svc"), "migrate to od (spot-notice)") << "shown, not tried again";
+  EXPECT_TRUE(EventsOf(controller_, "decision-dropped").empty());
+}
+
+TEST_F(ControllerCoreTest, AMoveWhoseTargetIsGoneIsDropped) {
+  dispatcher_.refuse_carries = 1;
+  NoticeMovesSvcToOd(controller_);
+  ASSERT_FALSE(HasFatalFailure());
+  api::RemoveNodeRequest rm;
+  rm.set_node_id("od");
+  api::RemoveNodeResponse rr;
+  ASSERT_TRUE(controller_.RemoveNode(rm, &rr).ok());
+  TickWhile(controller_, {"spot"}, 3);
+  EXPECT_EQ(dispatcher_.CarriedFor("svc").size(), 1u);
+  std::vector<api::Event> dropped = EventsOf(controller_, "decision-dropped");
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(dropped[0].reason(), "not carried out: od is gone")) << dropped[0].reason();
+  EXPECT_EQ(NodeOf(controller_, "svc"), "spot");
+}
+
+// A lost node that comes back still running the job: its restore elsewhere is dropped.
+TEST_F(ControllerCoreTest, ARestoreIsDroppedWhenTheJobsNodeAnswersAgainWithIt) {
+  LocatingDispatcher d;
+  d.refuse_carries = 100;
+  Controller c(&store_, &d, Options());
+  c.Tick();
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(c.RegisterNode(Node("a", 0.9, true), &rr).ok());
+  ASSERT_TRUE(c.RegisterNode(Node("b", 3.0, false), &rr).ok());
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(c.SubmitJob(Job1("j"), &sr).ok());
+  ASSERT_EQ(sr.node_id(), "a");
+  OnlyBHeartbeatsUntilALost(c);
+  ASSERT_EQ(d.carried.size(), 1u);
+  d.where["j@a"] = {kRunning, "running", 11};
+  TickWhile(c, {"a", "b"}, 3);
+  std::vector<api::Event> dropped = EventsOf(c, "decision-dropped");
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(dropped[0].reason(), "restore to b (node-lost), not carried out: it runs on a again"))
+      << dropped[0].reason();
+  EXPECT_EQ(d.carried.size(), 1u);
+  EXPECT_EQ(JobNode(c), "a");
+}
+
+// A pending move an earlier leader left (this one does not know its decision): dropped at
+// once, saying so; the job runs where it is.
+TEST_F(ControllerCoreTest, APendingMoveOfAnEarlierLeaderIsDropped) {
+  dispatcher_.refuse_carries = 1;
+  dispatcher_.refuse_final = true;  // left pending by the first leader
+  NoticeMovesSvcToOd(controller_);
+  ASSERT_FALSE(HasFatalFailure());
+  LocatingDispatcher d2;
+  Controller next(&store_, &d2, Options());
+  next.Tick();
+  std::vector<api::Event> dropped = EventsOf(next, "decision-dropped");
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(dropped[0].reason(), "decided by an earlier leader, which did not carry it out"))
+      << dropped[0].reason();
+  EXPECT_EQ(PendingOf(next, "svc"), "");
   EXPECT_TRUE(d2.carried.empty());
 }
 

@@ -117,8 +117,10 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   NodeDaemon* d = Find(node_id, &why);
   if (d == nullptr) return {false, why};
   if (command.empty()) {
-    return {false, absl::StrCat("not carried out: job ", job_id,
-                                " has no command for the node daemon to run (cairn submit ... -- CMD ARGS)")};
+    return {false,
+            absl::StrCat("not carried out: job ", job_id,
+                         " has no command for the node daemon to run (cairn submit ... -- CMD ARGS)"),
+            false, /*final=*/true};
   }
   dapi::RunJobRequest req;
   dapi::JobSpec* s = req.mutable_spec();
@@ -275,7 +277,8 @@ DispatchResult CairndDispatcher::Move(const Decision& d) {
     return {false, absl::StrCat(not_live, "moving job ", d.job_id, " from ", d.node_id, " to ", d.target_node_id,
                                 " through checkpoint storage needs a store both nodes share, and ", d.node_id,
                                 " keeps its checkpoints on its local disk (cairnd --storage dir:/SHARED or "
-                                "s3://BUCKET on both); ", saved)};
+                                "s3://BUCKET on both); ", saved),
+            false, /*final=*/true};
   }
   // Stop the job at its checkpoint, so no work is done twice or lost.
   absl::StatusOr<dapi::Checkpoint> ck = Checkpoint(d.job_id, d.node_id, /*stop=*/true);
@@ -489,7 +492,7 @@ DispatchResult CairndDispatcher::Carry(const Decision& d) {
     case Action::kMigrate:
       return Move(d);
   }
-  return {false, "not carried out: unknown action"};
+  return {false, "not carried out: unknown action", false, /*final=*/true};
 }
 
 absl::StatusOr<std::vector<RankPart>> CairndDispatcher::CheckpointGroup(

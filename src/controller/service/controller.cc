@@ -1,12 +1,14 @@
 #include "controller/service/controller.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <random>
 #include <set>
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -167,6 +169,10 @@ void Controller::Tick() {
     absl::Status s = ResolveInFlightLocked();
     if (!s.ok()) CAIRN_LOG_WARN("controller {}: resolving decisions in flight: {}", options_.id, s.ToString());
   }
+  if (leader_ && (!retry_.empty() || !pending_action_.empty())) {
+    absl::Status s = RetryPendingLocked();
+    if (!s.ok()) CAIRN_LOG_WARN("controller {}: decisions tried again: {}", options_.id, s.ToString());
+  }
   if (leader_ && options_.deadline_check_s > 0 &&
       Clock::now() - last_deadline_check_ >= std::chrono::duration<double>(options_.deadline_check_s)) {
     last_deadline_check_ = Clock::now();
@@ -186,6 +192,7 @@ void Controller::DropLocked() {
   cluster_.reset();
   last_heartbeat_.clear();
   pending_action_.clear();
+  retry_.clear();
   started_.clear();
   registered_seq_.clear();
   specs_.clear();
@@ -234,6 +241,7 @@ absl::Status Controller::LoadLocked() {
   cluster_ = std::make_unique<Cluster>();
   last_heartbeat_.clear();
   pending_action_.clear();
+  retry_.clear();
   started_.clear();
   registered_seq_.clear();
   specs_.clear();
@@ -445,46 +453,83 @@ absl::Status Controller::HandleLocked(const Event& event, std::vector<api::Event
                      options_.id, d.rule, std::string(ActionName(d.action)), d.job_id, in_flight_[d.job_id].action());
       continue;
     }
-    const bool tracked = dispatcher_->CarriesOut() && !d.job_id.empty() && TrackedInFlight(d.action) &&
-                         cluster_->FindJob(d.job_id) != nullptr;
-    if (tracked) {
-      api::InFlight& f = in_flight_[d.job_id];
-      f.set_action(std::string(ActionName(d.action)));
-      f.set_rule(d.rule);
-      f.set_from_node(d.node_id);
-      f.set_to_node(d.target_node_id);
-      f.set_since(Now());
-      f.set_term(term_);
-      f.set_restore_from_time(d.restore_from_time);
-      f.set_reason(d.reason);
-      f.set_suspend_reason(std::string(SuspendReasonName(d.suspend_reason)));
-      // Stored before any node is asked: whoever leads next knows what may be under way.
-      if (absl::Status s = SaveJobLocked(d.job_id); !s.ok()) {
-        in_flight_.erase(d.job_id);
-        return s;
-      }
-      FaultPoint("controller-in-flight");
-    }
-    DispatchResult r = dispatcher_->Carry(d);
-    if (tracked) {
-      FaultPoint("controller-carried");
-      in_flight_.erase(d.job_id);  // stored with the outcome below
-    }
-    api::Event ev = DecisionEvent(d, "decision");
-    ev.set_dispatch(r.note);
-    RETURN_IF_ERROR(RecordLocked(std::move(ev), out));
-    if (r.done) {
-      RETURN_IF_ERROR(ApplyLocked(d));
-      if (!d.job_id.empty()) pending_action_.erase(d.job_id);
-    } else if (!d.job_id.empty()) {
-      pending_action_[d.job_id] = absl::StrCat(ActionName(d.action),
-                                               d.target_node_id.empty() ? "" : " to " + d.target_node_id,
-                                               " (", d.rule, ")");
-    }
-    if (!d.job_id.empty() && cluster_->FindJob(d.job_id) != nullptr) RETURN_IF_ERROR(SaveJobLocked(d.job_id));
-    if (!d.node_id.empty() && cluster_->FindNode(d.node_id) != nullptr) RETURN_IF_ERROR(SaveNodeLocked(d.node_id));
+    RETURN_IF_ERROR(CarryLocked(d, out));
   }
   return absl::OkStatus();
+}
+
+absl::Status Controller::CarryLocked(const Decision& d, std::vector<api::Event>* out) {
+  const bool tracked = dispatcher_->CarriesOut() && !d.job_id.empty() && TrackedInFlight(d.action) &&
+                       cluster_->FindJob(d.job_id) != nullptr;
+  if (tracked) {
+    api::InFlight& f = in_flight_[d.job_id];
+    f.set_action(std::string(ActionName(d.action)));
+    f.set_rule(d.rule);
+    f.set_from_node(d.node_id);
+    f.set_to_node(d.target_node_id);
+    f.set_since(Now());
+    f.set_term(term_);
+    f.set_restore_from_time(d.restore_from_time);
+    f.set_reason(d.reason);
+    f.set_suspend_reason(std::string(SuspendReasonName(d.suspend_reason)));
+    // Stored before any node is asked: whoever leads next knows what may be under way.
+    if (absl::Status s = SaveJobLocked(d.job_id); !s.ok()) {
+      in_flight_.erase(d.job_id);
+      return s;
+    }
+    FaultPoint("controller-in-flight");
+  }
+  DispatchResult r = dispatcher_->Carry(d);
+  if (tracked) {
+    FaultPoint("controller-carried");
+    in_flight_.erase(d.job_id);  // stored with the outcome below
+  }
+  api::Event ev = DecisionEvent(d, "decision");
+  ev.set_dispatch(r.note);
+  if (!r.done && !d.job_id.empty()) {
+    pending_action_[d.job_id] = absl::StrCat(ActionName(d.action),
+                                             d.target_node_id.empty() ? "" : " to " + d.target_node_id, " (", d.rule, ")");
+    if (std::string again = RetryLaterLocked(d, r); !again.empty()) ev.set_dispatch(absl::StrCat(r.note, "; ", again));
+  }
+  RETURN_IF_ERROR(RecordLocked(std::move(ev), out));
+  if (r.done) {
+    RETURN_IF_ERROR(ApplyLocked(d));
+    if (!d.job_id.empty()) {
+      pending_action_.erase(d.job_id);
+      retry_.erase(d.job_id);
+    }
+  }
+  if (!d.job_id.empty() && cluster_->FindJob(d.job_id) != nullptr) RETURN_IF_ERROR(SaveJobLocked(d.job_id));
+  if (!d.node_id.empty() && cluster_->FindNode(d.node_id) != nullptr) RETURN_IF_ERROR(SaveNodeLocked(d.node_id));
+  return absl::OkStatus();
+}
+
+std::string Controller::RetryLaterLocked(const Decision& d, const DispatchResult& r) {
+  if (!dispatcher_->CarriesOut()) {
+    retry_.erase(d.job_id);
+    return "";
+  }
+  Retry& again = retry_[d.job_id];
+  if (r.final) {  // kept, never due: its pending action stays shown, and is this leader's
+    again = Retry{d, 1, Clock::time_point::max()};
+    return "not tried again";
+  }
+  const bool same = again.tries > 0 && again.decision.action == d.action &&
+                    again.decision.target_node_id == d.target_node_id && again.decision.node_id == d.node_id;
+  again.tries = same ? again.tries + 1 : 1;
+  again.decision = d;
+  const double wait = std::min(kRetryMaxWaitS, options_.retry_first_s * std::pow(2.0, again.tries - 1));
+  again.next = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait));
+  const Job* j = cluster_->FindJob(d.job_id);
+  if (j != nullptr && !j->node_id.empty() && LostLocked(j->node_id)) {
+    return absl::StrFormat("decided again in %.1f s (try %d; %s is lost: until the job runs again)", wait, again.tries,
+                           j->node_id);
+  }
+  if (again.tries > options_.retry_tries) {
+    again.next = Clock::now();  // RetryPendingLocked drops it at once, saying so
+    return "";
+  }
+  return absl::StrFormat("tried again in %.1f s (try %d of %d)", wait, again.tries, options_.retry_tries);
 }
 
 absl::Status Controller::ApplyLocked(const Decision& d, bool runs_there) {
@@ -804,11 +849,14 @@ absl::Status Controller::ResolveInFlightLocked() {
       d.target_node_id = d.node_id;
     }
     DispatchResult r = dispatcher_->Carry(d);
+    std::string again;
     if (r.done) {
       RETURN_IF_ERROR(ApplyLocked(d));
       pending_action_.erase(id);
+      retry_.erase(id);
     } else {
       pending_action_[id] = absl::StrCat(ActionName(d.action), " to ", d.target_node_id, " (", d.rule, ")");
+      again = RetryLaterLocked(d, r);
     }
     RETURN_IF_ERROR(EndInFlightLocked(
         id, "decision-resumed",
@@ -816,7 +864,103 @@ absl::Status Controller::ResolveInFlightLocked() {
                      meant_for, " (", Said(to), "): carried out again by this leader (", ActionName(d.action),
                      d.target_node_id != meant_for ? absl::StrCat(" on ", d.target_node_id) : "",
                      r.done ? ", done)" : ", not done)"),
-        r.note));
+        again.empty() ? r.note : absl::StrCat(r.note, "; ", again)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Controller::RetryPendingLocked() {
+  if (!dispatcher_->CarriesOut()) return absl::OkStatus();
+  auto drop = [&](const std::string& id, const std::string& why) -> absl::Status {
+    api::Event ev;
+    ev.set_kind("decision-dropped");
+    ev.set_job_id(id);
+    auto text = pending_action_.find(id);
+    if (auto r = retry_.find(id); r != retry_.end()) {
+      ev.set_node_id(r->second.decision.node_id);
+      ev.set_rule(r->second.decision.rule);
+    }
+    ev.set_reason(absl::StrCat(text == pending_action_.end() ? "its decision" : text->second, ", not carried out: ",
+                               why, "; dropped, the rules decide again on their next trigger"));
+    pending_action_.erase(id);
+    retry_.erase(id);
+    RETURN_IF_ERROR(SaveJobLocked(id));
+    return RecordLocked(std::move(ev));
+  };
+  // Pending actions of an earlier leader (this one does not know the decision behind them): a
+  // job of a lost node is decided again at once; any other runs where it is, and its decision
+  // is dropped, said once. A start waits for its node's registration (ReconcileNodeLocked).
+  std::vector<std::string> inherited;
+  for (const auto& [id, text] : pending_action_) {
+    if (retry_.count(id) == 0 && in_flight_.count(id) == 0 && !absl::StartsWith(text, "start on ")) inherited.push_back(id);
+  }
+  for (const std::string& id : inherited) {
+    const Job* j = cluster_->FindJob(id);
+    if (j != nullptr && !j->node_id.empty() && LostLocked(j->node_id)) {
+      Retry& r = retry_[id];
+      r.decision.job_id = id;
+      r.decision.node_id = j->node_id;
+      r.next = Clock::now();
+      continue;
+    }
+    if (j == nullptr) {
+      pending_action_.erase(id);
+      continue;
+    }
+    RETURN_IF_ERROR(drop(id, "decided by an earlier leader, which did not carry it out"));
+  }
+  const auto now = Clock::now();
+  std::vector<std::string> due;
+  for (const auto& [id, r] : retry_) {
+    if (r.next <= now) due.push_back(id);
+  }
+  std::set<std::string> decided_again;  // lost nodes whose rule ran in this round
+  for (const std::string& id : due) {
+    auto it = retry_.find(id);
+    if (it == retry_.end()) continue;  // settled by a decision of this round
+    const Job* j = cluster_->FindJob(id);
+    if (j == nullptr || pending_action_.count(id) == 0) {  // ended, or resolved another way
+      retry_.erase(it);
+      continue;
+    }
+    if (in_flight_.count(id) != 0) continue;  // ResolveInFlightLocked's
+    if (!j->node_id.empty() && LostLocked(j->node_id)) {
+      // Its node is gone: the node-lost rule decides again for every job still there, with the
+      // capacity there is now (the target it chose may be full, lost or still silent).
+      if (decided_again.insert(j->node_id).second) {
+        Event e;
+        e.trigger = Trigger::kNodeLost;
+        e.time = Now();
+        e.node_id = j->node_id;
+        RETURN_IF_ERROR(HandleLocked(e));
+      }
+      continue;
+    }
+    const Retry r = it->second;
+    const Decision& d = r.decision;
+    std::string stale;
+    const Node* to = d.target_node_id.empty() ? nullptr : cluster_->FindNode(d.target_node_id);
+    if (j->node_id != d.node_id) {
+      stale = absl::StrCat("the job is ", j->node_id.empty() ? "on no node" : "on " + j->node_id, " now, not on ",
+                           d.node_id.empty() ? "no node" : d.node_id);
+    } else if (!d.target_node_id.empty() && to == nullptr) {
+      stale = absl::StrCat(d.target_node_id, " is gone");
+    } else if (to != nullptr && to->health != NodeHealth::kHealthy) {
+      stale = absl::StrCat(d.target_node_id, " is ", HealthName(to->health));
+    } else if (to != nullptr && d.target_node_id != j->node_id && !j->spec.request.FitsIn(to->Free())) {
+      stale = absl::StrCat("the job no longer fits on ", d.target_node_id);
+    } else if (r.tries > options_.retry_tries) {
+      stale = absl::StrCat("tried ", r.tries, " times");
+    } else if ((d.action == Action::kRestore || d.action == Action::kResume) && !d.node_id.empty()) {
+      // Its node answers again (it is no longer lost): a copy still running there is the job.
+      ActionDispatcher::JobWhere w = dispatcher_->Locate(id, d.node_id);
+      if (w.kind == ActionDispatcher::JobWhere::kRunning) stale = absl::StrCat("it runs on ", d.node_id, " again (", Said(w), ")");
+    }
+    if (!stale.empty()) {
+      RETURN_IF_ERROR(drop(id, stale));
+      continue;
+    }
+    RETURN_IF_ERROR(CarryLocked(d, nullptr));
   }
   return absl::OkStatus();
 }

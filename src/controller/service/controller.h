@@ -67,6 +67,11 @@ struct ControllerOptions {
   double deadline_check_s = 30;
   // The event log keeps the newest this many events; older ones are deleted as new ones come.
   uint64_t keep_events = 100000;
+  // A decision a node did not carry out (it refused, or did not answer) is tried again after
+  // retry_first_s, then after twice as long each time (at most a minute), retry_tries times in
+  // all before it is dropped with an event; a lost node's job is decided again until it runs.
+  double retry_first_s = 2;
+  int retry_tries = 5;
   PolicyConfig policy;
 };
 
@@ -145,6 +150,22 @@ class Controller {
   absl::Status PlacePendingLocked();
   // Runs the policy rules on `event`, records each decision and dispatches it.
   absl::Status HandleLocked(const Event& event, std::vector<api::Event>* out = nullptr);
+  // Carries one decision out (stored in flight first where TrackedInFlight), records it with the
+  // dispatcher's note and applies it to the model; one not carried out stays the job's pending
+  // action and is tried again (RetryLaterLocked).
+  absl::Status CarryLocked(const Decision& d, std::vector<api::Event>* out);
+  // Schedules `d`, which the dispatcher did not carry out (`r`), to be tried again after its
+  // backoff (ControllerOptions::retry_first_s); never for a final refusal (kept, its pending
+  // action shown) or a dispatcher that carries nothing out. Returns what to add to the
+  // decision's event ("" for nothing).
+  std::string RetryLaterLocked(const Decision& d, const DispatchResult& r);
+  // Every tick: each pending decision whose backoff ended is carried out again if it still
+  // holds (the job where the decision found it, the target healthy with room for it), else
+  // dropped with a "decision-dropped" event, as it is after retry_tries tries. A job whose node
+  // is lost is decided again by the node-lost rule (a new target) until it runs somewhere.
+  // Pending actions an earlier leader left are adopted: a lost node's job is decided again, any
+  // other decision dropped (the job runs where it is).
+  absl::Status RetryPendingLocked();
   // A node's report that a checkpoint of a job is complete in shared storage (NodeSignal CHECKPOINT).
   absl::Status RecordCheckpointLocked(const api::NodeSignal& req, api::ReportSignalResponse* resp);
   // Applies a decision the dispatcher carried out to the model.
@@ -195,6 +216,14 @@ class Controller {
   std::set<std::string> deferred_noted_;  // "job@node" whose fence-deferred event is recorded
   std::set<std::string> waiting_noted_;   // jobs whose decision-waiting event is recorded
   std::map<std::string, std::string> pending_action_;        // job -> decision text
+  // Decisions a node did not carry out, tried again (RetryPendingLocked): job -> the decision.
+  struct Retry {
+    Decision decision;
+    int tries = 0;  // carried out and not done so far
+    Clock::time_point next;
+  };
+  static constexpr double kRetryMaxWaitS = 60;
+  std::map<std::string, Retry> retry_;  // GUARDED_BY(mu_)
   std::map<std::string, bool> started_;                      // job -> dispatcher confirmed
   std::map<std::string, uint64_t> registered_seq_;           // node -> registration order
   std::map<std::string, api::JobSpec> specs_;                // job -> the spec as submitted

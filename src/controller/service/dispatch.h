@@ -28,6 +28,9 @@ struct DispatchResult {
   // The node was asked and refused, or could not be reached (as opposed to a dispatcher that
   // only records decisions and asks nobody).
   bool failed = false;
+  // Not carried out for a reason a later try cannot change (no storage both nodes share, no
+  // command to run): the controller does not try it again (Controller::RetryPendingLocked).
+  bool final = false;
 };
 
 // A rank of a job group (docs/controller.md "Job groups"): its job and the node it runs on.
