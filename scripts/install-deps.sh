@@ -18,6 +18,7 @@ packages=(
   nftables  # dump --tcp-established: the network lock (src/engine/net/netlock.h)
   redis-server redis-tools
   python3-torch  # job groups: a torch.distributed (gloo) training group (tests/daemon/group_test.cc)
+  openmpi-bin libopenmpi-dev  # job groups: an MPI program over TCP (tests/daemon/mpi_group_test.cc)
   openjdk-17-jdk-headless nginx-light tmux postgresql golang-go
   etcd-server etcd-client curl
 )

@@ -9,10 +9,11 @@ namespace cairn::testing {
 
 using nlohmann::json;
 
-std::unique_ptr<ControllerProcess> ClusterFixture::StartTcpController(const std::string& heartbeat_timeout_s) {
+std::unique_ptr<ControllerProcess> ClusterFixture::StartTcpController(const std::string& heartbeat_timeout_s,
+                                                                      const std::string& host) {
   controller_token_ = Token("controller.token", "controller-token-0123456789abcdef");
   daemon_token_ = Token("daemon.token", "daemon-token-0123456789abcdef");
-  controller_tcp_ = "127.0.0.1:" + std::to_string(FreePort());
+  controller_tcp_ = host + ":" + std::to_string(FreePort());
   return RestartTcpController(heartbeat_timeout_s);
 }
 
@@ -31,8 +32,8 @@ std::unique_ptr<ControllerProcess> ClusterFixture::RestartTcpController(const st
 }
 
 std::vector<std::string> ClusterFixture::JoinArgs(const std::string& price, const std::string& shared,
-                                                  std::vector<std::string> more) {
-  std::vector<std::string> a = {"--listen", "127.0.0.1:" + std::to_string(FreeTcpPort()), "--token-file", daemon_token_,
+                                                  std::vector<std::string> more, const std::string& host) {
+  std::vector<std::string> a = {"--listen", host + ":" + std::to_string(FreeTcpPort()), "--token-file", daemon_token_,
                                 "--controller", controller_tcp_, "--controller-token-file", controller_token_,
                                 "--price-per-hour", price, "--cloud", "aws", "--storage", "dir:" + shared};
   a.insert(a.end(), more.begin(), more.end());

@@ -18,12 +18,15 @@ class ClusterFixture : public DaemonFixture {
  protected:
   // A `cairn-controller --dispatch cairnd` on loopback TCP with a token, heartbeats every 0.3 s
   // and the given timeout, started and leading (null, with the failure recorded, if not).
-  std::unique_ptr<ControllerProcess> StartTcpController(const std::string& heartbeat_timeout_s);
+  // `host`: the address it listens on.
+  std::unique_ptr<ControllerProcess> StartTcpController(const std::string& heartbeat_timeout_s,
+                                                        const std::string& host = "127.0.0.1");
   // The same controller started again after it died: same store, address and token.
   std::unique_ptr<ControllerProcess> RestartTcpController(const std::string& heartbeat_timeout_s);
-  // The arguments of a cairnd that joins that controller: TCP with its own token on a free port,
-  // the price, checkpoints in the shared directory `shared` (dir:), then `more`.
-  std::vector<std::string> JoinArgs(const std::string& price, const std::string& shared, std::vector<std::string> more);
+  // The arguments of a cairnd that joins that controller: TCP with its own token on a free port
+  // of `host`, the price, checkpoints in the shared directory `shared` (dir:), then `more`.
+  std::vector<std::string> JoinArgs(const std::string& price, const std::string& shared, std::vector<std::string> more,
+                                    const std::string& host = "127.0.0.1");
   // The checkpoint store every node of the test shares (a directory made under Dir()).
   std::string SharedStore();
   // The arguments of a spot node whose cloud (the metadata responder at `metadata_url`) is

@@ -425,7 +425,9 @@ try: jobs = collections.Counter(j.get("state", "") for j in json.load(open(sys.a
 except Exception: jobs = {}
 print(f"decisions {len(dec)} ({', '.join(f'{r} {n}' for r, n in sorted(rules.items()))}), moves decided {len(moves)}"
       f" (carried out at once {len(ok)}); in flight found by a new leader: carried out {k['decision-resolved']},"
-      f" resumed {k['decision-resumed']}, abandoned {k['decision-abandoned']}; leader-elected {k['leader-elected']},"
+      f" resumed {k['decision-resumed']}, abandoned {k['decision-abandoned']}; not carried out and tried again"
+      f" {sum('tried again in' in e.get('dispatch', '') for e in dec)}, dropped {k['decision-dropped']};"
+      f" leader-elected {k['leader-elected']},"
       f" node-lost {k['node-lost']}, node-returned {k['node-returned']}, fenced {k['fenced']}, job-found {k['job-found']};"
       f" controller job states: {dict(jobs)}")
 PY

@@ -54,6 +54,8 @@ void NetworkNodes::Remove() {
   return ::testing::AssertionSuccess();
 }
 
+bool NetworkNodes::JoinWire() { return Ip({"addr", "add", WireAddress() + "/24", "dev", bridge_}); }
+
 bool NetworkNodes::Ip(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"/usr/sbin/ip"};
   argv.insert(argv.end(), args.begin(), args.end());

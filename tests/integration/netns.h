@@ -32,6 +32,11 @@ class NetworkNodes {
   // would make a mount namespace too).
   std::vector<std::string> Enter(size_t i) const { return {"/usr/bin/nsenter", "--net=" + Path(i)}; }
 
+  // Puts SUBNET.254 on the bridge: this namespace (the test's) becomes a host on the wire, which
+  // the nodes reach and which reaches them (e.g. a controller the nodes' daemons register with).
+  bool JoinWire();
+  std::string WireAddress() const { return subnet_ + ".254"; }
+
   // Runs /usr/sbin/ip ARGS; Last() describes the run.
   bool Ip(const std::vector<std::string>& args);
   const std::string& Last() const { return last_; }

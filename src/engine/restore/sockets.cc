@@ -21,9 +21,11 @@
 
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
+#include "common/log.h"
 #include "common/sockaddr.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/net/time_wait.h"
 
 namespace cairn::restore {
 namespace {
@@ -226,7 +228,27 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
     } else if (file_name) {
       RETURN_IF_ERROR(FreeUnixName(path, s.type(), fd, pid));
     }
-    if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(b.data()), static_cast<socklen_t>(b.size())) != 0) {
+    auto bind_it = [&] {
+      return ::bind(sock.get(), reinterpret_cast<const sockaddr*>(b.data()), static_cast<socklen_t>(b.size()));
+    };
+    int bound = bind_it();
+    if (bound != 0 && errno == EADDRINUSE && s.type() == SOCK_STREAM &&
+        (s.family() == AF_INET || s.family() == AF_INET6)) {
+      // The program's own closed connections may linger on its port (net/time_wait.h).
+      absl::StatusOr<int> cleared = net::DestroyTimeWait(b);
+      if (cleared.ok() && *cleared > 0) {
+        CAIRN_LOG_INFO("event=time_wait_cleared address={} sockets={} for=\"{}\"", FormatSockaddr(b), *cleared,
+                       Where(fd, pid));
+        bound = bind_it();
+      } else {
+        if (!cleared.ok()) {
+          CAIRN_LOG_WARN("event=time_wait_not_cleared address={} error=\"{}\"", FormatSockaddr(b),
+                         cleared.status().ToString());
+        }
+        errno = EADDRINUSE;
+      }
+    }
+    if (bound != 0) {
       if (errno == EADDRINUSE) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "bind %s for %s: the address is in use on this machine (by the original process, if it was "

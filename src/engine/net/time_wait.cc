@@ -1,0 +1,127 @@
+#include "engine/net/time_wait.h"
+
+#include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace cairn::net {
+namespace {
+
+// What bind would take: the port and the address, an IPv4 one as 4 bytes (also when given as an
+// IPv4-mapped IPv6 address), IPv6 as 16; `wildcard` for 0.0.0.0 and ::.
+struct Bound {
+  uint16_t port = 0;  // network order
+  std::string v4, v6;
+  bool wildcard = false;
+};
+
+absl::StatusOr<Bound> ParseBound(const std::string& addr) {
+  Bound b;
+  if (addr.size() >= sizeof(sockaddr_in) && reinterpret_cast<const sockaddr*>(addr.data())->sa_family == AF_INET) {
+    sockaddr_in in;
+    std::memcpy(&in, addr.data(), sizeof in);
+    b.port = in.sin_port;
+    b.v4.assign(reinterpret_cast<const char*>(&in.sin_addr), 4);
+    b.wildcard = in.sin_addr.s_addr == htonl(INADDR_ANY);
+    return b;
+  }
+  if (addr.size() >= sizeof(sockaddr_in6) && reinterpret_cast<const sockaddr*>(addr.data())->sa_family == AF_INET6) {
+    sockaddr_in6 in6;
+    std::memcpy(&in6, addr.data(), sizeof in6);
+    b.port = in6.sin6_port;
+    b.v6.assign(reinterpret_cast<const char*>(&in6.sin6_addr), 16);
+    b.wildcard = IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr);
+    if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) b.v4 = b.v6.substr(12);
+    return b;
+  }
+  return absl::InvalidArgumentError("not an IPv4 or IPv6 socket address");
+}
+
+// One request on `nl` and every reply to it, each handed to `on` (NLMSG_DONE ends a dump; an
+// error message that is not an acknowledgement is returned).
+template <typename OnMessage>
+absl::Status Talk(int nl, const void* request, size_t size, OnMessage on) {
+  if (::send(nl, request, size, 0) != static_cast<ssize_t>(size)) return ErrnoStatus("sock_diag send");
+  std::vector<char> buf(64 * 1024);
+  for (;;) {
+    ssize_t n = ::recv(nl, buf.data(), buf.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("sock_diag recv");
+    int left = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_type == NLMSG_DONE) return absl::OkStatus();
+      if (h->nlmsg_type == NLMSG_ERROR) {
+        const auto* e = static_cast<const nlmsgerr*>(NLMSG_DATA(h));
+        if (e->error == 0) return absl::OkStatus();  // the acknowledgement of a destroy
+        errno = -e->error;
+        return ErrnoStatus("sock_diag");
+      }
+      on(h);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<int> DestroyTimeWait(const std::string& addr) {
+  ASSIGN_OR_RETURN(Bound b, ParseBound(addr));
+  UniqueFd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  if (!nl.valid()) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)");
+  struct Request {
+    nlmsghdr h;
+    inet_diag_req_v2 r;
+  };
+  int destroyed = 0;
+  for (int family : {AF_INET, AF_INET6}) {
+    // A wildcard or IPv6 bind also conflicts with IPv4 sockets (a dual-stack socket), an IPv4
+    // one only with IPv4 sockets and IPv4-mapped IPv6 ones.
+    Request dump{};
+    dump.h.nlmsg_len = sizeof dump;
+    dump.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    dump.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+    dump.r.sdiag_family = static_cast<uint8_t>(family);
+    dump.r.sdiag_protocol = IPPROTO_TCP;
+    dump.r.idiag_states = 1u << TCP_TIME_WAIT;
+    std::vector<inet_diag_sockid> found;
+    RETURN_IF_ERROR(Talk(nl.get(), &dump, sizeof dump, [&](const nlmsghdr* h) {
+      const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      if (m->idiag_state != TCP_TIME_WAIT || m->id.idiag_sport != b.port) return;
+      std::string local(reinterpret_cast<const char*>(m->id.idiag_src), family == AF_INET ? 4 : 16);
+      bool conflicts = b.wildcard;
+      if (!conflicts && family == AF_INET) conflicts = local == b.v4;
+      if (!conflicts && family == AF_INET6) {
+        conflicts = local == b.v6 || (!b.v4.empty() && local.substr(0, 12) == std::string("\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) &&
+                                      local.substr(12) == b.v4);
+      }
+      if (conflicts) found.push_back(m->id);
+    }));
+    for (const inet_diag_sockid& id : found) {
+      Request kill{};
+      kill.h.nlmsg_len = sizeof kill;
+      kill.h.nlmsg_type = SOCK_DESTROY;
+      kill.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+      kill.r.sdiag_family = static_cast<uint8_t>(family);
+      kill.r.sdiag_protocol = IPPROTO_TCP;
+      kill.r.idiag_states = 1u << TCP_TIME_WAIT;
+      kill.r.id = id;
+      absl::Status st = Talk(nl.get(), &kill, sizeof kill, [](const nlmsghdr*) {});
+      if (!st.ok() && !absl::IsNotFound(st)) return st;  // ENOENT: it expired meanwhile
+      if (st.ok()) ++destroyed;
+    }
+  }
+  return destroyed;
+}
+
+}  // namespace cairn::net
