@@ -29,6 +29,7 @@ constexpr char kRing[] = MPI_RING_BIN;
 constexpr char kAgent[] = MPI_AGENT;
 constexpr char kMpirun[] = "/usr/bin/mpirun";
 constexpr char kSubnet[] = "10.83.0";
+constexpr char kServiceSubnet[] = "10.84.0";  // the ranks' service addresses (NodeLost... test)
 constexpr char kSteps[] = "900";  // about 20 s of steps: long enough to be cut twice
 
 class MpiGroupTest : public ClusterFixture {
@@ -40,15 +41,17 @@ class MpiGroupTest : public ClusterFixture {
       GTEST_SKIP() << "Open MPI is not installed (scripts/install-deps.sh installs openmpi-bin and libopenmpi-dev)";
     }
     if (!fs::exists("/usr/bin/nsenter")) GTEST_SKIP() << "needs nsenter (network namespaces as nodes)";
-    ASSERT_TRUE(net_.Create({"A", "B"}, kSubnet, Dir()));
+    // Three machines, each with its wire0; the controller on the wire too.
+    ASSERT_TRUE(net_.Create({"A", "B", "C"}, kSubnet, Dir(), "wire0"));
     ASSERT_TRUE(net_.JoinWire()) << net_.Last();
   }
   void TearDown() override {
-    for (DaemonProcess* d : {a_.get(), b_.get()}) {
+    for (DaemonProcess* d : {a_.get(), b_.get(), c_node_.get()}) {
       if (d != nullptr) d->KillJobs();
     }
     a_.reset();
     b_.reset();
+    c_node_.reset();
     c_.reset();
     net_.Remove();
     ClusterFixture::TearDown();
@@ -56,8 +59,9 @@ class MpiGroupTest : public ClusterFixture {
 
   // mpirun's arguments for 4 ranks, two here ("localhost") and two on host B through the agent
   // handing off in `handoff`, every connection on the nodes' wire.
-  std::vector<std::string> Mpirun(const std::string& handoff, const std::string& out) {
-    std::string wire = std::string(kSubnet) + ".0/24";
+  // `wire`: the subnet or interface the MPI connections use (the nodes' subnet by default).
+  std::vector<std::string> Mpirun(const std::string& handoff, const std::string& out,
+                                  std::string wire = std::string(kSubnet) + ".0/24") {
     return {kMpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "--host", "localhost:2,B:2",
             "--mca", "plm_rsh_agent", std::string(kAgent) + " " + handoff, "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", wire, "--mca", "oob_tcp_if_include", wire, kRing, kSteps, out};
@@ -88,17 +92,27 @@ class MpiGroupTest : public ClusterFixture {
     return ReadFile(out + "/result");
   }
 
-  // The controller on the wire, daemon A in namespace A and B in B (labelled host=a / host=b),
-  // each listening on its node's address, registered.
-  void StartCluster() {
-    c_ = StartTcpController("10", net_.WireAddress());
+  // The controller on the wire (nodes lost after `heartbeat_timeout` s), daemon A in namespace
+  // A, B in B (and, with `third`, C in C), labelled host=a, host=b, host=c, each listening on its
+  // node's address, registered.
+  void StartCluster(const std::string& heartbeat_timeout = "10", bool third = false) {
+    c_ = StartTcpController(heartbeat_timeout, net_.WireAddress());
     ASSERT_NE(c_, nullptr);
     std::string shared = SharedStore();
     a_ = std::make_unique<DaemonProcess>(Dir(), "a", JoinArgs("0.30", shared, {"--labels", "host=a"}, net_.Address(0)));
-    b_ = std::make_unique<DaemonProcess>(Dir(), "b", JoinArgs("0.30", shared, {"--labels", "host=b"}, net_.Address(1)));
+    b_ = std::make_unique<DaemonProcess>(Dir(), "b",
+                                         JoinArgs("0.30", shared, {"--labels", "host=b,pool=bc"}, net_.Address(1)));
     a_->RunUnder(net_.Enter(0));
     b_->RunUnder(net_.Enter(1));
-    for (DaemonProcess* d : {b_.get(), a_.get()}) {
+    std::vector<DaemonProcess*> nodes = {b_.get(), a_.get()};
+    if (third) {
+      // Dearer than b: rank 1 (pool=bc) goes to b, and to c only when b is lost.
+      c_node_ = std::make_unique<DaemonProcess>(Dir(), "c",
+                                                JoinArgs("0.50", shared, {"--labels", "host=c,pool=bc"}, net_.Address(2)));
+      c_node_->RunUnder(net_.Enter(2));
+      nodes.push_back(c_node_.get());
+    }
+    for (DaemonProcess* d : nodes) {
       ASSERT_TRUE(d->Start());
       ASSERT_FALSE(WaitEvent(*c_, 0, [&](const json& e) {
                      return e.value("kind", "") == "node-registered" && e.value("node_id", "") == d->node();
@@ -106,10 +120,14 @@ class MpiGroupTest : public ClusterFixture {
           << c_->Log() << d->Log();
     }
   }
-  void Submit(const std::string& id, int rank, const std::string& host, const std::vector<std::string>& command) {
+  // Rank `rank` of group "mpi" as job `id`, on a node labelled `label` (k=v), with the service
+  // address `address` (none when empty).
+  void Submit(const std::string& id, int rank, const std::string& label, const std::vector<std::string>& command,
+              const std::string& address = "") {
     std::vector<std::string> args = {"submit", "--id", id, "--group", "mpi", "--rank", std::to_string(rank),
-                                     "--cpus", "0.5", "--memory-mb", "100", "--node-label", "host=" + host,
-                                     "--json", "--"};
+                                     "--cpus", "0.5", "--memory-mb", "100", "--node-label", label};
+    if (!address.empty()) args.insert(args.end(), {"--address", address});
+    args.insert(args.end(), {"--json", "--"});
     args.insert(args.end(), command.begin(), command.end());
     CommandResult sub = Ctl(*c_, args);
     ASSERT_TRUE(sub.Exited(0)) << sub.Describe() << c_->Log();
@@ -132,18 +150,19 @@ class MpiGroupTest : public ClusterFixture {
     return n;
   }
   std::string Logs() {
-    for (size_t i : {0, 1}) {
+    std::string more = c_node_ == nullptr ? "" : ReadFile(c_node_->state_dir() + "/jobs/mpi-1/stderr.log") + c_node_->Log();
+    for (size_t i : {0, 1, 2}) {
       std::vector<std::string> ss = net_.Enter(i);
       ss.insert(ss.end(), {"/usr/bin/ss", "-tanoi"});
       std::printf("TCP sockets of node %zu:\n%s\n", i, RunCommand(ss, Dir()).out.c_str());
     }
     return ReadFile(a_->state_dir() + "/jobs/mpi-0/stderr.log") + ReadFile(b_->state_dir() + "/jobs/mpi-1/stderr.log") +
-           c_->Log() + a_->Log() + b_->Log();
+           c_->Log() + a_->Log() + b_->Log() + more;
   }
 
   NetworkNodes net_;
   std::unique_ptr<ControllerProcess> c_;
-  std::unique_ptr<DaemonProcess> a_, b_;
+  std::unique_ptr<DaemonProcess> a_, b_, c_node_;
   std::string out_;
 };
 
@@ -155,8 +174,8 @@ TEST_F(MpiGroupTest, FourRanksOnTwoNodesCheckpointedStoppedAndRestoredFinishBitF
   std::string handoff = Dir() + "/handoff";
   fs::create_directories(out_);
   fs::create_directories(handoff);
-  ASSERT_NO_FATAL_FAILURE(Submit("mpi-1", 1, "b", OnB(handoff)));
-  ASSERT_NO_FATAL_FAILURE(Submit("mpi-0", 0, "a", Mpirun(handoff, out_)));
+  ASSERT_NO_FATAL_FAILURE(Submit("mpi-1", 1, "host=b", OnB(handoff)));
+  ASSERT_NO_FATAL_FAILURE(Submit("mpi-0", 0, "host=a", Mpirun(handoff, out_)));
   ASSERT_TRUE(WaitFor([&] { return Progress() >= 100; }, 120s)) << Logs();
   // Two MPI ranks in each node's job: under mpirun on A, under orted on B.
   EXPECT_EQ(RanksIn(*a_, "mpi-0"), 2);
@@ -191,6 +210,59 @@ TEST_F(MpiGroupTest, FourRanksOnTwoNodesCheckpointedStoppedAndRestoredFinishBitF
   ASSERT_TRUE(WaitFor([&] { return !ReadFile(out_ + "/result").empty(); }, 180s)) << Logs();
   EXPECT_EQ(ReadFile(out_ + "/result"), expected);
   EXPECT_GE(Progress(), at_stop);
+}
+
+// The same program with node B lost while it runs: the controller brings the whole group back
+// from its newest group checkpoint, rank 1 on node C. Every MPI connection runs on a second
+// wire (svc0 on every node) between the ranks' service addresses (`--address ...@svc0`, the
+// only addresses there), and rank 1's moves with it to C: there its connections are rebuilt
+// from the same address, and the program ends with the uninterrupted run's values.
+TEST_F(MpiGroupTest, NodeLostBringsTheGroupBackWithARanksAddressOnAnotherNode) {
+  const std::string expected = Uninterrupted();
+  ASSERT_FALSE(expected.empty()) << ReadFile(Dir() + "/plain/log-a") << ReadFile(Dir() + "/plain/log-b");
+  ASSERT_TRUE(net_.AddWire("svc0"));
+  ASSERT_NO_FATAL_FAILURE(StartCluster("3", /*third=*/true));
+  out_ = Dir() + "/run";
+  std::string handoff = Dir() + "/handoff";
+  fs::create_directories(out_);
+  fs::create_directories(handoff);
+  ASSERT_NO_FATAL_FAILURE(Submit("mpi-1", 1, "pool=bc", OnB(handoff), std::string(kServiceSubnet) + ".101/24@svc0"));
+  ASSERT_NO_FATAL_FAILURE(Submit("mpi-0", 0, "host=a", Mpirun(handoff, out_, "svc0"),
+                                 std::string(kServiceSubnet) + ".100/24@svc0"));
+  ASSERT_TRUE(WaitFor([&] { return Progress() >= 100; }, 120s)) << Logs();
+  const std::string service1 = std::string(kServiceSubnet) + ".101";
+  EXPECT_TRUE(net_.HasAddress(1, service1)) << net_.Last();
+  EXPECT_EQ(RanksIn(*b_, "mpi-1"), 2);
+
+  CommandResult ck = Ctl(*c_, {"group", "checkpoint", "mpi", "--json"});
+  ASSERT_TRUE(ck.Exited(0)) << ck.Describe() << Logs();
+  std::string id = ParseJson(ck)["checkpoint"].value("id", "");
+  int at_checkpoint = Progress();
+  ASSERT_TRUE(WaitFor([&] { return Progress() >= at_checkpoint + 30; }, 60s)) << Logs();
+
+  // Node B dies: its daemon, its processes, its link.
+  uint64_t seq = 0;
+  for (const json& e : Events(*c_)) seq = std::max<uint64_t>(seq, JsonInt(e["seq"]));
+  std::string procs = ReadFile("/sys/fs/cgroup/freezer/cairn/" + b_->node() + ".mpi-1/cgroup.procs");
+  b_->Kill(SIGKILL);
+  b_->Wait();
+  for (absl::string_view p : absl::StrSplit(procs, '\n', absl::SkipEmpty())) ::kill(std::atoi(std::string(p).c_str()), SIGKILL);
+  for (const char* link : {"wire0", "svc0"}) {
+    ASSERT_TRUE(net_.Ip({"-n", net_.Namespace(1), "link", "set", link, "down"})) << net_.Last();
+  }
+
+  json failover = WaitEvent(*c_, seq, [](const json& e) { return e.value("kind", "") == "group-failover"; }, 60s);
+  ASSERT_FALSE(failover.is_null()) << Logs();
+  EXPECT_TRUE(absl::StrContains(failover.value("reason", ""), id)) << failover.dump();
+  json restored = WaitEvent(*c_, seq, [](const json& e) { return e.value("kind", "") == "group-restored"; }, 60s);
+  ASSERT_FALSE(restored.is_null()) << Logs();
+  EXPECT_EQ(StateOf(*c_node_, "mpi-1"), "running") << Logs();
+  EXPECT_EQ(RanksIn(*c_node_, "mpi-1"), 2);
+  EXPECT_TRUE(net_.HasAddress(2, service1)) << "rank 1's address did not come to C: " << net_.Last();
+  ASSERT_TRUE(WaitFor([&] { return !ReadFile(out_ + "/result").empty(); }, 180s)) << Logs();
+  EXPECT_EQ(ReadFile(out_ + "/result"), expected);
+  EXPECT_EQ(Job(*a_, "mpi-0").value("network_hold", ""), "");
+  EXPECT_EQ(Job(*c_node_, "mpi-1").value("network_hold", ""), "");
 }
 
 }  // namespace

@@ -19,16 +19,39 @@ void NetworkNodes::Remove() {
   ns_.clear();
   if (!bridge_.empty()) Ip({"link", "del", bridge_});
   bridge_.clear();
+  for (const std::string& b : more_bridges_) Ip({"link", "del", b});
+  more_bridges_.clear();
+}
+
+::testing::AssertionResult NetworkNodes::AddWire(const std::string& device) {
+  std::string bridge = "cbr" + tag_ + "w" + std::to_string(more_bridges_.size());
+  if (!Ip({"link", "add", bridge, "type", "bridge"})) return ::testing::AssertionFailure() << last_;
+  more_bridges_.push_back(bridge);
+  if (!Ip({"link", "set", bridge, "up"})) return ::testing::AssertionFailure() << last_;
+  for (size_t i = 0; i < ns_.size(); ++i) {
+    std::string inside = "w" + std::to_string(i) + tag_ + "x" + std::to_string(more_bridges_.size()), outside = inside + "b";
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+             {"link", "add", inside, "type", "veth", "peer", "name", outside},
+             {"link", "set", inside, "netns", ns_[i]},
+             {"link", "set", outside, "master", bridge},
+             {"link", "set", outside, "up"},
+             {"-n", ns_[i], "link", "set", inside, "name", device},
+             {"-n", ns_[i], "link", "set", device, "up"}}) {
+      if (!Ip(args)) return ::testing::AssertionFailure() << last_;
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 ::testing::AssertionResult NetworkNodes::Create(const std::vector<std::string>& nodes, const std::string& subnet,
-                                                const std::string& scratch) {
+                                                const std::string& scratch, const std::string& device) {
   subnet_ = subnet;
   scratch_ = scratch;
   // Unique in this process too: a namespace outlives its deletion while a socket of it lingers
   // (a closed connection in FIN_WAIT), and its devices with it.
   static int created = 0;
   std::string tag = std::to_string(::getpid() % 100000) + "x" + std::to_string(created++ % 100);
+  tag_ = tag;
   bridge_ = "cbr" + tag;
   if (!Ip({"link", "add", bridge_, "type", "bridge"}) || !Ip({"link", "set", bridge_, "up"})) {
     bridge_.clear();
@@ -43,7 +66,14 @@ void NetworkNodes::Remove() {
              {"link", "add", inside, "type", "veth", "peer", "name", outside},
              {"link", "set", inside, "netns", ns},
              {"link", "set", outside, "master", bridge_},
-             {"link", "set", outside, "up"},
+             {"link", "set", outside, "up"}}) {
+      if (!Ip(args)) return ::testing::AssertionFailure() << last_;
+    }
+    if (!device.empty()) {
+      if (!Ip({"-n", ns, "link", "set", inside, "name", device})) return ::testing::AssertionFailure() << last_;
+      inside = device;
+    }
+    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
              {"-n", ns, "addr", "add", Address(i) + "/24", "dev", inside},
              {"-n", ns, "link", "set", inside, "up"},
              {"-n", ns, "link", "set", "lo", "up"}}) {

@@ -20,9 +20,10 @@ class NetworkNodes {
   void Remove();
 
   // Makes one namespace per name of `nodes` (named cairnNAME<tag>), `subnet` as "10.77.0";
-  // `scratch`: a directory for the output of the commands it runs.
+  // `scratch`: a directory for the output of the commands it runs. `device`: the name of every
+  // node's veth inside its namespace (as machines all have an eth0; default: unique names).
   ::testing::AssertionResult Create(const std::vector<std::string>& nodes, const std::string& subnet,
-                                    const std::string& scratch);
+                                    const std::string& scratch, const std::string& device = "");
 
   const std::string& Namespace(size_t i) const { return ns_[i]; }
   std::string Path(size_t i) const { return "/var/run/netns/" + ns_[i]; }
@@ -31,6 +32,10 @@ class NetworkNodes {
   // nsenter's arguments that run a command in node i's network namespace alone (`ip netns exec`
   // would make a mount namespace too).
   std::vector<std::string> Enter(size_t i) const { return {"/usr/bin/nsenter", "--net=" + Path(i)}; }
+
+  // A second wire: another bridge, and in every node a veth `device` into it, up, with no
+  // address (a network only jobs' service addresses are on, say).
+  ::testing::AssertionResult AddWire(const std::string& device);
 
   // Puts SUBNET.254 on the bridge: this namespace (the test's) becomes a host on the wire, which
   // the nodes reach and which reaches them (e.g. a controller the nodes' daemons register with).
@@ -48,7 +53,8 @@ class NetworkNodes {
   int ConnectFrom(size_t i, const std::string& addr, int port) const;
 
  private:
-  std::string subnet_, bridge_, last_, scratch_ = "/tmp";
+  std::string subnet_, bridge_, last_, scratch_ = "/tmp", tag_;
+  std::vector<std::string> more_bridges_;
   std::vector<std::string> ns_, dev_;
 };
 

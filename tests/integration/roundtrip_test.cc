@@ -53,6 +53,7 @@ const Spec kSpecs[] = {
     {"wl_lazy_events"},
     {"wl_mmap_private_file"},
     {"wl_mmap_shared_file"},
+    {"wl_scratch_files"},
     {"wl_nanosleep"},
     {"wl_personality"},
     {"wl_poll"},
@@ -408,6 +409,24 @@ TEST(WorkloadList, EveryBuiltWorkloadIsTested) {
   for (const auto& name : specs) {
     EXPECT_TRUE(std::find(built.begin(), built.end(), name) != built.end()) << name << " is in kSpecs but not built";
   }
+}
+
+// Files of the node's scratch space the process holds (dump/scratch_files.h), their names gone
+// between the dump and the restore (the program's cleanup, another machine): made again from the
+// checkpoint, directories and all; the workload checks names, modes, contents and mappings.
+TEST_F(RoundTrip, ScratchFilesComeBackWhereTheirNamesWereRemoved) {
+  Workload w = MakeWorkload("wl_scratch_files");
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = w.workdir() + "/ckpt";
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  std::error_code ec;
+  ASSERT_GT(std::filesystem::remove_all(w.workdir() + "/session", ec), 0u) << ec.message();
+  CommandResult restore = Restore(ckpt, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach failed " << restore.Describe();
+  EXPECT_TRUE(Exists(w.workdir() + "/session/run/sess.dat"));
+  w.Go();
+  ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
 }
 
 // A process stopped by SIGSTOP is checkpointed as stopped and comes back stopped; SIGCONT

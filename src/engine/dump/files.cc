@@ -32,6 +32,7 @@
 #include "engine/proc/mountinfo.h"
 #include "engine/dump/in_flight.h"
 #include "engine/dump/inotify.h"
+#include "engine/dump/scratch_files.h"
 #include "engine/dump/sockets.h"
 #include "engine/proc/pidfd.h"
 #include "engine/proc/pty.h"
@@ -801,6 +802,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         fd.mutable_saved_file()->set_uid(st.st_uid);
         fd.mutable_saved_file()->set_gid(st.st_gid);
       }
+      if (fifo && !unlinked && InScratchSpace(info.target)) {
+        // Made again where its name is gone (scratch_files.h), with its owner.
+        fd.set_scratch(true);
+        fd.mutable_saved_file()->set_uid(st.st_uid);
+        fd.mutable_saved_file()->set_gid(st.st_gid);
+      }
       if (fifo) {
         fd.set_mode(st.st_mode);
         fd.mutable_file()->set_dev(st.st_dev);
@@ -887,6 +894,18 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
           if (!src.valid()) return ErrnoStatus("open deleted file " + link + " (" + path + ")");
           ASSIGN_OR_RETURN(auto blob, writer->AppendSparseFile(src.get(), static_cast<uint64_t>(st.st_size),
                                                                info.target, fd.mutable_saved_file()));
+          fd.set_content_offset(blob.offset);
+          fd.set_content_size(blob.size);
+          fd.set_content_xxh3(blob.xxh3);
+        }
+      } else if (IsScratchFile(path, st)) {
+        // A session file of the node's (scratch_files.h): its content goes with the checkpoint.
+        fd.set_scratch(true);
+        if (writer != nullptr && saved_files->insert({st.st_dev, st.st_ino}).second) {
+          UniqueFd src(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
+          if (!src.valid()) return ErrnoStatus("open scratch file " + link + " (" + path + ")");
+          ASSIGN_OR_RETURN(auto blob, writer->AppendSparseFile(src.get(), static_cast<uint64_t>(st.st_size), path,
+                                                               fd.mutable_saved_file()));
           fd.set_content_offset(blob.offset);
           fd.set_content_size(blob.size);
           fd.set_content_xxh3(blob.xxh3);

@@ -1,5 +1,6 @@
 #include "engine/dump/memory.h"
 #include "engine/dump/aio.h"
+#include "engine/dump/scratch_files.h"
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
@@ -458,6 +459,7 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
       id->set_ino(st.st_ino);
       id->set_size(static_cast<uint64_t>(st.st_size));
       id->set_mtime_ns(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
+      if (!v.file_deleted() && IsScratchFile(p, st)) v.set_scratch(true);  // scratch_files.h
     } else {
       return unsupported("a special mapping");
     }
@@ -469,10 +471,10 @@ absl::StatusOr<std::vector<image::Vma>> DescribeAreas(pid_t pid, const std::vect
 absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
                                     std::set<std::pair<uint64_t, uint64_t>>* saved) {
   for (image::Vma& v : vmas) {
-    if (!v.file_deleted()) continue;
+    if (!v.file_deleted() && !v.scratch()) continue;
     std::string link = absl::StrFormat("/proc/%d/map_files/%x-%x", pid, v.start(), v.end());
     UniqueFd f(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!f.valid()) return ErrnoStatus("open " + link + " (" + v.path() + ", deleted)");
+    if (!f.valid()) return ErrnoStatus("open " + link + " (" + v.path() + (v.scratch() ? ")" : ", deleted)"));
     if (v.memfd()) {
       int seals = ::fcntl(f.get(), F_GET_SEALS);
       if (seals < 0) return ErrnoStatus("F_GET_SEALS on " + link + " (" + v.path() + ")");

@@ -34,8 +34,8 @@ using ProgressFn = std::function<void(uint64_t, uint64_t)>;
 // Writes every page of `vmas` that cannot be rebuilt without the image, and records
 // the blocks in each Vma. Reads memory with process_vm_readv (or /proc/PID/mem for
 // unreadable areas) while a second thread checksums and writes, in bounded buffers.
-// Saves the content of every deleted file that `vmas` map shared, once per file across
-// calls (`saved` holds (dev, inode) of the files already saved).
+// Saves the content of every deleted file and every scratch file (scratch_files.h) that
+// `vmas` map, once per file across calls (`saved` holds (dev, inode) of the files already saved).
 absl::Status SaveDeletedMappedFiles(pid_t pid, std::vector<image::Vma>& vmas, image::ImageWriter& writer,
                                     std::set<std::pair<uint64_t, uint64_t>>* saved);
 

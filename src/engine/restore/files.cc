@@ -23,6 +23,7 @@
 #include <random>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -134,7 +135,9 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   // A file made with O_TMPFILE: the flag (which includes O_DIRECTORY) says how it was created,
   // not how to open it; it is made again as one (MakeFileObject).
   if ((fd.flags() & O_TMPFILE) == O_TMPFILE) flags &= ~O_TMPFILE;
-  if (fd.deleted()) {
+  // A scratch file made again here (OpenScratchFiles) is opened like a deleted file's master.
+  const bool made = fd.scratch() && m.objects.count({fd.file().dev(), fd.file().ino()}) != 0;
+  if (fd.deleted() || made) {
     auto obj = m.objects.find({fd.file().dev(), fd.file().ino()});
     if (obj == m.objects.end()) {
       return absl::DataLossError(absl::StrFormat("fd %d of pid %d: the deleted file %s is not in the checkpoint "
@@ -160,7 +163,7 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   }
   if (fd.kind() == image::Fd::DIRECTORY) flags |= O_DIRECTORY;
   // /proc/self/fd/N is a link to follow (shm_open, for one, opens with O_NOFOLLOW).
-  if (fd.deleted()) flags &= ~O_NOFOLLOW;
+  if (fd.deleted() || made) flags &= ~O_NOFOLLOW;
   UniqueFd f;
   if (!fd.handle().empty()) {
     ASSIGN_OR_RETURN(f, OpenByHandle(fd, flags, pid));
@@ -168,7 +171,7 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
     f = UniqueFd(::open(open_path.c_str(), flags));
   }
   if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
-  if (!fd.deleted()) {
+  if (!fd.deleted() && !made) {
     struct stat st {};
     if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat " + open_path);
     bool same = fd.kind() == image::Fd::CHAR_DEVICE ? st.st_rdev == fd.rdev()
@@ -194,9 +197,48 @@ struct FileObject {
   uint32_t seals = 0;
   uint32_t mode = 0;  // from a descriptor's record; areas do not keep it
   bool tmpfile = false;  // made with O_TMPFILE
+  bool scratch = false;  // a scratch file whose name is gone: made again under it (ScratchFile)
   const image::Fd* fd_content = nullptr;
   const image::Vma* vma_content = nullptr;
 };
+
+// Creates the scratch file `path` (under /tmp, /var/tmp or /dev/shm, no ".." in it) empty and
+// exclusively, with the directories missing on the way (0700, the file's owner's); no symlink
+// is followed. Its content, owner and mode come after (FillSavedFile).
+// The directory of the scratch path `path` (made as MakeScratchFile says), and the name in it.
+absl::StatusOr<std::pair<UniqueFd, std::string>> ScratchDir(const std::string& path, const image::SavedFile& owner) {
+  std::string root;
+  for (const char* dir : {"/tmp", "/var/tmp", "/dev/shm"}) {
+    if (absl::StartsWith(path, absl::StrCat(dir, "/"))) root = dir;
+  }
+  std::vector<std::string> parts = absl::StrSplit(path.substr(root.size()), '/', absl::SkipEmpty());
+  if (root.empty() || parts.empty() || std::find(parts.begin(), parts.end(), "..") != parts.end() ||
+      std::find(parts.begin(), parts.end(), ".") != parts.end()) {
+    return absl::DataLossError(absl::StrCat("scratch file ", path, " is not under /tmp, /var/tmp or /dev/shm (corrupt image)"));
+  }
+  UniqueFd at(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!at.valid()) return ErrnoStatus("open " + root + " (to make " + path + " again)");
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    if (::mkdirat(at.get(), parts[i].c_str(), 0700) == 0) {
+      if (::fchownat(at.get(), parts[i].c_str(), owner.uid(), owner.gid(), AT_SYMLINK_NOFOLLOW) != 0) {
+        return ErrnoStatus("chown the directory " + parts[i] + " made for " + path);
+      }
+    } else if (errno != EEXIST) {
+      return ErrnoStatus(absl::StrCat("make the directory ", parts[i], " (for ", path, ")"));
+    }
+    UniqueFd next(::openat(at.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) return ErrnoStatus(absl::StrCat("open the directory ", parts[i], " (for ", path, "; no symlink)"));
+    at = std::move(next);
+  }
+  return std::pair<UniqueFd, std::string>(std::move(at), parts.back());
+}
+
+absl::StatusOr<UniqueFd> MakeScratchFile(const std::string& path, const image::SavedFile& owner) {
+  ASSIGN_OR_RETURN(auto dir, ScratchDir(path, owner));
+  UniqueFd f(::openat(dir.first.get(), dir.second.c_str(), O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!f.valid()) return ErrnoStatus("make the scratch file " + path + " again");
+  return f;
+}
 
 // Makes one deleted file or memfd again, with its content, as a descriptor of the restorer.
 absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const FileObject& o) {
@@ -231,9 +273,59 @@ absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const Fil
     RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
     return f;
   }
+  if (o.scratch) {
+    ASSIGN_OR_RETURN(UniqueFd f, MakeScratchFile(o.path, *layout));
+    RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
+    return f;
+  }
   ASSIGN_OR_RETURN(UniqueFd f, RecreateDeleted(o.path, o.mode != 0 ? o.mode : 0600));
   RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
   return f;
+}
+
+// The scratch files of the checkpoint (dump/scratch_files.h) whose name is gone here, made
+// again with their content, once each, as masters: their descriptors and mapped areas use
+// these (as a deleted file's do). One whose name exists is the one used, as any file's.
+absl::Status OpenScratchFiles(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
+                              Masters* m) {
+  std::map<std::pair<uint64_t, uint64_t>, FileObject> missing;
+  auto consider = [&](const std::string& path, const image::FileId& id) -> FileObject* {
+    std::pair<uint64_t, uint64_t> key{id.dev(), id.ino()};
+    if (m->objects.count(key) != 0) return nullptr;
+    auto it = missing.find(key);
+    if (it != missing.end()) return &it->second;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 || errno != ENOENT) return nullptr;
+    FileObject& o = missing[key];
+    o.path = path;
+    o.scratch = true;
+    return &o;
+  };
+  for (const image::Process* p : procs) {
+    for (const image::Vma& v : p->vmas()) {
+      if (!v.scratch()) continue;
+      FileObject* o = consider(v.path(), v.file());
+      if (o != nullptr && o->vma_content == nullptr && v.content_xxh3() != 0) o->vma_content = &v;
+    }
+    for (const image::Fd& fd : p->fds()) {
+      if (fd.is_dup() || !fd.scratch() || fd.kind() != image::Fd::REGULAR) continue;  // a FIFO: OpenFifo
+      FileObject* o = consider(fd.path(), fd.file());
+      if (o != nullptr && o->fd_content == nullptr && fd.content_xxh3() != 0) o->fd_content = &fd;
+    }
+  }
+  for (const auto& [key, o] : missing) {
+    ASSIGN_OR_RETURN(UniqueFd f, MakeFileObject(img, o));
+    int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, m->base);
+    if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) above %d for %s", m->base, o.path));
+    m->owned.emplace_back(n);
+    m->objects[key] = n;
+    struct stat st {};
+    if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat the scratch file made again at " + o.path);
+    m->made_scratch[key] = {st.st_dev, st.st_ino};
+    CAIRN_LOG_INFO("event=scratch_file_made path={} reason=\"the checkpoint's processes held it; its name was gone here\"",
+                   o.path);
+  }
+  return absl::OkStatus();
 }
 
 // Makes every deleted file and memfd of the checkpoint again, once each, as masters.
@@ -456,6 +548,20 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
     ASSIGN_OR_RETURN(UniqueFd h, MakeUnlinkedFifo(fd, where()));
     hold = holds->emplace(fd.pipe_id(), std::move(h)).first;
   }
+  struct stat named {};
+  if (hold == holds->end() && fd.scratch() && ::lstat(fd.path().c_str(), &named) != 0 && errno == ENOENT) {
+    // In the scratch space, its name gone (dump/scratch_files.h): made again there.
+    ASSIGN_OR_RETURN(auto dir, ScratchDir(fd.path(), fd.saved_file()));
+    if (::mkfifoat(dir.first.get(), dir.second.c_str(), 0600) != 0) return ErrnoStatus("make " + where() + " again");
+    UniqueFd h(::openat(dir.first.get(), dir.second.c_str(), O_RDWR | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
+    if (!h.valid()) return ErrnoStatus("open " + where() + ", made again");
+    if (::fchown(h.get(), fd.saved_file().uid(), fd.saved_file().gid()) != 0 || ::fchmod(h.get(), fd.mode() & 07777) != 0) {
+      return ErrnoStatus("give " + where() + " its owner and mode back");
+    }
+    CAIRN_LOG_INFO("event=scratch_file_made path={} reason=\"a FIFO the checkpoint's processes held; its name was gone here\"",
+                   fd.path());
+    hold = holds->emplace(fd.pipe_id(), std::move(h)).first;
+  }
   if (hold == holds->end()) {
     UniqueFd h(::open(fd.path().c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!h.valid()) return ErrnoStatus("open " + where());
@@ -667,6 +773,7 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
     for (const image::Fd& fd : p->fds()) m.base = std::max(m.base, fd.fd() + 1);
   }
   RETURN_IF_ERROR(OpenFileObjects(img, procs, &m));
+  RETURN_IF_ERROR(OpenScratchFiles(img, procs, &m));
   // Pseudo-terminal masters first: their slaves are opened by name with everything else.
   std::map<std::pair<pid_t, int>, UniqueFd> ptys;
   for (const image::Process* p : procs) {

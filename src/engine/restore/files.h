@@ -47,6 +47,9 @@ struct Masters {
   // TCP connections rebuilt in repair mode, to finish once every process is (tcp.h).
   std::vector<RepairedConnection> tcp;
   std::vector<ListenerReuse> listeners;
+  // Scratch files made again because their name was gone (dump/scratch_files.h): (dev, inode)
+  // at checkpoint time -> the new file's, for --verify. Their masters are in `objects`.
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> made_scratch;
 };
 
 // Opens the masters for every process of the checkpoint (`procs`). A file deleted while

@@ -572,7 +572,9 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
         int oflags = (shared_write ? O_RDWR : O_RDONLY) | O_CLOEXEC;
         std::string path = v.path();
         bool deleted_readonly = false;
-        if (v.file_deleted()) {
+        // A scratch file made again here (restore/files.h) is mapped like a deleted file's copy.
+        const bool made = v.scratch() && file_objects.count({v.file().dev(), v.file().ino()}) != 0;
+        if (v.file_deleted() || made) {
           auto d = file_objects.find({v.file().dev(), v.file().ino()});
           if (d == file_objects.end()) {
             return absl::DataLossError(absl::StrCat(img.dir(), ": no saved content for deleted mapped file ", v.path(),
@@ -586,7 +588,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
             deleted_readonly = true;
           }
         }
-        if (!v.file_deleted() || deleted_readonly) {
+        if (!(v.file_deleted() || made) || deleted_readonly) {
           std::string key = absl::StrCat(oflags, ":", path);
           auto it = open_files.find(key);
           if (it == open_files.end()) {

@@ -764,6 +764,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     auto v0 = Clock::now();
     VerifyShared shared;
     if (meta.has_in_flight()) shared.in_flight = &meta.in_flight();
+    shared.made_scratch = masters->made_scratch;
     for (const image::Process* p : procs) {
       if (!built.ok()) break;
       bool session_restored = std::any_of(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == p->sid(); });

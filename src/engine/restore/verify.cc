@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <optional>
 #include <set>
 #include <string>
@@ -116,7 +117,7 @@ bool HasComparedFlags(const image::Process& proc) {
   return false;
 }
 
-std::vector<Range> ImageRanges(const image::Process& proc, bool flags_too) {
+std::vector<Range> ImageRanges(const image::Process& proc, bool flags_too, const VerifyShared& shared) {
   std::vector<Range> out;
   for (const image::Vma& v : proc.vmas()) {
     std::string object;
@@ -137,11 +138,14 @@ std::vector<Range> ImageRanges(const image::Process& proc, bool flags_too) {
         object = "aio-ring";
         break;
       case image::Vma::FILE_PRIVATE:
-      case image::Vma::FILE_SHARED:
-        object = v.file_deleted() ? "deleted-file"
-                                  : absl::StrFormat("file %d:%d:%d", major(v.file().dev()), minor(v.file().dev()),
-                                                    v.file().ino());
+      case image::Vma::FILE_SHARED: {
+        uint64_t dev = v.file().dev(), ino = v.file().ino();
+        if (auto made = shared.made_scratch.find({dev, ino}); v.scratch() && made != shared.made_scratch.end()) {
+          std::tie(dev, ino) = made->second;  // made again here: the new file
+        }
+        object = v.file_deleted() ? "deleted-file" : absl::StrFormat("file %d:%d:%d", major(dev), minor(dev), ino);
         break;
+      }
       default:
         object = "?";
     }
@@ -181,14 +185,14 @@ std::vector<Range> RestoredRanges(const std::vector<proc::MapEntry>& maps) {
   return Merge(std::move(out));
 }
 
-void CompareMemory(const image::Process& proc, pid_t host, Findings* f) {
+void CompareMemory(const image::Process& proc, pid_t host, const VerifyShared& shared, Findings* f) {
   bool flags_too = HasComparedFlags(proc);
   auto maps = flags_too ? proc::ReadSmaps(host) : proc::ReadMaps(host);
   if (!maps.ok()) {
     f->Add(absl::StrCat("memory: cannot read the areas of /proc/", host, ": ", maps.status().message()));
     return;
   }
-  std::vector<Range> want = ImageRanges(proc, flags_too), got = RestoredRanges(*maps);
+  std::vector<Range> want = ImageRanges(proc, flags_too, shared), got = RestoredRanges(*maps);
   // Walk both sorted lists; report each range that is not exactly matched.
   size_t i = 0, j = 0;
   int reported = 0;
@@ -652,7 +656,7 @@ absl::Status VerifyRestored(const image::Process& proc, const std::vector<const 
   Findings f;
   CompareTerminal(proc, host, ids, session_restored, &f);
   CompareThreads(proc, host, ids, &f);
-  CompareMemory(proc, host, &f);
+  CompareMemory(proc, host, *shared, &f);
   auto fds = proc::ReadFds(host);
   if (fds.ok()) {
     std::set<pid_t> in_checkpoint;

@@ -43,6 +43,8 @@ struct VerifyShared {
   // The checkpoint's descriptions only messages in flight hold (Checkpoint.in_flight), if any: a
   // unix socket's peer may be one.
   const image::Process* in_flight = nullptr;
+  // Scratch files the restore made again (Masters::made_scratch): their areas map the new file.
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> made_scratch;
 };
 
 // `procs`: every process of the checkpoint (a unix socket's peer may be in another).
