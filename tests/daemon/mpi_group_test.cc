@@ -114,9 +114,13 @@ class MpiGroupTest : public ClusterFixture {
     }
     for (DaemonProcess* d : nodes) {
       ASSERT_TRUE(d->Start());
+      // (On a loaded machine a node may be lost and come back before this looks: any of its
+      // registrations counts.)
       ASSERT_FALSE(WaitEvent(*c_, 0, [&](const json& e) {
-                     return e.value("kind", "") == "node-registered" && e.value("node_id", "") == d->node();
-                   }, 30s).is_null())
+                     std::string kind = e.value("kind", "");
+                     return (kind == "node-registered" || kind == "node-reregistered" || kind == "node-returned") &&
+                            e.value("node_id", "") == d->node();
+                   }, 60s).is_null())
           << c_->Log() << d->Log();
     }
   }
