@@ -182,7 +182,7 @@ class ControllerCoreTest : public ::testing::Test {
   }
   // Nodes spot ($0.9/h) and od ($3/h); service svc on spot; spot's reclaim notice: the
   // spot-notice rule decides to move svc to od.
-  void NoticeMovesSvcToOd(Controller& c) {
+  void NoticeMovesSvcToOd(Controller& c, api::ReportSignalResponse* out = nullptr) {
     api::RegisterNodeResponse rr;
     ASSERT_TRUE(c.RegisterNode(Node("spot", 0.9, true), &rr).ok());
     ASSERT_TRUE(c.RegisterNode(Node("od", 3.0, false), &rr).ok());
@@ -198,7 +198,7 @@ class ControllerCoreTest : public ::testing::Test {
     sig.set_node_id("spot");
     sig.set_notice_s(120);
     api::ReportSignalResponse resp;
-    ASSERT_TRUE(c.ReportSignal(sig, &resp).ok());
+    ASSERT_TRUE(c.ReportSignal(sig, out != nullptr ? out : &resp).ok());
   }
   static std::string PendingOf(Controller& c, const std::string& job) {
     api::ClusterStatusResponse st;
@@ -359,22 +359,8 @@ TEST_F(ControllerCoreTest, ReportedCheckpointsSurviveALeaderChange) {
 
 // A spot notice reported by a node runs the spot-notice rule; its decisions come back as events.
 TEST_F(ControllerCoreTest, SpotNoticeSignalRunsTheRule) {
-  api::RegisterNodeResponse rr;
-  ASSERT_TRUE(controller_.RegisterNode(Node("spot", 0.9, true), &rr).ok());
-  ASSERT_TRUE(controller_.RegisterNode(Node("od", 3.0, false), &rr).ok());
-  api::SubmitJobRequest job = Job1("svc");
-  job.mutable_spec()->set_service(true);
-  job.mutable_spec()->mutable_checkpoint()->set_on_notice(true);
-  job.mutable_spec()->mutable_checkpoint()->set_notice_checkpoint_s(20);
-  api::SubmitJobResponse sr;
-  ASSERT_TRUE(controller_.SubmitJob(job, &sr).ok());
-  ASSERT_EQ(sr.node_id(), "spot");
-  api::NodeSignal sig;
-  sig.set_kind(api::NodeSignal::SPOT_NOTICE);
-  sig.set_node_id("spot");
-  sig.set_notice_s(120);
   api::ReportSignalResponse resp;
-  ASSERT_TRUE(controller_.ReportSignal(sig, &resp).ok());
+  ASSERT_NO_FATAL_FAILURE(NoticeMovesSvcToOd(controller_, &resp));
   ASSERT_GE(resp.events_size(), 2);
   EXPECT_EQ(resp.events(0).kind(), "signal");
   bool decided = false;
@@ -383,6 +369,9 @@ TEST_F(ControllerCoreTest, SpotNoticeSignalRunsTheRule) {
   }
   EXPECT_TRUE(decided) << resp.DebugString();
   // Unknown nodes are refused by name.
+  api::NodeSignal sig;
+  sig.set_kind(api::NodeSignal::SPOT_NOTICE);
+  sig.set_notice_s(120);
   sig.set_node_id("ghost");
   absl::Status s = controller_.ReportSignal(sig, &resp);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);

@@ -49,6 +49,24 @@ absl::StatusOr<Bound> ParseBound(const std::string& addr) {
   return absl::InvalidArgumentError("not an IPv4 or IPv6 socket address");
 }
 
+struct Request {
+  nlmsghdr h;
+  inet_diag_req_v2 r;
+};
+
+// A sock_diag request of `type` (with `flags` beside NLM_F_REQUEST) about TCP sockets of
+// `family` in TIME_WAIT.
+Request TimeWaitRequest(int family, uint16_t type, uint16_t flags) {
+  Request q{};
+  q.h.nlmsg_len = sizeof q;
+  q.h.nlmsg_type = type;
+  q.h.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
+  q.r.sdiag_family = static_cast<uint8_t>(family);
+  q.r.sdiag_protocol = IPPROTO_TCP;
+  q.r.idiag_states = 1u << TCP_TIME_WAIT;
+  return q;
+}
+
 // One request on `nl` and every reply to it, each handed to `on` (NLMSG_DONE ends a dump; an
 // error message that is not an acknowledgement is returned).
 template <typename OnMessage>
@@ -79,21 +97,11 @@ absl::StatusOr<int> DestroyTimeWait(const std::string& addr) {
   ASSIGN_OR_RETURN(Bound b, ParseBound(addr));
   UniqueFd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (!nl.valid()) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)");
-  struct Request {
-    nlmsghdr h;
-    inet_diag_req_v2 r;
-  };
   int destroyed = 0;
   for (int family : {AF_INET, AF_INET6}) {
     // A wildcard or IPv6 bind also conflicts with IPv4 sockets (a dual-stack socket), an IPv4
     // one only with IPv4 sockets and IPv4-mapped IPv6 ones.
-    Request dump{};
-    dump.h.nlmsg_len = sizeof dump;
-    dump.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-    dump.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-    dump.r.sdiag_family = static_cast<uint8_t>(family);
-    dump.r.sdiag_protocol = IPPROTO_TCP;
-    dump.r.idiag_states = 1u << TCP_TIME_WAIT;
+    Request dump = TimeWaitRequest(family, SOCK_DIAG_BY_FAMILY, NLM_F_DUMP);
     std::vector<inet_diag_sockid> found;
     RETURN_IF_ERROR(Talk(nl.get(), &dump, sizeof dump, [&](const nlmsghdr* h) {
       const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
@@ -108,13 +116,7 @@ absl::StatusOr<int> DestroyTimeWait(const std::string& addr) {
       if (conflicts) found.push_back(m->id);
     }));
     for (const inet_diag_sockid& id : found) {
-      Request kill{};
-      kill.h.nlmsg_len = sizeof kill;
-      kill.h.nlmsg_type = SOCK_DESTROY;
-      kill.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
-      kill.r.sdiag_family = static_cast<uint8_t>(family);
-      kill.r.sdiag_protocol = IPPROTO_TCP;
-      kill.r.idiag_states = 1u << TCP_TIME_WAIT;
+      Request kill = TimeWaitRequest(family, SOCK_DESTROY, NLM_F_ACK);
       kill.r.id = id;
       absl::Status st = Talk(nl.get(), &kill, sizeof kill, [](const nlmsghdr*) {});
       if (!st.ok() && !absl::IsNotFound(st)) return st;  // ENOENT: it expired meanwhile
