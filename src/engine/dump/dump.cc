@@ -43,6 +43,7 @@
 #include "engine/dump/task_state.h"
 #include "common/unique_fd.h"
 #include "engine/image/chain.h"
+#include "engine/machine/machine.h"
 #include "engine/image/format.h"
 #include "engine/image/image.h"
 #include "engine/inject/injector.h"
@@ -70,16 +71,17 @@ class StageTimer {
   Clock::time_point last_;
 };
 
-// The checksum of the process's vDSO, to tell at restore whether the kernel is the same; 0
-// for a process that unmapped it.
-absl::StatusOr<uint64_t> VdsoChecksum(pid_t pid, const std::vector<image::Vma>& vmas) {
+// The process's vDSO as the kernel mapped it (nothing injected yet), to tell at restore
+// whether the kernel is the same and to redirect it if not (machine/vdso.h); empty for a
+// process that unmapped it.
+absl::StatusOr<std::string> ReadVdso(pid_t pid, const std::vector<image::Vma>& vmas) {
   for (const image::Vma& v : vmas) {
     if (v.kind() != image::Vma::VDSO) continue;
     std::string bytes(v.end() - v.start(), '\0');
     RETURN_IF_ERROR(inject::ReadRemote(pid, v.start(), bytes.data(), bytes.size()));
-    return image::Checksum(bytes.data(), bytes.size());
+    return bytes;
   }
-  return 0;
+  return std::string();
 }
 
 // An address where `len` bytes can be mapped in a process whose areas are `maps` (it is
@@ -175,7 +177,8 @@ bool CanBeIncremental(pid_t pid, const Parent& parent, int tracker_fd, std::stri
 // descriptors, which are captured tree-wide). Leaves the process frozen.
 absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const DumpOptions& opts,
                             image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem,
-                            std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc) {
+                            std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc,
+                            std::string* vdso) {
   pid_t pid = fp.pid();
   StageTimer timer(pid);
   auto pc_it = inc.precopied.find(pid);
@@ -200,8 +203,9 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
     ASSIGN_OR_RETURN(maps, proc::ReadSmaps(pid));
   }
   ASSIGN_OR_RETURN(std::vector<image::Vma> vmas, DescribeAreas(pid, maps));
-  ASSIGN_OR_RETURN(uint64_t vdso_sum, VdsoChecksum(pid, vmas));
-  proc->set_vdso_xxh3(vdso_sum);
+  ASSIGN_OR_RETURN(std::string vdso_bytes, ReadVdso(pid, vmas));
+  proc->set_vdso_xxh3(vdso_bytes.empty() ? 0 : image::Checksum(vdso_bytes.data(), vdso_bytes.size()));
+  if (vdso->empty()) *vdso = std::move(vdso_bytes);
   // Only now, with the vDSO's checksum taken: the trampoline goes in its tail.
   timer.Mark("areas");
   ASSIGN_OR_RETURN(inject::TrampolineHome home, inject::FindTrampolineHome(pid));
@@ -438,6 +442,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   MemoryStats mem;
   std::set<uint64_t> saved_shmem;
   std::set<std::pair<uint64_t, uint64_t>> saved_files;
+  std::string vdso;  // the first process's (every process of one kernel has the same)
   for (pid_t pid : ft.order) {
     image::Process* p = procs.empty() ? ckpt.mutable_process() : ckpt.add_descendants();
     procs.push_back(p);
@@ -452,11 +457,16 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
       continue;
     }
     RETURN_IF_ERROR(
-        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files, inc), absl::StrCat("pid ", pid)));
+        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files, inc, &vdso),
+                 absl::StrCat("pid ", pid)));
     live.push_back(pid);
     live_procs.push_back(p);
     result.threads += p->threads_size();
     result.areas += p->vmas_size();
+  }
+  *ckpt.mutable_machine() = machine::Describe(std::move(vdso), machine::BaselineOf(opts.pid));
+  for (const std::string& need : machine::KernelNeeds({procs.begin(), procs.end()})) {
+    ckpt.mutable_machine()->add_kernel_needs(need);
   }
   StageTimer timer(opts.pid);
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};

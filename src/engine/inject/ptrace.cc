@@ -1,9 +1,11 @@
 #include "engine/inject/ptrace.h"
 
 #include <elf.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/uio.h>
+#include <sys/user.h>
 #include <sys/wait.h>
 
 #include <vector>
@@ -111,14 +113,23 @@ absl::StatusOr<std::string> GetXstate(pid_t tid) {
   // Large enough for every xsave layout the kernel exposes (AVX-512 + AMX tiles fit in 16 KiB).
   std::string buf(16384, '\0');
   iovec iov{buf.data(), buf.size()};
-  RETURN_IF_ERROR(Check(Ptrace(PTRACE_GETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &iov),
-                        "ptrace(GETREGSET xstate)", tid));
+  long rc = Ptrace(PTRACE_GETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &iov);
+  if (rc != 0 && errno == ENODEV) {
+    // A CPU without XSAVE (Nehalem and older): the FXSAVE area, x87 and SSE, is all there is.
+    buf.resize(sizeof(user_fpregs_struct));
+    RETURN_IF_ERROR(Check(Ptrace(PTRACE_GETFPREGS, tid, nullptr, buf.data()), "ptrace(GETFPREGS)", tid));
+    return buf;
+  }
+  RETURN_IF_ERROR(Check(rc, "ptrace(GETREGSET xstate)", tid));
   buf.resize(iov.iov_len);
   return buf;
 }
 
 absl::Status SetXstate(pid_t tid, const std::string& xstate) {
   std::string buf = xstate;
+  if (buf.size() == sizeof(user_fpregs_struct)) {  // FXSAVE's area only (GetXstate)
+    return Check(Ptrace(PTRACE_SETFPREGS, tid, nullptr, buf.data()), "ptrace(SETFPREGS)", tid);
+  }
   iovec iov{buf.data(), buf.size()};
   return Check(Ptrace(PTRACE_SETREGSET, tid, reinterpret_cast<void*>(NT_X86_XSTATE), &iov),
                "ptrace(SETREGSET xstate)", tid);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "engine/image/chain.h"
 #include "engine/image/format.h"
 #include "engine/lazy/launch.h"
+#include "engine/machine/vdso.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/pidfd.h"
 
@@ -235,8 +237,38 @@ absl::StatusOr<uint64_t> FindFreeRange(const image::Process& proc, const std::ve
   return absl::ResourceExhaustedError("no free address range for the restorer's work area");
 }
 
+namespace {
+
+// `len` free bytes in the saved layout and `avoid`, as close to `near` as there are (a guard
+// page on each side).
+absl::StatusOr<uint64_t> FindFreeRangeNear(const image::Process& proc, const std::vector<Range>& avoid, uint64_t len,
+                                           uint64_t near) {
+  std::vector<Range> used = avoid;
+  for (const image::Vma& v : proc.vmas()) used.push_back({v.start(), v.end()});
+  std::sort(used.begin(), used.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  constexpr uint64_t kLow = 1 << 20, kHigh = 0x7ffffffff000;
+  std::optional<uint64_t> best;
+  auto dist = [&](uint64_t at) { return at > near ? at - near : near - at; };
+  uint64_t from = kLow;  // the lowest free address of the current gap
+  auto consider = [&](uint64_t to) {  // the gap [from, to)
+    if (to < from + len + 2 * kPage) return;
+    uint64_t at = std::clamp(near & ~(kPage - 1), from + kPage, to - kPage - len);
+    if (!best || dist(at) < dist(*best)) best = at;
+  };
+  for (const Range& r : used) {
+    if (r.start >= kHigh) break;
+    if (r.start > from) consider(r.start);
+    from = std::max(from, r.end);
+  }
+  consider(kHigh);
+  if (!best) return absl::ResourceExhaustedError("no free address range for this kernel's vDSO");
+  return *best;
+}
+
+}  // namespace
+
 absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep,
-                                 const std::vector<Range>& staged, bool skeleton) {
+                                 const std::vector<Range>& staged, const std::string* old_vdso, bool skeleton) {
   pid_t pid = inj.tid();
   // The layout only (maps, not smaps: smaps walks every page table of the restorer's copy).
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadMaps(pid));
@@ -297,25 +329,52 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
     }
     it = cur_kernel.erase(it);  // (the skeleton's: left where it is, for the tree's other processes)
   }
-  for (const auto& [name, r] : cur_kernel) {
-    if (name == "[vsyscall]") continue;
-    if (!saved.count(name)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "this kernel has a ", name, " area the checkpointed process did not have: the checkpoint comes from "
-          "a different kernel; restore it on a machine running the same kernel"));
+  // Where each of this kernel's areas goes: the saved place of the same area when the vDSO
+  // is the checkpoint's; with a proxy, one block (their layout kept: the vDSO reads its vvar
+  // pages at fixed offsets) in free space near the old vDSO, reachable by short jumps.
+  bool proxy = old_vdso != nullptr && had_vdso;
+  std::map<std::string, Range> dest;
+  if (!proxy) {
+    for (const auto& [name, r] : cur_kernel) {
+      if (name == "[vsyscall]") continue;
+      if (!saved.count(name)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "this kernel has a ", name, " area the checkpointed process did not have: the checkpoint comes from "
+            "another kernel, and this image predates cairn's vDSO redirection: restore it on a machine running "
+            "the kernel it was taken on"));
+      }
+    }
+    for (const auto& [name, r] : saved) {
+      if (!cur_kernel.count(name) || cur_kernel[name].end - cur_kernel[name].start != r.end - r.start) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the checkpoint's ", name, " area does not match this kernel's: the checkpoint comes from another "
+            "kernel, and this image predates cairn's vDSO redirection: restore it on a machine running the kernel it "
+            "was taken on"));
+      }
+    }
+    dest = saved;
+  } else {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const auto& [name, r] : cur_kernel) {
+      if (name == "[vsyscall]") continue;
+      lo = std::min(lo, r.start);
+      hi = std::max(hi, r.end);
+    }
+    if (!saved.count("[vdso]") || !cur_kernel.count("[vdso]")) {
+      return absl::FailedPreconditionError("the checkpoint or this kernel has no [vdso] area to redirect");
+    }
+    std::vector<Range> avoid = staged;
+    avoid.push_back(keep);
+    for (const auto& [name, r] : saved) avoid.push_back(r);
+    ASSIGN_OR_RETURN(uint64_t base, FindFreeRangeNear(proc, avoid, hi - lo, saved["[vdso]"].start));
+    for (const auto& [name, r] : cur_kernel) {
+      if (name != "[vsyscall]") dest[name] = {base + (r.start - lo), base + (r.end - lo)};
     }
   }
-  for (const auto& [name, r] : saved) {
-    if (!cur_kernel.count(name) || cur_kernel[name].end - cur_kernel[name].start != r.end - r.start) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the checkpoint's ", name, " area does not match this kernel's: the checkpoint comes from a different "
-          "kernel; restore it on a machine running the same kernel"));
-    }
-  }
-  // Move each kernel area to its saved place. If a destination overlaps a current kernel
-  // area, park everything out of the way first.
+  // Move each kernel area to its place. If a destination overlaps a current kernel area,
+  // park everything out of the way first.
   bool clash = false;
-  for (const auto& [name, dst] : saved) {
+  for (const auto& [name, dst] : dest) {
     for (const auto& [n2, src] : cur_kernel) {
       if (Overlaps(dst.start, dst.end, src.start, src.end) && dst.start != src.start) clash = true;
     }
@@ -325,6 +384,7 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
     for (const auto& [name, r] : cur_kernel) total += r.end - r.start + kPage;
     std::vector<Range> avoid = {keep};
     for (const auto& [name, r] : cur_kernel) avoid.push_back(r);
+    for (const auto& [name, r] : dest) avoid.push_back(r);
     ASSIGN_OR_RETURN(uint64_t park, FindFreeRange(proc, avoid, total));
     for (auto& [name, r] : cur_kernel) {
       if (name == "[vsyscall]") continue;
@@ -334,24 +394,44 @@ absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& pr
       park = r.end + kPage;
     }
   }
-  for (const auto& [name, dst] : saved) {
+  for (const auto& [name, dst] : dest) {
     Range src = cur_kernel[name];
     if (src.start == dst.start) continue;
-    RETURN_IF_ERROR(inj.Call("mremap " + name + " to its saved address", SYS_mremap, src.start,
-                             src.end - src.start, src.end - src.start, MREMAP_MAYMOVE | MREMAP_FIXED, dst.start)
+    RETURN_IF_ERROR(inj.Call("mremap " + name + " to its place", SYS_mremap, src.start, src.end - src.start,
+                             src.end - src.start, MREMAP_MAYMOVE | MREMAP_FIXED, dst.start)
                         .status());
   }
-  // The vDSO code must be the one the process was using.
-  for (const image::Vma& v : proc.vmas()) {
-    if (v.kind() != image::Vma::VDSO) continue;
-    std::string bytes(v.end() - v.start(), '\0');
-    RETURN_IF_ERROR(inject::ReadRemote(pid, v.start(), bytes.data(), bytes.size()));
-    if (image::Checksum(bytes.data(), bytes.size()) != proc.vdso_xxh3()) {
-      return absl::FailedPreconditionError(
-          "this kernel's vDSO differs from the checkpointed process's: restore it on a machine running the "
-          "same kernel build");
+  if (!proxy) {
+    // The vDSO code must be the one the process was using.
+    for (const image::Vma& v : proc.vmas()) {
+      if (v.kind() != image::Vma::VDSO) continue;
+      std::string bytes(v.end() - v.start(), '\0');
+      RETURN_IF_ERROR(inject::ReadRemote(pid, v.start(), bytes.data(), bytes.size()));
+      if (image::Checksum(bytes.data(), bytes.size()) != proc.vdso_xxh3()) {
+        return absl::FailedPreconditionError(
+            "this machine's vDSO differs from the checkpointed process's (another kernel, or the same kernel on "
+            "another CPU model: the kernel patches CPU-specific code into it), and this image predates cairn's "
+            "vDSO redirection: restore it on the machine it was taken on");
+      }
     }
+    return absl::OkStatus();
   }
+  // The proxy: the old vDSO's bytes at its old address, each function a jump to this
+  // kernel's function of the same name.
+  Range old = saved["[vdso]"], now = dest["[vdso]"];
+  if (old_vdso->size() != old.end - old.start) {
+    return absl::DataLossError("the checkpoint's vDSO image does not have its area's size (corrupt image)");
+  }
+  std::string fresh(now.end - now.start, '\0');
+  RETURN_IF_ERROR(inject::ReadRemote(pid, now.start, fresh.data(), fresh.size()));
+  ASSIGN_OR_RETURN(std::string code, machine::VdsoProxy(*old_vdso, old.start, fresh, now.start));
+  RETURN_IF_ERROR(inj.Call("mmap the old vDSO's proxy", SYS_mmap, old.start, code.size(), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, static_cast<uint64_t>(-1), 0)
+                      .status());
+  RETURN_IF_ERROR(inject::WriteRemote(pid, old.start, code.data(), code.size()));
+  RETURN_IF_ERROR(inj.Call("mprotect the old vDSO's proxy", SYS_mprotect, old.start, code.size(),
+                           PROT_READ | PROT_EXEC).status());
+  CAIRN_LOG_INFO("event=vdso_redirected pid={} old={:#x} new={:#x}", proc.pid(), old.start, now.start);
   return absl::OkStatus();
 }
 

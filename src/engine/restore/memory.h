@@ -37,11 +37,15 @@ absl::StatusOr<SharedAnonStaging> PlanSharedAnon(const std::vector<const image::
 
 // Unmaps everything in `pid` except `keep` (the work area), the `staged` ranges (shared
 // anonymous objects created earlier by CreateSharedAnon) and the vDSO/vvar areas, then moves
-// those to their saved addresses. Fails clearly when the vDSO differs from the dumped one.
+// those to their saved addresses. Fails clearly when the vDSO differs from the dumped one —
+// unless `old_vdso` (the checkpoint's vDSO image) is given: then this kernel's areas go,
+// as one block, to free space near the old vDSO, and the old vDSO's address gets a proxy of
+// it whose functions jump to this kernel's (machine/vdso.h).
 // `skeleton`: the root's first pass, before the tree is forked: the kernel's areas stay even for
 // a process that had none (a child forked from it may have them), dropped by its second pass.
 absl::Status ReplaceAddressSpace(inject::Injector& inj, const image::Process& proc, Range keep,
-                                 const std::vector<Range>& staged = {}, bool skeleton = false);
+                                 const std::vector<Range>& staged, const std::string* old_vdso,
+                                 bool skeleton = false);
 
 // Creates every shared anonymous object of the checkpoint (possibly shared between processes)
 // in the task `inj` drives — the tree's root, before it forks the others, so that they inherit

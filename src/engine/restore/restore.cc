@@ -45,6 +45,7 @@
 #include "engine/restore/sockets.h"
 #include "engine/restore/sysv_ipc.h"
 #include "engine/restore/ids.h"
+#include "engine/machine/machine.h"
 #include "engine/lazy/page_client.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
@@ -110,6 +111,12 @@ absl::Status CheckIdsFree(const std::vector<const image::Process*>& procs) {
     }
   }
   return absl::OkStatus();
+}
+
+// The checkpoint's vDSO image when this machine's differs (restored processes get a proxy of
+// it, machine/vdso.h), else null.
+const std::string* OldVdso(const image::ImageReader& img) {
+  return machine::NeedsVdsoProxy(img.meta()) ? &img.meta().machine().vdso() : nullptr;
 }
 
 // The tasks created so far: killed and reaped unless released.
@@ -360,7 +367,8 @@ absl::Status BuildSkeleton(const image::ImageReader& img, const std::vector<cons
     if (p == procs[0]) {
       // Shared anonymous memory is created in the root, on an address space emptied of the
       // restorer's areas, before anything is forked: every process inherits it.
-      RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}, {}, /*skeleton=*/true));
+      RETURN_IF_ERROR(ReplaceAddressSpace(inj, *p, {work_area, work_area + kWorkAreaSize}, {}, OldVdso(img),
+                                          /*skeleton=*/true));
       RETURN_IF_ERROR(CreateSharedAnon(inj, sc, img, procs, staging, fill_threads));
     }
     if (p == procs[0] && mount_proc) {
@@ -518,7 +526,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   }
   std::vector<Range> staged;
   for (const auto& [id, r] : staging) staged.push_back(r);
-  RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, staged));
+  RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, staged, OldVdso(img)));
   RETURN_IF_ERROR(PlaceSharedAnon(inj, proc, staging));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
   RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects, lazy_handlers));
@@ -547,7 +555,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   // syscall's exit, before the (now unmapped) next instruction would run.
   RETURN_IF_ERROR(inj.Call("munmap work area", SYS_munmap, work_area, kWorkAreaSize).status());
   CAIRN_LOG_DEBUG("event=restore_stage stage=state_restored pid={}", pid);
-  return SetFinalRegisters(proc, ids);
+  return SetFinalRegisters(proc, ids, img.meta().has_machine() ? &img.meta().machine() : nullptr);
 }
 
 // Whether the process group of `pid` is orphaned: none of its members has a parent in another
@@ -644,6 +652,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (opts.only_as.has_value()) RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));
   if (procs[0]->zombie()) return absl::DataLossError(where + ": the root process is a zombie (corrupt image)");
   const image::Checkpoint& meta = img->meta();
+  // This machine's CPU, XSAVE state and kernel can run the processes (machine/machine.h).
+  RETURN_IF_ERROR(machine::CheckFits(meta, procs, where));
   if (!meta.own_pid_ns()) RETURN_IF_ERROR(CheckIdsFree(procs));  // a fresh namespace has every id free
   auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
 
@@ -765,6 +775,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     VerifyShared shared;
     if (meta.has_in_flight()) shared.in_flight = &meta.in_flight();
     shared.made_scratch = masters->made_scratch;
+    shared.vdso_proxied = machine::NeedsVdsoProxy(meta);
     for (const image::Process* p : procs) {
       if (!built.ok()) break;
       bool session_restored = std::any_of(procs.begin(), procs.end(), [&](auto* o) { return o->pid() == p->sid(); });

@@ -24,6 +24,7 @@
 #include "common/unique_fd.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/machine/xstate.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
 
@@ -371,7 +372,12 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
   return absl::OkStatus();
 }
 
-absl::Status SetFinalRegisters(const image::Process& proc, const IdMap& ids) {
+absl::Status SetFinalRegisters(const image::Process& proc, const IdMap& ids, const image::Machine* machine) {
+  std::vector<machine::XsaveComponent> layout;
+  if (machine != nullptr) {
+    for (const image::XsaveComponent& c : machine->xsave_components()) layout.push_back({c.index(), c.offset(), c.size()});
+  }
+  uint32_t saved_size = machine != nullptr ? machine->xsave_size() : 0;
   for (const image::Thread& t : proc.threads()) {
     user_regs_struct regs{};
     if (t.regs().raw().size() != sizeof regs) {
@@ -395,7 +401,14 @@ absl::Status SetFinalRegisters(const image::Process& proc, const IdMap& ids) {
       regs.orig_rax = static_cast<uint64_t>(-1);
     }
     pid_t tid = ids.Host(t.tid());
-    RETURN_IF_ERROR(inject::SetXstate(tid, t.xstate()));
+    std::string xstate = t.xstate();
+    if (saved_size != 0) {
+      ASSIGN_OR_RETURN(std::string fresh, inject::GetXstate(tid));
+      absl::StatusOr<std::string> fitted = machine::FitXstate(xstate, layout, saved_size, fresh, machine::ThisCpu());
+      if (!fitted.ok()) return Annotate(fitted.status(), absl::StrCat("thread ", t.tid()));
+      xstate = std::move(*fitted);
+    }
+    RETURN_IF_ERROR(inject::SetXstate(tid, xstate));
     RETURN_IF_ERROR(inject::SetRegs(tid, regs));
     RETURN_IF_ERROR(inject::SetSigmask(tid, t.blocked_mask()));
   }

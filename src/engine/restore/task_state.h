@@ -30,6 +30,8 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
 
 // Sets every thread's final registers, xstate and signal mask. Converts a syscall that
 // was interrupted into its restart (or into EINTR when its kernel-held state is lost).
-absl::Status SetFinalRegisters(const image::Process& proc, const IdMap& ids);
+// `machine`: the checkpoint's (a thread's XSAVE area is laid out again for this CPU when
+// the two differ, machine/xstate.h); null or empty for images that predate it.
+absl::Status SetFinalRegisters(const image::Process& proc, const IdMap& ids, const image::Machine* machine);
 
 }  // namespace cairn::restore

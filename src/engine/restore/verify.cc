@@ -123,6 +123,10 @@ std::vector<Range> ImageRanges(const image::Process& proc, bool flags_too, const
     std::string object;
     switch (v.kind()) {
       case image::Vma::VDSO:
+        if (shared.vdso_proxied) {
+          out.push_back({v.start(), v.end(), Attrs(/*r-x*/ 5, false, "anonymous", {}, false)});
+        }
+        continue;  // else the running kernel's own
       case image::Vma::VVAR:
         continue;  // the running kernel's own
       case image::Vma::ANON:

@@ -45,6 +45,8 @@ struct VerifyShared {
   const image::Process* in_flight = nullptr;
   // Scratch files the restore made again (Masters::made_scratch): their areas map the new file.
   std::map<std::pair<uint64_t, uint64_t>, std::pair<uint64_t, uint64_t>> made_scratch;
+  // The old vDSO's address holds a proxy of it (machine/vdso.h): private anonymous, r-x.
+  bool vdso_proxied = false;
 };
 
 // `procs`: every process of the checkpoint (a unix socket's peer may be in another).

@@ -1,0 +1,178 @@
+#include "engine/machine/machine.h"
+
+#include <sys/prctl.h>
+#include <sys/user.h>
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "engine/image/format.h"
+#include "engine/machine/cpu.h"
+#include "engine/machine/vdso.h"
+#include "engine/machine/xstate.h"
+
+namespace cairn::machine {
+namespace {
+
+constexpr char kPosixTimerIds[] = "posix-timer-ids";
+constexpr int kPrTimerCreateRestoreIds = 77;  // Linux 6.15+; Debian's headers predate it
+
+std::string KernelRelease() {
+  utsname uts{};
+  return ::uname(&uts) == 0 ? uts.release : "unknown";
+}
+
+std::vector<XsaveComponent> Layout(const image::Machine& m) {
+  std::vector<XsaveComponent> out;
+  for (const image::XsaveComponent& c : m.xsave_components()) out.push_back({c.index(), c.offset(), c.size()});
+  return out;
+}
+
+std::string CpuName(const std::string& model, int level) { return absl::StrCat(model, ", ", LevelName(level)); }
+
+}  // namespace
+
+bool KernelHas(const std::string& feature) {
+  if (feature == kPosixTimerIds) return ::prctl(kPrTimerCreateRestoreIds, 2, 0, 0, 0) >= 0;  // 2: query
+  return false;
+}
+
+image::Machine Describe(std::string vdso, int cpu_baseline) {
+  const Cpu& cpu = ThisCpu();
+  image::Machine m;
+  for (const std::string& f : cpu.features) m.add_cpu_features(f);
+  m.set_cpu_level(cpu.level);
+  m.set_cpu_model(cpu.model);
+  m.set_xcr0(cpu.xcr0);
+  m.set_xsave_size(cpu.xsave_size);
+  for (const XsaveComponent& c : cpu.components) {
+    image::XsaveComponent* x = m.add_xsave_components();
+    x->set_index(c.index);
+    x->set_offset(c.offset);
+    x->set_size(c.size);
+  }
+  m.set_kernel_release(KernelRelease());
+  m.set_cpu_baseline(cpu_baseline);
+  if (!vdso.empty()) m.set_vdso_xxh3(image::Checksum(vdso.data(), vdso.size()));
+  m.set_vdso(std::move(vdso));
+  return m;
+}
+
+std::vector<std::string> KernelNeeds(const std::vector<const image::Process*>& procs) {
+  bool timers = std::any_of(procs.begin(), procs.end(), [](auto* p) { return p->posix_timers_size() > 0; });
+  if (timers) return {kPosixTimerIds};
+  return {};
+}
+
+bool NeedsVdsoProxy(const image::Checkpoint& meta) {
+  const image::Machine& m = meta.machine();
+  if (!meta.has_machine() || m.vdso().empty()) return false;
+  // CAIRN_TEST_VDSO_PROXY=1: redirect even to an identical vDSO, for tests of the redirection
+  // on one machine (the guest-machine tests meet a really different one).
+  if (const char* t = std::getenv("CAIRN_TEST_VDSO_PROXY"); t != nullptr && std::string(t) == "1") return true;
+  const std::string& here = ThisVdso();
+  return here.empty() || image::Checksum(here.data(), here.size()) != m.vdso_xxh3();
+}
+
+absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const image::Process*>& procs,
+                       const std::string& where) {
+  if (!meta.has_machine()) return absl::OkStatus();
+  const image::Machine& m = meta.machine();
+  const Cpu& here = ThisCpu();
+  std::vector<std::string> problems;
+
+  // Instruction-set features: every one the old CPU offered (a process chose its code by
+  // them at start-up), or only its baseline's.
+  int baseline = static_cast<int>(m.cpu_baseline());
+  std::set<std::string> need = baseline > 0 ? LevelFeatures(baseline)
+                                             : std::set<std::string>(m.cpu_features().begin(), m.cpu_features().end());
+  if (std::vector<std::string> missing = Missing(need, here.features); !missing.empty()) {
+    int common = std::min(here.level, static_cast<int>(m.cpu_level()));
+    problems.push_back(
+        baseline > 0
+            ? absl::StrCat("the job was started for ", LevelName(baseline), ", but this machine's CPU (",
+                           CpuName(here.model, here.level), ") lacks ", absl::StrJoin(missing, ", "),
+                           ": restore it on a ", LevelName(baseline), " machine")
+            : absl::StrCat("the processes may use any instruction-set feature of the CPU they were checkpointed on (",
+                           CpuName(m.cpu_model(), m.cpu_level()), " on ", meta.hostname(),
+                           "), and this machine's CPU (", CpuName(here.model, here.level), ") lacks ",
+                           absl::StrJoin(missing, ", "), ": they would die of SIGILL. Restore it on a machine whose "
+                           "CPU has them, or start the job with --cpu-baseline ", LevelName(std::max(common, 1)),
+                           " so that it can move to any ", LevelName(std::max(common, 1)), " machine"));
+  }
+  // Register state the threads hold.
+  std::vector<XsaveComponent> layout = Layout(m);
+  int named = 0;
+  for (const image::Process* p : procs) {
+    for (const image::Thread& t : p->threads()) {
+      uint64_t lacking = ComponentsLacking(t.xstate(), layout, here.xcr0);
+      if (lacking == 0 || named++ >= 3) continue;
+      problems.push_back(absl::StrFormat("thread %d of pid %d holds %s, which this machine's CPU does not have",
+                                         t.tid(), p->pid(), ComponentNames(lacking)));
+    }
+  }
+  // Kernel features.
+  for (const std::string& f : m.kernel_needs()) {
+    if (KernelHas(f)) continue;
+    if (f == kPosixTimerIds) {
+      problems.push_back(absl::StrCat(
+          "the processes have POSIX timers, whose ids only Linux 6.15 or later can give back "
+          "(PR_TIMER_CREATE_RESTORE_IDS), and this kernel is ",
+          KernelRelease(), ": restore it on a machine running Linux 6.15 or later"));
+    } else {
+      problems.push_back(absl::StrCat("the restore needs the kernel feature '", f, "', which this kernel (",
+                                      KernelRelease(), ") lacks"));
+    }
+  }
+  // The vDSO: redirected to this kernel's when it differs (vdso.h), which needs the old one
+  // unchanged and no thread inside it.
+  if (NeedsVdsoProxy(meta)) {
+    for (const image::Process* p : procs) {
+      if (p->zombie()) continue;
+      for (const image::Vma& v : p->vmas()) {
+        if (v.kind() != image::Vma::VDSO) continue;
+        if (p->vdso_xxh3() != m.vdso_xxh3()) {
+          problems.push_back(absl::StrCat(
+              "pid ", p->pid(), " had changed its own vDSO, which cannot be redirected to this kernel's (",
+              KernelRelease(), ", checkpointed on ", m.kernel_release(), "): restore it on the machine it came from"));
+        }
+        for (const image::Thread& t : p->threads()) {
+          user_regs_struct regs{};
+          std::memcpy(&regs, t.regs().raw().data(), std::min(t.regs().raw().size(), sizeof regs));
+          if (regs.rip >= v.start() && regs.rip < v.end()) {
+            problems.push_back(absl::StrFormat(
+                "thread %d of pid %d was running code of its vDSO when it was checkpointed, and this machine's vDSO "
+                "differs (kernel %s here, %s there, or another CPU model): checkpoint it again and restore that",
+                t.tid(), p->pid(), KernelRelease(), m.kernel_release()));
+          }
+        }
+      }
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("restore from ", where, " refused (nothing was restored): ", absl::StrJoin(problems, "; ")));
+}
+
+int BaselineOf(pid_t pid) {
+  auto env = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+  if (!env.ok()) return 0;
+  std::string prefix = absl::StrCat(kBaselineEnv, "=");
+  for (absl::string_view e : absl::StrSplit(*env, '\0')) {
+    if (!absl::StartsWith(e, prefix)) continue;
+    auto level = ParseBaseline(std::string(e.substr(prefix.size())));
+    return level.ok() ? *level : 0;
+  }
+  return 0;
+}
+
+}  // namespace cairn::machine
