@@ -50,7 +50,7 @@ struct DaemonCommands::Options {
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
   CLI::App* node_info = nullptr;
 
-  std::string job, id, memory, from, user, group;
+  std::string job, id, memory, from, user, group, cpu_baseline;
   int rank = 0;
   std::vector<std::string> command, addresses;
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
@@ -165,6 +165,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--user", o.user,
                     "Run the job as this user of the node (name or uid): nothing of it runs as root, and its "
                     "checkpoints are restored only with this user's credentials");
+  o.run->add_option("--cpu-baseline", o.cpu_baseline,
+                    "Use only the CPU features of this level (x86-64-v2, v3 or v4), so that the job can be restored "
+                    "on any node of that level; default: every feature of this node's CPU");
   o.run->add_option("--group", o.group,
                     "A rank of this job group: processes on several nodes checkpointed together as one "
                     "consistent cut, and restored together (cairn group checkpoint|restore, through the controller)");
@@ -313,6 +316,7 @@ int DaemonCommands::Run() {
     dapi::JobSpec* s = req.mutable_spec();
     s->set_name(o.job);
     s->set_user(o.user);
+    s->set_cpu_baseline(o.cpu_baseline);
     s->set_group(o.group);
     s->set_rank(o.rank);
     for (const auto& a : o.addresses) s->add_addresses(a);

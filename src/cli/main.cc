@@ -16,7 +16,9 @@
 #include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cli/controller_commands.h"
 #include "cli/daemon_commands.h"
 #include "cli/output.h"
@@ -34,6 +36,7 @@
 #include "engine/job/job.h"
 #include "engine/lazy/handler.h"
 #include "engine/lazy/page_server.h"
+#include "engine/machine/cpu.h"
 #include "engine/restore/restore.h"
 
 namespace cairn {
@@ -285,6 +288,16 @@ int RunInspect(const std::string& dir, bool json, const std::string& image_key) 
     const image::Process& p = c.process();
     std::printf("checkpoint %s\n  format version %u, written by cairn %s on %s (kernel %s)\n", dir.c_str(),
                 c.format_version(), c.cairn_version().c_str(), c.hostname().c_str(), c.kernel().c_str());
+    if (c.has_machine()) {
+      const auto& m = c.machine();
+      std::printf("machine: %s, %s%s; XSAVE %u bytes; kernel %s%s\n", m.cpu_model().c_str(),
+                  machine::LevelName(static_cast<int>(m.cpu_level())).c_str(),
+                  m.cpu_baseline() > 0
+                      ? absl::StrCat(" (the job keeps to ", machine::LevelName(static_cast<int>(m.cpu_baseline())), ")").c_str()
+                      : "",
+                  m.xsave_size(), m.kernel_release().c_str(),
+                  m.kernel_needs().empty() ? "" : absl::StrCat(", needing ", absl::StrJoin(m.kernel_needs(), ", ")).c_str());
+    }
     std::printf("id %s%s\n", c.id().empty() ? "(none)" : c.id().c_str(),
                 c.tracking() ? ", writes tracked since (can be a --parent)" : "");
     for (const auto& [link, verdict] : seals) {
@@ -383,8 +396,18 @@ int RunCompact(const std::string& dir, const std::string& out, const std::string
 }
 
 int RunJob(const std::string& name, const std::string& dir, const std::vector<std::string>& argv,
-           const std::string& user) {
+           const std::string& user, const std::string& cpu_baseline) {
   job::RunOptions opts{name, dir, argv, std::nullopt};
+  if (!cpu_baseline.empty()) {
+    absl::StatusOr<int> level = machine::ParseBaseline(cpu_baseline);
+    if (!level.ok()) return Fail(Annotate(level.status(), "run --cpu-baseline"));
+    if (*level > machine::ThisCpu().level) {
+      return Fail(absl::FailedPreconditionError(absl::StrCat(
+          "run --cpu-baseline ", machine::LevelName(*level), ": this machine's CPU (", machine::ThisCpu().model,
+          ") is only ", machine::LevelName(machine::ThisCpu().level), "; choose that level or lower")));
+    }
+    opts.cpu_baseline = *level;
+  }
   if (!user.empty()) {
     absl::StatusOr<job::UserIds> ids = job::LookupUser(user);
     if (!ids.ok()) return Fail(Annotate(ids.status(), "run --user"));
@@ -563,6 +586,10 @@ int main(int argc, char** argv) {
   std::string run_user;
   run->add_option("--user", run_user,
                   "Run the job (its init and command) as this user (name or uid): nothing of it runs as root");
+  std::string cpu_baseline;
+  run->add_option("--cpu-baseline", cpu_baseline,
+                  "Use only the CPU features of this x86-64 level (x86-64-v2, v3 or v4; through glibc's tunables and "
+                  "OpenSSL's mask), so that the job's checkpoints restore on any machine of that level");
   run->add_option("command", command, "The command and its arguments, after --")->required();
 
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
@@ -575,7 +602,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key);
-  if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user);
+  if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user, cpu_baseline);
   if (restore->parsed()) {
     return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned, as_user);
   }

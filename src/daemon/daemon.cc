@@ -84,6 +84,7 @@ std::string Percentile(std::vector<double> v, double q) {
 absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name, const api::JobSpec& spec) {
   std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", EngineName(name), "--dir", JobDir(name)};
   if (!spec.user().empty()) args.insert(args.end(), {"--user", spec.user()});
+  if (!spec.cpu_baseline().empty()) args.insert(args.end(), {"--cpu-baseline", spec.cpu_baseline()});
   args.push_back("--");
   args.insert(args.end(), spec.command().begin(), spec.command().end());
   std::vector<char*> argv;

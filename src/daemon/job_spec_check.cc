@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "common/validate.h"
 #include "engine/image/chain.h"
+#include "engine/machine/cpu.h"
 
 namespace cairn::daemon {
 
@@ -17,6 +18,9 @@ absl::Status CheckJobSpec(const api::JobSpec& spec) {
   if (!spec.name().empty()) RETURN_IF_ERROR(CheckJobName(spec.name()));
   if (!spec.user().empty()) RETURN_IF_ERROR(Annotate(job::LookupUser(spec.user()).status(), "user (--user)"));
   if (!spec.group().empty()) RETURN_IF_ERROR(CheckJobName(spec.group(), "group name (--group)"));
+  if (!spec.cpu_baseline().empty()) {
+    RETURN_IF_ERROR(Annotate(machine::ParseBaseline(spec.cpu_baseline()).status(), "CPU baseline (--cpu-baseline)"));
+  }
   RETURN_IF_ERROR(CheckInteger("rank (--rank)", spec.rank(), {0, 65535}));
   if (spec.group().empty() && spec.rank() != 0) {
     return absl::InvalidArgumentError("rank (--rank) is given without a group: add --group NAME");

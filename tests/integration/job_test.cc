@@ -40,8 +40,9 @@ bool WaitForFile(const std::string& path, std::chrono::milliseconds timeout) {
 
 // Runs `workload` as job `name` under `cairn run`, dumps it with `dump --job` once it is
 // ready, restores it into a fresh namespace and lets it finish: it must PASS. `inspect_says`:
-// a line `cairn inspect` must show for the checkpoint.
-void RoundTripJob(const std::string& name, const std::string& workload, const std::string& inspect_says = "") {
+// a line `cairn inspect` must show for the checkpoint. `run_flags`: more options of `cairn run`.
+void RoundTripJob(const std::string& name, const std::string& workload, const std::string& inspect_says = "",
+                  const std::vector<std::string>& run_flags = {}) {
   TempDir tmp;
   std::string state = tmp / "state";
   std::string work = tmp / "work";
@@ -49,9 +50,10 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
   CommandOptions env = WithEnv({"CAIRN_STATE_DIR=" + state});
   std::string comm = workload.substr(workload.rfind('/') + 1).substr(0, 15);
 
-  CommandResult run = RunCommand({CairnBinary(), "run", "--name", name, "--dir", tmp / "job", "--",
-                                  WorkloadPath(workload), work},
-                                 tmp.path(), env);
+  std::vector<std::string> argv = {CairnBinary(), "run", "--name", name, "--dir", tmp / "job"};
+  argv.insert(argv.end(), run_flags.begin(), run_flags.end());
+  argv.insert(argv.end(), {"--", WorkloadPath(workload), work});
+  CommandResult run = RunCommand(argv, tmp.path(), env);
   ASSERT_TRUE(run.Exited(0)) << run.Describe();
   ASSERT_TRUE(Matches(run.out, "job " + name + " pid [0-9]+")) << run.out;
   pid_t init = std::stoi(RecordField(state, name, "host_pid"));
@@ -91,6 +93,29 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
 
 // wl_threads: four threads holding registers and TLS across the checkpoint.
 TEST(JobTest, RunDumpRestoreCarriesOnInAFreshNamespace) { RoundTripJob("t1", "wl_threads"); }
+
+// A job started for a CPU baseline: glibc in it keeps to the level (the job's environment has
+// the tunables; ld.so run in it says which glibc-hwcaps levels it searches), its checkpoint
+// records the baseline, and it restores and finishes.
+TEST(JobTest, AJobStartedForACpuBaselineKeepsToItAndRecordsIt) {
+  TempDir tmp;
+  CommandOptions env = WithEnv({"CAIRN_STATE_DIR=" + tmp / "state"});
+  CommandResult run = RunCommand({CairnBinary(), "run", "--name", "cb0", "--dir", tmp / "job", "--cpu-baseline",
+                                  "x86-64-v2", "--", "/lib64/ld-linux-x86-64.so.2", "--help"},
+                                 tmp.path(), env);
+  ASSERT_TRUE(run.Exited(0)) << run.Describe();
+  pid_t init = std::stoi(RecordField(tmp / "state", "cb0", "host_pid"));
+  WaitGone(init, 20s);
+  std::string help = ReadFile(tmp / "job/stdout.log");
+  EXPECT_TRUE(Matches(help, "x86-64-v2 \\(supported, searched\\)")) << help;
+  EXPECT_FALSE(Matches(help, "x86-64-v3 \\(supported, searched\\)")) << help;
+  CommandResult bad = RunCommand({CairnBinary(), "run", "--name", "cb1", "--cpu-baseline", "haswell", "--", "/bin/true"},
+                                 tmp.path(), env);
+  EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();
+  EXPECT_TRUE(Matches(bad.err, "unknown CPU baseline 'haswell'")) << bad.err;
+
+  RoundTripJob("cb2", "wl_threads", "the job keeps to x86-64-v2", {"--cpu-baseline", "x86-64-v2"});
+}
 
 // Files of the job's own /proc (its PID namespace's ids: /proc/2/status names pid 2) and its
 // namespaces' descriptors: opened again by the restored process in its fresh namespace, they

@@ -15,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/inject/ptrace.h"
+#include "engine/machine/cpu.h"
+#include "engine/machine/machine.h"
 #include "engine/proc/stat.h"
 
 namespace cairn::check {
@@ -23,7 +25,6 @@ namespace {
 constexpr int kCapSysAdmin = 21;
 constexpr int kCapSysPtrace = 19;
 constexpr int kCapCheckpointRestore = 40;
-constexpr int kPrTimerCreateRestoreIds = 77;
 
 Feature Make(std::string name, std::string needed_for, bool ok, std::string detail) {
   return Feature{std::move(name), std::move(needed_for), ok, std::move(detail)};
@@ -53,6 +54,12 @@ std::vector<Feature> ProbeFeatures() {
   out.push_back(Make("kernel", "everything", true, absl::StrCat(uts.release, " ", uts.machine)));
   bool x86 = std::strcmp(uts.machine, "x86_64") == 0;
   out.push_back(Make("x86-64", "register and xstate layouts", x86, x86 ? "yes" : "only x86-64 is supported"));
+  if (x86) {
+    const machine::Cpu& cpu = machine::ThisCpu();
+    out.push_back(Make("CPU", "where checkpoints can go (a restore needs the features a job may use)", true,
+                       absl::StrCat(cpu.model, ", ", machine::LevelName(cpu.level), ", XSAVE ", cpu.xsave_size,
+                                    " bytes, ", cpu.features.size(), " features")));
+  }
 
   auto status = proc::ReadStatus(::getpid());
   uint64_t caps = status.ok() ? status->cap_eff : 0;
@@ -90,9 +97,9 @@ std::vector<Feature> ProbeFeatures() {
   if (pidfd >= 0) ::close(pidfd);
   Reap(child);
 
-  long t = ::prctl(kPrTimerCreateRestoreIds, 2, 0, 0, 0);
-  out.push_back(Make("PR_TIMER_CREATE_RESTORE_IDS", "POSIX timers keep their ids (Linux 6.15+)", t >= 0,
-                     t >= 0 ? "works" : "missing: processes with POSIX timers cannot be restored"));
+  bool timers = machine::KernelHas("posix-timer-ids");
+  out.push_back(Make("PR_TIMER_CREATE_RESTORE_IDS", "POSIX timers keep their ids (Linux 6.15+)", timers,
+                     timers ? "works" : "missing: processes with POSIX timers cannot be restored here"));
   int uffd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
   out.push_back(Make("userfaultfd", "dirty tracking and lazy restore", uffd >= 0,
                      uffd >= 0 ? "works" : std::strerror(errno)));

@@ -15,7 +15,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <algorithm>
 #include <filesystem>
+#include <string_view>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +27,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "common/validate.h"
+#include "engine/machine/cpu.h"
 
 namespace cairn::job {
 namespace {
@@ -198,6 +201,25 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
     init_argv.push_back(nullptr);
   }
 
+  // The environment: this one, with a CPU baseline's variables (machine/cpu.h) when asked for.
+  // Built here, like the command line: the child must not allocate.
+  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  if (opts.cpu_baseline > 0) {
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    auto vars = machine::BaselineEnvironment(opts.cpu_baseline, tunables != nullptr ? tunables : "");
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string_view entry = *e;
+      bool replaced = std::any_of(vars.begin(), vars.end(), [&](const auto& v) {
+        return entry.substr(0, v.first.size() + 1) == v.first + "=";
+      });
+      if (!replaced) env_strings.emplace_back(entry);
+    }
+    for (const auto& [k, v] : vars) env_strings.push_back(absl::StrCat(k, "=", v));
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+  }
+
   // The init is PID 1 of a new PID namespace. clone3 rather than unshare + fork, so that
   // cairn itself stays able to create threads (unshare(CLONE_NEWPID) would forbid it).
   clone_args args{};
@@ -207,6 +229,7 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (init < 0) return ErrnoStatus("clone3(CLONE_NEWPID): cairn run needs root");
   if (init == 0) {
     go_w.Reset();
+    if (!envp.empty()) environ = envp.data();
     if (!init_exe.empty()) {
       for (int fd : {go_r.get(), out.get(), err.get()}) ::fcntl(fd, F_SETFD, 0);
       ::execv(init_exe.c_str(), init_argv.data());

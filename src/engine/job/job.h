@@ -39,6 +39,9 @@ struct RunOptions {
   std::vector<std::string> argv;  // the command
   // Run the job (its init and command) as this user (LookupUser). Unset: root.
   std::optional<UserIds> user;
+  // 1..4: the job uses only that x86-64 level's CPU features (machine/cpu.h
+  // BaselineEnvironment goes into its environment); 0: all of this machine's.
+  int cpu_baseline = 0;
 };
 
 // The user `name` (or a numeric uid) of this machine: its uid, primary gid and supplementary
