@@ -195,5 +195,30 @@ TEST_F(MachineTest, AThreadInsideAVdsoThatMustBeRedirectedIsRefused) {
   EXPECT_FALSE(IsAlive(w.pid()));
 }
 
+// A restore of a multi-threaded process that fails at a thread's registers (an image without
+// a machine record, so nothing is checked before: the kernel refuses the XSAVE area) returns
+// an error and leaves no task behind — it used to wait forever for the main thread while the
+// other threads were still traced.
+TEST_F(MachineTest, AFailedMultiThreadedRestoreReapsEveryThreadAndReturns) {
+  Workload w = MakeWorkload("wl_threads");
+  std::string ckpt;
+  ASSERT_TRUE(Dumped(w, &ckpt));
+  std::vector<int> tids;
+  EditMeta(ckpt, [&](image::Checkpoint& m) {
+    m.clear_machine();
+    ASSERT_GE(m.process().threads_size(), 3);
+    for (const image::Thread& t : m.process().threads()) tids.push_back(t.tid());
+    image::Thread* t = m.mutable_process()->mutable_threads(m.process().threads_size() - 1);
+    std::string x = t->xstate();
+    x[513] |= 1;  // XSTATE_BV bit 8: the kernel refuses it
+    t->set_xstate(x);
+  });
+  CommandResult r = Cairn({"restore", "--dir", ckpt, "--detach", "--trust-unsigned"}, WithTimeout(30s));
+  EXPECT_FALSE(r.timed_out) << "the failed restore hung";
+  EXPECT_TRUE(r.FailedCleanly()) << r.Describe();
+  EXPECT_TRUE(Matches(r.err, "SETREGSET xstate")) << r.err;
+  for (int tid : tids) EXPECT_FALSE(ProcessState(tid).has_value()) << "task " << tid << " left behind";
+}
+
 }  // namespace
 }  // namespace cairn::testing
