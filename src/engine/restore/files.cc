@@ -10,6 +10,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -34,6 +35,7 @@
 #include "engine/proc/fds.h"
 #include "engine/proc/mountinfo.h"
 #include "engine/proc/pty.h"
+#include "engine/restore/file_identity.h"
 #include "engine/restore/sockets.h"
 
 namespace cairn::restore {
@@ -174,13 +176,15 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   if (!fd.deleted() && !made) {
     struct stat st {};
     if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat " + open_path);
-    bool same = fd.kind() == image::Fd::CHAR_DEVICE ? st.st_rdev == fd.rdev()
-                                                     : st.st_dev == fd.file().dev() && st.st_ino == fd.file().ino();
-    if (!same) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s (fd %d of pid %d) is not the file the process had open at checkpoint time: it was replaced since; "
-          "restore needs the same file",
-          fd.path(), fd.fd(), pid));
+    std::string what = absl::StrFormat("%s (fd %d of pid %d)", fd.path(), fd.fd(), pid);
+    if (fd.kind() == image::Fd::CHAR_DEVICE) {
+      if (st.st_rdev != fd.rdev()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s is not the device the process had open at checkpoint time (device %u:%u here, %u:%u then)", what,
+            major(st.st_rdev), minor(st.st_rdev), major(fd.rdev()), minor(fd.rdev())));
+      }
+    } else {
+      RETURN_IF_ERROR(CheckSameFile(st, fd.file(), what));
     }
   }
   if (fd.kind() == image::Fd::REGULAR && fd.pos() != 0 && ::lseek(f.get(), fd.pos(), SEEK_SET) != fd.pos()) {
@@ -567,12 +571,11 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
     if (!h.valid()) return ErrnoStatus("open " + where());
     struct stat st {};
     if (::fstat(h.get(), &st) != 0) return ErrnoStatus("stat " + where());
-    if (!S_ISFIFO(st.st_mode) || st.st_dev != fd.file().dev() || st.st_ino != fd.file().ino()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s is not the FIFO the process had open at checkpoint time: it was replaced since; restore needs the "
-          "same FIFO",
-          where()));
+    if (!S_ISFIFO(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s is not a FIFO any more: it was replaced since; restore needs the same FIFO", where()));
     }
+    RETURN_IF_ERROR(CheckSameFile(st, fd.file(), where()));
     hold = holds->emplace(fd.pipe_id(), std::move(h)).first;
   }
   if (fd.pipe_size() != 0 && ::fcntl(hold->second.get(), F_SETPIPE_SZ, fd.pipe_size()) < 0) {

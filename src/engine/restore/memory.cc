@@ -24,6 +24,7 @@
 #include "engine/image/chain.h"
 #include "engine/image/format.h"
 #include "engine/lazy/launch.h"
+#include "engine/restore/file_identity.h"
 #include "engine/machine/vdso.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/pidfd.h"
@@ -49,17 +50,7 @@ absl::Status CheckSameFile(pid_t pid, int remote_fd, const image::FileId& want, 
   std::string link = absl::StrCat("/proc/", pid, "/fd/", remote_fd);
   struct stat st {};
   if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link + " (" + path + ")");
-  bool same = st.st_dev == want.dev() && st.st_ino == want.ino();
-  if (check_content) {
-    same = same && static_cast<uint64_t>(st.st_size) == want.size() &&
-           st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec == want.mtime_ns();
-  }
-  if (!same) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is not the file the checkpoint was taken with (it was replaced or modified since); "
-              "restore needs the same file"));
-  }
-  return absl::OkStatus();
+  return restore::CheckSameFile(st, want, path, check_content);
 }
 
 bool HasFlag(const image::Vma& v, absl::string_view flag) {

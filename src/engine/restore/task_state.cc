@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/machine/xstate.h"
+#include "engine/restore/file_identity.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
 
@@ -123,10 +124,7 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
     std::string link = absl::StrCat("/proc/", pid, "/fd/", exe_fd);
     struct stat st {};
     if (::stat(link.c_str(), &st) != 0) return ErrnoStatus("stat " + link);
-    if (st.st_dev != mm.exe_id().dev() || st.st_ino != mm.exe_id().ino()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the executable ", mm.exe(), " was replaced since the checkpoint; restore needs the same file"));
-    }
+    RETURN_IF_ERROR(CheckSameFile(st, mm.exe_id(), "the executable " + mm.exe()));
   }
   ASSIGN_OR_RETURN(uint64_t auxv_addr, scratch.Put(kAuxvOff, mm.auxv().data(), mm.auxv().size()));
   PrctlMmMap m{mm.start_code(), mm.end_code(), mm.start_data(), mm.end_data(), mm.start_brk(), mm.brk(),
