@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "cli/output.h"
+#include "common/cpu_levels.h"
 #include "common/grpc_server.h"
 #include "common/status.h"
 #include "common/validate.h"
@@ -58,7 +59,7 @@ struct ControllerCommands::Options {
   int64_t memory_mb = 0;
   int gpus = 0, priority = 0;
   bool service = false, on_notice = false;
-  std::string deadline, gpu_type, id, user;
+  std::string deadline, gpu_type, id, user, cpu_baseline;
   double max_downtime_s = 0, budget = 0, ckpt_interval = 0, ckpt_pause = 0, notice_ckpt = 0, restore_s = 0;
   double downtime_cost = 0;
   int64_t ckpt_bytes = 0;
@@ -208,6 +209,10 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.submit->add_option("--user", o.user,
                        "The node user the command runs as (nothing of the job as root; its checkpoints come back "
                        "only as that user)");
+  o.submit->add_option("--cpu-baseline", o.cpu_baseline,
+                       "Keep to the CPU features of this x86-64 level (x86-64-v2, v3 or v4), so that the job can move "
+                       "to any node of that level; `cluster`: the level every registered node has. Default: the job "
+                       "moves only to nodes with all of its first node's CPU features");
   o.submit->add_option("--group", o.group,
                        "A rank of this job group: processes on several nodes checkpointed together as one consistent "
                        "cut (cairn group checkpoint) and restored together (cairn group restore)");
@@ -330,6 +335,19 @@ int ControllerCommands::Run() {
     s->set_group(o.group);
     s->set_rank(o.rank);
     for (const std::string& a : o.addresses) s->add_addresses(a);
+    if (o.cpu_baseline == "cluster") {  // the level every node that reported one has
+      api::ClusterStatusResponse cluster;
+      grpc::Status st = client.Call(&Stub::ClusterStatus, api::ClusterStatusRequest(), &cluster);
+      if (!st.ok()) return Fail(absl::StrCat("submit --cpu-baseline cluster: ", st.error_message()));
+      int common = 0;
+      for (const api::NodeStatus& n : cluster.nodes()) {
+        if (n.spec().cpu_level() > 0) common = common == 0 ? n.spec().cpu_level() : std::min(common, n.spec().cpu_level());
+      }
+      if (common == 0) return Fail("submit --cpu-baseline cluster: no registered node has said what its CPU is");
+      s->set_cpu_baseline(LevelName(common));
+    } else {
+      s->set_cpu_baseline(o.cpu_baseline);
+    }
     // The controller refuses the same; checked here first so that nothing is sent.
     if (absl::Status bad = controller::CheckSubmittedJob(*s); !bad.ok()) return Fail(Annotate(bad, "submit"));
     api::SubmitJobResponse resp;
@@ -351,15 +369,15 @@ int ControllerCommands::Run() {
     if (o.json) return PrintJson(resp);
     std::printf("controller %s, store %s\ndispatcher: %s\n\n", resp.controller_id().c_str(), resp.store().c_str(),
                 resp.dispatcher().c_str());
-    std::printf("%-20s %-9s %-9s %9s %-6s %11s %15s %17s %-12s %7s  %s\n", "NODE", "HEALTH", "MARKET", "$/H", "GPU",
-                "GPUS free", "CPUS free", "MEM MB free", "ZONE", "HB AGO", "JOBS");
+    std::printf("%-20s %-9s %-9s %9s %-6s %11s %15s %17s %-9s %-12s %7s  %s\n", "NODE", "HEALTH", "MARKET", "$/H",
+                "GPU", "GPUS free", "CPUS free", "MEM MB free", "CPU", "ZONE", "HB AGO", "JOBS");
     for (const api::NodeStatus& n : resp.nodes()) {
       const api::NodeSpec& s = n.spec();
-      std::printf("%-20s %-9s %-9s %9.4f %-6s %5d/%-5d %7.1f/%-7.1f %8lld/%-8lld %-12s %6.1fs  %s\n", s.id().c_str(),
-                  n.health().c_str(), s.spot() ? "spot" : "on-demand", s.price_per_hour(),
+      std::printf("%-20s %-9s %-9s %9.4f %-6s %5d/%-5d %7.1f/%-7.1f %8lld/%-8lld %-9s %-12s %6.1fs  %s\n",
+                  s.id().c_str(), n.health().c_str(), s.spot() ? "spot" : "on-demand", s.price_per_hour(),
                   s.gpu_type().empty() ? "-" : s.gpu_type().c_str(), n.free_gpus(), s.gpus(), n.free_cpus(), s.cpus(),
                   static_cast<long long>(n.free_memory_mb()), static_cast<long long>(s.memory_mb()),
-                  s.zone().empty() ? "-" : s.zone().c_str(), n.seconds_since_heartbeat(),
+                  s.cpu_level() > 0 ? LevelName(s.cpu_level()).c_str() : "-", s.zone().empty() ? "-" : s.zone().c_str(), n.seconds_since_heartbeat(),
                   n.job_ids().empty() ? "-" : absl::StrJoin(n.job_ids(), ",").c_str());
     }
     std::printf("\n%-20s %-10s %-20s %8s %5s %6s %9s  %s\n", "JOB", "STATE", "NODE", "PRIORITY", "GPUS", "CPUS",

@@ -56,6 +56,9 @@ std::string Cluster::PoolKey(const Node& n) const {
                                     n.spec.capacity.gpus, static_cast<int>(n.health),
                                     n.interruptions_per_hour);
   for (const auto& [k, v] : n.spec.labels) absl::StrAppend(&key, "|", k, "=", v);
+  // The CPU decides which jobs may go there (placement's CpuRejection).
+  absl::StrAppend(&key, "|cpu", n.spec.cpu_level);
+  for (const std::string& f : n.spec.cpu_features) absl::StrAppend(&key, ",", f);
   return key;
 }
 
@@ -229,6 +232,8 @@ absl::Status Cluster::Bind(absl::string_view job_id, absl::string_view node_id, 
   IndexInsert(slot);
   job->node_id = n->spec.id;
   job->state = JobState::kRunning;
+  // Its processes choose their code by the CPU they start on: from now on they need it.
+  if (job->cpu_features.empty() && job->spec.cpu_baseline == 0) job->cpu_features = n->spec.cpu_features;
   return absl::OkStatus();
 }
 

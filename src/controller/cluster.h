@@ -64,6 +64,8 @@ struct NodeSpec {
   std::string zone;
   std::string cloud;
   std::map<std::string, std::string> labels;
+  int cpu_level = 0;                    // x86-64 level 1..4; 0: not reported (any job may go there)
+  std::set<std::string> cpu_features;   // common/cpu_levels.h names
 };
 
 struct Node {
@@ -119,6 +121,7 @@ struct JobSpec {
   std::string group;                  // the job group it is a rank of (empty: none); placement ignores it.
   int rank = 0;
   std::vector<std::string> addresses;  // its service addresses (the node daemon's); placement ignores them.
+  int cpu_baseline = 0;                // keeps to this x86-64 level's features (0: to its first node's CPU)
 };
 
 struct CheckpointRecord {
@@ -141,6 +144,9 @@ struct Job {
   double downtime_s = 0;  // services: time not serving since first start.
   SuspendReason suspended_for = SuspendReason::kNone;
   std::vector<CheckpointRecord> checkpoints;  // ascending time.
+  // The CPU features the job's processes may use: those of the first node it was bound to (they
+  // chose their code by them at start-up); empty with a baseline, or before it first ran.
+  std::set<std::string> cpu_features;
 
   double RemainingWork() const {
     return spec.work_s > work_done_s ? spec.work_s - work_done_s : 0;

@@ -5,7 +5,9 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "common/cpu_levels.h"
 
 namespace cairn::controller {
 
@@ -33,6 +35,22 @@ bool Excluded(const PlacementRequest& r, const std::string& id) {
   return r.exclude_nodes.count(id) != 0;
 }
 
+// Why the node's CPU cannot run the job (engine/machine: a restore there would be refused, or
+// the job would die of SIGILL); empty if it can, or if the node did not say what its CPU has.
+std::string CpuRejection(const Job& job, const Node& n) {
+  if (n.spec.cpu_level == 0 && n.spec.cpu_features.empty()) return "";
+  if (job.spec.cpu_baseline > 0) {
+    if (n.spec.cpu_level >= job.spec.cpu_baseline) return "";
+    return absl::StrCat("its CPU is ", LevelName(n.spec.cpu_level), ", the job keeps to ",
+                        LevelName(job.spec.cpu_baseline));
+  }
+  std::vector<std::string> missing = Missing(job.cpu_features, n.spec.cpu_features);
+  if (missing.empty()) return "";
+  if (missing.size() > 4) missing.resize(4), missing.push_back("...");
+  return absl::StrCat("its CPU lacks ", absl::StrJoin(missing, ", "),
+                      ", which the job may use (submit it with --cpu-baseline to move it between CPUs)");
+}
+
 // Why a node of this kind can never take the job, regardless of its free resources; empty if
 // it can.
 std::string PoolRejection(const Node& n, const PlacementRequest& r) {
@@ -49,6 +67,7 @@ std::string PoolRejection(const Node& n, const PlacementRequest& r) {
     if (it == n.spec.labels.end() || it->second != v) return absl::StrCat("label ", k, "!=", v);
   }
   if (!js.request.FitsIn(n.spec.capacity)) return "request exceeds node capacity";
+  if (std::string why = CpuRejection(*r.job, n); !why.empty()) return why;
   return "";
 }
 

@@ -70,6 +70,12 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   EXPECT_EQ(a["spec"]["labels"].value("team", ""), "ml");
   EXPECT_EQ(a["spec"].value("cpus", 0.0), static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN)));
   EXPECT_GT(JsonInt(a["spec"]["memory_mb"]), 0);
+  // And their CPU: its x86-64 level and features, which placement compares (a job moves only to a
+  // CPU with what it may use).
+  int level = a["spec"].value("cpu_level", 0);
+  EXPECT_GE(level, 1) << a.dump();
+  EXPECT_LE(level, 4) << a.dump();
+  EXPECT_GE(a["spec"]["cpu_features"].size(), 5u) << a.dump();
   EXPECT_FALSE(b["spec"].value("spot", false));
   EXPECT_EQ(b["spec"]["labels"].value("pool", ""), "od");
   std::this_thread::sleep_for(1500ms);  // several heartbeat intervals
@@ -81,6 +87,7 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   }
   CommandResult human = Ctl(c, {"cluster", "status"});
   EXPECT_TRUE(absl::StrContains(human.out, spot.node()) && absl::StrContains(human.out, od.node())) << human.out;
+  EXPECT_TRUE(absl::StrContains(human.out, absl::StrCat("x86-64-v", level))) << human.out;
   EXPECT_TRUE(absl::StrContains(spot.Json({"node", "info"})["components"].value("controller", ""), "registered"));
 
   // A job goes to the cheapest node and really runs there.
@@ -98,11 +105,25 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   ASSERT_EQ(st["jobs"].size(), 1u);
   EXPECT_EQ(st["jobs"][0].value("state", ""), "running") << st.dump();  // the dispatcher confirmed the start
   // A second job that checkpoints on a notice (its rule then moves it): also on the cheap node.
+  // It keeps to the CPU level every node has (`--cpu-baseline cluster`), so that it can move to
+  // any of them: the controller records the level, and the node starts it for it.
   CommandResult sub2 = Ctl(c, {"submit", "--id", "keep", "--cpus", "1", "--memory-mb", "100", "--checkpoint-on-notice",
-                               "--notice-checkpoint", "5", "--json", "--", "/bin/sleep", "600"});
+                               "--notice-checkpoint", "5", "--cpu-baseline", "cluster", "--json", "--", "/bin/sleep",
+                               "600"});
   ASSERT_TRUE(sub2.Exited(0)) << sub2.Describe();
   ASSERT_EQ(ParseJson(sub2).value("node_id", ""), spot.node()) << sub2.out;
   ASSERT_EQ(JobIn(spot, "keep").value("state", ""), "running");
+  std::string baseline = absl::StrCat("x86-64-v", level);
+  for (const json& j : Status(c)["jobs"]) {
+    if (j["spec"].value("id", "") == "keep") {
+      EXPECT_EQ(j["spec"].value("cpu_baseline", ""), baseline) << j.dump();
+    }
+  }
+  std::string environ = ReadFile(absl::StrCat("/proc/", JobIn(spot, "keep").value("host_pid", 0), "/environ"));
+  EXPECT_TRUE(absl::StrContains(environ, "CAIRN_CPU_BASELINE=" + baseline)) << environ;
+  CommandResult nobase = Ctl(c, {"submit", "--id", "nobase", "--cpu-baseline", "skylake", "--", "/bin/sleep", "1"});
+  EXPECT_TRUE(nobase.FailedCleanly()) << nobase.Describe();
+  EXPECT_TRUE(absl::StrContains(nobase.err, "unknown CPU baseline 'skylake'")) << nobase.err;
 
   // The spot node's cloud announces the reclaim: the daemon reports it; the controller records
   // the signal and decides, with a reason; the decision is carried out by the daemons.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/cpu_levels.h"
 #include "sim/workload.h"
 #include "test_util.h"
 
@@ -170,6 +171,60 @@ TEST(PlacementTest, BudgetRejectsNodesThatWouldOverspend) {
   EXPECT_NE(od.rejected_because.find("over budget"), std::string::npos) << od.rejected_because;
 }
 
+// A job's processes pick their code by the CPU they start on (glibc's ifuncs, JITs): after that
+// it may move only to CPUs with those features — unless it was started for a baseline level.
+TEST(PlacementTest, AJobMovesOnlyToCpusWithTheFeaturesItStartedWith) {
+  Cluster c;
+  auto cpu_node = [](const std::string& id, double price, int level) {
+    NodeSpec s = GpuNode(id, price);
+    s.cpu_level = level;
+    s.cpu_features = LevelFeatures(level);
+    return s;
+  };
+  ASSERT_TRUE(c.AddNode(cpu_node("v4", 3.0, 4)).ok());
+  ASSERT_TRUE(c.AddNode(cpu_node("v3-cheap", 1.0, 3)).ok());
+  NodeSpec unknown = GpuNode("unknown", 2.0);  // said nothing about its CPU
+  ASSERT_TRUE(c.AddNode(unknown).ok());
+
+  ASSERT_TRUE(c.AddJob(GpuJob("plain")).ok());
+  ASSERT_TRUE(c.Bind("plain", "v4").ok());
+  EXPECT_EQ(c.FindJob("plain")->cpu_features, LevelFeatures(4));
+  ASSERT_TRUE(c.Unbind("plain").ok());
+  EXPECT_EQ(c.FindJob("plain")->cpu_features, LevelFeatures(4)) << "kept after it left the node";
+
+  JobSpec kept = GpuJob("kept");
+  kept.cpu_baseline = 3;
+  ASSERT_TRUE(c.AddJob(kept).ok());
+  ASSERT_TRUE(c.Bind("kept", "v4").ok());
+  EXPECT_TRUE(c.FindJob("kept")->cpu_features.empty());
+  ASSERT_TRUE(c.Unbind("kept").ok());
+
+  Placer p(c);
+  PlacementRequest r;
+  r.job = c.FindJob("plain");
+  auto got = p.Place(r);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->node_id, "unknown");  // the cheaper v3 node lacks AVX-512
+  CandidateScore v3 = p.Score(*c.FindNode("v3-cheap"), r);
+  EXPECT_FALSE(v3.feasible);
+  EXPECT_NE(v3.rejected_because.find("its CPU lacks avx512"), std::string::npos) << v3.rejected_because;
+  EXPECT_NE(v3.rejected_because.find("--cpu-baseline"), std::string::npos) << v3.rejected_because;
+  EXPECT_EQ(p.Explain(r).node_id, "unknown");
+
+  r.job = c.FindJob("kept");
+  got = p.Place(r);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->node_id, "v3-cheap");
+
+  JobSpec v4_only = GpuJob("v4-only");
+  v4_only.cpu_baseline = 4;
+  ASSERT_TRUE(c.AddJob(v4_only).ok());
+  r.job = c.FindJob("v4-only");
+  v3 = p.Score(*c.FindNode("v3-cheap"), r);
+  EXPECT_EQ(v3.rejected_because, "its CPU is x86-64-v3, the job keeps to x86-64-v4");
+  EXPECT_EQ(p.Place(r)->node_id, "unknown");
+}
+
 // The indexed Place() and the exhaustive Explain() must agree on every request.
 TEST(PlacementTest, IndexedPlacementAgreesWithExhaustiveScan) {
   Cluster c;
@@ -180,6 +235,8 @@ TEST(PlacementTest, IndexedPlacementAgreesWithExhaustiveScan) {
                          1 << rng.Index(4), types[rng.Index(3)]);
     s.price_per_hour = 0.5 * (1 + rng.Index(6)) * s.capacity.gpus;
     s.zone = "z" + std::to_string(rng.Index(3));
+    s.cpu_level = 3 + static_cast<int>(rng.Index(2));
+    s.cpu_features = LevelFeatures(s.cpu_level);
     ASSERT_TRUE(c.AddNode(s).ok());
     if (s.market == Market::kSpot) {
       ASSERT_TRUE(c.SetInterruptionRate(s.id, 0.05 * (1 + rng.Index(4))).ok());
@@ -190,6 +247,7 @@ TEST(PlacementTest, IndexedPlacementAgreesWithExhaustiveScan) {
   for (int i = 0; i < 400; ++i) {
     JobSpec j = GpuJob("j" + std::to_string(i), 1 + static_cast<int>(rng.Index(3)));
     j.checkpoint.on_notice = rng.Index(2);
+    j.cpu_baseline = static_cast<int>(rng.Index(5));  // 0: none; v1..v4
     ASSERT_TRUE(c.AddJob(j).ok());
     PlacementRequest r;
     r.job = c.FindJob(j.id);

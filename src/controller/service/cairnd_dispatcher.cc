@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/cpu_levels.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "controller/service/group_checkpoint.h"
@@ -127,6 +128,7 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   s->set_name(job_id);
   for (const std::string& a : command) s->add_command(a);
   if (auto u = users_.find(job_id); u != users_.end()) s->set_user(u->second);
+  if (auto b = baselines_.find(job_id); b != baselines_.end()) s->set_cpu_baseline(LevelName(b->second));
   if (auto g = ranks_.find(job_id); g != ranks_.end()) {
     s->set_group(g->second.first);
     s->set_rank(g->second.second);
@@ -158,6 +160,7 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
 void CairndDispatcher::KnowJob(const Job& job) {
   if (!job.spec.command.empty()) commands_[job.spec.id] = job.spec.command;
   if (!job.spec.user.empty()) users_[job.spec.id] = job.spec.user;
+  if (job.spec.cpu_baseline > 0) baselines_[job.spec.id] = job.spec.cpu_baseline;
   if (!job.spec.group.empty()) ranks_[job.spec.id] = {job.spec.group, job.spec.rank};
   if (!job.spec.addresses.empty()) addresses_[job.spec.id] = job.spec.addresses;
   if (job.spec.checkpoint.interval_s > 0) intervals_[job.spec.id] = job.spec.checkpoint.interval_s;

@@ -134,6 +134,7 @@ class CairndDispatcher : public ActionDispatcher {
   // StartJob and KnowJob.
   std::map<std::string, std::vector<std::string>> commands_;
   std::map<std::string, std::string> users_;  // job -> the node user it runs as (KnowJob)
+  std::map<std::string, int> baselines_;      // job -> the x86-64 level it keeps to (KnowJob)
   std::map<std::string, std::pair<std::string, int>> ranks_;  // job -> its group and rank (KnowJob)
   std::map<std::string, std::vector<std::string>> addresses_;  // job -> its service addresses (KnowJob)
   std::map<std::string, double> intervals_;  // job -> its periodic checkpoint interval (s), for RunJob

@@ -273,6 +273,7 @@ absl::Status Controller::LoadLocked() {
     spec.submit_time = sj.submit_time();
     std::string id = spec.id;
     RETURN_IF_ERROR(cluster_->AddJob(std::move(spec)));
+    cluster_->MutableJob(id)->cpu_features.insert(sj.cpu_features().begin(), sj.cpu_features().end());
     // Bind before node health is restored below: a job stays bound to a lost node until a
     // decision about it is carried out.
     // Whatever the store says is bound is loaded so (a job followed to where it runs may exceed
@@ -330,6 +331,7 @@ absl::Status Controller::SaveJobLocked(const std::string& id) {
   if (auto it = pending_action_.find(id); it != pending_action_.end()) sj.set_pending_action(it->second);
   sj.set_started(started_[id]);
   if (auto it = in_flight_.find(id); it != in_flight_.end()) *sj.mutable_in_flight() = it->second;
+  for (const std::string& f : j->cpu_features) sj.add_cpu_features(f);
   for (const CheckpointRecord& c : j->checkpoints) {
     api::StoredCheckpoint* sc = sj.add_checkpoints();
     sc->set_time(c.time);

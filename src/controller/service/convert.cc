@@ -1,6 +1,7 @@
 #include "controller/service/convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_levels.h"
 
 namespace cairn::controller {
 
@@ -24,6 +25,9 @@ absl::StatusOr<NodeSpec> FromApi(const api::NodeSpec& in) {
   s.zone = in.zone();
   s.cloud = in.cloud();
   s.labels.insert(in.labels().begin(), in.labels().end());
+  if (in.cpu_level() < 0 || in.cpu_level() > 4) return bad("cpu_level must be 0 (unknown) or 1..4");
+  s.cpu_level = in.cpu_level();
+  s.cpu_features.insert(in.cpu_features().begin(), in.cpu_features().end());
   return s;
 }
 
@@ -60,6 +64,11 @@ absl::StatusOr<JobSpec> FromApi(const api::JobSpec& in) {
   s.group = in.group();
   s.rank = in.rank();
   s.addresses.assign(in.addresses().begin(), in.addresses().end());
+  if (!in.cpu_baseline().empty()) {
+    absl::StatusOr<int> level = ParseBaseline(in.cpu_baseline());
+    if (!level.ok()) return bad(level.status().message());
+    s.cpu_baseline = *level;
+  }
   return s;
 }
 
@@ -76,6 +85,8 @@ api::NodeSpec ToApi(const NodeSpec& s, double interruptions_per_hour) {
   o.set_cloud(s.cloud);
   o.mutable_labels()->insert(s.labels.begin(), s.labels.end());
   o.set_interruptions_per_hour(interruptions_per_hour);
+  o.set_cpu_level(s.cpu_level);
+  for (const std::string& f : s.cpu_features) o.add_cpu_features(f);
   return o;
 }
 
@@ -106,6 +117,7 @@ api::JobSpec ToApi(const JobSpec& s) {
   o.set_group(s.group);
   o.set_rank(s.rank);
   for (const std::string& a : s.addresses) o.add_addresses(a);
+  if (s.cpu_baseline > 0) o.set_cpu_baseline(LevelName(s.cpu_baseline));
   return o;
 }
 

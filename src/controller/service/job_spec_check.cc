@@ -1,6 +1,7 @@
 #include "controller/service/job_spec_check.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_levels.h"
 #include "common/status.h"
 #include "common/validate.h"
 
@@ -17,6 +18,9 @@ absl::Status CheckSubmittedJob(const api::JobSpec& s) {
     return absl::InvalidArgumentError(absl::StrCat("user (--user) `", s.user(),
                                                    "`: give a user name or uid of the nodes (letters, digits, . _ -; "
                                                    "at most 32, not starting with -)"));
+  }
+  if (!s.cpu_baseline().empty()) {
+    RETURN_IF_ERROR(Annotate(ParseBaseline(s.cpu_baseline()).status(), "CPU baseline (--cpu-baseline)"));
   }
   if (!s.group().empty()) RETURN_IF_ERROR(CheckJobName(s.group(), "group name (--group)"));
   RETURN_IF_ERROR(CheckInteger("rank (--rank)", s.rank(), {0, 65535}));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/cpu_levels.h"
 
 namespace cairn::machine {
 
@@ -36,15 +37,13 @@ struct Cpu {
 // This machine's CPU, read once (CPUID, XGETBV).
 const Cpu& ThisCpu();
 
-// The features an x86-64 micro-architecture level (1..4) requires, each level including the
-// ones below (psABI "x86-64 micro-architecture levels").
-std::set<std::string> LevelFeatures(int level);
-// The highest level all of whose features are in `features`.
-int LevelOf(const std::set<std::string>& features);
-
-// "x86-64-v2", "v2" or "2" → 2 (1..4); anything else is refused, saying what is accepted.
-absl::StatusOr<int> ParseBaseline(const std::string& text);
-std::string LevelName(int level);  // "x86-64-v3"
+// The level vocabulary (LevelFeatures, LevelOf, ParseBaseline, LevelName, Missing) is
+// common/cpu_levels.h, shared with the controller.
+using ::cairn::LevelFeatures;
+using ::cairn::LevelName;
+using ::cairn::LevelOf;
+using ::cairn::Missing;
+using ::cairn::ParseBaseline;
 
 // What a process started to use only the features of `level` gets in its environment:
 // GLIBC_TUNABLES (glibc.cpu.hwcaps: glibc's own string functions, its lazy-binding trampoline
@@ -54,8 +53,5 @@ std::vector<std::pair<std::string, std::string>> BaselineEnvironment(int level, 
 // The environment variable a baseline job carries, naming its level ("x86-64-v2"): a dump
 // reads it from the process to know what the job may use.
 inline constexpr char kBaselineEnv[] = "CAIRN_CPU_BASELINE";
-
-// Features in `need` that `have` lacks, sorted.
-std::vector<std::string> Missing(const std::set<std::string>& need, const std::set<std::string>& have);
 
 }  // namespace cairn::machine
