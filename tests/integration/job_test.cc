@@ -60,6 +60,9 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
   ASSERT_TRUE(WaitForFile(work + "/ready", 20s)) << ReadFile(tmp / "job/stderr.log");
   // The job's init is PID 1 of its own namespace.
   EXPECT_TRUE(Matches(NsPids(init), "NSpid:[[:space:]]+[0-9]+[[:space:]]+1$")) << NsPids(init);
+  // And of its own time namespace (whose clocks a restore on another machine continues).
+  auto time_ns = [](pid_t pid) { return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/time").string(); };
+  EXPECT_NE(time_ns(init), time_ns(::getpid()));
 
   CommandResult dump = RunCommand({CairnBinary(), "dump", "--job", name, "--dir", tmp / "ckpt"}, tmp.path(), env);
   ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
@@ -82,6 +85,9 @@ void RoundTripJob(const std::string& name, const std::string& workload, const st
   ASSERT_GT(new_init, 0);
   EXPECT_TRUE(IsAlive(new_init));
   EXPECT_TRUE(Matches(NsPids(new_init), "NSpid:[[:space:]]+[0-9]+[[:space:]]+1$")) << NsPids(new_init);
+  EXPECT_NE(time_ns(new_init), time_ns(::getpid()));
+  EXPECT_EQ(ReadFile("/proc/" + std::to_string(new_init) + "/timens_offsets"), ReadFile("/proc/self/timens_offsets"))
+      << "restored on the boot it was checkpointed on: its offsets are kept";
   EXPECT_TRUE(Matches(ReadFile("/proc/" + std::to_string(new_init) + "/cgroup"), "freezer:/cairn/" + name));
 
   WriteFileAtomic(work + "/go", "");

@@ -1,10 +1,13 @@
 #include "engine/dump/namespaces.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <map>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/status.h"
@@ -19,6 +22,39 @@ absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
   ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
   if (n < 0) return ErrnoStatus("readlink " + link);
   return std::string(buf, static_cast<size_t>(n));
+}
+
+int64_t Now(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// The job's time namespace, when it has its own (cairn run makes one): its offsets
+// (/proc/PID/timens_offsets: "monotonic SECS NSECS" and "boottime SECS NSECS") and its clocks now.
+absl::Status RecordTimeNamespace(pid_t root, image::Checkpoint* ckpt) {
+  auto mine = NsLink(::getpid(), "time");
+  auto theirs = NsLink(root, "time");
+  if (!mine.ok() || !theirs.ok() || *mine == *theirs) return absl::OkStatus();  // no time namespaces, or the machine's
+  std::string path = absl::StrCat("/proc/", root, "/timens_offsets");
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  image::TimeNamespace* t = ckpt->mutable_time_ns();
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t secs = 0, nsecs = 0;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[1], &secs) || !absl::SimpleAtoi(f[2], &nsecs)) {
+      return absl::DataLossError(absl::StrCat(path, ": unexpected line '", line, "'"));
+    }
+    int64_t offset = secs * 1000000000 + nsecs;
+    if (f[0] == "monotonic" || f[0] == "1") t->set_monotonic_offset_ns(offset);
+    if (f[0] == "boottime" || f[0] == "7") t->set_boottime_offset_ns(offset);
+  }
+  t->set_monotonic_ns(Now(CLOCK_MONOTONIC) + t->monotonic_offset_ns());
+  t->set_boottime_ns(Now(CLOCK_BOOTTIME) + t->boottime_offset_ns());
+  t->set_realtime_ns(Now(CLOCK_REALTIME));
+  ASSIGN_OR_RETURN(std::string boot, ReadFile("/proc/sys/kernel/random/boot_id"));
+  t->set_boot_id(std::string(absl::StripAsciiWhitespace(boot)));
+  return absl::OkStatus();
 }
 
 // "cairn/NAME" when `pid` runs in a cgroup cairn made for a job, else "".
@@ -63,6 +99,7 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
   ASSIGN_OR_RETURN(std::string theirs, NsLink(root, "mnt"));
   ckpt->set_own_mount_ns(mine != theirs);
   ckpt->set_cgroup(JobCgroup(root));
+  RETURN_IF_ERROR(RecordTimeNamespace(root, ckpt));
 
   std::vector<image::Process*> procs = {ckpt->mutable_process()};
   for (auto& d : *ckpt->mutable_descendants()) procs.push_back(&d);

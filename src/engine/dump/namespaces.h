@@ -16,7 +16,8 @@ namespace cairn::dump {
 absl::Status CheckNamespaces(pid_t root);
 
 // When the root (host id `root`) is the init of its own PID namespace, rewrites every id
-// in `ckpt` to the namespace's view and records the namespaces and the job's cgroup.
+// in `ckpt` to the namespace's view and records the namespaces (its time namespace's offsets
+// and clocks too) and the job's cgroup.
 // REQUIRES: every process of the checkpoint is alive (frozen).
 absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt);
 

@@ -223,7 +223,9 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   // The init is PID 1 of a new PID namespace. clone3 rather than unshare + fork, so that
   // cairn itself stays able to create threads (unshare(CLONE_NEWPID) would forbid it).
   clone_args args{};
-  args.flags = CLONE_NEWPID | CLONE_NEWIPC;
+  // Its own time namespace too (offsets 0 here): a restore on another machine sets its offsets
+  // so that the job's monotonic clocks go on (image.proto TimeNamespace).
+  args.flags = CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWTIME;
   args.exit_signal = SIGCHLD;
   pid_t init = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
   if (init < 0) return ErrnoStatus("clone3(CLONE_NEWPID): cairn run needs root");

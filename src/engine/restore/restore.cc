@@ -1,6 +1,7 @@
 #include "engine/restore/restore.h"
 
 #include <linux/sched.h>
+#include <sched.h>
 #include <signal.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -49,6 +50,7 @@
 #include "engine/lazy/page_client.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
+#include "engine/restore/time_ns.h"
 #include "engine/restore/verify.h"
 #include "engine/net/netlock.h"
 
@@ -80,6 +82,53 @@ constexpr uint64_t kStopLoopAt = 64;
   ::syscall(SYS_kill, ::syscall(SYS_getpid), SIGSTOP);
   ::syscall(SYS_exit_group, 121);
   __builtin_unreachable();
+}
+
+// Creates the root task inside a new time namespace whose clocks' offsets are `offsets`
+// (time_ns.h). The offsets can be set only before any task has entered the namespace, and
+// unshare(CLONE_NEWTIME) sends only the caller's later children there: a helper process
+// unshares, sets them, and creates the task as this thread's child (CLONE_PARENT, so that it is
+// traced and reaped here as on the plain path), then exits. Returns the task's host pid, or -1
+// with errno (of the step that failed).
+long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t work_area) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
+  pid_t helper = ::fork();
+  if (helper < 0) {
+    int e = errno;
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    errno = e;
+    return -1;
+  }
+  if (helper == 0) {  // async-signal-safe calls only: the restorer may have threads
+    long out[2] = {-1, 0};
+    if (::unshare(CLONE_NEWTIME) == 0) {
+      int fd = ::open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+      if (fd >= 0 && ::write(fd, offsets.data(), offsets.size()) == static_cast<ssize_t>(offsets.size())) {
+        args.flags |= CLONE_PARENT;
+        args.exit_signal = 0;  // with CLONE_PARENT, the caller's (SIGCHLD) and must be 0 here
+        long rc = ::syscall(SYS_clone3, &args, sizeof args);
+        if (rc == 0) ChildMain(work_area);
+        out[0] = rc;
+      }
+    }
+    out[1] = errno;
+    if (::write(pipe_fds[1], out, sizeof out) < 0) ::_exit(1);
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  long out[2] = {-1, EIO};
+  ssize_t n;
+  do {
+    n = ::read(pipe_fds[0], out, sizeof out);
+  } while (n < 0 && errno == EINTR);
+  ::close(pipe_fds[0]);
+  while (::waitpid(helper, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(sizeof out)) out[0] = -1;
+  if (out[0] < 0) errno = static_cast<int>(out[1]);
+  return out[0];
 }
 
 absl::Status CheckIdsFree(const std::vector<const image::Process*>& procs) {
@@ -694,8 +743,14 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   args.exit_signal = SIGCHLD;
   args.set_tid = reinterpret_cast<uint64_t>(&root);
   args.set_tid_size = 1;
-  long rc = ::syscall(SYS_clone3, &args, sizeof args);
-  if (rc == 0) ChildMain(work_area);
+  long rc;
+  if (meta.has_time_ns()) {
+    ASSIGN_OR_RETURN(std::string boot, BootId());
+    rc = CloneInTimeNamespace(args, TimeNamespaceOffsets(meta.time_ns(), boot), work_area);
+  } else {
+    rc = ::syscall(SYS_clone3, &args, sizeof args);
+    if (rc == 0) ChildMain(work_area);
+  }
   if (rc < 0) {
     if (errno == EEXIST) {
       return absl::AlreadyExistsError(absl::StrCat("pid ", root, " is in use: it must be free to restore the checkpoint"));

@@ -1,0 +1,46 @@
+#include "engine/restore/time_ns.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/file_util.h"
+
+namespace cairn::restore {
+namespace {
+
+int64_t Now(clockid_t clock) {
+  timespec ts{};
+  ::clock_gettime(clock, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// "NAME SECS NSECS\n" with 0 <= NSECS < 1e9 (the kernel's format; SECS may be negative).
+std::string Line(const char* name, int64_t offset_ns) {
+  int64_t secs = offset_ns / 1000000000, nsecs = offset_ns % 1000000000;
+  if (nsecs < 0) secs -= 1, nsecs += 1000000000;
+  return absl::StrFormat("%s %d %d\n", name, secs, nsecs);
+}
+
+}  // namespace
+
+std::string TimeNamespaceOffsets(const image::TimeNamespace& t, const std::string& boot_id) {
+  int64_t monotonic = t.monotonic_offset_ns(), boottime = t.boottime_offset_ns();
+  if (boot_id != t.boot_id()) {
+    int64_t away = std::max<int64_t>(0, Now(CLOCK_REALTIME) - t.realtime_ns());
+    monotonic = t.monotonic_ns() + away - Now(CLOCK_MONOTONIC);
+    boottime = t.boottime_ns() + away - Now(CLOCK_BOOTTIME);
+  }
+  return Line("monotonic", monotonic) + Line("boottime", boottime);
+}
+
+absl::StatusOr<std::string> BootId() {
+  auto text = ReadFile("/proc/sys/kernel/random/boot_id");
+  if (!text.ok()) return text.status();
+  return std::string(absl::StripAsciiWhitespace(*text));
+}
+
+}  // namespace cairn::restore
