@@ -150,6 +150,9 @@ std::vector<std::pair<std::string, std::string>> BaselineEnvironment(int level, 
   // The names glibc 2.36's glibc.cpu.hwcaps honours (checked with ld.so --list-diagnostics:
   // each changes glibc's active feature bits), with the level that brings each. XSAVEC is in
   // no level (Haswell lacks it; ld.so's lazy-binding trampoline would use it): always off.
+  // AVX_Fast_Unaligned_Load is a preference, not a CPU feature: glibc sets it from AVX2 before
+  // the tunables apply, and memmove/memcpy pick their AVX versions by it alone — turning AVX2
+  // off leaves it on (an x86-64-v2 job died of SIGILL in memmove on a CPU without AVX).
   struct Off {
     const char* name;
     int level;
@@ -158,6 +161,7 @@ std::vector<std::pair<std::string, std::string>> BaselineEnvironment(int level, 
       {"SSSE3", 2},    {"SSE4_1", 2},   {"SSE4_2", 2},   {"POPCNT", 2},   {"AVX", 3},      {"AVX2", 3},
       {"BMI1", 3},     {"BMI2", 3},     {"FMA", 3},      {"LZCNT", 3},    {"MOVBE", 3},    {"XSAVE", 3},
       {"AVX512F", 4},  {"AVX512BW", 4}, {"AVX512CD", 4}, {"AVX512DQ", 4}, {"AVX512VL", 4}, {"XSAVEC", 5},
+      {"AVX_Fast_Unaligned_Load", 3},
   };
   std::vector<std::string> off;
   for (const Off& o : kGlibc) {

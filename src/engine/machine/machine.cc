@@ -1,6 +1,8 @@
 #include "engine/machine/machine.h"
 
+#include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/user.h>
 #include <sys/utsname.h>
 
@@ -83,12 +85,59 @@ bool NeedsVdsoProxy(const image::Checkpoint& meta) {
   return here.empty() || image::Checksum(here.data(), here.size()) != m.vdso_xxh3();
 }
 
+namespace {
+
+// Linux's names of capabilities 0..40 (capabilities(7)).
+std::string CapabilityNames(uint64_t caps) {
+  static const char* const kNames[] = {
+      "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+      "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw", "ipc_lock", "ipc_owner",
+      "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot", "sys_nice",
+      "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write", "audit_control", "setfcap",
+      "mac_override", "mac_admin", "syslog", "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf",
+      "checkpoint_restore"};
+  std::vector<std::string> out;
+  for (int i = 0; i < 64; ++i) {
+    if (!(caps >> i & 1)) continue;
+    out.push_back(i < static_cast<int>(std::size(kNames)) ? absl::StrCat("cap_", kNames[i]) : absl::StrCat("capability ", i));
+  }
+  return absl::StrJoin(out, ", ");
+}
+
+// The capabilities this process holds (permitted); all when it cannot tell.
+uint64_t OwnCapabilities() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &hdr, data) != 0) return ~0ULL;
+  return data[0].permitted | static_cast<uint64_t>(data[1].permitted) << 32;
+}
+
+}  // namespace
+
 absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const image::Process*>& procs,
                        const std::string& where) {
+  std::vector<std::string> problems;
+  // Privilege: a restore gives each process the capabilities it had, which needs cairn to hold
+  // them here (another machine's cairn may run with fewer, e.g. without cap_sys_resource).
+  const uint64_t own = OwnCapabilities();
+  for (const image::Process* p : procs) {
+    if (p->zombie()) continue;
+    uint64_t lacking = p->creds().cap_prm() & ~own;
+    if (lacking == 0) continue;
+    problems.push_back(absl::StrCat("pid ", p->pid(), " held ", CapabilityNames(lacking),
+                                    ", which cairn does not hold on this machine, and a restore never gives a process "
+                                    "more than cairn has: restore it where cairn runs with them, or start the job "
+                                    "without them"));
+    break;  // one is enough to say it
+  }
+  if (!meta.has_machine()) {
+    if (problems.empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("restore from ", where, " refused (nothing was restored): ", absl::StrJoin(problems, "; ")));
+  }
   if (!meta.has_machine()) return absl::OkStatus();
   const image::Machine& m = meta.machine();
   const Cpu& here = ThisCpu();
-  std::vector<std::string> problems;
 
   // Instruction-set features: every one the old CPU offered (a process chose its code by
   // them at start-up), or only its baseline's.
@@ -136,6 +185,13 @@ absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const im
   // The vDSO: redirected to this kernel's when it differs (vdso.h), which needs the old one
   // unchanged and no thread inside it.
   if (NeedsVdsoProxy(meta)) {
+    // Every function of the old vDSO must have a counterpart here (or a system call standing
+    // in): tried with the two images near each other, as the restore places them.
+    constexpr uint64_t kOldBase = 0x7fff00000000, kNewBase = kOldBase + (64 << 20);
+    if (auto proxy = VdsoProxy(m.vdso(), kOldBase, ThisVdso(), kNewBase); !proxy.ok()) {
+      problems.push_back(absl::StrCat(proxy.status().message(), " (kernel ", KernelRelease(), " here, ",
+                                      m.kernel_release(), " where it was checkpointed)"));
+    }
     for (const image::Process* p : procs) {
       if (p->zombie()) continue;
       for (const image::Vma& v : p->vmas()) {

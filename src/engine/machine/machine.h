@@ -24,9 +24,10 @@ image::Machine Describe(std::string vdso, int cpu_baseline);
 // ("posix-timer-ids").
 std::vector<std::string> KernelNeeds(const std::vector<const image::Process*>& procs);
 
-// Whether this machine can run the checkpoint's processes; `where` names the image for the
-// message. Images without a machine record pass (they predate it; the vDSO check at restore
-// still holds for them).
+// Whether this machine can run the checkpoint's processes — its CPU, its kernel, its vDSO, and
+// the capabilities cairn holds here (each process's must be among them); `where` names the
+// image for the message. Images without a machine record are checked for capabilities only
+// (they predate it; the vDSO check at restore still holds for them).
 absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const image::Process*>& procs,
                        const std::string& where);
 

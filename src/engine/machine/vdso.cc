@@ -63,7 +63,20 @@ long FallbackSyscall(const std::string& name) {
   if (n == "time") return SYS_time;
   if (n == "getcpu") return SYS_getcpu;
   if (n == "clock_getres") return SYS_clock_getres;
+  // getrandom(buffer, len, flags, opaque_state, opaque_len) (Linux 6.11): the system call takes
+  // the first three, and gives what the vDSO gives (the vDSO itself falls back to it when its
+  // state cannot be used). The caller's query of the state's size was made at start-up, on the
+  // kernel that had it.
+  if (n == "getrandom") return SYS_getrandom;
   return -1;
+}
+
+// A vDSO function only a program holding what cairn does not checkpoint can use: entering an
+// SGX enclave (its pages are a mapping of /dev/sgx_enclave, a device a dump refuses). With no
+// enclave there is nothing to enter, and its entry returns -EINVAL, as the function does for
+// a call it cannot carry out.
+bool OnlyForWhatIsNotCheckpointed(const std::string& name) {
+  return name == "__vdso_sgx_enter_enclave" || name == "sgx_enter_enclave";
 }
 
 }  // namespace
@@ -121,6 +134,8 @@ absl::StatusOr<std::string> VdsoProxy(const std::string& old_image, uint64_t old
       code = {'\xb8', 0, 0, 0, 0, '\x0f', '\x05', '\xc3'};  // mov $nr, %eax; syscall; ret
       int32_t n = static_cast<int32_t>(nr);
       std::memcpy(code.data() + 1, &n, 4);
+    } else if (OnlyForWhatIsNotCheckpointed(name) && sym.size >= 6) {
+      code = {'\xb8', '\xea', '\xff', '\xff', '\xff', '\xc3'};  // mov $-EINVAL, %eax; ret
     } else {
       return absl::FailedPreconditionError(absl::StrCat(
           "the checkpoint's vDSO has a function ", name, " that this kernel's vDSO lacks: restore it on a machine "

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 
 namespace cairn::machine {
 namespace {
@@ -35,6 +36,13 @@ uint64_t ComponentsInUse(const std::string& xstate) {
 
 uint64_t ComponentsLacking(const std::string& xstate, const std::vector<XsaveComponent>& layout, uint64_t xcr0) {
   uint64_t lacking = ComponentsInUse(xstate) & ~xcr0 & ~3ULL;
+  for (int i = 2; i < 64; ++i) {
+    if (!(lacking >> i & 1) || i == kPkru) continue;
+    const XsaveComponent* c = Find(layout, i);
+    if (c == nullptr || c->size == 0 || uint64_t{c->offset} + c->size > xstate.size()) continue;
+    absl::string_view bytes(xstate.data() + c->offset, c->size);
+    if (bytes.find_first_not_of('\0') == absl::string_view::npos) lacking &= ~(1ULL << i);
+  }
   if (lacking >> kPkru & 1) {
     const XsaveComponent* c = Find(layout, kPkru);
     uint32_t pkru = 0;

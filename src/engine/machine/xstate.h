@@ -17,8 +17,10 @@ namespace cairn::machine {
 // 0 for an area too short to have a header (FXSAVE only: x87 and SSE, taken as used).
 uint64_t ComponentsInUse(const std::string& xstate);
 // The components the thread uses (its area laid out by `layout`) beyond x87 and SSE that XCR0
-// `xcr0` lacks, but PKRU holding the kernel's default: a program changes it only to use
-// protection keys, and without it restored it behaves the same.
+// `xcr0` lacks. Not counted: a component whose bytes are all zero — its initial state, which a
+// CPU without it has too (XSTATE_BV may keep the bit set after the registers were cleared, and
+// QEMU's TCG sets every bit) — and PKRU holding the kernel's default: a program changes it only
+// to use protection keys, and without it restored it behaves the same.
 uint64_t ComponentsLacking(const std::string& xstate, const std::vector<XsaveComponent>& layout, uint64_t xcr0);
 // "AVX-512 registers zmm16-31" for a component's bit index; several, comma-separated.
 std::string ComponentNames(uint64_t components);

@@ -40,6 +40,7 @@
 #include "engine/proc/pidfd.h"
 #include "engine/proc/stat.h"
 #include "engine/proc/unix_sockets.h"
+#include "engine/restore/file_identity.h"
 
 namespace cairn::restore {
 namespace {
@@ -117,6 +118,17 @@ bool HasComparedFlags(const image::Process& proc) {
   return false;
 }
 
+// The device a mapped file has here: on another machine that mounts the same filesystem, that
+// machine's own number for it (the restore matched the file by inode, size and modification
+// time: file_identity.h); otherwise the checkpoint's.
+uint64_t DeviceHere(const image::Vma& v) {
+  struct stat st {};
+  const image::FileId& id = v.file();
+  if (v.path().empty() || v.path()[0] != '/' || ::stat(v.path().c_str(), &st) != 0) return id.dev();
+  if (st.st_dev == id.dev() || st.st_ino != id.ino() || !CheckSameFile(st, id, v.path(), true).ok()) return id.dev();
+  return st.st_dev;
+}
+
 std::vector<Range> ImageRanges(const image::Process& proc, bool flags_too, const VerifyShared& shared) {
   std::vector<Range> out;
   for (const image::Vma& v : proc.vmas()) {
@@ -143,7 +155,7 @@ std::vector<Range> ImageRanges(const image::Process& proc, bool flags_too, const
         break;
       case image::Vma::FILE_PRIVATE:
       case image::Vma::FILE_SHARED: {
-        uint64_t dev = v.file().dev(), ino = v.file().ino();
+        uint64_t dev = DeviceHere(v), ino = v.file().ino();
         if (auto made = shared.made_scratch.find({dev, ino}); v.scratch() && made != shared.made_scratch.end()) {
           std::tie(dev, ino) = made->second;  // made again here: the new file
         }
