@@ -21,6 +21,9 @@ packages=(
   openmpi-bin libopenmpi-dev  # job groups: an MPI program over TCP (tests/daemon/mpi_group_test.cc)
   openjdk-17-jdk-headless nginx-light tmux postgresql golang-go
   etcd-server etcd-client curl
+  # Other machines: QEMU guests with Debian's 6.1 cloud kernel on older CPU models, sharing this
+  # root over virtiofs (tests/machines/guest.sh)
+  qemu-system-x86 qemu-system-common linux-image-cloud-amd64 busybox-static cpio
 )
 missing=()
 for p in "${packages[@]}"; do
