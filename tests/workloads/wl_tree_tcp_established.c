@@ -130,6 +130,17 @@ int main(int argc, char** argv) {
     WL_SYS(connect(half, (struct sockaddr*)&a4, len4));
     WL_SYS(write(half, "bye", 3));
     WL_SYS(shutdown(half, SHUT_WR));
+    // Ready only once root's kernel has acknowledged the FIN (FIN_WAIT2): until then C's end is
+    // closing (FIN_WAIT1), which a dump refuses, and the ACK may be delayed.
+    for (int waited_ms = 0;; waited_ms++) {
+      struct tcp_info ti;
+      socklen_t len = sizeof ti;
+      WL_SYS(getsockopt(half, IPPROTO_TCP, TCP_INFO, &ti, &len));
+      if (ti.tcpi_state == TCP_FIN_WAIT2) break;
+      WL_CHECK(waited_ms < 5000, "C: the FIN was not acknowledged in 5 s (state %d)", ti.tcpi_state);
+      struct timespec ms = {0, 1000 * 1000};
+      nanosleep(&ms, NULL);
+    }
     struct sockaddr_storage l4n, p4n, l6n, p6n;
     names(s4, &l4n, &p4n);
     names(s6, &l6n, &p6n);
