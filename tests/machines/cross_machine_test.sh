@@ -16,7 +16,8 @@ guest_check || exit 77
 build=$(cd "${1:?usage: cross_machine_test.sh BUILD_DIR}" && pwd)
 cairn=$build/cairn
 wl=$build/tests/workloads
-[ -x "$cairn" ] && [ -x "$wl/wl_threads" ] || { echo "build cairn and its workloads first" >&2; exit 1; }
+avx2=$build/tests/machines/wl_avx2
+[ -x "$cairn" ] && [ -x "$wl/wl_threads" ] && [ -x "$avx2" ] || { echo "build cairn and its workloads first" >&2; exit 1; }
 
 S=$(mktemp -d /var/tmp/cairn-machines.XXXXXX)
 chmod 755 "$S"
@@ -35,6 +36,7 @@ trap cleanup EXIT
 cat >"$S/lib.sh" <<EOF
 cairn=$cairn
 wl=$wl
+avx2=$avx2
 S=$S
 EOF
 cat >>"$S/lib.sh" <<'EOF'
@@ -113,6 +115,7 @@ on_host() { (. "$S/lib.sh"; export CAIRN_STATE_DIR=$S/state-host; eval "$1"); }
 # --- On this host: jobs to move. --------------------------------------------------------------
 on_host '
 start_and_dump native -- "$wl/wl_threads" || exit 1
+if grep -qw avx2 /proc/cpuinfo; then start_and_dump avx2 -- "$avx2" || exit 1; fi
 start_and_dump v2 --cpu-baseline x86-64-v2 -- "$wl/wl_threads" || exit 1
 start_and_dump v2py --cpu-baseline x86-64-v2 -- /usr/bin/python3 '"$here"'/wl_hashes.py || exit 1
 start_and_dump v2nehalem --cpu-baseline x86-64-v2 -- "$wl/wl_threads" || exit 1
@@ -125,6 +128,7 @@ echo "host: $(uname -r), $host_level"
 on_guest SandyBridge sandybridge '
 rc=0
 refused native "avx2.*x86-64-v2|x86-64-v2.*avx2" || rc=1
+[ ! -d avx2 ] || refused avx2 "avx2" || rc=1
 restore_and_finish v2 || rc=1
 restore_and_finish v2py || rc=1
 refused v2timers "POSIX timer" || rc=1
@@ -134,7 +138,11 @@ case $? in
   *) fail "host -> SandyBridge guest" ;;
 esac
 # The refused checkpoint is untouched: it still restores here.
-if on_host 'restore_and_finish native'; then ok "the refused checkpoint restored and finished on the host"; else fail "the refused checkpoint no longer restores on the host"; fi
+if on_host 'restore_and_finish native && { [ ! -d "$S/avx2" ] || restore_and_finish avx2; }'; then
+  ok "the refused checkpoints restored and finished on the host (the AVX2 program too)"
+else
+  fail "the refused checkpoints no longer restore on the host"
+fi
 
 # --- Nehalem (no XSAVE, no AVX): the FXSAVE-only path. -----------------------------------------
 if on_guest Nehalem nehalem 'restore_and_finish v2nehalem'; then
@@ -146,6 +154,7 @@ fi
 # --- Guest to guest, and back to the host. -----------------------------------------------------
 if on_guest Haswell-v4 haswell-dump '
 start_and_dump g_native -- "$wl/wl_threads" || exit 1
+start_and_dump g_avx2 -- "$avx2" || exit 1
 start_and_dump g_control -- "$wl/wl_threads" || exit 1
 start_and_dump g_v2 --cpu-baseline x86-64-v2 -- "$wl/wl_threads" || exit 1
 start_and_dump g_back_caps -- "$wl/wl_threads" || exit 1
@@ -153,8 +162,8 @@ start_and_dump g_back_caps -- "$wl/wl_threads" || exit 1
 setpriv --bounding-set -sys_resource bash -c ". $S/lib.sh; start_and_dump g_back -- /usr/bin/python3 '"$here"'/wl_hashes.py" || exit 1
 $cairn check | grep -E "^ok +CPU"'; then
   ok "Haswell guest: jobs started and checkpointed"
-  if on_guest SandyBridge sandybridge-from-haswell 'refused g_native "avx2"'; then
-    ok "Haswell guest -> SandyBridge guest: refused naming avx2 (was: SIGILL after a successful restore)"
+  if on_guest SandyBridge sandybridge-from-haswell 'refused g_native "avx2" && refused g_avx2 "avx2"'; then
+    ok "Haswell guest -> SandyBridge guest: the threads and the AVX2 program refused naming avx2 (was: SIGILL after a successful restore)"
   else
     fail "Haswell guest -> SandyBridge guest"
   fi
@@ -168,8 +177,8 @@ $cairn check | grep -E "^ok +CPU"'; then
   else
     fail "Haswell guest -> Nehalem guest"
   fi
-  if on_guest Haswell-v4 haswell-control 'restore_and_finish g_control'; then
-    ok "Haswell guest -> Haswell guest (control): finished"
+  if on_guest Haswell-v4 haswell-control 'restore_and_finish g_control && restore_and_finish g_avx2'; then
+    ok "Haswell guest -> Haswell guest (control): the threads and the AVX2 program (ymm live) finished"
   else
     fail "Haswell guest -> Haswell guest"
   fi
