@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
+#include "common/clock.h"
 #include "common/file_util.h"
 #include "common/status.h"
 #include "engine/proc/stat.h"
@@ -22,12 +23,6 @@ absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
   ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
   if (n < 0) return ErrnoStatus("readlink " + link);
   return std::string(buf, static_cast<size_t>(n));
-}
-
-int64_t Now(clockid_t clock) {
-  timespec ts{};
-  ::clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 // The job's time namespace, when it has its own (cairn run makes one): its offsets
@@ -49,9 +44,9 @@ absl::Status RecordTimeNamespace(pid_t root, image::Checkpoint* ckpt) {
     if (f[0] == "monotonic" || f[0] == "1") t->set_monotonic_offset_ns(offset);
     if (f[0] == "boottime" || f[0] == "7") t->set_boottime_offset_ns(offset);
   }
-  t->set_monotonic_ns(Now(CLOCK_MONOTONIC) + t->monotonic_offset_ns());
-  t->set_boottime_ns(Now(CLOCK_BOOTTIME) + t->boottime_offset_ns());
-  t->set_realtime_ns(Now(CLOCK_REALTIME));
+  t->set_monotonic_ns(ClockNs(CLOCK_MONOTONIC) + t->monotonic_offset_ns());
+  t->set_boottime_ns(ClockNs(CLOCK_BOOTTIME) + t->boottime_offset_ns());
+  t->set_realtime_ns(ClockNs(CLOCK_REALTIME));
   ASSIGN_OR_RETURN(std::string boot, ReadFile("/proc/sys/kernel/random/boot_id"));
   t->set_boot_id(std::string(absl::StripAsciiWhitespace(boot)));
   return absl::OkStatus();

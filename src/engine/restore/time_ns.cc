@@ -7,16 +7,11 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "common/clock.h"
 #include "common/file_util.h"
 
 namespace cairn::restore {
 namespace {
-
-int64_t Now(clockid_t clock) {
-  timespec ts{};
-  ::clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 // "NAME SECS NSECS\n" with 0 <= NSECS < 1e9 (the kernel's format; SECS may be negative).
 std::string Line(const char* name, int64_t offset_ns) {
@@ -30,9 +25,9 @@ std::string Line(const char* name, int64_t offset_ns) {
 std::string TimeNamespaceOffsets(const image::TimeNamespace& t, const std::string& boot_id) {
   int64_t monotonic = t.monotonic_offset_ns(), boottime = t.boottime_offset_ns();
   if (boot_id != t.boot_id()) {
-    int64_t away = std::max<int64_t>(0, Now(CLOCK_REALTIME) - t.realtime_ns());
-    monotonic = t.monotonic_ns() + away - Now(CLOCK_MONOTONIC);
-    boottime = t.boottime_ns() + away - Now(CLOCK_BOOTTIME);
+    int64_t away = std::max<int64_t>(0, ClockNs(CLOCK_REALTIME) - t.realtime_ns());
+    monotonic = t.monotonic_ns() + away - ClockNs(CLOCK_MONOTONIC);
+    boottime = t.boottime_ns() + away - ClockNs(CLOCK_BOOTTIME);
   }
   return Line("monotonic", monotonic) + Line("boottime", boottime);
 }

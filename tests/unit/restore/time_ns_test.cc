@@ -5,16 +5,11 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/clock.h"
 #include "gtest/gtest.h"
 
 namespace cairn::restore {
 namespace {
-
-int64_t Now(clockid_t clock) {
-  timespec ts{};
-  ::clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 // The offsets written, in ns: "monotonic SECS NSECS\nboottime SECS NSECS\n".
 std::pair<int64_t, int64_t> Parse(const std::string& text) {
@@ -44,16 +39,16 @@ TEST(TimeNamespaceTest, AnotherBootContinuesTheClocks) {
   image::TimeNamespace t;
   t.set_boot_id("the-other-machine");
   t.set_monotonic_offset_ns(123);  // not used there
-  t.set_monotonic_ns(Now(CLOCK_MONOTONIC) + 3 * kDay);  // that machine had been up 3 days longer
-  t.set_boottime_ns(Now(CLOCK_BOOTTIME) + 3 * kDay + 5);
-  t.set_realtime_ns(Now(CLOCK_REALTIME) - kAway);
+  t.set_monotonic_ns(ClockNs(CLOCK_MONOTONIC) + 3 * kDay);  // that machine had been up 3 days longer
+  t.set_boottime_ns(ClockNs(CLOCK_BOOTTIME) + 3 * kDay + 5);
+  t.set_realtime_ns(ClockNs(CLOCK_REALTIME) - kAway);
   auto [mono, boot] = Parse(TimeNamespaceOffsets(t, "this-boot"));
   // The job's clock here = this machine's + offset = where it was + 30 s (within the test's own run).
   EXPECT_NEAR(static_cast<double>(mono), static_cast<double>(3 * kDay + kAway), 1e9);
   EXPECT_NEAR(static_cast<double>(boot), static_cast<double>(3 * kDay + kAway), 1e9);
 
   // A wall clock set back since: the clocks do not go back, they go on from where they were.
-  t.set_realtime_ns(Now(CLOCK_REALTIME) + kDay);
+  t.set_realtime_ns(ClockNs(CLOCK_REALTIME) + kDay);
   auto [mono2, boot2] = Parse(TimeNamespaceOffsets(t, "this-boot"));
   EXPECT_NEAR(static_cast<double>(mono2), static_cast<double>(3 * kDay), 1e9);
   (void)boot2;
