@@ -6,11 +6,13 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/cpu_levels.h"
 #include "controller/service/controller.h"
 
 namespace cairn::controller {
@@ -698,6 +700,35 @@ TEST_F(ControllerCoreTest, ALostNodesJobIsDecidedAgainUntilItRuns) {
   EXPECT_EQ(PendingOf(controller_, "j"), "");
   EXPECT_EQ(StoredJ().pending_action(), "");
   EXPECT_TRUE(EventsOf(controller_, "decision-dropped").empty());
+}
+
+// A job that ran on an x86-64-v4 node may use its AVX-512 (its processes chose their code by the
+// CPU they started on): when that node is lost, the job is restored only where the CPU has it —
+// not on the cheaper node without — and what it may use is in the store, for the next leader.
+TEST_F(ControllerCoreTest, ALostNodesJobGoesOnlyWhereTheCpuHasWhatItMayUse) {
+  auto with_cpu = [](const std::string& id, double price, int level) {
+    api::RegisterNodeRequest r = Node(id, price, false);
+    r.mutable_spec()->set_cpu_level(level);
+    for (const std::string& f : LevelFeatures(level)) r.mutable_spec()->add_cpu_features(f);
+    return r;
+  };
+  api::RegisterNodeResponse rr;
+  ASSERT_TRUE(controller_.RegisterNode(with_cpu("a", 0.9, 4), &rr).ok());
+  api::SubmitJobResponse sr;
+  ASSERT_TRUE(controller_.SubmitJob(Job1("j"), &sr).ok());
+  ASSERT_EQ(sr.node_id(), "a");
+  ASSERT_TRUE(controller_.RegisterNode(with_cpu("b", 1.0, 3), &rr).ok());
+  ASSERT_TRUE(controller_.RegisterNode(with_cpu("c", 3.0, 4), &rr).ok());
+  api::StoredJob sj = StoredJ();
+  EXPECT_EQ(std::set<std::string>(sj.cpu_features().begin(), sj.cpu_features().end()), LevelFeatures(4));
+
+  DoingDispatcher d2;
+  Controller again(&store_, &d2, Options());
+  again.Tick();
+  TickWhile(again, {"b", "c"}, 15);  // a stays silent past the heartbeat timeout
+  ASSERT_GE(d2.carried.size(), 1u);
+  EXPECT_EQ(d2.carried[0].action, Action::kRestore);
+  EXPECT_EQ(d2.carried[0].target_node_id, "c") << "b is cheaper, but its CPU lacks AVX-512";
 }
 
 // A move the source or the target did not answer is tried again once they do.
