@@ -8,6 +8,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -169,6 +170,46 @@ TEST_F(MachineTest, ProcessesRunThroughAProxyOfTheirOldVdso) {
     w.Go();
     EXPECT_TRUE(FinishedWithPass(w, out_before, err_before, "restored workload"));
   }
+}
+
+// The clocks. A process that used the machine's clocks keeps them on the same boot (no time
+// namespace of its own). Restored on another boot — here: the record says it came from a machine
+// up one day longer — it gets a time namespace whose monotonic and boot-time clocks go on from
+// where they were (not back by a day), and it finishes.
+TEST_F(MachineTest, AProcessRestoredOnAnotherBootHasItsClocksContinued) {
+  auto time_ns = [](pid_t pid) {
+    return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/time").string();
+  };
+  Workload same = MakeWorkload("wl_threads");
+  std::string ckpt;
+  ASSERT_TRUE(Dumped(same, &ckpt));
+  image::Checkpoint meta = ReadMeta(ckpt);
+  ASSERT_TRUE(meta.has_time_ns());
+  EXPECT_TRUE(meta.time_ns().machine_clocks());
+  EXPECT_EQ(meta.time_ns().boot_id() + "\n", ReadFile("/proc/sys/kernel/random/boot_id"));
+  CommandResult r = Restore(ckpt);
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(time_ns(same.pid()), time_ns(::getpid())) << "the same boot: the machine's clocks";
+  same.Go();
+  EXPECT_TRUE(FinishedWithPass(same, out_, err_, "restored workload"));
+
+  Workload moved = MakeWorkload("wl_vdso", "work-moved");
+  ASSERT_TRUE(Dumped(moved, &ckpt));
+  constexpr int64_t kDay = 86400LL * 1000000000;
+  EditMeta(ckpt, [&](image::Checkpoint& m) {
+    m.mutable_time_ns()->set_boot_id("another-machine");
+    m.mutable_time_ns()->set_monotonic_ns(m.time_ns().monotonic_ns() + kDay);
+    m.mutable_time_ns()->set_boottime_ns(m.time_ns().boottime_ns() + kDay);
+  });
+  r = RestoreUnsigned(ckpt);
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_NE(time_ns(moved.pid()), time_ns(::getpid()));
+  long long secs = 0, nsecs = 0;
+  std::string offsets = ReadFile("/proc/" + std::to_string(moved.pid()) + "/timens_offsets");
+  ASSERT_EQ(std::sscanf(offsets.c_str(), "monotonic %lld %lld", &secs, &nsecs), 2) << offsets;
+  EXPECT_NEAR(static_cast<double>(secs), 86400.0, 30.0) << offsets;
+  moved.Go();
+  EXPECT_TRUE(FinishedWithPass(moved, out_, err_, "restored workload"));
 }
 
 // A thread caught inside the vDSO cannot go on in a redirected one (its code reads the old

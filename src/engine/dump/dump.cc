@@ -493,6 +493,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   }
   RETURN_IF_ERROR(CheckAioRingsQuiet(live, live_procs));  // before LocalizeIds: host ids
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
+  RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
   timer.Mark("fds");
   RETURN_IF_ERROR(StopPoint("fds"));
   if (inc.incremental_procs > 0) {

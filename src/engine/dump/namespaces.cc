@@ -25,15 +25,16 @@ absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-// The job's time namespace, when it has its own (cairn run makes one): its offsets
-// (/proc/PID/timens_offsets: "monotonic SECS NSECS" and "boottime SECS NSECS") and its clocks now.
+}  // namespace
+
 absl::Status RecordTimeNamespace(pid_t root, image::Checkpoint* ckpt) {
   auto mine = NsLink(::getpid(), "time");
   auto theirs = NsLink(root, "time");
-  if (!mine.ok() || !theirs.ok() || *mine == *theirs) return absl::OkStatus();  // no time namespaces, or the machine's
+  if (!mine.ok() || !theirs.ok()) return absl::OkStatus();  // a kernel without time namespaces
+  image::TimeNamespace* t = ckpt->mutable_time_ns();
+  t->set_machine_clocks(*mine == *theirs);
   std::string path = absl::StrCat("/proc/", root, "/timens_offsets");
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  image::TimeNamespace* t = ckpt->mutable_time_ns();
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
     int64_t secs = 0, nsecs = 0;
@@ -51,6 +52,8 @@ absl::Status RecordTimeNamespace(pid_t root, image::Checkpoint* ckpt) {
   t->set_boot_id(std::string(absl::StripAsciiWhitespace(boot)));
   return absl::OkStatus();
 }
+
+namespace {
 
 // "cairn/NAME" when `pid` runs in a cgroup cairn made for a job, else "".
 std::string JobCgroup(pid_t pid) {
@@ -94,7 +97,6 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
   ASSIGN_OR_RETURN(std::string theirs, NsLink(root, "mnt"));
   ckpt->set_own_mount_ns(mine != theirs);
   ckpt->set_cgroup(JobCgroup(root));
-  RETURN_IF_ERROR(RecordTimeNamespace(root, ckpt));
 
   std::vector<image::Process*> procs = {ckpt->mutable_process()};
   for (auto& d : *ckpt->mutable_descendants()) procs.push_back(&d);

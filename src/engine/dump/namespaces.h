@@ -16,9 +16,14 @@ namespace cairn::dump {
 absl::Status CheckNamespaces(pid_t root);
 
 // When the root (host id `root`) is the init of its own PID namespace, rewrites every id
-// in `ckpt` to the namespace's view and records the namespaces (its time namespace's offsets
-// and clocks too) and the job's cgroup.
+// in `ckpt` to the namespace's view and records the namespaces and the job's cgroup.
 // REQUIRES: every process of the checkpoint is alive (frozen).
 absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt);
+
+// The processes' clocks (image.proto TimeNamespace): the offsets of the root's time namespace
+// (/proc/PID/timens_offsets: "monotonic SECS NSECS", "boottime SECS NSECS"; 0 when it uses the
+// machine's), the clocks as it reads them now, the wall clock and the boot.
+// REQUIRES: the processes are frozen (their clocks are read as of now).
+absl::Status RecordTimeNamespace(pid_t root, image::Checkpoint* ckpt);
 
 }  // namespace cairn::dump

@@ -744,8 +744,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   args.set_tid = reinterpret_cast<uint64_t>(&root);
   args.set_tid_size = 1;
   long rc;
-  if (meta.has_time_ns()) {
-    ASSIGN_OR_RETURN(std::string boot, BootId());
+  ASSIGN_OR_RETURN(std::string boot, BootId());
+  // A time namespace for a job's own, and for processes that used the machine's clocks when
+  // they come back on another boot (time_ns.h); on the same boot, the machine's clocks.
+  if (meta.has_time_ns() && !(meta.time_ns().machine_clocks() && meta.time_ns().boot_id() == boot)) {
     rc = CloneInTimeNamespace(args, TimeNamespaceOffsets(meta.time_ns(), boot), work_area);
   } else {
     rc = ::syscall(SYS_clone3, &args, sizeof args);
