@@ -5,6 +5,7 @@
 // different vDSO). A machine that lacks a feature is simulated by adding one to the image's
 // record (its checksum recomputed; restored with --trust-unsigned, since the seal would refuse
 // any change).
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -91,6 +92,10 @@ TEST_F(MachineTest, TheCheckpointRecordsItsMachine) {
   EXPECT_EQ(image::Checksum(m.vdso().data(), m.vdso().size()), m.vdso_xxh3());
   EXPECT_EQ(meta.process().vdso_xxh3(), m.vdso_xxh3());
   for (const image::Thread& t : meta.process().threads()) EXPECT_GE(t.xstate().size(), 512u);
+  // The XSAVE components it may use: those of every process here (it asked for no AMX).
+  uint64_t perm = 0;
+  ASSERT_EQ(::syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */, &perm), 0);
+  EXPECT_EQ(meta.process().xcomp_perm(), perm);
   CommandResult r = Restore(ckpt);
   ASSERT_TRUE(r.Exited(0)) << r.Describe();
   w.Go();
@@ -170,6 +175,21 @@ TEST_F(MachineTest, ProcessesRunThroughAProxyOfTheirOldVdso) {
     w.Go();
     EXPECT_TRUE(FinishedWithPass(w, out_before, err_before, "restored workload"));
   }
+}
+
+// A process that asked for AMX may use it at any time: on a CPU without AMX it is refused up
+// front, naming it. (On an AMX machine the restore asks for the permission again; not run here.)
+TEST_F(MachineTest, AProcessThatAskedForAmxIsRefusedWhereThereIsNone) {
+  if (machine::ThisCpu().xcr0 >> 18 & 1) GTEST_SKIP() << "this CPU has AMX";
+  Workload w = MakeWorkload("wl_threads");
+  std::string ckpt;
+  ASSERT_TRUE(Dumped(w, &ckpt));
+  EditMeta(ckpt, [](image::Checkpoint& m) { m.mutable_process()->set_xcomp_perm(m.process().xcomp_perm() | 1ULL << 18); });
+  CommandResult refused = RestoreUnsigned(ckpt);
+  EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
+  EXPECT_TRUE(Matches(refused.err, "refused \\(nothing was restored\\)")) << refused.err;
+  EXPECT_TRUE(Matches(refused.err, "asked for AMX")) << refused.err;
+  EXPECT_FALSE(IsAlive(w.pid()));
 }
 
 // The clocks. A process that used the machine's clocks keeps them on the same boot (no time

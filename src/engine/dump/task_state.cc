@@ -30,6 +30,7 @@ namespace cairn::dump {
 namespace {
 
 constexpr int kSignals = 64;
+constexpr uint64_t kArchGetXcompPerm = 0x1022;  // asm/prctl.h, Linux 5.16
 
 // Where the batched queries leave their answers in the scratch area; the call table
 // (batch.h) sits above them.
@@ -39,6 +40,7 @@ constexpr size_t kPdeathsigOff = 4096 + 256;
 constexpr size_t kSubreaperOff = 4096 + 264;
 constexpr size_t kThreadTidAddrOff = 4096 + 272;
 constexpr size_t kThreadAltStackOff = 4096 + 288;  // stack_t
+constexpr size_t kXcompPermOff = 4096 + 320;       // uint64_t
 constexpr size_t kTimersOff = 8192;                // itimerspec per POSIX timer
 constexpr size_t kTimersPerBatch = 128;
 constexpr size_t kTableOff = 32 * 1024;
@@ -227,7 +229,7 @@ absl::Status CaptureWithBatch(const FrozenProcess& fp, inject::CallBatch& batch,
   // The membarrier(2) registrations have no /proc view: an expedited barrier of each kind
   // succeeds only in a process registered for it (EPERM otherwise). With every thread
   // frozen it interrupts no CPU running them.
-  std::array<inject::BatchedCall, 8> calls{{
+  std::array<inject::BatchedCall, 9> calls{{
       {SYS_brk, {0}},
       {SYS_personality, {0xffffffffULL}},
       {SYS_prctl, {PR_GET_PDEATHSIG, scratch.addr() + kPdeathsigOff}},
@@ -236,6 +238,7 @@ absl::Status CaptureWithBatch(const FrozenProcess& fp, inject::CallBatch& batch,
       {SYS_membarrier, {MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0}},
       {SYS_membarrier, {MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, 0}},
       {SYS_membarrier, {MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0}},
+      {SYS_arch_prctl, {kArchGetXcompPerm, scratch.addr() + kXcompPermOff}},
   }};
   RETURN_IF_ERROR(batch.Run(inj, scratch, kTableOff, calls));
   const char* what[] = {"brk(0)", "personality", "prctl(PR_GET_PDEATHSIG)", "prctl(PR_GET_DUMPABLE)",
@@ -261,6 +264,11 @@ absl::Status CaptureWithBatch(const FrozenProcess& fp, inject::CallBatch& batch,
     }
   }
   out->set_membarrier_registered(registered);
+  if (calls[8].result == 0) {  // EINVAL before Linux 5.16: not known
+    uint64_t perm = 0;
+    RETURN_IF_ERROR(scratch.Get(kXcompPermOff, &perm, sizeof perm));
+    out->set_xcomp_perm(perm);
+  }
   out->mutable_mm()->set_brk(static_cast<uint64_t>(calls[0].result));
   out->set_personality(static_cast<uint32_t>(calls[1].result));
   int pdeathsig = 0, subreaper = 0;

@@ -158,6 +158,16 @@ absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const im
                            "CPU has them, or start the job with --cpu-baseline ", LevelName(std::max(common, 1)),
                            " so that it can move to any ", LevelName(std::max(common, 1)), " machine"));
   }
+  // AMX: a process that asked for tile data may use it whenever it likes; it is asked for
+  // again at restore, which needs a CPU (and kernel) that has it.
+  for (const image::Process* p : procs) {
+    constexpr int kXtileData = 18;
+    if (p->zombie() || !(p->xcomp_perm() >> kXtileData & 1) || (here.xcr0 >> kXtileData & 1)) continue;
+    problems.push_back(absl::StrCat("pid ", p->pid(), " asked for AMX (arch_prctl ARCH_REQ_XCOMP_PERM) and may use "
+                                    "it at any time, and this machine's CPU (", CpuName(here.model, here.level),
+                                    ") has no AMX: restore it on a machine with AMX"));
+    break;
+  }
   // Register state the threads hold.
   std::vector<XsaveComponent> layout = Layout(m);
   int named = 0;

@@ -64,11 +64,19 @@ absl::Status CheckArmed(const std::string& what, uint64_t interval, uint64_t val
 constexpr size_t kAuxvOff = 8192;
 
 // Settings of the process (or its mm) that nothing else carries: transparent huge pages
-// off, membarrier registrations, oom_score_adj and the audit loginuid.
+// off, the AMX permission, membarrier registrations, oom_score_adj and the audit loginuid.
 absl::Status RestoreProcessTunables(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
   pid_t pid = inj.tid();
   if (proc.thp_disabled()) {
     RETURN_IF_ERROR(inj.Call("prctl(PR_SET_THP_DISABLE)", SYS_prctl, PR_SET_THP_DISABLE, 1, 0, 0, 0).status());
+  }
+  // AMX tile data (XSAVE component 18) is usable only after the process asked for it; asked
+  // again here, before the threads' registers (which may hold tile data) are set.
+  constexpr uint64_t kArchReqXcompPerm = 0x1023, kXtileData = 18;
+  if (proc.xcomp_perm() >> kXtileData & 1) {
+    RETURN_IF_ERROR(inj.Call("arch_prctl(ARCH_REQ_XCOMP_PERM, AMX tile data)", SYS_arch_prctl, kArchReqXcompPerm,
+                             kXtileData)
+                        .status());
   }
   for (uint32_t cmd : {MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
                        MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ}) {
