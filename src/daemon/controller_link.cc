@@ -13,13 +13,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/cpu_levels.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/token.h"
 #include "controller/service/job_spec_check.h"
 #include "daemon/daemon.h"
-#include "engine/machine/cpu.h"
+#include "daemon/node_cpu.h"
 
 namespace cairn::daemon {
 namespace {
@@ -94,9 +95,9 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
   spec.set_spot(opts.spot);
   spec.set_zone(opts.zone);
   spec.set_cloud(opts.cloud);
-  const machine::Cpu& cpu = machine::ThisCpu();
-  spec.set_cpu_level(cpu.level);
-  for (const std::string& f : cpu.features) spec.add_cpu_features(f);
+  const std::set<std::string> cpu = NodeCpuFeatures();
+  spec.set_cpu_level(LevelOf(cpu));
+  for (const std::string& f : cpu) spec.add_cpu_features(f);
   for (absl::string_view kv : absl::StrSplit(opts.labels, ',', absl::SkipWhitespace())) {
     std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
     std::string k(absl::StripAsciiWhitespace(p.first));

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/cpu_levels.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -32,6 +33,7 @@
 #include "daemon/cgroup.h"
 #include "daemon/job_spec_check.h"
 #include "daemon/migrate.h"
+#include "daemon/node_cpu.h"
 #include "daemon/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/dump/guardian.h"
@@ -1072,6 +1074,9 @@ api::NodeInfoResponse Daemon::Info() {
   r.set_jobs_running(n);
   if (opts_.store) r.set_storage(opts_.store->Describe());
   FillNodeSignals(&r);
+  std::set<std::string> features = NodeCpuFeatures();
+  r.set_cpu_level(LevelOf(features));
+  for (const std::string& f : features) r.add_cpu_features(f);
   return r;
 }
 

@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/cpu_levels.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -40,6 +41,7 @@
 #include "daemon/cgroup.h"
 #include "daemon/daemon.h"
 #include "daemon/job_spec_check.h"
+#include "daemon/node_cpu.h"
 #include "daemon/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
@@ -356,6 +358,15 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     return refuse(absl::InvalidArgumentError(absl::StrCat("the daemon there is this node (", opts_.node, ")")));
   }
   const std::string to_node = info.node();
+  // The CPU there must have what the job may use: found out now, before the job is frozen
+  // (the destination's restore would refuse it, after the pause and the copy).
+  {
+    absl::StatusOr<int> baseline = job.spec().cpu_baseline().empty() ? 0 : ParseBaseline(job.spec().cpu_baseline());
+    std::set<std::string> there(info.cpu_features().begin(), info.cpu_features().end());
+    if (std::string why = CpuMismatch(baseline.ok() ? *baseline : 0, NodeCpuFeatures(), there, to_node); !why.empty()) {
+      return refuse(absl::FailedPreconditionError(why));
+    }
+  }
 
   absl::Time now = absl::Now();
   std::string ckid = absl::StrCat(name, "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone()), "-from-",

@@ -156,6 +156,52 @@ TEST_F(MigrateTest, FailedMigrationsLeaveTheJobRunningWhereItWas) {
   EXPECT_EQ(ReadFile(out + "/result"), expected);
 }
 
+// A node whose CPU lacks what the job may use (here: a node playing one without AVX2) is
+// refused before the job is frozen — not after the pause and the copy, by the restore there —
+// and the job runs on untouched. A job started for x86-64-v2 moves there and finishes.
+TEST_F(MigrateTest, ANodeWhoseCpuLacksWhatTheJobMayUseIsRefusedBeforeTheFreeze) {
+  std::string cpuinfo = ReadFile("/proc/cpuinfo");
+  if (!Matches(cpuinfo, " avx2 ")) GTEST_SKIP() << "this CPU has no AVX2 to take away";
+  std::string expected = Expected();
+  std::string token_b = Token("token-b", "token-of-node-b-0123456789");
+  std::string addr_b = "127.0.0.1:" + std::to_string(FreeTcpPort());
+  DaemonProcess b(Dir(), "node-b", {"--listen", addr_b, "--token-file", token_b}, {"CAIRND_TEST_CPU_LACKS=avx2"});
+  ASSERT_TRUE(b.Start());
+  DaemonProcess a(Dir(), "node-a", {"--peer", b.node() + "=" + addr_b, "--peer-token-file", token_b});
+  ASSERT_TRUE(a.Start());
+  json info = b.Json({"node", "info"});
+  EXPECT_EQ(info.value("cpu_level", 0), 2) << info.dump();  // without AVX2: x86-64-v2
+
+  std::string out = Dir() + "/py";
+  RunPython(a, out);
+  int pid = Job(a, "py")["host_pid"];
+  CommandResult refused = a.Cairn({"job", "migrate", "py", "--to", b.node()});
+  EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
+  EXPECT_TRUE(Matches(refused.err, "node " + b.node() + "'s CPU \\(x86-64-v2\\) lacks .*avx2")) << refused.err;
+  EXPECT_TRUE(Matches(refused.err, "--cpu-baseline x86-64-v2")) << refused.err;
+  EXPECT_TRUE(Matches(refused.err, "keeps running on node " + a.node())) << refused.err;
+  json j = Job(a, "py");
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_EQ(j["host_pid"], pid);
+  EXPECT_EQ(JsonInt(j["checkpoints"]), 0) << "nothing was frozen or saved for the move";
+  EXPECT_EQ(b.Json({"checkpoint", "list"})["checkpoints"].size(), 0u);
+  Release(out);
+  ASSERT_TRUE(WaitState(a, "py", "exited"));
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+
+  std::string out2 = Dir() + "/py2";
+  std::vector<std::string> run = {"job", "run", "--name", "py2", "--checkpoint-every", "0", "--cpu-baseline", "x86-64-v2", "--"};
+  for (auto& arg : PythonJob(out2)) run.push_back(arg);
+  ASSERT_TRUE(a.Cairn(run).Exited(0));
+  json m = a.Json({"job", "migrate", "py2", "--to", b.node()});
+  ASSERT_FALSE(m.is_null()) << a.Log() << b.Log();
+  EXPECT_EQ(m["to_node"], b.node());
+  Release(out2);
+  ASSERT_TRUE(WaitState(b, "py2", "exited"));
+  EXPECT_EQ(Job(b, "py2")["health"]["exit_code"], 0);
+  EXPECT_EQ(ReadFile(out2 + "/result"), expected);
+}
+
 // A program that keeps writing its memory (64 MiB, 20 000 pages a second), with incremental
 // periodic checkpoints, is moved while it writes, there and back again, then checks every page
 // itself: each must hold the version it last wrote there.
