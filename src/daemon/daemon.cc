@@ -954,6 +954,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     return fail(Annotate(local.status(), absl::StrCat("restore job ", name, " from ", chosen->id())));
   }
   FaultPoint("restore-fetched");
+  if (absl::Status st = AdoptForThisNode(name, *local); !st.ok()) {
+    drop_fetched();
+    return fail(Annotate(st, absl::StrCat("restore job ", name, " from ", chosen->id(), " taken on another node")));
+  }
   restore::RestoreOptions ro;
   ro.dir = *local;
   ro.seal_key = opts_.image_key.get();

@@ -276,6 +276,12 @@ class Daemon {
   // when this node lacks it, and records it (reason "imported"); returns its id.
   // `depth`: how many children down a chain this call imports the parent of.
   absl::StatusOr<std::string> ImportCheckpoint(const std::string& name, const std::string& from, int depth = 0);
+  // A checkpoint taken on another node (its stored kJobDirFile names that node's job
+  // directory) made this node's before it is restored: its descriptors of the job's logs name
+  // this node's (created, empty, where missing), its cgroup and engine name this node's
+  // (RewriteForNode); the image is checked against its seal first and sealed again after.
+  // Nothing to do for a checkpoint of this node's job directory, or one stored without it.
+  absl::Status AdoptForThisNode(const std::string& name, const std::string& dir);
   // Holds a job still in its freezer cgroup (true once FROZEN), or lets it go.
   bool FreezeJob(const std::string& name);
 

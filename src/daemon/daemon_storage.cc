@@ -15,9 +15,11 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/stop_points.h"
+#include "common/unique_fd.h"
 #include "daemon/cgroup.h"
 #include "daemon/daemon.h"
 #include "daemon/job_spec_check.h"
+#include "daemon/migrate.h"
 #include "daemon/storage/manifest.h"
 #include "engine/image/format.h"
 #include "engine/image/chain.h"
@@ -45,6 +47,8 @@ absl::Status Daemon::StoreCheckpoint(api::Checkpoint& c, const api::JobSpec& spe
   // The spec says as whom the job comes back (its user): the image's seal does not cover it,
   // so it gets one of its own, bound to the image's (image/seal.h).
   if (opts_.image_key) RETURN_IF_ERROR(image::SealSideFile(local, storage::kJobSpecFile, *opts_.image_key));
+  RETURN_IF_ERROR(WriteFileSynced(local + "/" + storage::kJobDirFile, JobDir(c.job())));
+  if (opts_.image_key) RETURN_IF_ERROR(image::SealSideFile(local, storage::kJobDirFile, *opts_.image_key));
   FaultPoint("upload-begun");
   auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(std::string location, opts_.store->Put(local, c.job(), c.id()));
@@ -95,6 +99,34 @@ absl::Status Daemon::DropCheckpointFiles(const api::Checkpoint& c, bool from_sto
   absl::Status st = opts_.store->Remove(remote);
   if (!st.ok()) CAIRN_LOG_WARN("checkpoint={} not removed from {}: {}", c.id(), remote, std::string(st.message()));
   return st;
+}
+
+absl::Status Daemon::AdoptForThisNode(const std::string& name, const std::string& dir) {
+  absl::StatusOr<std::string> from = opts_.image_key
+                                         ? image::ReadSealedSideFile(dir, storage::kJobDirFile, *opts_.image_key)
+                                         : ReadFile(dir + "/" + storage::kJobDirFile);
+  if (!from.ok()) return absl::IsNotFound(from.status()) ? absl::OkStatus() : from.status();  // older: as it was
+  const std::string to = JobDir(name);
+  if (*from == to) return absl::OkStatus();
+  // The image is checked before it is changed: its seal then covers only what was checked.
+  if (opts_.image_key) RETURN_IF_ERROR(image::CheckSeal(dir, *opts_.image_key));
+  for (const char* log : kJobLogs) {  // the job writes on to this node's logs (appending)
+    std::string path = to + "/" + log;
+    UniqueFd f(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, kJobLogMode));
+    if (!f.valid()) return ErrnoStatus("create " + path);
+  }
+  RETURN_IF_ERROR(RewriteForNode(dir, *from, to, CgroupOf(name), EngineName(name)));
+  RETURN_IF_ERROR(WriteFileSynced(dir + "/" + storage::kJobDirFile, to));
+  if (opts_.image_key) {  // sealed again: the image's seal, then its side files' (bound to it)
+    ::unlink((dir + "/" + image::kSealFile).c_str());
+    RETURN_IF_ERROR(image::SealImage(dir, *opts_.image_key));
+    for (const char* side : {storage::kJobSpecFile, storage::kJobDirFile}) {
+      if (::access((dir + "/" + side).c_str(), F_OK) != 0) continue;
+      ::unlink((dir + "/" + side + ".seal").c_str());
+      RETURN_IF_ERROR(image::SealSideFile(dir, side, *opts_.image_key));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, const std::string& from, int depth) {

@@ -228,11 +228,12 @@ TEST_F(StorageTest, IncrementalCheckpointRestoresOnAnotherNodeWithItsParent) {
   EXPECT_EQ(b.Json({"checkpoint", "show", inc["id"]})["checkpoint"]["parent"], full["id"]);
   WriteFile(work + "/go", "");
   ASSERT_TRUE(WaitState(b, "w", "exited"));
-  // The restored program writes on to the files it had open: a's log of it (a restore from a
-  // store, unlike a migration, does not move logs; on one machine a's path exists).
-  std::string log = ReadFile(a.state_dir() + "/jobs/w/stdout.log");
+  // The restored program writes on to this node's log of the job, not to a's (its descriptors
+  // were made b's: Daemon::AdoptForThisNode).
+  std::string log = ReadFile(b.state_dir() + "/jobs/w/stdout.log");
   EXPECT_TRUE(Matches(log, "PASS")) << log;
   EXPECT_FALSE(Matches(log, "FAIL")) << log;
+  EXPECT_FALSE(Matches(ReadFile(a.state_dir() + "/jobs/w/stdout.log"), "PASS")) << "it wrote to a's log";
 }
 
 TEST_F(StorageTest, SharedDirectoryRestoresOnAnotherNodeByCheckpointId) {
@@ -269,6 +270,38 @@ TEST_F(StorageTest, SharedDirectoryRestoresOnAnotherNodeByCheckpointId) {
   EXPECT_EQ(ReadFile(out + "/result"), expected);
   ASSERT_TRUE(a.Cairn({"job", "delete", "py"}).Exited(0));
   EXPECT_FALSE(Exists(shared + "/py/" + id));
+}
+
+// A checkpoint taken on one node and restored from the shared store on another is that node's job
+// there: its descriptors of the job's logs name the new node's logs (the first node's state
+// directory is gone), so the job's output after the restore is in `cairn job logs` there.
+TEST_F(StorageTest, ARestoreOnAnotherNodeWritesToThatNodesLogsNotTheFirstNodes) {
+  std::string expected = Expected();
+  std::string shared = Dir() + "/nfs";
+  fs::create_directories(shared);
+  auto a = std::make_unique<DaemonProcess>(Dir(), "node-a", std::vector<std::string>{"--storage", "dir:" + shared});
+  DaemonProcess b(Dir(), "node-b", {"--storage", "dir:" + shared});
+  ASSERT_TRUE(a->Start());
+  ASSERT_TRUE(b.Start());
+  ASSERT_NE(a->state_dir(), b.state_dir());
+  std::string out = Dir() + "/py";
+  ASSERT_TRUE(RunPython(*a, "py", out));
+  json c = a->Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
+  ASSERT_EQ(c["state"], "complete") << c.dump() << a->Log();
+  std::string id = c["id"];
+  ASSERT_TRUE(WaitState(*a, "py", "killed"));
+  std::string a_state = a->state_dir();
+  a.reset();  // node a goes away with its state
+  fs::remove_all(a_state);
+
+  CommandResult r = b.Cairn({"job", "restore", "py", "--checkpoint", id});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe() << b.Log();
+  Release(out);
+  ASSERT_TRUE(WaitState(b, "py", "exited", 120s));
+  EXPECT_EQ(Job(b, "py")["health"]["exit_code"], 0);
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_EQ(b.Cairn({"job", "logs", "py"}).out, "done\n") << "the job's output after the restore";
+  EXPECT_FALSE(Exists(a_state)) << "the restored job wrote into the first node's state directory";
 }
 
 }  // namespace

@@ -20,6 +20,9 @@ inline constexpr char kManifestFile[] = "cairn-manifest";
 // The job's spec (api::JobSpec, binary), stored beside the image so that another node's daemon
 // can restore a job it has never seen.
 inline constexpr char kJobSpecFile[] = "cairnd-job.pb";
+// The job's directory on the node that took it (its logs are there, and its descriptors name
+// them): another node's restore makes them name its own (Daemon::AdoptForThisNode).
+inline constexpr char kJobDirFile[] = "cairnd-job-dir";
 
 struct ManifestFile {
   std::string path;  // relative to the checkpoint directory
