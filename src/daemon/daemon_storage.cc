@@ -102,10 +102,12 @@ absl::Status Daemon::DropCheckpointFiles(const api::Checkpoint& c, bool from_sto
 }
 
 absl::Status Daemon::AdoptForThisNode(const std::string& name, const std::string& dir) {
+  // Only a checkpoint that went through the store has it (older ones neither): as it was.
+  if (::access((dir + "/" + storage::kJobDirFile).c_str(), F_OK) != 0) return absl::OkStatus();
   absl::StatusOr<std::string> from = opts_.image_key
                                          ? image::ReadSealedSideFile(dir, storage::kJobDirFile, *opts_.image_key)
                                          : ReadFile(dir + "/" + storage::kJobDirFile);
-  if (!from.ok()) return absl::IsNotFound(from.status()) ? absl::OkStatus() : from.status();  // older: as it was
+  if (!from.ok()) return from.status();
   const std::string to = JobDir(name);
   if (*from == to) return absl::OkStatus();
   // The image is checked before it is changed: its seal then covers only what was checked.
