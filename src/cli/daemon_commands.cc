@@ -537,6 +537,11 @@ int DaemonCommands::Run() {
                 resp.version().c_str(), resp.pid(), resp.jobs_running(), resp.state_dir().c_str());
     std::map<std::string, std::string> parts(resp.components().begin(), resp.components().end());
     for (const auto& [k, v] : parts) std::printf("%s: %s\n", k.c_str(), v.c_str());
+    if (!resp.storage().empty()) std::printf("storage: %s\n", resp.storage().c_str());
+    if (resp.cpu_level() > 0) {
+      std::printf("cpu: x86-64-v%d, %d features (jobs move here only when it has what they may use)\n",
+                  resp.cpu_level(), resp.cpu_features_size());
+    }
     if (resp.gpus() > 0) std::printf("gpus: %u %s\n", resp.gpus(), resp.gpu_type().c_str());
     for (const auto& e : resp.gpu_events()) std::printf("gpu event: %s\n", e.c_str());
     if (resp.has_spot_notice()) {

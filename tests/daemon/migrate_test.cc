@@ -171,6 +171,8 @@ TEST_F(MigrateTest, ANodeWhoseCpuLacksWhatTheJobMayUseIsRefusedBeforeTheFreeze) 
   ASSERT_TRUE(a.Start());
   json info = b.Json({"node", "info"});
   EXPECT_EQ(info.value("cpu_level", 0), 2) << info.dump();  // without AVX2: x86-64-v2
+  EXPECT_TRUE(Matches(b.Cairn({"node", "info"}).out, "cpu: x86-64-v2, [0-9]+ features")) << b.Cairn({"node", "info"}).out;
+  EXPECT_TRUE(Matches(b.Cairn({"node", "info"}).out, "storage: local")) << b.Cairn({"node", "info"}).out;
 
   std::string out = Dir() + "/py";
   RunPython(a, out);
