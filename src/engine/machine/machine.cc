@@ -114,28 +114,11 @@ uint64_t OwnCapabilities() {
 
 }  // namespace
 
-absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const image::Process*>& procs,
-                       const std::string& where) {
-  std::vector<std::string> problems;
-  // Privilege: a restore gives each process the capabilities it had, which needs cairn to hold
-  // them here (another machine's cairn may run with fewer, e.g. without cap_sys_resource).
-  const uint64_t own = OwnCapabilities();
-  for (const image::Process* p : procs) {
-    if (p->zombie()) continue;
-    uint64_t lacking = p->creds().cap_prm() & ~own;
-    if (lacking == 0) continue;
-    problems.push_back(absl::StrCat("pid ", p->pid(), " held ", CapabilityNames(lacking),
-                                    ", which cairn does not hold on this machine, and a restore never gives a process "
-                                    "more than cairn has: restore it where cairn runs with them, or start the job "
-                                    "without them"));
-    break;  // one is enough to say it
-  }
-  if (!meta.has_machine()) {
-    if (problems.empty()) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("restore from ", where, " refused (nothing was restored): ", absl::StrJoin(problems, "; ")));
-  }
-  if (!meta.has_machine()) return absl::OkStatus();
+namespace {
+
+// What of the checkpoint's machine record (CPU, register state, kernel, vDSO) this machine lacks.
+void MachineProblems(const image::Checkpoint& meta, const std::vector<const image::Process*>& procs,
+                     std::vector<std::string>& problems) {
   const image::Machine& m = meta.machine();
   const Cpu& here = ThisCpu();
 
@@ -224,6 +207,27 @@ absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const im
       }
     }
   }
+}
+
+}  // namespace
+
+absl::Status CheckFits(const image::Checkpoint& meta, const std::vector<const image::Process*>& procs,
+                       const std::string& where) {
+  std::vector<std::string> problems;
+  // Privilege: a restore gives each process the capabilities it had, which needs cairn to hold
+  // them here (another machine's cairn may run with fewer, e.g. without cap_sys_resource).
+  const uint64_t own = OwnCapabilities();
+  for (const image::Process* p : procs) {
+    if (p->zombie()) continue;
+    uint64_t lacking = p->creds().cap_prm() & ~own;
+    if (lacking == 0) continue;
+    problems.push_back(absl::StrCat("pid ", p->pid(), " held ", CapabilityNames(lacking),
+                                    ", which cairn does not hold on this machine, and a restore never gives a process "
+                                    "more than cairn has: restore it where cairn runs with them, or start the job "
+                                    "without them"));
+    break;  // one is enough to say it
+  }
+  if (meta.has_machine()) MachineProblems(meta, procs, problems);
   if (problems.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("restore from ", where, " refused (nothing was restored): ", absl::StrJoin(problems, "; ")));
