@@ -346,7 +346,8 @@ void Workload::Start() {
   fs::create_directories(workdir_);
   WriteFile(workdir_ + "/stdin", "");
   ExecPlan plan;
-  plan.argv_storage = {WorkloadPath(name_), workdir_};
+  plan.argv_storage = through_;
+  plan.argv_storage.insert(plan.argv_storage.end(), {WorkloadPath(name_), workdir_});
   plan.stdin_path = workdir_ + "/stdin";
   plan.stdout_path = workdir_ + "/stdout";
   plan.stderr_path = workdir_ + "/stderr";

@@ -134,6 +134,9 @@ class Workload {
 
   // Forks and execs the workload (as a child of the calling process, in its session).
   void Start();
+  // Makes Start exec `argv` with the workload's command line appended: a program that sets
+  // something up and execs the rest in the same process (`unshare --time ...`).
+  void ExecThrough(std::vector<std::string> argv) { through_ = std::move(argv); }
   // Waits for WORKDIR/ready; fails if the process exits first or the timeout passes.
   ::testing::AssertionResult WaitReady(std::chrono::milliseconds timeout = 20s);
   // Creates WORKDIR/go atomically with `content` (the workload's instructions, usually none).
@@ -151,6 +154,7 @@ class Workload {
  private:
   std::string name_;
   std::string workdir_;
+  std::vector<std::string> through_;
   pid_t pid_ = -1;
 };
 
