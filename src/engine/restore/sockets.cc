@@ -25,7 +25,7 @@
 #include "common/sockaddr.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
-#include "engine/net/time_wait.h"
+#include "engine/net/orphans.h"
 
 namespace cairn::restore {
 namespace {
@@ -234,15 +234,15 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
     int bound = bind_it();
     if (bound != 0 && errno == EADDRINUSE && s.type() == SOCK_STREAM &&
         (s.family() == AF_INET || s.family() == AF_INET6)) {
-      // The program's own closed connections may linger on its port (net/time_wait.h).
-      absl::StatusOr<int> cleared = net::DestroyTimeWait(b);
+      // The program's own closed connections may linger on its port (net/orphans.h).
+      absl::StatusOr<int> cleared = net::DestroyOrphansOnPort(b);
       if (cleared.ok() && *cleared > 0) {
-        CAIRN_LOG_INFO("event=time_wait_cleared address={} sockets={} for=\"{}\"", FormatSockaddr(b), *cleared,
+        CAIRN_LOG_INFO("event=orphans_cleared address={} sockets={} for=\"{}\"", FormatSockaddr(b), *cleared,
                        Where(fd, pid));
         bound = bind_it();
       } else {
         if (!cleared.ok()) {
-          CAIRN_LOG_WARN("event=time_wait_not_cleared address={} error=\"{}\"", FormatSockaddr(b),
+          CAIRN_LOG_WARN("event=orphans_not_cleared address={} error=\"{}\"", FormatSockaddr(b),
                          cleared.status().ToString());
         }
         errno = EADDRINUSE;

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/net/netlock.h"
+#include "engine/net/orphans.h"
 
 namespace cairn::restore {
 namespace {
@@ -152,7 +153,25 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
     }
     return ErrnoStatus(absl::StrFormat("bind %s for %s", FormatSockaddr(s.bound()), where));
   }
-  if (::connect(c, reinterpret_cast<const sockaddr*>(s.peer().data()), static_cast<socklen_t>(s.peer().size())) != 0) {
+  auto connect_it = [&] {
+    return ::connect(c, reinterpret_cast<const sockaddr*>(s.peer().data()), static_cast<socklen_t>(s.peer().size()));
+  };
+  int connected = connect_it();
+  if (connected != 0 && errno == EADDRNOTAVAIL) {
+    // The connection's earlier life may linger, closed by a program that was killed or ended
+    // while its peer could not answer (net/orphans.h): it goes, and this one takes its place.
+    absl::StatusOr<int> cleared = net::DestroyOrphanConnection(s.bound(), s.peer());
+    if (cleared.ok() && *cleared > 0) {
+      CAIRN_LOG_INFO("event=orphan_connection_cleared for=\"{}\"", where);
+      connected = connect_it();
+    } else {
+      if (!cleared.ok()) {
+        CAIRN_LOG_WARN("event=orphan_connection_not_cleared for=\"{}\" error=\"{}\"", where, cleared.status().ToString());
+      }
+      errno = EADDRNOTAVAIL;
+    }
+  }
+  if (connected != 0) {
     if (errno == EADDRNOTAVAIL) {
       return absl::FailedPreconditionError(absl::StrCat(
           "connect (in repair mode) ", where,

@@ -1,4 +1,4 @@
-#include "engine/net/time_wait.h"
+#include "engine/net/orphans.h"
 
 #include <arpa/inet.h>
 #include <linux/inet_diag.h>
@@ -54,16 +54,21 @@ struct Request {
   inet_diag_req_v2 r;
 };
 
+// The states of a connection closed by its program (its FIN sent, or its close over): what an
+// orphan is in while it lingers.
+constexpr uint32_t kClosingStates = 1u << TCP_TIME_WAIT | 1u << TCP_FIN_WAIT1 | 1u << TCP_FIN_WAIT2 |
+                                    1u << TCP_CLOSING | 1u << TCP_LAST_ACK;
+
 // A sock_diag request of `type` (with `flags` beside NLM_F_REQUEST) about TCP sockets of
-// `family` in TIME_WAIT.
-Request TimeWaitRequest(int family, uint16_t type, uint16_t flags) {
+// `family` in a closing state.
+Request ClosingRequest(int family, uint16_t type, uint16_t flags) {
   Request q{};
   q.h.nlmsg_len = sizeof q;
   q.h.nlmsg_type = type;
   q.h.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
   q.r.sdiag_family = static_cast<uint8_t>(family);
   q.r.sdiag_protocol = IPPROTO_TCP;
-  q.r.idiag_states = 1u << TCP_TIME_WAIT;
+  q.r.idiag_states = kClosingStates;
   return q;
 }
 
@@ -91,32 +96,32 @@ absl::Status Talk(int nl, const void* request, size_t size, OnMessage on) {
   }
 }
 
-}  // namespace
+// Whether `raw` (an inet_diag address: 4 bytes for AF_INET, 16 for AF_INET6) is `b`'s address:
+// the same bytes, or an IPv4-mapped IPv6 address of its IPv4 one.
+bool SameAddress(int family, const uint8_t* raw, const Bound& b) {
+  std::string a(reinterpret_cast<const char*>(raw), family == AF_INET ? 4 : 16);
+  if (family == AF_INET) return a == b.v4;
+  static const std::string kMapped("\0\0\0\0\0\0\0\0\0\0\xff\xff", 12);
+  return a == b.v6 || (!b.v4.empty() && a.substr(0, 12) == kMapped && a.substr(12) == b.v4);
+}
 
-absl::StatusOr<int> DestroyTimeWait(const std::string& addr) {
-  ASSIGN_OR_RETURN(Bound b, ParseBound(addr));
+// Destroys every orphan (no inode: no process's descriptor) in a closing state for which
+// `matches(family, id)` holds. Returns how many.
+template <typename Matches>
+absl::StatusOr<int> DestroyOrphans(Matches matches) {
   UniqueFd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (!nl.valid()) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)");
   int destroyed = 0;
   for (int family : {AF_INET, AF_INET6}) {
-    // A wildcard or IPv6 bind also conflicts with IPv4 sockets (a dual-stack socket), an IPv4
-    // one only with IPv4 sockets and IPv4-mapped IPv6 ones.
-    Request dump = TimeWaitRequest(family, SOCK_DIAG_BY_FAMILY, NLM_F_DUMP);
+    Request dump = ClosingRequest(family, SOCK_DIAG_BY_FAMILY, NLM_F_DUMP);
     std::vector<inet_diag_sockid> found;
     RETURN_IF_ERROR(Talk(nl.get(), &dump, sizeof dump, [&](const nlmsghdr* h) {
       const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-      if (m->idiag_state != TCP_TIME_WAIT || m->id.idiag_sport != b.port) return;
-      std::string local(reinterpret_cast<const char*>(m->id.idiag_src), family == AF_INET ? 4 : 16);
-      bool conflicts = b.wildcard;
-      if (!conflicts && family == AF_INET) conflicts = local == b.v4;
-      if (!conflicts && family == AF_INET6) {
-        conflicts = local == b.v6 || (!b.v4.empty() && local.substr(0, 12) == std::string("\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) &&
-                                      local.substr(12) == b.v4);
-      }
-      if (conflicts) found.push_back(m->id);
+      if ((kClosingStates & 1u << m->idiag_state) == 0 || m->idiag_inode != 0) return;
+      if (matches(family, m->id)) found.push_back(m->id);
     }));
     for (const inet_diag_sockid& id : found) {
-      Request kill = TimeWaitRequest(family, SOCK_DESTROY, NLM_F_ACK);
+      Request kill = ClosingRequest(family, SOCK_DESTROY, NLM_F_ACK);
       kill.r.id = id;
       absl::Status st = Talk(nl.get(), &kill, sizeof kill, [](const nlmsghdr*) {});
       if (!st.ok() && !absl::IsNotFound(st)) return st;  // ENOENT: it expired meanwhile
@@ -124,6 +129,27 @@ absl::StatusOr<int> DestroyTimeWait(const std::string& addr) {
     }
   }
   return destroyed;
+}
+
+}  // namespace
+
+absl::StatusOr<int> DestroyOrphansOnPort(const std::string& addr) {
+  ASSIGN_OR_RETURN(Bound b, ParseBound(addr));
+  // A wildcard or IPv6 bind also conflicts with IPv4 sockets (a dual-stack socket), an IPv4 one
+  // only with IPv4 sockets and IPv4-mapped IPv6 ones.
+  return DestroyOrphans([&](int family, const inet_diag_sockid& id) {
+    return id.idiag_sport == b.port && (b.wildcard || SameAddress(family, reinterpret_cast<const uint8_t*>(id.idiag_src), b));
+  });
+}
+
+absl::StatusOr<int> DestroyOrphanConnection(const std::string& local, const std::string& peer) {
+  ASSIGN_OR_RETURN(Bound l, ParseBound(local));
+  ASSIGN_OR_RETURN(Bound p, ParseBound(peer));
+  return DestroyOrphans([&](int family, const inet_diag_sockid& id) {
+    return id.idiag_sport == l.port && id.idiag_dport == p.port &&
+           SameAddress(family, reinterpret_cast<const uint8_t*>(id.idiag_src), l) &&
+           SameAddress(family, reinterpret_cast<const uint8_t*>(id.idiag_dst), p);
+  });
 }
 
 }  // namespace cairn::net
