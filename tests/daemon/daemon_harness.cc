@@ -36,6 +36,15 @@ DaemonProcess::~DaemonProcess() {
   ::rmdir(("/dev/shm/cairnd-" + node_).c_str());
 }
 
+void DaemonProcess::PrivateStateDir() {
+  // sh's $0 is the state directory, "$@" the daemon's command line that Start appends.
+  for (const char* arg : {"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                          "mkdir -p \"$0\" && mount -t tmpfs -o mode=0700 cairnd-state \"$0\" && exec \"$@\""}) {
+    prefix_.push_back(arg);
+  }
+  prefix_.push_back(state_);
+}
+
 ::testing::AssertionResult DaemonProcess::Start(std::chrono::milliseconds timeout) {
   std::vector<std::string> argv = {CAIRND_BIN, "--node", node_, "--state-dir", state_, "--socket", socket_,
                                    "--tick", "0.2", "--cairn-bin", CAIRN_BIN};

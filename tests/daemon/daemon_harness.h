@@ -28,6 +28,11 @@ class DaemonProcess {
 
   // Runs it under `prefix` (e.g. nsenter --net=PATH, to start it in a network namespace).
   void RunUnder(std::vector<std::string> prefix) { prefix_ = std::move(prefix); }
+  // Runs it (after any RunUnder prefix) in a mount namespace of its own, where its state
+  // directory is a tmpfs no other process sees: its node's files are its own, as on a machine of
+  // its own (the jobs it starts or restores live in that namespace too). From outside, the state
+  // directory stays empty.
+  void PrivateStateDir();
   // Starts it and waits until `cairn job list` answers through its socket.
   ::testing::AssertionResult Start(std::chrono::milliseconds timeout = 20s);
   void Kill(int sig = SIGKILL);
