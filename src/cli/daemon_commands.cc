@@ -49,6 +49,8 @@ struct DaemonCommands::Options {
   double restore_timeout = 60;
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
   CLI::App* node_info = nullptr;
+  CLI::App* gc = nullptr;
+  bool dry_run = false, cancel = false;
 
   std::string job, id, memory, from, user, group, cpu_baseline;
   int rank = 0;
@@ -61,7 +63,7 @@ struct DaemonCommands::Options {
   double taken_before = 0;
   std::string heartbeat_file;
   bool err = false;
-  int64_t tail = 0;
+  int64_t tail = 0, tail_bytes = 0;
   double attach_s = 0;
   int signal = 0;
   bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false;
@@ -188,12 +190,17 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   common(o.logs);
   o.logs->add_option("job", o.job, "Job name")->required();
   o.logs->add_flag("--stderr", o.err, "stderr instead of stdout");
-  o.logs->add_option("--tail", o.tail, "Only the last N bytes");
+  o.logs->add_option("--tail", o.tail, "Only the last N lines")->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  o.logs->add_option("--tail-bytes", o.tail_bytes, "Only about the last N bytes, from the start of a line")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   o.attach = job->add_subcommand("attach", "Follow a job's stdout and stderr as it writes them, until it ends "
                                            "(Ctrl-C detaches; the job keeps running)");
   common(o.attach);
   o.attach->add_option("job", o.job, "Job name")->required();
-  o.attach->add_option("--tail", o.tail, "First show the last N bytes already written to each log");
+  o.attach->add_option("--tail", o.tail, "First show the last N lines already written to each log")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  o.attach->add_option("--tail-bytes", o.tail_bytes, "Or about the last N bytes of each, from the start of a line")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   o.attach->add_option("--for", o.attach_s, "Detach after this many seconds (0: when the job ends)");
   o.settle = job->add_subcommand("settle", "End a migration whose destination cannot say how it ended (the job "
                                            "stands frozen here, state migrating): --here runs it on here, --there "
@@ -206,7 +213,11 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.kill = job->add_subcommand("kill", "Send a job a signal (default SIGKILL, which waits until it is gone)");
   common(o.kill);
   o.kill->add_option("job", o.job, "Job name")->required();
-  o.kill->add_option("--signal", o.signal, "Signal number");
+  auto* signal_opt = o.kill->add_option("--signal", o.signal, "Signal number");
+  o.kill->add_flag("--cancel", o.cancel,
+                   "The job is not wanted any more: SIGKILL (also to a job that has ended), and its unpinned "
+                   "checkpoints on this node removed; its logs stay")
+      ->excludes(signal_opt);
   o.checkpoint = job->add_subcommand("checkpoint", "Checkpoint a running job now (it keeps running)");
   common(o.checkpoint);
   o.checkpoint->add_option("job", o.job, "Job name")->required();
@@ -261,6 +272,13 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   node->require_subcommand(1);
   o.node_info = node->add_subcommand("info", "The daemon, its watchers (spot notices, GPU events, controller) and notices");
   common(o.node_info);
+
+  o.gc = app.add_subcommand("gc",
+                            "Remove what nothing on this node needs any more: checkpoints of jobs that migrated away "
+                            "(stored ones once the store holds a newer one) or were cancelled, cgroups of ended jobs; "
+                            "pinned checkpoints stay (cairnd also does it every --gc-every seconds)");
+  common(o.gc);
+  o.gc->add_flag("--dry-run", o.dry_run, "Only list what would be removed");
 }
 
 DaemonCommands::~DaemonCommands() = default;
@@ -415,7 +433,8 @@ int DaemonCommands::Run() {
     dapi::JobLogsRequest req;
     req.set_name(o.job);
     req.set_stderr(o.err);
-    req.set_tail_bytes(o.tail);
+    req.set_tail_lines(o.tail);
+    req.set_tail_bytes(o.tail_bytes);
     dapi::JobLogsResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::JobLogs, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
@@ -425,17 +444,21 @@ int DaemonCommands::Run() {
   if (o.attach->parsed()) {
     dapi::AttachJobRequest req;
     req.set_name(o.job);
-    req.set_tail_bytes(o.tail);
+    req.set_tail_lines(o.tail);
+    req.set_tail_bytes(o.tail_bytes);
     grpc::ClientContext c;
     if (!o.address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
     if (o.attach_s > 0) {
       c.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.attach_s * 1000)));
     }
     auto reader = stub->AttachJob(&c, req);
-    dapi::AttachJobOutput out;
+    dapi::AttachJobOutput out, last;
     std::string ended;
     while (reader->Read(&out)) {
-      if (!out.ended().empty()) ended = out.ended();
+      if (!out.ended().empty()) {
+        ended = out.ended();
+        last = out;
+      }
       std::FILE* to = out.stderr() ? stderr : stdout;
       std::fwrite(out.data().data(), 1, out.data().size(), to);
       std::fflush(to);
@@ -443,7 +466,13 @@ int DaemonCommands::Run() {
     grpc::Status st = reader->Finish();
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return 0;  // detached after --for
     if (!st.ok()) return failed(st);
-    if (!ended.empty()) std::fprintf(stderr, "cairn: job %s %s\n", o.job.c_str(), ended.c_str());
+    if (ended.empty()) return 0;
+    std::fprintf(stderr, "cairn: job %s %s\n", o.job.c_str(), ended.c_str());
+    // The job's own exit status, as a shell gives it (128+N for signal N); a job that moved to
+    // another node did not end: 0.
+    const dapi::Health& h = last.health();
+    if (h.signal() > 0) return 128 + h.signal();
+    if (last.state() == "exited" && h.exit_known()) return h.exit_code();
     return 0;
   }
   if (o.settle->parsed()) {
@@ -461,10 +490,12 @@ int DaemonCommands::Run() {
     dapi::KillJobRequest req;
     req.set_name(o.job);
     req.set_signal(o.signal);
+    req.set_cancel(o.cancel);
     dapi::KillJobResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::KillJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
-    std::printf("job %s: %s\n", resp.job().name().c_str(), resp.job().state().c_str());
+    std::printf("job %s: %s%s\n", resp.job().name().c_str(), resp.job().state().c_str(),
+                resp.job().cancelled() ? ", cancelled (its checkpoints here removed)" : "");
     return 0;
   }
   if (o.checkpoint->parsed()) {
@@ -528,6 +559,25 @@ int DaemonCommands::Run() {
     if (o.json) return PrintJson(resp);
     std::printf("job %s deleted\n", o.job.c_str());
     return 0;
+  }
+  if (o.gc->parsed()) {
+    dapi::CollectGarbageRequest req;
+    req.set_dry_run(o.dry_run);
+    dapi::CollectGarbageResponse resp;
+    if (int rc = call(&dapi::Daemon::Stub::CollectGarbage, req, &resp)) return rc;
+    if (o.json) return PrintJson(resp);
+    int failed = 0;
+    for (const dapi::GarbageItem& item : resp.items()) {
+      if (!item.error().empty()) ++failed;
+      std::printf("%s %s %s (job %s, %s): %s%s\n", item.error().empty() ? (o.dry_run ? "would remove" : "removed") : "kept",
+                  item.kind().c_str(), item.what().c_str(), item.job().c_str(),
+                  HumanBytes(static_cast<double>(item.bytes())).c_str(), item.why().c_str(),
+                  item.error().empty() ? "" : (" — not removed: " + item.error()).c_str());
+    }
+    std::printf("%s %s in %d item(s)%s\n", o.dry_run ? "would free" : "freed",
+                HumanBytes(static_cast<double>(resp.bytes())).c_str(), resp.items_size() - failed,
+                failed > 0 ? absl::StrFormat("; %d could not be removed (see above)", failed).c_str() : "");
+    return failed > 0 ? 1 : 0;
   }
   if (o.node_info->parsed()) {
     dapi::NodeInfoResponse resp;

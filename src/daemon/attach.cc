@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "daemon/daemon.h"
+#include "daemon/log_tail.h"
 
 namespace cairn::daemon {
 namespace {
@@ -30,13 +31,14 @@ struct Follower {
   UniqueFd fd;
   off_t offset = 0;
 
-  // Opens the log (it may not exist yet) and starts `tail` bytes before its end.
-  void Open(int64_t tail) {
+  // Opens the log (it may not exist yet) and starts `lines` lines or about `bytes` bytes before
+  // its end, at a line's start (log_tail.h).
+  void Open(int64_t lines, int64_t bytes) {
     if (fd.valid()) return;
     fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return;
     struct stat st {};
-    if (::fstat(fd.get(), &st) == 0) offset = std::max<off_t>(0, st.st_size - static_cast<off_t>(tail));
+    if (::fstat(fd.get(), &st) == 0) offset = LogTailOffset(fd.get(), st.st_size, lines, bytes);
   }
 
   // Sends what was appended since the last call; false when `send` refused (the caller is gone).
@@ -58,7 +60,7 @@ struct Follower {
 
 }  // namespace
 
-absl::Status Daemon::Attach(const std::string& name, int64_t tail_bytes,
+absl::Status Daemon::Attach(const std::string& name, int64_t tail_lines, int64_t tail_bytes,
                             const std::function<bool(const api::AttachJobOutput&)>& send,
                             const std::function<bool()>& stop) {
   auto state = [&]() -> absl::StatusOr<api::Job> {
@@ -72,11 +74,11 @@ absl::Status Daemon::Attach(const std::string& name, int64_t tail_bytes,
   };
   ASSIGN_OR_RETURN(api::Job job, state());
   Follower logs[2] = {{JobDir(name) + "/stdout.log", false, {}, 0}, {JobDir(name) + "/stderr.log", true, {}, 0}};
-  for (Follower& f : logs) f.Open(tail_bytes);
+  for (Follower& f : logs) f.Open(tail_lines, tail_bytes);
   for (;;) {
     bool sent = false;
     for (Follower& f : logs) {
-      f.Open(0);  // a log that appears after we attached is followed from its start
+      f.Open(0, 0);  // a log that appears after we attached is followed from its start
       if (!f.Pump(send, &sent)) return absl::OkStatus();
     }
     if (stop()) return absl::OkStatus();
@@ -86,6 +88,8 @@ absl::Status Daemon::Attach(const std::string& name, int64_t tail_bytes,
     if (job.state() != "running" && job.state() != "checkpointing" && job.state() != "restoring") {
       api::AttachJobOutput last;
       last.set_ended(absl::StrCat(job.state(), job.health().detail().empty() ? "" : ": " + job.health().detail()));
+      *last.mutable_health() = job.health();
+      last.set_state(job.state());
       send(last);
       return absl::OkStatus();
     }

@@ -29,9 +29,11 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/stop_points.h"
+#include "common/unique_fd.h"
 #include "common/validate.h"
 #include "daemon/cgroup.h"
 #include "daemon/job_spec_check.h"
+#include "daemon/log_tail.h"
 #include "daemon/migrate.h"
 #include "daemon/node_cpu.h"
 #include "daemon/proc_identity.h"
@@ -443,18 +445,25 @@ absl::StatusOr<api::GetJobResponse> Daemon::GetJob(const std::string& name) {
   return resp;
 }
 
-absl::StatusOr<std::string> Daemon::Logs(const std::string& name, bool stderr_log, int64_t tail_bytes) {
+absl::StatusOr<std::string> Daemon::Logs(const std::string& name, bool stderr_log, int64_t tail_lines,
+                                         int64_t tail_bytes) {
   {
     std::lock_guard<std::mutex> l(mu_);
     if (!jobs_.count(name)) return absl::NotFoundError(absl::StrCat("no job '", name, "' on node ", opts_.node));
   }
   std::string path = JobDir(name) + (stderr_log ? "/stderr.log" : "/stdout.log");
-  auto text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  constexpr int64_t kMax = 4 << 20;
-  int64_t keep = tail_bytes > 0 ? std::min(tail_bytes, kMax) : kMax;
-  if (static_cast<int64_t>(text->size()) > keep) return text->substr(text->size() - static_cast<size_t>(keep));
-  return *text;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus("open " + path);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path);
+  constexpr off_t kMax = 4 << 20;
+  off_t from = tail_lines > 0 || tail_bytes > 0 ? LogTailOffset(fd.get(), st.st_size, tail_lines, tail_bytes, kMax)
+                                                : std::max<off_t>(0, st.st_size - kMax);
+  std::string text(static_cast<size_t>(st.st_size - from), '\0');
+  ssize_t n = text.empty() ? 0 : ::pread(fd.get(), text.data(), text.size(), from);
+  if (n < 0) return ErrnoStatus("read " + path);
+  text.resize(static_cast<size_t>(n));
+  return text;
 }
 
 void Daemon::ReapLocked(JobState& s) {
@@ -1101,6 +1110,15 @@ void Daemon::Tick() {
   }
   CheckpointJobs(due, "periodic", /*pin=*/false);
   ResolveMigrations();
+  if (opts_.gc_interval_s > 0) {
+    double now = MonoNow();
+    if (next_gc_ == 0) next_gc_ = now + opts_.gc_interval_s;
+    if (now >= next_gc_) {
+      next_gc_ = now + opts_.gc_interval_s;
+      absl::StatusOr<api::CollectGarbageResponse> gc = CollectGarbage(/*dry_run=*/false);
+      if (!gc.ok()) CAIRN_LOG_WARN("gc failed: {}", gc.status().ToString());
+    }
+  }
 }
 
 // Each job's checkpoint runs wholly on one thread, which is the tracer of that job while it runs.

@@ -90,6 +90,8 @@ struct DaemonOptions {
   // many seconds once the whole image is in, before restoring. Off in production.
   bool fail_migration_restore = false;
   double pause_before_migration_restore_s = 0;
+  // Seconds between garbage collections (gc.cc) on the daemon's tick; 0: only `cairn gc`.
+  double gc_interval_s = 600;
 };
 
 class Daemon {
@@ -101,11 +103,13 @@ class Daemon {
   absl::StatusOr<api::Job> RunJob(const api::JobSpec& spec);
   std::vector<api::Job> ListJobs();
   absl::StatusOr<api::GetJobResponse> GetJob(const std::string& name);
-  absl::StatusOr<std::string> Logs(const std::string& name, bool stderr_log, int64_t tail_bytes);
+  // The job's log, all of it (up to 4 MiB from the end) or its last `tail_lines` lines, or its
+  // last `tail_bytes` bytes from a line's start (log_tail.h).
+  absl::StatusOr<std::string> Logs(const std::string& name, bool stderr_log, int64_t tail_lines, int64_t tail_bytes);
   // Streams the job's output to `send` as it is written (attach.cc), until the job no longer
   // runs (the last message says how it ended), `send` returns false, or `stop` returns true.
   // A restore of the job carries on appending to the same logs, so attach survives one.
-  absl::Status Attach(const std::string& name, int64_t tail_bytes,
+  absl::Status Attach(const std::string& name, int64_t tail_lines, int64_t tail_bytes,
                       const std::function<bool(const api::AttachJobOutput&)>& send,
                       const std::function<bool()>& stop);
   // Sends `sig` (0: SIGKILL) to the job's init, after a checkpoint or restore in progress ends;
@@ -113,6 +117,12 @@ class Daemon {
   absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);
   // Removes a job that does not run, with its checkpoints, logs and cgroup.
   absl::Status DeleteJob(const std::string& name);
+  // The controller's cancel (gc.cc): KillJob with SIGKILL (a job that already ended is
+  // cancelled as it is), then the job is marked cancelled and its unpinned checkpoints here
+  // removed; its record and logs stay. Refused for a job running elsewhere or held mid-migration.
+  absl::StatusOr<api::Job> CancelJob(const std::string& name);
+  // What nothing on this node needs any more (gc.cc): removed, or with `dry_run` only listed.
+  absl::StatusOr<api::CollectGarbageResponse> CollectGarbage(bool dry_run);
 
   absl::StatusOr<api::Checkpoint> Checkpoint(const api::CheckpointJobRequest& req, const std::string& reason);
   // Restores a job that does not run from `checkpoint` (empty: its newest complete one). With
@@ -237,6 +247,13 @@ class Daemon {
   void RollBackRestore(api::Job& j);
   void DropFetchedCopies(const std::vector<api::Checkpoint>& checkpoints);
   absl::StatusOr<job::JobRecord> StartWithCairnRun(const std::string& name, const api::JobSpec& spec);
+  // Garbage collection (gc.cc): job `job`'s checkpoints that may go, each with `why` (unpinned,
+  // complete or failed; with `stored_need_newer`, a stored one only once the shared store holds
+  // a newer checkpoint of the job this node did not take), children before parents; and their
+  // removal (an item that could not go gets its error).
+  std::vector<api::GarbageItem> CheckpointGarbage(const std::string& job, const std::string& why,
+                                                  bool stored_need_newer);
+  void RemoveGarbage(std::vector<api::GarbageItem>& items);
   void Event(const std::string& job, const std::string& kind, const std::string& detail);
   absl::Status Persist(const api::Job& job);
   // Reaps the job if it ended. REQUIRES: mu_ held.
@@ -319,6 +336,7 @@ class Daemon {
   std::mutex mu_;
   // Migrations being received (their checkpoint ids), until committed or abandoned.
   std::set<std::string> receiving_;  // GUARDED_BY(mu_)
+  double next_gc_ = 0;               // monotonic seconds; the tick thread's
   // The token a migration in doubt was started with, when it was not --peer-token-file's.
   std::map<std::string, std::string> doubt_tokens_;  // GUARDED_BY(mu_)
   // Where a migration's credential is kept while it is in doubt (JobDir/migration.token, 0600).

@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
                  "File with aws_access_key_id/aws_secret_access_key (root's, 0600); default: AWS_* environment");
   app.add_option("--upload-parallel", store_opts.parallel, "Files and parts sent to the store at the same time")
       ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--gc-every", opts.gc_interval_s,
+                 "Seconds between garbage collections (what `cairn gc` removes: checkpoints of jobs that migrated away "
+                 "or were cancelled, cgroups of ended jobs); 0: only by hand")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e7));
   app.add_flag("--keep-local-copy", opts.keep_local, "With a remote --storage, also keep each checkpoint locally (fast restore)");
   std::vector<std::string> peers;
   std::string peer_token_file;

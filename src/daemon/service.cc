@@ -56,7 +56,7 @@ grpc::Status GrpcService::GetJob(grpc::ServerContext* ctx, const api::GetJobRequ
 
 grpc::Status GrpcService::JobLogs(grpc::ServerContext* ctx, const api::JobLogsRequest* req, api::JobLogsResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  auto r = daemon_->Logs(req->name(), req->stderr(), req->tail_bytes());
+  auto r = daemon_->Logs(req->name(), req->stderr(), req->tail_lines(), req->tail_bytes());
   if (!r.ok()) return ToGrpc(r.status());
   resp->set_data(std::move(*r));
   return grpc::Status::OK;
@@ -66,13 +66,13 @@ grpc::Status GrpcService::AttachJob(grpc::ServerContext* ctx, const api::AttachJ
                                     grpc::ServerWriter<api::AttachJobOutput>* writer) {
   CAIRN_AUTHORIZE(ctx);
   return ToGrpc(daemon_->Attach(
-      req->name(), req->tail_bytes(), [&](const api::AttachJobOutput& o) { return writer->Write(o); },
+      req->name(), req->tail_lines(), req->tail_bytes(), [&](const api::AttachJobOutput& o) { return writer->Write(o); },
       [&] { return ctx->IsCancelled() || stopping_; }));
 }
 
 grpc::Status GrpcService::KillJob(grpc::ServerContext* ctx, const api::KillJobRequest* req, api::KillJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
-  auto r = daemon_->KillJob(req->name(), req->signal());
+  auto r = req->cancel() ? daemon_->CancelJob(req->name()) : daemon_->KillJob(req->name(), req->signal());
   if (!r.ok()) return ToGrpc(r.status());
   *resp->mutable_job() = std::move(*r);
   return grpc::Status::OK;
@@ -148,6 +148,15 @@ grpc::Status GrpcService::PinCheckpoint(grpc::ServerContext* ctx, const api::Pin
   auto r = daemon_->PinCheckpoint(req->id(), req->pinned());
   if (!r.ok()) return ToGrpc(r.status());
   *resp->mutable_checkpoint() = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcService::CollectGarbage(grpc::ServerContext* ctx, const api::CollectGarbageRequest* req,
+                                         api::CollectGarbageResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  auto r = daemon_->CollectGarbage(req->dry_run());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
   return grpc::Status::OK;
 }
 

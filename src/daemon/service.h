@@ -40,6 +40,8 @@ class GrpcService final : public api::Daemon::Service {
                              api::GetCheckpointResponse*) override;
   grpc::Status DeleteCheckpoint(grpc::ServerContext*, const api::DeleteCheckpointRequest*,
                                 api::DeleteCheckpointResponse*) override;
+  grpc::Status CollectGarbage(grpc::ServerContext*, const api::CollectGarbageRequest*,
+                              api::CollectGarbageResponse*) override;
   grpc::Status PinCheckpoint(grpc::ServerContext*, const api::PinCheckpointRequest*,
                              api::PinCheckpointResponse*) override;
   grpc::Status Watch(grpc::ServerContext*, const api::WatchRequest*, grpc::ServerWriter<api::Event>*) override;

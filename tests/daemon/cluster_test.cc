@@ -289,6 +289,39 @@ TEST_F(ControllerWithDaemonsTest, SubmittedJobsAddressIsPutOnItsNodeWhileItRuns)
   d.KillJobs();
 }
 
+// `cairn job cancel` through the controller: the job is killed on its node, which removes its
+// unpinned checkpoints there (files and stored objects) and keeps its logs and pinned ones.
+TEST_F(ControllerWithDaemonsTest, ACancelledJobsCheckpointsGoFromItsNode) {
+  std::unique_ptr<ControllerProcess> cp = StartTcpController("5");
+  ASSERT_NE(cp, nullptr);
+  ControllerProcess& c = *cp;
+  std::string store = SharedStore();
+  DaemonProcess d(Dir(), "n", JoinArgs("1", store, {}));
+  ASSERT_TRUE(d.Start());
+  ASSERT_TRUE(WaitFor([&] { return !NodeIn(Status(c), d.node()).is_null(); }, 20s)) << c.Log() << d.Log();
+  CommandResult sub = Ctl(c, {"submit", "--id", "work", "--cpus", "0.5", "--memory-mb", "50", "--json", "--",
+                              "/bin/sh", "-c", "echo started; exec sleep 600"});
+  ASSERT_TRUE(sub.Exited(0)) << sub.Describe();
+  ASSERT_TRUE(WaitFor([&] { return JobIn(d, "work").value("state", "") == "running"; }, 20s)) << d.Log() << c.Log();
+  json pinned = d.Json({"job", "checkpoint", "work", "--pin"})["checkpoint"];
+  json plain = d.Json({"job", "checkpoint", "work"})["checkpoint"];
+  ASSERT_EQ(plain.value("state", ""), "complete") << plain.dump() << d.Log();
+  std::string stored = plain.value("location", "");
+  ASSERT_TRUE(absl::StartsWith(stored, "/")) << "a directory store: " << plain.dump();
+  ASSERT_TRUE(std::filesystem::is_directory(stored));
+
+  CommandResult cancel = Ctl(c, {"job", "cancel", "work"});
+  ASSERT_TRUE(cancel.Exited(0)) << cancel.Describe() << c.Log();
+  json job = JobIn(d, "work");
+  EXPECT_EQ(job.value("state", ""), "killed") << job.dump();
+  EXPECT_TRUE(job.value("cancelled", false)) << job.dump();
+  json list = d.Json({"checkpoint", "list", "--job", "work"});
+  ASSERT_EQ(list["checkpoints"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["checkpoints"][0]["id"], pinned["id"]);
+  EXPECT_FALSE(std::filesystem::exists(stored)) << "the stored checkpoint outlived the cancel";
+  EXPECT_EQ(d.Cairn({"job", "logs", "work"}).out, "started\n");
+}
+
 // The dispatcher keeps daemon addresses in memory: a restarted controller asks each node to
 // register again (in its heartbeat reply), and then carries decisions out on it as before.
 TEST_F(ControllerWithDaemonsTest, RestartedControllerHasNodesRegisterAgain) {

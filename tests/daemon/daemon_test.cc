@@ -379,8 +379,10 @@ TEST_F(DaemonTest, TcpNeedsTheToken) {
   EXPECT_TRUE(Matches(refused.err, "must be owned by root and writable by root only")) << refused.err;
 }
 
-// Attach follows both logs from where they end until the job ends, then says how it ended;
-// --tail shows what was written before; --for detaches and the job keeps running.
+// Attach follows both logs from where they end until the job ends, then says how it ended and
+// exits with the job's status; --tail N shows the last N lines written before (--tail-bytes
+// about N bytes, from a line's start); --for detaches and the job keeps running. logs --tail
+// counts lines too.
 TEST_F(DaemonTest, AttachFollowsOutputUntilTheJobEnds) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());
@@ -394,19 +396,37 @@ TEST_F(DaemonTest, AttachFollowsOutputUntilTheJobEnds) {
   std::this_thread::sleep_for(500ms);  // attached before the job goes on
   WriteFile(Dir() + "/go", "");
   t.join();
-  EXPECT_TRUE(attached.Exited(0)) << attached.Describe();
+  EXPECT_TRUE(attached.Exited(3)) << "the job's exit status\n" << attached.Describe();
   EXPECT_EQ(attached.out, "late\nlast\n");  // not "early": that was written before attaching
   EXPECT_TRUE(Matches(attached.err, "oops")) << attached.err;
   EXPECT_TRUE(Matches(attached.err, "job talk exited: .*3")) << attached.err;
 
   CommandResult again = a.Cairn({"job", "attach", "talk", "--tail", "100"});
-  EXPECT_TRUE(again.Exited(0)) << again.Describe();
+  EXPECT_TRUE(again.Exited(3)) << again.Describe();
   EXPECT_EQ(again.out, "early\nlate\nlast\n");
+  CommandResult two = a.Cairn({"job", "attach", "talk", "--tail", "2"});
+  EXPECT_EQ(two.out, "late\nlast\n") << two.Describe();
+  // 7 bytes back from the end fall inside "late\n": from that line's start.
+  CommandResult bytes = a.Cairn({"job", "attach", "talk", "--tail-bytes", "7"});
+  EXPECT_EQ(bytes.out, "late\nlast\n") << bytes.Describe();
+  EXPECT_EQ(a.Cairn({"job", "logs", "talk", "--tail", "1"}).out, "last\n");
+  EXPECT_EQ(a.Cairn({"job", "logs", "talk", "--tail", "2"}).out, "late\nlast\n");
+  EXPECT_EQ(a.Cairn({"job", "logs", "talk", "--tail-bytes", "3"}).out, "last\n");
+  EXPECT_EQ(a.Cairn({"job", "logs", "talk", "--tail-bytes", "5"}).out, "last\n");
+  EXPECT_EQ(a.Cairn({"job", "logs", "talk", "--tail-bytes", "6"}).out, "late\nlast\n");
+  EXPECT_EQ(a.Cairn({"job", "logs", "talk", "--tail", "9"}).out, "early\nlate\nlast\n");
 
   ASSERT_TRUE(a.Cairn({"job", "run", "--name", "quiet", "--", "/bin/sleep", "300"}).Exited(0));
   CommandResult detached = a.Cairn({"job", "attach", "quiet", "--for", "0.5"});
   EXPECT_TRUE(detached.Exited(0)) << detached.Describe();
   EXPECT_EQ(Job(a, "quiet")["state"], "running");
+  std::thread killer([&] {
+    std::this_thread::sleep_for(500ms);
+    a.Cairn({"job", "kill", "quiet"});
+  });
+  CommandResult killed = a.Cairn({"job", "attach", "quiet"}, 30s);
+  killer.join();
+  EXPECT_TRUE(killed.Exited(128 + 9)) << "a job killed by SIGKILL: 137, as a shell says\n" << killed.Describe();
   CommandResult unknown = a.Cairn({"job", "attach", "nope"});
   EXPECT_TRUE(unknown.FailedCleanly()) << unknown.Describe();
   EXPECT_TRUE(Matches(unknown.err, "no job 'nope'")) << unknown.err;

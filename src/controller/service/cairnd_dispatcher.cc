@@ -410,9 +410,13 @@ DispatchResult CairndDispatcher::StopJob(const Job& job, const Node& node) {
   if (d == nullptr) return {false, why, !absl::StrContains(why, "without a daemon address")};
   dapi::KillJobRequest req;
   req.set_name(job.spec.id);
+  req.set_cancel(true);  // its checkpoints there go with it (cairnd's CancelJob); its logs stay
   dapi::KillJobResponse resp;
   grpc::Status st = Call(*d, &dapi::Daemon::Stub::KillJob, req, &resp);
-  if (st.ok()) return {true, absl::StrCat("killed on ", node.spec.id, " by cairnd at ", d->address)};
+  if (st.ok()) {
+    return {true, absl::StrCat("cancelled on ", node.spec.id, " by cairnd at ", d->address,
+                               " (killed, its checkpoints there removed)")};
+  }
   if (st.error_code() == grpc::StatusCode::NOT_FOUND ||
       (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION && absl::StrContains(st.error_message(), "does not run"))) {
     return {true, absl::StrCat("no longer running on ", node.spec.id, ": ", st.error_message())};
