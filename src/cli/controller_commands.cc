@@ -283,7 +283,7 @@ int ControllerCommands::Run() {
   if (!o.token_file.empty()) {
     bool ok = false;
     token = ReadFile(o.token_file, &ok);
-    if (!ok) return Fail(absl::StrCat("--token-file ", o.token_file, ": cannot read it"));
+    if (!ok) return Fail(absl::StatusCode::kInvalidArgument, absl::StrCat("--token-file ", o.token_file, ": cannot read it"));
   } else if (const char* t = std::getenv("CAIRN_TOKEN")) {
     token = t;
   }
@@ -308,7 +308,7 @@ int ControllerCommands::Run() {
     if (!o.deadline.empty()) {
       absl::Duration d;
       if (!absl::ParseDuration(o.deadline, &d) || d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
-        return Fail(absl::StrCat("--deadline ", o.deadline, ": not a positive finite duration; write e.g. 6h, 90m, 1h30m"));
+        return Fail(absl::StatusCode::kInvalidArgument, absl::StrCat("--deadline ", o.deadline, ": not a positive finite duration; write e.g. 6h, 90m, 1h30m"));
       }
       s->set_deadline(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch() + d));
     }
@@ -326,7 +326,7 @@ int ControllerCommands::Run() {
     for (const std::string& kv : o.selector) {
       std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
       if (p.first.empty() || !absl::StrContains(kv, '=')) {
-        return Fail(absl::StrCat("--node-label ", kv, ": write KEY=VALUE"));
+        return Fail(absl::StatusCode::kInvalidArgument, absl::StrCat("--node-label ", kv, ": write KEY=VALUE"));
       }
       (*s->mutable_node_selector())[p.first] = p.second;
     }
@@ -338,12 +338,18 @@ int ControllerCommands::Run() {
     if (o.cpu_baseline == "cluster") {  // the level every node that reported one has
       api::ClusterStatusResponse cluster;
       grpc::Status st = client.Call(&Stub::ClusterStatus, api::ClusterStatusRequest(), &cluster);
-      if (!st.ok()) return Fail(absl::StrCat("submit --cpu-baseline cluster: ", st.error_message()));
+      if (!st.ok()) {
+        return Fail(static_cast<absl::StatusCode>(st.error_code()),
+                    absl::StrCat("submit --cpu-baseline cluster: ", st.error_message()));
+      }
       int common = 0;
       for (const api::NodeStatus& n : cluster.nodes()) {
         if (n.spec().cpu_level() > 0) common = common == 0 ? n.spec().cpu_level() : std::min(common, n.spec().cpu_level());
       }
-      if (common == 0) return Fail("submit --cpu-baseline cluster: no registered node has said what its CPU is");
+      if (common == 0) {
+        return Fail(absl::StatusCode::kFailedPrecondition,
+                    "submit --cpu-baseline cluster: no registered node has said what its CPU is");
+      }
       s->set_cpu_baseline(LevelName(common));
     } else {
       s->set_cpu_baseline(o.cpu_baseline);
@@ -352,7 +358,7 @@ int ControllerCommands::Run() {
     if (absl::Status bad = controller::CheckSubmittedJob(*s); !bad.ok()) return Fail(Annotate(bad, "submit"));
     api::SubmitJobResponse resp;
     grpc::Status st = client.Call(&Stub::SubmitJob, req, &resp);
-    if (!st.ok()) return Fail(st.error_message());
+    if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
     if (o.json) return PrintJson(resp);
     if (resp.node_id().empty()) {
       std::printf("job %s pending: %s\n", resp.job_id().c_str(), resp.reason().c_str());
@@ -365,7 +371,7 @@ int ControllerCommands::Run() {
   if (o.cluster_status->parsed()) {
     api::ClusterStatusResponse resp;
     grpc::Status st = client.Call(&Stub::ClusterStatus, api::ClusterStatusRequest(), &resp);
-    if (!st.ok()) return Fail(st.error_message());
+    if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
     if (o.json) return PrintJson(resp);
     std::printf("controller %s, store %s\ndispatcher: %s\n\n", resp.controller_id().c_str(), resp.store().c_str(),
                 resp.dispatcher().c_str());
@@ -394,7 +400,7 @@ int ControllerCommands::Run() {
   // Calls whose answer is the events they caused.
   auto events_call = [&](auto method, const auto& req, auto resp) {
     grpc::Status st = client.Call(method, req, &resp);
-    if (!st.ok()) return Fail(st.error_message());
+    if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
     if (o.json) return PrintJson(resp);
     for (const api::Event& e : resp.events()) PrintEvent(e);
     return 0;
@@ -433,7 +439,7 @@ int ControllerCommands::Run() {
       req.set_stop(o.stop);
       api::CheckpointGroupResponse resp;
       st = client.Call(&Stub::CheckpointGroup, req, &resp);
-      if (!st.ok()) return Fail(st.error_message());
+      if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
       if (o.json) return PrintJson(resp);
       print(resp.checkpoint());
     } else if (o.group_restore->parsed()) {
@@ -442,7 +448,7 @@ int ControllerCommands::Run() {
       req.set_checkpoint(o.group_ckpt);
       api::RestoreGroupResponse resp;
       st = client.Call(&Stub::RestoreGroup, req, &resp);
-      if (!st.ok()) return Fail(st.error_message());
+      if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
       if (o.json) return PrintJson(resp);
       std::printf("group %s restored from %s\n", o.group.c_str(), resp.checkpoint().id().c_str());
       for (const std::string& n : resp.notes()) std::printf("  %s\n", n.c_str());
@@ -451,7 +457,7 @@ int ControllerCommands::Run() {
       req.set_group(o.group);
       api::ListGroupCheckpointsResponse resp;
       st = client.Call(&Stub::ListGroupCheckpoints, req, &resp);
-      if (!st.ok()) return Fail(st.error_message());
+      if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
       if (o.json) return PrintJson(resp);
       for (const api::GroupCheckpoint& g : resp.checkpoints()) print(g);
     }
@@ -463,7 +469,7 @@ int ControllerCommands::Run() {
     req.set_job_id(o.job);
     api::ExplainJobResponse resp;
     grpc::Status st = client.Call(&Stub::ExplainJob, req, &resp);
-    if (!st.ok()) return Fail(st.error_message());
+    if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
     if (o.json) return PrintJson(resp);
     std::printf("%s", resp.text().c_str());
     return 0;
@@ -477,7 +483,7 @@ int ControllerCommands::Run() {
     req.set_after_seq(o.after);
     api::ListEventsResponse resp;
     grpc::Status st = client.Call(&Stub::ListEvents, req, &resp);
-    if (!st.ok()) return Fail(st.error_message());
+    if (!st.ok()) return Fail(static_cast<absl::StatusCode>(st.error_code()), st.error_message());
     if (o.json) return PrintJson(resp);
     for (const api::Event& e : resp.events()) PrintEvent(e);
     return 0;

@@ -126,7 +126,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
     c->add_option("--tls-ca", o.tls_ca, "Reach the daemon's TCP port in TLS, trusting these PEM CA certificates "
                                         "(default $CAIRN_TLS_CA)");
     c->add_flag("--json", o.json, "Print the daemon's reply as JSON");
-    c->add_option("--timeout", o.timeout_s, "Seconds to wait for the daemon")->capture_default_str();
+    c->add_option("--timeout", o.timeout_s, "Seconds to wait for the daemon (job migrate: until it ends, unless given)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.001, 1e7));
     o.all.push_back(c);
   };
 
@@ -295,7 +297,7 @@ int DaemonCommands::Run() {
   std::string token;
   if (!o.token_file.empty()) {
     std::ifstream in(o.token_file);
-    if (!in) return Fail(absl::StrCat("--token-file ", o.token_file, ": cannot read it"));
+    if (!in) return Fail(absl::StatusCode::kInvalidArgument, absl::StrCat("--token-file ", o.token_file, ": cannot read it"));
     std::stringstream ss;
     ss << in.rdbuf();
     token = std::string(absl::StripAsciiWhitespace(ss.str()));
@@ -305,21 +307,33 @@ int DaemonCommands::Run() {
   std::string target = o.address.empty() ? "unix:" + o.socket : o.address;
   if (o.tls_ca.empty() && std::getenv("CAIRN_TLS_CA") != nullptr) o.tls_ca = std::getenv("CAIRN_TLS_CA");
   auto creds = ClientCredentials(target, o.tls_ca);
-  if (!creds.ok()) return Fail(std::string(creds.status().message()));
+  if (!creds.ok()) return Fail(creds.status());
   auto channel = grpc::CreateChannel(target, *creds);
   auto stub = dapi::Daemon::NewStub(channel);
+  // A migration takes as long as the job's memory takes to move: it is waited for until its
+  // outcome unless --timeout was given (the daemon bounds its own steps).
+  bool wait_for_outcome = o.migrate->parsed() && o.migrate->get_option("--timeout")->count() == 0;
   auto ctx = [&](grpc::ClientContext& c) {
-    c.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+    if (!wait_for_outcome) {
+      c.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+    }
     if (!o.address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
   };
   auto failed = [&](const grpc::Status& s) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      return Fail(absl::StrCat("cairnd at ", target, " does not answer (", s.error_message(),
+      return Fail(absl::StatusCode::kUnavailable, absl::StrCat("cairnd at ", target, " does not answer (", s.error_message(),
                                "); is it running? (--socket PATH or CAIRND_SOCKET)",
                                o.address.empty() || !o.tls_ca.empty() ? ""
                                                                       : "; if its TCP port is in TLS, give --tls-ca"));
     }
-    return Fail(absl::StrCat("cairnd at ", target, ": ", s.error_message()));
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return Fail(absl::StatusCode::kDeadlineExceeded,
+                  absl::StrCat("cairnd at ", target, " did not answer within --timeout ", o.timeout_s,
+                               " s: what was asked may still be going on there; follow it with `cairn job watch",
+                               o.job.empty() ? "" : " " + o.job, "` or `cairn job show`"));
+    }
+    return Fail(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat("cairnd at ", target, ": ", s.error_message()));
   };
   // One unary call: 0, or the exit status of its failure (already reported).
   auto call = [&](auto method, const auto& req, auto* resp) -> int {
@@ -342,7 +356,7 @@ int DaemonCommands::Run() {
     s->mutable_limits()->set_cpus(o.cpus);
     if (!o.memory.empty()) {
       int64_t m = ParseSize(o.memory);
-      if (m <= 0) return Fail(absl::StrCat("--memory ", o.memory, ": not a size; write e.g. 512M or 2G"));
+      if (m <= 0) return Fail(absl::StatusCode::kInvalidArgument, absl::StrCat("--memory ", o.memory, ": not a size; write e.g. 512M or 2G"));
       s->mutable_limits()->set_memory_bytes(m);
     }
     s->mutable_checkpoint()->set_interval_s(o.every);
@@ -476,7 +490,9 @@ int DaemonCommands::Run() {
     return 0;
   }
   if (o.settle->parsed()) {
-    if (!o.here && !o.there) return Fail("job settle: say --here (it did not move) or --there (it runs there)");
+    if (!o.here && !o.there) {
+      return Fail(absl::StatusCode::kInvalidArgument, "job settle: say --here (it did not move) or --there (it runs there)");
+    }
     dapi::SettleMigrationRequest req;
     req.set_name(o.job);
     req.set_here(o.here);
@@ -536,7 +552,7 @@ int DaemonCommands::Run() {
     if (absl::Status bad = daemon::CheckMigrateRequest(req); !bad.ok()) return Fail(Annotate(bad, "job migrate"));
     if (!o.to_token_file.empty()) {
       std::ifstream in(o.to_token_file);
-      if (!in) return Fail(absl::StrCat("--to-token-file ", o.to_token_file, ": cannot read it"));
+      if (!in) return Fail(absl::StatusCode::kInvalidArgument, absl::StrCat("--to-token-file ", o.to_token_file, ": cannot read it"));
       std::stringstream ss;
       ss << in.rdbuf();
       req.set_token(std::string(absl::StripAsciiWhitespace(ss.str())));

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/controller_commands.h"
 #include "cli/daemon_commands.h"
+#include "cli/exit_codes.h"
 #include "cli/output.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
@@ -472,7 +473,7 @@ int RunCheck(bool fix) {
 }  // namespace cairn
 
 int main(int argc, char** argv) {
-  CLI::App app{"cairn: checkpoint running Linux processes from the outside and restore them"};
+  CLI::App app{"cairn: checkpoint running Linux processes from the outside and restore them", "cairn"};
   app.require_subcommand(1);
   int verbose = 0;
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
@@ -599,7 +600,20 @@ int main(int argc, char** argv) {
   cairn::cli::ControllerCommands controller_commands(app);
   cairn::cli::DaemonCommands daemon_commands(app);  // after the controller's: shares its `job`
 
-  CLI11_PARSE(app, argc, argv);
+  if (argc == 1) {  // bare `cairn`: what there is to run
+    std::fputs(app.help().c_str(), stdout);
+    return cairn::cli::kExitOk;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // says what is wrong with the command line
+    return cairn::cli::kExitUsage;
+  }
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user, cpu_baseline);
@@ -615,5 +629,6 @@ int main(int argc, char** argv) {
   if (check->parsed()) return cairn::RunCheck(fix);
   if (controller_commands.Parsed()) return controller_commands.Run();
   if (daemon_commands.Parsed()) return daemon_commands.Run();
-  return 2;
+  std::fputs(app.help().c_str(), stdout);
+  return cairn::cli::kExitUsage;
 }

@@ -6,15 +6,18 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_format.h"
+#include "cli/exit_codes.h"
 
 namespace cairn::cli {
 
-int Fail(const std::string& msg) {
+int Fail(const std::string& msg) { return Fail(absl::StatusCode::kUnknown, msg); }
+
+int Fail(absl::StatusCode code, const std::string& msg) {
   std::fprintf(stderr, "cairn: error: %s\n", msg.c_str());
-  return 1;
+  return ExitFor(code);
 }
 
-int Fail(const absl::Status& s) { return Fail(std::string(s.message())); }
+int Fail(const absl::Status& s) { return Fail(s.code(), std::string(s.message())); }
 
 int PrintJson(const google::protobuf::Message& m) {
   std::string out;

@@ -12,8 +12,10 @@ class Message;
 
 namespace cairn::cli {
 
-// Prints "cairn: error: MSG" on stderr; returns the exit status for a failed command (1).
+// Prints "cairn: error: MSG" on stderr; returns the exit status for a failed command: 1, or
+// the one for an error of `code` (exit_codes.h).
 int Fail(const std::string& msg);
+int Fail(absl::StatusCode code, const std::string& msg);
 int Fail(const absl::Status& s);
 
 // Prints `m` as indented JSON with proto field names and every field; 0, or Fail.

@@ -379,6 +379,44 @@ TEST_F(DaemonTest, TcpNeedsTheToken) {
   EXPECT_TRUE(Matches(refused.err, "must be owned by root and writable by root only")) << refused.err;
 }
 
+// The exit status says why a command failed, the same classes for every subcommand
+// (src/cli/exit_codes.h): 2 usage, 3 not found, 4 refused, 5 timed out, 6 no daemon; bare
+// `cairn` prints its help.
+TEST_F(DaemonTest, ExitStatusesSayWhyACommandFailed) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  CommandResult bare = RunCommand({CAIRN_BIN}, Dir());
+  EXPECT_TRUE(bare.Exited(0)) << bare.Describe();
+  EXPECT_TRUE(Matches(bare.out, "Usage: cairn .*SUBCOMMAND")) << bare.out;
+  auto status = [&](std::vector<std::string> args) { return a.Cairn(std::move(args), 30s); };
+
+  CommandResult r = status({"job", "--bogus"});
+  EXPECT_TRUE(r.Exited(2)) << r.Describe();
+  r = status({"job", "run", "--name", "x", "--cpus", "nan", "--", "/bin/true"});
+  EXPECT_TRUE(r.Exited(2)) << r.Describe();
+  r = status({"job", "show", "nope"});
+  EXPECT_TRUE(r.Exited(3)) << r.Describe();
+  r = status({"checkpoint", "show", "nope-20260101T000000000"});
+  EXPECT_TRUE(r.Exited(3)) << r.Describe();
+  pid_t gone = SpawnProgram({"/bin/true"}, "/dev/null", Dir() + "/true.out", Dir() + "/true.out");
+  ASSERT_TRUE(WaitGone(gone, 10s).gone);
+  r = RunCommand({CAIRN_BIN, "dump", "--pid", std::to_string(gone), "--dir", Dir() + "/ckpt"}, Dir());
+  EXPECT_TRUE(r.Exited(3)) << "the engine's commands too\n" << r.Describe();
+
+  ASSERT_TRUE(status({"job", "run", "--name", "sleeper", "--", "/bin/sleep", "300"}).Exited(0));
+  r = status({"job", "delete", "sleeper"});
+  EXPECT_TRUE(r.Exited(4)) << r.Describe();
+  r = status({"job", "run", "--name", "sleeper", "--", "/bin/sleep", "300"});
+  EXPECT_TRUE(r.Exited(4)) << r.Describe();
+  r = status({"job", "checkpoint", "sleeper", "--timeout", "0.001"});
+  EXPECT_TRUE(r.Exited(5)) << r.Describe();
+  EXPECT_TRUE(Matches(r.err, "may still be going on there; follow it with `cairn job watch sleeper`")) << r.err;
+
+  r = RunCommand({CAIRN_BIN, "job", "list", "--socket", Dir() + "/no-daemon.sock"}, Dir());
+  EXPECT_TRUE(r.Exited(6)) << r.Describe();
+  EXPECT_TRUE(WaitFor([&] { return status({"job", "kill", "sleeper"}).Exited(0); }, 30s));
+}
+
 // Attach follows both logs from where they end until the job ends, then says how it ended and
 // exits with the job's status; --tail N shows the last N lines written before (--tail-bytes
 // about N bytes, from a line's start); --for detaches and the job keeps running. logs --tail
