@@ -155,8 +155,34 @@ int main(int argc, char** argv) {
   app.add_option("--nvml-library", nvml_lib, "The NVML library to load")->capture_default_str();
   ControllerLinkOptions link_opts;
   AddControllerLinkOptions(app, &link_opts);
-  CLI11_PARSE(app, argc, argv);
+  // Every option above can also be set in a config file: TOML `name = value` lines, the long
+  // option's name without its dashes (`state-dir = "/var/lib/cairnd"`, `peer = ["b=10.0.0.2:7070"]`),
+  // read by CLI11; an option on the command line overrides the file. Unknown names are errors.
+  app.set_config("--config", "/etc/cairn/cairnd.toml",
+                 "Config file (TOML: option = value, names as the long options'); command-line options override it",
+                 false);
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    std::fprintf(stderr, "cairnd: error: --config %s: %s (an option name it does not know, or a value it cannot "
+                 "read: names are the long options' without dashes, see cairnd --help)\n",
+                 app.get_config_ptr()->as<std::string>().c_str(), e.what());
+    return 2;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   cairn::InitLogging(verbose + 1);
+  // The file sets what a root daemon runs and trusts: only root may have written it.
+  if (std::string config = app.get_config_ptr()->as<std::string>(); !config.empty()) {
+    struct stat st {};
+    if (::stat(config.c_str(), &st) == 0 && (st.st_uid != 0 || (st.st_mode & 022) != 0 || !S_ISREG(st.st_mode))) {
+      return Fail(absl::PermissionDeniedError(absl::StrFormat(
+          "--config %s: a config file must be a regular file owned by root and writable by root only (it is owned "
+          "by uid %d, mode %04o); fix its owner and mode (chown root:root; chmod 644, or 600 when it names secrets)",
+          config, st.st_uid, st.st_mode & 07777)));
+    }
+  }
 
   if (::geteuid() != 0) {
     return Fail(absl::PermissionDeniedError("cairnd runs as root (it ptraces, creates namespaces and cgroups)"));

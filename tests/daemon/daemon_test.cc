@@ -379,6 +379,35 @@ TEST_F(DaemonTest, TcpNeedsTheToken) {
   EXPECT_TRUE(Matches(refused.err, "must be owned by root and writable by root only")) << refused.err;
 }
 
+// cairnd's options from a config file (TOML `name = value`, the long options' names), the
+// command line overriding it; a file others could have written, or a name it does not know, is
+// refused before anything starts.
+TEST_F(DaemonTest, AConfigFileSetsOptionsTheCommandLineOverrides) {
+  std::string store = Dir() + "/store";
+  std::filesystem::create_directories(store);
+  std::string config = Dir() + "/cairnd.toml";
+  WriteFile(config, "# cairnd's options\nnode = \"from-the-file\"\nstorage = \"dir:" + store + "\"\ngc-every = 30\n");
+  ::chmod(config.c_str(), 0644);
+  DaemonProcess a(Dir(), "node-a", {"--config", config});
+  ASSERT_TRUE(a.Start());
+  json info = a.Json({"node", "info"});
+  EXPECT_EQ(info.value("node", ""), a.node()) << "the command line's --node wins";
+  EXPECT_EQ(info.value("storage", ""), "dir:" + store) << "the file's storage: " << info.dump();
+
+  ::chmod(config.c_str(), 0666);
+  CommandResult open = RunCommand({CAIRND_BIN, "--config", config, "--state-dir", Dir() + "/x", "--socket",
+                                   Dir() + "/x.sock"}, Dir(), WithTimeout(10s));
+  EXPECT_TRUE(open.FailedCleanly()) << open.Describe();
+  EXPECT_TRUE(Matches(open.err, "owned by root and writable by root only.*mode 0666")) << open.err;
+  WriteFile(config, "sorage = \"dir:/x\"\n");
+  ::chmod(config.c_str(), 0600);
+  CommandResult typo = RunCommand({CAIRND_BIN, "--config", config, "--state-dir", Dir() + "/x", "--socket",
+                                   Dir() + "/x.sock"}, Dir(), WithTimeout(10s));
+  EXPECT_TRUE(typo.Exited(2)) << typo.Describe();
+  EXPECT_TRUE(Matches(typo.err, "--config .*sorage")) << typo.err;
+  EXPECT_FALSE(std::filesystem::exists(Dir() + "/x.sock"));
+}
+
 // The exit status says why a command failed, the same classes for every subcommand
 // (src/cli/exit_codes.h): 2 usage, 3 not found, 4 refused, 5 timed out, 6 no daemon; bare
 // `cairn` prints its help.
