@@ -24,6 +24,7 @@ packages=(
   # Other machines: QEMU guests with Debian's 6.1 cloud kernel on older CPU models, sharing this
   # root over virtiofs (tests/machines/guest.sh)
   qemu-system-x86 qemu-system-common linux-image-cloud-amd64 busybox-static cpio
+  groff-base bsdextrautils  # the manual pages rendered and checked (tests/packaging/install_test.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -22,6 +22,7 @@
 #include "cli/controller_commands.h"
 #include "cli/daemon_commands.h"
 #include "cli/exit_codes.h"
+#include "cli/help_formats.h"
 #include "cli/output.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
@@ -593,6 +594,11 @@ int main(int argc, char** argv) {
                   "OpenSSL's mask), so that the job's checkpoints restore on any machine of that level");
   run->add_option("command", command, "The command and its arguments, after --")->required();
 
+  std::string shell;
+  auto* completion = app.add_subcommand("completion", "Print a shell completion script (source it, or install it)");
+  completion->add_option("shell", shell, "bash or zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  auto* manpage = app.add_subcommand("manpage", "Print cairn's manual page (roff: man -l <(cairn manpage))");
+
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
   bool fix = false;
   check->add_flag("--fix", fix, "Remove the network locks left by checkpoints with live TCP connections, and put back the processes of dumps killed together with their guardians");
@@ -627,6 +633,14 @@ int main(int argc, char** argv) {
   if (inspect->parsed()) return cairn::RunInspect(dir, json, image_key);
   if (compact->parsed()) return cairn::RunCompact(dir, compact_out, image_key, trust_unsigned);
   if (check->parsed()) return cairn::RunCheck(fix);
+  if (completion->parsed()) {
+    std::fputs(cairn::cli::Completion(app, shell).c_str(), stdout);
+    return 0;
+  }
+  if (manpage->parsed()) {
+    std::fputs(cairn::cli::ManPage(app, "1", cairn::cli::kExitStatusRoff).c_str(), stdout);
+    return 0;
+  }
   if (controller_commands.Parsed()) return controller_commands.Run();
   if (daemon_commands.Parsed()) return daemon_commands.Run();
   std::fputs(app.help().c_str(), stdout);

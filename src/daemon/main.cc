@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
+#include "cli/help_formats.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/server_socket.h"
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
     absl::Status s = cairn::lazy::ServePages(h);
     return s.ok() ? 0 : Fail(s);
   }
-  CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)"};
+  CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)", "cairnd"};
   DaemonOptions opts;
   opts.state_dir = "/var/lib/cairnd";
   cairn::GrpcServeOptions tls;
@@ -162,6 +163,8 @@ int main(int argc, char** argv) {
                  "Config file (TOML: option = value, names as the long options'); command-line options override it",
                  false);
   app.allow_config_extras(CLI::config_extras_mode::error);
+  bool manpage = false;
+  app.add_flag("--manpage", manpage, "Print this manual page (roff) and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
@@ -171,6 +174,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (manpage) {
+    std::fputs(cairn::cli::ManPage(app, "8").c_str(), stdout);
+    return 0;
   }
   cairn::InitLogging(verbose + 1);
   // The file sets what a root daemon runs and trusts: only root may have written it.

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "cli/help_formats.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/server_socket.h"
@@ -50,7 +51,8 @@ std::string RandomSuffix() {
 
 int main(int argc, char** argv) {
   using namespace cairn::controller;
-  CLI::App app{"cairn-controller: places jobs by price, performance, SLA and capacity, and decides when to move them"};
+  CLI::App app{"cairn-controller: places jobs by price, performance, SLA and capacity, and decides when to move them",
+               "cairn-controller"};
   std::string store_spec = "sqlite:/var/lib/cairn/controller.db";
   std::string socket_path = "/run/cairn/controller.sock";
   std::string listen, token_file, name;
@@ -87,7 +89,13 @@ int main(int argc, char** argv) {
   app.add_option("--daemon-tls-ca", daemon_tls_ca,
                  "With --dispatch cairnd: PEM CA certificates to verify daemons serving TCP in TLS");
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
+  bool manpage = false;
+  app.add_flag("--manpage", manpage, "Print this manual page (roff) and exit");
   CLI11_PARSE(app, argc, argv);
+  if (manpage) {
+    std::fputs(cairn::cli::ManPage(app, "8").c_str(), stdout);
+    return 0;
+  }
   cairn::InitLogging(verbose);
 
   if (!listen.empty() && token_file.empty()) {
