@@ -604,6 +604,12 @@ int DaemonCommands::Run() {
     std::map<std::string, std::string> parts(resp.components().begin(), resp.components().end());
     for (const auto& [k, v] : parts) std::printf("%s: %s\n", k.c_str(), v.c_str());
     if (!resp.storage().empty()) std::printf("storage: %s\n", resp.storage().c_str());
+    if (!resp.peers().empty()) {
+      std::map<std::string, std::string> peers(resp.peers().begin(), resp.peers().end());
+      std::vector<std::string> each;
+      for (const auto& [name, address] : peers) each.push_back(name + "=" + address);
+      std::printf("peers: %s\n", absl::StrJoin(each, ", ").c_str());
+    }
     if (resp.cpu_level() > 0) {
       std::printf("cpu: x86-64-v%d, %d features (jobs move here only when it has what they may use)\n",
                   resp.cpu_level(), resp.cpu_features_size());

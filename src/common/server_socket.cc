@@ -25,10 +25,12 @@ absl::Status PrepareServerSocket(const std::string& path, const char* server) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus("stat " + dir);
   if (st.st_uid != 0 || (st.st_mode & 022) != 0) {
+    // (Not "chmod go-w DIR": that would break a shared directory such as /tmp for everyone.)
     return absl::PermissionDeniedError(absl::StrFormat(
         "--socket %s: its directory %s is owned by uid %d with mode %o; it must be owned by root and writable by "
-        "root only (chown root %s && chmod go-w %s), or another user could take the daemon's place",
-        path, dir, st.st_uid, st.st_mode & 07777, dir, dir));
+        "root only, or another user could take the daemon's place: put the socket in a directory of root's "
+        "own (e.g. --socket /run/cairn/%s.sock; /run/cairn is made 0755 for root when missing)",
+        path, dir, st.st_uid, st.st_mode & 07777, server));
   }
   if (::lstat(path.c_str(), &st) != 0) return absl::OkStatus();
   if (!S_ISSOCK(st.st_mode)) {

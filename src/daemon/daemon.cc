@@ -1086,6 +1086,7 @@ api::NodeInfoResponse Daemon::Info() {
   for (auto& [name, s] : jobs_) n += s.job.state() == "running";
   r.set_jobs_running(n);
   if (opts_.store) r.set_storage(opts_.store->Describe());
+  for (const auto& [name, address] : opts_.peers) (*r.mutable_peers())[name] = address;
   FillNodeSignals(&r);
   std::set<std::string> features = NodeCpuFeatures();
   r.set_cpu_level(LevelOf(features));

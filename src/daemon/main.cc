@@ -289,6 +289,12 @@ int main(int argc, char** argv) {
     }
     metrics = std::move(*m);
   }
+  (*daemon)->SetComponentStatus("tcp", listen.empty() ? "off (--listen HOST:PORT turns it on)"
+                                                       : absl::StrCat(listen, " (port ", tcp_port, "; calls carry the token",
+                                                                      tls.tls_cert.empty() ? "" : ", in TLS", ")"));
+  (*daemon)->SetComponentStatus(
+      "metrics", metrics ? absl::StrCat("http://127.0.0.1:", metrics->port(), "/metrics (scrapes carry the token)")
+                         : "off (--metrics-port turns it on)");
   // GPU events first: the controller is told how many GPUs the node has.
   std::unique_ptr<ControllerLink> link;
   std::unique_ptr<GpuWatcher> gpus;

@@ -377,6 +377,9 @@ TEST_F(DaemonTest, TcpNeedsTheToken) {
                                      Dir(), WithTimeout(10s));
   EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
   EXPECT_TRUE(Matches(refused.err, "must be owned by root and writable by root only")) << refused.err;
+  // The way out it gives is a directory of root's own, never loosening a shared one's mode.
+  EXPECT_TRUE(Matches(refused.err, "--socket /run/cairn/cairnd.sock")) << refused.err;
+  EXPECT_FALSE(Matches(refused.err, "chmod")) << refused.err;
 }
 
 // cairnd's options from a config file (TOML `name = value`, the long options' names), the

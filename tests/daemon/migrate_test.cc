@@ -55,6 +55,11 @@ TEST_F(MigrateTest, RunningPython3JobMovesToTheOtherDaemonAndFinishesWithTheSame
   DaemonProcess a(Dir(), "node-a",
                   {"--peer", b.node() + "=" + addr_b, "--peer-token-file", token_b, "--spool-dir", Dir() + "/spool"});
   ASSERT_TRUE(a.Start());
+  // `node info` says where each node listens and whom it may send jobs to.
+  std::string info_a = a.Cairn({"node", "info"}).out, info_b = b.Cairn({"node", "info"}).out;
+  EXPECT_TRUE(Matches(info_a, "peers: " + b.node() + "=" + addr_b)) << info_a;
+  EXPECT_TRUE(Matches(info_a, "tcp: off")) << info_a;
+  EXPECT_TRUE(Matches(info_b, "tcp: " + addr_b + " \\(port [0-9]+; calls carry the token\\)")) << info_b;
   std::string out = Dir() + "/py";
   RunPython(a, out);
   std::this_thread::sleep_for(1s);  // mid-computation

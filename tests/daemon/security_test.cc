@@ -342,6 +342,8 @@ TEST_F(SecurityTest, MetricsNeedTheToken) {
   DaemonProcess a(Dir(), "node-a", {"--metrics-port", "0", "--token-file", Token("token", token)});
   ASSERT_TRUE(a.Start());
   ASSERT_GT(a.MetricsPort(), 0) << a.Log();
+  std::string info = a.Cairn({"node", "info"}).out;
+  EXPECT_TRUE(Matches(info, "metrics: http://127.0.0.1:" + std::to_string(a.MetricsPort()) + "/metrics")) << info;
 
   auto refused = [](const std::string& resp) -> ::testing::AssertionResult {
     if (!Matches(resp, "^HTTP/1.0 401 Unauthorized")) return ::testing::AssertionFailure() << "not 401: " << resp;
