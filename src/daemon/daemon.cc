@@ -72,13 +72,6 @@ void RemoveTree(const std::string& path) {
   fs::remove_all(path + ".partial", ec);
 }
 
-std::string Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return "NaN";
-  std::sort(v.begin(), v.end());
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0));
-  return absl::StrFormat("%.6f", v[i]);
-}
-
 }  // namespace
 
 // `cairn run` does the starting, in its own single-threaded process: the job's init is forked
@@ -844,10 +837,8 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   checkpoint_bytes_ += static_cast<uint64_t>(c.size_bytes());
   {
     std::lock_guard<std::mutex> l(lat_mu_);
-    checkpoint_seconds_.push_back(r->total_seconds);
-    frozen_seconds_.push_back(r->frozen_seconds);
-    if (checkpoint_seconds_.size() > 1000) checkpoint_seconds_.erase(checkpoint_seconds_.begin());
-    if (frozen_seconds_.size() > 1000) frozen_seconds_.erase(frozen_seconds_.begin());
+    checkpoint_seconds_.Observe(r->total_seconds);
+    frozen_seconds_.Observe(r->frozen_seconds);
   }
   Event(name, "checkpoint", absl::StrFormat("checkpoint %s complete: %d bytes, frozen %.3f s, total %.3f s%s%s", c.id(),
                                             c.size_bytes(), c.frozen_s(), c.total_s(), kind,
@@ -1189,7 +1180,9 @@ std::string Daemon::Metrics() {
   line(absl::StrCat("cairnd_up{node=\"", opts_.node, "\"} 1"));
   line("# HELP cairnd_jobs Jobs known to the daemon, by state.");
   line("# TYPE cairnd_jobs gauge");
-  for (const char* st : {"running", "exited", "killed"}) line(absl::StrCat("cairnd_jobs{state=\"", st, "\"} ", by_state[st]));
+  for (const char* st : {"running", "exited", "killed", "migrating", "migrated", "restoring"}) {
+    line(absl::StrCat("cairnd_jobs{state=\"", st, "\"} ", by_state[st]));  // every state, always: a fixed set
+  }
   line("# HELP cairnd_checkpoints_total Checkpoints taken, by result.");
   line("# TYPE cairnd_checkpoints_total counter");
   line(absl::StrCat("cairnd_checkpoints_total{result=\"complete\"} ", checkpoints_ok_.load()));
@@ -1202,20 +1195,12 @@ std::string Daemon::Metrics() {
   line(absl::StrCat("cairnd_restores_total ", restores_.load()));
   {
     std::lock_guard<std::mutex> l(lat_mu_);
-    line("# HELP cairnd_checkpoint_seconds Checkpoint latency (last 1000).");
-    line("# TYPE cairnd_checkpoint_seconds summary");
-    for (double q : {0.5, 0.99}) {
-      line(absl::StrCat("cairnd_checkpoint_seconds{quantile=\"", q, "\"} ", Percentile(checkpoint_seconds_, q)));
-    }
-    double sum = 0;
-    for (double v : checkpoint_seconds_) sum += v;
-    line(absl::StrCat("cairnd_checkpoint_seconds_sum ", absl::StrFormat("%.6f", sum)));
-    line(absl::StrCat("cairnd_checkpoint_seconds_count ", checkpoint_seconds_.size()));
-    line("# HELP cairnd_checkpoint_frozen_seconds How long jobs stood still per checkpoint (last 1000).");
-    line("# TYPE cairnd_checkpoint_frozen_seconds summary");
-    for (double q : {0.5, 0.99}) {
-      line(absl::StrCat("cairnd_checkpoint_frozen_seconds{quantile=\"", q, "\"} ", Percentile(frozen_seconds_, q)));
-    }
+    line("# HELP cairnd_checkpoint_seconds How long each complete checkpoint took, start to commit.");
+    line("# TYPE cairnd_checkpoint_seconds histogram");
+    out += checkpoint_seconds_.Render("cairnd_checkpoint_seconds", "");
+    line("# HELP cairnd_checkpoint_frozen_seconds How long the job stood still for each complete checkpoint.");
+    line("# TYPE cairnd_checkpoint_frozen_seconds histogram");
+    out += frozen_seconds_.Render("cairnd_checkpoint_frozen_seconds", "");
   }
   line("# HELP cairnd_job_cpu_seconds CPU time of the job's processes.");
   line("# TYPE cairnd_job_cpu_seconds gauge");
@@ -1227,12 +1212,22 @@ std::string Daemon::Metrics() {
   for (const auto& j : jobs) {
     if (j.state() == "running") line(absl::StrCat("cairnd_job_memory_bytes{job=\"", j.name(), "\"} ", j.health().memory_bytes()));
   }
-  line("# HELP cairnd_job_healthy 1 while the job runs without a health signal (hung, memory-pressure).");
-  line("# TYPE cairnd_job_healthy gauge");
-  for (const auto& j : jobs) {
-    if (j.state() == "running") {
-      line(absl::StrCat("cairnd_job_healthy{job=\"", j.name(), "\",health=\"", j.health().state(), "\"} ",
-                        j.health().state() == "running" ? 1 : 0));
+  // One series per job and signal, its value the state (never a label whose value changes with
+  // the job's state: a series that changes labels breaks rate() and alerts).
+  const std::pair<const char*, const char*> kSignals[] = {
+      {"healthy", "1 while the job runs without a health signal"},
+      {"hung", "1 while the job shows no CPU progress and no heartbeat (health hung)"},
+      {"memory_pressure", "1 while the job nears its memory limit (health memory-pressure)"}};
+  for (const auto& [signal, help] : kSignals) {
+    line(absl::StrCat("# HELP cairnd_job_", signal, " ", help, "."));
+    line(absl::StrCat("# TYPE cairnd_job_", signal, " gauge"));
+    for (const auto& j : jobs) {
+      if (j.state() != "running") continue;
+      const std::string& h = j.health().state();
+      bool on = std::string(signal) == "healthy" ? h == "running"
+                : std::string(signal) == "hung"  ? h == "hung"
+                                                 : h == "memory-pressure";
+      line(absl::StrCat("cairnd_job_", signal, "{job=\"", j.name(), "\"} ", on ? 1 : 0));
     }
   }
   return out;

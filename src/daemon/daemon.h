@@ -47,6 +47,7 @@
 #include "daemon/catalog.h"
 #include "daemon/gpu_watch.h"
 #include "daemon/health.h"
+#include "daemon/histogram.h"
 #include "daemon/storage/storage.h"
 #include "daemon/spot_watch.h"
 #include "engine/image/seal.h"
@@ -357,7 +358,7 @@ class Daemon {
   // Figures for Metrics().
   std::atomic<uint64_t> checkpoints_ok_{0}, checkpoints_failed_{0}, checkpoint_bytes_{0}, restores_{0};
   std::mutex lat_mu_;
-  std::vector<double> checkpoint_seconds_, frozen_seconds_;  // GUARDED_BY(lat_mu_), newest 1000
+  Histogram checkpoint_seconds_, frozen_seconds_;  // GUARDED_BY(lat_mu_)
 };
 
 }  // namespace cairn::daemon

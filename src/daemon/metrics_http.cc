@@ -73,30 +73,57 @@ MetricsServer::~MetricsServer() {
   ::close(fd_);
 }
 
+namespace {
+
+void SendAll(int c, const std::string& resp) {
+  size_t off = 0;
+  while (off < resp.size()) {
+    ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
 void MetricsServer::Loop() {
   while (!stop_) {
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, 200) <= 0) continue;
     int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) continue;
-    timeval tv{2, 0};
+    timeval tv{2, 0};  // a request not in within 2 s (per read) is dropped
     ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    std::string req;
-    char buf[2048];
-    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
-      ssize_t n = ::read(c, buf, sizeof buf);
-      if (n <= 0) break;
-      req.append(buf, static_cast<size_t>(n));
+    ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (active_ >= kMaxConnections) {
+        SendAll(c, Response("503 Service Unavailable", "Retry-After: 1\r\n", "text/plain", "too many connections\n"));
+        ::close(c);
+        continue;
+      }
+      ++active_;
     }
-    std::string resp = Answer(req);
-    size_t off = 0;
-    while (off < resp.size()) {
-      ssize_t n = ::send(c, resp.data() + off, resp.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      off += static_cast<size_t>(n);
-    }
-    ::close(c);
+    std::thread([this, c] { Serve(c); }).detach();
   }
+  // The destructor returns only once every connection's thread is done with this object.
+  std::unique_lock<std::mutex> l(mu_);
+  idle_.wait(l, [this] { return active_ == 0; });
+}
+
+void MetricsServer::Serve(int c) {
+  std::string req;
+  char buf[2048];
+  while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
+    ssize_t n = ::read(c, buf, sizeof buf);
+    if (n <= 0) break;
+    req.append(buf, static_cast<size_t>(n));
+  }
+  SendAll(c, Answer(req));
+  ::close(c);
+  std::lock_guard<std::mutex> l(mu_);  // notified under the lock: once it is released, `this` may go
+  --active_;
+  idle_.notify_all();
 }
 
 std::string MetricsServer::Answer(const std::string& request) {

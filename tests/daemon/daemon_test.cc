@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "common/unique_fd.h"
 #include "daemon_harness.h"
 
 namespace cairn::testing {
@@ -697,6 +698,35 @@ TEST_F(DaemonTest, PlannedShutdownCheckpointsAndJobsKeepRunning) {
   EXPECT_TRUE(Matches(resp, "cairnd_checkpoints_total\\{result=\"complete\"\\} 1")) << resp;
   EXPECT_TRUE(Matches(resp, "cairnd_jobs\\{state=\"running\"\\} 2")) << resp;
   EXPECT_TRUE(Matches(resp, "cairnd_job_memory_bytes\\{job=\"svc\"\\} [1-9]")) << resp;
+  // Latencies as histograms (cumulative buckets, sum, count), over the daemon's life.
+  EXPECT_TRUE(Matches(resp, "# TYPE cairnd_checkpoint_seconds histogram")) << resp;
+  EXPECT_TRUE(Matches(resp, "\ncairnd_checkpoint_seconds_bucket\\{le=\"\\+Inf\"\\} 1\n")) << resp;
+  EXPECT_TRUE(Matches(resp, "\ncairnd_checkpoint_seconds_bucket\\{le=\"300\"\\} 1\n")) << resp;
+  EXPECT_TRUE(Matches(resp, "\ncairnd_checkpoint_seconds_count 1\n")) << resp;
+  EXPECT_TRUE(Matches(resp, "\ncairnd_checkpoint_frozen_seconds_sum 0\\.[0-9]+\n")) << resp;
+  // A job's health is a series per signal whose value changes, never a label that does.
+  EXPECT_TRUE(Matches(resp, "\ncairnd_job_hung\\{job=\"svc\"\\} 0\n")) << resp;
+  EXPECT_TRUE(Matches(resp, "\ncairnd_job_healthy\\{job=\"svc\"\\} 1\n")) << resp;
+  EXPECT_FALSE(Matches(resp, "health=")) << resp;
+
+  // Idle connections (connected, saying nothing) do not hold up a scrape.
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 3; ++i) {
+    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(a.MetricsPort()));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(s.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    idle.push_back(std::move(s));
+  }
+  auto asked = std::chrono::steady_clock::now();
+  std::string beside = ScrapeMetrics(a, token);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  EXPECT_TRUE(Matches(beside, "^HTTP/1.0 200")) << beside;
+  // (Served one at a time, it would wait out each idle one's 2 s read timeout: 6 s.)
+  EXPECT_LT(took, 3.0) << "a scrape waited for idle connections";
+  idle.clear();
 
   a.Kill(SIGTERM);
   Ending e = a.Wait();
