@@ -1,7 +1,10 @@
 #include "cli/daemon_commands.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +14,7 @@
 #include <sstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <google/protobuf/util/json_util.h>
@@ -31,6 +35,52 @@
 namespace cairn::cli {
 
 namespace dapi = cairn::daemon::api;
+
+namespace {
+
+// Polls MigrationProgress until `done` and draws it on stderr: on a terminal one line redrawn in
+// place ("[#####.....] 120.0 MiB of ~250.0 MiB, 310.2 MiB/s, 0.4 s: copying memory while the job
+// runs"), elsewhere a line each time the phase changes.
+void ShowMigrationProgress(dapi::Daemon::Stub& stub, const std::string& job, const std::string& token,
+                           const std::string& address, const std::atomic<bool>& done) {
+  bool tty = ::isatty(STDERR_FILENO) == 1;
+  std::string last_phase;
+  size_t drawn = 0;
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 200 : 500));
+    if (done) break;
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (!address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
+    dapi::MigrationProgressRequest req;
+    req.set_name(job);
+    dapi::MigrationProgressResponse p;
+    if (!stub.MigrationProgress(&c, req, &p).ok() || p.phase().empty()) continue;
+    double rate = p.seconds() > 0 ? static_cast<double>(p.bytes()) / p.seconds() : 0;
+    std::string amount = HumanBytes(static_cast<double>(p.bytes()));
+    if (p.expected_bytes() > 0) amount += " of ~" + HumanBytes(static_cast<double>(p.expected_bytes()));
+    if (tty) {
+      int width = 20, filled = 0;
+      if (p.expected_bytes() > 0) {
+        filled = static_cast<int>(std::min<double>(width, width * static_cast<double>(p.bytes()) /
+                                                              static_cast<double>(p.expected_bytes())));
+      }
+      std::string line = absl::StrFormat("[%s%s] %s, %s/s, %.1f s: %s", std::string(filled, '#'),
+                                         std::string(width - filled, '.'), amount, HumanBytes(rate), p.seconds(),
+                                         p.phase());
+      std::fprintf(stderr, "\r%s%s", line.c_str(), std::string(drawn > line.size() ? drawn - line.size() : 0, ' ').c_str());
+      drawn = line.size();
+    } else if (p.phase() != last_phase) {
+      std::fprintf(stderr, "cairn: job %s: %s (%s sent, %.1f s)\n", job.c_str(), p.phase().c_str(), amount.c_str(),
+                   p.seconds());
+    }
+    last_phase = p.phase();
+    std::fflush(stderr);
+  }
+  if (tty && drawn > 0) std::fprintf(stderr, "\r%s\r", std::string(drawn, ' ').c_str());
+}
+
+}  // namespace
 
 struct DaemonCommands::Options {
   std::string socket;      // unix socket of the daemon
@@ -313,10 +363,11 @@ int DaemonCommands::Run() {
   // A migration takes as long as the job's memory takes to move: it is waited for until its
   // outcome unless --timeout was given (the daemon bounds its own steps).
   bool wait_for_outcome = o.migrate->parsed() && o.migrate->get_option("--timeout")->count() == 0;
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
   auto ctx = [&](grpc::ClientContext& c) {
     if (!wait_for_outcome) {
-      c.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+      deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+      c.set_deadline(deadline);
     }
     if (!o.address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
   };
@@ -327,7 +378,8 @@ int DaemonCommands::Run() {
                                o.address.empty() || !o.tls_ca.empty() ? ""
                                                                       : "; if its TCP port is in TLS, give --tls-ca"));
     }
-    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // Our own --timeout ran out (not the daemon's answer that something of its own took too long).
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && std::chrono::system_clock::now() >= deadline) {
       return Fail(absl::StatusCode::kDeadlineExceeded,
                   absl::StrCat("cairnd at ", target, " did not answer within --timeout ", o.timeout_s,
                                " s: what was asked may still be going on there; follow it with `cairn job watch",
@@ -558,7 +610,17 @@ int DaemonCommands::Run() {
       req.set_token(std::string(absl::StripAsciiWhitespace(ss.str())));
     }
     dapi::MigrateJobResponse resp;
-    if (int rc = call(&dapi::Daemon::Stub::MigrateJob, req, &resp)) return rc;
+    // The migration runs in the daemon; meanwhile its progress is shown on stderr (a bar that
+    // redraws itself on a terminal, a line per phase otherwise; nothing with --json).
+    std::atomic<bool> done{false};
+    int rc = 0;
+    std::thread mover([&] {
+      rc = call(&dapi::Daemon::Stub::MigrateJob, req, &resp);
+      done = true;
+    });
+    if (!o.json) ShowMigrationProgress(*stub, o.job, token, o.address, done);
+    mover.join();
+    if (rc != 0) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s migrated from node %s to node %s: downtime %.1f ms, %s moved (%s while it ran), "
                 "restored in %.1f ms, total %.2f s\n",

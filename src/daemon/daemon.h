@@ -148,6 +148,8 @@ class Daemon {
   // Migration, source side (migrate.cc): moves the running job to another daemon, which
   // restores it; the job is left running here unless the destination confirms it runs.
   absl::StatusOr<api::MigrateJobResponse> Migrate(const api::MigrateJobRequest& req);
+  // How a migration of job `name` away from here stands (phase empty when none runs).
+  api::MigrationProgressResponse MigrationProgress(const std::string& name);
   // Migration, destination side: the stream from the source daemon. `read` returns false at
   // the end of the stream (or when it broke); `write` false when the source is gone.
   // `cancelled`: the source gave up (it thawed the job): nothing may be restored any more.
@@ -338,6 +340,17 @@ class Daemon {
   // Migrations being received (their checkpoint ids), until committed or abandoned.
   std::set<std::string> receiving_;  // GUARDED_BY(mu_)
   double next_gc_ = 0;               // monotonic seconds; the tick thread's
+  // Migrations away from here under way, by job (MigrationProgress; migrate.cc).
+  struct Progress {
+    std::string phase;
+    int64_t bytes = 0, expected_bytes = 0;
+    double started = 0;  // monotonic seconds
+    bool frozen = false;
+  };
+  std::mutex progress_mu_;
+  std::map<std::string, Progress> progress_;  // GUARDED_BY(progress_mu_)
+  void SetProgress(const std::string& name, const std::string& phase, bool frozen);
+  void SetProgressBytes(const std::string& name, int64_t bytes);
   // The token a migration in doubt was started with, when it was not --peer-token-file's.
   std::map<std::string, std::string> doubt_tokens_;  // GUARDED_BY(mu_)
   // Where a migration's credential is kept while it is in doubt (JobDir/migration.token, 0600).

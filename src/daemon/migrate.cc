@@ -286,6 +286,33 @@ absl::Status RewriteForNode(const std::string& image_dir, const std::string& fro
 // ---------------------------------------------------------------------------------------
 // Source
 
+void Daemon::SetProgress(const std::string& name, const std::string& phase, bool frozen) {
+  std::lock_guard<std::mutex> l(progress_mu_);
+  auto it = progress_.find(name);
+  if (it == progress_.end()) return;
+  it->second.phase = phase;
+  it->second.frozen = frozen;
+}
+
+void Daemon::SetProgressBytes(const std::string& name, int64_t bytes) {
+  std::lock_guard<std::mutex> l(progress_mu_);
+  auto it = progress_.find(name);
+  if (it != progress_.end()) it->second.bytes = bytes;
+}
+
+api::MigrationProgressResponse Daemon::MigrationProgress(const std::string& name) {
+  api::MigrationProgressResponse r;
+  std::lock_guard<std::mutex> l(progress_mu_);
+  auto it = progress_.find(name);
+  if (it == progress_.end()) return r;
+  r.set_phase(it->second.phase);
+  r.set_bytes(it->second.bytes);
+  r.set_expected_bytes(it->second.expected_bytes);
+  r.set_seconds(MonoNow() - it->second.started);
+  r.set_frozen(it->second.frozen);
+  return r;
+}
+
 absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobRequest& req) {
   auto t0 = Clock::now();
   const std::string& name = req.name();
@@ -314,6 +341,18 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     pid = s.job.host_pid();
     job = s.job;
   }
+  {
+    std::lock_guard<std::mutex> l(progress_mu_);
+    progress_[name] = {"connecting to " + req.to(), 0, job.health().memory_bytes(), MonoNow(), false};
+  }
+  struct ProgressDone {
+    Daemon* d;
+    std::string name;
+    ~ProgressDone() {
+      std::lock_guard<std::mutex> l(d->progress_mu_);
+      d->progress_.erase(name);
+    }
+  } progress_done{this, name};
   // Until the destination commits, the record of the migration (Job.migration) is what a
   // restarted daemon goes by: cleared when the migration is called off.
   auto release = [&] {
@@ -461,6 +500,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   std::thread tailer([&] {
     for (;;) {
       absl::Status st = tail.Pass();
+      SetProgressBytes(name, tail.bytes());
       std::unique_lock<std::mutex> l(tail_mu);
       tail_status = st;
       ++passes;
@@ -507,6 +547,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   // stream catch up with everything written so far (a pass that started after now), so that
   // the freeze only has to send what the frozen phase adds.
   d.before_freeze = [&]() -> absl::Status {
+    SetProgress(name, "catching up before the freeze", false);
     auto t = Clock::now();
     std::unique_lock<std::mutex> l(tail_mu);
     uint64_t target = passes + 2;
@@ -517,6 +558,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   d.hand_off = [&](const dump::DumpResult& r, const dump::HandOffControl& control) {
     auto t_hand = Clock::now();
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=committed frozen_ms={:.1f}", name, r.frozen_seconds * 1e3);
+    SetProgress(name, "frozen: sending what changed", true);
     stop_tailer();
     if (!tail_status.ok()) {
       failure = tail_status;
@@ -552,6 +594,8 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     };
     CAIRN_LOG_DEBUG("event=migrate_stage job={} stage=sent ms={:.1f} bytes_while_frozen={}", name, Since(t_hand) * 1e3,
                     tail.bytes() - precopy_bytes + other_bytes);
+    SetProgressBytes(name, tail.bytes() + other_bytes);
+    SetProgress(name, "frozen: the destination restores the job", true);
     api::MigrationMessage fin;
     for (const auto& [f, n] : sizes) (*fin.mutable_finish()->mutable_sizes())[f] = n;
     api::MigrationReply reply;
@@ -626,6 +670,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     }
     return dump::HandOff::kHeld;
   };
+  SetProgress(name, "copying memory while the job runs", false);
   absl::StatusOr<dump::DumpResult> r = dump::Dump(d);
   stop_tailer();
   cleanup();

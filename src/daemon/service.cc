@@ -151,6 +151,13 @@ grpc::Status GrpcService::PinCheckpoint(grpc::ServerContext* ctx, const api::Pin
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcService::MigrationProgress(grpc::ServerContext* ctx, const api::MigrationProgressRequest* req,
+                                            api::MigrationProgressResponse* resp) {
+  CAIRN_AUTHORIZE(ctx);
+  *resp = daemon_->MigrationProgress(req->name());
+  return grpc::Status::OK;
+}
+
 grpc::Status GrpcService::CollectGarbage(grpc::ServerContext* ctx, const api::CollectGarbageRequest* req,
                                          api::CollectGarbageResponse* resp) {
   CAIRN_AUTHORIZE(ctx);

@@ -42,6 +42,8 @@ class GrpcService final : public api::Daemon::Service {
                                 api::DeleteCheckpointResponse*) override;
   grpc::Status CollectGarbage(grpc::ServerContext*, const api::CollectGarbageRequest*,
                               api::CollectGarbageResponse*) override;
+  grpc::Status MigrationProgress(grpc::ServerContext*, const api::MigrationProgressRequest*,
+                                 api::MigrationProgressResponse*) override;
   grpc::Status PinCheckpoint(grpc::ServerContext*, const api::PinCheckpointRequest*,
                              api::PinCheckpointResponse*) override;
   grpc::Status Watch(grpc::ServerContext*, const api::WatchRequest*, grpc::ServerWriter<api::Event>*) override;

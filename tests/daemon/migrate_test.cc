@@ -288,6 +288,9 @@ TEST_F(MigrateTest, DestinationFailingAfterTheFreezeOrDyingLeavesTheJobRunning) 
   CommandResult slow = a.Cairn({"job", "migrate", "py", "--to", d.node(), "--restore-timeout", "2"});
   EXPECT_TRUE(slow.FailedCleanly()) << slow.Describe();
   EXPECT_TRUE(Matches(slow.err, "did not run the job within 2 s.*keeps running on node " + a.node())) << slow.err;
+  // While it waited, the command said how the migration stood (not on a terminal: a line per phase).
+  EXPECT_TRUE(Matches(slow.err, "cairn: job py: frozen: the destination restores the job \\([0-9.]+ [KMG]?i?B( of ~[0-9.]+ [KMG]?i?B)? sent"))
+      << slow.err;
   EXPECT_TRUE(IsAlive(pid));
 
   // c dies (SIGKILL) once it holds the whole image, before it restores.
