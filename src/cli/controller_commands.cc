@@ -57,6 +57,7 @@ struct ControllerCommands::Options {
   api::JobSpec spec;
   double cpus = 0, work_h = 0;
   int64_t memory_mb = 0;
+  std::string memory;
   int gpus = 0, priority = 0;
   bool service = false, on_notice = false;
   std::string deadline, gpu_type, id, user, cpu_baseline;
@@ -188,7 +189,8 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   common(o.submit);
   o.submit->add_option("--id", o.id, "Job id (default: generated)");
   o.submit->add_option("--cpus", o.cpus, "CPUs the job needs");
-  o.submit->add_option("--memory-mb", o.memory_mb, "Memory the job needs, in MB");
+  auto* memory = o.submit->add_option("--memory", o.memory, "Memory the job needs, e.g. 512M, 2G (as job run's --memory)");
+  o.submit->add_option("--memory-mb", o.memory_mb, "The same in MiB (older spelling)")->excludes(memory);
   o.submit->add_option("--gpus", o.gpus, "GPUs the job needs");
   o.submit->add_option("--gpu-type", o.gpu_type, "Required GPU type (V100, A100, ...)");
   o.submit->add_option("--priority", o.priority, "Higher runs first and is suspended last");
@@ -198,7 +200,8 @@ ControllerCommands::ControllerCommands(CLI::App& app) : o_(std::make_unique<Opti
   o.submit->add_option("--budget", o.budget, "Budget in USD (0 = unlimited)");
   o.submit->add_option("--work-hours", o.work_h, "Batch: work in hours on a reference (V100) GPU");
   o.submit->add_option("--downtime-cost", o.downtime_cost, "What an hour of downtime costs, USD");
-  o.submit->add_option("--checkpoint-interval", o.ckpt_interval, "Seconds between periodic checkpoints (0 = none)");
+  o.submit->add_option("--checkpoint-every,--checkpoint-interval", o.ckpt_interval,
+                       "Seconds between periodic checkpoints (0 = none; as job run's --checkpoint-every)");
   o.submit->add_option("--checkpoint-pause", o.ckpt_pause, "Seconds the job stops per checkpoint");
   o.submit->add_flag("--checkpoint-on-notice", o.on_notice, "Checkpoint when a spot interruption notice arrives");
   o.submit->add_option("--notice-checkpoint", o.notice_ckpt, "Seconds to take and upload a checkpoint on a notice");
@@ -300,6 +303,14 @@ int ControllerCommands::Run() {
     api::JobSpec* s = req.mutable_spec();
     s->set_id(o.id);
     s->set_cpus(o.cpus);
+    if (!o.memory.empty()) {
+      int64_t bytes = ParseSize(o.memory);
+      if (bytes <= 0) {
+        return Fail(absl::StatusCode::kInvalidArgument,
+                    absl::StrCat("--memory ", o.memory, ": not a size; write e.g. 512M or 2G"));
+      }
+      o.memory_mb = (bytes + (int64_t{1} << 20) - 1) >> 20;  // MiB, rounded up
+    }
     s->set_memory_mb(o.memory_mb);
     s->set_gpus(o.gpus);
     s->set_gpu_type(o.gpu_type);

@@ -96,7 +96,7 @@ struct DaemonCommands::Options {
            *settle = nullptr;
   bool here = false, there = false;
   std::string to, to_token_file;
-  double restore_timeout = 60;
+  double restore_timeout = 0;  // the daemon's: 60 s plus 10 s per GiB of the job's memory
   CLI::App *ck_list = nullptr, *ck_show = nullptr, *ck_delete = nullptr, *ck_pin = nullptr;
   CLI::App* node_info = nullptr;
   CLI::App* gc = nullptr;
@@ -125,27 +125,6 @@ struct DaemonCommands::Options {
 };
 
 namespace {
-
-// "512M", "2G", "1048576" -> bytes; -1 when malformed.
-int64_t ParseSize(std::string s) {
-  s = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(s));
-  int64_t mult = 1;
-  if (!s.empty() && (s.back() == 'B')) s.pop_back();
-  if (!s.empty() && s.back() == 'I') s.pop_back();
-  if (!s.empty()) {
-    switch (s.back()) {
-      case 'K': mult = int64_t{1} << 10; break;
-      case 'M': mult = int64_t{1} << 20; break;
-      case 'G': mult = int64_t{1} << 30; break;
-      case 'T': mult = int64_t{1} << 40; break;
-      default: break;
-    }
-    if (mult != 1) s.pop_back();
-  }
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(s, &v) || v < 0 || v > std::numeric_limits<int64_t>::max() / mult) return -1;
-  return v * mult;
-}
 
 std::string HealthLine(const dapi::Health& h) {
   if (h.state().empty()) return "-";
@@ -293,8 +272,8 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.migrate->add_option("--to-token-file", o.to_token_file,
                         "File with the destination's TCP token (default: the daemon's --peer-token-file)");
   o.migrate->add_option("--restore-timeout", o.restore_timeout,
-                        "Seconds the job may stand frozen while the destination restores it; then it is thawed here")
-      ->capture_default_str();
+                        "Seconds the job may stand frozen while the destination restores it; then it is thawed here "
+                        "(default: 60 s plus 10 s per GiB of the job's memory)");
   o.del = job->add_subcommand("delete", "Remove a job that does not run, with its checkpoints and logs");
   common(o.del);
   o.del->add_option("job", o.job, "Job name")->required();

@@ -2,10 +2,14 @@
 
 #include <cstdio>
 #include <ctime>
+#include <limits>
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "cli/exit_codes.h"
 
 namespace cairn::cli {
@@ -48,6 +52,26 @@ std::string HumanBytes(double b) {
     ++u;
   }
   return absl::StrFormat("%.1f %s", b, units[u]);
+}
+
+int64_t ParseSize(std::string s) {
+  s = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(s));
+  int64_t mult = 1;
+  if (!s.empty() && (s.back() == 'B')) s.pop_back();
+  if (!s.empty() && s.back() == 'I') s.pop_back();
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': mult = int64_t{1} << 10; break;
+      case 'M': mult = int64_t{1} << 20; break;
+      case 'G': mult = int64_t{1} << 30; break;
+      case 'T': mult = int64_t{1} << 40; break;
+      default: break;
+    }
+    if (mult != 1) s.pop_back();
+  }
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(s, &v) || v < 0 || v > std::numeric_limits<int64_t>::max() / mult) return -1;
+  return v * mult;
 }
 
 }  // namespace cairn::cli

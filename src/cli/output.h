@@ -2,6 +2,7 @@
 // How the `cairn` commands print: errors on stderr with a non-zero exit, replies as JSON,
 // times and sizes for people.
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,5 +27,9 @@ std::string TimeString(double unix_s);
 
 // "1.5 GiB".
 std::string HumanBytes(double bytes);
+
+// "512M", "2G", "1048576" -> bytes (whole numbers only) (K, M, G, T are binary; a
+// trailing "B" or "iB" is allowed); -1 when malformed. The same sizes for every command.
+int64_t ParseSize(std::string s);
 
 }  // namespace cairn::cli

@@ -49,7 +49,12 @@ void AddControllerLinkOptions(CLI::App& app, ControllerLinkOptions* o) {
   app.add_option("--cloud", o->cloud, "This node's cloud (told to the controller)");
   app.add_option("--labels", o->labels, "Node labels k=v,k=v (told to the controller; jobs select nodes by them)");
   app.add_option("--cpus", o->cpus, "CPUs offered to the controller (default: those online)");
-  app.add_option("--memory-mb", o->memory_mb, "Memory offered to the controller, MB (default: physical memory)");
+  auto* memory_mb = app.add_option("--memory-mb", o->memory_mb, "The same in MiB (older spelling)");
+  app.add_option_function<int64_t>(
+         "--memory", [o](const int64_t& bytes) { o->memory_mb = (bytes + (int64_t{1} << 20) - 1) >> 20; },
+         "Memory offered to the controller, e.g. 64G (default: physical memory)")
+      ->transform(CLI::AsSizeValue(false))
+      ->excludes(memory_mb);
   app.add_option("--advertise", o->advertise,
                  "Address the controller reaches this daemon at (default: the --listen address, else unix:SOCKET)");
 }

@@ -49,7 +49,7 @@ struct ControllerLinkOptions {
 };
 
 // Adds --controller, --controller-token-file, --controller-tls-ca, --price-per-hour, --spot, --zone, --cloud,
-// --labels, --cpus, --memory-mb and --advertise to cairnd's command line.
+// --labels, --cpus, --memory (or --memory-mb) and --advertise to cairnd's command line.
 void AddControllerLinkOptions(CLI::App& app, ControllerLinkOptions* o);
 
 class ControllerLink {

@@ -68,7 +68,8 @@ absl::Status CheckRankPrepare(const api::RankCheckpointMessage::Prepare& p) {
 }
 
 absl::Status CheckMigrateRequest(const api::MigrateJobRequest& req) {
-  return CheckNumber("restore_timeout_s (--restore-timeout)", req.restore_timeout_s(), {0.1, 3600, "60 s"});
+  return CheckNumber("restore_timeout_s (--restore-timeout)", req.restore_timeout_s(),
+                     {0.1, 3600, "60 s plus 10 s per GiB of the job's memory"});
 }
 
 }  // namespace cairn::daemon

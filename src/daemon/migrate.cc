@@ -600,7 +600,11 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     for (const auto& [f, n] : sizes) (*fin.mutable_finish()->mutable_sizes())[f] = n;
     api::MigrationReply reply;
     // The job stands frozen while the destination restores it: not longer than the timeout.
-    double limit = req.restore_timeout_s() > 0 ? req.restore_timeout_s() : 60;
+    // By default it scales with what the destination may have to bring in before the job runs
+    // (all of it, with --eager-migrations there): 60 s plus 10 s per GiB of the job's memory.
+    double limit = req.restore_timeout_s() > 0
+                       ? req.restore_timeout_s()
+                       : 60 + 10 * static_cast<double>(job.health().memory_bytes()) / static_cast<double>(1 << 30);
     std::mutex wd_mu;
     std::condition_variable wd_cv;
     bool answered = false, timed_out = false;

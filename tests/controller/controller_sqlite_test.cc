@@ -73,10 +73,18 @@ TEST_F(ControllerSqliteTest, SubmitPlacesOnCheapestFittingNodeAndExplains) {
   }
   ASSERT_FALSE(cheapest.empty());
 
-  CommandResult r = Cairn(c, {"submit", "--id", "train-1", "--gpus", "1", "--cpus", "8", "--memory-mb", "60000",
-                              "--checkpoint-interval", "1800", "--restore-time", "60", "--json"});
+  // --memory and --checkpoint-every as `cairn job run` spells them (--memory-mb and
+  // --checkpoint-interval, the older spellings, are taken too: below).
+  CommandResult r = Cairn(c, {"submit", "--id", "train-1", "--gpus", "1", "--cpus", "8", "--memory", "60000M",
+                              "--checkpoint-every", "1800", "--restore-time", "60", "--json"});
   ASSERT_TRUE(r.Exited(0)) << r.Describe();
   json sub = ParseJson(r);
+  json listed = ParseJson(Cairn(c, {"cluster", "status", "--json"}));
+  for (const json& j : listed["jobs"]) {
+    if (j["spec"]["id"] != "train-1") continue;
+    EXPECT_EQ(j["spec"]["memory_mb"].dump(), "\"60000\"") << j.dump();
+    EXPECT_EQ(j["spec"]["checkpoint"]["interval_s"].get<double>(), 1800) << j.dump();
+  }
   EXPECT_EQ(sub["job_id"], "train-1");
   EXPECT_EQ(sub["node_id"], cheapest) << r.out;
   EXPECT_TRUE(absl::StrContains(sub["reason"].get<std::string>(), "lowest total")) << r.out;
@@ -455,13 +463,16 @@ TEST_F(ControllerSqliteTest, BadIdsAndNumbersAreRefusedByTheCliAndTheApi) {
       {{"--cpus=nan"}, "cpus (--cpus) nan: give a finite number from 0 to 8192"},
       {{"--cpus=1e308"}, "cpus (--cpus) 1e+308: give a finite number"},
       {{"--cpus=-1"}, "cpus (--cpus) -1: give a finite number"},
-      {{"--cpus=1", "--checkpoint-interval=nan"}, "checkpoint.interval_s (--checkpoint-interval) nan"},
-      {{"--cpus=1", "--checkpoint-interval=Infinity"}, "checkpoint.interval_s (--checkpoint-interval) inf"},
+      {{"--cpus=1", "--checkpoint-every=nan"}, "checkpoint.interval_s (--checkpoint-every) nan"},
+      {{"--cpus=1", "--checkpoint-interval=Infinity"}, "checkpoint.interval_s (--checkpoint-every) inf"},
       {{"--cpus=1", "--budget=-5"}, "budget_usd (--budget) -5"},
       {{"--cpus=1", "--downtime-cost=nan"}, "downtime_cost_per_hour (--downtime-cost) nan"},
       {{"--cpus=1", "--work-hours=1e308"}, "work_s (--work-hours x 3600) inf"},
       {{"--cpus=1", "--max-downtime=inf", "--service"}, "max_downtime_s (--max-downtime) inf"},
-      {{"--cpus=1", "--memory-mb=4611686018427387904"}, "memory_mb (--memory-mb) 4611686018427387904"},
+      {{"--cpus=1", "--memory-mb=4611686018427387904"}, "memory_mb (--memory) 4611686018427387904"},
+      {{"--cpus=1", "--memory=2000000T"}, "memory_mb (--memory) 2097152000000"},
+      {{"--cpus=1", "--memory=lots"}, "--memory lots: not a size; write e.g. 512M or 2G"},
+      {{"--cpus=1", "--memory=1G", "--memory-mb=5"}, "excludes"},
       {{"--cpus=1", "--checkpoint-bytes=-1"}, "checkpoint.bytes (--checkpoint-bytes) -1"},
       {{"--cpus=1", "--restore-time=nan"}, "checkpoint.restore_s (--restore-time) nan"},
       {{"--cpus=1", "--deadline=inf"}, "--deadline inf: not a positive finite duration"},

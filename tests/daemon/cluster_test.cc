@@ -296,10 +296,12 @@ TEST_F(ControllerWithDaemonsTest, ACancelledJobsCheckpointsGoFromItsNode) {
   ASSERT_NE(cp, nullptr);
   ControllerProcess& c = *cp;
   std::string store = SharedStore();
-  DaemonProcess d(Dir(), "n", JoinArgs("1", store, {}));
+  DaemonProcess d(Dir(), "n", JoinArgs("1", store, {"--memory", "3G"}));
   ASSERT_TRUE(d.Start());
   ASSERT_TRUE(WaitFor([&] { return !NodeIn(Status(c), d.node()).is_null(); }, 20s)) << c.Log() << d.Log();
-  CommandResult sub = Ctl(c, {"submit", "--id", "work", "--cpus", "0.5", "--memory-mb", "50", "--json", "--",
+  // (The node offers what its --memory says, in the sizes `job run --memory` takes.)
+  EXPECT_EQ(NodeIn(Status(c), d.node())["spec"]["memory_mb"].dump(), "\"3072\"") << NodeIn(Status(c), d.node()).dump();
+  CommandResult sub = Ctl(c, {"submit", "--id", "work", "--cpus", "0.5", "--memory", "50M", "--json", "--",
                               "/bin/sh", "-c", "echo started; exec sleep 600"});
   ASSERT_TRUE(sub.Exited(0)) << sub.Describe();
   ASSERT_TRUE(WaitFor([&] { return JobIn(d, "work").value("state", "") == "running"; }, 20s)) << d.Log() << c.Log();

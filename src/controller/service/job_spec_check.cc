@@ -40,7 +40,7 @@ absl::Status CheckSubmittedJob(const api::JobSpec& s) {
     }
   }
   RETURN_IF_ERROR(CheckNumber("cpus (--cpus)", s.cpus(), {0, kMaxCpus}));
-  RETURN_IF_ERROR(CheckInteger("memory_mb (--memory-mb)", s.memory_mb(), {0, kMaxMemoryMb}));
+  RETURN_IF_ERROR(CheckInteger("memory_mb (--memory)", s.memory_mb(), {0, kMaxMemoryMb}));
   RETURN_IF_ERROR(CheckInteger("gpus (--gpus)", s.gpus(), {0, kMaxGpus}));
   RETURN_IF_ERROR(CheckInteger("priority (--priority)", s.priority(), {-1000000, 1000000}));
   RETURN_IF_ERROR(CheckNumber("deadline (--deadline, unix seconds)", s.deadline(), {1, kMaxUnixTime, "none"}));
@@ -49,7 +49,7 @@ absl::Status CheckSubmittedJob(const api::JobSpec& s) {
   RETURN_IF_ERROR(CheckNumber("work_s (--work-hours x 3600)", s.work_s(), {0, 10 * kYearSeconds}));
   RETURN_IF_ERROR(CheckNumber("downtime_cost_per_hour (--downtime-cost)", s.downtime_cost_per_hour(), {0, kMaxUsd}));
   const api::CheckpointPolicy& c = s.checkpoint();
-  RETURN_IF_ERROR(CheckNumber("checkpoint.interval_s (--checkpoint-interval)", c.interval_s(), {0, kYearSeconds}));
+  RETURN_IF_ERROR(CheckNumber("checkpoint.interval_s (--checkpoint-every)", c.interval_s(), {0, kYearSeconds}));
   RETURN_IF_ERROR(CheckNumber("checkpoint.pause_s (--checkpoint-pause)", c.pause_s(), {0, kDaySeconds}));
   RETURN_IF_ERROR(
       CheckNumber("checkpoint.notice_checkpoint_s (--notice-checkpoint)", c.notice_checkpoint_s(), {0, kDaySeconds}));
@@ -61,7 +61,7 @@ absl::Status CheckSubmittedJob(const api::JobSpec& s) {
 absl::Status CheckNodeSpec(const api::NodeSpec& s) {
   if (!s.id().empty()) RETURN_IF_ERROR(CheckJobName(s.id(), "node id"));
   RETURN_IF_ERROR(CheckNumber("node cpus (cairnd --cpus)", s.cpus(), {0.01, kMaxCpus}));
-  RETURN_IF_ERROR(CheckInteger("node memory_mb (cairnd --memory-mb)", s.memory_mb(), {1, kMaxMemoryMb}));
+  RETURN_IF_ERROR(CheckInteger("node memory_mb (cairnd --memory)", s.memory_mb(), {1, kMaxMemoryMb}));
   RETURN_IF_ERROR(CheckInteger("node gpus", s.gpus(), {0, kMaxGpus}));
   RETURN_IF_ERROR(CheckNumber("node price_per_hour (cairnd --price-per-hour)", s.price_per_hour(), {0, 1e6}));
   RETURN_IF_ERROR(CheckNumber("node interruptions_per_hour", s.interruptions_per_hour(), {0, 1e6}));
