@@ -675,12 +675,7 @@ int DaemonCommands::Run() {
     unsigned n = 0;
     while (reader->Read(&e)) {
       if (o.json) {
-        std::string out;
-        google::protobuf::util::JsonPrintOptions jo;
-        jo.preserve_proto_field_names = true;
-        jo.always_print_primitive_fields = true;
-        (void)google::protobuf::util::MessageToJsonString(e, &out, jo);
-        std::printf("%s\n", out.c_str());
+        std::printf("%s", ToJson(e, /*pretty=*/false).c_str());
       } else {
         PrintEvent(e);
       }

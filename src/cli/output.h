@@ -19,7 +19,12 @@ int Fail(const std::string& msg);
 int Fail(absl::StatusCode code, const std::string& msg);
 int Fail(const absl::Status& s);
 
-// Prints `m` as indented JSON with proto field names and every field; 0, or Fail.
+// `m` as JSON with proto field names and every field, as people and scripts read it (not
+// proto3's mapping as is): 64-bit integers as numbers, not strings; unix-second times as RFC 3339
+// strings in UTC ("2026-12-06T04:15:10.558Z"; null for 0, "none"). One line unless `pretty`;
+// "" when it cannot be encoded.
+std::string ToJson(const google::protobuf::Message& m, bool pretty);
+// Prints ToJson(m, pretty); 0, or Fail.
 int PrintJson(const google::protobuf::Message& m);
 
 // "2026-11-30T12:00:00Z" (UTC), or "-" for 0.

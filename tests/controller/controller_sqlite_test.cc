@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <regex>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -82,7 +83,7 @@ TEST_F(ControllerSqliteTest, SubmitPlacesOnCheapestFittingNodeAndExplains) {
   json listed = ParseJson(Cairn(c, {"cluster", "status", "--json"}));
   for (const json& j : listed["jobs"]) {
     if (j["spec"]["id"] != "train-1") continue;
-    EXPECT_EQ(j["spec"]["memory_mb"].dump(), "\"60000\"") << j.dump();
+    EXPECT_EQ(j["spec"]["memory_mb"], 60000) << "a number, not proto3's string: " << j.dump();
     EXPECT_EQ(j["spec"]["checkpoint"]["interval_s"].get<double>(), 1800) << j.dump();
   }
   EXPECT_EQ(sub["job_id"], "train-1");
@@ -298,7 +299,10 @@ TEST_F(ControllerSqliteTest, RestartKeepsState) {
   EXPECT_EQ(st["jobs"][0]["spec"]["id"], "keep-me");
   EXPECT_EQ(st["jobs"][0]["node_id"], "n1");
   EXPECT_EQ(st["jobs"][0]["spec"]["priority"].get<int>(), 7);
-  EXPECT_GT(st["jobs"][0]["spec"]["deadline"].get<double>(), 0);
+  // Times in the CLI's JSON are RFC 3339, UTC.
+  EXPECT_TRUE(std::regex_match(st["jobs"][0]["spec"]["deadline"].get<std::string>(),
+                               std::regex("20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]\\.[0-9]{3}Z")))
+      << st["jobs"][0].dump();
   EXPECT_EQ(st["jobs"][1]["spec"]["id"], "waits");
   EXPECT_EQ(st["jobs"][1]["state"], "pending");
 
@@ -308,8 +312,8 @@ TEST_F(ControllerSqliteTest, RestartKeepsState) {
   ASSERT_GT(ev.size(), before_events.size());
   for (size_t i = 0; i < before_events.size(); ++i) EXPECT_EQ(ev[i].dump(), before_events[i]);
   EXPECT_EQ(ev[before_events.size()]["kind"], "leader-elected");
-  // Proto3 JSON writes 64-bit integers as strings.
-  auto seq = [](const json& e) { return std::stoull(e["seq"].get<std::string>()); };
+  // 64-bit integers are numbers in the CLI's JSON (not proto3's strings).
+  auto seq = [](const json& e) { return e["seq"].get<uint64_t>(); };
   EXPECT_GT(seq(ev[before_events.size()]), seq(ev[before_events.size() - 1]));
 
   // The pending job is placed as soon as enough capacity registers.

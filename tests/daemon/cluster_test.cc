@@ -300,7 +300,7 @@ TEST_F(ControllerWithDaemonsTest, ACancelledJobsCheckpointsGoFromItsNode) {
   ASSERT_TRUE(d.Start());
   ASSERT_TRUE(WaitFor([&] { return !NodeIn(Status(c), d.node()).is_null(); }, 20s)) << c.Log() << d.Log();
   // (The node offers what its --memory says, in the sizes `job run --memory` takes.)
-  EXPECT_EQ(NodeIn(Status(c), d.node())["spec"]["memory_mb"].dump(), "\"3072\"") << NodeIn(Status(c), d.node()).dump();
+  EXPECT_EQ(NodeIn(Status(c), d.node())["spec"]["memory_mb"], 3072) << NodeIn(Status(c), d.node()).dump();
   CommandResult sub = Ctl(c, {"submit", "--id", "work", "--cpus", "0.5", "--memory", "50M", "--json", "--",
                               "/bin/sh", "-c", "echo started; exec sleep 600"});
   ASSERT_TRUE(sub.Exited(0)) << sub.Describe();

@@ -1,6 +1,7 @@
 #include "daemon_harness.h"
 
 #include <arpa/inet.h>
+#include <time.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -199,6 +200,17 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
     std::this_thread::sleep_for(50ms);
   }
   return pred();
+}
+
+double UnixSeconds(const nlohmann::json& v) {
+  if (!v.is_string()) return 0;
+  std::string s = v.get<std::string>();
+  struct tm tm {};
+  const char* rest = ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (rest == nullptr) return 0;
+  double frac = 0;
+  if (*rest == '.') frac = std::atof(rest);  // ".558Z" -> 0.558
+  return static_cast<double>(::timegm(&tm)) + frac;
 }
 
 int64_t JsonInt(const nlohmann::json& v) {

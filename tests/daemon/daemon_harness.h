@@ -109,6 +109,9 @@ FaultCut KillAtFaultPoint(const DaemonProcess& caller, const std::vector<std::st
 
 // A JSON field that proto3 JSON may print as a string (64-bit integers) as a number.
 int64_t JsonInt(const nlohmann::json& v);
+// A time the CLI's JSON gives as RFC 3339 ("2026-12-06T04:15:10.558Z", UTC) in unix seconds;
+// 0 for null or anything else.
+double UnixSeconds(const nlohmann::json& v);
 
 // What the tests with real daemons share: their scratch directory, token files, a job's record,
 // waiting for a job's state, and the result of an uninterrupted run of kPythonHashChain.

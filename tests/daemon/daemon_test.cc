@@ -605,7 +605,7 @@ TEST_F(DaemonTest, IncrementalCheckpointsKeepTheirChainAndRestore) {
   // The newest incremental one (the last may be full: one in three is).
   json inc;
   for (const json& c : list) {
-    if (!c.value("parent", "").empty() && (inc.is_null() || c["created"].get<double>() > inc["created"].get<double>())) inc = c;
+    if (!c.value("parent", "").empty() && (inc.is_null() || UnixSeconds(c["created"]) > UnixSeconds(inc["created"]))) inc = c;
   }
   ASSERT_FALSE(inc.is_null()) << list.dump();
   CommandResult del = a.Cairn({"checkpoint", "delete", inc["parent"]});

@@ -70,7 +70,7 @@ TEST_F(RestoreNewestTest, NewestCompleteStoredCheckpointIsRestoredOnAnotherNode)
   EXPECT_TRUE(absl::StrContains(loc.err, "shared --storage")) << loc.Describe();
 
   // Bounded by --taken-before: the first checkpoint (taken at its `created`, in its id to the ms).
-  double bound = first["checkpoint"].value("created", 0.0) + 0.001;
+  double bound = UnixSeconds(first["checkpoint"]["created"]) + 0.001;
   ASSERT_TRUE(b.Cairn({"job", "restore", "py", "--newest-stored", "--taken-before", std::to_string(bound)}).Exited(0));
   EXPECT_TRUE(absl::StartsWith(RestoredFrom(b), "from checkpoint " + id1 + " ")) << RestoredFrom(b);
   // While it runs here, a second restore is refused: the job never runs twice.

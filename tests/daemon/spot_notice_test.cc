@@ -81,7 +81,7 @@ class SpotNoticeTest : public CairnTest {
     json info = Info(d);
     ASSERT_TRUE(info.contains("spot_notice")) << info.dump();
     EXPECT_EQ(info["spot_notice"].value("cloud", ""), cloud);
-    double deadline = info["spot_notice"].value("deadline", 0.0);
+    double deadline = UnixSeconds(info["spot_notice"]["deadline"]);  // RFC 3339 in the JSON
     if (want_deadline > 0) {
       EXPECT_NEAR(deadline, want_deadline, slack) << info.dump();
     } else {  // estimated from when it was seen

@@ -139,6 +139,34 @@ TEST_F(StorageTest, S3RoundTripRestoresOnASecondDaemon) {
   EXPECT_TRUE(Keys("ckpt/").empty()) << "job delete leaves objects behind";
 }
 
+// The same through S3 between two nodes as two machines: each daemon's state directory is its
+// own (a mount namespace of its own, DaemonProcess::PrivateStateDir), so nothing of node a's files
+// can serve node b's restore.
+TEST_F(StorageTest, S3CheckpointRunsOnANodeThatCannotSeeTheFirstNodesFiles) {
+  StartS3();
+  if (IsSkipped() || HasFatalFailure()) return;
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  DaemonProcess a(Dir(), "node-a", S3Args(s3_->endpoint()), S3Env());
+  DaemonProcess b(Dir(), "node-b", S3Args(s3_->endpoint()), S3Env());
+  a.PrivateStateDir();
+  b.PrivateStateDir();
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  ASSERT_TRUE(fs::is_empty(a.state_dir())) << "node a's state directory is visible outside its namespace";
+  std::string out = Dir() + "/py";
+  ASSERT_TRUE(RunPython(a, "py", out));
+  json c = a.Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
+  ASSERT_EQ(c["state"], "complete") << c.dump() << a.Log();
+  ASSERT_TRUE(WaitState(a, "py", "killed"));
+  CommandResult restore = b.Cairn({"job", "restore", "py", "--from", c["location"].get<std::string>()});
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << b.Log();
+  Release(out);
+  ASSERT_TRUE(WaitState(b, "py", "exited", 120s)) << b.Log();
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_EQ(b.Cairn({"job", "logs", "py"}).out, "done\n");
+}
+
 TEST_F(StorageTest, S3RetentionDeletesObjectsAndKeepLocalCopy) {
   StartS3();
   if (IsSkipped() || HasFatalFailure()) return;
