@@ -201,6 +201,8 @@ absl::StatusOr<dapi::MigrateJobResponse> CairndDispatcher::Migrate(const std::st
   req.set_name(job_id);
   req.set_to(dst.address);
   req.set_token(dst.token);
+  // Bounded as this call's deadline assumes (the daemon's own default grows with the job's memory).
+  req.set_restore_timeout_s(60);
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     dapi::MigrateJobResponse resp;
