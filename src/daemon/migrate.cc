@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/boot_id.h"
 #include "common/cpu_levels.h"
 #include "common/file_util.h"
 #include "common/log.h"
@@ -72,10 +73,10 @@ using SendFn = std::function<bool(const api::MigrationMessage&)>;
 
 // This process's network stack: the host's boot id and its network namespace's inode.
 std::string NetworkStack() {
-  absl::StatusOr<std::string> boot = ReadFile("/proc/sys/kernel/random/boot_id");
+  absl::StatusOr<std::string> boot = BootId();
   struct stat st {};
   if (!boot.ok() || ::stat("/proc/self/ns/net", &st) != 0) return "";
-  return absl::StrCat(absl::StripAsciiWhitespace(*boot), ":", st.st_ino);
+  return absl::StrCat(*boot, ":", st.st_ino);
 }
 
 // Sends `size` bytes of `fd` from `offset` as Data messages for `file`.

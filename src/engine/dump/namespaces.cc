@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
+#include "common/boot_id.h"
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/status.h"
@@ -48,8 +49,8 @@ absl::Status RecordTimeNamespace(pid_t root, image::Checkpoint* ckpt) {
   t->set_monotonic_ns(ClockNs(CLOCK_MONOTONIC) + t->monotonic_offset_ns());
   t->set_boottime_ns(ClockNs(CLOCK_BOOTTIME) + t->boottime_offset_ns());
   t->set_realtime_ns(ClockNs(CLOCK_REALTIME));
-  ASSIGN_OR_RETURN(std::string boot, ReadFile("/proc/sys/kernel/random/boot_id"));
-  t->set_boot_id(std::string(absl::StripAsciiWhitespace(boot)));
+  ASSIGN_OR_RETURN(std::string boot, BootId());
+  t->set_boot_id(boot);
   return absl::OkStatus();
 }
 

@@ -28,6 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/boot_id.h"
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"

@@ -6,9 +6,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "common/clock.h"
-#include "common/file_util.h"
 
 namespace cairn::restore {
 namespace {
@@ -30,12 +28,6 @@ std::string TimeNamespaceOffsets(const image::TimeNamespace& t, const std::strin
     boottime = t.boottime_ns() + away - ClockNs(CLOCK_BOOTTIME);
   }
   return Line("monotonic", monotonic) + Line("boottime", boottime);
-}
-
-absl::StatusOr<std::string> BootId() {
-  auto text = ReadFile("/proc/sys/kernel/random/boot_id");
-  if (!text.ok()) return text.status();
-  return std::string(absl::StripAsciiWhitespace(*text));
 }
 
 }  // namespace cairn::restore

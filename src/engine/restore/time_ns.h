@@ -3,7 +3,6 @@
 
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "image.pb.h"
 
 namespace cairn::restore {
@@ -14,8 +13,5 @@ namespace cairn::restore {
 // values, advanced by the wall-clock time since (never moved back when the clock has been
 // set back). `boot_id` is this machine's.
 std::string TimeNamespaceOffsets(const image::TimeNamespace& t, const std::string& boot_id);
-
-// This machine's boot id (/proc/sys/kernel/random/boot_id).
-absl::StatusOr<std::string> BootId();
 
 }  // namespace cairn::restore
