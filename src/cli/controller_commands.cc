@@ -397,6 +397,21 @@ int ControllerCommands::Run() {
                   s.cpu_level() > 0 ? LevelName(s.cpu_level()).c_str() : "-", s.zone().empty() ? "-" : s.zone().c_str(), n.seconds_since_heartbeat(),
                   n.job_ids().empty() ? "-" : absl::StrJoin(n.job_ids(), ",").c_str());
     }
+    // The baseline every node meets: what a job must keep to to move anywhere in the cluster.
+    int lowest = 0, highest = 0;
+    for (const api::NodeStatus& n : resp.nodes()) {
+      int level = n.spec().cpu_level();
+      if (level <= 0) continue;
+      lowest = lowest == 0 ? level : std::min(lowest, level);
+      highest = std::max(highest, level);
+    }
+    if (lowest > 0) {
+      std::printf("\nCPU baseline every node meets: %s%s\n", LevelName(lowest).c_str(),
+                  highest > lowest ? absl::StrFormat(" (some are %s: a job started there may use what the others lack; "
+                                                     "cairn submit --cpu-baseline cluster keeps it movable to all)",
+                                                     LevelName(highest)).c_str()
+                                   : "");
+    }
     std::printf("\n%-20s %-10s %-20s %8s %5s %6s %9s  %s\n", "JOB", "STATE", "NODE", "PRIORITY", "GPUS", "CPUS",
                 "MEM MB", "PENDING ACTION");
     for (const api::JobStatus& j : resp.jobs()) {

@@ -88,6 +88,9 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   CommandResult human = Ctl(c, {"cluster", "status"});
   EXPECT_TRUE(absl::StrContains(human.out, spot.node()) && absl::StrContains(human.out, od.node())) << human.out;
   EXPECT_TRUE(absl::StrContains(human.out, absl::StrCat("x86-64-v", level))) << human.out;
+  // The baseline a job must keep to to move to every node (both are this machine here).
+  EXPECT_TRUE(absl::StrContains(human.out, absl::StrCat("CPU baseline every node meets: x86-64-v", level, "\n")))
+      << human.out;
   EXPECT_TRUE(absl::StrContains(spot.Json({"node", "info"})["components"].value("controller", ""), "registered"));
 
   // A job goes to the cheapest node and really runs there.
