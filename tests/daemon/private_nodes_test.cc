@@ -108,5 +108,49 @@ TEST_F(PrivateNodesTest, AJobMigratesThereAndBackBetweenNodesThatCannotSeeEachOt
   EXPECT_EQ(b.Cairn({"job", "logs", "py"}).out, "") << "the job wrote to node b's log after it moved back";
 }
 
+// Three machines: the job hops a -> b -> c, each hop leaving the image it arrived with on the
+// node it then left; `cairn gc` there frees it (nothing on that node can use it any more), and
+// the job finishes right on c.
+TEST_F(PrivateNodesTest, EveryHopOfAJobAcrossThreeNodesIsFreedWhereItLeft) {
+  std::string expected = Expected();
+  ASSERT_FALSE(expected.empty());
+  std::string token = Token("token", "token-of-the-nodes-0123456789");
+  std::vector<std::unique_ptr<DaemonProcess>> nodes;
+  std::vector<std::string> addr;
+  for (const char* n : {"node-a", "node-b", "node-c"}) {
+    addr.push_back("127.0.0.1:" + std::to_string(FreeTcpPort()));
+    nodes.push_back(std::make_unique<DaemonProcess>(
+        Dir(), n, std::vector<std::string>{"--listen", addr.back(), "--token-file", token, "--peer-token-file", token}));
+    nodes.back()->PrivateStateDir();
+    ASSERT_TRUE(nodes.back()->Start());
+  }
+  DaemonProcess &a = *nodes[0], &b = *nodes[1], &c = *nodes[2];
+  std::string out = Dir() + "/py";
+  ASSERT_NO_FATAL_FAILURE(RunPython(a, out, {"--checkpoint-every", "0"}));
+  ASSERT_FALSE(a.Json({"job", "migrate", "py", "--to", addr[1]}).is_null()) << a.Log() << b.Log();
+  ASSERT_FALSE(b.Json({"job", "migrate", "py", "--to", addr[2]}).is_null()) << b.Log() << c.Log();
+  EXPECT_EQ(Job(c, "py")["state"], "running");
+
+  // b kept the image it took the job over with; the job left, so nothing on b needs it.
+  json kept = b.Json({"checkpoint", "list", "--job", "py"});
+  ASSERT_EQ(kept["checkpoints"].size(), 1u) << kept.dump();
+  EXPECT_EQ(kept["checkpoints"][0]["reason"], "migration");
+  json freed = b.Json({"gc"});
+  bool image = false;
+  for (const json& i : freed["items"]) image |= i["kind"] == "checkpoint" && i["what"] == kept["checkpoints"][0]["id"];
+  EXPECT_TRUE(image) << freed.dump();
+  EXPECT_GT(freed["bytes"].get<int64_t>(), 1 << 20) << freed.dump();
+  EXPECT_TRUE(b.Json({"checkpoint", "list", "--job", "py"})["checkpoints"].empty());
+  EXPECT_TRUE(a.Json({"gc"})["items"].size() >= 1u) << "a's cgroup of the job that left";
+  // c, where it runs, keeps its image.
+  EXPECT_TRUE(c.Json({"gc"})["items"].empty());
+  EXPECT_EQ(c.Json({"checkpoint", "list", "--job", "py"})["checkpoints"].size(), 1u);
+
+  Release(out);
+  ASSERT_TRUE(WaitState(c, "py", "exited", 120s)) << c.Log();
+  EXPECT_EQ(ReadFile(out + "/result"), expected);
+  EXPECT_EQ(c.Cairn({"job", "logs", "py"}).out, "done\n");
+}
+
 }  // namespace
 }  // namespace cairn::testing
