@@ -8,6 +8,7 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <netinet/icmp6.h>
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -176,6 +177,57 @@ absl::Status Announce(const ServiceAddress& a, int index) {
   return absl::OkStatus();
 }
 
+// Two unsolicited Neighbor Advertisements (RFC 4861 4.4, 7.2.6) for IPv6 address `a` out of
+// interface `index` to all nodes (ff02::1), with the Override flag and our hardware address as the
+// target's: peers that have the address cached update the entry at once (to STALE, confirmed on
+// their next packet), where they would otherwise keep sending to the old node until neighbour
+// unreachability detection gave up on it. Sent from `a` itself (usable at once: added without
+// DAD), hop limit 255 as receivers require. Nothing to do on an interface without Ethernet.
+absl::Status AnnounceV6(const ServiceAddress& a, int index) {
+  char name[IF_NAMESIZE] = {};
+  if (::if_indextoname(static_cast<unsigned>(index), name) == nullptr) return ErrnoStatus("if_indextoname");
+  UniqueFd probe(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, name, IF_NAMESIZE);
+  if (!probe.valid() || ::ioctl(probe.get(), SIOCGIFHWADDR, &ifr) != 0) {
+    return ErrnoStatus(absl::StrCat("SIOCGIFHWADDR ", name));
+  }
+  if (ifr.ifr_hwaddr.sa_family != ARPHRD_ETHER) return absl::OkStatus();
+  UniqueFd s(::socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMPV6));
+  if (!s.valid()) return ErrnoStatus("socket(ICMPv6) to announce " + Text(a));
+  int hops = 255;
+  unsigned ifindex = static_cast<unsigned>(index);
+  sockaddr_in6 from{};
+  from.sin6_family = AF_INET6;
+  std::memcpy(&from.sin6_addr, a.addr.data(), 16);
+  if (::setsockopt(s.get(), IPPROTO_IPV6, IPV6_MULTICAST_HOPS, &hops, sizeof hops) != 0 ||
+      ::setsockopt(s.get(), IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifindex, sizeof ifindex) != 0 ||
+      ::bind(s.get(), reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+    return ErrnoStatus(absl::StrCat("prepare the neighbour advertisement of ", Text(a), " on ", name));
+  }
+  struct __attribute__((packed)) {
+    nd_neighbor_advert na;
+    nd_opt_hdr opt;
+    unsigned char mac[6];
+  } pkt{};
+  pkt.na.nd_na_type = ND_NEIGHBOR_ADVERT;
+  pkt.na.nd_na_flags_reserved = ND_NA_FLAG_OVERRIDE;  // not solicited; we are no router
+  std::memcpy(&pkt.na.nd_na_target, a.addr.data(), 16);
+  pkt.opt.nd_opt_type = ND_OPT_TARGET_LINKADDR;
+  pkt.opt.nd_opt_len = 1;  // in units of 8 bytes: the header and the 6-byte address
+  std::memcpy(pkt.mac, ifr.ifr_hwaddr.sa_data, 6);
+  sockaddr_in6 to{};
+  to.sin6_family = AF_INET6;
+  ::inet_pton(AF_INET6, "ff02::1", &to.sin6_addr);
+  to.sin6_scope_id = ifindex;
+  for (int i = 0; i < 2; ++i) {  // (the kernel computes an ICMPv6 raw socket's checksum)
+    if (::sendto(s.get(), &pkt, sizeof pkt, 0, reinterpret_cast<sockaddr*>(&to), sizeof to) != sizeof pkt) {
+      return ErrnoStatus(absl::StrCat("announce ", Text(a), " on ", name, " (unsolicited neighbour advertisement)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // InterfaceFor, given what ListAddresses says is here.
 absl::StatusOr<int> InterfaceIn(const std::vector<Held>& held, const ServiceAddress& a) {
   if (!a.device.empty()) {
@@ -277,7 +329,7 @@ absl::StatusOr<bool> AddServiceAddress(const ServiceAddress& a) {
     return absl::InternalError(absl::StrCat("add service address ", Text(a), ": ", std::strerror(err),
                                             err == EPERM ? " (it needs CAP_NET_ADMIN in this network namespace)" : ""));
   }
-  if (a.family == AF_INET) RETURN_IF_ERROR(Announce(a, index));
+  RETURN_IF_ERROR(a.family == AF_INET ? Announce(a, index) : AnnounceV6(a, index));
   return true;
 }
 

@@ -8,12 +8,12 @@
 // Written `ADDR/PREFIX` (10.0.0.5/24, fd00::5/64) or `ADDR/PREFIX@DEV`. Without a device, the
 // address goes on the interface that already has an address in the same subnet (the node's own
 // address on that network). Added and removed through rtnetlink (RTM_NEWADDR, RTM_DELADDR) in
-// the caller's network namespace. An IPv4 address is announced once added (two gratuitous ARP
-// requests), so that the peers' neighbour caches, which still point at the source node, learn
-// where it went at once instead of after their entries expire; an IPv6 address is added without
+// the caller's network namespace. An address is announced once added, so that the peers'
+// neighbour caches, which still point at the source node, learn where it went at once instead of
+// after their entries expire: IPv4 by two gratuitous ARP requests, IPv6 by two unsolicited
+// Neighbor Advertisements with the Override flag to all nodes. An IPv6 address is added without
 // duplicate address detection (it would stay "tentative", unusable, for a second or more: the
-// address was in use a moment ago, by this very job) and is not announced (peers find it again
-// by neighbour unreachability detection, in a few seconds).
+// address was in use a moment ago, by this very job).
 
 #include <string>
 #include <vector>

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -142,13 +143,35 @@ TEST(ServiceAddressTest, PutOnTheInterfaceOfItsSubnetAnnouncedAndTakenOff) {
     EXPECT_EQ(BindErrno(AF_INET, "10.98.0.5"), 0);
     EXPECT_TRUE(RemoveServiceAddresses({"10.98.0.5/24@ca"}).ok());
 
-    // IPv6: usable at once (no duplicate address detection keeping it tentative).
+    // IPv6: usable at once (no duplicate address detection keeping it tentative), and announced
+    // by an unsolicited Neighbor Advertisement to all nodes: Override set, the target the address,
+    // its link-layer address ca's.
+    UniqueFd cap6(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_IPV6)));
+    ASSERT_TRUE(cap6.valid()) << std::strerror(errno);
+    ll.sll_protocol = htons(ETH_P_IPV6);
+    ASSERT_EQ(::bind(cap6.get(), reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0) << std::strerror(errno);
     absl::StatusOr<ServiceAddress> v6 = ParseServiceAddress("fd00:99::50/64");
     ASSERT_TRUE(v6.ok());
     added = AddServiceAddress(*v6);
     ASSERT_TRUE(added.ok()) << added.status();
     EXPECT_TRUE(*added);
     EXPECT_EQ(BindErrno(AF_INET6, "fd00:99::50"), 0);
+    UniqueFd q(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "ca", IF_NAMESIZE - 1);
+    ASSERT_EQ(::ioctl(q.get(), SIOCGIFHWADDR, &ifr), 0);
+    bool advertised = false;
+    for (int i = 0; i < 40 && !advertised; ++i) {
+      pollfd p{cap6.get(), POLLIN, 0};
+      if (::poll(&p, 1, 1000) != 1) break;
+      unsigned char pkt[256];
+      ssize_t n = ::recv(cap6.get(), pkt, sizeof pkt, 0);
+      // IPv6 header (next header 58, hop limit 255), then ICMPv6 type 136, flags, target, option 2.
+      if (n < 40 + 24 + 8 || pkt[6] != IPPROTO_ICMPV6 || pkt[7] != 255 || pkt[40] != 136) continue;
+      advertised = (pkt[44] & 0x20) != 0 && std::memcmp(pkt + 48, v6->addr.data(), 16) == 0 && pkt[64] == 2 &&
+                   std::memcmp(pkt + 66, ifr.ifr_hwaddr.sa_data, 6) == 0;
+    }
+    EXPECT_TRUE(advertised) << "no neighbour advertisement for fd00:99::50 reached the other end";
     ASSERT_TRUE(RemoveServiceAddress(*v6).ok());
     EXPECT_EQ(BindErrno(AF_INET6, "fd00:99::50"), EADDRNOTAVAIL);
   });
