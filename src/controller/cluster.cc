@@ -59,6 +59,10 @@ std::string Cluster::PoolKey(const Node& n) const {
   // The CPU decides which jobs may go there (placement's CpuRejection).
   absl::StrAppend(&key, "|cpu", n.spec.cpu_level);
   for (const std::string& f : n.spec.cpu_features) absl::StrAppend(&key, ",", f);
+  // And its addresses, which jobs with a service address (placement's AddressRejection).
+  absl::StrAppend(&key, "|addr");
+  for (const IpPrefix& a : n.spec.addresses) absl::StrAppend(&key, ",", IpPrefixText(a));
+  for (const std::string& d : n.spec.devices) absl::StrAppend(&key, ",@", d);
   return key;
 }
 

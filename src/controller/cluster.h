@@ -20,6 +20,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/ip_prefix.h"
 
 namespace cairn::controller {
 
@@ -66,6 +67,8 @@ struct NodeSpec {
   std::map<std::string, std::string> labels;
   int cpu_level = 0;                    // x86-64 level 1..4; 0: not reported (any job may go there)
   std::set<std::string> cpu_features;   // common/cpu_levels.h names
+  std::vector<IpPrefix> addresses;      // its own (ADDR/PREFIX@DEV); empty: not reported
+  std::set<std::string> devices;        // its network interfaces' names
 };
 
 struct Node {
@@ -120,7 +123,7 @@ struct JobSpec {
   std::string user;                   // the node user it runs as (empty: root); placement ignores it.
   std::string group;                  // the job group it is a rank of (empty: none); placement ignores it.
   int rank = 0;
-  std::vector<std::string> addresses;  // its service addresses (the node daemon's); placement ignores them.
+  std::vector<std::string> addresses;  // its service addresses: placed only where they can go (AddressRejection)
   int cpu_baseline = 0;                // keeps to this x86-64 level's features (0: to its first node's CPU)
 };
 

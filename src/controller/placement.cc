@@ -51,6 +51,18 @@ std::string CpuRejection(const Job& job, const Node& n) {
                       ", which the job may use (submit it with --cpu-baseline to move it between CPUs)");
 }
 
+// Why the job's service addresses cannot go on the node (the daemon would refuse to start or
+// restore the job there: no interface in the address's subnet, or no device it names); empty if
+// they can, or if the node did not say what its addresses are.
+std::string AddressRejection(const Job& job, const Node& n) {
+  for (const std::string& text : job.spec.addresses) {
+    absl::StatusOr<IpPrefix> a = ParseIpPrefix(text);
+    if (!a.ok()) continue;  // (checked at submit)
+    if (std::string why = AddressMismatch(*a, n.spec.addresses, n.spec.devices); !why.empty()) return why;
+  }
+  return "";
+}
+
 // Why a node of this kind can never take the job, regardless of its free resources; empty if
 // it can.
 std::string PoolRejection(const Node& n, const PlacementRequest& r) {
@@ -68,6 +80,7 @@ std::string PoolRejection(const Node& n, const PlacementRequest& r) {
   }
   if (!js.request.FitsIn(n.spec.capacity)) return "request exceeds node capacity";
   if (std::string why = CpuRejection(*r.job, n); !why.empty()) return why;
+  if (std::string why = AddressRejection(*r.job, n); !why.empty()) return why;
   return "";
 }
 

@@ -20,6 +20,7 @@
 #include "common/token.h"
 #include "controller/service/job_spec_check.h"
 #include "daemon/daemon.h"
+#include "daemon/node_addresses.h"
 #include "daemon/node_cpu.h"
 
 namespace cairn::daemon {
@@ -103,6 +104,9 @@ absl::StatusOr<std::unique_ptr<ControllerLink>> ControllerLink::Start(Daemon* da
   const std::set<std::string> cpu = NodeCpuFeatures();
   spec.set_cpu_level(LevelOf(cpu));
   for (const std::string& f : cpu) spec.add_cpu_features(f);
+  // Where a job's service address may go: the node's own addresses (and the devices they are on).
+  for (const std::string& a : NodeAddresses()) spec.add_addresses(a);
+  for (const std::string& d : NodeDevices()) spec.add_devices(d);
   for (absl::string_view kv : absl::StrSplit(opts.labels, ',', absl::SkipWhitespace())) {
     std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
     std::string k(absl::StripAsciiWhitespace(p.first));

@@ -76,6 +76,14 @@ TEST_F(ControllerWithDaemonsTest, DaemonsRegisterJobRunsOnCheapestNodeAndSpotNot
   EXPECT_GE(level, 1) << a.dump();
   EXPECT_LE(level, 4) << a.dump();
   EXPECT_GE(a["spec"]["cpu_features"].size(), 5u) << a.dump();
+  // And its network: its interfaces and their addresses (where a job's service address can go).
+  bool lo = false;
+  for (const json& d : a["spec"]["devices"]) lo |= d == "lo";
+  EXPECT_TRUE(lo) << a.dump();
+  for (const json& addr : a["spec"]["addresses"]) {
+    EXPECT_TRUE(Matches(addr.get<std::string>(), "^[0-9a-f.:]+/[0-9]+@[^ ]+$")) << addr;
+    EXPECT_FALSE(absl::StartsWith(addr.get<std::string>(), "127.")) << "loopback is not where a service address goes";
+  }
   EXPECT_FALSE(b["spec"].value("spot", false));
   EXPECT_EQ(b["spec"]["labels"].value("pool", ""), "od");
   std::this_thread::sleep_for(1500ms);  // several heartbeat intervals

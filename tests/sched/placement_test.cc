@@ -225,6 +225,51 @@ TEST(PlacementTest, AJobMovesOnlyToCpusWithTheFeaturesItStartedWith) {
   EXPECT_EQ(p.Place(r)->node_id, "unknown");
 }
 
+// A job's service address goes only where the daemon can put it: a node with an address in its
+// subnet, or with the device it names. Nodes that said nothing of their addresses take it.
+TEST(PlacementTest, AJobWithAServiceAddressGoesOnlyToNodesOnItsSubnet) {
+  Cluster c;
+  auto on = [](const std::string& id, double price, std::vector<std::string> addresses, std::set<std::string> devices) {
+    NodeSpec s = GpuNode(id, price);
+    for (const std::string& a : addresses) s.addresses.push_back(*ParseIpPrefix(a));
+    s.devices = std::move(devices);
+    return s;
+  };
+  ASSERT_TRUE(c.AddNode(on("cheap-other-net", 1.0, {"10.1.0.7/24@eth0"}, {"eth0", "lo"})).ok());
+  ASSERT_TRUE(c.AddNode(on("on-net", 2.0, {"10.0.0.7/24@eth0", "fd00::7/64@eth0"}, {"eth0", "lo"})).ok());
+  ASSERT_TRUE(c.AddNode(on("with-svc0", 3.0, {"10.2.0.7/24@eth0"}, {"eth0", "svc0", "lo"})).ok());
+  ASSERT_TRUE(c.AddNode(GpuNode("unknown", 4.0)).ok());
+
+  Placer p(c);
+  auto place = [&](const std::string& id, std::vector<std::string> addresses) -> std::string {
+    JobSpec j = GpuJob(id);
+    j.addresses = std::move(addresses);
+    EXPECT_TRUE(c.AddJob(j).ok());
+    PlacementRequest r;
+    r.job = c.FindJob(id);
+    Placement e = p.Explain(r);
+    auto got = p.Place(r);
+    EXPECT_EQ(got.ok() ? got->node_id : "", e.node_id) << "indexed and exhaustive placement disagree";
+    return e.node_id;
+  };
+  EXPECT_EQ(place("none", {}), "cheap-other-net");
+  EXPECT_EQ(place("v4", {"10.0.0.50/24"}), "on-net");
+  EXPECT_EQ(place("v6", {"fd00::50/64"}), "on-net");
+  EXPECT_EQ(place("dev", {"10.84.0.5/24@svc0"}), "with-svc0");
+  EXPECT_EQ(place("nowhere", {"192.168.9.9/24"}), "unknown") << "a node that did not say takes it";
+
+  PlacementRequest r;
+  r.job = c.FindJob("v4");
+  CandidateScore other = p.Score(*c.FindNode("cheap-other-net"), r);
+  EXPECT_FALSE(other.feasible);
+  EXPECT_NE(other.rejected_because.find("no interface of it has an address in 10.0.0.0/24 for the job's address "
+                                        "10.0.0.50/24"),
+            std::string::npos)
+      << other.rejected_because;
+  r.job = c.FindJob("dev");
+  EXPECT_NE(p.Score(*c.FindNode("on-net"), r).rejected_because.find("it has no device svc0"), std::string::npos);
+}
+
 // The indexed Place() and the exhaustive Explain() must agree on every request.
 TEST(PlacementTest, IndexedPlacementAgreesWithExhaustiveScan) {
   Cluster c;
@@ -237,6 +282,7 @@ TEST(PlacementTest, IndexedPlacementAgreesWithExhaustiveScan) {
     s.zone = "z" + std::to_string(rng.Index(3));
     s.cpu_level = 3 + static_cast<int>(rng.Index(2));
     s.cpu_features = LevelFeatures(s.cpu_level);
+    if (rng.Index(3) != 0) s.addresses.push_back(*ParseIpPrefix("10.0." + std::to_string(rng.Index(2)) + ".7/24@eth0"));
     ASSERT_TRUE(c.AddNode(s).ok());
     if (s.market == Market::kSpot) {
       ASSERT_TRUE(c.SetInterruptionRate(s.id, 0.05 * (1 + rng.Index(4))).ok());
@@ -248,6 +294,7 @@ TEST(PlacementTest, IndexedPlacementAgreesWithExhaustiveScan) {
     JobSpec j = GpuJob("j" + std::to_string(i), 1 + static_cast<int>(rng.Index(3)));
     j.checkpoint.on_notice = rng.Index(2);
     j.cpu_baseline = static_cast<int>(rng.Index(5));  // 0: none; v1..v4
+    if (rng.Index(2) == 0) j.addresses = {"10.0." + std::to_string(rng.Index(2)) + ".50/24"};
     ASSERT_TRUE(c.AddJob(j).ok());
     PlacementRequest r;
     r.job = c.FindJob(j.id);

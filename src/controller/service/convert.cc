@@ -28,6 +28,14 @@ absl::StatusOr<NodeSpec> FromApi(const api::NodeSpec& in) {
   if (in.cpu_level() < 0 || in.cpu_level() > 4) return bad("cpu_level must be 0 (unknown) or 1..4");
   s.cpu_level = in.cpu_level();
   s.cpu_features.insert(in.cpu_features().begin(), in.cpu_features().end());
+  if (in.addresses_size() > 1024) return bad("more than 1024 addresses");
+  for (const std::string& a : in.addresses()) {
+    absl::StatusOr<IpPrefix> p = ParseIpPrefix(a);
+    if (!p.ok()) return bad(absl::StrCat("address ", p.status().message()));
+    s.addresses.push_back(*p);
+  }
+  if (in.devices_size() > 1024) return bad("more than 1024 devices");
+  s.devices.insert(in.devices().begin(), in.devices().end());
   return s;
 }
 
@@ -87,6 +95,8 @@ api::NodeSpec ToApi(const NodeSpec& s, double interruptions_per_hour) {
   o.set_interruptions_per_hour(interruptions_per_hour);
   o.set_cpu_level(s.cpu_level);
   for (const std::string& f : s.cpu_features) o.add_cpu_features(f);
+  for (const IpPrefix& a : s.addresses) o.add_addresses(IpPrefixText(a));
+  for (const std::string& d : s.devices) o.add_devices(d);
   return o;
 }
 
