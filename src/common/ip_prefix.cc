@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace cairn {
-namespace {
 
 bool SameSubnet(const std::string& a, const std::string& b, int prefix) {
   if (a.size() != b.size()) return false;
@@ -20,8 +19,7 @@ bool SameSubnet(const std::string& a, const std::string& b, int prefix) {
   return (static_cast<unsigned char>(a[bytes]) & mask) == (static_cast<unsigned char>(b[bytes]) & mask);
 }
 
-// The address with its host bits cleared, as text: the subnet.
-std::string Network(const IpPrefix& p) {
+std::string SubnetText(const IpPrefix& p) {
   std::string net = p.addr;
   for (size_t bit = static_cast<size_t>(p.prefix); bit < net.size() * 8; ++bit) {
     net[bit / 8] = static_cast<char>(static_cast<unsigned char>(net[bit / 8]) & ~(0x80u >> (bit % 8)));
@@ -30,8 +28,6 @@ std::string Network(const IpPrefix& p) {
   ::inet_ntop(p.family, net.data(), buf, sizeof buf);
   return absl::StrCat(buf, "/", p.prefix);
 }
-
-}  // namespace
 
 absl::StatusOr<IpPrefix> ParseIpPrefix(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
@@ -83,7 +79,7 @@ std::string AddressMismatch(const IpPrefix& address, const std::vector<IpPrefix>
   for (const IpPrefix& n : node_addresses) {
     if (n.family == address.family && SameSubnet(n.addr, address.addr, address.prefix)) return "";
   }
-  return absl::StrCat("no interface of it has an address in ", Network(address), " for the job's address ",
+  return absl::StrCat("no interface of it has an address in ", SubnetText(address), " for the job's address ",
                       IpPrefixText(address));
 }
 

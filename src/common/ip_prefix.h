@@ -27,6 +27,11 @@ absl::StatusOr<IpPrefix> ParseIpPrefix(absl::string_view text);
 // `ADDR/PREFIX@DEV` (without `@DEV` when device is empty).
 std::string IpPrefixText(const IpPrefix& p);
 
+// Whether addresses `a` and `b` (raw, 4 or 16 bytes) share their first `prefix` bits.
+bool SameSubnet(const std::string& a, const std::string& b, int prefix);
+// `p`'s subnet as text, its host bits cleared: "10.0.0.0/24".
+std::string SubnetText(const IpPrefix& p);
+
 // Why `address` (a job's service address) cannot go on a node whose own addresses are
 // `node_addresses` (ADDR/PREFIX@DEV each) on the interfaces `node_devices`: it names a device the
 // node lacks, or no address of the node is in its subnet. Empty when it can, or when the node

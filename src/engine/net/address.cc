@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/ip_prefix.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 
@@ -124,15 +125,6 @@ absl::StatusOr<std::vector<Held>> ListAddresses() {
       if (h.family == AF_INET || h.family == AF_INET6) out.push_back(std::move(h));
     }
   }
-}
-
-bool SameSubnet(const std::string& a, const std::string& b, int prefix) {
-  if (a.size() != b.size()) return false;
-  int bytes = prefix / 8, bits = prefix % 8;
-  if (std::memcmp(a.data(), b.data(), static_cast<size_t>(bytes)) != 0) return false;
-  if (bits == 0) return true;
-  auto mask = static_cast<unsigned char>(0xff << (8 - bits));
-  return (static_cast<unsigned char>(a[bytes]) & mask) == (static_cast<unsigned char>(b[bytes]) & mask);
 }
 
 std::string Text(const ServiceAddress& a) { return a.text.empty() ? "(a service address)" : a.text; }
@@ -243,14 +235,9 @@ absl::StatusOr<int> InterfaceIn(const std::vector<Held>& held, const ServiceAddr
   for (const Held& h : held) {
     if (h.family == a.family && h.addr == a.addr) return h.index;
   }
-  std::string network = a.addr;  // the address with its host bits cleared
-  for (size_t bit = static_cast<size_t>(a.prefix); bit < network.size() * 8; ++bit) {
-    network[bit / 8] = static_cast<char>(static_cast<unsigned char>(network[bit / 8]) & ~(0x80u >> (bit % 8)));
-  }
-  char subnet[INET6_ADDRSTRLEN] = {};
-  ::inet_ntop(a.family, network.data(), subnet, sizeof subnet);
+  const std::string subnet = SubnetText(IpPrefix{a.family, a.addr, a.prefix, ""});
   return absl::NotFoundError(absl::StrCat("service address ", Text(a), ": no interface of this node has an address in ",
-                                          subnet, "/", a.prefix,
+                                          subnet,
                                           " to put it on; name the device (ADDR/PREFIX@DEVICE) or give the node an "
                                           "address on that network"));
 }
