@@ -219,6 +219,18 @@ int64_t JsonInt(const nlohmann::json& v) {
   return 0;
 }
 
+::testing::AssertionResult DaemonFixture::RunPythonJob(const DaemonProcess& d, const std::string& out,
+                                                       const std::vector<std::string>& flags) {
+  std::vector<std::string> run = {"job", "run", "--name", "py"};
+  run.insert(run.end(), flags.begin(), flags.end());
+  run.push_back("--");
+  for (auto& arg : PythonJob(out)) run.push_back(arg);
+  CommandResult r = d.Cairn(run);
+  if (!r.Exited(0)) return ::testing::AssertionFailure() << r.Describe() << d.Log();
+  std::this_thread::sleep_for(1s);
+  return ::testing::AssertionSuccess();
+}
+
 std::string DaemonFixture::Token(const std::string& name, const std::string& value) {
   std::string path = Dir() + "/" + name;
   WriteFile(path, value + "\n");

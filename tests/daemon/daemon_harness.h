@@ -134,6 +134,10 @@ class DaemonFixture : public CairnTest {
   // The command line (for `job run -- ...`) of a kPythonHashChain job that writes OUT/result
   // only once OUT/go exists (Release); creates OUT.
   std::vector<std::string> PythonJob(const std::string& out);
+  // Runs PythonJob(out) as job "py" on `d` (`flags` before the command: --checkpoint-every ...),
+  // and lets it compute a second (mid-computation).
+  ::testing::AssertionResult RunPythonJob(const DaemonProcess& d, const std::string& out,
+                                          const std::vector<std::string>& flags = {});
   // Tells the inc_writer job `name` on `d` (workdir `work`) to check its pages (WORK/go), waits
   // for it to exit and checks that its log says PASS and no FAIL.
   ::testing::AssertionResult WriterPasses(const DaemonProcess& d, const std::string& name, const std::string& work);

@@ -16,13 +16,6 @@ using nlohmann::json;
 
 class GcTest : public DaemonFixture {
  protected:
-  void RunPython(const DaemonProcess& d, const std::string& out) {
-    std::vector<std::string> run = {"job", "run", "--name", "py", "--checkpoint-every", "0", "--keep", "5", "--"};
-    for (auto& arg : PythonJob(out)) run.push_back(arg);
-    CommandResult r = d.Cairn(run);
-    ASSERT_TRUE(r.Exited(0)) << r.Describe() << d.Log();
-    std::this_thread::sleep_for(1s);
-  }
   std::string Checkpoint(const DaemonProcess& d, bool pin = false) {
     std::vector<std::string> args = {"job", "checkpoint", "py"};
     if (pin) args.push_back("--pin");
@@ -55,7 +48,7 @@ TEST_F(GcTest, TheNodeAJobMigratedFromFreesItsCheckpointsButNotPinnedOnes) {
   DaemonProcess a(Dir(), "node-a", {"--peer-token-file", token_b});
   ASSERT_TRUE(a.Start());
   std::string out = Dir() + "/py";
-  ASSERT_NO_FATAL_FAILURE(RunPython(a, out));
+  ASSERT_TRUE(RunPythonJob(a, out, {"--checkpoint-every", "0", "--keep", "5"}));
   std::string pinned = Checkpoint(a, /*pin=*/true);
   std::string plain = Checkpoint(a);
   std::string plain_dir = a.state_dir() + "/checkpoints/py/" + plain;
@@ -110,7 +103,7 @@ TEST_F(GcTest, AStoredCheckpointOfAMigratedJobStaysUntilTheStoreHoldsANewerOne) 
   DaemonProcess a(Dir(), "node-a", {"--peer-token-file", token_b, "--storage", "dir:" + store});
   ASSERT_TRUE(a.Start());
   std::string out = Dir() + "/py";
-  ASSERT_NO_FATAL_FAILURE(RunPython(a, out));
+  ASSERT_TRUE(RunPythonJob(a, out, {"--checkpoint-every", "0", "--keep", "5"}));
   std::string mine = Checkpoint(a);
   ASSERT_TRUE(fs::is_directory(store + "/py/" + mine));
 
@@ -147,7 +140,7 @@ TEST_F(GcTest, ACancelledJobLeavesItsLogsButNotItsCheckpoints) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());
   std::string out = Dir() + "/py";
-  ASSERT_NO_FATAL_FAILURE(RunPython(a, out));
+  ASSERT_TRUE(RunPythonJob(a, out, {"--checkpoint-every", "0", "--keep", "5"}));
   std::string pinned = Checkpoint(a, /*pin=*/true);
   std::string plain = Checkpoint(a);
 

@@ -19,16 +19,6 @@ using nlohmann::json;
 
 class PrivateNodesTest : public DaemonFixture {
  protected:
-  // The python3 hash chain (PythonJob) as job "py" on `d`, mid-computation after a second.
-  void RunPython(const DaemonProcess& d, const std::string& out, std::vector<std::string> flags = {}) {
-    std::vector<std::string> run = {"job", "run", "--name", "py"};
-    run.insert(run.end(), flags.begin(), flags.end());
-    run.push_back("--");
-    for (auto& arg : PythonJob(out)) run.push_back(arg);
-    CommandResult r = d.Cairn(run);
-    ASSERT_TRUE(r.Exited(0)) << r.Describe() << d.Log();
-    std::this_thread::sleep_for(1s);
-  }
   // The daemon's own state directory is hidden from the test (and so from the other node).
   static ::testing::AssertionResult Hidden(const DaemonProcess& d) {
     if (!fs::is_directory(d.state_dir()) || !fs::is_empty(d.state_dir())) {
@@ -53,7 +43,7 @@ TEST_F(PrivateNodesTest, ACheckpointFromTheStoreRunsOnANodeThatCannotSeeTheFirst
   EXPECT_TRUE(Hidden(b));
 
   std::string out = Dir() + "/py";
-  ASSERT_NO_FATAL_FAILURE(RunPython(a, out));
+  ASSERT_TRUE(RunPythonJob(a, out));
   json c = a.Json({"job", "checkpoint", "py", "--kill"})["checkpoint"];
   ASSERT_EQ(c["state"], "complete") << c.dump() << a.Log();
   ASSERT_TRUE(WaitState(a, "py", "killed"));
@@ -85,7 +75,7 @@ TEST_F(PrivateNodesTest, AJobMigratesThereAndBackBetweenNodesThatCannotSeeEachOt
   ASSERT_TRUE(b.Start());
 
   std::string out = Dir() + "/py";
-  ASSERT_NO_FATAL_FAILURE(RunPython(a, out, {"--checkpoint-every", "0", "--keep", "2"}));
+  ASSERT_TRUE(RunPythonJob(a, out, {"--checkpoint-every", "0", "--keep", "2"}));
   json there = a.Json({"job", "migrate", "py", "--to", addr_b});
   ASSERT_FALSE(there.is_null()) << a.Log() << b.Log();
   EXPECT_EQ(there["to_node"], b.node());
@@ -126,7 +116,7 @@ TEST_F(PrivateNodesTest, EveryHopOfAJobAcrossThreeNodesIsFreedWhereItLeft) {
   }
   DaemonProcess &a = *nodes[0], &b = *nodes[1], &c = *nodes[2];
   std::string out = Dir() + "/py";
-  ASSERT_NO_FATAL_FAILURE(RunPython(a, out, {"--checkpoint-every", "0"}));
+  ASSERT_TRUE(RunPythonJob(a, out, {"--checkpoint-every", "0"}));
   ASSERT_FALSE(a.Json({"job", "migrate", "py", "--to", addr[1]}).is_null()) << a.Log() << b.Log();
   ASSERT_FALSE(b.Json({"job", "migrate", "py", "--to", addr[2]}).is_null()) << b.Log() << c.Log();
   EXPECT_EQ(Job(c, "py")["state"], "running");
