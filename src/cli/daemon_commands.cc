@@ -342,11 +342,13 @@ int DaemonCommands::Run() {
   // A migration takes as long as the job's memory takes to move: it is waited for until its
   // outcome unless --timeout was given (the daemon bounds its own steps).
   bool wait_for_outcome = o.migrate->parsed() && o.migrate->get_option("--timeout")->count() == 0;
-  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  // When our own --timeout runs out (steady: a clock step must not make it look like the daemon's).
+  std::chrono::steady_clock::time_point our_deadline = std::chrono::steady_clock::time_point::max();
   auto ctx = [&](grpc::ClientContext& c) {
     if (!wait_for_outcome) {
-      deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-      c.set_deadline(deadline);
+      auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+      our_deadline = std::chrono::steady_clock::now() + timeout;
+      c.set_deadline(std::chrono::system_clock::now() + timeout);
     }
     if (!o.address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
   };
@@ -358,7 +360,7 @@ int DaemonCommands::Run() {
                                                                       : "; if its TCP port is in TLS, give --tls-ca"));
     }
     // Our own --timeout ran out (not the daemon's answer that something of its own took too long).
-    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && std::chrono::system_clock::now() >= deadline) {
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && std::chrono::steady_clock::now() + std::chrono::milliseconds(100) >= our_deadline) {
       return Fail(absl::StatusCode::kDeadlineExceeded,
                   absl::StrCat("cairnd at ", target, " did not answer within --timeout ", o.timeout_s,
                                " s: what was asked may still be going on there; follow it with `cairn job watch",

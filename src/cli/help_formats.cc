@@ -129,20 +129,22 @@ std::string Completion(const CLI::App& app, const std::string& shell) {
   if (shell == "zsh") out += "#compdef " + app.get_name() + "\nautoload -U +X bashcompinit && bashcompinit\n";
   absl::StrAppend(&out, "# ", app.get_name(), " completion, generated from its own command line (", app.get_name(),
                   " completion ", shell, ")\n");
-  absl::StrAppend(&out, "declare -A ", fn, "_subs=(\n");
+  // -g: bash-completion (and zsh's autoload) source this file inside a function, where a plain
+  // declare would make the tables local to it.
+  absl::StrAppend(&out, "declare -gA ", fn, "_subs=(\n");
   for (const auto& [path, words] : subs) absl::StrAppend(&out, "  [\"", path, "\"]=\"", words, "\"\n");
-  absl::StrAppend(&out, ")\ndeclare -A ", fn, "_opts=(\n");
+  absl::StrAppend(&out, ")\ndeclare -gA ", fn, "_opts=(\n");
   for (const auto& [path, words] : opts) absl::StrAppend(&out, "  [\"", path, "\"]=\"", words, "\"\n");
   absl::StrAppend(&out, ")\n", fn, "() {\n",
-                  "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" path=@ w i\n",
+                  "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" at=@ w i\n",  // (not `path`: zsh ties it to PATH)
                   "  for ((i = 1; i < COMP_CWORD; i++)); do\n",
                   "    w=\"${COMP_WORDS[i]}\"\n",
-                  "    if [[ \" ${", fn, "_subs[$path]} \" == *\" $w \"* ]]; then path=\"$path $w\"; fi\n",
+                  "    if [[ \" ${", fn, "_subs[$at]} \" == *\" $w \"* ]]; then at=\"$at $w\"; fi\n",
                   "  done\n",
                   "  if [[ \"$cur\" == -* ]]; then\n",
-                  "    COMPREPLY=($(compgen -W \"${", fn, "_opts[$path]}\" -- \"$cur\"))\n",
+                  "    COMPREPLY=($(compgen -W \"${", fn, "_opts[$at]}\" -- \"$cur\"))\n",
                   "  else\n",
-                  "    COMPREPLY=($(compgen -W \"${", fn, "_subs[$path]}\" -- \"$cur\"))\n",
+                  "    COMPREPLY=($(compgen -W \"${", fn, "_subs[$at]}\" -- \"$cur\"))\n",
                   "  fi\n",
                   "}\n",
                   "complete -o default -F ", fn, " ", app.get_name(), "\n");

@@ -32,13 +32,19 @@ struct Follower {
   off_t offset = 0;
 
   // Opens the log (it may not exist yet) and starts `lines` lines or about `bytes` bytes before
-  // its end, at a line's start (log_tail.h).
+  // its end, at a line's start (log_tail.h); neither: at its end.
   void Open(int64_t lines, int64_t bytes) {
     if (fd.valid()) return;
     fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return;
     struct stat st {};
     if (::fstat(fd.get(), &st) == 0) offset = LogTailOffset(fd.get(), st.st_size, lines, bytes);
+  }
+  // A log that appears after the attach began is followed from its start.
+  void OpenFromStart() {
+    if (fd.valid()) return;
+    fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    offset = 0;
   }
 
   // Sends what was appended since the last call; false when `send` refused (the caller is gone).
@@ -78,7 +84,7 @@ absl::Status Daemon::Attach(const std::string& name, int64_t tail_lines, int64_t
   for (;;) {
     bool sent = false;
     for (Follower& f : logs) {
-      f.Open(0, 0);  // a log that appears after we attached is followed from its start
+      f.OpenFromStart();
       if (!f.Pump(send, &sent)) return absl::OkStatus();
     }
     if (stop()) return absl::OkStatus();

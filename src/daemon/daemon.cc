@@ -114,7 +114,9 @@ Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
   if (!opts_.store) opts_.store = storage::LocalStore();
 }
 
-Daemon::~Daemon() = default;
+Daemon::~Daemon() {
+  if (gc_thread_.joinable()) gc_thread_.join();
+}
 
 // Jobs of several daemons on one machine must not share a cgroup or a registry entry: the
 // engine knows each job as NODE.JOB.
@@ -991,6 +993,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     s.job.set_start_time(ProcessStartTime(r->pid).value_or(0));
     s.job.set_ended(0);
     s.job.set_restores(s.job.restores() + 1);
+    s.job.set_cancelled(false);  // wanted again: its checkpoints are no longer gc's
     s.job.set_network_hold(r->network_hold);
     s.job.mutable_health()->Clear();
     s.job.mutable_health()->set_state("running");
@@ -1105,10 +1108,17 @@ void Daemon::Tick() {
   if (opts_.gc_interval_s > 0) {
     double now = MonoNow();
     if (next_gc_ == 0) next_gc_ = now + opts_.gc_interval_s;
-    if (now >= next_gc_) {
+    // On a thread of its own, one at a time: a store's deletions can take minutes, and the tick
+    // must go on (periodic and spot-notice checkpoints, health, migrations in doubt).
+    if (now >= next_gc_ && !gc_running_) {
       next_gc_ = now + opts_.gc_interval_s;
-      absl::StatusOr<api::CollectGarbageResponse> gc = CollectGarbage(/*dry_run=*/false);
-      if (!gc.ok()) CAIRN_LOG_WARN("gc failed: {}", gc.status().ToString());
+      if (gc_thread_.joinable()) gc_thread_.join();
+      gc_running_ = true;
+      gc_thread_ = std::thread([this] {
+        absl::StatusOr<api::CollectGarbageResponse> gc = CollectGarbage(/*dry_run=*/false);
+        if (!gc.ok()) CAIRN_LOG_WARN("gc failed: {}", gc.status().ToString());
+        gc_running_ = false;
+      });
     }
   }
 }

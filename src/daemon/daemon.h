@@ -32,6 +32,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <thread>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -257,6 +258,7 @@ class Daemon {
   std::vector<api::GarbageItem> CheckpointGarbage(const std::string& job, const std::string& why,
                                                   bool stored_need_newer);
   void RemoveGarbage(std::vector<api::GarbageItem>& items);
+  bool StillGarbage(const api::GarbageItem& item);  // checked again, under mu_, just before removal
   void Event(const std::string& job, const std::string& kind, const std::string& detail);
   absl::Status Persist(const api::Job& job);
   // Reaps the job if it ended. REQUIRES: mu_ held.
@@ -340,6 +342,8 @@ class Daemon {
   // Migrations being received (their checkpoint ids), until committed or abandoned.
   std::set<std::string> receiving_;  // GUARDED_BY(mu_)
   double next_gc_ = 0;               // monotonic seconds; the tick thread's
+  std::thread gc_thread_;            // the timer's collection (the tick thread's; joined at the end)
+  std::atomic<bool> gc_running_{false};
   // Migrations away from here under way, by job (MigrationProgress; migrate.cc).
   struct Progress {
     std::string phase;

@@ -58,7 +58,9 @@ std::vector<api::GarbageItem> Daemon::CheckpointGarbage(const std::string& job, 
     return a.created() != b.created() ? a.created() > b.created() : a.id() > b.id();  // children first
   });
   for (const api::Checkpoint& c : *cps) {
-    if (c.pinned() || c.state() == "writing") continue;
+    // (A rank's part of a group checkpoint stays: the group's consistent cut needs every part,
+    // and no single checkpoint of the rank replaces it.)
+    if (c.pinned() || c.state() == "writing" || !c.group_checkpoint().empty()) continue;
     bool stored = opts_.store->Remote() && c.location() != CheckpointDir(job) + "/" + c.id();
     std::string reason = why;
     if (stored && stored_need_newer) {
@@ -77,8 +79,25 @@ std::vector<api::GarbageItem> Daemon::CheckpointGarbage(const std::string& job, 
   return out;
 }
 
+bool Daemon::StillGarbage(const api::GarbageItem& item) {
+  // What was decided with the lock released (the store listed, …) is checked again: the job may
+  // have come back (restored, migrated back here), begun a checkpoint, restore or migration, or
+  // the checkpoint been pinned meanwhile.
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = jobs_.find(item.job());
+  if (it == jobs_.end() || it->second.busy || !Ended(it->second.job.state())) return false;
+  if (item.kind() == "cgroup") return true;
+  if (it->second.job.state() != "migrated" && !it->second.job.cancelled()) return false;
+  absl::StatusOr<std::optional<api::Checkpoint>> c = catalog_->GetCheckpoint(item.what());
+  return c.ok() && c->has_value() && !(*c)->pinned() && (*c)->state() != "writing";
+}
+
 void Daemon::RemoveGarbage(std::vector<api::GarbageItem>& items) {
   for (api::GarbageItem& item : items) {
+    if (!StillGarbage(item)) {
+      item.set_error("no longer garbage: the job or the checkpoint changed meanwhile (kept)");
+      continue;
+    }
     if (item.kind() == "checkpoint") {
       if (absl::Status st = DeleteCheckpoint(item.what()); !st.ok()) item.set_error(std::string(st.message()));
     } else if (item.kind() == "cgroup") {

@@ -2,6 +2,7 @@
 // keeps a catalog of their checkpoints and reports their health, over the gRPC API in
 // proto/daemon.proto on a root-only unix socket and, optionally, TCP with a token.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <linux/magic.h>
@@ -28,6 +29,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "cli/help_formats.h"
+#include "common/unique_fd.h"
 #include "common/grpc_server.h"
 #include "common/log.h"
 #include "common/server_socket.h"
@@ -59,6 +61,44 @@ int Fail(const absl::Status& s) {
 
 }  // namespace
 }  // namespace cairn::daemon
+
+// The config file a command line names (--config FILE or --config=FILE), else the default.
+static std::string ConfigPath(int argc, char** argv) {
+  std::string path = "/etc/cairn/cairnd.toml";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc) path = argv[i + 1];
+    if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+  }
+  return path;
+}
+
+// OK when `path` does not exist, or is a regular file (not a symlink) owned by root and writable
+// by root only, in a directory owned by root and writable by root only.
+static absl::Status CheckConfigFile(const std::string& path) {
+  cairn::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return cairn::ErrnoStatus(absl::StrCat("--config ", path, ": open (a symlink is refused: name the file itself)"));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return cairn::ErrnoStatus("--config " + path + ": fstat");
+  if (st.st_uid != 0 || (st.st_mode & 022) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "--config %s: a config file must be a regular file owned by root and writable by root only (it is owned "
+        "by uid %d, mode %04o); fix its owner and mode (chown root:root; chmod 644, or 600 when it names secrets)",
+        path, st.st_uid, st.st_mode & 07777));
+  }
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, std::max<size_t>(1, path.rfind('/')));
+  struct stat d {};
+  if (::stat(dir.c_str(), &d) != 0) return cairn::ErrnoStatus("--config " + path + ": stat its directory");
+  if (d.st_uid != 0 || (d.st_mode & 022) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "--config %s: its directory %s is owned by uid %d with mode %04o: another user could replace the file; "
+        "keep it in a directory of root's own (e.g. /etc/cairn)", path, dir, d.st_uid, d.st_mode & 07777));
+  }
+  return absl::OkStatus();
+}
 
 int main(int argc, char** argv) {
   using namespace cairn::daemon;
@@ -165,6 +205,10 @@ int main(int argc, char** argv) {
   app.allow_config_extras(CLI::config_extras_mode::error);
   bool manpage = false;
   app.add_flag("--manpage", manpage, "Print this manual page (roff) and exit");
+  // The file sets what a root daemon runs and trusts: only root may have written it, or be able
+  // to replace it. Checked before it is read (not a symlink; it and its directory root's and
+  // writable by root only).
+  if (absl::Status unsafe = CheckConfigFile(ConfigPath(argc, argv)); !unsafe.ok()) return Fail(unsafe);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
@@ -180,17 +224,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   cairn::InitLogging(verbose + 1);
-  // The file sets what a root daemon runs and trusts: only root may have written it.
-  if (std::string config = app.get_config_ptr()->as<std::string>(); !config.empty()) {
-    struct stat st {};
-    if (::stat(config.c_str(), &st) == 0 && (st.st_uid != 0 || (st.st_mode & 022) != 0 || !S_ISREG(st.st_mode))) {
-      return Fail(absl::PermissionDeniedError(absl::StrFormat(
-          "--config %s: a config file must be a regular file owned by root and writable by root only (it is owned "
-          "by uid %d, mode %04o); fix its owner and mode (chown root:root; chmod 644, or 600 when it names secrets)",
-          config, st.st_uid, st.st_mode & 07777)));
-    }
-  }
-
   if (::geteuid() != 0) {
     return Fail(absl::PermissionDeniedError("cairnd runs as root (it ptraces, creates namespaces and cgroups)"));
   }

@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <optional>
+#include <system_error>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -104,7 +106,15 @@ void MetricsServer::Loop() {
       }
       ++active_;
     }
-    std::thread([this, c] { Serve(c); }).detach();
+    try {
+      std::thread([this, c] { Serve(c); }).detach();
+    } catch (const std::system_error&) {  // no thread to be had: answered at once instead
+      SendAll(c, Response("503 Service Unavailable", "Retry-After: 1\r\n", "text/plain", "busy\n"));
+      ::close(c);
+      std::lock_guard<std::mutex> l(mu_);
+      --active_;
+      idle_.notify_all();
+    }
   }
   // The destructor returns only once every connection's thread is done with this object.
   std::unique_lock<std::mutex> l(mu_);
@@ -112,9 +122,15 @@ void MetricsServer::Loop() {
 }
 
 void MetricsServer::Serve(int c) {
+  // The whole request within 5 s (not per read: a client sending a byte now and then would hold
+  // its slot, and the daemon's shutdown, for hours).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   std::string req;
   char buf[2048];
   while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{c, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) != 1) break;
     ssize_t n = ::read(c, buf, sizeof buf);
     if (n <= 0) break;
     req.append(buf, static_cast<size_t>(n));

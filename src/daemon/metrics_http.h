@@ -1,8 +1,8 @@
 #pragma once
 // A minimal HTTP/1.0 server on a loopback port that answers `GET /metrics` with the daemon's
 // Prometheus text exposition (version 0.0.4) and 404 to anything else. Each connection is served
-// on a thread of its own (up to kMaxConnections at once; beyond, 503 at once), its request read
-// within 2 s: an idle or slow connection never holds up another scrape (one served at a time
+// on a thread of its own (up to kMaxConnections at once; beyond, 503 at once), its whole request
+// read within 5 s: an idle or slow connection never holds up another scrape (one served at a time
 // made two idle connections delay a scrape by 3.7 s). Not Debian's cpp-httplib: its build links
 // OpenSSL dynamically, a second copy beside the one cairnd links statically (link.static_deps).
 //

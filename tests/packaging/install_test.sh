@@ -33,7 +33,8 @@ rendered=$(groff -man -Tascii "$prefix/share/man/man8/cairnd.8" 2>/dev/null | co
 grep -qF -- "--gc-every" <<<"$rendered" || fail "cairnd(8) does not list --gc-every"
 
 # The completion completes subcommands and each one's options.
-got=$(bash -c 'source "$1"; COMP_WORDS=(cairn job ch); COMP_CWORD=2; _cairn; echo "${COMPREPLY[*]}"' _ \
+# (Sourced from inside a function, as bash-completion loads it.)
+got=$(bash -c 'load() { source "$1"; }; load "$1"; COMP_WORDS=(cairn job ch); COMP_CWORD=2; _cairn; echo "${COMPREPLY[*]}"' _ \
   "$prefix/share/bash-completion/completions/cairn")
 [ "$got" = checkpoint ] || fail "cairn job ch<TAB> gave '$got'"
 got=$(bash -c 'source "$1"; COMP_WORDS=(cairn gc --dr); COMP_CWORD=2; _cairn; echo "${COMPREPLY[*]}"' _ \

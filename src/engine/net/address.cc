@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/ip_prefix.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 
@@ -316,7 +317,11 @@ absl::StatusOr<bool> AddServiceAddress(const ServiceAddress& a) {
     return absl::InternalError(absl::StrCat("add service address ", Text(a), ": ", std::strerror(err),
                                             err == EPERM ? " (it needs CAP_NET_ADMIN in this network namespace)" : ""));
   }
-  RETURN_IF_ERROR(a.family == AF_INET ? Announce(a, index) : AnnounceV6(a, index));
+  // Best effort: the address is in place; a peer that missed the news finds it when its
+  // neighbour entry goes stale, a delay rather than a failure.
+  if (absl::Status st = a.family == AF_INET ? Announce(a, index) : AnnounceV6(a, index); !st.ok()) {
+    CAIRN_LOG_WARN("event=address_not_announced address={} error=\"{}\"", Text(a), st.ToString());
+  }
   return true;
 }
 

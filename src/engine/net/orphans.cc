@@ -7,8 +7,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -105,30 +108,66 @@ bool SameAddress(int family, const uint8_t* raw, const Bound& b) {
   return a == b.v6 || (!b.v4.empty() && a.substr(0, 12) == kMapped && a.substr(12) == b.v4);
 }
 
-// Destroys every orphan (no inode: no process's descriptor) in a closing state for which
-// `matches(family, id)` holds. Returns how many.
+// Whether this kernel's SOCK_DESTROY really ends an orphan that is not in TIME_WAIT. Before
+// Linux 6.11 ("tcp: fix forever orphan socket caused by tcp_abort"), tcp_abort() of an orphan
+// only purged its write queue: it stayed, with no retransmission left to time it out — holding
+// its tuple until reboot instead of a few minutes. There only TIME_WAIT sockets are destroyed.
+bool KernelEndsOrphans() {
+  static const bool ends = [] {
+    utsname u{};
+    int major = 0, minor = 0;
+    if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2) return false;
+    return major > 6 || (major == 6 && minor >= 11);
+  }();
+  return ends;
+}
+
+// The orphans (no inode: no process's descriptor) in a closing state for which `matches(family,
+// id)` holds, by family; with `blocked` set when a live listener matches (then the conflict is
+// that listener's, and nothing is destroyed).
+template <typename Matches>
+absl::Status FindOrphans(int nl, Matches matches, std::vector<std::pair<int, inet_diag_sockid>>* found,
+                         bool* blocked) {
+  for (int family : {AF_INET, AF_INET6}) {
+    Request dump = ClosingRequest(family, SOCK_DIAG_BY_FAMILY, NLM_F_DUMP);
+    dump.r.idiag_states = kClosingStates | 1u << TCP_LISTEN;
+    RETURN_IF_ERROR(Talk(nl, &dump, sizeof dump, [&](const nlmsghdr* h) {
+      const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      if (!matches(family, m->id)) return;
+      if (m->idiag_state == TCP_LISTEN) {
+        *blocked = true;
+        return;
+      }
+      if ((kClosingStates & 1u << m->idiag_state) == 0 || m->idiag_inode != 0) return;
+      if (m->idiag_state != TCP_TIME_WAIT && !KernelEndsOrphans()) return;
+      found->emplace_back(family, m->id);
+    }));
+  }
+  return absl::OkStatus();
+}
+
+// Destroys the orphans FindOrphans finds (none when a live listener is in the way), then looks
+// again: returns how many are really gone. An error is returned only when none went.
 template <typename Matches>
 absl::StatusOr<int> DestroyOrphans(Matches matches) {
   UniqueFd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
   if (!nl.valid()) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)");
-  int destroyed = 0;
-  for (int family : {AF_INET, AF_INET6}) {
-    Request dump = ClosingRequest(family, SOCK_DIAG_BY_FAMILY, NLM_F_DUMP);
-    std::vector<inet_diag_sockid> found;
-    RETURN_IF_ERROR(Talk(nl.get(), &dump, sizeof dump, [&](const nlmsghdr* h) {
-      const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
-      if ((kClosingStates & 1u << m->idiag_state) == 0 || m->idiag_inode != 0) return;
-      if (matches(family, m->id)) found.push_back(m->id);
-    }));
-    for (const inet_diag_sockid& id : found) {
-      Request kill = ClosingRequest(family, SOCK_DESTROY, NLM_F_ACK);
-      kill.r.id = id;
-      absl::Status st = Talk(nl.get(), &kill, sizeof kill, [](const nlmsghdr*) {});
-      if (!st.ok() && !absl::IsNotFound(st)) return st;  // ENOENT: it expired meanwhile
-      if (st.ok()) ++destroyed;
-    }
+  std::vector<std::pair<int, inet_diag_sockid>> found;
+  bool blocked = false;
+  RETURN_IF_ERROR(FindOrphans(nl.get(), matches, &found, &blocked));
+  if (blocked || found.empty()) return 0;
+  absl::Status first;
+  for (const auto& [family, id] : found) {
+    Request kill = ClosingRequest(family, SOCK_DESTROY, NLM_F_ACK);
+    kill.r.id = id;
+    absl::Status st = Talk(nl.get(), &kill, sizeof kill, [](const nlmsghdr*) {});
+    if (!st.ok() && !absl::IsNotFound(st) && first.ok()) first = st;  // ENOENT: it expired meanwhile
   }
-  return destroyed;
+  std::vector<std::pair<int, inet_diag_sockid>> left;
+  RETURN_IF_ERROR(FindOrphans(nl.get(), matches, &left, &blocked));
+  int gone = static_cast<int>(found.size()) - static_cast<int>(left.size());
+  if (gone <= 0 && !first.ok()) return first;
+  return std::max(gone, 0);
 }
 
 }  // namespace

@@ -11,8 +11,12 @@
 // restoring a rank on its own node within those minutes failed, where a restore on another host
 // has none of them. Here they are removed first (SOCK_DESTROY through sock_diag), which is what
 // restoring there would be. Only orphans (no socket inode: no descriptor of any process) in a
-// closing state: a socket a live process holds, a listener, an established connection still
-// make the bind or the connection fail, as they should.
+// closing state, and none while a live listener is in the way (the bind fails for it anyway): a
+// socket a live process holds, a listener, an established connection still make the bind or the
+// connection fail, as they should. Orphans other than TIME_WAIT only on Linux 6.11 or later:
+// before it SOCK_DESTROY left such an orphan in place for good (its retransmissions purged), so
+// there the restore fails as before, naming the address, until they time out. What is counted
+// as removed is what a second look no longer finds.
 
 #include <sys/socket.h>
 
