@@ -31,17 +31,20 @@ std::string SubnetText(const IpPrefix& p) {
 
 absl::StatusOr<IpPrefix> ParseIpPrefix(absl::string_view text) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "': ", why, "; write ADDR/PREFIX[@DEV]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "': ", why, " (write ADDR/PREFIX or ADDR/PREFIX@DEVICE, e.g. 10.0.0.5/24)"));
   };
   IpPrefix p;
   absl::string_view rest = text;
   if (size_t at = rest.find('@'); at != absl::string_view::npos) {
     p.device = std::string(rest.substr(at + 1));
     rest = rest.substr(0, at);
-    if (p.device.empty() || p.device.size() > 15 || p.device.find('/') != std::string::npos) return bad("not a device name");
+    if (p.device.empty() || p.device.size() > 15 || p.device.find('/') != std::string::npos) {
+      return bad("not a device name after '@'");
+    }
   }
   size_t slash = rest.find('/');
-  if (slash == absl::string_view::npos) return bad("no prefix length");
+  if (slash == absl::string_view::npos) return bad("no /PREFIX");
   std::string ip(rest.substr(0, slash));
   unsigned char buf[16];
   if (::inet_pton(AF_INET, ip.c_str(), buf) == 1) {

@@ -57,7 +57,7 @@ std::string CpuRejection(const Job& job, const Node& n) {
 std::string AddressRejection(const Job& job, const Node& n) {
   for (const std::string& text : job.spec.addresses) {
     absl::StatusOr<IpPrefix> a = ParseIpPrefix(text);
-    if (!a.ok()) continue;  // (checked at submit)
+    if (!a.ok()) continue;  // (refused at submit: CheckSubmittedJob parses each)
     if (std::string why = AddressMismatch(*a, n.spec.addresses, n.spec.devices); !why.empty()) return why;
   }
   return "";

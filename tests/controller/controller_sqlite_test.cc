@@ -476,6 +476,9 @@ TEST_F(ControllerSqliteTest, BadIdsAndNumbersAreRefusedByTheCliAndTheApi) {
       {{"--cpus=1", "--memory-mb=4611686018427387904"}, "memory_mb (--memory) 4611686018427387904"},
       {{"--cpus=1", "--memory=2000000T"}, "memory_mb (--memory) 2097152000000"},
       {{"--cpus=1", "--memory=lots"}, "--memory lots: not a size; write e.g. 512M or 2G"},
+      // (Shaped like an address, which the old check let through and placement then ignored.)
+      {{"--cpus=1", "--address=999.1.1.1/24"}, "address (--address) '999.1.1.1/24': not an IPv4 or IPv6 address"},
+      {{"--cpus=1", "--address=10.0.0.5/33"}, "'10.0.0.5/33': not a prefix length of that family"},
       {{"--cpus=1", "--memory=1G", "--memory-mb=5"}, "excludes"},
       {{"--cpus=1", "--checkpoint-bytes=-1"}, "checkpoint.bytes (--checkpoint-bytes) -1"},
       {{"--cpus=1", "--restore-time=nan"}, "checkpoint.restore_s (--restore-time) nan"},

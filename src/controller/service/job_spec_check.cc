@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cpu_levels.h"
+#include "common/ip_prefix.h"
 #include "common/status.h"
 #include "common/validate.h"
 
@@ -27,16 +28,15 @@ absl::Status CheckSubmittedJob(const api::JobSpec& s) {
   if (s.group().empty() && s.rank() != 0) {
     return absl::InvalidArgumentError("rank (--rank) is given without a group: add --group NAME");
   }
-  // The node daemon parses each (engine/net/address.h) and refuses one it cannot put on; here
-  // only their shape.
+  // Each must parse (placement reads them: common/ip_prefix.h); the node daemon refuses one it
+  // cannot put on (engine/net/address.h: loopback, multicast, ...).
   if (s.addresses_size() > 16) {
     return absl::InvalidArgumentError(absl::StrCat("addresses (--address): ", s.addresses_size(), " given; a job has at most 16"));
   }
   for (const std::string& a : s.addresses()) {
-    if (a.empty() || a.size() > 64 || a.find('/') == std::string::npos ||
-        a.find_first_not_of("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.:/@-_") != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("address (--address) `", a,
-                                                     "`: write ADDR/PREFIX or ADDR/PREFIX@DEVICE, e.g. 10.0.0.5/24"));
+    if (a.size() > 64) return absl::InvalidArgumentError(absl::StrCat("address (--address) `", a.substr(0, 64), "...`: too long"));
+    if (absl::StatusOr<IpPrefix> p = ParseIpPrefix(a); !p.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("address (--address) ", p.status().message()));
     }
   }
   RETURN_IF_ERROR(CheckNumber("cpus (--cpus)", s.cpus(), {0, kMaxCpus}));

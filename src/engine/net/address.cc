@@ -247,36 +247,13 @@ absl::StatusOr<int> InterfaceIn(const std::vector<Held>& held, const ServiceAddr
 }  // namespace
 
 absl::StatusOr<ServiceAddress> ParseServiceAddress(absl::string_view text) {
-  ServiceAddress a;
-  a.text = std::string(text);
+  absl::StatusOr<IpPrefix> p = ParseIpPrefix(text);
+  if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat("service address ", p.status().message()));
+  ServiceAddress a{p->family, p->addr, p->prefix, p->device, std::string(text)};
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("service address '", text, "': ", why, " (write ADDR/PREFIX or ADDR/PREFIX@DEVICE, e.g. 10.0.0.5/24)"));
+    return absl::InvalidArgumentError(absl::StrCat("service address '", text, "': ", why));
   };
-  absl::string_view rest = text;
-  if (size_t at = rest.find('@'); at != absl::string_view::npos) {
-    a.device = std::string(rest.substr(at + 1));
-    rest = rest.substr(0, at);
-    if (a.device.empty() || a.device.size() >= IF_NAMESIZE || a.device.find('/') != std::string::npos) {
-      return bad("not a device name after '@'");
-    }
-  }
-  size_t slash = rest.find('/');
-  if (slash == absl::string_view::npos) return bad("no /PREFIX");
-  std::string ip(rest.substr(0, slash));
-  if (!absl::SimpleAtoi(rest.substr(slash + 1), &a.prefix)) return bad("the prefix is not a number");
-  unsigned char raw[16];
-  if (::inet_pton(AF_INET, ip.c_str(), raw) == 1) {
-    a.family = AF_INET;
-    a.addr.assign(reinterpret_cast<char*>(raw), 4);
-  } else if (::inet_pton(AF_INET6, ip.c_str(), raw) == 1) {
-    a.family = AF_INET6;
-    a.addr.assign(reinterpret_cast<char*>(raw), 16);
-  } else {
-    return bad("not an IPv4 or IPv6 address");
-  }
-  int max = a.family == AF_INET ? 32 : 128;
-  if (a.prefix < 1 || a.prefix > max) return bad(absl::StrCat("the prefix must be 1 to ", max));
+  if (a.prefix < 1) return bad("the prefix must be at least 1");
   bool unspecified = a.addr == std::string(a.addr.size(), '\0');
   bool loopback = a.family == AF_INET ? static_cast<unsigned char>(a.addr[0]) == 127
                                       : a.addr == std::string(15, '\0') + '\x01';
