@@ -130,17 +130,26 @@ absl::StatusOr<std::vector<Held>> ListAddresses() {
 
 std::string Text(const ServiceAddress& a) { return a.text.empty() ? "(a service address)" : a.text; }
 
-// Two gratuitous ARP requests for `a` out of interface `index`: whoever has it cached learns
-// its new hardware address. Nothing to do on an interface without ARP (loopback, tunnels).
-absl::Status Announce(const ServiceAddress& a, int index) {
-  char name[IF_NAMESIZE] = {};
-  if (::if_indextoname(static_cast<unsigned>(index), name) == nullptr) return ErrnoStatus("if_indextoname");
+// Interface `index`'s name and Ethernet hardware address (6 bytes; empty when it has none:
+// loopback, tunnels — nothing to announce there).
+absl::Status EthernetOf(int index, std::string* name, std::string* mac) {
+  char buf[IF_NAMESIZE] = {};
+  if (::if_indextoname(static_cast<unsigned>(index), buf) == nullptr) return ErrnoStatus("if_indextoname");
+  *name = buf;
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, buf, IF_NAMESIZE);  // IF_NAMESIZE bytes, NUL-terminated
+  if (!s.valid() || ::ioctl(s.get(), SIOCGIFHWADDR, &ifr) != 0) return ErrnoStatus("SIOCGIFHWADDR " + *name);
+  mac->clear();
+  if (ifr.ifr_hwaddr.sa_family == ARPHRD_ETHER) mac->assign(ifr.ifr_hwaddr.sa_data, 6);
+  return absl::OkStatus();
+}
+
+// Two gratuitous ARP requests for IPv4 address `a` out of interface `index` (`name`, hardware
+// address `mac`): whoever has it cached learns its new hardware address.
+absl::Status AnnounceV4(const ServiceAddress& a, int index, const std::string& name, const std::string& mac) {
   UniqueFd s(::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_ARP)));
   if (!s.valid()) return ErrnoStatus("socket(AF_PACKET) to announce " + Text(a));
-  ifreq ifr{};
-  std::memcpy(ifr.ifr_name, name, IF_NAMESIZE);  // name: IF_NAMESIZE bytes, NUL-terminated
-  if (::ioctl(s.get(), SIOCGIFHWADDR, &ifr) != 0) return ErrnoStatus(absl::StrCat("SIOCGIFHWADDR ", name));
-  if (ifr.ifr_hwaddr.sa_family != ARPHRD_ETHER) return absl::OkStatus();
   struct __attribute__((packed)) {
     arphdr h;
     unsigned char sha[6];
@@ -153,7 +162,7 @@ absl::Status Announce(const ServiceAddress& a, int index) {
   pkt.h.ar_hln = 6;
   pkt.h.ar_pln = 4;
   pkt.h.ar_op = htons(ARPOP_REQUEST);
-  std::memcpy(pkt.sha, ifr.ifr_hwaddr.sa_data, 6);
+  std::memcpy(pkt.sha, mac.data(), 6);
   std::memcpy(pkt.spa, a.addr.data(), 4);
   std::memcpy(pkt.tpa, a.addr.data(), 4);
   sockaddr_ll to{};
@@ -175,17 +184,8 @@ absl::Status Announce(const ServiceAddress& a, int index) {
 // target's: peers that have the address cached update the entry at once (to STALE, confirmed on
 // their next packet), where they would otherwise keep sending to the old node until neighbour
 // unreachability detection gave up on it. Sent from `a` itself (usable at once: added without
-// DAD), hop limit 255 as receivers require. Nothing to do on an interface without Ethernet.
-absl::Status AnnounceV6(const ServiceAddress& a, int index) {
-  char name[IF_NAMESIZE] = {};
-  if (::if_indextoname(static_cast<unsigned>(index), name) == nullptr) return ErrnoStatus("if_indextoname");
-  UniqueFd probe(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  ifreq ifr{};
-  std::memcpy(ifr.ifr_name, name, IF_NAMESIZE);
-  if (!probe.valid() || ::ioctl(probe.get(), SIOCGIFHWADDR, &ifr) != 0) {
-    return ErrnoStatus(absl::StrCat("SIOCGIFHWADDR ", name));
-  }
-  if (ifr.ifr_hwaddr.sa_family != ARPHRD_ETHER) return absl::OkStatus();
+// DAD), hop limit 255 as receivers require.
+absl::Status AnnounceV6(const ServiceAddress& a, int index, const std::string& name, const std::string& mac) {
   UniqueFd s(::socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMPV6));
   if (!s.valid()) return ErrnoStatus("socket(ICMPv6) to announce " + Text(a));
   int hops = 255;
@@ -208,7 +208,7 @@ absl::Status AnnounceV6(const ServiceAddress& a, int index) {
   std::memcpy(&pkt.na.nd_na_target, a.addr.data(), 16);
   pkt.opt.nd_opt_type = ND_OPT_TARGET_LINKADDR;
   pkt.opt.nd_opt_len = 1;  // in units of 8 bytes: the header and the 6-byte address
-  std::memcpy(pkt.mac, ifr.ifr_hwaddr.sa_data, 6);
+  std::memcpy(pkt.mac, mac.data(), 6);
   sockaddr_in6 to{};
   to.sin6_family = AF_INET6;
   ::inet_pton(AF_INET6, "ff02::1", &to.sin6_addr);
@@ -219,6 +219,14 @@ absl::Status AnnounceV6(const ServiceAddress& a, int index) {
     }
   }
   return absl::OkStatus();
+}
+
+// Announces `a`, just put on interface `index`, to its link (AnnounceV4, AnnounceV6).
+absl::Status Announce(const ServiceAddress& a, int index) {
+  std::string name, mac;
+  RETURN_IF_ERROR(EthernetOf(index, &name, &mac));
+  if (mac.empty()) return absl::OkStatus();
+  return a.family == AF_INET ? AnnounceV4(a, index, name, mac) : AnnounceV6(a, index, name, mac);
 }
 
 // InterfaceFor, given what ListAddresses says is here.
@@ -296,7 +304,7 @@ absl::StatusOr<bool> AddServiceAddress(const ServiceAddress& a) {
   }
   // Best effort: the address is in place; a peer that missed the news finds it when its
   // neighbour entry goes stale, a delay rather than a failure.
-  if (absl::Status st = a.family == AF_INET ? Announce(a, index) : AnnounceV6(a, index); !st.ok()) {
+  if (absl::Status st = Announce(a, index); !st.ok()) {
     CAIRN_LOG_WARN("event=address_not_announced address={} error=\"{}\"", Text(a), st.ToString());
   }
   return true;
