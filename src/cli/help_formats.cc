@@ -38,15 +38,12 @@ std::string Roff(const std::string& text) {
   return fixed;
 }
 
+// Every subcommand (get_subcommands() without a filter gives only those parsed).
 std::vector<const CLI::App*> Subcommands(const CLI::App& app) {
-  std::vector<const CLI::App*> out;
-  for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) out.push_back(s);
-  return out;
+  return app.get_subcommands([](const CLI::App*) { return true; });
 }
 
-std::vector<const CLI::Option*> Options(const CLI::App& app) {
-  return app.get_options([](const CLI::Option*) { return true; });
-}
+std::vector<const CLI::Option*> Options(const CLI::App& app) { return app.get_options(); }
 
 // "-v, --verbose", "--dir DIR", or for a positional "JOB".
 std::string OptionName(const CLI::Option& o) {

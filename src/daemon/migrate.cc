@@ -21,6 +21,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -346,14 +347,10 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     std::lock_guard<std::mutex> l(progress_mu_);
     progress_[name] = {"connecting to " + req.to(), 0, job.health().memory_bytes(), MonoNow(), false};
   }
-  struct ProgressDone {
-    Daemon* d;
-    std::string name;
-    ~ProgressDone() {
-      std::lock_guard<std::mutex> l(d->progress_mu_);
-      d->progress_.erase(name);
-    }
-  } progress_done{this, name};
+  absl::Cleanup progress_done = [this, &name] {
+    std::lock_guard<std::mutex> l(progress_mu_);
+    progress_.erase(name);
+  };
   // Until the destination commits, the record of the migration (Job.migration) is what a
   // restarted daemon goes by: cleared when the migration is called off.
   auto release = [&] {
