@@ -16,6 +16,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -108,7 +109,8 @@ void Daemon::RemoveGarbage(std::vector<api::GarbageItem>& items) {
 }
 
 absl::StatusOr<api::CollectGarbageResponse> Daemon::CollectGarbage(bool dry_run) {
-  std::vector<std::pair<std::string, std::string>> migrated, cancelled;  // job, where it went
+  std::vector<std::pair<std::string, std::string>> migrated;  // job, where it went
+  std::vector<std::string> cancelled;
   std::vector<api::GarbageItem> items;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -127,24 +129,21 @@ absl::StatusOr<api::CollectGarbageResponse> Daemon::CollectGarbage(bool dry_run)
         items.push_back(std::move(item));
       }
       if (s.job.cancelled()) {
-        cancelled.emplace_back(name, "");
+        cancelled.push_back(name);
       } else if (state == "migrated") {
         migrated.emplace_back(name, s.job.health().detail());
       }
     }
   }
+  auto add = [&items](std::vector<api::GarbageItem> more) {
+    items.insert(items.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  };
   for (const auto& [name, where] : migrated) {
-    for (api::GarbageItem& item : CheckpointGarbage(
-             name, absl::StrCat("the job ", where.empty() ? "migrated away" : where, "; its record here cannot restore it"),
-             /*stored_need_newer=*/true)) {
-      items.push_back(std::move(item));
-    }
+    add(CheckpointGarbage(
+        name, absl::StrCat("the job ", where.empty() ? "migrated away" : where, "; its record here cannot restore it"),
+        /*stored_need_newer=*/true));
   }
-  for (const auto& [name, unused] : cancelled) {
-    for (api::GarbageItem& item : CheckpointGarbage(name, "the job was cancelled", /*stored_need_newer=*/false)) {
-      items.push_back(std::move(item));
-    }
-  }
+  for (const std::string& name : cancelled) add(CheckpointGarbage(name, "the job was cancelled", /*stored_need_newer=*/false));
   if (!dry_run) RemoveGarbage(items);
   api::CollectGarbageResponse r;
   r.set_dry_run(dry_run);
