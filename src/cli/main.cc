@@ -568,6 +568,8 @@ int main(int argc, char** argv) {
   lazy_pages->add_option("--uffd", lazy_opts.uffd)->required();
   lazy_pages->add_option("--ready-fd", lazy_opts.ready_fd)->required();
   lazy_pages->add_option("--go-fd", lazy_opts.go_fd)->required();
+  lazy_pages->add_option("--fuse-read-fd", lazy_opts.fuse_read);
+  lazy_pages->add_option("--fuse-write-fd", lazy_opts.fuse_write);
 
   auto* inspect = app.add_subcommand("inspect", "Show what a checkpoint holds and verify every checksum");
   inspect->add_option("dir", dir, "Checkpoint directory")->required();

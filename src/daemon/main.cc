@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
     sub->add_option("--uffd", h.uffd)->required();
     sub->add_option("--ready-fd", h.ready_fd)->required();
     sub->add_option("--go-fd", h.go_fd)->required();
+    sub->add_option("--fuse-read-fd", h.fuse_read);
+    sub->add_option("--fuse-write-fd", h.fuse_write);
     CLI11_PARSE(lazy, argc, argv);
     cairn::InitLogging(v);
     absl::Status s = cairn::lazy::ServePages(h);

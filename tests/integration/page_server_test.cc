@@ -5,6 +5,7 @@
 // server dying mid-way (the process is killed, never left running with missing memory), a wrong
 // token, an unreachable server, and a server started on bad input.
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -18,6 +19,7 @@
 #include <regex>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "harness.h"
 
 namespace cairn::testing {
@@ -121,6 +123,73 @@ class PageServerTest : public CairnTest {
     EXPECT_TRUE(ServerFinished(s));
   }
 
+  // The page handler of `pid` and its watcher (a fork of it: the same command line; named
+  // cairn-lazywatch once it has run that far), started with CAIRN_LAZY_EXEC: the handler is the
+  // one whose parent is not one of them. 0 for one not found.
+  static std::pair<pid_t, pid_t> HandlerAndWatcherOf(pid_t pid) {
+    std::map<pid_t, pid_t> found;  // pid -> parent
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmd = ReadFile(e.path() / "cmdline");
+      if (cmd.find("lazy-pages") == std::string::npos ||
+          cmd.find(std::string("--pid") + '\0' + std::to_string(pid) + '\0') == std::string::npos) {
+        continue;
+      }
+      std::string stat = ReadFile(e.path() / "stat");
+      size_t close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      found[std::stoi(name)] = std::atoi(stat.c_str() + close + 4);  // ") S PPID"
+    }
+    pid_t handler = 0, watcher = 0;
+    for (const auto& [p, parent] : found) {
+      if (found.count(parent) == 0) handler = p;
+    }
+    for (const auto& [p, parent] : found) {
+      if (parent == handler) watcher = p;
+    }
+    return {handler, watcher};
+  }
+
+  // A `cairn run` job of `workload` (the JobTest conventions: state in TMP/state, the job's
+  // logs in TMP/job, its work directory TMP/work), checkpointed with `dump --job` into
+  // TMP/ckpt once ready; the job is gone after it.
+  struct LazyJob {
+    std::string name, state, work, logs, ckpt;
+    CommandOptions env;
+  };
+  ::testing::AssertionResult RunAndDumpJob(const std::string& name, const std::string& workload, LazyJob* j) {
+    j->name = name;
+    j->state = *temp_ / "state";
+    j->work = *temp_ / "work";
+    j->logs = *temp_ / "job";
+    j->ckpt = *temp_ / "ckpt";
+    ::mkdir(j->work.c_str(), 0755);
+    j->env = WithEnv({"CAIRN_STATE_DIR=" + j->state, "CAIRN_LAZY_EXEC=1"});
+    CommandResult run = RunCommand({CAIRN_BIN, "run", "--name", name, "--dir", j->logs, "--", WorkloadPath(workload),
+                                    j->work}, temp_->path(), j->env);
+    if (!run.Exited(0)) return ::testing::AssertionFailure() << "cairn run: " << run.Describe();
+    for (int i = 0; i < 1000 && !Exists(j->work + "/ready"); ++i) std::this_thread::sleep_for(20ms);
+    if (!Exists(j->work + "/ready")) return ::testing::AssertionFailure() << "the job never got ready";
+    pid_t init = InitOf(*j);
+    CommandResult dump = RunCommand({CAIRN_BIN, "dump", "--job", name, "--dir", j->ckpt}, temp_->path(), j->env);
+    if (!dump.Exited(0)) return ::testing::AssertionFailure() << "dump --job: " << dump.Describe();
+    if (!WaitGone(init, 10s).gone) return ::testing::AssertionFailure() << "the job's init runs on after its dump";
+    return ::testing::AssertionSuccess();
+  }
+  static pid_t InitOf(const LazyJob& j) {
+    std::string text = ReadFile(j.state + "/jobs/" + j.name + ".job");
+    std::string v = LineStartingWith(text, "host_pid=");
+    return v.size() > 9 ? std::atoi(v.c_str() + 9) : 0;
+  }
+  // The command of the job whose init is `init`: the init's one child.
+  static pid_t CommandOf(pid_t init) {
+    std::ifstream in("/proc/" + std::to_string(init) + "/task/" + std::to_string(init) + "/children");
+    pid_t child = 0;
+    in >> child;
+    return child;
+  }
+
   int servers_ = 0;
 };
 
@@ -221,26 +290,7 @@ TEST_F(PageServerTest, HandlerKilledMidwayKillsTheProcessInsteadOfLeavingZeros) 
   CommandResult restore = RestoreDetachedTo(s, token, err_path, w.workdir(), /*exec_handler=*/true);
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << ReadFile(err_path);
   ASSERT_TRUE(IsAlive(w.pid())) << "the process must run before all its pages are in";
-  // The handler, and its watcher (a fork of it: the same command line; named cairn-lazywatch
-  // once it has run that far): the handler is the one whose parent is not one of them.
-  std::map<pid_t, pid_t> found;  // pid -> parent
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = ReadFile(e.path() / "cmdline");
-    if (cmd.find("lazy-pages") == std::string::npos ||
-        cmd.find(std::string("--pid") + '\0' + std::to_string(w.pid()) + '\0') == std::string::npos) {
-      continue;
-    }
-    std::string stat = ReadFile(e.path() / "stat");
-    size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    found[std::stoi(name)] = std::atoi(stat.c_str() + close + 4);  // ") S PPID"
-  }
-  pid_t handler = 0;
-  for (const auto& [pid, parent] : found) {
-    if (found.count(parent) == 0) handler = pid;
-  }
+  auto [handler, watcher] = HandlerAndWatcherOf(w.pid());
   ASSERT_GT(handler, 0) << "no page handler found for pid " << w.pid();
   ASSERT_EQ(::kill(handler, SIGKILL), 0);
   std::string err;
@@ -248,6 +298,78 @@ TEST_F(PageServerTest, HandlerKilledMidwayKillsTheProcessInsteadOfLeavingZeros) 
   EXPECT_TRUE(Matches(err, "page handler died before every page was in")) << err;
   EXPECT_EQ(w.Stdout().find("PASS"), std::string::npos) << w.Describe();
   ::kill(s.pid, SIGKILL);
+}
+
+// A job's lazily restored command has a fuse (engine/lazy/fuse.h) that its init holds: with the
+// page handler and its watcher SIGKILLed together, nothing of cairn's is left to kill the process,
+// and the kernel does. Without the fuse the command would wait for its go file with missing
+// pages (and then read zeros where its data was); here it dies at once, and so the job.
+TEST_F(PageServerTest, AJobWhoseHandlerAndWatcherAreKilledTogetherDiesInsteadOfReadingZeros) {
+  BecomeSubreaper();
+  LazyJob j;
+  ASSERT_TRUE(RunAndDumpJob("lz-fuse", "wl_mmap_anon", &j));
+  std::string token = Token("token", "page-server-test-token-0123456789");
+  Server s;
+  // 1 MiB/s: 16 s for the big area. The job's checkpoint is sealed with its state directory's key.
+  ASSERT_TRUE(StartServer(j.ckpt, token, &s, {"--max-rate", "1024", "--image-key", j.state + "/image.key"}));
+  CommandResult restore = RunCommand({CAIRN_BIN, "restore", "--lazy", "--detach", "--page-server", s.addr,
+                                      "--token-file", token}, temp_->path(), j.env);
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  pid_t init = InitOf(j);
+  ASSERT_TRUE(IsAlive(init)) << restore.Describe();
+  pid_t command = CommandOf(init);
+  ASSERT_GT(command, 0);
+  // The fuse as the job's init holds it: a pipe's read end, armed (O_ASYNC), at the first fuse fd.
+  std::string fuse = "/proc/" + std::to_string(init) + "/fd/1000";
+  std::error_code ec;
+  EXPECT_TRUE(absl::StartsWith(fs::read_symlink(fuse, ec).string(), "pipe:")) << fuse << ": " << ec.message();
+  std::string flags = LineStartingWith(ReadFile("/proc/" + std::to_string(init) + "/fdinfo/1000"), "flags:");
+  EXPECT_NE(std::strtoul(flags.substr(6).c_str(), nullptr, 8) & O_ASYNC, 0u) << flags;
+  auto [handler, watcher] = HandlerAndWatcherOf(command);
+  ASSERT_GT(handler, 0) << "no page handler found for pid " << command;
+  ASSERT_GT(watcher, 0) << "no watcher found for the page handler " << handler;
+  ASSERT_EQ(::kill(watcher, SIGKILL), 0);
+  ASSERT_EQ(::kill(handler, SIGKILL), 0);
+  EXPECT_TRUE(WaitGone(command, 10s).gone) << "the job's command runs on with its page handler and watcher gone";
+  // The init (this test's child once the restorer has exited: a subreaper) ends with its
+  // command's status: killed by SIGKILL, not by the SIGSEGV of reading zeros.
+  Ending end = WaitGone(init, 10s);
+  EXPECT_TRUE(end.ExitedWith(128 + SIGKILL)) << "the job's init: " << end.Describe();
+  EXPECT_EQ(ReadFile(j.logs + "/stdout.log").find("PASS"), std::string::npos);
+  ::kill(s.pid, SIGKILL);
+}
+
+// The other side of the fuse: once every page is in, the handler disarms it and exits, and the
+// job runs on; the init's fuse is not part of the job's next checkpoint, which restores whole
+// and finishes.
+TEST_F(PageServerTest, AJobLazilyRestoredRunsOnAfterItsPagesAreInAndCheckpointsAgain) {
+  LazyJob j;
+  ASSERT_TRUE(RunAndDumpJob("lz-on", "wl_mmap_anon", &j));
+  CommandResult restore = RunCommand({CAIRN_BIN, "restore", "--lazy", "--detach", "--dir", j.ckpt}, temp_->path(), j.env);
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe();
+  pid_t init = InitOf(j);
+  pid_t command = CommandOf(init);
+  ASSERT_GT(command, 0);
+  EXPECT_TRUE(Exists("/proc/" + std::to_string(init) + "/fd/1000")) << "no fuse in the job's init";
+  for (int i = 0; i < 1500 && HandlerAndWatcherOf(command).first != 0; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(HandlerAndWatcherOf(command).first, 0) << "the page handler never finished";
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(IsAlive(command)) << "the job's command died once its page handler had finished: "
+                                << ReadFile(j.logs + "/stderr.log");
+  std::string flags = LineStartingWith(ReadFile("/proc/" + std::to_string(init) + "/fdinfo/1000"), "flags:");
+  EXPECT_EQ(std::strtoul(flags.substr(6).c_str(), nullptr, 8) & O_ASYNC, 0u) << "fuse still armed: " << flags;
+
+  std::string again = *temp_ / "ckpt2";
+  CommandResult dump = RunCommand({CAIRN_BIN, "dump", "--job", j.name, "--dir", again}, temp_->path(), j.env);
+  ASSERT_TRUE(dump.Exited(0)) << dump.Describe();
+  ASSERT_TRUE(WaitGone(init, 10s).gone);
+  CommandResult eager = RunCommand({CAIRN_BIN, "restore", "--verify", "--detach", "--dir", again}, temp_->path(), j.env);
+  ASSERT_TRUE(eager.Exited(0)) << eager.Describe();
+  init = InitOf(j);
+  EXPECT_FALSE(Exists("/proc/" + std::to_string(init) + "/fd/1000")) << "the old fuse came back with the job";
+  WriteFileAtomic(j.work + "/go", "");
+  EXPECT_TRUE(WaitGone(init, 60s).gone) << "the restored job did not finish";
+  EXPECT_EQ(LastLine(ReadFile(j.logs + "/stdout.log")), "PASS") << ReadFile(j.logs + "/stderr.log");
 }
 
 // Same, attached: `cairn restore` waits for the process and must exit non-zero.

@@ -34,6 +34,7 @@
 #include "engine/dump/inotify.h"
 #include "engine/dump/scratch_files.h"
 #include "engine/dump/sockets.h"
+#include "engine/lazy/fuse.h"
 #include "engine/proc/pidfd.h"
 #include "engine/proc/pty.h"
 #include "engine/proc/stat.h"
@@ -674,8 +675,13 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
   std::vector<std::vector<proc::FdInfo>> all(pids.size());
   for (size_t i = 0; i < pids.size(); ++i) {
     ASSIGN_OR_RETURN(all[i], proc::ReadFds(pids[i]));
-    // cairn's own write tracker is not the process's: neither saved nor restored.
-    std::erase_if(all[i], [](const proc::FdInfo& info) { return IsTrackerFd(info); });
+    // cairn's own write tracker is not the process's: neither saved nor restored. Nor are the
+    // fuses a job's init holds for a lazy restore (lazy/fuse.h).
+    std::string comm;
+    if (std::any_of(all[i].begin(), all[i].end(), [](const proc::FdInfo& f) { return f.fd >= lazy::kFirstFuseFd; })) {
+      if (auto st = proc::ReadStat(pids[i]); st.ok()) comm = st->comm;
+    }
+    std::erase_if(all[i], [&](const proc::FdInfo& info) { return IsTrackerFd(info) || lazy::IsFuseFd(comm, info.fd); });
   }
   std::set<uint64_t> tree_sockets;  // every socket inode the tree holds
   std::vector<TreeSockets::SocketFd> socket_fds;

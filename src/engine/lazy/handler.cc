@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -30,6 +31,7 @@
 #include "common/unique_fd.h"
 #include "engine/dump/tracker.h"
 #include "engine/image/chain.h"
+#include "engine/lazy/fuse.h"
 #include "engine/lazy/lazy_areas.h"
 #include "engine/lazy/page_client.h"
 
@@ -102,12 +104,13 @@ void KillTree(pid_t pid, int depth);
 // died with pages missing, the process would run on with wrong memory and never know. With the
 // watcher's reference the ranges stay registered (a fault on a missing page waits), and the
 // watcher, seeing the handler gone (end of file on their socket) without its "finished",
-// kills the process and says why. What it cannot cover: the watcher killed together with the
-// handler (a SIGKILL aimed at both).
+// kills the process and says why. What it cannot cover alone: the watcher killed together with
+// the handler (a SIGKILL aimed at both); the fuse it holds with the handler covers that in a job.
 class Watcher {
  public:
-  // Forks the watcher, which holds `uffd` and watches `pid` (its start time taken now).
-  absl::Status Start(int uffd, pid_t pid) {
+  // Forks the watcher, which holds `uffd` (and `fuse`, the fuse's write end, if not -1) and
+  // watches `pid` (its start time taken now).
+  absl::Status Start(int uffd, int fuse, pid_t pid) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return ErrnoStatus("socketpair (watcher)");
     uint64_t start = dump::ProcessStartTime(pid).value_or(0);
@@ -120,13 +123,18 @@ class Watcher {
     if (child == 0) {
       for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) ::signal(sig, SIG_IGN);
       ::prctl(PR_SET_NAME, "cairn-lazywatch", 0, 0, 0);
-      // Keeps only its socket, the userfaultfd and stdin/out/err.
-      int sock = sv[1], fd = uffd;
-      int lo = std::min(sock, fd), hi = std::max(sock, fd);
-      if (lo > 3) ::syscall(SYS_close_range, 3, lo - 1, 0);
-      if (hi > lo + 1) ::syscall(SYS_close_range, lo + 1, hi - 1, 0);
-      ::syscall(SYS_close_range, hi + 1, ~0U, 0);
-      std::vector<int> held = {fd};
+      // Keeps only its socket, the userfaultfd, the fuse and stdin/out/err.
+      int sock = sv[1];
+      std::vector<int> keep = {sock, uffd};
+      if (fuse >= 0) keep.push_back(fuse);
+      std::sort(keep.begin(), keep.end());
+      unsigned from = 3;
+      for (int k : keep) {
+        if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0);
+        from = std::max(from, static_cast<unsigned>(k) + 1);
+      }
+      ::syscall(SYS_close_range, from, ~0U, 0);
+      std::vector<int> held = {uffd};
       ::_exit(Watch(sock, pid, start, &held));
     }
     ::close(sv[1]);
@@ -478,7 +486,7 @@ absl::Status Handler::HandleEvents(Ctx& c, bool* had) {
 absl::Status Handler::Run() {
   auto t0 = std::chrono::steady_clock::now();
   absl::Status s = Setup();
-  if (s.ok()) s = watcher_.Start(ctxs_[0]->fd.get(), opts_.pid);
+  if (s.ok()) s = watcher_.Start(ctxs_[0]->fd.get(), opts_.fuse_write, opts_.pid);
   if (!s.ok()) {
     ::close(opts_.ready_fd);
     return s;
@@ -535,6 +543,9 @@ absl::Status Handler::Run() {
       break;
     }
   }
+  // Every page is in: the process no longer needs its fuse (disarmed before either holder of
+  // its write end may exit).
+  if (opts_.fuse_read >= 0) DisarmFuse(opts_.fuse_read);
   watcher_.Finished();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CAIRN_LOG_INFO("event=lazy_done pid={} bytes={} faults={} seconds={:.3f}", opts_.pid, copied_, faults_, secs);

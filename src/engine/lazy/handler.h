@@ -26,7 +26,8 @@
 // If the handler itself dies (killed) before every page is in, its watcher — a child that
 // holds a second reference to each userfaultfd, named cairn-lazywatch — keeps the missing
 // pages missing (a fault waits instead of reading zeros) and kills the process, saying why.
-// Only a SIGKILL of both at once escapes that.
+// A SIGKILL of both at once escapes that, except in a job: there the process's fuse
+// (lazy/fuse.h) has the kernel kill it once neither holds its write end any more.
 
 #include <sys/types.h>
 
@@ -44,6 +45,9 @@ struct HandlerOptions {
   int uffd = -1;      // the userfaultfd, inherited
   int ready_fd = -1;  // one byte is written here once the image is open
   int go_fd = -1;     // end of file here: the process runs, prefetch may start
+  // The process's fuse (lazy/fuse.h), if it has one: held by the handler and its watcher,
+  // disarmed through fuse_read once every page is in.
+  int fuse_read = -1, fuse_write = -1;
 };
 
 // Serves pages until every saved page is in (OK) or a page cannot be delivered (the

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/lazy/fuse.h"
 #include "engine/lazy/handler.h"
 #include "engine/proc/pidfd.h"
 
@@ -104,8 +105,13 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   UniqueFd go_r(go[0]), go_w(go[1]);
   UniqueFd ufd_keep(::fcntl(local->get(), F_DUPFD_CLOEXEC, 3));
   if (!ufd_keep.valid()) return ErrnoStatus("dup userfaultfd");
+  Fuse fuse;
+  if (handlers->fuse_holder > 0) {
+    ASSIGN_OR_RETURN(fuse, MakeFuseIn(handlers->fuse_holder, kFirstFuseFd + handlers->fuses++, host_pid));
+  }
   std::string ufd_s = std::to_string(ufd_keep.get()), ready_s = std::to_string(ready_w.get()),
-              go_s = std::to_string(go_r.get());
+              go_s = std::to_string(go_r.get()), fuse_r_s = std::to_string(fuse.read.get()),
+              fuse_w_s = std::to_string(fuse.write.get());
   const char* v_flag = verbosity >= 2 ? "-vv" : verbosity == 1 ? "-v" : nullptr;
   std::vector<const char*> argv = {exe};
   if (v_flag) argv.push_back(v_flag);
@@ -118,6 +124,9 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   for (const char* a : {"--pid", pid_s.c_str(), "--image-pid",
                         image_pid_s.c_str(), "--uffd", ufd_s.c_str(), "--ready-fd", ready_s.c_str(), "--go-fd", go_s.c_str()}) {
     argv.push_back(a);
+  }
+  if (fuse.read.valid()) {
+    argv.insert(argv.end(), {"--fuse-read-fd", fuse_r_s.c_str(), "--fuse-write-fd", fuse_w_s.c_str()});
   }
   argv.push_back(nullptr);
   // A single-threaded restorer forks the handler without exec: no second start of the cairn
@@ -132,6 +141,8 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   hopts.uffd = ufd_keep.get();
   hopts.ready_fd = ready_w.get();
   hopts.go_fd = go_r.get();
+  hopts.fuse_read = fuse.read.get();
+  hopts.fuse_write = fuse.write.get();
   pid_t mid = ::fork();
   if (mid < 0) return ErrnoStatus("fork (page handler)");
   if (mid == 0) {
@@ -141,7 +152,9 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
     if (no_exec) {
       // Nothing of the restorer's may stay open here (a pipe end held by the handler would keep
       // a restored reader from ever seeing end of file), and nothing of it may run at exit.
-      CloseAllBut({ufd_keep.get(), ready_w.get(), go_r.get()});
+      std::vector<int> keep = {ufd_keep.get(), ready_w.get(), go_r.get()};
+      if (fuse.read.valid()) keep.insert(keep.end(), {fuse.read.get(), fuse.write.get()});
+      CloseAllBut(keep);
       ::_exit(ServePages(hopts).ok() ? 0 : 1);
     }
     // Only async-signal-safe calls from here to exec.
@@ -149,6 +162,10 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
     ::fcntl(ufd_keep.get(), F_SETFD, 0);
     ::fcntl(ready_w.get(), F_SETFD, 0);
     ::fcntl(go_r.get(), F_SETFD, 0);
+    if (fuse.read.valid()) {
+      ::fcntl(fuse.read.get(), F_SETFD, 0);
+      ::fcntl(fuse.write.get(), F_SETFD, 0);
+    }
     ::execv(exe, const_cast<char* const*>(argv.data()));
     ::_exit(127);
   }
@@ -158,6 +175,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   ready_w.Reset();
   go_r.Reset();
   ufd_keep.Reset();
+  fuse.write.Reset();  // only the handler and its watcher hold it
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError("could not start the page handler for restore --lazy (fork failed)");
   }
@@ -184,3 +202,4 @@ absl::Status LazyHandlers::WaitReady() {
 }
 
 }  // namespace cairn::lazy
+

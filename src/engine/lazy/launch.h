@@ -28,9 +28,13 @@ namespace cairn::lazy {
 // would leave their memory empty). A handler serves faults at once but prefetches only once
 // its go pipe is closed (Release, or the restorer's exit): prefetch must not compete with the
 // rest of the restore for the CPU, and the restore's outcome must not depend on it.
+//
+// With a `fuse_holder` (a job's restore: its init, built already and not lazy itself), each
+// handler also gets a fuse (lazy/fuse.h) armed against its process, held by the init.
 struct LazyHandlers {
   std::string page_server, token_file;  // the handlers take the image from this page server
-  int started = 0;
+  pid_t fuse_holder = 0;
+  int started = 0, fuses = 0;
   std::vector<UniqueFd> go, ready;
   absl::Status WaitReady();
   void Release() { go.clear(); }

@@ -48,6 +48,7 @@
 #include "engine/restore/sysv_ipc.h"
 #include "engine/restore/ids.h"
 #include "engine/machine/machine.h"
+#include "engine/lazy/fuse.h"
 #include "engine/lazy/page_client.h"
 #include "engine/restore/memory.h"
 #include "engine/restore/task_state.h"
@@ -795,6 +796,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   lazy::LazyHandlers lazy_handlers;  // restore --lazy
   lazy_handlers.page_server = opts.page_server;
   lazy_handlers.token_file = opts.token_file;
+  // A job's init holds the fuses of its lazily restored processes, and is restored whole itself
+  // (lazy/fuse.h: a fuse cannot take an init down).
+  if (meta.own_pid_ns() && lazy::HoldsFuses(procs[0]->comm())) lazy_handlers.fuse_holder = root_host;
   for (const image::Process* p : procs) {
     if (!built.ok()) break;
     if (p->zombie()) continue;
@@ -802,7 +806,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     for (const image::Vma& v : p->vmas()) {
       for (const image::PageBlock& b : v.blocks()) saved += b.length();
     }
-    bool lazy = opts.lazy && saved >= opts.lazy_min_bytes;
+    bool lazy = opts.lazy && saved >= opts.lazy_min_bytes && !(lazy_handlers.fuse_holder != 0 && p == procs[0]);
     built = Annotate(BuildProcess(*img, procs, *p, *masters, LastOfItsTable(procs, p), work_area, staging, threads, lazy ? &lazy_handlers : nullptr, ids),
                      absl::StrCat("pid ", p->pid()));
   }

@@ -35,6 +35,7 @@
 #include "common/unique_fd.h"
 #include "engine/inject/ptrace.h"
 #include "engine/image/socket_options.h"
+#include "engine/lazy/fuse.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/pidfd.h"
@@ -675,6 +676,7 @@ absl::Status VerifyRestored(const image::Process& proc, const std::vector<const 
   CompareMemory(proc, host, *shared, &f);
   auto fds = proc::ReadFds(host);
   if (fds.ok()) {
+    std::erase_if(*fds, [&](const proc::FdInfo& info) { return lazy::IsFuseFd(proc.comm(), info.fd); });
     std::set<pid_t> in_checkpoint;
     for (const image::Process* p : procs) in_checkpoint.insert(p->pid());
     CompareFds(proc, host, ids, *fds, &f);
