@@ -295,6 +295,48 @@ TEST_F(BadInput, DumpThatCannotWriteLeavesTargetRunning) {
   EXPECT_TRUE(TargetUnharmed(w));
 }
 
+// wl_many_fds holds 3000 descriptors up to number 6499 (1500 descriptions): restoring it needs
+// about 8,300 at once (proc/fd_limit.h). A cairn whose hard limit is 7,000 refuses the dump before
+// it touches the process (it used to checkpoint and kill it, and the restore then failed on
+// "Too many open files"), and refuses the restore of a checkpoint made elsewhere before it makes
+// anything; with the machine's own limit both go through.
+TEST_F(BadInput, DescriptorsTheRestoreCouldNotHoldAreRefusedBeforeAnythingIsTouched) {
+  Workload w = MakeWorkload("wl_many_fds");
+  ASSERT_TRUE(StartReady(w));
+  std::string dir = *temp_ / "ckpt";
+  std::vector<std::string> low = {"/usr/bin/prlimit", "--nofile=7000:7000", CairnBinary()};
+  std::vector<std::string> dump = low;
+  dump.insert(dump.end(), {"dump", "--pid", std::to_string(w.pid()), "--dir", dir});
+  auto count_fds = [&] {
+    return std::distance(fs::directory_iterator("/proc/" + std::to_string(w.pid()) + "/fd"), fs::directory_iterator());
+  };
+  auto held = count_fds();
+  ASSERT_GE(held, 3000);
+  CommandResult r = RunCommand(dump, temp_->path(), WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(r, "restoring them needs [0-9]+ descriptors at once")) << r.Describe();
+  EXPECT_TRUE(Matches(r.err, "hard limit")) << r.err;
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  ASSERT_TRUE(IsAlive(w.pid()));
+  EXPECT_EQ(count_fds(), held) << "the refused dump changed the process's descriptors";
+
+  CommandResult ok = Dump(w.pid(), dir);
+  ASSERT_TRUE(ok.Exited(0)) << ok.Describe();
+  ASSERT_TRUE(WaitGone(w.pid(), 10s).gone);
+  std::vector<std::string> restore = low;
+  restore.insert(restore.end(), {"restore", "--dir", dir, "--detach"});
+  CommandResult refused = RunCommand(restore, temp_->path(), WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(refused, "needs [0-9]+ descriptors at once")) << refused.Describe();
+  EXPECT_TRUE(Matches(refused.err, "nothing was restored")) << refused.err;
+  EXPECT_TRUE(NothingRunsAs(w.pid()));
+  CommandResult restored = Restore(dir);
+  ASSERT_TRUE(restored.Exited(0)) << restored.Describe();
+  Track(w.pid(), WorkloadPath("wl_many_fds"));
+  w.Go();
+  Ending end = WaitGone(w.pid(), 30s);
+  EXPECT_TRUE(end.gone);
+  EXPECT_EQ(LastLine(w.Stdout()), "PASS") << w.Describe();
+}
+
 // ---- restore: checkpoints cairn must refuse
 
 TEST_F(BadInput, RestoreFromMissingDir) {

@@ -44,6 +44,7 @@ const Spec kSpecs[] = {
     {"wl_exe_auxv"},
     {"wl_exit_status", true, false, true, true},
     {"wl_files", true, false, false, true},
+    {"wl_many_fds"},
     {"wl_fpu", true, false, true, false},
     {"wl_futex"},
     {"wl_guard_pages"},

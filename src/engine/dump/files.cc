@@ -27,9 +27,11 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/proc/fd_limit.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/mountinfo.h"
+#include "engine/dump/description_index.h"
 #include "engine/dump/in_flight.h"
 #include "engine/dump/inotify.h"
 #include "engine/dump/scratch_files.h"
@@ -67,7 +69,6 @@ const char* StatefulDevice(dev_t rdev, absl::string_view path) {
   return nullptr;
 }
 
-constexpr int kKcmpFile = 0;      // KCMP_FILE
 constexpr int kKcmpEpollTfd = 7;  // KCMP_EPOLL_TFD
 
 // struct kcmp_epoll_slot (linux/kcmp.h): names registration number `toff` of descriptor
@@ -736,12 +737,9 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
   }
   std::set<uint64_t> pipe_saved;
   std::set<std::pair<pid_t, uint64_t>> posix_locked;  // (pid, inode) whose POSIX locks are recorded
-  struct Seen {
-    pid_t pid;
-    int fd;
-    uint64_t ino;
-  };
-  std::vector<Seen> seen;  // descriptors recorded so far, across the tree
+  DescriptionIndex seen;  // descriptions recorded so far, across the tree
+  int highest_fd = 0;
+  uint64_t pipes = 0;     // of those descriptions
   // One process's descriptors (all[pi]); the holder's last.
   auto capture_process = [&](size_t pi) -> absl::Status {
   pid_t pid = holders[pi];
@@ -749,6 +747,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
   for (const proc::FdInfo& info : all[pi]) {
     // Same open file description as an earlier descriptor (dup, 2>&1, inherited by fork)?
     // kcmp tells exactly.
+    highest_fd = std::max(highest_fd, info.fd);
     std::string link = absl::StrCat("/proc/", pid, "/fd/", info.fd);
     struct stat st {};
     if (::stat(link.c_str(), &st) != 0) {
@@ -757,13 +756,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       return ErrnoStatus("stat " + link + " (" + info.target + ")");
     }
     {
-      const Seen* dup_of = nullptr;
-      for (const Seen& other : seen) {
-        if (other.ino == st.st_ino && ::syscall(SYS_kcmp, other.pid, pid, kKcmpFile, other.fd, info.fd) == 0) {
-          dup_of = &other;
-          break;
-        }
-      }
+      const DescriptionIndex::Holder* dup_of = seen.FindOrAdd(st.st_ino, pid, info.fd);
       if (dup_of != nullptr) {
         image::Fd fd;
         fd.set_fd(info.fd);
@@ -775,9 +768,9 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
         if (out != nullptr) *out->add_fds() = std::move(fd);
         continue;
       }
-      seen.push_back({pid, info.fd, st.st_ino});
     }
     bool fifo = absl::StartsWith(info.target, "/") && S_ISFIFO(st.st_mode);
+    pipes += absl::StartsWith(info.target, "pipe:") ? 1 : 0;
     if (absl::StartsWith(info.target, "pipe:") || fifo) {
       // A FIFO is found by its name: a process outside the checkpoint that holds the other
       // end stays connected to the one restored, as both open the same inode. One whose name
@@ -961,6 +954,16 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
   return absl::OkStatus();
   };
   for (size_t pi = 0; pi < pids.size(); ++pi) RETURN_IF_ERROR(capture_process(pi));
+  // A checkpoint its restore could not hold (proc/fd_limit.h): refused here, in the check made
+  // before anything is frozen, rather than found when the processes are gone.
+  if (uint64_t need = proc::DescriptorsToRestore(highest_fd, seen.size(), pipes); need > proc::DescriptorRoom()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the processes hold %d open file descriptions, at descriptor numbers up to %d: restoring them needs %d "
+        "descriptors at once, and this machine gives cairn at most %d (hard RLIMIT_NOFILE; fs.nr_open with "
+        "CAP_SYS_RESOURCE); raise cairn's hard limit (ulimit -Hn, or LimitNOFILE= in cairnd's unit) to at least %d "
+        "here and where it will be restored, or hold fewer descriptors",
+        seen.size(), highest_fd, need, proc::DescriptorRoom(), need));
+  }
   if (holders.size() > pids.size()) {
     // One at a time, so that a refusal says which queue the descriptor was found in (it names
     // the dumper's copy otherwise).

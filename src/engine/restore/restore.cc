@@ -40,6 +40,7 @@
 #include "engine/inject/ptrace.h"
 #include "engine/inject/sigtrap.h"
 #include "engine/job/job.h"
+#include "engine/proc/fd_limit.h"
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
 #include "common/unique_fd.h"
@@ -708,11 +709,22 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (!meta.own_pid_ns()) RETURN_IF_ERROR(CheckIdsFree(procs));  // a fresh namespace has every id free
   auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
 
-  // Masters may need many descriptors: use the hard limit.
-  rlimit nofile{};
-  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-    nofile.rlim_cur = nofile.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  // The masters, above every saved descriptor number, one per description (proc/fd_limit.h).
+  {
+    int highest = 0;
+    uint64_t descriptions = 0, pipes = 0;
+    std::vector<const image::Process*> holders = procs;
+    if (meta.has_in_flight()) holders.push_back(&meta.in_flight());
+    for (const image::Process* p : holders) {
+      for (const image::Fd& fd : p->fds()) {
+        highest = std::max(highest, fd.fd());
+        if (fd.is_dup()) continue;
+        ++descriptions;
+        pipes += fd.kind() == image::Fd::PIPE ? 1 : 0;
+      }
+    }
+    RETURN_IF_ERROR(proc::RaiseDescriptorLimit(proc::DescriptorsToRestore(highest, descriptions, pipes),
+                                               absl::StrCat("restore from ", where, " (nothing was restored)")));
   }
   CAIRN_LOG_DEBUG("event=restore_stage stage=image_opened");
   // Live TCP connections: their packets are held here too until they exist again, so that

@@ -1,0 +1,32 @@
+#pragma once
+// How many descriptors a restore needs at once, and whether this machine lets it have them.
+//
+// The restorer opens one "master" per open file description (two per pipe) above the highest
+// descriptor number the checkpoint uses, and each restored process starts with all of them
+// before it puts its own in place (restore/files.h). So a process holding N descriptions up to
+// number M needs about M + N + the restorer's own in one table: a process that held 19,000
+// descriptors under a hard limit of 20,000 cannot be restored by a restorer with that limit.
+// The dump checks this before it touches anything (never a process killed by a dump whose
+// restore must fail), and the restore raises its limit, or says why it cannot, before it makes
+// anything.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace cairn::proc {
+
+// The descriptors a restore of processes whose highest descriptor is `highest_fd`, holding
+// `descriptions` open file descriptions of which `pipes` are pipes, needs in one table.
+uint64_t DescriptorsToRestore(int highest_fd, uint64_t descriptions, uint64_t pipes);
+
+// The most descriptors this process can have in one table: its hard RLIMIT_NOFILE, or
+// fs.nr_open where it may raise the hard limit (CAP_SYS_RESOURCE).
+uint64_t DescriptorRoom();
+
+// Raises this process's RLIMIT_NOFILE to hold `need` descriptors (the soft limit to the hard
+// one at least). An error naming `what`, the need, the limit and what to do when it cannot.
+absl::Status RaiseDescriptorLimit(uint64_t need, const std::string& what);
+
+}  // namespace cairn::proc
