@@ -45,6 +45,7 @@ const Spec kSpecs[] = {
     {"wl_exit_status", true, false, true, true},
     {"wl_files", true, false, false, true},
     {"wl_many_fds"},
+    {"wl_many_maps"},
     {"wl_fpu", true, false, true, false},
     {"wl_futex"},
     {"wl_guard_pages"},

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "engine/inject/ptrace.h"
 
@@ -61,6 +62,22 @@ absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, s
     RETURN_IF_ERROR(RunOnce(inj, loop, table, n));
     RETURN_IF_ERROR(scratch.Get(table_off, rows.data(), n * sizeof(BatchRow)));
     for (size_t i = 0; i < n; ++i) calls[at + i].result = static_cast<long>(rows[i].result);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunCalls(Injector& inj, RemoteScratch& scratch, uint64_t loop, std::span<BatchedCall> calls,
+                      const std::function<std::string(size_t)>& what) {
+  if (calls.empty()) return absl::OkStatus();
+  absl::Status looped = RunStopLoop(inj, scratch, loop, 0, calls);
+  if (!looped.ok()) CAIRN_LOG_WARN("event=stop_loop_failed pid={} error=\"{}\"", inj.tid(), looped.ToString());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!looped.ok()) {
+      ASSIGN_OR_RETURN(calls[i].result, inj.Raw(calls[i].nr, calls[i].args));
+    }
+    if (calls[i].result < 0 && calls[i].result > -4096) {
+      RETURN_IF_ERROR(SyscallResult(what(i), inj.tid(), calls[i].result).status());
+    }
   }
   return absl::OkStatus();
 }

@@ -11,7 +11,9 @@
 // Calls must not block or depend on each other's results.
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
 #include "engine/inject/batch.h"
@@ -45,5 +47,11 @@ inline constexpr unsigned char kStopLoop[] = {
 // stay made (the caller may make them again one by one).
 absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, size_t table_off,
                          std::span<BatchedCall> calls);
+
+// Runs `calls` through the loop from scratch offset 0, or one injected call each where the loop
+// could not run (logged), and fails on the first call the kernel refused, named by `what(i)`
+// (called only then).
+absl::Status RunCalls(Injector& inj, RemoteScratch& scratch, uint64_t loop, std::span<BatchedCall> calls,
+                      const std::function<std::string(size_t)>& what);
 
 }  // namespace cairn::inject

@@ -1041,16 +1041,7 @@ absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, u
     of.push_back(&fd);
   }
   // All in one stop (inject/stop_loop.h); one injected call each if the loop could not run.
-  absl::Status looped = inject::RunStopLoop(inj, scratch, loop, 0, calls);
-  if (!looped.ok()) CAIRN_LOG_WARN("event=stop_loop_failed pid={} error=\"{}\"", proc.pid(), looped.ToString());
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (!looped.ok()) {
-      ASSIGN_OR_RETURN(calls[i].result, inj.Raw(SYS_dup3, calls[i].args));
-    }
-    RETURN_IF_ERROR(
-        inject::SyscallResult(absl::StrCat("dup3 to fd ", of[i]->fd()), inj.tid(), calls[i].result).status());
-  }
-  return absl::OkStatus();
+  return inject::RunCalls(inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat("dup3 to fd ", of[i]->fd()); });
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include "common/unique_fd.h"
 #include "engine/image/chain.h"
 #include "engine/image/format.h"
+#include "engine/inject/stop_loop.h"
 #include "engine/lazy/launch.h"
 #include "engine/restore/file_identity.h"
 #include "engine/machine/vdso.h"
@@ -89,10 +90,24 @@ absl::StatusOr<UniqueFd> OpenFillUffd(inject::Injector& inj, inject::RemoteScrat
   if (auto rc = inj.Call("ioctl(UFFDIO_API)", SYS_ioctl, static_cast<uint64_t>(rfd), UFFDIO_API, *addr); !rc.ok()) {
     return fail(rc.status());
   }
-  for (const image::Vma* v : areas) {
+  // One registration per run of adjacent areas (a process with 50,000 areas side by side
+  // would otherwise take 50,000 injected calls): a range may span several areas when each of
+  // them can take missing-page faults, which every area here can.
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  for (const image::Vma* v : areas) runs.emplace_back(v->start(), v->end());
+  std::sort(runs.begin(), runs.end());
+  std::vector<std::pair<uint64_t, uint64_t>> merged;
+  for (const auto& r : runs) {
+    if (!merged.empty() && merged.back().second == r.first) {
+      merged.back().second = r.second;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  for (const auto& [start, end] : merged) {
     uffdio_register reg{};
-    reg.range.start = v->start();
-    reg.range.len = v->end() - v->start();
+    reg.range.start = start;
+    reg.range.len = end - start;
     reg.mode = UFFDIO_REGISTER_MODE_MISSING;
     addr = scratch.Put(kScratchStructs, &reg, sizeof reg);
     if (!addr.ok()) return fail(addr.status());
@@ -588,8 +603,8 @@ absl::Status RecreateAioRing(inject::Injector& inj, inject::RemoteScratch& scrat
 
 }  // namespace
 
-absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                        const image::Process& proc, int threads,
+absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                        const image::ImageReader& img, const image::Process& proc, int threads,
                         const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects,
                         lazy::LazyHandlers* lazy_handlers) {
   bool lazy = lazy_handlers != nullptr;
@@ -601,8 +616,11 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
     std::vector<image::Piece> p = image::ResolveArea(img, proc, v);
     if (!p.empty()) pieces[&v] = std::move(p);
   }
-  // 1. Map every area, writable while it is filled.
+  // 1. Map every area, writable while it is filled: the files opened one call at a time (a
+  // mapping needs its descriptor), the mappings all in one stop (they depend on nothing else).
   std::map<std::string, long> open_files;  // path+mode -> remote fd
+  std::vector<inject::BatchedCall> maps;
+  std::vector<const image::Vma*> mapped;
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
     if (v.kind() == image::Vma::SHARED_ANON) continue;  // inherited from the root, filled there
@@ -684,11 +702,15 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
     }
     // A reservation made with MAP_NORESERVE (smaps "nr") must not count against overcommit now either.
     if (std::find(v.vm_flags().begin(), v.vm_flags().end(), "nr") != v.vm_flags().end()) flags |= MAP_NORESERVE;
-    ASSIGN_OR_RETURN(long addr, inj.Call(absl::StrFormat("mmap %#x-%#x (%s)", v.start(), v.end(), v.path()),
-                                         SYS_mmap, v.start(), len, prot, static_cast<uint64_t>(flags),
-                                         static_cast<uint64_t>(fd), off));
-    if (static_cast<uint64_t>(addr) != v.start()) {
-      return absl::InternalError(absl::StrFormat("mmap placed %#x at %#x", v.start(), addr));
+    maps.push_back({SYS_mmap, {v.start(), len, prot, static_cast<uint64_t>(flags), static_cast<uint64_t>(fd), off}});
+    mapped.push_back(&v);
+  }
+  RETURN_IF_ERROR(inject::RunCalls(inj, scratch, loop, maps, [&](size_t i) {
+    return absl::StrFormat("mmap %#x-%#x (%s)", mapped[i]->start(), mapped[i]->end(), mapped[i]->path());
+  }));
+  for (size_t i = 0; i < maps.size(); ++i) {
+    if (static_cast<uint64_t>(maps[i].result) != mapped[i]->start()) {
+      return absl::InternalError(absl::StrFormat("mmap placed %#x at %#x", mapped[i]->start(), maps[i].result));
     }
   }
   for (const auto& [key, rfd] : open_files) {
@@ -712,45 +734,46 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, c
   RETURN_IF_ERROR(FillAreas(inj, scratch, img.dir(), areas, threads));
   if (lazy) RETURN_IF_ERROR(lazy::StartLazyHandler(inj, scratch, lazy_areas, img.dir(), pid, proc.pid(), lazy_handlers));
 
-  // 3. Final protections and advice.
+  // 3. Final protections and advice, in one stop (each call stands alone).
+  std::vector<inject::BatchedCall> finals;
+  std::vector<std::string> final_what;  // for an error: what each call was
+  auto add = [&](std::string what, long nr, uint64_t a0, uint64_t a1, uint64_t a2) {
+    finals.push_back({nr, {a0, a1, a2, 0, 0, 0}});
+    final_what.push_back(std::move(what));
+  };
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
     if (v.kind() == image::Vma::AIO_RING) {  // the kernel made it: only locked again, if it was
-      if (HasFlag(v, "lo")) {
-        RETURN_IF_ERROR(inj.Call("mlock an AIO ring", SYS_mlock, v.start(), v.end() - v.start()).status());
-      }
+      if (HasFlag(v, "lo")) add("mlock an AIO ring", SYS_mlock, v.start(), v.end() - v.start(), 0);
       continue;
     }
     bool sysv_other = v.kind() == image::Vma::SYSV_SHM && (v.prot() & (PROT_READ | PROT_WRITE)) != PROT_READ &&
                       (v.prot() & (PROT_READ | PROT_WRITE)) != (PROT_READ | PROT_WRITE);
     if (((pieces.count(&v) > 0 || v.kind() == image::Vma::SHARED_ANON) && v.prot() != (PROT_READ | PROT_WRITE)) ||
         sysv_other) {
-      RETURN_IF_ERROR(inj.Call("mprotect", SYS_mprotect, v.start(), v.end() - v.start(), v.prot()).status());
+      add("mprotect", SYS_mprotect, v.start(), v.end() - v.start(), v.prot());
     }
     for (const std::string& f : v.vm_flags()) {
       int advice = MadviseFor(f);
       if (advice < 0) continue;
       // A droppable mapping has these by nature; madvise refuses to take them away or add them.
       if (HasFlag(v, "dp") && (f == "wf" || f == "dd")) continue;
-      RETURN_IF_ERROR(inj.Call(absl::StrCat("madvise ", f), SYS_madvise, v.start(), v.end() - v.start(),
-                               static_cast<uint64_t>(advice)).status());
+      add(absl::StrCat("madvise ", f), SYS_madvise, v.start(), v.end() - v.start(), static_cast<uint64_t>(advice));
     }
     for (const image::Extent& g : v.guards()) {
-      RETURN_IF_ERROR(inj.Call(absl::StrFormat("madvise(MADV_GUARD_INSTALL) %#x-%#x (a guard region; Linux 6.13+)",
-                                               g.offset(), g.offset() + g.length()),
-                               SYS_madvise, g.offset(), g.length(), kMadvGuardInstall)
-                          .status());
+      add(absl::StrFormat("madvise(MADV_GUARD_INSTALL) %#x-%#x (a guard region; Linux 6.13+)", g.offset(),
+                          g.offset() + g.length()),
+          SYS_madvise, g.offset(), g.length(), kMadvGuardInstall);
     }
     // mlock(2), mlock2(MLOCK_ONFAULT) or MAP_LOCKED: smaps "lo", with "lf" for on-fault.
     if (HasFlag(v, "lo")) {
       uint64_t onfault = HasFlag(v, "lf") ? kMlockOnfault : 0;
-      RETURN_IF_ERROR(inj.Call(absl::StrFormat("mlock2 %#x-%#x%s (locked in memory as it was)", v.start(), v.end(),
-                                               onfault ? " MLOCK_ONFAULT" : ""),
-                               SYS_mlock2, v.start(), v.end() - v.start(), onfault)
-                          .status());
+      add(absl::StrFormat("mlock2 %#x-%#x%s (locked in memory as it was)", v.start(), v.end(),
+                          onfault ? " MLOCK_ONFAULT" : ""),
+          SYS_mlock2, v.start(), v.end() - v.start(), onfault);
     }
   }
-  return absl::OkStatus();
+  return inject::RunCalls(inj, scratch, loop, finals, [&](size_t i) { return final_what[i]; });
 }
 
 }  // namespace cairn::restore

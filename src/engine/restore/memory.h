@@ -60,14 +60,15 @@ absl::Status CreateSharedAnon(inject::Injector& inj, inject::RemoteScratch& scra
 absl::Status PlaceSharedAnon(inject::Injector& inj, const image::Process& proc, const SharedAnonStaging& staging);
 
 // Maps every saved area, writes the saved pages (verifying each block), sets protections
-// and advice. Pages are written with `threads` parallel writers.
+// and advice. Pages are written with `threads` parallel writers. The mappings, protections and
+// advice are made in one stop each through the loop of calls at `loop` (inject/stop_loop.h).
 // Deleted files and memfds are mapped from `file_objects`: (dev, inode) at checkpoint
 // time -> the descriptor of the file made again, which the task holds (a master).
 // With `lazy_handlers`, private anonymous areas are left empty, registered with a userfaultfd
 // and handed to a page handler process (engine/lazy/launch.h) instead of being filled; the
 // handler's go pipe is added there (close it once the process runs).
-absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, const image::ImageReader& img,
-                        const image::Process& proc, int threads,
+absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                        const image::ImageReader& img, const image::Process& proc, int threads,
                         const std::map<std::pair<uint64_t, uint64_t>, int>& file_objects,
                         lazy::LazyHandlers* lazy_handlers = nullptr);
 

@@ -581,7 +581,8 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, staged, OldVdso(img)));
   RETURN_IF_ERROR(PlaceSharedAnon(inj, proc, staging));
   CAIRN_LOG_DEBUG("event=restore_stage stage=address_space_replaced pid={}", pid);
-  RETURN_IF_ERROR(MapAndFill(inj, scratch, img, proc, fill_threads, masters.objects, lazy_handlers));
+  RETURN_IF_ERROR(
+      MapAndFill(inj, scratch, work_area + kStopLoopAt, img, proc, fill_threads, masters.objects, lazy_handlers));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
   if (own_table) {
