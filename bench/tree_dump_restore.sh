@@ -3,7 +3,7 @@
 # (MAP_SHARED|MAP_ANONYMOUS): total time and cost per process. Images go to tmpfs, so the
 # figures show the engine's own cost. Prints a markdown table for docs/performance.md.
 #
-#   sudo bash bench/tree_dump_restore.sh [SIZE_MIB]     (default 1024)
+#   sudo bash bench/tree_dump_restore.sh [SIZE_MIB]     (default 1024; NPROCS="1 8 64" the tree sizes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-bench}
@@ -16,7 +16,7 @@ where=${BENCH_DIR:-/dev/shm}
 now() { date +%s.%N; }
 echo "| processes | shared | dump s | dump per process ms | restore s | restore per process ms |"
 echo "|---:|---:|---:|---:|---:|---:|"
-for n in 1 8 64; do
+for n in ${NPROCS:-1 8 64}; do
   for rep in 1 2; do
     work=$(mktemp -d "$where/cairn-tree-bench.XXXXXX")
     (

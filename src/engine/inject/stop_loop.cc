@@ -67,9 +67,9 @@ absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, s
 }
 
 absl::Status RunCalls(Injector& inj, RemoteScratch& scratch, uint64_t loop, std::span<BatchedCall> calls,
-                      const std::function<std::string(size_t)>& what) {
+                      const std::function<std::string(size_t)>& what, size_t table_off) {
   if (calls.empty()) return absl::OkStatus();
-  absl::Status looped = RunStopLoop(inj, scratch, loop, 0, calls);
+  absl::Status looped = RunStopLoop(inj, scratch, loop, table_off, calls);
   if (!looped.ok()) CAIRN_LOG_WARN("event=stop_loop_failed pid={} error=\"{}\"", inj.tid(), looped.ToString());
   for (size_t i = 0; i < calls.size(); ++i) {
     if (!looped.ok()) {

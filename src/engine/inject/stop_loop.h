@@ -48,10 +48,10 @@ inline constexpr unsigned char kStopLoop[] = {
 absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, size_t table_off,
                          std::span<BatchedCall> calls);
 
-// Runs `calls` through the loop from scratch offset 0, or one injected call each where the loop
-// could not run (logged), and fails on the first call the kernel refused, named by `what(i)`
-// (called only then).
+// Runs `calls` through the loop, its table from scratch offset `table_off`, or one injected call
+// each where the loop could not run (logged), and fails on the first call the kernel refused,
+// named by `what(i)` (called only then).
 absl::Status RunCalls(Injector& inj, RemoteScratch& scratch, uint64_t loop, std::span<BatchedCall> calls,
-                      const std::function<std::string(size_t)>& what);
+                      const std::function<std::string(size_t)>& what, size_t table_off = 0);
 
 }  // namespace cairn::inject

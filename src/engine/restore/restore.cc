@@ -584,7 +584,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   RETURN_IF_ERROR(
       MapAndFill(inj, scratch, work_area + kStopLoopAt, img, proc, fill_threads, masters.objects, lazy_handlers));
   CAIRN_LOG_DEBUG("event=restore_stage stage=memory_filled pid={}", pid);
-  RETURN_IF_ERROR(RestoreProcessState(inj, scratch, proc));
+  RETURN_IF_ERROR(RestoreProcessState(inj, scratch, work_area + kStopLoopAt, proc));
   if (own_table) {
     RETURN_IF_ERROR(InstallFds(inj, scratch, work_area + kStopLoopAt, procs, proc, masters));
     RETURN_IF_ERROR(OpenInProcess(inj, scratch, procs, proc));
@@ -600,7 +600,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   RETURN_IF_ERROR(RestoreProcessLocks(inj, scratch, procs, proc, /*posix=*/own_table));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
-  RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, proc));
+  RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, work_area + kStopLoopAt, proc));
   // After the credentials: the kernel records the setter's as the owner's, which decide whom
   // the owner may signal.
   if (own_table) RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));

@@ -28,6 +28,7 @@
 #include "engine/restore/file_identity.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
+#include "engine/inject/stop_loop.h"
 
 namespace cairn::restore {
 namespace {
@@ -62,6 +63,11 @@ absl::Status CheckArmed(const std::string& what, uint64_t interval, uint64_t val
       what, interval, value, got_interval, got_value));
 }
 constexpr size_t kAuxvOff = 8192;
+// The signal actions set in one stop, and after them that stop's table of calls.
+constexpr size_t kActionsOff = 16384;
+// A thread's pending signals, set with its other state in one stop; that stop's table after them.
+constexpr size_t kPendingOff = 2048;
+constexpr size_t kThreadTableOff = 32768;
 
 // Settings of the process (or its mm) that nothing else carries: transparent huge pages
 // off, the AMX permission, membarrier registrations, oom_score_adj and the audit loginuid.
@@ -119,7 +125,7 @@ absl::Status RestoreProcessTunables(inject::Injector& inj, inject::RemoteScratch
 
 }  // namespace
 
-absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& scratch,
+absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
                                  const image::Process& proc) {
   pid_t pid = inj.tid();
   const image::MmLayout& mm = proc.mm();
@@ -189,18 +195,29 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
     }
   }
 
-  // Signal handlers: every catchable signal gets its saved disposition or the default.
+  // Signal handlers: every catchable signal gets its saved disposition or the default, all in
+  // one stop (inject/stop_loop.h): the 62 structs side by side, the table of calls after them.
   std::map<int, const image::SigAction*> saved;
   for (const image::SigAction& a : proc.sigactions()) saved[a.signo()] = &a;
+  std::vector<KernelSigaction> actions;
+  std::vector<int> signals;
   for (int sig = 1; sig <= 64; ++sig) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     KernelSigaction ka{};
     if (auto it = saved.find(sig); it != saved.end()) {
       ka = {it->second->handler(), it->second->flags(), it->second->restorer(), it->second->mask()};
     }
-    ASSIGN_OR_RETURN(uint64_t ka_addr, scratch.Put(kStructOff, &ka, sizeof ka));
-    RETURN_IF_ERROR(inj.Call(absl::StrCat("rt_sigaction(", sig, ")"), SYS_rt_sigaction, sig, ka_addr, 0, 8).status());
+    actions.push_back(ka);
+    signals.push_back(sig);
   }
+  ASSIGN_OR_RETURN(uint64_t actions_addr, scratch.Put(kActionsOff, actions.data(), actions.size() * sizeof actions[0]));
+  std::vector<inject::BatchedCall> calls;
+  for (size_t i = 0; i < signals.size(); ++i) {
+    calls.push_back({SYS_rt_sigaction, {static_cast<uint64_t>(signals[i]), actions_addr + i * sizeof actions[0], 0, 8, 0, 0}});
+  }
+  RETURN_IF_ERROR(inject::RunCalls(
+      inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat("rt_sigaction(", signals[i], ")"); },
+      kActionsOff + actions.size() * sizeof actions[0]));
 
   // Interval timers.
   for (const image::Itimer& t : proc.itimers()) {
@@ -257,29 +274,51 @@ absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratc
 }
 
 absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, inject::RemoteScratch& scratch,
-                                 const image::Process& proc) {
+                                 uint64_t loop, const image::Process& proc) {
   pid_t pid = proc.pid();
   inject::Injector& main = injectors.at(pid);
+  // Each thread's own state in one stop of that thread (inject/stop_loop.h): its name, its
+  // signal stack and its pending signals side by side in the scratch area, the table after them.
   for (const image::Thread& t : proc.threads()) {
     inject::Injector& inj = injectors.at(t.tid());
-    RETURN_IF_ERROR(inj.Call("set_robust_list", SYS_set_robust_list, t.robust_list(), t.robust_list_len()).status());
-    RETURN_IF_ERROR(inj.Call("set_tid_address", SYS_set_tid_address, t.clear_child_tid()).status());
-    if (t.rseq().addr() != 0) {
-      RETURN_IF_ERROR(inj.Call("rseq", SYS_rseq, t.rseq().addr(), t.rseq().size(), 0, t.rseq().signature()).status());
-    }
+    std::vector<inject::BatchedCall> calls;
+    std::vector<std::string> what;
+    auto add = [&](std::string w, long nr, std::array<uint64_t, 6> args) {
+      calls.push_back({nr, args});
+      what.push_back(std::move(w));
+    };
+    add("set_robust_list", SYS_set_robust_list, {t.robust_list(), t.robust_list_len()});
+    add("set_tid_address", SYS_set_tid_address, {t.clear_child_tid()});
+    if (t.rseq().addr() != 0) add("rseq", SYS_rseq, {t.rseq().addr(), t.rseq().size(), 0, t.rseq().signature()});
     stack_t ss{};
     ss.ss_sp = reinterpret_cast<void*>(t.altstack().sp());
     ss.ss_flags = t.altstack().flags() & ~SS_ONSTACK;
     ss.ss_size = t.altstack().size();
     if (!(ss.ss_flags & SS_DISABLE)) {
       ASSIGN_OR_RETURN(uint64_t ss_addr, scratch.Put(kStructOff, &ss, sizeof ss));
-      RETURN_IF_ERROR(inj.Call("sigaltstack", SYS_sigaltstack, ss_addr, 0).status());
+      add("sigaltstack", SYS_sigaltstack, {ss_addr});
     }
     ASSIGN_OR_RETURN(uint64_t name, scratch.PutString(0, t.comm().substr(0, 15)));
-    RETURN_IF_ERROR(inj.Call("prctl(PR_SET_NAME)", SYS_prctl, PR_SET_NAME, name).status());
+    add("prctl(PR_SET_NAME)", SYS_prctl, {PR_SET_NAME, name});
+    // Queued in order: as many as fit before the table in this stop, the rest one call each after it.
+    size_t at = kPendingOff;
+    std::vector<siginfo_t> more;
     for (const image::SigInfo& si : t.pending()) {
       siginfo_t info{};
       std::memcpy(&info, si.raw().data(), std::min(si.raw().size(), sizeof info));
+      if (!more.empty() || at + sizeof info > kThreadTableOff) {
+        more.push_back(info);
+        continue;
+      }
+      ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(at, &info, sizeof info));
+      at += sizeof info;
+      add("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo, {static_cast<uint64_t>(pid), static_cast<uint64_t>(t.tid()),
+                                                      static_cast<uint64_t>(info.si_signo), addr});
+    }
+    RETURN_IF_ERROR(inject::RunCalls(
+        inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat(what[i], " (thread ", t.tid(), ")"); },
+        kThreadTableOff));
+    for (const siginfo_t& info : more) {
       ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(kStructOff, &info, sizeof info));
       RETURN_IF_ERROR(inj.Call("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo, pid, t.tid(),
                                static_cast<uint64_t>(info.si_signo), addr).status());
@@ -331,39 +370,54 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
   const image::Creds& c = proc.creds();
   bool root_full = c.uids_size() == 4 && c.gids_size() == 4;
   for (int i = 0; i < 4 && root_full; ++i) root_full = c.uids(i) == 0 && c.gids(i) == 0;
+  // Each thread's in one stop of that thread (inject/stop_loop.h), in the order they must be
+  // made: the groups and the capability sets side by side in the scratch area, the table after.
+  std::vector<uint32_t> groups(c.groups().begin(), c.groups().end());
+  if (kPendingOff + groups.size() * sizeof(uint32_t) > kThreadTableOff) {
+    return absl::UnimplementedError(absl::StrCat("pid ", pid, " has ", groups.size(),
+                                                 " supplementary groups; a restore sets at most ",
+                                                 (kThreadTableOff - kPendingOff) / sizeof(uint32_t)));
+  }
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  data[0] = {static_cast<uint32_t>(c.cap_eff()), static_cast<uint32_t>(c.cap_prm()), static_cast<uint32_t>(c.cap_inh())};
+  data[1] = {static_cast<uint32_t>(c.cap_eff() >> 32), static_cast<uint32_t>(c.cap_prm() >> 32),
+             static_cast<uint32_t>(c.cap_inh() >> 32)};
   for (auto& [tid, inj] : injectors) {
-    std::vector<uint32_t> groups(c.groups().begin(), c.groups().end());
-    ASSIGN_OR_RETURN(uint64_t gaddr, scratch.Put(kStructOff, groups.data(), groups.size() * sizeof(uint32_t)));
-    RETURN_IF_ERROR(inj.Call("setgroups", SYS_setgroups, groups.size(), gaddr).status());
+    ASSIGN_OR_RETURN(uint64_t gaddr, scratch.Put(kPendingOff, groups.data(), groups.size() * sizeof(uint32_t)));
+    ASSIGN_OR_RETURN(uint64_t haddr, scratch.Put(kStructOff, &hdr, sizeof hdr));
+    ASSIGN_OR_RETURN(uint64_t daddr, scratch.Put(kStructOff + 64, data, sizeof data));
+    std::vector<inject::BatchedCall> calls;
+    std::vector<std::string> what;
+    auto add = [&](std::string w, long nr, std::array<uint64_t, 6> args) {
+      calls.push_back({nr, args});
+      what.push_back(std::move(w));
+    };
+    add("setgroups", SYS_setgroups, {groups.size(), gaddr});
     for (int cap = 0; cap < 64; ++cap) {
       if (!(c.cap_bnd() & (1ULL << cap)) && cap <= CAP_LAST_CAP) {
-        RETURN_IF_ERROR(inj.Call("prctl(PR_CAPBSET_DROP)", SYS_prctl, PR_CAPBSET_DROP, cap).status());
+        add("prctl(PR_CAPBSET_DROP)", SYS_prctl, {PR_CAPBSET_DROP, static_cast<uint64_t>(cap)});
       }
     }
     if (c.uids_size() == 4 && c.gids_size() == 4 && !root_full) {
-      RETURN_IF_ERROR(inj.Call("prctl(PR_SET_KEEPCAPS)", SYS_prctl, PR_SET_KEEPCAPS, 1).status());
-      RETURN_IF_ERROR(inj.Call("setresgid", SYS_setresgid, c.gids(0), c.gids(1), c.gids(2)).status());
-      RETURN_IF_ERROR(inj.Call("setfsgid", SYS_setfsgid, c.gids(3)).status());
-      RETURN_IF_ERROR(inj.Call("setresuid", SYS_setresuid, c.uids(0), c.uids(1), c.uids(2)).status());
-      RETURN_IF_ERROR(inj.Call("setfsuid", SYS_setfsuid, c.uids(3)).status());
-      RETURN_IF_ERROR(inj.Call("prctl(PR_SET_KEEPCAPS)", SYS_prctl, PR_SET_KEEPCAPS, 0).status());
+      add("prctl(PR_SET_KEEPCAPS)", SYS_prctl, {PR_SET_KEEPCAPS, 1});
+      add("setresgid", SYS_setresgid, {c.gids(0), c.gids(1), c.gids(2)});
+      add("setfsgid", SYS_setfsgid, {c.gids(3)});
+      add("setresuid", SYS_setresuid, {c.uids(0), c.uids(1), c.uids(2)});
+      add("setfsuid", SYS_setfsuid, {c.uids(3)});
+      add("prctl(PR_SET_KEEPCAPS)", SYS_prctl, {PR_SET_KEEPCAPS, 0});
     }
-    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-    __user_cap_data_struct data[2]{};
-    data[0] = {static_cast<uint32_t>(c.cap_eff()), static_cast<uint32_t>(c.cap_prm()), static_cast<uint32_t>(c.cap_inh())};
-    data[1] = {static_cast<uint32_t>(c.cap_eff() >> 32), static_cast<uint32_t>(c.cap_prm() >> 32),
-               static_cast<uint32_t>(c.cap_inh() >> 32)};
-    ASSIGN_OR_RETURN(uint64_t haddr, scratch.Put(kStructOff, &hdr, sizeof hdr));
-    ASSIGN_OR_RETURN(uint64_t daddr, scratch.Put(kStructOff + 64, data, sizeof data));
-    RETURN_IF_ERROR(inj.Call("capset", SYS_capset, haddr, daddr).status());
+    add("capset", SYS_capset, {haddr, daddr});
     // Ambient capabilities, each raised on its own (the kernel allows it for a capability
     // both permitted and inheritable, which the capset above restored).
     for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
       if (!(c.cap_amb() & (1ULL << cap))) continue;
-      RETURN_IF_ERROR(inj.Call(absl::StrFormat("prctl(PR_CAP_AMBIENT_RAISE, %d)", cap), SYS_prctl, PR_CAP_AMBIENT,
-                               PR_CAP_AMBIENT_RAISE, static_cast<uint64_t>(cap), 0, 0)
-                          .status());
+      add(absl::StrFormat("prctl(PR_CAP_AMBIENT_RAISE, %d)", cap), SYS_prctl,
+          {PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, static_cast<uint64_t>(cap)});
     }
+    RETURN_IF_ERROR(inject::RunCalls(
+        inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat(what[i], " (thread ", tid, ")"); },
+        kThreadTableOff));
   }
   if (c.no_new_privs()) {
     RETURN_IF_ERROR(main.Call("prctl(PR_SET_NO_NEW_PRIVS)", SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).status());

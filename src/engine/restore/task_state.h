@@ -15,7 +15,7 @@
 namespace cairn::restore {
 
 // Process-wide state, injected in the main thread. REQUIRES: the address space is rebuilt.
-absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& scratch,
+absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
                                  const image::Process& proc);
 
 // Creates every saved thread but the main one with its saved TID; fills `injectors`
@@ -26,6 +26,7 @@ absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratc
 // Per-thread state (robust list, clear-child-tid, rseq, alternate stack, name, pending
 // signals), then POSIX timers, then shared pending signals and credentials.
 absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, inject::RemoteScratch& scratch,
+                                 uint64_t loop,
                                  const image::Process& proc);
 
 // Sets every thread's final registers, xstate and signal mask. Converts a syscall that
