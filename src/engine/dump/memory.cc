@@ -245,6 +245,7 @@ struct Segment {
   bool zero = false;
   size_t vma = 0;
   uint64_t vaddr = 0;
+  std::string chunks;  // the checksum's chunks (image::ChunkedChecksum)
 };
 
 // A filled buffer waiting to be written: pages of one or more runs, in the order of their
@@ -303,8 +304,9 @@ image::PageBlock ZeroBlock(uint64_t vaddr, uint64_t len) {
 void AddSegments(const char* buf, const Piece& piece, bool skip_zero, bool checksum, std::vector<Segment>* out) {
   const char* data = buf + piece.offset;
   auto add = [&](uint64_t i, uint64_t j, bool zero) {
-    uint64_t sum = zero || !checksum ? 0 : image::Checksum(data + i, j - i);
-    out->push_back({piece.offset + i, j - i, sum, zero, piece.vma, piece.vaddr + i});
+    std::string chunks;
+    uint64_t sum = zero || !checksum ? 0 : image::ChunkedChecksum(data + i, j - i, &chunks);
+    out->push_back({piece.offset + i, j - i, sum, zero, piece.vma, piece.vaddr + i, std::move(chunks)});
   };
   uint64_t i = 0;
   while (i < piece.len) {
@@ -334,15 +336,16 @@ absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compressi
     bool packed = false;
     std::string stored;
     uint64_t xxh3 = 0;
+    std::string chunks;  // of a block stored uncompressed
   };
   std::vector<Chunk> chunks;
   for (const Segment& seg : segments) {
     if (seg.zero) {
-      chunks.push_back({&seg, 0, seg.len, false, {}, 0});
+      chunks.push_back({&seg, 0, seg.len, false, {}, 0, {}});
       continue;
     }
     for (uint64_t o = 0; o < seg.len; o += kCompressChunk) {
-      chunks.push_back({&seg, o, std::min<uint64_t>(kCompressChunk, seg.len - o), false, {}, 0});
+      chunks.push_back({&seg, o, std::min<uint64_t>(kCompressChunk, seg.len - o), false, {}, 0, {}});
     }
   }
   std::atomic<size_t> next{0};
@@ -352,7 +355,7 @@ absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compressi
       if (c.seg->zero) continue;
       const char* at = data + c.seg->offset + c.off;
       c.packed = image::Compress(comp, at, c.len, &c.stored);
-      c.xxh3 = c.packed ? image::Checksum(c.stored.data(), c.stored.size()) : image::Checksum(at, c.len);
+      c.xxh3 = c.packed ? image::Checksum(c.stored.data(), c.stored.size()) : image::ChunkedChecksum(at, c.len, &c.chunks);
     }
   };
   size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), chunks.size());
@@ -368,7 +371,7 @@ absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compressi
       continue;
     }
     auto block = c.packed ? writer.AppendStored(vaddr, c.len, c.stored.data(), c.stored.size(), c.xxh3, comp.codec)
-                          : writer.AppendPages(vaddr, data + c.seg->offset + c.off, c.len, c.xxh3);
+                          : writer.AppendPages(vaddr, data + c.seg->offset + c.off, c.len, c.xxh3, c.chunks);
     if (!block.ok()) return block.status();
     out.push_back(std::move(*block));
     stats->pages += c.len / kPage;
@@ -386,7 +389,8 @@ absl::Status AppendPlain(image::ImageWriter& writer, const char* data, const std
       out.push_back(ZeroBlock(seg.vaddr, seg.len));
       continue;
     }
-    ASSIGN_OR_RETURN(image::PageBlock block, writer.AppendPages(seg.vaddr, data + seg.offset, seg.len, seg.xxh3));
+    ASSIGN_OR_RETURN(image::PageBlock block,
+                     writer.AppendPages(seg.vaddr, data + seg.offset, seg.len, seg.xxh3, seg.chunks));
     out.push_back(std::move(block));
     stats->pages += seg.len / kPage;
     stats->bytes += seg.len;

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +12,17 @@
 namespace cairn::image {
 
 uint64_t Checksum(const void* data, size_t len) { return XXH3_64bits(data, len); }
+
+uint64_t ChunkedChecksum(const void* data, size_t len, std::string* chunks) {
+  const char* p = static_cast<const char*>(data);
+  size_t n = (len + kChecksumChunk - 1) / kChecksumChunk;
+  chunks->resize(n * sizeof(uint64_t));
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t sum = XXH3_64bits(p + i * kChecksumChunk, std::min(kChecksumChunk, len - i * kChecksumChunk));
+    for (size_t k = 0; k < sizeof sum; ++k) (*chunks)[i * 8 + k] = static_cast<char>(sum >> (8 * k));
+  }
+  return XXH3_64bits(chunks->data(), chunks->size());
+}
 
 uint32_t WriterFormatVersion() {
   if (const char* v = std::getenv("CAIRN_TEST_FORMAT_VERSION")) {

@@ -44,6 +44,11 @@ static_assert(sizeof(FileHeader) == 40);
 
 uint64_t Checksum(const void* data, size_t len);
 
+// A page block's checksum in chunks (PageBlock.chunk_xxh3): each kChecksumChunk bytes of `data`
+// checksummed alone into `chunks` (replaced), and the checksum of those returned.
+inline constexpr size_t kChecksumChunk = 64 * 1024;
+uint64_t ChunkedChecksum(const void* data, size_t len, std::string* chunks);
+
 // Builds a header with its checksum filled in.
 FileHeader MakeHeader(const char (&magic)[8], uint64_t payload_len, uint64_t payload_xxh3);
 

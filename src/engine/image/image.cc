@@ -98,7 +98,9 @@ void ImageWriter::Abort() {
 }
 
 absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len) {
-  return AppendPages(vaddr, data, len, Checksum(data, len));
+  std::string chunks;
+  uint64_t sum = ChunkedChecksum(data, len, &chunks);
+  return AppendPages(vaddr, data, len, sum, std::move(chunks));
 }
 
 absl::Status ImageWriter::WriteAt(const char* p, size_t left, uint64_t off) {
@@ -115,7 +117,8 @@ absl::Status ImageWriter::WriteAt(const char* p, size_t left, uint64_t off) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3) {
+absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3,
+                                                   std::string chunks) {
   // Uncompressed blocks stay page-aligned (compressed ones before may have left a gap).
   pages_off_ = (pages_off_ + kPageSize - 1) / kPageSize * kPageSize;
   PageBlock b;
@@ -123,6 +126,7 @@ absl::StatusOr<PageBlock> ImageWriter::AppendPages(uint64_t vaddr, const void* d
   b.set_length(len);
   b.set_file_offset(pages_off_);
   b.set_xxh3(xxh3);
+  if (!chunks.empty()) b.set_chunk_xxh3(std::move(chunks));
   RETURN_IF_ERROR(WriteAt(static_cast<const char*>(data), len, pages_off_));
   pages_off_ += len;
   if (sealer_) sealer_->Advance(pages_off_);
@@ -387,12 +391,48 @@ absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
 }
 
 absl::Status ImageReader::CheckBlock(const PageBlock& b, const char* data) const {
-  if (Checksum(data, b.length()) != b.xxh3()) {
+  bool good;
+  if (b.chunk_xxh3().empty()) {
+    good = Checksum(data, b.length()) == b.xxh3();
+  } else {
+    thread_local std::string chunks;
+    good = ChunkedChecksum(data, b.length(), &chunks) == b.xxh3() && chunks == b.chunk_xxh3();
+  }
+  if (!good) {
     return absl::DataLossError(absl::StrFormat(
         "%s/%s: checksum mismatch in the block at file offset %d (memory at %#x, %d bytes): the image is corrupt",
         dir_, kPagesFile, b.file_offset(), b.vaddr(), b.length()));
   }
   return absl::OkStatus();
+}
+
+bool ImageReader::HasChunks(const PageBlock& b) {
+  return b.codec() == PageBlock::NONE && !b.zero() &&
+         b.chunk_xxh3().size() == (b.length() + kChecksumChunk - 1) / kChecksumChunk * sizeof(uint64_t);
+}
+
+absl::StatusOr<uint64_t> ImageReader::ReadChunk(const PageBlock& b, uint64_t k, char* buf) const {
+  uint64_t off = k * kChecksumChunk;
+  if (!HasChunks(b) || off >= b.length()) {
+    return absl::InternalError(absl::StrFormat("chunk %d of the block for %#x cannot be read alone", k, b.vaddr()));
+  }
+  uint64_t len = std::min<uint64_t>(kChecksumChunk, b.length() - off);
+  if (b.file_offset() < kHeaderSize || b.length() > pages_size_ || b.file_offset() > pages_size_ - b.length() ||
+      b.file_offset() % kPageSize != 0) {
+    return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_, kPagesFile,
+                                               b.vaddr()));
+  }
+  const std::string& list = b.chunk_xxh3();
+  uint64_t want = 0;
+  for (size_t i = 0; i < sizeof want; ++i) want |= static_cast<uint64_t>(static_cast<unsigned char>(list[k * 8 + i])) << (8 * i);
+  RETURN_IF_ERROR(ReadStored(buf, len, b.file_offset() + off));
+  if (Checksum(list.data(), list.size()) != b.xxh3() || Checksum(buf, len) != want) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s/%s: checksum mismatch in the block at file offset %d (memory at %#x, %d bytes), its bytes %d-%d: the "
+        "image is corrupt",
+        dir_, kPagesFile, b.file_offset(), b.vaddr(), b.length(), off, off + len));
+  }
+  return len;
 }
 
 absl::StatusOr<std::string> ImageReader::Blob(uint64_t offset, uint64_t size, uint64_t xxh3,

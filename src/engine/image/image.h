@@ -31,8 +31,10 @@ class ImageWriter {
   // Appends `len` bytes (a multiple of the page size) holding the pages at `vaddr`.
   // Not thread-safe: call from one thread at a time.
   absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len);
-  // Same, with the block's XXH3-64 already computed by the caller (Checksum()).
-  absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3);
+  // Same, with the block's checksum already computed by the caller: ChunkedChecksum() with its
+  // chunks (the form written now), or Checksum() with none.
+  absl::StatusOr<PageBlock> AppendPages(uint64_t vaddr, const void* data, size_t len, uint64_t xxh3,
+                                        std::string chunks = {});
 
   // Start writing pages.img back to the disk while pages are still being appended, so that
   // Commit's fsync waits only for the tail: for a dump that kills its processes after the
@@ -126,6 +128,13 @@ class ImageReader {
   // Checks bytes of an uncompressed block `b` obtained elsewhere (a page server's stream)
   // against its checksum, with the same error ReadBlock gives.
   absl::Status CheckBlock(const PageBlock& b, const char* data) const;
+
+  // Whether chunk `k` of block `b` can be read alone (an uncompressed block with chunk
+  // checksums, PageBlock.chunk_xxh3), and reading it: its bytes into `buf` (at least
+  // kChecksumChunk), verified against its own checksum, whose list is verified against the
+  // block's. Returns the chunk's length.
+  static bool HasChunks(const PageBlock& b);
+  absl::StatusOr<uint64_t> ReadChunk(const PageBlock& b, uint64_t k, char* buf) const;
 
   // The saved content of a file deleted while open (or of a pipe's or socket's queue),
   // verified; "" when this record holds none (a file's content is saved with only one of

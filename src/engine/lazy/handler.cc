@@ -98,6 +98,9 @@ uint64_t StoredLength(const image::PageBlock& b) {
 
 void KillTree(pid_t pid, int depth);
 
+// How long the process must go without a fault before prefetch takes the handler again.
+constexpr std::chrono::milliseconds kFaultQuiet{2};
+
 // The handler's watcher (handler.h): a child of the handler that holds a second reference to
 // every userfaultfd the handler serves. A userfaultfd whose last reference is closed leaves
 // its ranges as ordinary memory, where a page not yet copied in reads as zeros: if the handler
@@ -228,6 +231,7 @@ class Handler {
   absl::Status StartReadAhead(PageClient& client);
   absl::Status HandleEvents(Ctx& c, bool* had);
   absl::StatusOr<Outcome> FillAt(Ctx& c, Segs::iterator seg, uint64_t target, bool prefetch = false);
+  absl::StatusOr<Outcome> FillChunk(Ctx& c, Segs::iterator seg, uint64_t target, const image::Piece& p, uint64_t ps);
   absl::StatusOr<Outcome> ServeFault(Ctx& c, uint64_t addr);
   absl::StatusOr<Outcome> Copy(Ctx& c, uint64_t dst, const char* src, uint64_t len);
   void KillAll();
@@ -238,10 +242,14 @@ class Handler {
   std::vector<std::unique_ptr<Ctx>> ctxs_;
   Watcher watcher_;
   std::unique_ptr<char[]> buf_;  // not zeroed: its pages are touched only as blocks are read
+  std::unique_ptr<char[]> chunk_{new char[image::kChecksumChunk]};  // one chunk a fault read
   std::vector<char> streamed_;   // a block taken from a page server's read-ahead stream
   const char* block_ = nullptr;  // the bytes of cached_: buf_ or streamed_
   const image::PageBlock* cached_ = nullptr;
   uint64_t faults_ = 0, copied_ = 0;
+  // When the process last faulted, and the fault count once it had been quiet for kFaultQuiet.
+  std::chrono::steady_clock::time_point last_fault_;
+  uint64_t quiet_from_faults_ = 0;
 };
 
 absl::Status Handler::Setup() {
@@ -371,14 +379,20 @@ absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t tar
   if (src >= pe) return absl::InternalError(absl::StrFormat("no saved page for %#x", src));
   uint64_t from = std::max(ps, g.src), to = std::min(pe, g.src + (g.end - s0));
   if (cached_ != p.block) {
-    cached_ = nullptr;
     // Prefetch goes in address order: the read-ahead stream may drop what lies before this block.
     PageClient* client = ClientOf(*img_);
     int link = client ? client->LinkOf(p.image) : -1;
     PageClient::Range r{static_cast<uint32_t>(link), p.block->file_offset(), StoredLength(*p.block)};
     if (link >= 0 && prefetch) client->SkipTo(r);
+    bool streamed = link >= 0 && p.block->codec() == image::PageBlock::NONE && client->Take(r, &streamed_);
+    if (!prefetch && !streamed && image::ImageReader::HasChunks(*p.block)) {
+      // A fault on a block not read yet: only the chunk holding the page, read and checked alone
+      // (64 KiB, not the block: a program touching its memory at random waits for each fault).
+      return FillChunk(c, seg, target, p, ps);
+    }
+    cached_ = nullptr;
     absl::Status read;
-    if (link >= 0 && p.block->codec() == image::PageBlock::NONE && client->Take(r, &streamed_)) {
+    if (streamed) {
       block_ = streamed_.data();  // no copy out of the stream's buffer
       read = p.image->CheckBlock(*p.block, block_);
     } else {
@@ -393,6 +407,26 @@ absl::StatusOr<Outcome> Handler::FillAt(Ctx& c, Segs::iterator seg, uint64_t tar
   }
   const char* data = block_ + p.offset + (from - ps);
   return Copy(c, s0 + (from - g.src), data, to - from);
+}
+
+absl::StatusOr<Outcome> Handler::FillChunk(Ctx& c, Segs::iterator seg, uint64_t target, const image::Piece& p,
+                                            uint64_t ps) {
+  uint64_t s0 = seg->first;
+  Seg g = seg->second;
+  uint64_t src = g.src + (target - s0);
+  uint64_t pe = ps + p.len;
+  uint64_t from = std::max(ps, g.src), to = std::min(pe, g.src + (g.end - s0));
+  // In the block's own offsets: the piece starts at p.offset, as `ps` in the saved addresses.
+  uint64_t k = (p.offset + (src - ps)) / image::kChecksumChunk;
+  absl::StatusOr<uint64_t> len = p.image->ReadChunk(*p.block, k, chunk_.get());
+  if (!len.ok()) {
+    return Annotate(len.status(), absl::StrFormat("page %#x of pid %d (saved at %#x) cannot be delivered", target,
+                                                  opts_.pid, src));
+  }
+  uint64_t cs = k * image::kChecksumChunk, ce = cs + *len;
+  uint64_t lo = std::max(p.offset + (from - ps), cs), hi = std::min(p.offset + (to - ps), ce);
+  uint64_t at = ps + (lo - p.offset);  // saved address of the first byte copied
+  return Copy(c, s0 + (at - g.src), chunk_.get() + (lo - cs), hi - lo);
 }
 
 absl::StatusOr<Outcome> Handler::ServeFault(Ctx& c, uint64_t addr) {
@@ -514,8 +548,20 @@ absl::Status Handler::Run() {
     std::vector<pollfd> pfds;
     for (auto& c : ctxs_) pfds.push_back({c->fd.get(), POLLIN, 0});
     if (go.valid()) pfds.push_back({go.get(), POLLIN, 0});
-    // Until the process runs, only faults are served (poll waits); then prefetch fills the gaps.
-    if (::poll(pfds.data(), pfds.size(), go.valid() ? -1 : 0) < 0 && errno != EINTR) {
+    // Until the process runs, only faults are served (poll waits); then prefetch fills the gaps,
+    // but only once the process has not faulted for kFaultQuiet: a program touching its memory
+    // faults again microseconds after each fault is served, and a block of prefetch copied in
+    // between would make every one of those faults wait for it.
+    int timeout = go.valid() ? -1 : 0;
+    if (!go.valid() && faults_ != quiet_from_faults_) {
+      auto since = std::chrono::steady_clock::now() - last_fault_;
+      if (since < kFaultQuiet) {
+        timeout = static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(kFaultQuiet - since).count());
+      } else {
+        quiet_from_faults_ = faults_;
+      }
+    }
+    if (::poll(pfds.data(), pfds.size(), timeout) < 0 && errno != EINTR) {
       return fatal(ErrnoStatus("poll userfaultfd"));
     }
     if (go.valid() && pfds.back().revents) {
@@ -531,7 +577,8 @@ absl::Status Handler::Run() {
       if (ctxs_[i]->gone || !(pfds[i].revents & (POLLIN | POLLERR | POLLHUP))) continue;
       if (absl::Status e = HandleEvents(*ctxs_[i], &had); !e.ok()) return fatal(e);
     }
-    if (had || go.valid()) continue;
+    if (had) last_fault_ = std::chrono::steady_clock::now();
+    if (had || go.valid() || timeout > 0) continue;
     // Nothing asked for: prefetch one block's worth.
     for (auto& c : ctxs_) {
       if (c->gone || c->pending.empty()) continue;

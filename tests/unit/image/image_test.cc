@@ -427,3 +427,62 @@ TEST(FormatTest, ChecksumDependsOnEveryByte) {
 
 }  // namespace
 }  // namespace cairn::image
+
+namespace cairn::image {
+namespace {
+
+// A block written now carries a checksum per 64 KiB chunk (PageBlock.chunk_xxh3): it reads back
+// whole, and each chunk alone; a damaged chunk is refused alone, naming its bytes, while the
+// others still read; the whole block is refused too. A block written the older way (one
+// checksum of its bytes, no chunks) still reads, and cannot be read by chunk.
+TEST(ImageChunkTest, ABlockReadsWholeAndByChunkAndADamagedChunkIsRefusedAlone) {
+  testing::TempDir tmp;
+  std::string dir = tmp.Sub("ckpt");
+  std::string chunked = Pattern(50, 'c');  // 200 KiB: chunks of 64, 64, 64 and 8 KiB
+  std::string plain = Pattern(20, 'p');
+  auto w = ImageWriter::Create(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto a = (*w)->AppendPages(0x100000, chunked.data(), chunked.size());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = (*w)->AppendPages(0x200000, plain.data(), plain.size(), Checksum(plain.data(), plain.size()));
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->chunk_xxh3().size(), 4 * sizeof(uint64_t));
+  EXPECT_TRUE(b->chunk_xxh3().empty());
+  Checkpoint meta;
+  Vma* v = meta.mutable_process()->add_vmas();
+  *v->add_blocks() = *a;
+  *v->add_blocks() = *b;
+  ASSERT_TRUE((*w)->Commit(meta).ok());
+
+  auto r = ImageReader::Open(dir);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<char> buf(chunked.size());
+  ASSERT_TRUE((*r)->ReadBlock(*a, buf.data()).ok());
+  EXPECT_EQ(std::string(buf.data(), buf.size()), chunked);
+  ASSERT_TRUE(ImageReader::HasChunks(*a));
+  std::vector<char> chunk(kChecksumChunk);
+  for (uint64_t k = 0; k < 4; ++k) {
+    auto n = (*r)->ReadChunk(*a, k, chunk.data());
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, k < 3 ? kChecksumChunk : 8 * 1024u);
+    EXPECT_EQ(std::string(chunk.data(), *n), chunked.substr(k * kChecksumChunk, *n)) << "chunk " << k;
+  }
+  EXPECT_FALSE(ImageReader::HasChunks(*b));
+  std::vector<char> pbuf(plain.size());
+  ASSERT_TRUE((*r)->ReadBlock(*b, pbuf.data()).ok());
+  EXPECT_EQ(std::string(pbuf.data(), pbuf.size()), plain);
+  EXPECT_FALSE((*r)->ReadChunk(*b, 0, chunk.data()).ok());
+  r->reset();
+
+  FlipByte(dir + "/" + kPagesFile, a->file_offset() + 2 * kChecksumChunk + 100);
+  auto damaged = ImageReader::Open(dir);
+  ASSERT_TRUE(damaged.ok()) << damaged.status();
+  auto bad = (*damaged)->ReadChunk(*a, 2, chunk.data());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("bytes 131072-196608"));
+  EXPECT_TRUE((*damaged)->ReadChunk(*a, 1, chunk.data()).ok());
+  EXPECT_FALSE((*damaged)->ReadBlock(*a, buf.data()).ok());
+}
+
+}  // namespace
+}  // namespace cairn::image
