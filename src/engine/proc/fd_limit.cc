@@ -33,7 +33,7 @@ bool MayRaiseHardLimit() {
 }  // namespace
 
 uint64_t DescriptorsToRestore(int highest_fd, uint64_t descriptions, uint64_t pipes) {
-  return static_cast<uint64_t>(std::max(highest_fd, 2)) + 1 + descriptions + pipes + kRestorerOwn;
+  return std::max<uint64_t>(static_cast<uint64_t>(std::max(highest_fd, 2)) + 1, 3 + descriptions + pipes) + kRestorerOwn;
 }
 
 uint64_t DescriptorRoom() {

@@ -1,14 +1,13 @@
 #pragma once
 // How many descriptors a restore needs at once, and whether this machine lets it have them.
 //
-// The restorer opens one "master" per open file description (two per pipe) above the highest
-// descriptor number the checkpoint uses, and each restored process starts with all of them
-// before it puts its own in place (restore/files.h). So a process holding N descriptions up to
-// number M needs about M + N + the restorer's own in one table: a process that held 19,000
-// descriptors under a hard limit of 20,000 cannot be restored by a restorer with that limit.
-// The dump checks this before it touches anything (never a process killed by a dump whose
-// restore must fail), and the restore raises its limit, or says why it cannot, before it makes
-// anything.
+// The restorer opens one "master" per open file description (two per pipe) at the lowest free
+// numbers, and each restored process starts with all of them before it puts its own in place,
+// around them (restore/fd_moves.h). So a process holding N descriptions up to number M needs
+// about max(M, N) + the restorer's own in one table, and a few more to move masters aside. (Until
+// session 21 the masters sat above M: M + N, twice what a process near its limit held.) The dump
+// checks this before it touches anything (never a process killed by a dump whose restore must
+// fail), and the restore raises its limit, or says why it cannot, before it makes anything.
 
 #include <cstdint>
 #include <string>

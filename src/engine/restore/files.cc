@@ -6,6 +6,7 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -35,6 +36,7 @@
 #include "engine/proc/fds.h"
 #include "engine/proc/mountinfo.h"
 #include "engine/proc/pty.h"
+#include "engine/restore/fd_moves.h"
 #include "engine/restore/file_identity.h"
 #include "engine/restore/sockets.h"
 
@@ -787,8 +789,8 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
     }
   }
   auto park = [&](UniqueFd f, pid_t pid, int fd) -> absl::Status {
-    int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, m.base);
-    if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) above %d for fd %d of pid %d", m.base, fd, pid));
+    int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, kMasterFloor);
+    if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) for fd %d of pid %d", fd, pid));
     m.owned.emplace_back(n);
     m.fds[{pid, fd}] = n;
     return absl::OkStatus();
@@ -834,8 +836,8 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
         int ends[2];
         if (::pipe2(ends, O_CLOEXEC) != 0) return ErrnoStatus("pipe2");
         UniqueFd r(ends[0]), w(ends[1]);
-        int rn = ::fcntl(r.get(), F_DUPFD_CLOEXEC, m.base);
-        int wn = ::fcntl(w.get(), F_DUPFD_CLOEXEC, m.base);
+        int rn = ::fcntl(r.get(), F_DUPFD_CLOEXEC, kMasterFloor);
+        int wn = ::fcntl(w.get(), F_DUPFD_CLOEXEC, kMasterFloor);
         if (rn < 0 || wn < 0) return ErrnoStatus("fcntl(F_DUPFD) for a pipe");
         m.owned.emplace_back(rn);
         m.owned.emplace_back(wn);
@@ -1023,8 +1025,7 @@ absl::Status OpenInProcess(inject::Injector& inj, inject::RemoteScratch& scratch
 absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
                         const std::vector<const image::Process*>& procs, const image::Process& proc,
                         const Masters& masters) {
-  std::vector<inject::BatchedCall> calls;
-  std::vector<const image::Fd*> of;
+  std::vector<FdTarget> targets;
   for (const image::Fd& fd : proc.fds()) {
     const image::Fd* origin = OriginOf(procs, proc, fd);
     if (origin != nullptr && OpenedInProcess(*origin)) continue;  // OpenInProcess
@@ -1036,12 +1037,54 @@ absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, u
                                                  "does not hold (corrupt image)",
                                                  fd.fd(), proc.pid(), key.second, key.first));
     }
-    calls.push_back({SYS_dup3, {static_cast<uint64_t>(it->second), static_cast<uint64_t>(fd.fd()),
-                                static_cast<uint64_t>(fd.cloexec() ? O_CLOEXEC : 0), 0, 0, 0}});
-    of.push_back(&fd);
+    targets.push_back({fd.fd(), it->second, fd.cloexec()});
+  }
+  // The process holds every description's master (CloseAllButMasters) and the objects'.
+  std::set<int> held, objects;
+  for (const auto& [key, n] : masters.fds) held.insert(n);
+  for (const auto& [key, n] : masters.objects) objects.insert(n);
+  rlimit lim{};
+  int limit = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < (1u << 30) ? static_cast<int>(lim.rlim_cur) : 1 << 20;
+  ASSIGN_OR_RETURN(std::vector<FdCall> plan, PlanFdCalls(held, targets, objects, limit));
+  std::vector<inject::BatchedCall> calls;
+  for (const FdCall& c : plan) {
+    switch (c.kind) {
+      case FdCall::kDup3:
+        calls.push_back({SYS_dup3, {static_cast<uint64_t>(c.from), static_cast<uint64_t>(c.to),
+                                    static_cast<uint64_t>(c.cloexec ? O_CLOEXEC : 0), 0, 0, 0}});
+        break;
+      case FdCall::kClearCloexec:
+        calls.push_back({SYS_fcntl, {static_cast<uint64_t>(c.to), F_SETFD, 0, 0, 0, 0}});
+        break;
+      case FdCall::kClose:
+        calls.push_back({SYS_close, {static_cast<uint64_t>(c.to), 0, 0, 0, 0, 0}});
+        break;
+    }
   }
   // All in one stop (inject/stop_loop.h); one injected call each if the loop could not run.
-  return inject::RunCalls(inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat("dup3 to fd ", of[i]->fd()); });
+  return inject::RunCalls(inj, scratch, loop, calls, [&](size_t i) {
+    const FdCall& c = plan[i];
+    return c.kind == FdCall::kDup3 ? absl::StrFormat("dup3(%d, %d) putting descriptors in place", c.from, c.to)
+           : c.kind == FdCall::kClose ? absl::StrFormat("close a master at fd %d", c.to)
+                                      : absl::StrFormat("clear close-on-exec of fd %d", c.to);
+  });
+}
+
+absl::Status CloseAllButMasters(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                                const Masters& masters) {
+  std::set<int> keep;
+  for (const auto& [key, n] : masters.fds) keep.insert(n);
+  for (const auto& [key, n] : masters.objects) keep.insert(n);
+  std::vector<inject::BatchedCall> calls;
+  unsigned from = 0;
+  for (int k : keep) {
+    if (static_cast<unsigned>(k) > from) {
+      calls.push_back({SYS_close_range, {from, static_cast<uint64_t>(k) - 1, 0, 0, 0, 0}});
+    }
+    from = static_cast<unsigned>(k) + 1;
+  }
+  calls.push_back({SYS_close_range, {from, ~0U, 0, 0, 0, 0}});
+  return inject::RunCalls(inj, scratch, loop, calls, [&](size_t) { return std::string("close_range (restorer's descriptors)"); });
 }
 
 namespace {

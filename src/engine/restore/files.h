@@ -34,8 +34,12 @@
 
 namespace cairn::restore {
 
+// The masters of open file descriptions sit at the lowest free numbers from here, also numbers
+// some descriptor must take: InstallFds plans around them (restore/fd_moves.h).
+inline constexpr int kMasterFloor = 3;
+
 struct Masters {
-  int base = 3;  // lowest master number; every saved descriptor number is below it
+  int base = 3;  // every saved descriptor number is below it; the masters of files made again (objects) above
   std::map<std::pair<pid_t, int>, int> fds;  // (pid, fd) of a description's first holder -> master
   // Files deleted while open or mapped, and memfds, made again once each: (dev, inode) at
   // checkpoint time -> master. Their descriptors are new descriptions of these files, and
@@ -73,10 +77,18 @@ absl::StatusOr<UniqueFd> RecreateDeleted(const std::string& path, uint32_t mode)
 // Older images (no layout): the content is the whole file.
 absl::Status FillSavedFile(int f, const std::string& content, const image::SavedFile& layout, const std::string& what);
 
-// In the task `inj` drives, which holds copies of all masters: dup3s its saved
-// descriptors into place, but for those OpenInProcess opens — all in one run of the loop at
-// `loop` (inject/stop_loop.h, its table in `scratch`), or one injected call each if it fails. The caller closes the masters
-// (close_range from Masters::base) once no process sharing the table needs them.
+// In the task `inj` drives, first: closes every descriptor but the masters (those of the
+// descriptions and of the files made again), which it inherited from the restorer with the
+// restorer's own.
+absl::Status CloseAllButMasters(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                                const Masters& masters);
+
+// In the task `inj` drives, which holds copies of all masters and nothing else: puts its saved
+// descriptors in place, but for those OpenInProcess opens, and closes the descriptions' masters
+// it does not keep (restore/fd_moves.h) — all in one run of the loop at `loop`
+// (inject/stop_loop.h, its table in `scratch`), or one injected call each if it fails. The caller
+// closes the objects' masters (close_range from Masters::base) once no process sharing the
+// table needs them.
 absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
                         const std::vector<const image::Process*>& procs, const image::Process& proc,
                         const Masters& masters);

@@ -572,10 +572,7 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   // before it, put every descriptor in place (the masters stay until the table's last
   // process is built, which may still map a deleted file through one).
   bool own_table = !proc.shares_files_with_parent();
-  if (own_table) {
-    RETURN_IF_ERROR(inj.Call("close_range (restorer's descriptors)", SYS_close_range, 0,
-                             static_cast<uint64_t>(masters.base - 1), 0).status());
-  }
+  if (own_table) RETURN_IF_ERROR(CloseAllButMasters(inj, scratch, work_area + kStopLoopAt, masters));
   std::vector<Range> staged;
   for (const auto& [id, r] : staging) staged.push_back(r);
   RETURN_IF_ERROR(ReplaceAddressSpace(inj, proc, {work_area, work_area + kWorkAreaSize}, staged, OldVdso(img)));

@@ -33,8 +33,8 @@ namespace {
 std::string Where(const image::Fd& fd, pid_t pid) { return absl::StrFormat("fd %d of pid %d", fd.fd(), pid); }
 
 absl::Status Park(UniqueFd f, const image::Fd& fd, pid_t pid, Masters* m) {
-  int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, m->base);
-  if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) above %d for %s", m->base, Where(fd, pid)));
+  int n = ::fcntl(f.get(), F_DUPFD_CLOEXEC, kMasterFloor);
+  if (n < 0) return ErrnoStatus(absl::StrFormat("fcntl(F_DUPFD) for %s", Where(fd, pid)));
   m->owned.emplace_back(n);
   m->fds[{pid, fd.fd()}] = n;
   return absl::OkStatus();
@@ -280,8 +280,8 @@ absl::Status CreatePair(const image::Fd& fd, pid_t pid, Masters* m, std::map<uin
     return ErrnoStatus("socketpair for " + Where(fd, pid));
   }
   UniqueFd a(sv[0]), b(sv[1]);
-  int an = ::fcntl(a.get(), F_DUPFD_CLOEXEC, m->base);
-  int bn = ::fcntl(b.get(), F_DUPFD_CLOEXEC, m->base);
+  int an = ::fcntl(a.get(), F_DUPFD_CLOEXEC, kMasterFloor);
+  int bn = ::fcntl(b.get(), F_DUPFD_CLOEXEC, kMasterFloor);
   if (an < 0 || bn < 0) return ErrnoStatus("fcntl(F_DUPFD) for a socket pair");
   m->owned.emplace_back(an);
   m->owned.emplace_back(bn);
