@@ -1,4 +1,4 @@
-// Holds N descriptors for the descriptor benchmarks (bench/many_fds.sh), then waits.
+// Holds N descriptors for the descriptor benchmarks (bench/many.sh fds), then waits.
 //
 //   fd_holder N MODE READY_FILE
 //

@@ -1,4 +1,4 @@
-// Holds N separate memory areas for bench/many_maps.sh, then waits.
+// Holds N separate memory areas for bench/many.sh maps, then waits.
 //
 //   maps_holder N READY_FILE
 //

@@ -1,4 +1,4 @@
-// Holds N threads for bench/many_threads.sh, then waits: each thread blocks in pause().
+// Holds N threads for bench/many.sh threads, then waits: each thread blocks in pause().
 //
 //   threads_holder N READY_FILE
 #define _GNU_SOURCE

@@ -2,7 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_format.h"
 
@@ -89,6 +92,18 @@ absl::Status ChmodNoFollow(const std::string& path, mode_t mode) {
   if ((st.st_mode & 07777) == mode) return absl::OkStatus();
   if (::fchmod(fd.get(), mode) != 0) return ErrnoStatus(absl::StrFormat("chmod %o %s", mode, path));
   return absl::OkStatus();
+}
+
+
+void CloseAllDescriptorsBut(std::vector<int> keep) {
+  std::sort(keep.begin(), keep.end());
+  unsigned from = 3;
+  for (int k : keep) {
+    if (k < 0) continue;
+    if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0);
+    from = std::max(from, static_cast<unsigned>(k) + 1);
+  }
+  ::syscall(SYS_close_range, from, ~0U, 0);
 }
 
 }  // namespace cairn

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
@@ -29,5 +30,9 @@ absl::Status ChmodNoFollow(const std::string& path, mode_t mode);
 
 // fsyncs the directory at `path` so a rename or create inside it is durable.
 absl::Status SyncDir(const std::string& path);
+
+// Closes every descriptor from 3 up except those in `keep` (close_range over the gaps). For a
+// child just forked that must hold nothing of its parent's but what it names.
+void CloseAllDescriptorsBut(std::vector<int> keep);
 
 }  // namespace cairn

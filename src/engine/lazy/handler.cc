@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -128,15 +129,7 @@ class Watcher {
       ::prctl(PR_SET_NAME, "cairn-lazywatch", 0, 0, 0);
       // Keeps only its socket, the userfaultfd, the fuse and stdin/out/err.
       int sock = sv[1];
-      std::vector<int> keep = {sock, uffd};
-      if (fuse >= 0) keep.push_back(fuse);
-      std::sort(keep.begin(), keep.end());
-      unsigned from = 3;
-      for (int k : keep) {
-        if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0);
-        from = std::max(from, static_cast<unsigned>(k) + 1);
-      }
-      ::syscall(SYS_close_range, from, ~0U, 0);
+      CloseAllDescriptorsBut({sock, uffd, fuse});
       std::vector<int> held = {uffd};
       ::_exit(Watch(sock, pid, start, &held));
     }

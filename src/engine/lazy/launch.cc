@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -38,16 +39,6 @@ bool SingleThreaded() {
   return !ec && n == 1;
 }
 
-// Closes every descriptor from 3 up except those in `keep`.
-void CloseAllBut(std::vector<int> keep) {
-  std::sort(keep.begin(), keep.end());
-  unsigned from = 3;
-  for (int k : keep) {
-    if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0);
-    from = std::max(from, static_cast<unsigned>(k) + 1);
-  }
-  ::syscall(SYS_close_range, from, ~0U, 0);
-}
 constexpr uint64_t kFeatures =
     UFFD_FEATURE_EVENT_FORK | UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP;
 
@@ -154,7 +145,7 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
       // a restored reader from ever seeing end of file), and nothing of it may run at exit.
       std::vector<int> keep = {ufd_keep.get(), ready_w.get(), go_r.get()};
       if (fuse.read.valid()) keep.insert(keep.end(), {fuse.read.get(), fuse.write.get()});
-      CloseAllBut(keep);
+      CloseAllDescriptorsBut(keep);
       ::_exit(ServePages(hopts).ok() ? 0 : 1);
     }
     // Only async-signal-safe calls from here to exec.
