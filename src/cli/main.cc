@@ -475,6 +475,7 @@ int RunCheck(bool fix) {
 
 int main(int argc, char** argv) {
   CLI::App app{"cairn: checkpoint running Linux processes from the outside and restore them", "cairn"};
+  app.set_version_flag("--version", std::string("cairn ") + CAIRN_VERSION);
   app.require_subcommand(1);
   int verbose = 0;
   app.add_flag("-v,--verbose", verbose, "More log output (repeat for debug)");
@@ -617,6 +618,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);  // says what is wrong with the command line

@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
     return s.ok() ? 0 : Fail(s);
   }
   CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)", "cairnd"};
+  app.set_version_flag("--version", std::string("cairnd ") + CAIRN_VERSION);
   DaemonOptions opts;
   opts.state_dir = "/var/lib/cairnd";
   cairn::GrpcServeOptions tls;

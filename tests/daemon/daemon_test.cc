@@ -421,6 +421,12 @@ TEST_F(DaemonTest, ExitStatusesSayWhyACommandFailed) {
   CommandResult bare = RunCommand({CAIRN_BIN}, Dir());
   EXPECT_TRUE(bare.Exited(0)) << bare.Describe();
   EXPECT_TRUE(Matches(bare.out, "Usage: cairn .*SUBCOMMAND")) << bare.out;
+  // Each program says its version, and exits 0.
+  for (const std::string& bin : {std::string(CAIRN_BIN), std::string(CAIRND_BIN), std::string(CAIRN_CONTROLLER_BIN)}) {
+    CommandResult v = RunCommand({bin, "--version"}, Dir());
+    EXPECT_TRUE(v.Exited(0)) << v.Describe();
+    EXPECT_TRUE(Matches(v.out, "^cairn(d|-controller)? [0-9]+\\.[0-9]+\\.[0-9]+")) << v.out;
+  }
   auto status = [&](std::vector<std::string> args) { return a.Cairn(std::move(args), 30s); };
 
   CommandResult r = status({"job", "--bogus"});

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   using namespace cairn::controller;
   CLI::App app{"cairn-controller: places jobs by price, performance, SLA and capacity, and decides when to move them",
                "cairn-controller"};
+  app.set_version_flag("--version", std::string("cairn-controller ") + CAIRN_VERSION);
   std::string store_spec = "sqlite:/var/lib/cairn/controller.db";
   std::string socket_path = "/run/cairn/controller.sock";
   std::string listen, token_file, name;
