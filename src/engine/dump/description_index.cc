@@ -25,8 +25,9 @@ const DescriptionIndex::Holder* DescriptionIndex::FindOrAdd(uint64_t ino, pid_t 
   // The first description not before this descriptor's: its own, if it was seen.
   auto at = held.lower_bound(h);
   if (at != held.end() && Compare(*at, h) == 0) return &*at;
+  size_t before = held.size();
   held.emplace_hint(at, h);
-  ++size_;
+  size_ += held.size() - before;  // a kcmp that failed may have made it look seen
   return nullptr;
 }
 

@@ -679,7 +679,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     // cairn's own write tracker is not the process's: neither saved nor restored. Nor are the
     // fuses a job's init holds for a lazy restore (lazy/fuse.h).
     std::string comm;
-    if (std::any_of(all[i].begin(), all[i].end(), [](const proc::FdInfo& f) { return f.fd >= lazy::kFirstFuseFd; })) {
+    if (std::any_of(all[i].begin(), all[i].end(), [](const proc::FdInfo& f) { return f.fd >= lazy::kFuseFloor; })) {
       if (auto st = proc::ReadStat(pids[i]); st.ok()) comm = st->comm;
     }
     std::erase_if(all[i], [&](const proc::FdInfo& info) { return IsTrackerFd(info) || lazy::IsFuseFd(comm, info.fd); });

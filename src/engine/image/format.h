@@ -18,7 +18,9 @@
 
 namespace cairn::image {
 
-inline constexpr uint32_t kFormatVersion = 2;
+// 3 since session 21: an uncompressed block's `xxh3` may be the checksum of its chunks'
+// checksums (PageBlock.chunk_xxh3), which an older cairn would take for damage.
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr size_t kPageSize = 4096;
 inline constexpr size_t kHeaderSize = 4096;  // data files: one page so blocks stay aligned
 inline constexpr uint64_t kMaxBlockBytes = 64ull << 20;  // no block cairn writes is larger

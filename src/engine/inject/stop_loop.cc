@@ -67,10 +67,13 @@ absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, s
 }
 
 absl::Status RunCalls(Injector& inj, RemoteScratch& scratch, uint64_t loop, std::span<BatchedCall> calls,
-                      const std::function<std::string(size_t)>& what, size_t table_off) {
+                      const std::function<std::string(size_t)>& what, bool repeatable, size_t table_off) {
   if (calls.empty()) return absl::OkStatus();
   absl::Status looped = RunStopLoop(inj, scratch, loop, table_off, calls);
-  if (!looped.ok()) CAIRN_LOG_WARN("event=stop_loop_failed pid={} error=\"{}\"", inj.tid(), looped.ToString());
+  if (!looped.ok()) {
+    CAIRN_LOG_WARN("event=stop_loop_failed pid={} repeat={} error=\"{}\"", inj.tid(), repeatable, looped.ToString());
+    if (!repeatable) return Annotate(looped, absl::StrCat("a loop of ", calls.size(), " injected calls, from ", what(0)));
+  }
   for (size_t i = 0; i < calls.size(); ++i) {
     if (!looped.ok()) {
       ASSIGN_OR_RETURN(calls[i].result, inj.Raw(calls[i].nr, calls[i].args));

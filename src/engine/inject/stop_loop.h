@@ -48,10 +48,12 @@ inline constexpr unsigned char kStopLoop[] = {
 absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, size_t table_off,
                          std::span<BatchedCall> calls);
 
-// Runs `calls` through the loop, its table from scratch offset `table_off`, or one injected call
-// each where the loop could not run (logged), and fails on the first call the kernel refused,
-// named by `what(i)` (called only then).
+// Runs `calls` through the loop, its table from scratch offset `table_off`, and fails on the
+// first call the kernel refused, named by `what(i)` (called only then). Where the loop fails,
+// some calls may have been made: with `repeatable` (calls that may be made twice: mmap at a fixed
+// address, mprotect, rt_sigaction...) every call is then made again one injected call at a time
+// (logged); otherwise the loop's failure is returned.
 absl::Status RunCalls(Injector& inj, RemoteScratch& scratch, uint64_t loop, std::span<BatchedCall> calls,
-                      const std::function<std::string(size_t)>& what, size_t table_off = 0);
+                      const std::function<std::string(size_t)>& what, bool repeatable, size_t table_off = 0);
 
 }  // namespace cairn::inject

@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/user.h>
 
@@ -79,6 +82,13 @@ void DisarmFuse(int fd) {
 
 bool HoldsFuses(std::string_view comm) { return comm == "cairn-init"; }
 
-bool IsFuseFd(std::string_view comm, int fd) { return fd >= kFirstFuseFd && HoldsFuses(comm); }
+bool IsFuseFd(std::string_view comm, int fd) { return fd >= kFuseFloor && HoldsFuses(comm); }
+
+int NextFuseFd(pid_t holder, int made) {
+  rlimit lim{};
+  if (::prlimit(holder, RLIMIT_NOFILE, nullptr, &lim) != 0) return -1;
+  int64_t top = static_cast<int64_t>(std::min<rlim_t>(lim.rlim_cur, 1u << 20)) - 1 - made;
+  return top >= kFuseFloor ? static_cast<int>(top) : -1;
+}
 
 }  // namespace cairn::lazy

@@ -22,9 +22,15 @@
 //
 // The pipe is made by the init itself (an injected pipe2: the init lives in the job's PID
 // namespace, where the restorer has no pid to take descriptors from), and its read end moved
-// to descriptor kFirstFuseFd and up; the restorer takes both ends (pidfd_getfd) and the init
-// closes its write end. cairn-init opens nothing of its own at those numbers; a dump does not
-// save them (IsFuseFd), so each restore starts without them.
+// to the highest numbers below the init's own descriptor limit, one per lazily restored process
+// (a process whose fuse would land below kFuseFloor gets none: its watcher alone covers it); the
+// restorer takes both ends (pidfd_getfd) and the init closes its write end. cairn-init holds
+// nothing of its own once its command runs (it closes every descriptor), and never anything at
+// kFuseFloor or above; a dump does not save those (IsFuseFd), so each restore starts without them.
+//
+// The fuse kills the process it was made for. When that is the job's command, the init exits with
+// it and the kernel ends the rest of the job; a child that another process of the job forked while
+// its pages were still missing is not covered (the watcher, alive, kills the whole tree).
 // Processes restored outside a job (no cairn-init above them) have no fuse: the watcher
 // alone covers the handler's death there.
 
@@ -37,7 +43,7 @@
 
 namespace cairn::lazy {
 
-inline constexpr int kFirstFuseFd = 1000;
+inline constexpr int kFuseFloor = 64;
 
 struct Fuse {
   UniqueFd read, write;  // read: armed against the process (the same open file as the holder's)
@@ -54,6 +60,10 @@ void DisarmFuse(int fd);
 // Whether descriptor `fd` of a process named `comm` is a fuse's read end (cairn's, not the
 // process's own: neither saved nor compared).
 bool IsFuseFd(std::string_view comm, int fd);
+
+// The number the next fuse takes in `holder` (a host pid), the `made`-th of this restore: below its
+// soft RLIMIT_NOFILE; -1 when that would be below kFuseFloor.
+int NextFuseFd(pid_t holder, int made);
 
 // Whether a process named `comm` can hold fuses: a job's init.
 bool HoldsFuses(std::string_view comm);

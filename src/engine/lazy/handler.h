@@ -27,7 +27,8 @@
 // holds a second reference to each userfaultfd, named cairn-lazywatch — keeps the missing
 // pages missing (a fault waits instead of reading zeros) and kills the process, saying why.
 // A SIGKILL of both at once escapes that, except in a job: there the process's fuse
-// (lazy/fuse.h) has the kernel kill it once neither holds its write end any more.
+// (lazy/fuse.h) has the kernel kill it once neither holds its write end any more (it, not
+// children it forked meanwhile, unless it is the job's command, whose end ends the job).
 
 #include <sys/types.h>
 

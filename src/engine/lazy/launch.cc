@@ -98,7 +98,14 @@ absl::Status StartLazyHandler(inject::Injector& inj, inject::RemoteScratch& scra
   if (!ufd_keep.valid()) return ErrnoStatus("dup userfaultfd");
   Fuse fuse;
   if (handlers->fuse_holder > 0) {
-    ASSIGN_OR_RETURN(fuse, MakeFuseIn(handlers->fuse_holder, kFirstFuseFd + handlers->fuses++, host_pid));
+    if (int at = NextFuseFd(handlers->fuse_holder, handlers->fuses); at >= 0) {
+      ASSIGN_OR_RETURN(fuse, MakeFuseIn(handlers->fuse_holder, at, host_pid));
+      ++handlers->fuses;
+    } else {
+      CAIRN_LOG_WARN("event=lazy_fuse_skipped pid={} reason=\"the job's init has no descriptor number free below its "
+                     "limit and above {}: its page handler's watcher alone covers it\"",
+                     host_pid, kFuseFloor);
+    }
   }
   std::string ufd_s = std::to_string(ufd_keep.get()), ready_s = std::to_string(ready_w.get()),
               go_s = std::to_string(go_r.get()), fuse_r_s = std::to_string(fuse.read.get()),

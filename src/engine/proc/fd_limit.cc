@@ -13,8 +13,10 @@
 namespace cairn::proc {
 namespace {
 
-// The restorer's own descriptors (image files, sockets, its pidfds) and the masters of files
-// made again (deleted files, memfds): a margin, not a count.
+// The restorer's own descriptors (image files, sockets, its pidfds; a daemon's more) and the
+// masters of files made again (deleted files, memfds, above the highest number): a margin, not a
+// count — a checkpoint of hundreds of memfds near the limit can pass the dump's check and still
+// find no room at its restore, which then refuses before it makes anything.
 constexpr uint64_t kRestorerOwn = 256;
 
 uint64_t NrOpen() {

@@ -61,9 +61,13 @@ absl::StatusOr<std::vector<FdCall>> PlanFdCalls(const std::set<int>& masters, co
     // Every number still wanted holds a master still needed: move one such master aside.
     int n = pending.begin()->first;
     int x = holder[n];
-    while (cursor < limit && (holder.count(cursor) != 0 || pending.count(cursor) != 0 || pinned.count(cursor) != 0)) {
-      ++cursor;
-    }
+    // Free: nothing there, or a master no longer needed (no descriptor of this process wants it).
+    auto spare = [&](int c) {
+      if (pending.count(c) != 0 || pinned.count(c) != 0) return false;
+      auto h = holder.find(c);
+      return h == holder.end() || (h->second != kPlaced && uses[h->second] == 0);
+    };
+    while (cursor < limit && !spare(cursor)) ++cursor;
     if (cursor >= limit) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "no descriptor number below %d is free to move a master aside while putting descriptors in place", limit));
@@ -73,6 +77,7 @@ absl::StatusOr<std::vector<FdCall>> PlanFdCalls(const std::set<int>& masters, co
     at[x] = cursor;
     holder.erase(n);
     ready.push_back(n);
+    ++cursor;
   }
   for (const auto& [n, h] : holder) {
     if (h != kPlaced) calls.push_back({FdCall::kClose, 0, n});

@@ -1043,8 +1043,13 @@ absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, u
   std::set<int> held, objects;
   for (const auto& [key, n] : masters.fds) held.insert(n);
   for (const auto& [key, n] : masters.objects) objects.insert(n);
+  // A master moved aside must land below the process's own limit, which its saved one may
+  // already be (RestoreProcessState).
   rlimit lim{};
-  int limit = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < (1u << 30) ? static_cast<int>(lim.rlim_cur) : 1 << 20;
+  if (::prlimit(inj.tid(), RLIMIT_NOFILE, nullptr, &lim) != 0) {
+    return ErrnoStatus(absl::StrFormat("prlimit(RLIMIT_NOFILE) of pid %d", inj.tid()));
+  }
+  int limit = lim.rlim_cur < (1u << 30) ? static_cast<int>(lim.rlim_cur) : 1 << 30;
   ASSIGN_OR_RETURN(std::vector<FdCall> plan, PlanFdCalls(held, targets, objects, limit));
   std::vector<inject::BatchedCall> calls;
   for (const FdCall& c : plan) {
@@ -1061,13 +1066,17 @@ absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, u
         break;
     }
   }
-  // All in one stop (inject/stop_loop.h); one injected call each if the loop could not run.
-  return inject::RunCalls(inj, scratch, loop, calls, [&](size_t i) {
-    const FdCall& c = plan[i];
-    return c.kind == FdCall::kDup3 ? absl::StrFormat("dup3(%d, %d) putting descriptors in place", c.from, c.to)
-           : c.kind == FdCall::kClose ? absl::StrFormat("close a master at fd %d", c.to)
-                                      : absl::StrFormat("clear close-on-exec of fd %d", c.to);
-  });
+  // All in one stop (inject/stop_loop.h). Not repeatable: a master closed or overwritten by the
+  // calls already made would be copied again, wrong.
+  return inject::RunCalls(
+      inj, scratch, loop, calls,
+      [&](size_t i) {
+        const FdCall& c = plan[i];
+        return c.kind == FdCall::kDup3 ? absl::StrFormat("dup3(%d, %d) putting descriptors in place", c.from, c.to)
+               : c.kind == FdCall::kClose ? absl::StrFormat("close a master at fd %d", c.to)
+                                          : absl::StrFormat("clear close-on-exec of fd %d", c.to);
+      },
+      /*repeatable=*/false);
 }
 
 absl::Status CloseAllButMasters(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
@@ -1084,7 +1093,9 @@ absl::Status CloseAllButMasters(inject::Injector& inj, inject::RemoteScratch& sc
     from = static_cast<unsigned>(k) + 1;
   }
   calls.push_back({SYS_close_range, {from, ~0U, 0, 0, 0, 0}});
-  return inject::RunCalls(inj, scratch, loop, calls, [&](size_t) { return std::string("close_range (restorer's descriptors)"); });
+  return inject::RunCalls(
+      inj, scratch, loop, calls, [&](size_t) { return std::string("close_range (restorer's descriptors)"); },
+      /*repeatable=*/true);
 }
 
 namespace {

@@ -705,9 +705,12 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, u
     maps.push_back({SYS_mmap, {v.start(), len, prot, static_cast<uint64_t>(flags), static_cast<uint64_t>(fd), off}});
     mapped.push_back(&v);
   }
-  RETURN_IF_ERROR(inject::RunCalls(inj, scratch, loop, maps, [&](size_t i) {
-    return absl::StrFormat("mmap %#x-%#x (%s)", mapped[i]->start(), mapped[i]->end(), mapped[i]->path());
-  }));
+  RETURN_IF_ERROR(inject::RunCalls(
+      inj, scratch, loop, maps,
+      [&](size_t i) {
+        return absl::StrFormat("mmap %#x-%#x (%s)", mapped[i]->start(), mapped[i]->end(), mapped[i]->path());
+      },
+      /*repeatable=*/true));
   for (size_t i = 0; i < maps.size(); ++i) {
     if (static_cast<uint64_t>(maps[i].result) != mapped[i]->start()) {
       return absl::InternalError(absl::StrFormat("mmap placed %#x at %#x", mapped[i]->start(), maps[i].result));
@@ -773,7 +776,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, u
           SYS_mlock2, v.start(), v.end() - v.start(), onfault);
     }
   }
-  return inject::RunCalls(inj, scratch, loop, finals, [&](size_t i) { return final_what[i]; });
+  return inject::RunCalls(inj, scratch, loop, finals, [&](size_t i) { return final_what[i]; }, /*repeatable=*/true);
 }
 
 }  // namespace cairn::restore

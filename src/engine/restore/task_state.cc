@@ -68,6 +68,9 @@ constexpr size_t kActionsOff = 16384;
 // A thread's pending signals, set with its other state in one stop; that stop's table after them.
 constexpr size_t kPendingOff = 2048;
 constexpr size_t kThreadTableOff = 32768;
+// A thread's credentials: its groups from kPendingOff, the table in the scratch area's last 4 KiB
+// (64 calls a run), so that as many groups fit as before the calls were batched.
+constexpr size_t kCredsTableOff = 61440;
 
 // Settings of the process (or its mm) that nothing else carries: transparent huge pages
 // off, the AMX permission, membarrier registrations, oom_score_adj and the audit loginuid.
@@ -217,7 +220,7 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
   }
   RETURN_IF_ERROR(inject::RunCalls(
       inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat("rt_sigaction(", signals[i], ")"); },
-      kActionsOff + actions.size() * sizeof actions[0]));
+      /*repeatable=*/true, kActionsOff + actions.size() * sizeof actions[0]));
 
   // Interval timers.
   for (const image::Itimer& t : proc.itimers()) {
@@ -315,9 +318,10 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
       add("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo, {static_cast<uint64_t>(pid), static_cast<uint64_t>(t.tid()),
                                                       static_cast<uint64_t>(info.si_signo), addr});
     }
+    // Not repeatable: a signal queued twice would be delivered twice.
     RETURN_IF_ERROR(inject::RunCalls(
         inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat(what[i], " (thread ", t.tid(), ")"); },
-        kThreadTableOff));
+        /*repeatable=*/false, kThreadTableOff));
     for (const siginfo_t& info : more) {
       ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(kStructOff, &info, sizeof info));
       RETURN_IF_ERROR(inj.Call("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo, pid, t.tid(),
@@ -373,10 +377,10 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
   // Each thread's in one stop of that thread (inject/stop_loop.h), in the order they must be
   // made: the groups and the capability sets side by side in the scratch area, the table after.
   std::vector<uint32_t> groups(c.groups().begin(), c.groups().end());
-  if (kPendingOff + groups.size() * sizeof(uint32_t) > kThreadTableOff) {
+  if (kPendingOff + groups.size() * sizeof(uint32_t) > kCredsTableOff) {
     return absl::UnimplementedError(absl::StrCat("pid ", pid, " has ", groups.size(),
                                                  " supplementary groups; a restore sets at most ",
-                                                 (kThreadTableOff - kPendingOff) / sizeof(uint32_t)));
+                                                 (kCredsTableOff - kPendingOff) / sizeof(uint32_t)));
   }
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2]{};
@@ -415,9 +419,10 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
       add(absl::StrFormat("prctl(PR_CAP_AMBIENT_RAISE, %d)", cap), SYS_prctl,
           {PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, static_cast<uint64_t>(cap)});
     }
+    // Not repeatable: once setresuid has dropped root, the calls before it would be refused.
     RETURN_IF_ERROR(inject::RunCalls(
         inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat(what[i], " (thread ", tid, ")"); },
-        kThreadTableOff));
+        /*repeatable=*/false, kCredsTableOff));
   }
   if (c.no_new_privs()) {
     RETURN_IF_ERROR(main.Call("prctl(PR_SET_NO_NEW_PRIVS)", SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).status());

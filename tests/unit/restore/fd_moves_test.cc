@@ -104,6 +104,11 @@ TEST(FdMovesTest, RandomTablesEndExactlyAsWanted) {
   }
 }
 
+TEST(FdMovesTest, ACycleBreaksThroughANumberHoldingAMasterNoOneHereNeeds) {
+  // Masters 5-9 belong to other processes of the tree; the limit leaves no number above them.
+  Check({3, 4, 5, 6, 7, 8, 9}, {{3, 4, true}, {4, 3, false}}, {}, 10);
+}
+
 TEST(FdMovesTest, NoFreeNumberForACycleIsAClearError) {
   // Every number below the limit is taken by a master still needed: a cycle cannot be broken.
   auto calls = PlanFdCalls({3, 4}, {{3, 4, true}, {4, 3, true}}, {}, 5);
