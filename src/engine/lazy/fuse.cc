@@ -2,13 +2,12 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
-
-#include <algorithm>
-
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/user.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
