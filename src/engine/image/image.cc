@@ -359,13 +359,9 @@ absl::Status ImageReader::ReadBlock(const PageBlock& b, char* buf) const {
     std::memset(buf, 0, b.length());
     return absl::OkStatus();
   }
+  RETURN_IF_ERROR(CheckPlace(b));
   bool compressed = b.codec() != PageBlock::NONE;
   uint64_t stored = compressed ? b.stored_length() : b.length();
-  if (b.file_offset() < kHeaderSize || stored > pages_size_ || b.file_offset() > pages_size_ - stored ||
-      (!compressed && b.file_offset() % kPageSize != 0)) {
-    return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_,
-                                               kPagesFile, b.vaddr()));
-  }
   if (compressed) {
     if (b.length() > kMaxBlockBytes || b.length() % kPageSize != 0) {
       return absl::DataLossError(absl::StrFormat("%s/%s: compressed block for %#x has an impossible size %d", dir_,
@@ -417,11 +413,7 @@ absl::StatusOr<uint64_t> ImageReader::ReadChunk(const PageBlock& b, uint64_t k, 
     return absl::InternalError(absl::StrFormat("chunk %d of the block for %#x cannot be read alone", k, b.vaddr()));
   }
   uint64_t len = std::min<uint64_t>(kChecksumChunk, b.length() - off);
-  if (b.file_offset() < kHeaderSize || b.length() > pages_size_ || b.file_offset() > pages_size_ - b.length() ||
-      b.file_offset() % kPageSize != 0) {
-    return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_, kPagesFile,
-                                               b.vaddr()));
-  }
+  RETURN_IF_ERROR(CheckPlace(b));
   const std::string& list = b.chunk_xxh3();
   uint64_t want = 0;
   for (size_t i = 0; i < sizeof want; ++i) want |= static_cast<uint64_t>(static_cast<unsigned char>(list[k * 8 + i])) << (8 * i);
@@ -433,6 +425,17 @@ absl::StatusOr<uint64_t> ImageReader::ReadChunk(const PageBlock& b, uint64_t k, 
         dir_, kPagesFile, b.file_offset(), b.vaddr(), b.length(), off, off + len));
   }
   return len;
+}
+
+absl::Status ImageReader::CheckPlace(const PageBlock& b) const {
+  bool compressed = b.codec() != PageBlock::NONE;
+  uint64_t stored = compressed ? b.stored_length() : b.length();
+  if (b.file_offset() < kHeaderSize || stored > pages_size_ || b.file_offset() > pages_size_ - stored ||
+      (!compressed && b.file_offset() % kPageSize != 0)) {
+    return absl::DataLossError(absl::StrFormat("%s/%s: block for %#x lies outside the file", dir_,
+                                               kPagesFile, b.vaddr()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ImageReader::Blob(uint64_t offset, uint64_t size, uint64_t xxh3,

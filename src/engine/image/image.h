@@ -162,6 +162,8 @@ class ImageReader {
   absl::StatusOr<std::string> Blob(uint64_t offset, uint64_t size, uint64_t xxh3, const std::string& what) const;
   absl::Status ParseMeta(const std::string& meta_file, const std::string& what);
   absl::Status ReadStored(char* buf, uint64_t len, uint64_t offset) const;
+  // Whether block `b`'s stored bytes lie inside pages.img (uncompressed ones page-aligned).
+  absl::Status CheckPlace(const PageBlock& b) const;
   std::string dir_;
   std::unique_ptr<PageSource> page_source_;
   Checkpoint meta_;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/inject/batch.h"
@@ -55,5 +56,20 @@ absl::Status RunStopLoop(Injector& inj, RemoteScratch& scratch, uint64_t loop, s
 // (logged); otherwise the loop's failure is returned.
 absl::Status RunCalls(Injector& inj, RemoteScratch& scratch, uint64_t loop, std::span<BatchedCall> calls,
                       const std::function<std::string(size_t)>& what, bool repeatable, size_t table_off = 0);
+
+// Calls gathered one by one, each with what it is, for RunCalls; `context` follows the name of a
+// call the kernel refused (" (thread 42)").
+struct NamedCalls {
+  std::vector<BatchedCall> calls;
+  std::vector<std::string> what;
+  void Add(std::string name, long nr, std::array<uint64_t, 6> args) {
+    calls.push_back({nr, args});
+    what.push_back(std::move(name));
+  }
+  absl::Status Run(Injector& inj, RemoteScratch& scratch, uint64_t loop, bool repeatable, size_t table_off = 0,
+                   const std::string& context = "") {
+    return RunCalls(inj, scratch, loop, calls, [&](size_t i) { return what[i] + context; }, repeatable, table_off);
+  }
+};
 
 }  // namespace cairn::inject

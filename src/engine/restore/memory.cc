@@ -738,11 +738,9 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, u
   if (lazy) RETURN_IF_ERROR(lazy::StartLazyHandler(inj, scratch, lazy_areas, img.dir(), pid, proc.pid(), lazy_handlers));
 
   // 3. Final protections and advice, in one stop (each call stands alone).
-  std::vector<inject::BatchedCall> finals;
-  std::vector<std::string> final_what;  // for an error: what each call was
+  inject::NamedCalls finals;
   auto add = [&](std::string what, long nr, uint64_t a0, uint64_t a1, uint64_t a2) {
-    finals.push_back({nr, {a0, a1, a2, 0, 0, 0}});
-    final_what.push_back(std::move(what));
+    finals.Add(std::move(what), nr, {a0, a1, a2, 0, 0, 0});
   };
   for (const image::Vma& v : proc.vmas()) {
     if (v.kind() == image::Vma::VDSO || v.kind() == image::Vma::VVAR) continue;
@@ -776,7 +774,7 @@ absl::Status MapAndFill(inject::Injector& inj, inject::RemoteScratch& scratch, u
           SYS_mlock2, v.start(), v.end() - v.start(), onfault);
     }
   }
-  return inject::RunCalls(inj, scratch, loop, finals, [&](size_t i) { return final_what[i]; }, /*repeatable=*/true);
+  return finals.Run(inj, scratch, loop, /*repeatable=*/true);
 }
 
 }  // namespace cairn::restore

@@ -284,25 +284,20 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
   // signal stack and its pending signals side by side in the scratch area, the table after them.
   for (const image::Thread& t : proc.threads()) {
     inject::Injector& inj = injectors.at(t.tid());
-    std::vector<inject::BatchedCall> calls;
-    std::vector<std::string> what;
-    auto add = [&](std::string w, long nr, std::array<uint64_t, 6> args) {
-      calls.push_back({nr, args});
-      what.push_back(std::move(w));
-    };
-    add("set_robust_list", SYS_set_robust_list, {t.robust_list(), t.robust_list_len()});
-    add("set_tid_address", SYS_set_tid_address, {t.clear_child_tid()});
-    if (t.rseq().addr() != 0) add("rseq", SYS_rseq, {t.rseq().addr(), t.rseq().size(), 0, t.rseq().signature()});
+    inject::NamedCalls calls;
+    calls.Add("set_robust_list", SYS_set_robust_list, {t.robust_list(), t.robust_list_len()});
+    calls.Add("set_tid_address", SYS_set_tid_address, {t.clear_child_tid()});
+    if (t.rseq().addr() != 0) calls.Add("rseq", SYS_rseq, {t.rseq().addr(), t.rseq().size(), 0, t.rseq().signature()});
     stack_t ss{};
     ss.ss_sp = reinterpret_cast<void*>(t.altstack().sp());
     ss.ss_flags = t.altstack().flags() & ~SS_ONSTACK;
     ss.ss_size = t.altstack().size();
     if (!(ss.ss_flags & SS_DISABLE)) {
       ASSIGN_OR_RETURN(uint64_t ss_addr, scratch.Put(kStructOff, &ss, sizeof ss));
-      add("sigaltstack", SYS_sigaltstack, {ss_addr});
+      calls.Add("sigaltstack", SYS_sigaltstack, {ss_addr});
     }
     ASSIGN_OR_RETURN(uint64_t name, scratch.PutString(0, t.comm().substr(0, 15)));
-    add("prctl(PR_SET_NAME)", SYS_prctl, {PR_SET_NAME, name});
+    calls.Add("prctl(PR_SET_NAME)", SYS_prctl, {PR_SET_NAME, name});
     // Queued in order: as many as fit before the table in this stop, the rest one call each after it.
     size_t at = kPendingOff;
     std::vector<siginfo_t> more;
@@ -315,13 +310,12 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
       }
       ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(at, &info, sizeof info));
       at += sizeof info;
-      add("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo, {static_cast<uint64_t>(pid), static_cast<uint64_t>(t.tid()),
-                                                      static_cast<uint64_t>(info.si_signo), addr});
+      calls.Add("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo,
+                {static_cast<uint64_t>(pid), static_cast<uint64_t>(t.tid()), static_cast<uint64_t>(info.si_signo), addr});
     }
     // Not repeatable: a signal queued twice would be delivered twice.
-    RETURN_IF_ERROR(inject::RunCalls(
-        inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat(what[i], " (thread ", t.tid(), ")"); },
-        /*repeatable=*/false, kThreadTableOff));
+    RETURN_IF_ERROR(
+        calls.Run(inj, scratch, loop, /*repeatable=*/false, kThreadTableOff, absl::StrCat(" (thread ", t.tid(), ")")));
     for (const siginfo_t& info : more) {
       ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(kStructOff, &info, sizeof info));
       RETURN_IF_ERROR(inj.Call("rt_tgsigqueueinfo", SYS_rt_tgsigqueueinfo, pid, t.tid(),
@@ -387,42 +381,38 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
   data[0] = {static_cast<uint32_t>(c.cap_eff()), static_cast<uint32_t>(c.cap_prm()), static_cast<uint32_t>(c.cap_inh())};
   data[1] = {static_cast<uint32_t>(c.cap_eff() >> 32), static_cast<uint32_t>(c.cap_prm() >> 32),
              static_cast<uint32_t>(c.cap_inh() >> 32)};
+  // Written once: every thread's calls read them from the shared address space, and their tables
+  // lie above them.
+  ASSIGN_OR_RETURN(uint64_t gaddr, scratch.Put(kPendingOff, groups.data(), groups.size() * sizeof(uint32_t)));
+  ASSIGN_OR_RETURN(uint64_t haddr, scratch.Put(kStructOff, &hdr, sizeof hdr));
+  ASSIGN_OR_RETURN(uint64_t daddr, scratch.Put(kStructOff + 64, data, sizeof data));
   for (auto& [tid, inj] : injectors) {
-    ASSIGN_OR_RETURN(uint64_t gaddr, scratch.Put(kPendingOff, groups.data(), groups.size() * sizeof(uint32_t)));
-    ASSIGN_OR_RETURN(uint64_t haddr, scratch.Put(kStructOff, &hdr, sizeof hdr));
-    ASSIGN_OR_RETURN(uint64_t daddr, scratch.Put(kStructOff + 64, data, sizeof data));
-    std::vector<inject::BatchedCall> calls;
-    std::vector<std::string> what;
-    auto add = [&](std::string w, long nr, std::array<uint64_t, 6> args) {
-      calls.push_back({nr, args});
-      what.push_back(std::move(w));
-    };
-    add("setgroups", SYS_setgroups, {groups.size(), gaddr});
+    inject::NamedCalls calls;
+    calls.Add("setgroups", SYS_setgroups, {groups.size(), gaddr});
     for (int cap = 0; cap < 64; ++cap) {
       if (!(c.cap_bnd() & (1ULL << cap)) && cap <= CAP_LAST_CAP) {
-        add("prctl(PR_CAPBSET_DROP)", SYS_prctl, {PR_CAPBSET_DROP, static_cast<uint64_t>(cap)});
+        calls.Add("prctl(PR_CAPBSET_DROP)", SYS_prctl, {PR_CAPBSET_DROP, static_cast<uint64_t>(cap)});
       }
     }
     if (c.uids_size() == 4 && c.gids_size() == 4 && !root_full) {
-      add("prctl(PR_SET_KEEPCAPS)", SYS_prctl, {PR_SET_KEEPCAPS, 1});
-      add("setresgid", SYS_setresgid, {c.gids(0), c.gids(1), c.gids(2)});
-      add("setfsgid", SYS_setfsgid, {c.gids(3)});
-      add("setresuid", SYS_setresuid, {c.uids(0), c.uids(1), c.uids(2)});
-      add("setfsuid", SYS_setfsuid, {c.uids(3)});
-      add("prctl(PR_SET_KEEPCAPS)", SYS_prctl, {PR_SET_KEEPCAPS, 0});
+      calls.Add("prctl(PR_SET_KEEPCAPS)", SYS_prctl, {PR_SET_KEEPCAPS, 1});
+      calls.Add("setresgid", SYS_setresgid, {c.gids(0), c.gids(1), c.gids(2)});
+      calls.Add("setfsgid", SYS_setfsgid, {c.gids(3)});
+      calls.Add("setresuid", SYS_setresuid, {c.uids(0), c.uids(1), c.uids(2)});
+      calls.Add("setfsuid", SYS_setfsuid, {c.uids(3)});
+      calls.Add("prctl(PR_SET_KEEPCAPS)", SYS_prctl, {PR_SET_KEEPCAPS, 0});
     }
-    add("capset", SYS_capset, {haddr, daddr});
+    calls.Add("capset", SYS_capset, {haddr, daddr});
     // Ambient capabilities, each raised on its own (the kernel allows it for a capability
     // both permitted and inheritable, which the capset above restored).
     for (int cap = 0; cap <= CAP_LAST_CAP; ++cap) {
       if (!(c.cap_amb() & (1ULL << cap))) continue;
-      add(absl::StrFormat("prctl(PR_CAP_AMBIENT_RAISE, %d)", cap), SYS_prctl,
-          {PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, static_cast<uint64_t>(cap)});
+      calls.Add(absl::StrFormat("prctl(PR_CAP_AMBIENT_RAISE, %d)", cap), SYS_prctl,
+                {PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, static_cast<uint64_t>(cap)});
     }
     // Not repeatable: once setresuid has dropped root, the calls before it would be refused.
-    RETURN_IF_ERROR(inject::RunCalls(
-        inj, scratch, loop, calls, [&](size_t i) { return absl::StrCat(what[i], " (thread ", tid, ")"); },
-        /*repeatable=*/false, kCredsTableOff));
+    RETURN_IF_ERROR(
+        calls.Run(inj, scratch, loop, /*repeatable=*/false, kCredsTableOff, absl::StrCat(" (thread ", tid, ")")));
   }
   if (c.no_new_privs()) {
     RETURN_IF_ERROR(main.Call("prctl(PR_SET_NO_NEW_PRIVS)", SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0).status());
