@@ -28,6 +28,7 @@
 #include "common/sockaddr.h"
 #include "common/status.h"
 #include "common/stop_points.h"
+#include "engine/net/nft_netlink.h"
 #include "engine/check/check.h"
 #include "engine/net/netlock.h"
 #include "engine/dump/dump.h"
@@ -474,6 +475,9 @@ int RunCheck(bool fix) {
 }  // namespace cairn
 
 int main(int argc, char** argv) {
+  // A command that deleted a network lock last would otherwise wait at its exit for the kernel
+  // to free it (net/nft_netlink.h).
+  std::atexit([] { cairn::net::LeaveChannelToChild(); });
   CLI::App app{"cairn: checkpoint running Linux processes from the outside and restore them", "cairn"};
   app.set_version_flag("--version", std::string("cairn ") + CAIRN_VERSION);
   app.require_subcommand(1);

@@ -75,6 +75,7 @@ const Spec kSpecs[] = {
     {"wl_timerfd", true, false, true, false},
     {"wl_signalfd", true, false, true, false},
     {"wl_epoll", true, false, true, false},
+    {"wl_epoll_sockets", true, false, true, false},
     {"wl_sockets_inet"},
     {"wl_sockets_raw"},
     {"wl_sockets_unix"},

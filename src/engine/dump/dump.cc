@@ -175,10 +175,12 @@ bool CanBeIncremental(pid_t pid, const Parent& parent, int tracker_fd, std::stri
 
 // Captures one frozen process's memory areas and task state into `proc` (not its
 // descriptors, which are captured tree-wide). Leaves the process frozen.
+// `fds`: its descriptors, read once frozen for the dump's every use (the tracker's here, the
+// network lock's and the capture's later): a server's thousand sockets cost one pass.
 absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const DumpOptions& opts,
                             image::Process* proc, MemoryStats* mem, std::set<uint64_t>* saved_shmem,
                             std::set<std::pair<uint64_t, uint64_t>>* saved_files, IncrementalContext& inc,
-                            std::string* vdso) {
+                            std::string* vdso, std::vector<proc::FdInfo>* fds) {
   pid_t pid = fp.pid();
   StageTimer timer(pid);
   auto pc_it = inc.precopied.find(pid);
@@ -242,8 +244,11 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   RETURN_IF_ERROR(StopPoint("task_state"));
 
   // Incremental: which pages were written since the parent (see tracker.h).
+  // The descriptors, before any tracker is made or closed below: those are the only changes
+  // the dump makes to them, and the capture leaves trackers out (IsTrackerFd).
+  ASSIGN_OR_RETURN(*fds, proc::ReadFds(pid));
   std::vector<int> strays;
-  int tracker_fd = RecordedTrackerFd(pid, &strays);
+  int tracker_fd = RecordedTrackerFd(pid, *fds, &strays);
   if (precopied) {  // the tracker pre-copy started, not recorded until this dump commits
     tracker_fd = pc->tracker_fd;
     std::erase(strays, tracker_fd);
@@ -439,6 +444,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   std::vector<image::Process*> procs;
   std::vector<pid_t> live;
   std::vector<image::Process*> live_procs;
+  std::vector<std::vector<proc::FdInfo>> live_fds;  // each live process's descriptors, read frozen
   MemoryStats mem;
   std::set<uint64_t> saved_shmem;
   std::set<std::pair<uint64_t, uint64_t>> saved_files;
@@ -456,9 +462,10 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
       p->set_exit_code(static_cast<int32_t>(z->second.exit_code));
       continue;
     }
-    RETURN_IF_ERROR(
-        Annotate(CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files, inc, &vdso),
-                 absl::StrCat("pid ", pid)));
+    live_fds.emplace_back();
+    RETURN_IF_ERROR(Annotate(
+        CaptureProcess(*by_pid[pid], writer, opts, p, &mem, &saved_shmem, &saved_files, inc, &vdso, &live_fds.back()),
+        absl::StrCat("pid ", pid)));
     live.push_back(pid);
     live_procs.push_back(p);
     result.threads += p->threads_size();
@@ -472,7 +479,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
   if (opts.tcp_established) {
     std::string table = opts.network_lock_table.empty() ? net::LockTableName(ckpt.id()) : opts.network_lock_table;
-    ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(table, live, journal));
+    ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(table, live, live_fds, journal));
     fd_opts.tcp = tcp->get();
     if (opts.hand_off && !opts.hand_off_decides && !opts.hand_off_moves_connections && !(*tcp)->table().empty()) {
       return absl::UnimplementedError(
@@ -484,7 +491,8 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     // Held in their cgroup too before a socket enters repair mode (freezer_hold.h).
     if (!(*tcp)->table().empty()) RETURN_IF_ERROR(freezer->Freeze(*journal));
   }
-  RETURN_IF_ERROR(CaptureFds(live, fd_opts, &writer, live_procs, &saved_files, ckpt.mutable_in_flight()));
+  RETURN_IF_ERROR(
+      CaptureFds(live, fd_opts, &writer, live_procs, &saved_files, ckpt.mutable_in_flight(), std::move(live_fds)));
   if (ckpt.in_flight().fds_size() == 0) ckpt.clear_in_flight();
   ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
   if (own_ipc) {

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "engine/image/image.h"
+#include "engine/proc/fds.h"
 #include "image.pb.h"
 
 namespace cairn::dump {
@@ -47,8 +48,10 @@ using FileSet = std::set<std::pair<uint64_t, uint64_t>>;
 // file whose content is in `saved_files` already (saved with a mapped area) is not saved
 // again, and every one saved here is added.
 // Descriptors in flight that no process holds go to `in_flight` (in_flight.h; null for a check).
+// `fds`: each process's descriptors (proc::ReadFds) as the caller read them while the processes
+// were frozen; empty: read here.
 absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, image::ImageWriter* writer,
                         const std::vector<image::Process*>& out, FileSet* saved_files,
-                        image::Process* in_flight = nullptr);
+                        image::Process* in_flight = nullptr, std::vector<std::vector<proc::FdInfo>> fds = {});
 
 }  // namespace cairn::dump

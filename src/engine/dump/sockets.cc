@@ -1,5 +1,6 @@
 #include "engine/dump/sockets.h"
 
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
@@ -410,7 +411,16 @@ absl::Status TreeSockets::CapturePendingClient(pid_t pid, const proc::FdInfo& in
   return absl::OkStatus();
 }
 
-absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer,
+absl::StatusOr<UniqueFd> TreeSockets::CopyOf(pid_t pid, const proc::FdInfo& info) const {
+  if (opts_.tcp != nullptr && (info.flags & O_PATH) == 0) {  // (an O_PATH open is not the socket's description)
+    if (std::optional<uint64_t> ino = proc::SocketInode(info.target)) {
+      if (UniqueFd taken = opts_.tcp->TakeCopy(*ino); taken.valid()) return taken;
+    }
+  }
+  return proc::CopyFd(pid, info.fd);
+}
+
+absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, UniqueFd copy, image::ImageWriter* writer,
                                   image::Fd* fd) const {
   uint64_t ino = 0;
   if (info.target.size() < 10 ||
@@ -418,20 +428,16 @@ absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, image::Im
     return absl::DataLossError(absl::StrFormat("pid %d fd %d: malformed socket link '%s'", pid, info.fd, info.target));
   }
   fd->set_sock_ino(ino);
+  RETURN_IF_ERROR(CaptureFilter(pid, info, copy.get(), fd));
   auto it = unix_.find(ino);
-  if (it != unix_.end()) {
-    RETURN_IF_ERROR(CaptureUnix(pid, info, it->second, writer, fd));
-  } else {
-    RETURN_IF_ERROR(CaptureInet(pid, info, writer, fd));
-  }
-  return CaptureFilter(pid, info, fd);
+  if (it != unix_.end()) return CaptureUnix(pid, info, it->second, writer, fd);
+  return CaptureInet(pid, info, std::move(copy), writer, fd);
 }
 
-absl::Status TreeSockets::CaptureFilter(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const {
-  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+absl::Status TreeSockets::CaptureFilter(pid_t pid, const proc::FdInfo& info, int copy, image::Fd* fd) const {
   // SO_GET_FILTER with no room answers the program's length in instructions (0: none).
   socklen_t count = 0;
-  if (::getsockopt(copy.get(), SOL_SOCKET, SO_GET_FILTER, nullptr, &count) != 0) {
+  if (::getsockopt(copy, SOL_SOCKET, SO_GET_FILTER, nullptr, &count) != 0) {
     if (errno == EACCES) {
       return Refuse(pid, info, "a socket with an eBPF filter (SO_ATTACH_BPF)",
                     "an eBPF program cannot be read back from the socket; detach it (SO_DETACH_BPF) before "
@@ -442,12 +448,12 @@ absl::Status TreeSockets::CaptureFilter(pid_t pid, const proc::FdInfo& info, ima
   if (count == 0) return absl::OkStatus();
   std::vector<sock_filter> program(count);
   socklen_t got = count;
-  if (::getsockopt(copy.get(), SOL_SOCKET, SO_GET_FILTER, program.data(), &got) != 0 || got != count) {
+  if (::getsockopt(copy, SOL_SOCKET, SO_GET_FILTER, program.data(), &got) != 0 || got != count) {
     return ErrnoStatus(absl::StrFormat("getsockopt(SO_GET_FILTER) on pid %d fd %d (a %u-instruction filter)", pid,
                                        info.fd, count));
   }
   fd->set_socket_filter(std::string(reinterpret_cast<const char*>(program.data()), count * sizeof(sock_filter)));
-  ASSIGN_OR_RETURN(int locked, SocketIntOption(copy.get(), SOL_SOCKET, SO_LOCK_FILTER, "SO_LOCK_FILTER"));
+  ASSIGN_OR_RETURN(int locked, SocketIntOption(copy, SOL_SOCKET, SO_LOCK_FILTER, "SO_LOCK_FILTER"));
   fd->set_filter_locked(locked != 0);
   return absl::OkStatus();
 }
@@ -598,9 +604,8 @@ absl::Status TreeSockets::CaptureUnix(pid_t pid, const proc::FdInfo& info, const
   return absl::OkStatus();
 }
 
-absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer,
-                                      image::Fd* fd) const {
-  ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, info.fd));
+absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, UniqueFd copy,
+                                      image::ImageWriter* writer, image::Fd* fd) const {
   int c = copy.get();
   ASSIGN_OR_RETURN(int family, SocketIntOption(c, SOL_SOCKET, SO_DOMAIN, "SO_DOMAIN"));
   ASSIGN_OR_RETURN(int type, SocketIntOption(c, SOL_SOCKET, SO_TYPE, "SO_TYPE"));

@@ -23,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/unique_fd.h"
 #include "engine/dump/files.h"
 #include "engine/dump/in_flight.h"
 #include "engine/image/image.h"
@@ -45,9 +47,19 @@ class TreeSockets {
   // `inodes`: the socket inodes every descriptor of the checkpointed processes refers to.
   static absl::StatusOr<TreeSockets> Load(std::set<uint64_t> inodes, const FdOptions& opts);
 
+  // How many of the sockets are not unix sockets (TCP, UDP...: a dump holds a copy of each
+  // TCP connection at once).
+  size_t OtherThanUnix() const {
+    return std::count_if(inodes_.begin(), inodes_.end(), [&](uint64_t ino) { return !unix_.contains(ino); });
+  }
+
+  // A copy of `pid`'s socket descriptor `info` (the one the network lock took, if it did).
+  absl::StatusOr<UniqueFd> CopyOf(pid_t pid, const proc::FdInfo& info) const;
+
   // Fills `fd` (number, flags and cloexec already set) for `pid`'s socket descriptor
-  // `info`. With a null `writer` only checks that it can be saved.
-  absl::Status Capture(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer, image::Fd* fd) const;
+  // `info`, asking `copy` (CopyOf). With a null `writer` only checks that it can be saved.
+  absl::Status Capture(pid_t pid, const proc::FdInfo& info, UniqueFd copy, image::ImageWriter* writer,
+                       image::Fd* fd) const;
 
   // Looks once at the queue of every unix socket `sockets` names — and of
   // every socket found in flight there — for descriptors in flight (in_flight.h): `in_flight`
@@ -63,9 +75,10 @@ class TreeSockets {
  private:
   absl::Status CaptureUnix(pid_t pid, const proc::FdInfo& info, const proc::UnixSocket& us,
                            image::ImageWriter* writer, image::Fd* fd) const;
-  absl::Status CaptureInet(pid_t pid, const proc::FdInfo& info, image::ImageWriter* writer, image::Fd* fd) const;
+  absl::Status CaptureInet(pid_t pid, const proc::FdInfo& info, UniqueFd copy, image::ImageWriter* writer,
+                           image::Fd* fd) const;
   // The socket's classic BPF filter (SO_ATTACH_FILTER) and its lock; an eBPF one is refused.
-  absl::Status CaptureFilter(pid_t pid, const proc::FdInfo& info, image::Fd* fd) const;
+  absl::Status CaptureFilter(pid_t pid, const proc::FdInfo& info, int copy, image::Fd* fd) const;
 
   // A client whose connection a listener has not accepted yet: filled like a socket of its
   // own whose peer is the listener's name (Fd.pending_on, pending_position).

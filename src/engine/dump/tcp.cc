@@ -1,5 +1,6 @@
 #include "engine/dump/tcp.h"
 
+#include <fcntl.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -44,16 +46,16 @@ int TcpState(int fd) {
 
 // `len` bytes of the queue selected with TCP_REPAIR_QUEUE, peeked (nothing is taken off; a
 // peek in repair mode reads the whole queue from its head).
-absl::StatusOr<std::string> PeekQueue(int fd, size_t len, const std::string& what) {
+absl::StatusOr<std::string> PeekQueue(int fd, size_t len, const std::function<std::string()>& what) {
   std::string data(len, '\0');
   if (len == 0) return data;
   ssize_t n;
   do {
     n = ::recv(fd, data.data(), len, MSG_PEEK | MSG_DONTWAIT);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) return ErrnoStatus("peek the " + what);
+  if (n < 0) return ErrnoStatus("peek the " + what());
   if (static_cast<size_t>(n) != len) {
-    return absl::DataLossError(absl::StrFormat("the %s holds %d bytes, a peek read %d", what, len, n));
+    return absl::DataLossError(absl::StrFormat("the %s holds %d bytes, a peek read %d", what(), len, n));
   }
   return data;
 }
@@ -66,19 +68,26 @@ bool Savable(int state) { return state == TCP_ESTABLISHED || state == TCP_CLOSE_
 
 absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::string& table,
                                                                       const std::vector<pid_t>& pids,
+                                                                      const std::vector<std::vector<proc::FdInfo>>& fds,
                                                                       GuardJournal* journal) {
+  if (fds.size() != pids.size()) return absl::InternalError("descriptor tables of other processes");
   std::vector<net::Connection> conns;
-  std::set<std::string> seen;
+  std::set<uint64_t> seen;
+  absl::flat_hash_map<uint64_t, UniqueFd> copies;
   pid_t netns_of = 0;
   uint64_t netns = 0;
-  for (pid_t pid : pids) {
+  for (size_t i = 0; i < pids.size(); ++i) {
+    pid_t pid = pids[i];
     struct stat ns{};
     std::string ns_path = absl::StrCat("/proc/", pid, "/ns/net");
     if (::stat(ns_path.c_str(), &ns) != 0) return ErrnoStatus("stat " + ns_path);
-    ASSIGN_OR_RETURN(auto fds, proc::ListFdTargets(pid));
-    for (const auto& [number, target] : fds) {
-      // "socket:[INODE]": each socket once, whichever descriptors share it.
-      if (!absl::StartsWith(target, "socket:[") || !seen.insert(target).second) continue;
+    for (const proc::FdInfo& info : fds[i]) {
+      int number = info.fd;
+      // Each socket once, whichever descriptors share it (an O_PATH open of one is no socket
+      // to save: the capture refuses it).
+      if (info.flags & O_PATH) continue;
+      std::optional<uint64_t> ino = proc::SocketInode(info.target);
+      if (!ino || !seen.insert(*ino).second) continue;
       ASSIGN_OR_RETURN(UniqueFd copy, proc::CopyFd(pid, number));
       int state = TcpState(copy.get());
       if (state < 0 || state == TCP_LISTEN || state == TCP_CLOSE) continue;
@@ -100,6 +109,7 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
       netns_of = pid;
       netns = ns.st_ino;
       conns.push_back({std::move(local), std::move(remote)});
+      copies[*ino] = std::move(copy);
     }
   }
   if (conns.empty()) return std::unique_ptr<TcpConnections>(new TcpConnections("", journal));
@@ -107,6 +117,7 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
   if (journal != nullptr) journal->NetworkLock(table, netns_of);
   auto lock = std::unique_ptr<TcpConnections>(new TcpConnections(table, journal));
   lock->netns_of_ = netns_of;
+  lock->copies_ = std::move(copies);
   absl::Status taken = net::TakeNetworkLock(table, conns, netns_of);
   if (!taken.ok()) {
     lock->table_.clear();  // one nft transaction: nothing of it was made
@@ -114,6 +125,14 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
   }
   CAIRN_LOG_INFO("event=network_locked table={} connections={}", table, conns.size());
   return lock;
+}
+
+UniqueFd TcpConnections::TakeCopy(uint64_t ino) {
+  auto it = copies_.find(ino);
+  if (it == copies_.end()) return UniqueFd();
+  UniqueFd copy = std::move(it->second);
+  copies_.erase(it);
+  return copy;
 }
 
 absl::Status TcpConnections::Save(pid_t pid, int fd, UniqueFd sock, image::ImageWriter& writer,
@@ -166,21 +185,24 @@ absl::Status TcpConnections::Save(pid_t pid, int fd, UniqueFd sock, image::Image
 
   for (int queue : {TCP_SEND_QUEUE, TCP_RECV_QUEUE}) {
     bool send = queue == TCP_SEND_QUEUE;
-    std::string what = absl::StrCat(send ? "send queue of " : "receive queue of ", where());
+    // Named only for an error: formatting the addresses costs more than the calls.
+    auto what = [&] { return absl::StrCat(send ? "send queue of " : "receive queue of ", where()); };
     if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, &queue, sizeof queue) != 0) {
-      return ErrnoStatus("select the " + what);
+      return ErrnoStatus("select the " + what());
     }
     uint32_t seq = 0;
     len = sizeof seq;
-    if (::getsockopt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, &seq, &len) != 0) return ErrnoStatus("TCP_QUEUE_SEQ of the " + what);
+    if (::getsockopt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, &seq, &len) != 0) {
+      return ErrnoStatus("TCP_QUEUE_SEQ of the " + what());
+    }
     int bytes = 0;
-    if (::ioctl(c, send ? SIOCOUTQ : SIOCINQ, &bytes) != 0 || bytes < 0) return ErrnoStatus("size of the " + what);
+    if (::ioctl(c, send ? SIOCOUTQ : SIOCINQ, &bytes) != 0 || bytes < 0) return ErrnoStatus("size of the " + what());
     ASSIGN_OR_RETURN(std::string data, PeekQueue(c, static_cast<size_t>(bytes), what));
     ASSIGN_OR_RETURN(auto blob, writer.AppendBytes(data));
     if (send) {
       int unsent = 0;
       if (::ioctl(c, SIOCOUTQNSD, &unsent) != 0 || unsent < 0 || unsent > bytes) {
-        return ErrnoStatus("unsent size of the " + what);
+        return ErrnoStatus("unsent size of the " + what());
       }
       t->set_send_seq(seq);
       t->set_unsent(static_cast<uint32_t>(unsent));

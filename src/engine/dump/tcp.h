@@ -20,9 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
 #include "engine/image/image.h"
+#include "engine/proc/fds.h"
 #include "image.pb.h"
 
 namespace cairn::dump {
@@ -31,17 +33,22 @@ class GuardJournal;
 
 class TcpConnections {
  public:
-  // Finds the established TCP connections of `pids` and, if there are any, takes the
-  // network lock `table` over them (journaled first), in their network namespace. Refuses
-  // other TCP states, connections in more than one network namespace, and a missing nft,
-  // naming the connection.
+  // Finds the established TCP connections of `pids` (`fds`: each one's descriptors, read
+  // frozen) and, if there are any, takes the network lock `table` over them (journaled first),
+  // in their network namespace. Refuses other TCP states, connections in more than one network
+  // namespace, and a missing nft, naming the connection.
   static absl::StatusOr<std::unique_ptr<TcpConnections>> Lock(const std::string& table, const std::vector<pid_t>& pids,
+                                                              const std::vector<std::vector<proc::FdInfo>>& fds,
                                                               GuardJournal* journal);
   // Releases (below) unless Keep() was called.
   ~TcpConnections();
 
   // The lock's table; empty when there was no connection to lock.
   const std::string& table() const { return table_; }
+
+  // The copy Lock took of the socket of inode `ino`, now the caller's (invalid if none): the
+  // capture asks it rather than making another.
+  UniqueFd TakeCopy(uint64_t ino);
 
   // Saves the connection `sock` (a copy of `pid`'s descriptor `fd`) into `s`: repair mode
   // on, then its state; the queues go to `writer`.
@@ -72,6 +79,7 @@ class TcpConnections {
     int reuseaddr;  // the program's SO_REUSEADDR (repair mode forces it on)
   };
   std::vector<Repaired> repaired_;
+  absl::flat_hash_map<uint64_t, UniqueFd> copies_;  // by inode, until TakeCopy
   bool done_ = false;
 };
 

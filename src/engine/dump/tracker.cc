@@ -73,24 +73,21 @@ bool IsTrackerFd(const proc::FdInfo& info) {
   return false;
 }
 
-std::vector<int> FindTrackerFds(pid_t pid) {
-  std::vector<int> out;
-  auto fds = proc::ReadFds(pid);
-  if (!fds.ok()) return out;
-  for (const proc::FdInfo& info : *fds) {
-    if (IsTrackerFd(info)) out.push_back(info.fd);
-  }
-  return out;
+int RecordedTrackerFd(pid_t pid, std::vector<int>* strays) {
+  // Only a userfaultfd's fdinfo says whether it is a tracker: the rest cost a readlink each.
+  auto fds = proc::ReadFds(pid, [](absl::string_view target) { return target == "anon_inode:[userfaultfd]"; });
+  return fds.ok() ? RecordedTrackerFd(pid, *fds, strays) : -1;
 }
 
-int RecordedTrackerFd(pid_t pid, std::vector<int>* strays) {
+int RecordedTrackerFd(pid_t pid, const std::vector<proc::FdInfo>& fds, std::vector<int>* strays) {
   std::optional<TrackerState> st = LoadTrackerState(pid);
   int found = -1;
-  for (int fd : FindTrackerFds(pid)) {
-    if (st && st->fd == fd) {
-      found = fd;
+  for (const proc::FdInfo& info : fds) {
+    if (!IsTrackerFd(info)) continue;
+    if (st && st->fd == info.fd) {
+      found = info.fd;
     } else {
-      strays->push_back(fd);
+      strays->push_back(info.fd);
     }
   }
   return found;
@@ -162,9 +159,9 @@ absl::StatusOr<Tracker> Tracker::Create(inject::Injector& inj,
   // for an RCU grace period, milliseconds while the process is stopped). Above 1000 when
   // none is free there.
   std::set<int> used;
-  auto fds = proc::ReadFds(pid);
+  auto fds = proc::ListFdTargets(pid);  // the numbers alone
   if (fds.ok()) {
-    for (const proc::FdInfo& f : *fds) used.insert(f.fd);
+    for (const auto& [fd, target] : *fds) used.insert(fd);
   }
   int target = -1;
   for (int fd = kParkLow - 1; fd >= kParkLowest && fds.ok(); --fd) {

@@ -42,9 +42,6 @@ inline constexpr uint64_t kUffdFeatureWpAsync = 1ULL << 15;
 // True when `info` (a descriptor of some process) is a cairn write tracker.
 bool IsTrackerFd(const proc::FdInfo& info);
 
-// The descriptor numbers of every tracker-like descriptor in `pid`.
-std::vector<int> FindTrackerFds(pid_t pid);
-
 // What the host remembers about a process's tracker.
 struct TrackerState {
   uint64_t starttime = 0;  // /proc/PID/stat field 22
@@ -63,6 +60,9 @@ void ClearTrackerState(pid_t pid);
 // tracked process inherits its parent's tracker, which tracks the parent's memory. They
 // are listed in `strays` for the caller to close.
 int RecordedTrackerFd(pid_t pid, std::vector<int>* strays);
+// The same from `fds`, `pid`'s descriptors as a caller read them (the fdinfo of its
+// userfaultfds at least: ReadFds).
+int RecordedTrackerFd(pid_t pid, const std::vector<proc::FdInfo>& fds, std::vector<int>* strays);
 
 class Tracker {
  public:

@@ -6,12 +6,21 @@
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -21,10 +30,16 @@
 namespace cairn::net {
 namespace {
 
+// Sequence numbers are unique across the batches of this process: an answer left on the socket
+// by an earlier batch is never taken for one of this batch's.
+std::atomic<uint32_t> next_seq{1};
+
 // nfnetlink messages of one batch, with nested attributes.
 class Batch {
  public:
-  Batch() { Message(NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES); }
+  Batch() : first_(next_seq.fetch_add(kMaxMessages)), seq_(first_ - 1) {
+    Message(NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
+  }
 
   // Starts a message of nf_tables type `type` (NFT_MSG_...) for `family`; the previous one ends.
   void Message(uint16_t type, uint16_t flags, uint8_t family, uint16_t res_id = 0) {
@@ -78,6 +93,11 @@ class Batch {
     return buf_;
   }
   uint32_t seq() const { return seq_; }
+  // Whether `seq` is one of this batch's messages.
+  bool Owns(uint32_t seq) const { return seq - first_ <= seq_ - first_; }
+
+  // Far more than any batch holds (a message per chunk of set elements).
+  static constexpr uint32_t kMaxMessages = 1 << 16;
 
  private:
   void Append(const void* p, size_t n) { buf_.append(static_cast<const char*>(p), n); }
@@ -90,13 +110,37 @@ class Batch {
 
   std::string buf_;
   size_t start_ = std::string::npos;
-  uint32_t seq_ = 0;
+  uint32_t first_;
+  uint32_t seq_;
 };
 
-// Sends `batch`, whose message `acked` asked for an acknowledgement, and waits for it (or for
-// the error about any message of the batch, which aborts the whole transaction). Never long:
-// the processes may be frozen meanwhile. ENOENT comes back as NotFound.
-absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
+// The nfnetlink socket of this process, kept open: closing one while nf_tables still has objects
+// of a committed transaction to free (a deleted table, flushed rules, or the one a create
+// replaces) waits for them — an RCU grace period, 6-15 ms on a small VM, in the frozen path of
+// every dump and restore that opened one per batch. The kernel frees them in the background
+// meanwhile, so a socket kept open pays nothing. One per network namespace (a socket stays in
+// the one it was made in). It belongs to the process that used it first: a forked child (a
+// dump's guardian, forked from a daemon whose other threads may hold `mu`) never touches it and
+// sends each batch on a socket of its own.
+struct Channel {
+  std::atomic<pid_t> owner{0};
+  std::mutex mu;
+  UniqueFd sock;
+  ino_t netns = 0;
+};
+Channel& TheChannel() {
+  static Channel* c = new Channel;  // never destroyed: used until exit
+  return *c;
+}
+
+// Whether this process owns the channel (made it, or is the first to ask).
+bool OwnsChannel(Channel& c) {
+  pid_t self = ::getpid();
+  pid_t none = 0;
+  return c.owner.compare_exchange_strong(none, self) || none == self;
+}
+
+absl::StatusOr<UniqueFd> NewSocket() {
   UniqueFd sock(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
   if (!sock.valid()) return ErrnoStatus("socket(NETLINK_NETFILTER)");
   timeval limit{2, 0};
@@ -111,16 +155,52 @@ absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
   if (::setsockopt(sock.get(), SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one) != 0) {
     return ErrnoStatus("setsockopt(NETLINK_CAP_ACK) on the netlink socket");
   }
+  return sock;
+}
+
+// The owner's socket, `c.mu` held.
+absl::StatusOr<int> OpenChannel(Channel& c) {
+  struct stat ns{};
+  if (::stat("/proc/thread-self/ns/net", &ns) != 0) return ErrnoStatus("stat /proc/thread-self/ns/net");
+  if (c.sock.valid() && c.netns == ns.st_ino) return c.sock.get();
+  ASSIGN_OR_RETURN(c.sock, NewSocket());
+  c.netns = ns.st_ino;
+  return c.sock.get();
+}
+
+// The child of LeaveChannelToChild. It shares the exiting process's memory, so it makes raw
+// system calls only, on values set before it was made: it keeps the socket and a pidfd of its
+// parent, waits until the parent has exited whole (every thread past closing its descriptors:
+// the pidfd is then readable), and exits, closing the socket last.
+int channel_fd_to_keep = -1;
+int parent_pidfd = -1;
+// (No ASan instrumentation: its fake stacks are the parent thread's, which is exiting. None of
+// these calls fails in practice, so none writes the parent thread's errno, whose TLS it shares.)
+__attribute__((no_sanitize("address"))) int HoldChannelPastParent(void*) {
+  ::syscall(SYS_prctl, PR_SET_NAME, "cairn-nft-close", 0, 0, 0);
+  unsigned a = static_cast<unsigned>(std::min(channel_fd_to_keep, parent_pidfd));
+  unsigned b = static_cast<unsigned>(std::max(channel_fd_to_keep, parent_pidfd));
+  if (a > 0) ::syscall(SYS_close_range, 0U, a - 1, 0U);
+  if (b > a + 1) ::syscall(SYS_close_range, a + 1, b - 1, 0U);
+  ::syscall(SYS_close_range, b + 1, ~0U, 0U);
+  pollfd p{parent_pidfd, POLLIN, 0};
+  while (::syscall(SYS_ppoll, &p, 1, nullptr, nullptr, 0) < 0) {
+  }
+  ::syscall(SYS_exit, 0);
+  return 0;
+}
+
+absl::Status SendOn(int sock, Batch& batch, uint32_t acked, const std::string& what) {
   const std::string& buf = batch.Finish();
   sockaddr_nl to{};
   to.nl_family = AF_NETLINK;
-  if (::sendto(sock.get(), buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
+  if (::sendto(sock, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to) !=
       static_cast<ssize_t>(buf.size())) {
     return ErrnoStatus("send the nftables batch to " + what);
   }
   alignas(nlmsghdr) char reply[65536];
   for (;;) {
-    ssize_t n = ::recv(sock.get(), reply, sizeof reply, MSG_TRUNC);
+    ssize_t n = ::recv(sock, reply, sizeof reply, MSG_TRUNC);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoStatus("read the nftables answer to " + what);
     // A reply cut short could hide an error: never taken for an answer.
@@ -128,7 +208,7 @@ absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
       return absl::InternalError(absl::StrCat("an nftables answer to ", what, " did not fit or was malformed"));
     }
     for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, static_cast<unsigned>(n)); h = NLMSG_NEXT(h, n)) {
-      if (h->nlmsg_type != NLMSG_ERROR) continue;
+      if (h->nlmsg_type != NLMSG_ERROR || !batch.Owns(h->nlmsg_seq)) continue;
       int err = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
       if (err == 0 && h->nlmsg_seq != acked) continue;
       if (err == 0) return absl::OkStatus();
@@ -136,6 +216,23 @@ absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
       return ErrnoStatus(what);
     }
   }
+}
+
+// Sends `batch`, whose message `acked` asked for an acknowledgement, and waits for it (or for
+// the error about any message of the batch, which aborts the whole transaction). Never long:
+// the processes may be frozen meanwhile. ENOENT comes back as NotFound.
+absl::Status Send(Batch& batch, uint32_t acked, const std::string& what) {
+  Channel& channel = TheChannel();
+  if (!OwnsChannel(channel)) {
+    ASSIGN_OR_RETURN(UniqueFd own, NewSocket());
+    return SendOn(own.get(), batch, acked, what);
+  }
+  std::lock_guard<std::mutex> hold(channel.mu);
+  ASSIGN_OR_RETURN(int sock, OpenChannel(channel));
+  absl::Status sent = SendOn(sock, batch, acked, what);
+  // A socket that failed may hold a half-read answer: the next batch gets a fresh one.
+  if (!sent.ok() && !absl::IsNotFound(sent) && !absl::IsAlreadyExists(sent)) channel.sock.Reset();
+  return sent;
 }
 
 // Registers, as nft numbers them in attributes.
@@ -261,6 +358,29 @@ void BaseChain(Batch& b, const std::string& table, const char* chain, uint32_t h
 }
 
 }  // namespace
+
+void LeaveChannelToChild() {
+  Channel& c = TheChannel();
+  if (c.owner.load() != ::getpid()) return;
+  std::lock_guard<std::mutex> hold(c.mu);
+  if (!c.sock.valid()) return;
+  UniqueFd self(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0)));
+  if (!self.valid()) return;
+  alignas(16) static char stack[16384];
+  channel_fd_to_keep = c.sock.get();
+  parent_pidfd = self.get();
+  // CLONE_VM: no copy of the page tables. It starts with every signal blocked (this thread's
+  // mask, blocked around the clone): no handler of ours runs on its stack. Its exit signal goes
+  // to whoever reaps it once this process is gone (init, or a subreaper).
+  sigset_t all, was;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &was);
+  int made = ::clone(HoldChannelPastParent, stack + sizeof stack, CLONE_VM | SIGCHLD, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &was, nullptr);
+  if (made < 0) return;
+  (void)self.Release();  // both stay open until this process exits: the child's copies outlive them
+  (void)c.sock.Release();
+}
 
 absl::Status CreateLockTable(const std::string& table, const std::vector<LockedConnection>& conns) {
   std::set<std::string> set4, set6;  // each key once: a set element is added once

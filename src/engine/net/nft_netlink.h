@@ -40,4 +40,11 @@ absl::Status OpenLockTables(const std::vector<std::string>& tables);
 // Deletes inet table `table` (NotFound if there is none).
 absl::Status DeleteLockTable(const std::string& table);
 
+// For a process about to exit: the batches above go through one netlink socket kept open
+// (closing it waits until nf_tables has freed what a transaction deleted: an RCU grace period,
+// 6-30 ms here). A process that exits right after deleting a table would wait so at its exit;
+// this hands the socket to a child that holds nothing else and exits at once, so that the wait
+// is the child's. Nothing is left undone: every transaction was committed before it returned.
+void LeaveChannelToChild();
+
 }  // namespace cairn::net

@@ -1,11 +1,16 @@
 #include "engine/proc/fd_limit.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <fstream>
 
 #include "absl/strings/str_format.h"
@@ -62,6 +67,30 @@ absl::Status RaiseDescriptorLimit(uint64_t need, const std::string& what) {
       "file they share), and this machine's hard limit for cairn is %d (raising it needs CAP_SYS_RESOURCE, and at "
       "most fs.nr_open = %d); raise cairn's hard limit (ulimit -Hn, or LimitNOFILE= in cairnd's unit) to at least %d",
       what, need, r.rlim_max, NrOpen(), need));
+}
+
+absl::Status ReserveOwnDescriptors(uint64_t count, const std::string& what, int above) {
+  if (count == 0) return absl::OkStatus();
+  // The highest descriptor open now: the table holds at least that many already.
+  int probe = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (probe < 0) return absl::InternalError("open /proc/self/fd failed");
+  int highest = std::max(probe, above);
+  int listed = ::fcntl(probe, F_DUPFD_CLOEXEC, 0);
+  if (DIR* dir = listed >= 0 ? ::fdopendir(listed) : nullptr) {
+    while (dirent* de = ::readdir(dir)) highest = std::max(highest, std::atoi(de->d_name));
+    ::closedir(dir);
+  } else if (listed >= 0) {
+    ::close(listed);
+  }
+  uint64_t need = static_cast<uint64_t>(highest) + count + 64;
+  absl::Status raised = RaiseDescriptorLimit(need, what);
+  if (raised.ok()) {
+    // A descriptor placed at the far end grows the table once; closing it keeps the room.
+    int far = ::fcntl(probe, F_DUPFD_CLOEXEC, static_cast<int>(std::min<uint64_t>(need - 1, INT32_MAX)));
+    if (far >= 0) ::close(far);
+  }
+  ::close(probe);
+  return raised;
 }
 
 }  // namespace cairn::proc

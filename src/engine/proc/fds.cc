@@ -1,9 +1,11 @@
 #include "engine/proc/fds.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cstdint>
 #include <functional>
@@ -15,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace cairn::proc {
 
@@ -215,7 +218,11 @@ absl::StatusOr<std::vector<InotifyWatch>> ParseInotifyWatches(const FdInfo& info
   return out;
 }
 
-absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid) {
+namespace {
+
+// The open descriptors of `pid`, ascending, each with its target, read relative to the open
+// directory /proc/PID/fd (a lookup of the whole path per descriptor costs a third more).
+absl::StatusOr<std::vector<std::pair<int, std::string>>> ListTargets(pid_t pid) {
   std::string dir_path = absl::StrCat("/proc/", pid, "/fd");
   DIR* dir = ::opendir(dir_path.c_str());
   if (dir == nullptr) return ErrnoStatus("opendir " + dir_path);
@@ -224,30 +231,74 @@ absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid
     int fd = 0;
     if (absl::SimpleAtoi(de->d_name, &fd)) fds.push_back(fd);
   }
-  ::closedir(dir);
   std::sort(fds.begin(), fds.end());
   std::vector<std::pair<int, std::string>> out;
+  out.reserve(fds.size());
+  absl::Status status;
   for (int fd : fds) {
-    std::string link = absl::StrCat(dir_path, "/", fd);
+    char name[16];
     char buf[4096];
-    ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+    *std::to_chars(name, name + sizeof name - 1, fd).ptr = '\0';
+    ssize_t n = ::readlinkat(::dirfd(dir), name, buf, sizeof buf);
     if (n < 0) {
       if (errno == ENOENT) continue;  // closed meanwhile (the process is frozen, so only a race with exit)
-      return ErrnoStatus("readlink " + link);
+      status = ErrnoStatus(absl::StrCat("readlink ", dir_path, "/", fd));
+      break;
     }
     out.emplace_back(fd, std::string(buf, static_cast<size_t>(n)));
   }
+  ::closedir(dir);
+  RETURN_IF_ERROR(status);
   return out;
 }
 
-absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid) {
-  ASSIGN_OR_RETURN(auto targets, ListFdTargets(pid));
+}  // namespace
+
+std::optional<uint64_t> SocketInode(absl::string_view target) {
+  uint64_t ino = 0;
+  if (!absl::ConsumePrefix(&target, "socket:[") || !absl::ConsumeSuffix(&target, "]") ||
+      !absl::SimpleAtoi(target, &ino)) {
+    return std::nullopt;
+  }
+  return ino;
+}
+
+absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid) { return ListTargets(pid); }
+
+absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid, const std::function<bool(absl::string_view)>& info_for) {
+  ASSIGN_OR_RETURN(auto targets, ListTargets(pid));
+  std::string dir_path = absl::StrCat("/proc/", pid, "/fdinfo");
+  UniqueFd dir(::open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoStatus("open " + dir_path);
   std::vector<FdInfo> out;
+  out.reserve(targets.size());
+  std::string text;
   for (auto& [fd, target] : targets) {
-    absl::StatusOr<std::string> text = ReadFile(absl::StrCat("/proc/", pid, "/fdinfo/", fd));
-    if (absl::IsNotFound(text.status())) continue;  // closed since it was listed (a running process)
-    RETURN_IF_ERROR(text.status());
-    ASSIGN_OR_RETURN(FdInfo info, ParseFdInfo(*text));
+    if (info_for && !info_for(target)) {
+      FdInfo bare;
+      bare.fd = fd;
+      bare.target = std::move(target);
+      out.push_back(std::move(bare));
+      continue;
+    }
+    char name[16];
+    *std::to_chars(name, name + sizeof name - 1, fd).ptr = '\0';
+    UniqueFd f(::openat(dir.get(), name, O_RDONLY | O_CLOEXEC));
+    if (!f.valid() && errno == ENOENT) continue;  // closed since it was listed (a running process)
+    if (!f.valid()) return ErrnoStatus(absl::StrCat("open ", dir_path, "/", fd));
+    text.clear();
+    char buf[16384];
+    bool gone = false;
+    for (;;) {
+      ssize_t n = ::read(f.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == ENOENT) gone = true;  // closed since it was opened
+      if (n < 0 && !gone) return ErrnoStatus(absl::StrCat("read ", dir_path, "/", fd));
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+    }
+    if (gone) continue;
+    ASSIGN_OR_RETURN(FdInfo info, ParseFdInfo(text));
     info.fd = fd;
     info.target = std::move(target);
     out.push_back(std::move(info));

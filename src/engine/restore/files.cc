@@ -1137,26 +1137,45 @@ absl::Status AddUnderOldNumber(inject::Injector& inj, const image::Process& proc
 
 }  // namespace
 
-absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
+absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                                  const image::Process& proc) {
+  // The registrations of one instance go in with one stop each run of the loop
+  // (inject/stop_loop.h): their events side by side at the scratch's start, the table of calls
+  // after them. One under a number the process no longer holds for it is made on its own, in
+  // its place in the order.
+  constexpr size_t kPerRun = 768;  // 768 events and rows fit the scratch
+  std::vector<epoll_event> events;  // packed on x86-64, as the kernel reads it
+  inject::NamedCalls calls;
+  auto flush = [&]() -> absl::Status {
+    if (events.empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(0, events.data(), events.size() * sizeof(epoll_event)));
+    for (size_t i = 0; i < calls.calls.size(); ++i) calls.calls[i].args[3] = addr + i * sizeof(epoll_event);
+    size_t table_off = (events.size() * sizeof(epoll_event) + 63) / 64 * 64;
+    absl::Status ran = calls.Run(inj, scratch, loop, /*repeatable=*/false, table_off);
+    events.clear();
+    calls = {};
+    return ran;
+  };
   for (const image::Fd& fd : proc.fds()) {
     if (fd.kind() != image::Fd::EPOLL || fd.is_dup()) continue;
     for (const image::EpollEntry& e : fd.epoll()) {
-      epoll_event ev{};  // packed on x86-64, as the kernel reads it
+      epoll_event ev{};
       ev.events = e.events();
       ev.data.u64 = e.data();
-      ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(0, &ev, sizeof ev));
       if (e.held_elsewhere()) {
+        RETURN_IF_ERROR(flush());
+        ASSIGN_OR_RETURN(uint64_t addr, scratch.Put(0, &ev, sizeof ev));
         RETURN_IF_ERROR(AddUnderOldNumber(inj, proc, fd, e, addr));
         continue;
       }
-      RETURN_IF_ERROR(inj.Call(absl::StrFormat("epoll_ctl(EPOLL_CTL_ADD) of fd %d (events %#x) to the epoll at fd %d",
-                                               e.tfd(), e.events(), fd.fd()),
-                               SYS_epoll_ctl, static_cast<uint64_t>(fd.fd()), EPOLL_CTL_ADD,
-                               static_cast<uint64_t>(e.tfd()), addr)
-                          .status());
+      events.push_back(ev);
+      calls.Add(absl::StrFormat("epoll_ctl(EPOLL_CTL_ADD) of fd %d (events %#x) to the epoll at fd %d", e.tfd(),
+                                e.events(), fd.fd()),
+                SYS_epoll_ctl, {static_cast<uint64_t>(fd.fd()), EPOLL_CTL_ADD, static_cast<uint64_t>(e.tfd()), 0, 0, 0});
+      if (events.size() == kPerRun) RETURN_IF_ERROR(flush());
     }
   }
-  return absl::OkStatus();
+  return flush();
 }
 
 }  // namespace cairn::restore

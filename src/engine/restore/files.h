@@ -124,6 +124,9 @@ absl::Status RestoreProcessLocks(inject::Injector& inj, inject::RemoteScratch& s
                                  const std::vector<const image::Process*>& procs, const image::Process& proc,
                                  bool posix);
 
-absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc);
+// Registers each epoll instance's interest list again, from inside the process (`loop`: the stop
+// loop, inject/stop_loop.h).
+absl::Status RestoreEpollInterest(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
+                                  const image::Process& proc);
 
 }  // namespace cairn::restore

@@ -584,9 +584,11 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   RETURN_IF_ERROR(RestoreProcessState(inj, scratch, work_area + kStopLoopAt, proc));
   if (own_table) {
     RETURN_IF_ERROR(InstallFds(inj, scratch, work_area + kStopLoopAt, procs, proc, masters));
+    CAIRN_LOG_DEBUG("event=restore_stage stage=fds_installed pid={}", pid);
     RETURN_IF_ERROR(OpenInProcess(inj, scratch, procs, proc));
     RETURN_IF_ERROR(ListenSockets(inj, proc));
-    RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, proc));
+    RETURN_IF_ERROR(RestoreEpollInterest(inj, scratch, work_area + kStopLoopAt, proc));
+    CAIRN_LOG_DEBUG("event=restore_stage stage=epoll_restored pid={}", pid);
   }
   if (close_masters) {
     RETURN_IF_ERROR(inj.Call("close_range (masters)", SYS_close_range, static_cast<uint64_t>(masters.base), ~0U, 0)
@@ -723,13 +725,19 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
     RETURN_IF_ERROR(proc::RaiseDescriptorLimit(proc::DescriptorsToRestore(highest, descriptions, pipes),
                                                absl::StrCat("restore from ", where, " (nothing was restored)")));
+    // The restorer holds every master at once, and a copy of each live connection after: its
+    // own table grown once now, not a doubling at a time (proc/fd_limit.h).
+    absl::Status room = proc::ReserveOwnDescriptors(descriptions + pipes, "the restore's masters", highest + 1);
+    if (!room.ok()) CAIRN_LOG_WARN("event=descriptor_room_not_reserved error=\"{}\"", room.ToString());
   }
   CAIRN_LOG_DEBUG("event=restore_stage stage=image_opened");
   // Live TCP connections: their packets are held here too until they exist again, so that
   // a peer's packet that reaches this host first (its address moved here) is dropped and sent
   // again, not answered with a reset. Lifted on every path out (tcp.h).
   ASSIGN_OR_RETURN(std::optional<RestoreLock> tcp_lock, RestoreLock::Take(meta, procs));
+  if (tcp_lock) CAIRN_LOG_DEBUG("event=restore_stage stage=network_locked");
   auto masters = OpenMasters(*img, procs, meta.has_in_flight() ? &meta.in_flight() : nullptr);
+  CAIRN_LOG_DEBUG("event=restore_stage stage=masters_opened");
   if (!masters.ok()) {
     return Annotate(masters.status(), absl::StrCat("restore from ", where, " failed (nothing was left running)"));
   }
@@ -840,6 +848,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // Live TCP connections leave repair mode before they are verified (repair mode shows
   // options of its own) and before any process runs.
   if (built.ok()) built = FinishConnections(masters->tcp, masters->listeners);
+  if (!masters->tcp.empty()) CAIRN_LOG_DEBUG("event=restore_stage stage=connections_finished");
   double verify_seconds = 0;
   if (built.ok() && opts.verify) built = PlantDifferenceForTest(root_host);  // a test hook: only verified
   if (built.ok() && opts.verify) {
@@ -912,6 +921,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   tasks.Release();
   lazy_handlers.Release();  // the processes run: their page handlers may prefetch
+  CAIRN_LOG_DEBUG("event=restore_stage stage=running");
   if (absl::Status removed = net::RemoveNetworkLocks(locks); !removed.ok()) {
     CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", removed.ToString());
   } else if (tcp_lock) {

@@ -20,8 +20,10 @@
 namespace cairn::restore {
 namespace {
 
-absl::Status SetInt(int sock, int level, int name, int value, const std::string& what) {
-  if (::setsockopt(sock, level, name, &value, sizeof value) != 0) return ErrnoStatus(what);
+// `what` and `on` name the call for an error only (a restore of a thousand connections made
+// tens of thousands of these strings for nothing).
+absl::Status SetInt(int sock, int level, int name, int value, absl::string_view what, absl::string_view on = "") {
+  if (::setsockopt(sock, level, name, &value, sizeof value) != 0) return ErrnoStatus(absl::StrCat(what, on));
   return absl::OkStatus();
 }
 
@@ -110,8 +112,8 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
   UniqueFd sock(::socket(s.family(), SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!sock.valid()) return ErrnoStatus("socket for " + where);
   int c = sock.get();
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_ON,
-                         "setsockopt(TCP_REPAIR, on) for " + where + " (needs CAP_NET_ADMIN)"));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_ON, "setsockopt(TCP_REPAIR, on) for ",
+                         absl::StrCat(where, " (needs CAP_NET_ADMIN)")));
   for (const image::SocketOption& o : s.options()) {
     if (o.level() == SOL_SOCKET && o.name() == SO_REUSEADDR) {
       // Given back when repair mode ends; until then repair mode's forced reuse must stay (a
@@ -138,10 +140,10 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
   if (t.fin_sent() && t.fin_received()) {
     return absl::DataLossError(where + ": both FINs without a closing state (corrupt image)");
   }
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select the send queue of " + where));
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(send_head), "send sequence of " + where));
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of " + where));
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(recv_head), "receive sequence of " + where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select the send queue of ", where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(send_head), "send sequence of ", where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of ", where));
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_QUEUE_SEQ, static_cast<int>(recv_head), "receive sequence of ", where));
   // (Bound to its own address: on IPv6 that turns IPV6_V6ONLY on, which an established
   // connection does not use; the source address connect() chose is thus kept exactly.)
   if (::bind(c, reinterpret_cast<const sockaddr*>(s.bound().data()), static_cast<socklen_t>(s.bound().size())) != 0) {
@@ -191,23 +193,28 @@ absl::StatusOr<UniqueFd> RebuildConnection(const image::ImageReader& img, const 
     return ErrnoStatus("TCP_REPAIR_OPTIONS (MSS, window scaling, SACK, timestamps) on " + where);
   }
   if (t.timestamps()) {
-    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_TIMESTAMP, static_cast<int>(t.timestamp()), "TCP_TIMESTAMP on " + where));
+    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_TIMESTAMP, static_cast<int>(t.timestamp()), "TCP_TIMESTAMP on ", where));
   }
   // Room for the queues: as large as the buffers they were in (which locks the sizes, where
   // the kernel would have grown them on its own: the one thing that differs after).
   auto room = [&](int name, uint32_t saved, uint64_t queued, const char* what) -> absl::Status {
     if (queued == 0) return absl::OkStatus();
     int size = static_cast<int>(std::max<uint64_t>(saved / 2, queued));  // the kernel doubles it
-    return SetInt(c, SOL_SOCKET, name, size, absl::StrCat(what, " for ", where));
+    return SetInt(c, SOL_SOCKET, name, size, what, absl::StrCat(" for ", where));
   };
   RETURN_IF_ERROR(room(SO_SNDBUFFORCE, t.sndbuf(), t.send_size(), "SO_SNDBUFFORCE"));
   RETURN_IF_ERROR(room(SO_RCVBUFFORCE, t.rcvbuf(), t.recv_size(), "SO_RCVBUFFORCE"));
+  // The queues' bytes, each written into its queue (an idle connection has none: nothing asked).
   size_t sent = t.send_size() - t.unsent();
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select the send queue of " + where));
-  RETURN_IF_ERROR(SendAll(c, sendq.substr(0, sent), "restore the send queue of " + where));
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of " + where));
-  RETURN_IF_ERROR(SendAll(c, recvq, "restore the receive queue of " + where));
-  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_NO_QUEUE, "TCP_REPAIR_QUEUE none on " + where));
+  if (sent > 0) {
+    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_SEND_QUEUE, "select the send queue of ", where));
+    RETURN_IF_ERROR(SendAll(c, sendq.substr(0, sent), "restore the send queue of " + where));
+  }
+  if (!recvq.empty()) {
+    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_RECV_QUEUE, "select the receive queue of ", where));
+    RETURN_IF_ERROR(SendAll(c, recvq, "restore the receive queue of " + where));
+  }
+  RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR_QUEUE, TCP_NO_QUEUE, "TCP_REPAIR_QUEUE none on ", where));
   if (t.window().size() == sizeof(tcp_repair_window)) {
     if (::setsockopt(c, IPPROTO_TCP, TCP_REPAIR_WINDOW, t.window().data(), sizeof(tcp_repair_window)) != 0) {
       return ErrnoStatus("TCP_REPAIR_WINDOW on " + where);
@@ -229,13 +236,13 @@ void AbortConnections(const std::vector<RepairedConnection>& conns) {
 absl::Status FinishConnections(const std::vector<RepairedConnection>& conns,
                                const std::vector<ListenerReuse>& listeners) {
   for (const ListenerReuse& l : listeners) {
-    RETURN_IF_ERROR(SetInt(l.sock.get(), SOL_SOCKET, SO_REUSEADDR, l.reuseaddr, "SO_REUSEADDR on " + l.where));
+    RETURN_IF_ERROR(SetInt(l.sock.get(), SOL_SOCKET, SO_REUSEADDR, l.reuseaddr, "SO_REUSEADDR on ", l.where));
   }
   for (const RepairedConnection& r : conns) {
     int c = r.sock.get();
-    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_OFF, "setsockopt(TCP_REPAIR, off) on " + r.where));
+    RETURN_IF_ERROR(SetInt(c, IPPROTO_TCP, TCP_REPAIR, TCP_REPAIR_OFF, "setsockopt(TCP_REPAIR, off) on ", r.where));
     // Ending repair mode resets SO_REUSEADDR: the program's choice goes back.
-    RETURN_IF_ERROR(SetInt(c, SOL_SOCKET, SO_REUSEADDR, r.reuseaddr ? 1 : 0, "SO_REUSEADDR on " + r.where));
+    RETURN_IF_ERROR(SetInt(c, SOL_SOCKET, SO_REUSEADDR, r.reuseaddr ? 1 : 0, "SO_REUSEADDR on ", r.where));
     if (!r.unsent.empty()) RETURN_IF_ERROR(SendAll(c, r.unsent, "send the unsent bytes of " + r.where));
     if (r.shut >= 0 && ::shutdown(c, r.shut) != 0) {
       return ErrnoStatus(absl::StrCat(r.shut == SHUT_RD ? "shutdown(SHUT_RD) (the peer had closed) of "

@@ -5,14 +5,18 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <climits>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -180,6 +184,52 @@ TEST(ReadFdsTest, SelfReportsPositionAndFlags) {
     }
   }
   EXPECT_TRUE(seen);
+}
+
+TEST(ReadFdsTest, OnlyTheTargetsAskedForGetTheirFdinfo) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+  UniqueFd a(sv[0]), b(sv[1]);
+  UniqueFd ev(::eventfd(3, EFD_NONBLOCK));
+  ASSERT_TRUE(ev.valid());
+  auto fds = ReadFds(::getpid(), [](absl::string_view target) { return !SocketInode(target).has_value(); });
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  const FdInfo* sock = nullptr;
+  const FdInfo* counter = nullptr;
+  for (const FdInfo& f : *fds) {
+    if (f.fd == a.get()) sock = &f;
+    if (f.fd == ev.get()) counter = &f;
+  }
+  ASSERT_NE(sock, nullptr);
+  ASSERT_NE(counter, nullptr);
+  // The socket: its number and target alone (its fdinfo would say O_NONBLOCK and O_CLOEXEC).
+  EXPECT_TRUE(SocketInode(sock->target).has_value()) << sock->target;
+  EXPECT_EQ(sock->flags, 0);
+  EXPECT_THAT(sock->extra, IsEmpty());
+  // The eventfd: its fdinfo read.
+  EXPECT_EQ(counter->target, "anon_inode:[eventfd]");
+  EXPECT_NE(counter->flags & O_NONBLOCK, 0);
+  auto e = ParseEventfd(*counter);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->count, 3u);
+}
+
+TEST(SocketInodeTest, OnlyASocketLinkNamesOne) {
+  EXPECT_EQ(SocketInode("socket:[12345]"), 12345u);
+  EXPECT_EQ(SocketInode("socket:[0]"), 0u);
+  EXPECT_EQ(SocketInode("pipe:[12345]"), std::nullopt);
+  EXPECT_EQ(SocketInode("socket:[12345"), std::nullopt);
+  EXPECT_EQ(SocketInode("socket:[x]"), std::nullopt);
+  EXPECT_EQ(SocketInode("/tmp/socket:[1]"), std::nullopt);
+  // What the kernel shows for a socket of ours is that socket's inode.
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(s.valid());
+  struct stat st {};
+  ASSERT_EQ(::fstat(s.get(), &st), 0);
+  char link[64];
+  ssize_t n = ::readlink(absl::StrCat("/proc/self/fd/", s.get()).c_str(), link, sizeof link);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(SocketInode(std::string(link, static_cast<size_t>(n))), static_cast<uint64_t>(st.st_ino));
 }
 
 TEST(ReadFdsTest, MissingProcessIsNotFound) {
