@@ -4,10 +4,12 @@
 # restored, for N = 0 and N = CONNS, REPS times each, alternating. Times are the wall time of
 # each command (what the user waits for) and the time the server stood frozen (the dump's
 # summary); after each restore every client sends PING on its old connection and must get PONG:
-# the resets and silent connections are counted.
+# the resets and silent connections are counted, and the time from the PINGs to the last PONG
+# is shown ("all answered").
 #
 #   sudo bash bench/tcp_connections.sh [CONNS]     (default: 1000)
-#   BUILD=build selects the build directory (default build-bench, made Release if missing).
+#   BUILD=build selects the build directory (default build-bench, made Release if missing);
+#   BUSY=N runs N busy loops beside it the whole time (a loaded machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-bench}
@@ -15,8 +17,16 @@ build=${BUILD:-build-bench}
 ninja -C "$build" cairn >/dev/null
 conns=${1:-1000}
 reps=${REPS:-3}
+busy=${BUSY:-0}
 work=$(mktemp -d /var/tmp/cairn-tcp.XXXXXX)
+spinners=()
+for ((i = 0; i < busy; i++)); do
+  (while :; do :; done) &
+  spinners+=($!)
+  disown $!
+done
 cleanup() {
+  ((${#spinners[@]})) && kill "${spinners[@]}" 2>/dev/null || true
   pkill -KILL -f "$work/holder.py" 2>/dev/null || true
   [[ -n ${server:-} ]] && kill -KILL "$server" 2>/dev/null || true
   "$build/cairn" check --fix >/dev/null 2>&1 || true
@@ -56,8 +66,8 @@ PY
 
 now() { date +%s.%N; }
 port=$((20000 + RANDOM % 20000))
-echo "| connections | dump s | frozen s | restore s | clients answered after restore | resets or silent |"
-echo "|---:|---:|---:|---:|---:|---:|"
+echo "| connections | dump s | frozen s | restore s | clients answered after restore | resets or silent | all answered s |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
 for rep in $(seq "$reps"); do
   for n in 0 "$conns"; do
     rm -rf "$work/ckpt" "$work/ready" "$work/result" "$work/go"
@@ -82,14 +92,17 @@ for rep in $(seq "$reps"); do
     server=$(sed -n 's/^restored pid \([0-9]*\) .*/\1/p' <<<"$out")
     touch "$work/go"
     until [[ -f $work/result ]]; do sleep 0.01; done
-    read -r ok bad _ <"$work/result"
+    read -r ok bad answered <"$work/result"
     frozen=$(sed -n 's/.*(frozen \([0-9.]*\) s).*/\1/p' <<<"$summary")
-    printf '| %d | %.3f | %s | %.3f | %d of %d | %d |\n' "$n" "$(echo "$t1 - $t0" | bc)" "${frozen:-?}" \
-      "$(echo "$t3 - $t2" | bc)" "$ok" "$n" "$bad"
+    printf '| %d | %.3f | %s | %.3f | %d of %d | %d | %s |\n' "$n" "$(echo "$t1 - $t0" | bc)" "${frozen:-?}" \
+      "$(echo "$t3 - $t2" | bc)" "$ok" "$n" "$bad" "$answered"
     kill -KILL "$holder" 2>/dev/null || true
     wait "$holder" 2>/dev/null || true
     kill -KILL "$server"
-    while kill -0 "$server" 2>/dev/null; do sleep 0.01; done
+    # (Restored, it is init's child: a zombie until init reaps it, which some never do.)
+    while kill -0 "$server" 2>/dev/null && [[ $(awk '{print $3}' "/proc/$server/stat" 2>/dev/null) != Z ]]; do
+      sleep 0.01
+    done
     port=$((port + 1))
   done
 done
