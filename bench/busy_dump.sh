@@ -13,18 +13,14 @@ reps=${2:-3}
 busy=${BUSY:-$(nproc)}
 ninja -C "$build" cairn mem_holder >/dev/null
 work=$(mktemp -d "${WHERE:-/var/tmp}/cairn-busy-bench.XXXXXX")
-spinners=()
+source bench/busy.sh
 cleanup() {
-  for p in "${spinners[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  stop_busy
   [[ -n ${holder:-} ]] && kill -9 "$holder" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
-for ((i = 0; i < busy; i++)); do
-  (exec 251>&- 2>/dev/null; while :; do :; done) &
-  spinners+=($!)
-  disown $!
-done
+start_busy "$busy"
 (
   for fd in $(ls /proc/$BASHPID/fd); do if ((fd > 2)); then eval "exec $fd>&-"; fi; done
   exec "$build/bench/mem_holder" "$mib" "$work/ready" </dev/null >/dev/null 2>&1

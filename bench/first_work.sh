@@ -19,13 +19,9 @@ busy=${BUSY:-0}
 where=${BENCH_DIR:-/dev/shm}
 now_ns() { date +%s%N; }
 gone() { for _ in $(seq 500); do [[ -d /proc/$1 ]] || return 0; sleep 0.02; done; }
-spinners=()
-for ((i = 0; i < busy; i++)); do
-  (while :; do :; done) &
-  spinners+=($!)
-  disown $!
-done
-trap 'kill "${spinners[@]}" 2>/dev/null || true' EXIT
+source bench/busy.sh
+start_busy "$busy"
+trap stop_busy EXIT
 echo "| MiB | restore | busy loops | restore returned ms | first work ms (from the restore's start) | sum right |"
 echo "|---:|---|---:|---:|---:|---|"
 # Starts first_work in a new directory: sets pid and work.

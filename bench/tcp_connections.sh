@@ -19,14 +19,10 @@ conns=${1:-1000}
 reps=${REPS:-3}
 busy=${BUSY:-0}
 work=$(mktemp -d /var/tmp/cairn-tcp.XXXXXX)
-spinners=()
-for ((i = 0; i < busy; i++)); do
-  (while :; do :; done) &
-  spinners+=($!)
-  disown $!
-done
+source bench/busy.sh
+start_busy "$busy"
 cleanup() {
-  ((${#spinners[@]})) && kill "${spinners[@]}" 2>/dev/null || true
+  stop_busy
   pkill -KILL -f "$work/holder.py" 2>/dev/null || true
   [[ -n ${server:-} ]] && kill -KILL "$server" 2>/dev/null || true
   "$build/cairn" check --fix >/dev/null 2>&1 || true

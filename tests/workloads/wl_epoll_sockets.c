@@ -6,10 +6,14 @@
 // The dump matches each registration to its socket by inode (no kcmp per registration) and must
 // still see that `slot` is not the registered socket; the restore registers them in batches of
 // its stop loop (more than one run of it).
-// After restore: epoll_wait reports exactly the ready ones with their data; every registration is
-// still there (ADD gives EEXIST); a byte written to a quiet pair is reported with that pair's data.
+// The pairs' descriptors differ in their flags: non-blocking for even i, close-on-exec when i % 4
+// is 0 or 1 (the dump asks a socket's flags inside the process, not from its fdinfo).
+// After restore: each socket's flags are its own; epoll_wait reports exactly the ready ones with
+// their data; every registration is still there (ADD gives EEXIST); a byte written to a quiet
+// pair is reported with that pair's data.
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -66,7 +70,8 @@ int main(int argc, char** argv) {
   int ep = WL_SYS(epoll_create1(EPOLL_CLOEXEC));
   for (int i = 0; i < kPairs; i++) {
     int sv[2];
-    WL_SYS(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv));
+    int type = SOCK_STREAM | (i % 2 == 0 ? SOCK_NONBLOCK : 0) | (i % 4 < 2 ? SOCK_CLOEXEC : 0);
+    WL_SYS(socketpair(AF_UNIX, type, 0, sv));
     g_a[i] = sv[0];
     g_b[i] = sv[1];
     Add(ep, g_a[i], 0x5000 + (uint64_t)i);
@@ -88,6 +93,17 @@ int main(int argc, char** argv) {
   wl_signal_ready();
   wl_wait_go();
 
+  for (int i = 0; i < kPairs; i++) {
+    for (int end = 0; end < 2; end++) {
+      int fd = end ? g_b[i] : g_a[i];
+      int fl = WL_SYS(fcntl(fd, F_GETFL)), fdfl = WL_SYS(fcntl(fd, F_GETFD));
+      WL_CHECK(((fl & O_NONBLOCK) != 0) == (i % 2 == 0), "pair %d fd %d: O_NONBLOCK is %s", i, fd,
+               fl & O_NONBLOCK ? "set" : "clear");
+      WL_CHECK(((fdfl & FD_CLOEXEC) != 0) == (i % 4 < 2), "pair %d fd %d: FD_CLOEXEC is %s", i, fd,
+               fdfl & FD_CLOEXEC ? "set" : "clear");
+      WL_CHECK((fl & O_ACCMODE) == O_RDWR, "pair %d fd %d: access mode %#o", i, fd, fl & O_ACCMODE);
+    }
+  }
   ExpectReady(ep, "after restore", -1);
   for (int i = 0; i < kPairs; i++) {
     struct epoll_event ev = {.events = EPOLLIN};

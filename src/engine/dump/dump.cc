@@ -28,6 +28,7 @@
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
 #include "engine/dump/freezer_hold.h"
+#include "engine/dump/fd_table.h"
 #include "engine/dump/guardian.h"
 #include "engine/dump/tcp.h"
 #include "engine/net/netlock.h"
@@ -223,6 +224,13 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   timer.Mark("scratch");
   absl::Status st = StopPoint("scratch");  // the scratch area is unmapped on every path
   if (st.ok()) st = CaptureTaskState(fp, inj, scratch, proc);
+  // The descriptors, before any tracker is made or closed below: those are the only changes
+  // the dump makes to them, and the capture leaves trackers out (IsTrackerFd).
+  if (st.ok()) {
+    absl::StatusOr<std::vector<proc::FdInfo>> read = ReadFrozenFds(fp, inj, scratch);
+    if (read.ok()) *fds = std::move(*read);
+    st = read.status();
+  }
   absl::Status unmap = scratch.Unmap(inj);
   if (unmap.ok() && fp.journal() != nullptr) fp.journal()->ScratchGone(fp.journal_index());
   RETURN_IF_ERROR(st);
@@ -244,9 +252,6 @@ absl::Status CaptureProcess(FrozenProcess& fp, image::ImageWriter& writer, const
   RETURN_IF_ERROR(StopPoint("task_state"));
 
   // Incremental: which pages were written since the parent (see tracker.h).
-  // The descriptors, before any tracker is made or closed below: those are the only changes
-  // the dump makes to them, and the capture leaves trackers out (IsTrackerFd).
-  ASSIGN_OR_RETURN(*fds, proc::ReadFds(pid));
   std::vector<int> strays;
   int tracker_fd = RecordedTrackerFd(pid, *fds, &strays);
   if (precopied) {  // the tracker pre-copy started, not recorded until this dump commits
