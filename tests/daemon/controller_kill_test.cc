@@ -124,13 +124,25 @@ class ControllerKillTest : public ClusterFixture {
     EXPECT_EQ(ended.value("rule", ""), "cheaper-capacity") << ended.dump();
     const DaemonProcess& there = runs_on == "x" ? x : y;
     const DaemonProcess& not_there = runs_on == "x" ? y : x;
-    EXPECT_EQ(StateOn(there), "running");
-    EXPECT_NE(StateOn(not_there), "running");
-    EXPECT_EQ(NodeOfJob(*c), there.node()) << Status(*c).dump();
+    // Where it runs, read before asking whether the rules have decided anew since (the cheaper
+    // capacity is still there: a later decision may move the job at once, faster than these
+    // reads — then where it runs says nothing of how this decision ended).
+    const std::string on_there = StateOn(there), on_not_there = StateOn(not_there), node = NodeOfJob(*c);
     json shown = json::parse(there.Cairn({"job", "show", "train", "--json"}).out, nullptr, false);
     ASSERT_FALSE(shown.is_discarded());
-    EXPECT_EQ(LineStartingWith(ReadFile("/proc/" + std::to_string(JsonInt(shown["job"]["host_pid"])) + "/status"), "Uid:"),
-              "Uid:\t65534\t65534\t65534\t65534");
+    const std::string uid =
+        LineStartingWith(ReadFile("/proc/" + std::to_string(JsonInt(shown["job"]["host_pid"])) + "/status"), "Uid:");
+    bool decided_again = false;
+    for (const json& e : Events(*c)) {
+      decided_again |= JsonInt(e["seq"]) > JsonInt(ended["seq"]) && e.value("kind", "") == "decision" &&
+                       e.value("job_id", "") == "train";
+    }
+    if (!decided_again) {
+      EXPECT_EQ(on_there, "running");
+      EXPECT_NE(on_not_there, "running");
+      EXPECT_EQ(node, there.node()) << Status(*c).dump();
+      EXPECT_EQ(uid, "Uid:\t65534\t65534\t65534\t65534");
+    }
     // Nothing of the decision is left in flight: it is not resolved again, and rules act again.
     std::this_thread::sleep_for(2s);
     int ends = 0;
