@@ -191,6 +191,11 @@ __attribute__((no_sanitize("address"))) int HoldChannelPastParent(void*) {
 }
 
 absl::Status SendOn(int sock, Batch& batch, uint32_t acked, const std::string& what) {
+  // Answers an earlier batch left (errors about its later messages, after the one it returned
+  // on) go first: on a socket kept open they would pile up until its buffer overflowed.
+  alignas(nlmsghdr) char reply[65536];
+  while (::recv(sock, reply, sizeof reply, MSG_DONTWAIT | MSG_TRUNC) >= 0 || errno == EINTR) {
+  }
   const std::string& buf = batch.Finish();
   sockaddr_nl to{};
   to.nl_family = AF_NETLINK;
@@ -198,7 +203,6 @@ absl::Status SendOn(int sock, Batch& batch, uint32_t acked, const std::string& w
       static_cast<ssize_t>(buf.size())) {
     return ErrnoStatus("send the nftables batch to " + what);
   }
-  alignas(nlmsghdr) char reply[65536];
   for (;;) {
     ssize_t n = ::recv(sock, reply, sizeof reply, MSG_TRUNC);
     if (n < 0 && errno == EINTR) continue;
