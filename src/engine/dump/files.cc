@@ -166,9 +166,8 @@ absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd
                               image::EpollEntry* entry) {
   // A socket has one open file description per inode (but for O_PATH opens of it, which
   // `sockets` leaves out): when the number holds the socket whose inode the registration names
-  // (on sockfs), that is the registered file. No kcmp then, which
-  // walks the instance's interest list to find the registration — quadratic over a server's
-  // thousand sockets (25 ms for 1,000).
+  // (on sockfs), that is the registered file. No kcmp then, which walks the instance's interest
+  // list to find the registration: quadratic over a server's thousand sockets.
   if (auto it = sockets.find(target.tfd); it != sockets.end() && it->second == target.ino &&
                                           makedev(target.sdev >> 20, target.sdev & 0xfffff) == SockfsDevice()) {
     return absl::OkStatus();
