@@ -13,7 +13,7 @@ reps=${2:-3}
 busy=${BUSY:-$(nproc)}
 ninja -C "$build" cairn mem_holder >/dev/null
 work=$(mktemp -d "${WHERE:-/var/tmp}/cairn-busy-bench.XXXXXX")
-source bench/busy.sh
+source bench/common.sh
 cleanup() {
   stop_busy
   [[ -n ${holder:-} ]] && kill -9 "$holder" 2>/dev/null || true

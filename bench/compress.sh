@@ -8,9 +8,8 @@
 #   sudo bash bench/compress.sh [SIZE_MIB]     (default 512; CODECS="none lz4 zstd zstd:9")
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn mem_holder >/dev/null
+source bench/common.sh
+bench_build cairn mem_holder
 mib=${1:-512}
 codecs=(${CODECS:-none lz4 zstd zstd:9})
 where=${BENCH_DIR:-/var/tmp}

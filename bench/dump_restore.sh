@@ -8,11 +8,8 @@
 #   BENCH_DIRS="/var/tmp /dev/shm" selects where images go (disk, tmpfs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-# An existing build directory (e.g. BUILD=build) keeps its configuration; a missing one is made
-# for benchmarks (Release, no tests).
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn mem_holder plain_write timed >/dev/null
+source bench/common.sh
+bench_build cairn mem_holder plain_write timed
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(256 1024 4096)
 dirs=(${BENCH_DIRS:-/var/tmp /dev/shm})

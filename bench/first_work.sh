@@ -9,9 +9,8 @@
 #   sudo BUILD=build bash bench/first_work.sh [SIZE_MIB...]   (default 1024; REPS=3, BUSY=0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn first_work >/dev/null
+source bench/common.sh
+bench_build cairn first_work
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(1024)
 reps=${REPS:-3}
@@ -19,7 +18,6 @@ busy=${BUSY:-0}
 where=${BENCH_DIR:-/dev/shm}
 now_ns() { date +%s%N; }
 gone() { for _ in $(seq 500); do [[ -d /proc/$1 ]] || return 0; sleep 0.02; done; }
-source bench/busy.sh
 start_busy "$busy"
 trap stop_busy EXIT
 echo "| MiB | restore | busy loops | restore returned ms | first work ms (from the restore's start) | sum right |"

@@ -7,9 +7,8 @@
 #   sudo bash bench/incremental.sh [SIZES_MIB...]     (default: 1024 4096; RATES="0 1000 10000 50000")
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn downtime_holder >/dev/null
+source bench/common.sh
+bench_build cairn downtime_holder
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(1024 4096)
 rates=(${RATES:-0 1000 10000 50000})

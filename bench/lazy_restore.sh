@@ -9,12 +9,8 @@
 #   BENCH_DIR=/dev/shm puts the images on tmpfs (default /var/tmp); REPS=3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# BUILD=DIR uses an existing build as it is configured; by default a Release build-bench/.
-build=${BUILD:-build-bench}
-if [[ -z ${BUILD:-} ]]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-fi
-ninja -C "$build" cairn mem_holder >/dev/null
+source bench/common.sh
+bench_build cairn mem_holder
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(1024 4096)
 where=${BENCH_DIR:-/var/tmp}

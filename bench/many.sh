@@ -13,7 +13,6 @@
 #   sudo BUILD=build bash bench/many.sh fds|maps|threads [N...]     (REPS=3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
 kind=${1:?usage: bench/many.sh fds|maps|threads [N...]}
 shift
 case $kind in
@@ -25,8 +24,8 @@ case $kind in
     echo "this machine: $(nproc) CPUs" ;;
   *) echo "bench/many.sh: unknown kind $kind (fds, maps or threads)" >&2; exit 2 ;;
 esac
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn "$holder" >/dev/null
+source bench/common.sh
+bench_build cairn "$holder"
 counts=("$@")
 ((${#counts[@]})) || counts=("${defaults[@]}")
 reps=${REPS:-3}

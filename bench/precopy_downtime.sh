@@ -12,10 +12,8 @@
 #   sudo bash bench/precopy_downtime.sh [SIZES_MIB...]    (default: 1024 4096)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-# BUILD names an existing build tree to use as it is; by default a Release one is made.
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn downtime_holder >/dev/null
+source bench/common.sh
+bench_build cairn downtime_holder
 sizes=("$@")
 ((${#sizes[@]})) || sizes=(1024 4096)
 where=${BENCH_DIR:-/var/tmp}

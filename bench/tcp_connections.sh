@@ -12,14 +12,12 @@
 #   BUSY=N runs N busy loops beside it the whole time (a loaded machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn >/dev/null
+source bench/common.sh
+bench_build cairn
 conns=${1:-1000}
 reps=${REPS:-3}
 busy=${BUSY:-0}
 work=$(mktemp -d /var/tmp/cairn-tcp.XXXXXX)
-source bench/busy.sh
 start_busy "$busy"
 cleanup() {
   stop_busy

@@ -6,11 +6,8 @@
 #   sudo bash bench/tree_dump_restore.sh [SIZE_MIB]     (default 1024; NPROCS="1 8 64" the tree sizes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-# An existing build directory (e.g. BUILD=build) keeps its configuration; a missing one is made
-# for benchmarks (Release, no tests).
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn tree_holder >/dev/null
+source bench/common.sh
+bench_build cairn tree_holder
 mib=${1:-1024}
 where=${BENCH_DIR:-/dev/shm}
 now() { date +%s.%N; }

@@ -8,9 +8,8 @@
 #   BUILD=build selects the build directory (default build-bench, made Release if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-bench}
-[[ -f $build/build.ninja ]] || cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCAIRN_TESTS=OFF >/dev/null
-ninja -C "$build" cairn mem_holder tree_holder timed >/dev/null
+source bench/common.sh
+bench_build cairn mem_holder tree_holder timed
 mib=${1:-1024}
 nproc=${2:-16}
 reps=${REPS:-5}
