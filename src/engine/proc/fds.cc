@@ -218,11 +218,9 @@ absl::StatusOr<std::vector<InotifyWatch>> ParseInotifyWatches(const FdInfo& info
   return out;
 }
 
-namespace {
-
-// The open descriptors of `pid`, ascending, each with its target, read relative to the open
-// directory /proc/PID/fd (a lookup of the whole path per descriptor costs a third more).
-absl::StatusOr<std::vector<std::pair<int, std::string>>> ListTargets(pid_t pid) {
+// Read relative to the open directory /proc/PID/fd: a lookup of the whole path per descriptor
+// costs a third more.
+absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid) {
   std::string dir_path = absl::StrCat("/proc/", pid, "/fd");
   DIR* dir = ::opendir(dir_path.c_str());
   if (dir == nullptr) return ErrnoStatus("opendir " + dir_path);
@@ -252,8 +250,6 @@ absl::StatusOr<std::vector<std::pair<int, std::string>>> ListTargets(pid_t pid) 
   return out;
 }
 
-}  // namespace
-
 std::optional<uint64_t> SocketInode(absl::string_view target) {
   uint64_t ino = 0;
   if (!absl::ConsumePrefix(&target, "socket:[") || !absl::ConsumeSuffix(&target, "]") ||
@@ -263,10 +259,8 @@ std::optional<uint64_t> SocketInode(absl::string_view target) {
   return ino;
 }
 
-absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid) { return ListTargets(pid); }
-
 absl::StatusOr<std::vector<FdInfo>> ReadFds(pid_t pid, const std::function<bool(absl::string_view)>& info_for) {
-  ASSIGN_OR_RETURN(auto targets, ListTargets(pid));
+  ASSIGN_OR_RETURN(auto targets, ListFdTargets(pid));
   std::string dir_path = absl::StrCat("/proc/", pid, "/fdinfo");
   UniqueFd dir(::open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return ErrnoStatus("open " + dir_path);
