@@ -69,12 +69,12 @@ absl::Status RaiseDescriptorLimit(uint64_t need, const std::string& what) {
       what, need, r.rlim_max, NrOpen(), need));
 }
 
-absl::Status ReserveOwnDescriptors(uint64_t count, const std::string& what, int above) {
+absl::Status ReserveOwnDescriptors(uint64_t count, const std::string& what) {
   if (count == 0) return absl::OkStatus();
   // The highest descriptor open now: the table holds at least that many already.
   int probe = ::open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (probe < 0) return absl::InternalError("open /proc/self/fd failed");
-  int highest = std::max(probe, above);
+  int highest = probe;
   int listed = ::fcntl(probe, F_DUPFD_CLOEXEC, 0);
   if (DIR* dir = listed >= 0 ? ::fdopendir(listed) : nullptr) {
     while (dirent* de = ::readdir(dir)) highest = std::max(highest, std::atoi(de->d_name));

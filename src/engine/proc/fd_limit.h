@@ -28,13 +28,13 @@ uint64_t DescriptorRoom();
 // one at least). An error naming `what`, the need, the limit and what to do when it cannot.
 absl::Status RaiseDescriptorLimit(uint64_t need, const std::string& what);
 
-// Makes room in this process's own table for `count` descriptors more than its highest now (or
-// than `above`, where it will put them, if higher): its limit raised (as above), and the table
+// Makes room in this process's own table for `count` descriptors more than its highest now: its
+// limit raised (as above), and the table
 // grown to that size at once. A table grows by doubling when a descriptor lands past its end, and
 // in a multi-threaded process each growth waits for an RCU grace period: a dump that took copies
 // of a server's thousand connections while it stood frozen waited five times, 50 ms here. Grown
 // once before the freeze, it waits at most once, then. An optimisation: callers may go on when it
 // fails (the table then grows as it is filled, and EMFILE says when it cannot).
-absl::Status ReserveOwnDescriptors(uint64_t count, const std::string& what, int above = 0);
+absl::Status ReserveOwnDescriptors(uint64_t count, const std::string& what);
 
 }  // namespace cairn::proc

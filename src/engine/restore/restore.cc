@@ -709,7 +709,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (!meta.own_pid_ns()) RETURN_IF_ERROR(CheckIdsFree(procs));  // a fresh namespace has every id free
   auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
 
-  // The masters, above every saved descriptor number, one per description (proc/fd_limit.h).
+  // The masters, one per description, at the restorer's lowest free numbers (proc/fd_limit.h).
   {
     int highest = 0;
     uint64_t descriptions = 0, pipes = 0;
@@ -727,7 +727,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
                                                absl::StrCat("restore from ", where, " (nothing was restored)")));
     // The restorer holds every master at once, and a copy of each live connection after: its
     // own table grown once now, not a doubling at a time (proc/fd_limit.h).
-    absl::Status room = proc::ReserveOwnDescriptors(descriptions + pipes, "the restore's masters", highest + 1);
+    absl::Status room = proc::ReserveOwnDescriptors(descriptions + pipes, "the restore's masters");
     if (!room.ok()) CAIRN_LOG_WARN("event=descriptor_room_not_reserved error=\"{}\"", room.ToString());
   }
   CAIRN_LOG_DEBUG("event=restore_stage stage=image_opened");
