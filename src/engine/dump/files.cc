@@ -160,10 +160,11 @@ dev_t SockfsDevice() {
 // epoll instance at `pid`'s descriptor `efd` watches the file `pid` holds at that number:
 // restore re-registers it from inside `pid` by number. kcmp(KCMP_EPOLL_TFD) compares the
 // registered file with a process's descriptor.
-// `sockets`: the socket inode at each of `pid`'s descriptor numbers that holds a socket.
+// `own`: every descriptor of `pid`; `sockets`: the socket inode at each of its numbers that holds
+// a socket.
 absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd, const proc::EpollTarget& target,
-                              uint32_t toff, const absl::flat_hash_map<int, uint64_t>& sockets,
-                              image::EpollEntry* entry) {
+                              uint32_t toff, const std::vector<proc::FdInfo>& own,
+                              const absl::flat_hash_map<int, uint64_t>& sockets, image::EpollEntry* entry) {
   // A socket has one open file description per inode (but for O_PATH opens of it, which
   // `sockets` leaves out): when the number holds the socket whose inode the registration names
   // (on sockfs), that is the registered file. No kcmp then, which walks the instance's interest
@@ -180,12 +181,11 @@ absl::Status CheckEpollTarget(const std::vector<pid_t>& pids, pid_t pid, int efd
     return ErrnoStatus(absl::StrFormat("kcmp(KCMP_EPOLL_TFD) of fd %d of pid %d with the epoll at fd %d of pid %d",
                                        target.tfd, holder, efd, pid));
   };
-  ASSIGN_OR_RETURN(bool own, same(pid));
-  if (own) return absl::OkStatus();
+  ASSIGN_OR_RETURN(bool at_its_number, same(pid));
+  if (at_its_number) return absl::OkStatus();
   // The number was closed or dup2'd over while another descriptor of the process kept the
   // file open: found by comparing each of them with the registered file.
-  ASSIGN_OR_RETURN(std::vector<proc::FdInfo> fds, proc::ReadFds(pid));
-  for (const proc::FdInfo& other : fds) {
+  for (const proc::FdInfo& other : own) {
     long r = ::syscall(SYS_kcmp, pid, pid, kKcmpEpollTfd, other.fd, &slot);
     if (r == 0) {
       entry->set_held_elsewhere(true);
@@ -477,7 +477,7 @@ absl::Status CaptureKernelObject(const std::vector<pid_t>& pids, pid_t pid, cons
       std::map<int, uint32_t> seen_tfd;  // registrations so far per descriptor number
       for (const proc::EpollTarget& t : targets) {
         image::EpollEntry* e = fd->add_epoll();
-        RETURN_IF_ERROR(CheckEpollTarget(pids, pid, info.fd, t, seen_tfd[t.tfd]++, sockets, e));
+        RETURN_IF_ERROR(CheckEpollTarget(pids, pid, info.fd, t, seen_tfd[t.tfd]++, own, sockets, e));
         e->set_tfd(t.tfd);
         e->set_events(t.events);
         e->set_data(t.data);

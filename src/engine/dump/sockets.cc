@@ -422,14 +422,13 @@ absl::StatusOr<UniqueFd> TreeSockets::CopyOf(pid_t pid, const proc::FdInfo& info
 
 absl::Status TreeSockets::Capture(pid_t pid, const proc::FdInfo& info, UniqueFd copy, image::ImageWriter* writer,
                                   image::Fd* fd) const {
-  uint64_t ino = 0;
-  if (info.target.size() < 10 ||
-      !absl::SimpleAtoi(absl::string_view(info.target).substr(8, info.target.size() - 9), &ino)) {
+  std::optional<uint64_t> ino = proc::SocketInode(info.target);
+  if (!ino) {
     return absl::DataLossError(absl::StrFormat("pid %d fd %d: malformed socket link '%s'", pid, info.fd, info.target));
   }
-  fd->set_sock_ino(ino);
+  fd->set_sock_ino(*ino);
   RETURN_IF_ERROR(CaptureFilter(pid, info, copy.get(), fd));
-  auto it = unix_.find(ino);
+  auto it = unix_.find(*ino);
   if (it != unix_.end()) return CaptureUnix(pid, info, it->second, writer, fd);
   return CaptureInet(pid, info, std::move(copy), writer, fd);
 }
@@ -654,7 +653,7 @@ absl::Status TreeSockets::CaptureInet(pid_t pid, const proc::FdInfo& info, Uniqu
         s->set_bound(local);
         s->set_peer(remote);
         // The check, before anything is frozen: the lock will need nft (tcp.h refuses other states).
-        if (writer == nullptr) return net::CheckNftables();
+        if (writer == nullptr) return NftablesChecked();
         if (opts_.tcp == nullptr) return absl::InternalError("no network lock for " + conn);
         // Options first: repair mode shows SO_REUSEADDR forced on.
         RETURN_IF_ERROR(CaptureOptions(c, family, type, protocol, s));

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -36,6 +37,7 @@
 #include "engine/dump/files.h"
 #include "engine/dump/in_flight.h"
 #include "engine/image/image.h"
+#include "engine/net/netlock.h"
 #include "engine/proc/fds.h"
 #include "engine/proc/unix_sockets.h"
 #include "image.pb.h"
@@ -88,7 +90,14 @@ class TreeSockets {
   // empty if so, else why not.
   std::string UnreachableName(pid_t pid, const proc::UnixSocket& us) const;
 
+  // net::CheckNftables, asked once per check (not once per connection).
+  absl::Status NftablesChecked() const {
+    if (!nft_checked_) nft_checked_ = net::CheckNftables();
+    return *nft_checked_;
+  }
+
   std::set<uint64_t> inodes_;
+  mutable std::optional<absl::Status> nft_checked_;
   std::map<uint64_t, proc::UnixSocket> unix_;
   InFlightFiles* in_flight_ = nullptr;
   // Client inode -> (listener inode, position in its queue, 1 first).

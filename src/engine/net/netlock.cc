@@ -15,7 +15,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -161,12 +160,7 @@ absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const s
 std::string LockTableName(absl::string_view checkpoint_id) { return absl::StrCat(kPrefix, checkpoint_id); }
 
 absl::Status CheckNftables() {
-  static std::atomic<bool> found{false};  // asked once per socket of a dump's check otherwise
-  if (found.load(std::memory_order_relaxed)) return absl::OkStatus();
-  if (::access(NftPath(), X_OK) == 0) {
-    found.store(true, std::memory_order_relaxed);
-    return absl::OkStatus();
-  }
+  if (::access(NftPath(), X_OK) == 0) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       NftPath(), " is missing: cairn holds the packets of live TCP connections with nftables while it saves and rebuilds "
             "them; install it (apt install nftables), or checkpoint with --tcp-close"));
