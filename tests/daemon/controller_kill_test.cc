@@ -132,12 +132,17 @@ class ControllerKillTest : public ClusterFixture {
     ASSERT_FALSE(shown.is_discarded());
     const std::string uid =
         LineStartingWith(ReadFile("/proc/" + std::to_string(JsonInt(shown["job"]["host_pid"])) + "/status"), "Uid:");
-    bool decided_again = false;
+    json again;  // the first decision the rules made anew since
     for (const json& e : Events(*c)) {
-      decided_again |= JsonInt(e["seq"]) > JsonInt(ended["seq"]) && e.value("kind", "") == "decision" &&
-                       e.value("job_id", "") == "train";
+      if (again.is_null() && JsonInt(e["seq"]) > JsonInt(ended["seq"]) && e.value("kind", "") == "decision" &&
+          e.value("job_id", "") == "train") {
+        again = e;
+      }
     }
-    if (!decided_again) {
+    if (!again.is_null()) {
+      // Then that decision names where this one left the job.
+      EXPECT_EQ(again.value("node_id", ""), there.node()) << again.dump();
+    } else {
       EXPECT_EQ(on_there, "running");
       EXPECT_NE(on_not_there, "running");
       EXPECT_EQ(node, there.node()) << Status(*c).dump();
