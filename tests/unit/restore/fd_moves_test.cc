@@ -95,7 +95,15 @@ TEST(FdMovesTest, RandomTablesEndExactlyAsWanted) {
       if (!used.insert(fd).second) continue;
       targets.push_back({fd, ms[rng() % ms.size()], (rng() & 1) != 0});
     }
+    // Pinned: two numbers among the masters' that no target nor master holds (the masters of
+    // files made again, InstallFds), where a temporary would otherwise go; and two above.
     std::set<int> pinned = {120, 121};
+    for (int p = 3, added = 0; p < 95 && added < 2; ++p) {
+      if (!masters.count(p) && !used.count(p) && rng() % 4 == 0) {
+        pinned.insert(p);
+        ++added;
+      }
+    }
     Check(masters, targets, pinned, 200);
     if (HasFailure()) {
       ADD_FAILURE() << "round " << round;
@@ -107,6 +115,17 @@ TEST(FdMovesTest, RandomTablesEndExactlyAsWanted) {
 TEST(FdMovesTest, ACycleBreaksThroughANumberHoldingAMasterNoOneHereNeeds) {
   // Masters 5-9 belong to other processes of the tree; the limit leaves no number above them.
   Check({3, 4, 5, 6, 7, 8, 9}, {{3, 4, true}, {4, 3, false}}, {}, 10);
+}
+
+TEST(FdMovesTest, ACycleBreaksThroughAFreeNumberThatIsNotPinned) {
+  // 5 is free but pinned (a master of a file made again): the cycle must go through 6.
+  Check({3, 4}, {{3, 4, true}, {4, 3, false}}, {5}, 7);
+}
+
+TEST(FdMovesTest, APinnedNumberIsNoFreeNumberForACycle) {
+  auto calls = PlanFdCalls({3, 4}, {{3, 4, true}, {4, 3, true}}, {5, 6}, 7);
+  ASSERT_FALSE(calls.ok());
+  EXPECT_EQ(calls.status().code(), absl::StatusCode::kResourceExhausted) << calls.status();
 }
 
 TEST(FdMovesTest, NoFreeNumberForACycleIsAClearError) {
