@@ -30,16 +30,10 @@
 namespace cairn::net {
 namespace {
 
-// Sequence numbers are unique across the batches of this process: an answer left on the socket
-// by an earlier batch is never taken for one of this batch's.
-std::atomic<uint32_t> next_seq{1};
-
 // nfnetlink messages of one batch, with nested attributes.
 class Batch {
  public:
-  Batch() : first_(next_seq.fetch_add(kMaxMessages)), seq_(first_ - 1) {
-    Message(NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES);
-  }
+  Batch() { Message(NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, NFNL_SUBSYS_NFTABLES); }
 
   // Starts a message of nf_tables type `type` (NFT_MSG_...) for `family`; the previous one ends.
   void Message(uint16_t type, uint16_t flags, uint8_t family, uint16_t res_id = 0) {
@@ -93,11 +87,6 @@ class Batch {
     return buf_;
   }
   uint32_t seq() const { return seq_; }
-  // Whether `seq` is one of this batch's messages.
-  bool Owns(uint32_t seq) const { return seq - first_ <= seq_ - first_; }
-
-  // Far more than any batch holds (a message per chunk of set elements).
-  static constexpr uint32_t kMaxMessages = 1 << 16;
 
  private:
   void Append(const void* p, size_t n) { buf_.append(static_cast<const char*>(p), n); }
@@ -110,8 +99,7 @@ class Batch {
 
   std::string buf_;
   size_t start_ = std::string::npos;
-  uint32_t first_;
-  uint32_t seq_;
+  uint32_t seq_ = 0;
 };
 
 // The nfnetlink socket of this process, kept open: closing one while nf_tables still has objects
@@ -192,7 +180,8 @@ __attribute__((no_sanitize("address"))) int HoldChannelPastParent(void*) {
 
 absl::Status SendOn(int sock, Batch& batch, uint32_t acked, const std::string& what) {
   // Answers an earlier batch left (errors about its later messages, after the one it returned
-  // on) go first: on a socket kept open they would pile up until its buffer overflowed.
+  // on) go first: on a socket kept open they would pile up, and could be taken for this batch's
+  // (the kernel answers a batch before sendto returns, so nothing of it is drained here).
   alignas(nlmsghdr) char reply[65536];
   while (::recv(sock, reply, sizeof reply, MSG_DONTWAIT | MSG_TRUNC) >= 0 || errno == EINTR) {
   }
@@ -212,7 +201,7 @@ absl::Status SendOn(int sock, Batch& batch, uint32_t acked, const std::string& w
       return absl::InternalError(absl::StrCat("an nftables answer to ", what, " did not fit or was malformed"));
     }
     for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, static_cast<unsigned>(n)); h = NLMSG_NEXT(h, n)) {
-      if (h->nlmsg_type != NLMSG_ERROR || !batch.Owns(h->nlmsg_seq)) continue;
+      if (h->nlmsg_type != NLMSG_ERROR) continue;
       int err = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(h))->error;
       if (err == 0 && h->nlmsg_seq != acked) continue;
       if (err == 0) return absl::OkStatus();
