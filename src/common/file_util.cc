@@ -95,15 +95,20 @@ absl::Status ChmodNoFollow(const std::string& path, mode_t mode) {
 }
 
 
-void CloseAllDescriptorsBut(std::vector<int> keep) {
+std::vector<std::pair<unsigned, unsigned>> RangesAround(std::vector<int> keep, unsigned from) {
   std::sort(keep.begin(), keep.end());
-  unsigned from = 3;
+  std::vector<std::pair<unsigned, unsigned>> out;
   for (int k : keep) {
     if (k < 0) continue;
-    if (static_cast<unsigned>(k) > from) ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0);
+    if (static_cast<unsigned>(k) > from) out.emplace_back(from, static_cast<unsigned>(k) - 1);
     from = std::max(from, static_cast<unsigned>(k) + 1);
   }
-  ::syscall(SYS_close_range, from, ~0U, 0);
+  out.emplace_back(from, ~0U);
+  return out;
+}
+
+void CloseAllDescriptorsBut(std::vector<int> keep) {
+  for (const auto& [first, last] : RangesAround(std::move(keep), 3)) ::syscall(SYS_close_range, first, last, 0);
 }
 
 }  // namespace cairn

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 #include "absl/strings/string_view.h"
 
@@ -30,6 +31,10 @@ absl::Status ChmodNoFollow(const std::string& path, mode_t mode);
 
 // fsyncs the directory at `path` so a rename or create inside it is durable.
 absl::Status SyncDir(const std::string& path);
+
+// The ranges [first, last] that cover every descriptor number from `from` up except those in
+// `keep`, ascending, for close_range (the last one ends at ~0U).
+std::vector<std::pair<unsigned, unsigned>> RangesAround(std::vector<int> keep, unsigned from);
 
 // Closes every descriptor from 3 up except those in `keep` (close_range over the gaps). For a
 // child just forked that must hold nothing of its parent's but what it names.

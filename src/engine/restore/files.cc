@@ -1081,18 +1081,13 @@ absl::Status InstallFds(inject::Injector& inj, inject::RemoteScratch& scratch, u
 
 absl::Status CloseAllButMasters(inject::Injector& inj, inject::RemoteScratch& scratch, uint64_t loop,
                                 const Masters& masters) {
-  std::set<int> keep;
-  for (const auto& [key, n] : masters.fds) keep.insert(n);
-  for (const auto& [key, n] : masters.objects) keep.insert(n);
+  std::vector<int> keep;
+  for (const auto& [key, n] : masters.fds) keep.push_back(n);
+  for (const auto& [key, n] : masters.objects) keep.push_back(n);
   std::vector<inject::BatchedCall> calls;
-  unsigned from = 0;
-  for (int k : keep) {
-    if (static_cast<unsigned>(k) > from) {
-      calls.push_back({SYS_close_range, {from, static_cast<uint64_t>(k) - 1, 0, 0, 0, 0}});
-    }
-    from = static_cast<unsigned>(k) + 1;
+  for (const auto& [first, last] : RangesAround(std::move(keep), 0)) {
+    calls.push_back({SYS_close_range, {first, last, 0, 0, 0, 0}});
   }
-  calls.push_back({SYS_close_range, {from, ~0U, 0, 0, 0, 0}});
   return inject::RunCalls(
       inj, scratch, loop, calls, [&](size_t) { return std::string("close_range (restorer's descriptors)"); },
       /*repeatable=*/true);
