@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "cli/controller_commands.h"
 #include "cli/daemon_commands.h"
@@ -95,8 +97,12 @@ absl::StatusOr<std::optional<image::ImageKey>> KeyFor(const std::string& path, b
 int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, bool tcp_established,
             const std::string& job_name,
             const std::string& parent, bool track, bool pre_copy, int max_rounds, int precopy_rate_mib, const std::string& compress,
-            const std::string& image_key) {
+            const std::string& image_key, const std::vector<std::string>& external_mounts) {
   dump::DumpOptions opts;
+  for (const std::string& e : external_mounts) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(e, absl::MaxSplits('=', 1));
+    opts.container.external_mounts[kv.first] = kv.second.empty() ? kv.first : kv.second;
+  }
   auto key = KeyFor(image_key, false);
   if (!key.ok()) return Fail(key.status());
   opts.seal_key = &**key;
@@ -169,8 +175,9 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
 
 int RunRestore(const std::string& dir, bool detach, bool lazy, bool verify, const std::string& page_server,
                const std::string& token_file, const std::string& image_key, bool trust_unsigned,
-               const std::string& as_user) {
+               const std::string& as_user, const restore::ContainerSetup& container) {
   restore::RestoreOptions opts;
+  opts.container = container;
   if (!as_user.empty()) {
     absl::StatusOr<restore::RestoreOptions::Owner> owner = job::OwnerOf(as_user);
     if (!owner.ok()) return Fail(Annotate(owner.status(), "restore --as-user"));
@@ -375,6 +382,22 @@ int RunInspect(const std::string& dir, bool json, const std::string& image_key) 
                   c.ipc().sem_size(), c.ipc().sem_size() == 1 ? "" : "s", c.ipc().msg_size(),
                   c.ipc().msg_size() == 1 ? "" : "s");
     }
+    if (c.has_container()) {
+      const image::Container& k = c.container();
+      std::printf("container: %d mounts over its root file system%s%s%s\n", k.mounts_size(),
+                  k.own_uts_ns() ? absl::StrFormat(", host name %s", k.hostname()).c_str() : "",
+                  k.own_net_ns() ? (k.external_net().empty() ? ", own network namespace (loopback)"
+                                                             : absl::StrCat(", network namespace ", k.external_net()).c_str())
+                                 : "",
+                  k.own_ipc_ns() ? ", own IPC namespace" : "");
+      for (const image::Mount& m : k.mounts()) {
+        std::string what = m.kind() == image::Mount::EXTERNAL ? "external " + m.external()
+                           : m.kind() == image::Mount::BIND   ? absl::StrFormat("bind of %s", m.fs_root())
+                                                              : m.fstype();
+        std::printf("  %-24s %s%s%s\n", m.point().c_str(), what.c_str(), (m.flags() & MS_RDONLY) ? " ro" : "",
+                    m.entries_size() > 0 ? absl::StrFormat(", %d files", m.entries_size()).c_str() : "");
+      }
+    }
     std::printf("checksums: %s\n", verified.ok() ? "all verified" : "FAILED");
   }
   if (!verified.ok()) return Fail(verified);
@@ -492,6 +515,10 @@ int main(int argc, char** argv) {
   auto* pid_opt = dump->add_option("--pid", pid, "Process to checkpoint");
   dump->add_option("--job", job_name, "Job (started by cairn run) to checkpoint, with its whole tree")->excludes(pid_opt);
   dump->add_option("--dir", dir, "Checkpoint directory to create (for a job: default JOBDIR/checkpoint-TIME)");
+  std::vector<std::string> dump_external;
+  dump->add_option("--external-mount", dump_external,
+                   "A container: POINT[=KEY], a mount (as the container sees it) that the restore binds again from a "
+                   "host path it is given under KEY (default: POINT) instead of saving or refusing it");
   dump->add_flag("--leave-running", leave_running, "Let the process carry on after the dump instead of killing it");
   dump->add_flag("--tree", tree, "Checkpoint the process and all its descendants");
   bool tcp_established = false;
@@ -529,6 +556,13 @@ int main(int argc, char** argv) {
 
   auto* restore = app.add_subcommand("restore", "Rebuild a checkpointed process with its PID and let it run");
   restore->add_option("--dir", dir, "Checkpoint directory");
+  cairn::restore::ContainerSetup container;
+  std::vector<std::string> restore_external;
+  restore->add_option("--root", container.root,
+                      "A container's checkpoint: the directory holding its root file system here; its mounts are made "
+                      "again over it");
+  restore->add_option("--external-mount", restore_external,
+                      "A container's checkpoint: KEY=PATH, the host path of the mount the dump named external under KEY");
   std::string page_server, token_file;
   restore->add_option("--page-server", page_server,
                       "Take the checkpoint (metadata and pages) from `cairn page-server` at HOST:PORT instead of --dir");
@@ -630,10 +664,18 @@ int main(int argc, char** argv) {
     return cairn::cli::kExitUsage;
   }
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key, dump_external);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user, cpu_baseline);
   if (restore->parsed()) {
-    return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned, as_user);
+    for (const std::string& e : restore_external) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(e, absl::MaxSplits('=', 1));
+      if (kv.second.empty()) {
+        return cairn::Fail(absl::InvalidArgumentError("restore --external-mount " + e + ": give KEY=PATH"));
+      }
+      container.external_mounts[kv.first] = kv.second;
+    }
+    return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned, as_user,
+                             container);
   }
   if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib, image_key, trust_unsigned);
   if (lazy_pages->parsed()) {

@@ -507,6 +507,8 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   RETURN_IF_ERROR(CheckAioRingsQuiet(live, live_procs));  // before LocalizeIds: host ids
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
+  ASSIGN_OR_RETURN(bool container, IsContainer(opts.pid));
+  if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, opts.container, &ckpt));
   timer.Mark("fds");
   RETURN_IF_ERROR(StopPoint("fds"));
   if (inc.incremental_procs > 0) {

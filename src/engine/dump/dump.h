@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/dump/container.h"
 #include "engine/dump/precopy.h"
 #include "engine/image/codec.h"
 #include "engine/image/seal.h"
@@ -108,6 +109,8 @@ struct DumpOptions {
   // run (a migration waits there until what pre-copy wrote has been sent on; a group's rank
   // until every rank is ready to freeze). An error ends the dump there, nothing frozen.
   std::function<absl::Status()> before_freeze;
+  // A container's mounts and network namespace that its runtime names (container.h).
+  ContainerOptions container;
 };
 
 struct DumpResult {

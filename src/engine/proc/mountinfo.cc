@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -35,6 +36,34 @@ std::string Unescape(absl::string_view field) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<MountEntry>> ReadMountTable(pid_t pid) {
+  std::string path = absl::StrCat("/proc/", pid, "/mountinfo");
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  std::vector<MountEntry> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+    // Optional fields ("shared:1 master:2") run up to the "-" separator.
+    size_t sep = 6;
+    while (sep < f.size() && f[sep] != "-") ++sep;
+    std::vector<absl::string_view> dev = absl::StrSplit(f.size() > 2 ? f[2] : "", ':');
+    MountEntry e;
+    unsigned maj = 0, min = 0;
+    if (f.size() < 6 || sep + 2 >= f.size() || dev.size() != 2 || !absl::SimpleAtoi(f[0], &e.id) ||
+        !absl::SimpleAtoi(f[1], &e.parent_id) || !absl::SimpleAtoi(dev[0], &maj) || !absl::SimpleAtoi(dev[1], &min)) {
+      return absl::DataLossError(absl::StrCat(path, ": unexpected line '", line, "'"));
+    }
+    e.dev = makedev(maj, min);
+    e.fs_root = Unescape(f[3]);
+    e.point = Unescape(f[4]);
+    e.mount_options = std::string(f[5]);
+    e.fstype = Unescape(f[sep + 1]);
+    e.source = Unescape(f[sep + 2]);
+    e.super_options = sep + 3 < f.size() ? std::string(f[sep + 3]) : "";
+    out.push_back(std::move(e));
+  }
+  return out;
+}
 
 absl::StatusOr<std::string> MountPointOf(pid_t pid, dev_t dev) {
   std::string path = absl::StrCat("/proc/", pid, "/mountinfo");

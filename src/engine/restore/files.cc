@@ -42,6 +42,22 @@
 
 namespace cairn::restore {
 
+namespace {
+thread_local int g_image_root = -1;  // ImageRoot's, for the length of one restore (on its thread)
+}  // namespace
+
+ImageRoot::ImageRoot(UniqueFd root) : root_(std::move(root)) { g_image_root = root_.get(); }
+ImageRoot::~ImageRoot() { g_image_root = -1; }
+
+int OpenImagePath(const std::string& path, int flags, mode_t mode) {
+  if (g_image_root < 0 || absl::StartsWith(path, "/proc/self/")) return ::open(path.c_str(), flags, mode);
+  struct {
+    uint64_t flags, mode, resolve;
+  } how{static_cast<uint64_t>(static_cast<uint32_t>(flags)), (flags & (O_CREAT | O_TMPFILE)) ? mode : 0u,
+        0x10 /* RESOLVE_IN_ROOT */};
+  return static_cast<int>(::syscall(SYS_openat2, g_image_root, path.c_str(), &how, sizeof how));
+}
+
 absl::StatusOr<UniqueFd> RecreateDeleted(const std::string& path, uint32_t mode) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   std::error_code ec;
@@ -172,7 +188,7 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   if (!fd.handle().empty()) {
     ASSIGN_OR_RETURN(f, OpenByHandle(fd, flags, pid));
   } else {
-    f = UniqueFd(::open(open_path.c_str(), flags));
+    f = UniqueFd(OpenImagePath(open_path, flags));
   }
   if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
   if (!fd.deleted() && !made) {
@@ -569,7 +585,7 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
     hold = holds->emplace(fd.pipe_id(), std::move(h)).first;
   }
   if (hold == holds->end()) {
-    UniqueFd h(::open(fd.path().c_str(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
+    UniqueFd h(OpenImagePath(fd.path(), O_RDWR | O_NONBLOCK | O_CLOEXEC));
     if (!h.valid()) return ErrnoStatus("open " + where());
     struct stat st {};
     if (::fstat(h.get(), &st) != 0) return ErrnoStatus("stat " + where());
@@ -596,7 +612,7 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
   // One whose name is gone is opened again through the hold.
   std::string path = fd.deleted() ? absl::StrCat("/proc/self/fd/", hold->second.get()) : fd.path();
   if (fd.deleted()) flags &= ~O_NOFOLLOW;
-  UniqueFd f(::open(path.c_str(), flags));
+  UniqueFd f(OpenImagePath(path, flags));
   if (!f.valid()) return ErrnoStatus("open " + where());
   if (::fcntl(f.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + where());
   return f;
@@ -724,7 +740,7 @@ absl::StatusOr<UniqueFd> RecreatePty(const image::Fd& fd, pid_t pid) {
   std::vector<UniqueFd> placeholders;
   UniqueFd m;
   for (;;) {
-    UniqueFd f(::open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
+    UniqueFd f(OpenImagePath("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC));
     if (!f.valid()) return ErrnoStatus("open /dev/ptmx for " + where());
     unsigned index = 0;
     if (::ioctl(f.get(), TIOCGPTN, &index) != 0) return ErrnoStatus("ioctl(TIOCGPTN) for " + where());
@@ -768,7 +784,7 @@ absl::StatusOr<UniqueFd> RecreatePty(const image::Fd& fd, pid_t pid) {
 }
 
 absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& tree,
-                                    const image::Process* in_flight) {
+                                    const image::Process* in_flight, const std::map<std::string, int>& inherited) {
   // The descriptions only messages in flight hold are made like the processes' (their holder,
   // pid 0, is no process: nothing is installed from it).
   std::vector<const image::Process*> procs = tree;
@@ -802,6 +818,19 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
   for (const image::Process* p : procs) {
     for (const image::Fd& fd : p->fds()) {
       if (fd.is_dup()) continue;
+      if (!inherited.empty()) {
+        std::string key = fd.kind() == image::Fd::PIPE ? absl::StrCat("pipe:[", fd.pipe_id(), "]") : fd.path();
+        if (auto given = inherited.find(key); given != inherited.end()) {
+          // The caller's description, as it is: its flags are the caller's to set.
+          UniqueFd f(::fcntl(given->second, F_DUPFD_CLOEXEC, 0));
+          if (!f.valid()) {
+            return ErrnoStatus(absl::StrFormat("take the descriptor %d handed over for %s (fd %d of pid %d)",
+                                               given->second, key, fd.fd(), p->pid()));
+          }
+          RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
+          continue;
+        }
+      }
       if (IsSocket(fd)) continue;  // OpenSocketMasters
       if (fd.kind() == image::Fd::PTY_MASTER) {
         RETURN_IF_ERROR(park(std::move(ptys.at({p->pid(), fd.fd()})), p->pid(), fd.fd()));

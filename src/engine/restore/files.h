@@ -61,8 +61,28 @@ struct Masters {
 // opened and unlinked at once; a memfd is created again with memfd_create.
 // `in_flight`: the checkpoint's holder of descriptions only messages in flight hold
 // (Checkpoint.in_flight), made too, to be sent with those messages (sockets.h).
+// `inherited`: descriptions the caller hands over instead (a container runtime's stdio), by
+// key: "pipe:[INODE]" for a pipe, the path for a file; each a descriptor of the restorer's.
 absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::vector<const image::Process*>& procs,
-                                    const image::Process* in_flight = nullptr);
+                                    const image::Process* in_flight = nullptr,
+                                    const std::map<std::string, int>& inherited = {});
+
+// The root the restorer opens the image's paths under (OpenImagePath): while one is alive, a
+// container's, reached through its root task (/proc/PID/root) and resolved inside it, so that
+// a path means what it meant to the container; otherwise the restorer's own.
+class ImageRoot {
+ public:
+  explicit ImageRoot(UniqueFd root);
+  ~ImageRoot();
+  ImageRoot(const ImageRoot&) = delete;
+  ImageRoot& operator=(const ImageRoot&) = delete;
+
+ private:
+  UniqueFd root_;
+};
+
+// open(2) of a path from the image, under the ImageRoot if one is alive.
+int OpenImagePath(const std::string& path, int flags, mode_t mode = 0);
 
 // Adds their seals to the memfds, once every area that maps them is in place (a seal
 // may forbid mapping them writable).

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
@@ -70,8 +71,23 @@ constexpr uint64_t kWorkAreaSize = 4096 + inject::RemoteScratch::kSize;
 constexpr uint64_t kStopLoopAt = 64;
 
 // Runs in the first new task, a copy of the restorer: raw syscalls only (no locks, no malloc).
+// A container's root task makes the container's world before it stops (container.h): the
+// plan, and a pipe's write end for the step that failed. Set only while a restore clones it.
+// Thread-local: the clone copies the calling thread, and restores on other threads are not
+// containers' because this one's is.
+thread_local const ContainerPlan* g_container_plan = nullptr;
+thread_local int g_container_report = -1;
+
 [[noreturn]] void ChildMain(uint64_t work_area) {
   ::syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (g_container_plan != nullptr) {
+    int failed[2] = {-1, 0};
+    failed[0] = g_container_plan->Run(&failed[1]);
+    if (failed[0] >= 0) {
+      if (::write(g_container_report, failed, sizeof failed) < 0) ::syscall(SYS_exit_group, 123);
+      ::syscall(SYS_exit_group, 122);
+    }
+  }
   void* p = reinterpret_cast<void*>(
       ::syscall(SYS_mmap, work_area, kWorkAreaSize, PROT_READ | PROT_WRITE | PROT_EXEC,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0));
@@ -96,7 +112,17 @@ constexpr uint64_t kStopLoopAt = 64;
 long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t work_area) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
-  pid_t helper = ::fork();
+  // A task made to share the restorer's descriptor table (a container's root) is made by a
+  // helper that shares it too.
+  pid_t helper;
+  if (args.flags & CLONE_FILES) {
+    clone_args h{};
+    h.flags = CLONE_FILES;
+    h.exit_signal = SIGCHLD;
+    helper = static_cast<pid_t>(::syscall(SYS_clone3, &h, sizeof h));
+  } else {
+    helper = ::fork();
+  }
   if (helper < 0) {
     int e = errno;
     ::close(pipe_fds[0]);
@@ -736,11 +762,15 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // again, not answered with a reset. Lifted on every path out (tcp.h).
   ASSIGN_OR_RETURN(std::optional<RestoreLock> tcp_lock, RestoreLock::Take(meta, procs));
   if (tcp_lock) CAIRN_LOG_DEBUG("event=restore_stage stage=network_locked");
-  auto masters = OpenMasters(*img, procs, meta.has_in_flight() ? &meta.in_flight() : nullptr);
-  CAIRN_LOG_DEBUG("event=restore_stage stage=masters_opened");
-  if (!masters.ok()) {
+  // A container's paths mean what they meant inside it: its masters are opened once its root
+  // task has made its mounts, under its root (files.h ImageRoot).
+  absl::StatusOr<Masters> masters = absl::UnknownError("not opened");
+  auto open_masters = [&]() -> absl::Status {
+    masters = OpenMasters(*img, procs, meta.has_in_flight() ? &meta.in_flight() : nullptr, opts.inherited);
+    CAIRN_LOG_DEBUG("event=restore_stage stage=masters_opened");
     return Annotate(masters.status(), absl::StrCat("restore from ", where, " failed (nothing was left running)"));
-  }
+  };
+  if (!meta.has_container()) RETURN_IF_ERROR(open_masters());
 
   // A work area free in every saved layout and in our own.
   ASSIGN_OR_RETURN(std::vector<proc::MapEntry> own, proc::ReadMaps(::getpid()));
@@ -760,6 +790,22 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (meta.own_pid_ns()) args.flags |= CLONE_NEWPID;
   if (meta.own_mount_ns()) args.flags |= CLONE_NEWNS;
   if (meta.own_ipc_ns()) args.flags |= CLONE_NEWIPC;
+  std::optional<ContainerPlan> container;
+  UniqueFd container_report, container_report_w;  // the task writes in the table it shares with us
+  if (meta.has_container()) {
+    absl::StatusOr<ContainerPlan> plan = ContainerPlan::Make(meta.container(), opts.container);
+    if (!plan.ok()) return Annotate(plan.status(), absl::StrCat("restore from ", where, " refused (nothing was restored)"));
+    container.emplace(std::move(*plan));
+    // Its masters are opened once its mounts are made (under its root), after it exists: it
+    // shares the restorer's descriptor table until then, and takes a copy of its own after.
+    args.flags |= container->CloneFlags() | CLONE_FILES;
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoStatus("pipe2 for the container's set-up");
+    container_report = UniqueFd(ends[0]);
+    container_report_w = UniqueFd(ends[1]);
+    g_container_plan = &*container;
+    g_container_report = ends[1];
+  }
   args.exit_signal = SIGCHLD;
   args.set_tid = reinterpret_cast<uint64_t>(&root);
   args.set_tid_size = 1;
@@ -783,13 +829,22 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
     return ErrnoStatus(absl::StrCat("clone3 with pid ", root));
   }
+  g_container_plan = nullptr;
+  g_container_report = -1;
   IdMap ids;
   pid_t root_host = static_cast<pid_t>(rc);
   ids.Set(root, root_host);
   Tasks tasks;
   tasks.Add(root_host);
   ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(root_host));
+  container_report_w.Reset();  // it wrote, or never will
   if (stop.kind != inject::StopInfo::Kind::kSignalStop || stop.signal != SIGSTOP) {
+    int failed[2] = {-1, 0};
+    if (container && ::read(container_report.get(), failed, sizeof failed) == sizeof failed) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "restore from %s failed (nothing was left running): the container's root process could not %s: %s", where,
+          container->Describe(failed[0]), std::strerror(failed[1])));
+    }
     return absl::InternalError(absl::StrCat("new task ", root, " did not start as expected (state ",
                                             static_cast<int>(stop.kind), ", code ", stop.signal, ")"));
   }
@@ -803,10 +858,27 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (meta.own_ipc_ns()) RETURN_IF_ERROR(CreateSysvIpc(root_host, *img, meta.ipc()));
 
   CAIRN_LOG_DEBUG("event=restore_stage stage=root_created");
+  // A container's root stands in its namespaces with its mounts made: its runtime may set them
+  // up further (its hooks), and the image's paths are opened under its root from here on.
+  std::optional<ImageRoot> image_root;
+  if (container) {
+    std::string link = absl::StrCat("/proc/", root_host, "/root");
+    UniqueFd at(::open(link.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!at.valid()) return ErrnoStatus("open " + link + ", the restored container's root");
+    image_root.emplace(std::move(at));
+  }
+  if (opts.notify) RETURN_IF_ERROR(opts.notify("setup-namespaces", root_host));
+  if (container) {
+    RETURN_IF_ERROR(open_masters());
+    // The masters are in the table it shares with the restorer: a copy of its own from here.
+    inject::Injector inj(root_host, work_area);
+    RETURN_IF_ERROR(inj.Call("unshare(CLONE_FILES) in the container's root", SYS_unshare, CLONE_FILES).status());
+  }
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   absl::Status built =
-      BuildSkeleton(*img, procs, work_area, staging, meta.own_mount_ns(), meta.own_pid_ns(), threads, tasks, ids);
+      BuildSkeleton(*img, procs, work_area, staging, meta.own_mount_ns() && !container, meta.own_pid_ns(), threads,
+                    tasks, ids);
   CAIRN_LOG_DEBUG("event=restore_stage stage=skeleton_built");
   // Every task created (in its cgroup, held under ptrace with PTRACE_O_EXITKILL), no memory in yet.
   FaultPoint("restore-building");
@@ -868,6 +940,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     absl::Status sealed = s->Wait();
     if (built.ok()) built = sealed;
   }
+  // Every process is built and none runs: the caller learns the root's pid (a runtime records
+  // its container's init).
+  if (built.ok() && opts.notify) built = opts.notify("post-restore", root_host);
   if (!built.ok()) {
     AbortConnections(masters->tcp);  // closed with the processes, they send nothing
     std::string lock;

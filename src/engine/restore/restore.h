@@ -11,11 +11,14 @@
 
 #include <sys/types.h>
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/image/seal.h"
+#include "engine/restore/container.h"
 
 namespace cairn::restore {
 
@@ -55,6 +58,16 @@ struct RestoreOptions {
   // another: a restored rank must not reach a peer that is not back yet, whose host would
   // answer with a reset.
   bool hold_network = false;
+  // A container's checkpoint (image.proto Container): its root file system here, its external
+  // mounts' host paths and the network namespace its runtime hands over (restore/container.h).
+  ContainerSetup container;
+  // Descriptions handed over by the caller instead of opened from the image, by key
+  // ("pipe:[INODE]", a file's path): descriptors of the caller's (files.h OpenMasters).
+  std::map<std::string, int> inherited;
+  // Called with the root's host pid at "setup-namespaces" (the root made in its namespaces, a
+  // container's mounts made) and at "post-restore" (every process built, none running yet).
+  // An error fails the restore; nothing is left running.
+  std::function<absl::Status(const std::string& stage, pid_t root)> notify;
 };
 
 struct RestoreResult {

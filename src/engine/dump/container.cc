@@ -1,0 +1,327 @@
+#include "engine/dump/container.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
+#include "common/file_util.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "engine/proc/mountinfo.h"
+
+namespace cairn::dump {
+namespace {
+
+// What a container's tmpfs mounts may hold in all: they are saved whole, in the checkpoint's
+// metadata. A runtime's /dev holds a few device nodes and links.
+constexpr uint64_t kTmpfsBytesLimit = 64ull << 20;
+
+absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
+  std::string link = absl::StrCat("/proc/", pid, "/ns/", ns);
+  char buf[256];
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+  if (n < 0) return ErrnoStatus("readlink " + link);
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+absl::StatusOr<bool> OwnNamespace(pid_t pid, const char* ns) {
+  ASSIGN_OR_RETURN(std::string mine, NsLink(::getpid(), ns));
+  ASSIGN_OR_RETURN(std::string theirs, NsLink(pid, ns));
+  return mine != theirs;
+}
+
+const proc::MountEntry* RootMount(const std::vector<proc::MountEntry>& table) {
+  // The last mount at "/" is the one on top, the root the processes see.
+  const proc::MountEntry* root = nullptr;
+  for (const auto& m : table) {
+    if (m.point == "/") root = &m;
+  }
+  return root;
+}
+
+// Per-mount flags from mountinfo's "rw,nosuid,nodev,relatime".
+uint64_t MountFlags(const std::string& options) {
+  uint64_t flags = 0;
+  for (absl::string_view o : absl::StrSplit(options, ',')) {
+    if (o == "ro") flags |= MS_RDONLY;
+    if (o == "nosuid") flags |= MS_NOSUID;
+    if (o == "nodev") flags |= MS_NODEV;
+    if (o == "noexec") flags |= MS_NOEXEC;
+    if (o == "noatime") flags |= MS_NOATIME;
+    if (o == "nodiratime") flags |= MS_NODIRATIME;
+    if (o == "relatime") flags |= MS_RELATIME;
+    if (o == "strictatime") flags |= MS_STRICTATIME;
+  }
+  // mountinfo names relatime and noatime; a mount with neither updates every access time.
+  if (!(flags & (MS_NOATIME | MS_RELATIME))) flags |= MS_STRICTATIME;
+  return flags;
+}
+
+// The file system's own options without "rw"/"ro", and whether it is read-only.
+std::pair<std::string, bool> SuperOptions(const std::string& options) {
+  std::vector<std::string> kept;
+  bool ro = false;
+  for (absl::string_view o : absl::StrSplit(options, ',', absl::SkipEmpty())) {
+    if (o == "ro") ro = true;
+    if (o == "ro" || o == "rw") continue;
+    kept.emplace_back(o);
+  }
+  return {absl::StrJoin(kept, ","), ro};
+}
+
+// `path` is `under` or below it.
+bool Within(const std::string& path, const std::string& under) {
+  if (under == "/") return true;
+  return path == under || absl::StartsWith(path, under + "/");
+}
+
+// The files of the tmpfs open at `dir` (device `dev`), below `rel`, parents first. Mount points
+// of other file systems on it are kept as empty directories.
+absl::Status WalkTmpfs(int dir, dev_t dev, const std::string& rel, const std::string& where, uint64_t* bytes,
+                       image::Mount* out) {
+  int d = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR* listing = d < 0 ? nullptr : ::fdopendir(d);
+  if (listing == nullptr) {
+    if (d >= 0) ::close(d);
+    return ErrnoStatus("list " + where + rel);
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(listing)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(n);
+  }
+  ::closedir(listing);
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    std::string path = rel.empty() ? n : rel + "/" + n;
+    struct stat st {};
+    if (::fstatat(dir, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return ErrnoStatus("stat " + where + "/" + path);
+    image::TreeEntry* t = out->add_entries();
+    t->set_path(path);
+    t->set_mode(st.st_mode);
+    t->set_uid(st.st_uid);
+    t->set_gid(st.st_gid);
+    if (S_ISDIR(st.st_mode)) {
+      if (st.st_dev != dev) {  // another file system's mount point: its own mount says what is there
+        t->set_mode(S_IFDIR | 0755);
+        continue;
+      }
+      UniqueFd sub(::openat(dir, n.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!sub.valid()) return ErrnoStatus("open " + where + "/" + path);
+      RETURN_IF_ERROR(WalkTmpfs(sub.get(), dev, path, where, bytes, out));
+    } else if (S_ISLNK(st.st_mode)) {
+      char buf[4096];
+      ssize_t len = ::readlinkat(dir, n.c_str(), buf, sizeof buf);
+      if (len < 0) return ErrnoStatus("readlink " + where + "/" + path);
+      t->set_target(std::string(buf, static_cast<size_t>(len)));
+    } else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+      t->set_rdev(st.st_rdev);
+    } else if (S_ISREG(st.st_mode)) {
+      if (st.st_dev != dev) {  // a file bind-mounted over this one (a masked path): its mount says
+        t->set_mode(S_IFREG | 0644);
+        continue;
+      }
+      *bytes += static_cast<uint64_t>(st.st_size);
+      if (*bytes > kTmpfsBytesLimit) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "the container's tmpfs at %s holds more than %d MiB (at %s): cairn saves a container's own tmpfs files "
+            "only up to that; keep large files on a volume (an external mount)",
+            where, kTmpfsBytesLimit >> 20, path));
+      }
+      UniqueFd f(::openat(dir, n.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (!f.valid()) return ErrnoStatus("open " + where + "/" + path);
+      ASSIGN_OR_RETURN(std::string content, ReadFile(absl::StrCat("/proc/self/fd/", f.get())));
+      t->set_content(std::move(content));
+    } else if (S_ISSOCK(st.st_mode)) {
+      // A bound unix socket's file: the socket's own restore binds it again (or it is stale).
+      out->mutable_entries()->RemoveLast();
+    }
+    // A FIFO: made again by its mode.
+  }
+  return absl::OkStatus();
+}
+
+// The host and domain names `pid` sees: uname(2) on a thread that entered its UTS namespace
+// (a namespace of a thread's own: the rest of this process keeps its own).
+absl::StatusOr<utsname> NamesIn(pid_t pid) {
+  std::string link = absl::StrCat("/proc/", pid, "/ns/uts");
+  UniqueFd ns(::open(link.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns.valid()) return ErrnoStatus("open " + link);
+  utsname names{};
+  int err = 0;
+  std::thread([&] {
+    if (::setns(ns.get(), CLONE_NEWUTS) != 0 || ::uname(&names) != 0) err = errno;
+  }).join();
+  if (err != 0) return absl::ErrnoToStatus(err, "read the host name in the UTS namespace of pid " + std::to_string(pid));
+  return names;
+}
+
+// The process's cgroup path under the v1 hierarchy with `controllers` ("cpu", "name=systemd").
+std::string CgroupPath(pid_t pid, const std::string& controllers) {
+  auto text = ReadFile(absl::StrCat("/proc/", pid, "/cgroup"));
+  if (!text.ok()) return "";
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() == 3 && f[1] == controllers) return std::string(f[2]);
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<bool> IsContainer(pid_t root) {
+  ASSIGN_OR_RETURN(bool own_mnt, OwnNamespace(root, "mnt"));
+  if (!own_mnt) return false;
+  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> theirs, proc::ReadMountTable(root));
+  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> mine, proc::ReadMountTable(::getpid()));
+  const proc::MountEntry* a = RootMount(theirs);
+  const proc::MountEntry* b = RootMount(mine);
+  if (a == nullptr || b == nullptr) return absl::FailedPreconditionError(absl::StrCat("pid ", root, " sees no root mount"));
+  return a->dev != b->dev || a->fs_root != b->fs_root;
+}
+
+absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Checkpoint* ckpt) {
+  image::Container* c = ckpt->mutable_container();
+  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> table, proc::ReadMountTable(root));
+  const proc::MountEntry* top = RootMount(table);
+  if (top == nullptr) return absl::FailedPreconditionError(absl::StrCat("pid ", root, " sees no root mount"));
+  // Only what is mounted on the container's root, at or above it in the tree of mounts.
+  std::set<uint32_t> inside = {top->id};
+  std::map<uint32_t, const proc::MountEntry*> by_id;
+  std::set<std::string> externals_used;
+  uint64_t tmpfs_bytes = 0;
+  auto refuse = [&](const proc::MountEntry& m, absl::string_view why) {
+    return absl::UnimplementedError(absl::StrFormat("the container's mount at %s (%s from %s, %s) %s", m.point,
+                                                    m.fstype, m.source, m.fs_root, why));
+  };
+  for (const proc::MountEntry& m : table) {
+    if (&m != top && !inside.count(m.parent_id)) continue;  // under the root's (pivoted-away) parents
+    if (&m != top && m.point == "/") continue;
+    inside.insert(m.id);
+    image::Mount* out = c->add_mounts();
+    out->set_id(m.id);
+    out->set_parent_id(&m == top ? 0 : m.parent_id);
+    out->set_point(m.point);
+    out->set_fs_root(m.fs_root);
+    out->set_fstype(m.fstype);
+    out->set_source(m.source);
+    out->set_flags(MountFlags(m.mount_options));
+    auto [options, ro] = SuperOptions(m.super_options);
+    out->set_options(options);
+    out->set_fs_read_only(ro);
+    if (&m == top) {
+      out->set_kind(image::Mount::ROOT);
+      by_id[m.id] = &m;
+      continue;
+    }
+    if (auto e = opts.external_mounts.find(m.point); e != opts.external_mounts.end()) {
+      out->set_kind(image::Mount::EXTERNAL);
+      out->set_external(e->second);
+      externals_used.insert(m.point);
+      by_id[m.id] = &m;
+      continue;
+    }
+    // A file system already mounted in the table: this shows part of it again.
+    const proc::MountEntry* same = nullptr;
+    for (const auto& [id, earlier] : by_id) {
+      if (earlier->dev == m.dev && Within(m.fs_root, earlier->fs_root)) {
+        same = earlier;
+        break;
+      }
+    }
+    if (same != nullptr && m.fstype != "cgroup") {
+      out->set_kind(image::Mount::BIND);
+      out->set_bind_of(same->id);
+    } else if (m.fstype == "cgroup") {
+      out->set_kind(image::Mount::CGROUP);
+      out->set_controllers(options);
+      std::string own = CgroupPath(root, options);
+      if (m.fs_root != "/" && m.fs_root != own) {
+        return refuse(m, absl::StrFormat("shows the cgroup %s, neither the container's own (%s) nor the hierarchy's "
+                                         "root: cairn cannot mount it again",
+                                         m.fs_root, own.empty() ? "none" : own));
+      }
+      out->set_own_cgroup(m.fs_root != "/" || own == "/");
+    } else if (m.fstype == "proc" || m.fstype == "sysfs" || m.fstype == "tmpfs" || m.fstype == "devpts" ||
+               m.fstype == "mqueue") {
+      if (m.fs_root != "/") {
+        return refuse(m, "shows part of a file system the container did not mount itself: name it external");
+      }
+      out->set_kind(image::Mount::FILESYSTEM);
+      if (m.fstype == "tmpfs") {
+        std::string where = absl::StrCat("/proc/", root, "/root", m.point);
+        UniqueFd dir(::open(where.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!dir.valid()) return ErrnoStatus("open " + where + " (the container's tmpfs at " + m.point + ")");
+        RETURN_IF_ERROR(WalkTmpfs(dir.get(), m.dev, "", m.point, &tmpfs_bytes, out));
+      }
+    } else if (m.dev == top->dev) {
+      return refuse(m, "is a bind mount of a host path outside the container's root: name it external (criu-compat: "
+                       "ext_mnt; the runtime maps it to a host path again at restore)");
+    } else {
+      return refuse(m, absl::StrFormat("is a %s file system cairn does not mount again: name it external (criu-compat: "
+                                       "ext_mnt) so that the restore binds it from the host",
+                                       m.fstype));
+    }
+    by_id[m.id] = &m;
+  }
+  for (const auto& [point, key] : opts.external_mounts) {
+    if (!externals_used.count(point)) {
+      CAIRN_LOG_DEBUG("event=external_mount_unused point={} key={}", point, key);
+    }
+  }
+
+  ASSIGN_OR_RETURN(bool own_uts, OwnNamespace(root, "uts"));
+  c->set_own_uts_ns(own_uts);
+  if (own_uts) {
+    ASSIGN_OR_RETURN(utsname names, NamesIn(root));
+    c->set_hostname(names.nodename);
+    c->set_domainname(names.domainname);
+  }
+  ASSIGN_OR_RETURN(bool own_net, OwnNamespace(root, "net"));
+  c->set_own_net_ns(own_net);
+  if (own_net && !opts.external_net.empty()) {
+    c->set_external_net(opts.external_net);
+  } else if (own_net) {
+    // Made again empty but for its loopback: refuse one that holds more.
+    std::string path = absl::StrCat("/proc/", root, "/net/dev");
+    ASSIGN_OR_RETURN(std::string dev, ReadFile(path));
+    std::vector<absl::string_view> lines = absl::StrSplit(dev, '\n', absl::SkipEmpty());
+    for (size_t i = 2; i < lines.size(); ++i) {
+      absl::string_view name = absl::StripAsciiWhitespace(lines[i].substr(0, lines[i].find(':')));
+      if (name != "lo") {
+        return absl::UnimplementedError(absl::StrFormat(
+            "the container's network namespace has the interface %s: cairn makes a container's network namespace "
+            "again only with its loopback; let the runtime hand the namespace over (criu-compat: external "
+            "net[INODE]:KEY at dump, inherit_fd KEY at restore)",
+            name));
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(bool own_cgroup, OwnNamespace(root, "cgroup"));
+  c->set_own_cgroup_ns(own_cgroup);
+  if (own_cgroup) {
+    return absl::UnimplementedError(
+        "the container has a cgroup namespace of its own: cairn does not rebuild one yet (run it without one: runc's "
+        "config.json without a \"cgroup\" namespace)");
+  }
+  ASSIGN_OR_RETURN(bool own_ipc, OwnNamespace(root, "ipc"));
+  c->set_own_ipc_ns(own_ipc);
+  return absl::OkStatus();
+}
+
+}  // namespace cairn::dump

@@ -1,0 +1,38 @@
+#pragma once
+// A container's world (image.proto Container): a tree whose root sees a root file system of
+// its own in its own mount namespace, as runc, Podman and containerd make. Its root file
+// system is not saved (the runtime keeps it and hands it to the restore); what is saved is how
+// the container sees the rest: every mount over that root, classified so that a restore can
+// mount it again (restore/container.h), the files of the tmpfs mounts it made (its /dev), its
+// host name, and whether it had a network namespace of its own.
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "image.pb.h"
+
+namespace cairn::dump {
+
+struct ContainerOptions {
+  // Mount points as the container sees them ("/data") that the caller (a runtime) names as
+  // external, with the key it maps to a host path again at restore (criu-compat: ext_mnt).
+  std::map<std::string, std::string> external_mounts;
+  // The network namespace is the runtime's and handed over again at restore under this key.
+  std::string external_net;
+};
+
+// Whether `root` sees a root file system other than this process's (a container). Trees of
+// `cairn run` jobs have a mount namespace of their own over the machine's root: not containers.
+absl::StatusOr<bool> IsContainer(pid_t root);
+
+// Records `root`'s container into ckpt->container(). Refuses, naming the mount and what to
+// do, a mount it could not make again: a host path not named external, a file system of a
+// kind it does not know, a tmpfs holding more than it saves.
+// REQUIRES: the processes are frozen.
+absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Checkpoint* ckpt);
+
+}  // namespace cairn::dump

@@ -1,0 +1,405 @@
+#include "engine/restore/container.h"
+
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/file_util.h"
+#include "common/status.h"
+#include "engine/proc/mountinfo.h"
+
+namespace cairn::restore {
+namespace {
+
+constexpr uint64_t kResolveNoMagiclinks = 0x02;
+constexpr uint64_t kResolveInRoot = 0x10;
+
+struct OpenHow {
+  uint64_t flags, mode, resolve;
+};
+
+// "/proc/self/fd/N" into `buf` (at least 32 bytes), without allocating.
+const char* FdPath(int fd, char* buf) {
+  const char prefix[] = "/proc/self/fd/";
+  std::memcpy(buf, prefix, sizeof prefix - 1);
+  char digits[12];
+  int n = 0;
+  unsigned v = static_cast<unsigned>(fd);
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  char* p = buf + sizeof prefix - 1;
+  while (n > 0) *p++ = digits[--n];
+  *p = '\0';
+  return buf;
+}
+
+// `path` resolved inside the root open at `root` (its symlinks and ".." cannot leave it).
+int OpenInRoot(int root, const char* path, uint64_t flags) {
+  OpenHow how{flags | O_CLOEXEC, 0, kResolveInRoot | kResolveNoMagiclinks};
+  return static_cast<int>(::syscall(SYS_openat2, root, path, &how, sizeof how));
+}
+
+// A relative path of plain components: no "..", ".", or empty ones.
+bool PlainRelative(const std::string& path) {
+  if (path.empty() || path[0] == '/') return false;
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return true;
+}
+
+// The host's mount point of the cgroup v1 hierarchy with `controllers`, and the restorer's own
+// cgroup path in it.
+absl::StatusOr<std::pair<std::string, std::string>> HostCgroup(const std::string& controllers) {
+  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> mine, proc::ReadMountTable(::getpid()));
+  std::set<std::string> want;
+  for (absl::string_view c : absl::StrSplit(controllers, ',', absl::SkipEmpty())) want.emplace(c);
+  std::string point;
+  for (const proc::MountEntry& m : mine) {
+    if (m.fstype != "cgroup" || m.fs_root != "/") continue;
+    std::set<std::string> have;
+    for (absl::string_view o : absl::StrSplit(m.super_options, ',', absl::SkipEmpty())) {
+      if (o != "rw" && o != "ro") have.emplace(o);
+    }
+    if (have == want) {
+      point = m.point;
+      break;
+    }
+  }
+  if (point.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this machine has no cgroup v1 hierarchy of %s mounted, which the container had mounted", controllers));
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadFile("/proc/self/cgroup"));
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() == 3 && f[1] == controllers) return std::make_pair(point, std::string(f[2]));
+  }
+  return std::make_pair(point, std::string("/"));
+}
+
+}  // namespace
+
+const char* ContainerPlan::Keep(std::string s) {
+  strings_.push_back(std::move(s));
+  return strings_.back().c_str();
+}
+
+absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, const ContainerSetup& setup) {
+  ContainerPlan plan;
+  if (c.mounts_size() == 0 || c.mounts(0).kind() != image::Mount::ROOT) {
+    return absl::DataLossError("the container's mount table does not start with its root (corrupt image)");
+  }
+  if (setup.root.empty()) {
+    return absl::InvalidArgumentError(
+        "this checkpoint is of a container: restore it over its root file system (cairn restore --root DIR; a "
+        "runtime gives it in its request)");
+  }
+  struct stat st {};
+  if (::stat(setup.root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrFormat("the container's root file system %s is not a directory here",
+                                               setup.root));
+  }
+  plan.clone_flags_ = CLONE_NEWNS | CLONE_NEWPID;
+  if (c.own_uts_ns()) plan.clone_flags_ |= CLONE_NEWUTS;
+  if (c.own_ipc_ns()) plan.clone_flags_ |= CLONE_NEWIPC;
+  auto add = [&plan](Step s) { plan.steps_.push_back(s); };
+
+  add({.op = Op::kPrivate});
+  if (c.own_net_ns()) {
+    if (!c.external_net().empty()) {
+      if (setup.net_ns_fd < 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "the container's network namespace was its runtime's (key %s): hand one over at restore (criu-compat: "
+            "inherit_fd %s)",
+            c.external_net(), c.external_net()));
+      }
+      add({.op = Op::kSetns, .a = plan.Keep(c.external_net()), .fd = setup.net_ns_fd});
+    } else {
+      plan.clone_flags_ |= CLONE_NEWNET;
+      add({.op = Op::kLoopbackUp});
+    }
+  }
+  if (c.own_uts_ns()) {
+    add({.op = Op::kHostname, .a = plan.Keep(c.hostname())});
+    add({.op = Op::kDomainname, .a = plan.Keep(c.domainname())});
+  }
+  add({.op = Op::kOpenRoot, .a = plan.Keep(setup.root)});
+
+  std::map<uint32_t, const image::Mount*> by_id;
+  for (const image::Mount& m : c.mounts()) {
+    if (m.kind() == image::Mount::ROOT) {
+      by_id[m.id()] = &m;
+      continue;
+    }
+    if (m.point().empty() || m.point()[0] != '/') {
+      return absl::DataLossError(absl::StrFormat("mount point '%s' is not absolute (corrupt image)", m.point()));
+    }
+    const char* point = plan.Keep(m.point());
+    const uint64_t per_mount = m.flags() & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME |
+                                            MS_NODIRATIME | MS_RELATIME | MS_STRICTATIME);
+    switch (m.kind()) {
+      case image::Mount::FILESYSTEM: {
+        static const std::set<std::string> kKnown = {"proc", "sysfs", "tmpfs", "devpts", "mqueue"};
+        if (!kKnown.count(m.fstype())) {
+          return absl::DataLossError(absl::StrFormat("mount %s: file system %s (corrupt image)", m.point(), m.fstype()));
+        }
+        bool filled = m.entries_size() > 0;
+        unsigned long first = per_mount & ~static_cast<uint64_t>(MS_RDONLY);
+        if (!filled && (m.fs_read_only() || (per_mount & MS_RDONLY))) first |= MS_RDONLY;
+        add({.op = Op::kMount, .a = plan.Keep(m.source()), .b = point, .fstype = plan.Keep(m.fstype()),
+             .data = plan.Keep(m.options()), .flags = first});
+        if (!filled) break;
+        std::set<std::string> dirs;
+        for (const image::TreeEntry& e : m.entries()) {
+          if (!PlainRelative(e.path())) {
+            return absl::DataLossError(absl::StrFormat("file '%s' of the tmpfs at %s (corrupt image)", e.path(),
+                                                       m.point()));
+          }
+          std::string parent = e.path().find('/') == std::string::npos ? "" : e.path().substr(0, e.path().rfind('/'));
+          if (!parent.empty() && !dirs.count(parent)) {
+            return absl::DataLossError(absl::StrFormat("file %s of the tmpfs at %s comes before its directory "
+                                                       "(corrupt image)", e.path(), m.point()));
+          }
+          Step s{.op = Op::kMkdir, .b = point, .c = plan.Keep(e.path()), .mode = e.mode()};
+          if (S_ISDIR(e.mode())) {
+            s.op = Op::kMkdir;
+            dirs.insert(e.path());
+          } else if (S_ISLNK(e.mode())) {
+            s.op = Op::kSymlink;
+            s.a = plan.Keep(e.target());
+          } else if (S_ISREG(e.mode())) {
+            s.op = Op::kWrite;
+            s.data = plan.Keep(e.content());
+            s.len = e.content().size();
+          } else if (S_ISCHR(e.mode()) || S_ISBLK(e.mode()) || S_ISFIFO(e.mode())) {
+            s.op = Op::kMknod;
+            s.rdev = e.rdev();
+          } else {
+            return absl::DataLossError(absl::StrFormat("file %s of the tmpfs at %s has mode %o (corrupt image)",
+                                                       e.path(), m.point(), e.mode()));
+          }
+          add(s);
+          add({.op = Op::kOwn, .b = point, .c = s.c, .mode = e.mode(), .uid = e.uid(), .gid = e.gid()});
+        }
+        if (m.fs_read_only()) {
+          add({.op = Op::kRemount, .b = point, .data = plan.Keep(m.options()), .flags = MS_RDONLY | per_mount});
+        }
+        if (per_mount & MS_RDONLY) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
+        break;
+      }
+      case image::Mount::BIND: {
+        auto of = by_id.find(m.bind_of());
+        if (of == by_id.end()) {
+          return absl::DataLossError(absl::StrFormat("mount %s binds mount %d, which comes later or not at all "
+                                                     "(corrupt image)", m.point(), m.bind_of()));
+        }
+        const image::Mount& src = *of->second;
+        if (!absl::StartsWith(m.fs_root(), src.fs_root())) {
+          return absl::DataLossError(absl::StrFormat("mount %s shows %s, not within mount %s (corrupt image)",
+                                                     m.point(), m.fs_root(), src.point()));
+        }
+        std::string rel = src.fs_root() == "/" ? m.fs_root() : m.fs_root().substr(src.fs_root().size());
+        std::string from = src.point() == "/" ? rel : src.point() + rel;
+        if (src.kind() == image::Mount::ROOT) from = rel.empty() ? "/" : rel;
+        add({.op = Op::kBind, .a = plan.Keep(from.empty() ? "/" : from), .b = point, .a_in_root = true});
+        if (per_mount != 0) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
+        break;
+      }
+      case image::Mount::EXTERNAL: {
+        auto host = setup.external_mounts.find(m.external());
+        if (host == setup.external_mounts.end()) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "the container's mount at %s was external (key %s): name its host path at restore (cairn restore "
+              "--external-mount %s=PATH; criu-compat: ext_mnt)",
+              m.point(), m.external(), m.external()));
+        }
+        add({.op = Op::kBind, .a = plan.Keep(host->second), .b = point, .flags = MS_REC});
+        if (per_mount != 0) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
+        break;
+      }
+      case image::Mount::CGROUP: {
+        ASSIGN_OR_RETURN(auto host, HostCgroup(m.controllers()));
+        std::string from = host.first + (m.own_cgroup() && host.second != "/" ? host.second : "");
+        add({.op = Op::kBind, .a = plan.Keep(from), .b = point});
+        if (per_mount != 0) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
+        break;
+      }
+      default:
+        return absl::DataLossError(absl::StrFormat("mount %s of unknown kind %d (corrupt image)", m.point(),
+                                                   static_cast<int>(m.kind())));
+    }
+    by_id[m.id()] = &m;
+  }
+  add({.op = Op::kPivot});
+  const image::Mount& root = c.mounts(0);
+  if (root.flags() & MS_RDONLY) add({.op = Op::kRemount, .b = plan.Keep("/"), .flags = MS_BIND | root.flags()});
+  return plan;
+}
+
+int ContainerPlan::Run(int* err) const {
+  int root = -1;
+  int at = -1;         // the mount a tmpfs's files go into
+  const char* at_point = nullptr;
+  char a_buf[32], b_buf[32];
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
+    int rc = 0;
+    int tmp_a = -1, tmp_b = -1;
+    switch (s.op) {
+      case Op::kPrivate:
+        rc = ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+        break;
+      case Op::kSetns:
+        rc = ::setns(s.fd, CLONE_NEWNET);
+        break;
+      case Op::kLoopbackUp: {
+        int sk = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        ifreq ifr{};
+        std::memcpy(ifr.ifr_name, "lo", 3);
+        rc = sk < 0 ? -1 : ::ioctl(sk, SIOCGIFFLAGS, &ifr);
+        if (rc == 0) {
+          ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP);
+          rc = ::ioctl(sk, SIOCSIFFLAGS, &ifr);
+        }
+        if (sk >= 0) ::close(sk);
+        break;
+      }
+      case Op::kHostname:
+        rc = ::sethostname(s.a, std::strlen(s.a));
+        break;
+      case Op::kDomainname:
+        rc = ::setdomainname(s.a, std::strlen(s.a));
+        break;
+      case Op::kOpenRoot:
+        rc = ::mount(s.a, s.a, nullptr, MS_BIND, nullptr);
+        if (rc == 0) {
+          root = ::open(s.a, O_PATH | O_DIRECTORY | O_CLOEXEC);
+          rc = root < 0 ? -1 : 0;
+        }
+        break;
+      case Op::kMount:
+        tmp_b = OpenInRoot(root, s.b, O_PATH);
+        rc = tmp_b < 0 ? -1 : ::mount(s.a, FdPath(tmp_b, b_buf), s.fstype, s.flags, s.data);
+        break;
+      case Op::kBind:
+        tmp_a = s.a_in_root ? OpenInRoot(root, s.a, O_PATH) : ::open(s.a, O_PATH | O_CLOEXEC);
+        tmp_b = OpenInRoot(root, s.b, O_PATH);
+        rc = tmp_a < 0 || tmp_b < 0 ? -1
+                                    : ::mount(FdPath(tmp_a, a_buf), FdPath(tmp_b, b_buf), nullptr, MS_BIND | s.flags,
+                                              nullptr);
+        break;
+      case Op::kRemount:
+        tmp_b = OpenInRoot(root, s.b, O_PATH);
+        rc = tmp_b < 0 ? -1 : ::mount(nullptr, FdPath(tmp_b, b_buf), nullptr, MS_REMOUNT | s.flags, s.data);
+        break;
+      case Op::kMkdir:
+      case Op::kMknod:
+      case Op::kSymlink:
+      case Op::kWrite:
+      case Op::kOwn:
+        if (at_point != s.b) {
+          if (at >= 0) ::close(at);
+          at = OpenInRoot(root, s.b, O_PATH | O_DIRECTORY);
+          at_point = s.b;
+          if (at < 0) {
+            rc = -1;
+            break;
+          }
+        }
+        if (s.op == Op::kMkdir) {
+          rc = ::mkdirat(at, s.c, 0700);
+        } else if (s.op == Op::kMknod) {
+          rc = ::mknodat(at, s.c, s.mode, s.rdev);
+        } else if (s.op == Op::kSymlink) {
+          rc = ::symlinkat(s.a, at, s.c);
+        } else if (s.op == Op::kWrite) {
+          int f = ::openat(at, s.c, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+          rc = f < 0 ? -1 : 0;
+          for (size_t done = 0; rc == 0 && done < s.len;) {
+            ssize_t n = ::write(f, s.data + done, s.len - done);
+            if (n <= 0) rc = -1;
+            done += n > 0 ? static_cast<size_t>(n) : 0;
+          }
+          if (f >= 0) ::close(f);
+        } else {
+          rc = ::fchownat(at, s.c, s.uid, s.gid, AT_SYMLINK_NOFOLLOW);
+          if (rc == 0 && !S_ISLNK(s.mode)) rc = ::fchmodat(at, s.c, s.mode & 07777, 0);
+        }
+        break;
+      case Op::kPivot:
+        rc = ::fchdir(root);
+        if (rc == 0) rc = static_cast<int>(::syscall(SYS_pivot_root, ".", "."));
+        if (rc == 0) rc = ::umount2(".", MNT_DETACH);
+        if (rc == 0) rc = ::chdir("/");
+        if (rc == 0) {
+          ::close(root);
+          root = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+          rc = root < 0 ? -1 : 0;
+        }
+        break;
+    }
+    int e = errno;
+    if (tmp_a >= 0) ::close(tmp_a);
+    if (tmp_b >= 0) ::close(tmp_b);
+    if (rc != 0) {
+      *err = e;
+      return static_cast<int>(i);
+    }
+  }
+  if (at >= 0) ::close(at);
+  if (root >= 0) ::close(root);
+  return -1;
+}
+
+std::string ContainerPlan::Describe(int index) const {
+  if (index < 0 || static_cast<size_t>(index) >= steps_.size()) return "an unknown step";
+  const Step& s = steps_[static_cast<size_t>(index)];
+  switch (s.op) {
+    case Op::kPrivate:
+      return "make the new mount namespace private";
+    case Op::kSetns:
+      return absl::StrCat("enter the network namespace handed over as ", s.a);
+    case Op::kLoopbackUp:
+      return "bring the loopback up in the container's new network namespace";
+    case Op::kHostname:
+      return absl::StrCat("set the host name ", s.a);
+    case Op::kDomainname:
+      return absl::StrCat("set the domain name ", s.a);
+    case Op::kOpenRoot:
+      return absl::StrCat("bind the root file system ", s.a, " onto itself");
+    case Op::kMount:
+      return absl::StrFormat("mount %s (%s, options '%s') at %s in the container", s.fstype, s.a, s.data, s.b);
+    case Op::kBind:
+      return absl::StrFormat("bind %s%s onto %s in the container (the mount point must exist in the root file system)",
+                             s.a, s.a_in_root ? " (in the container)" : " (a host path)", s.b);
+    case Op::kRemount:
+      return absl::StrFormat("remount %s in the container with flags %#x", s.b, s.flags);
+    case Op::kMkdir:
+    case Op::kMknod:
+    case Op::kSymlink:
+    case Op::kWrite:
+    case Op::kOwn:
+      return absl::StrFormat("make %s/%s again (a file of the container's tmpfs)", s.b, s.c);
+    case Op::kPivot:
+      return "pivot_root into the container's root";
+  }
+  return "a step";
+}
+
+}  // namespace cairn::restore

@@ -1,0 +1,88 @@
+#pragma once
+// A container's world made again (image.proto Container, dump/container.h): its mounts over
+// the root file system the restore is given, its host name, its network namespace, then
+// pivot_root into it — all by the root task itself, in its new namespaces, right after it is
+// created and before it stops for the restorer. The restorer plans every step (it may
+// allocate and read files); the task runs them with raw system calls over the plan's memory,
+// a copy of the restorer's made by clone, so that nothing it does needs a lock another
+// thread of the restorer could have held.
+
+#include <sys/types.h>
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "image.pb.h"
+
+namespace cairn::restore {
+
+struct ContainerSetup {
+  std::string root;  // the root file system here (a directory)
+  // Host paths of the mounts the dump recorded as external, by key (criu-compat: ext_mnt).
+  std::map<std::string, std::string> external_mounts;
+  // A network namespace to enter (a descriptor of the restorer's) instead of a new one: the
+  // runtime's, handed over under the key the dump recorded (criu-compat: inherit_fd
+  // extRootNetNS). -1: none.
+  int net_ns_fd = -1;
+};
+
+class ContainerPlan {
+ public:
+  // Plans `c` over `setup`. Fails, naming what, when a mount the container had cannot be made
+  // here (an external mount with no host path, a cgroup hierarchy this machine lacks...).
+  static absl::StatusOr<ContainerPlan> Make(const image::Container& c, const ContainerSetup& setup);
+
+  // The clone flags of the namespaces the root task is made in.
+  unsigned long CloneFlags() const { return clone_flags_; }
+
+  // In the root task, right after clone: runs every step. Returns -1, or the index of the
+  // step that failed with its errno in *err. Async-signal-safe.
+  int Run(int* err) const;
+
+  // The step at `index`, in words, for the error of a failed Run.
+  std::string Describe(int index) const;
+
+ private:
+  enum class Op {
+    kPrivate,      // mount(NULL, "/", MS_REC|MS_PRIVATE): nothing goes back to the host
+    kOpenRoot,     // open `a` (the root file system) as the base of every later path
+    kSetns,        // setns(fd, CLONE_NEWNET)
+    kLoopbackUp,   // bring "lo" up in the new network namespace
+    kHostname,     // sethostname(a)
+    kDomainname,   // setdomainname(a)
+    kMount,        // mount(a, <b under the root>, fstype, flags, data)
+    kBind,         // bind `a` (under the root if a_in_root, else a host path) onto b
+    kRemount,      // mount(NULL, b, NULL, MS_REMOUNT | flags, data)
+    kMkdir,        // under the mount at b: c with mode
+    kMknod,
+    kSymlink,      // c -> a
+    kWrite,        // c with `data`/`len`
+    kOwn,          // chown c (no follow) to uid:gid, then chmod mode unless a symlink
+    kPivot,        // pivot_root into the root; the old root let go
+  };
+  struct Step {
+    Op op;
+    const char* a = nullptr;
+    const char* b = nullptr;
+    const char* c = nullptr;
+    const char* fstype = nullptr;
+    const char* data = nullptr;
+    size_t len = 0;
+    unsigned long flags = 0;
+    uint32_t mode = 0;
+    dev_t rdev = 0;
+    uint32_t uid = 0, gid = 0;
+    bool a_in_root = false;
+    int fd = -1;
+  };
+  const char* Keep(std::string s);
+
+  std::deque<std::string> strings_;  // a deque: the steps point into it
+  std::vector<Step> steps_;
+  unsigned long clone_flags_ = 0;
+};
+
+}  // namespace cairn::restore
