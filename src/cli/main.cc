@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <sys/mount.h>
+
+#include <filesystem>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "compat/install.h"
+#include "compat/service.h"
 #include "absl/strings/str_join.h"
 #include "cli/controller_commands.h"
 #include "cli/daemon_commands.h"
@@ -501,6 +505,16 @@ int main(int argc, char** argv) {
   // A command that deleted a network lock last would otherwise wait at its exit for the kernel
   // to free it (net/nft_netlink.h).
   std::atexit([] { cairn::net::LeaveChannelToChild(); });
+  // Called as `criu` (cairn install --criu-shim) or `cairn criu-compat ...`: a container
+  // runtime's checkpointer (compat/service.h), criu's command line.
+  if (std::filesystem::path(argv[0]).filename() == "criu") {
+    cairn::InitLogging(0);
+    return cairn::compat::CriuMain(argc, argv);
+  }
+  if (argc >= 2 && std::string(argv[1]) == "criu-compat" && !(argc == 3 && std::string(argv[2]) == "--help")) {
+    cairn::InitLogging(0);
+    return cairn::compat::CriuMain(argc - 1, argv + 1);
+  }
   CLI::App app{"cairn: checkpoint running Linux processes from the outside and restore them", "cairn"};
   app.set_version_flag("--version", std::string("cairn ") + CAIRN_VERSION);
   app.require_subcommand(1);
@@ -640,6 +654,19 @@ int main(int argc, char** argv) {
   completion->add_option("shell", shell, "bash or zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
   auto* manpage = app.add_subcommand("manpage", "Print cairn's manual page (roff: man -l <(cairn manpage))");
 
+  auto* criu_compat = app.add_subcommand(
+      "criu-compat",
+      "Answer container runtimes as criu does (swrk FD, --version, check): runc, Podman, containerd and CRI-O "
+      "checkpoint and restore containers through cairn");
+  criu_compat->allow_extras();
+  auto* install = app.add_subcommand("install", "Install parts of cairn on this machine");
+  bool criu_shim = false, replace_criu = false;
+  std::string shim_dir = "/usr/local/sbin";
+  install->add_flag("--criu-shim", criu_shim,
+                    "Link `criu` to cairn where container runtimes look for it, so that they checkpoint through cairn");
+  install->add_option("--dir", shim_dir, "With --criu-shim: the directory (on the runtimes' PATH; default /usr/local/sbin)");
+  install->add_flag("--replace", replace_criu, "With --criu-shim: take the place of another criu the runtimes would use");
+
   auto* check = app.add_subcommand("check", "Say which kernel features cairn needs and whether this machine has them");
   bool fix = false;
   check->add_flag("--fix", fix, "Remove the network locks left by checkpoints with live TCP connections, and put back the processes of dumps killed together with their guardians");
@@ -684,6 +711,20 @@ int main(int argc, char** argv) {
   if (inspect->parsed()) return cairn::RunInspect(dir, json, image_key);
   if (compact->parsed()) return cairn::RunCompact(dir, compact_out, image_key, trust_unsigned);
   if (check->parsed()) return cairn::RunCheck(fix);
+  if (install->parsed()) {
+    if (!criu_shim) return cairn::Fail(absl::InvalidArgumentError("cairn install: say what to install (--criu-shim)"));
+    std::error_code ec;
+    cairn::compat::ShimInstall shim;
+    shim.dir = shim_dir;
+    shim.cairn = std::filesystem::canonical("/proc/self/exe", ec).string();
+    shim.replace = replace_criu;
+    shim.path_env = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
+    absl::StatusOr<std::string> done = cairn::compat::InstallCriuShim(shim);
+    if (!done.ok()) return cairn::Fail(done.status());
+    std::printf("%s\n", done->c_str());
+    return 0;
+  }
+  if (criu_compat->parsed()) return cairn::compat::CriuMain(1, argv);  // `cairn criu-compat --help` lands here
   if (completion->parsed()) {
     std::fputs(cairn::cli::Completion(app, shell).c_str(), stdout);
     return 0;

@@ -4,10 +4,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <string>
+
 namespace cairn {
 
 // Configures the process-wide logger (stderr). verbosity 0 = warnings, 1 = info, 2+ = debug.
 void InitLogging(int verbosity);
+
+// The same logger, writing to the file at `path` (appended to) instead: for a process whose
+// stderr is someone else's (criu-compat's, during a restore: the container's).
+void LogToFile(const std::string& path, int verbosity);
 
 }  // namespace cairn
 

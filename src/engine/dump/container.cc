@@ -296,7 +296,7 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
   c->set_own_net_ns(own_net);
   if (own_net && !opts.external_net.empty()) {
     c->set_external_net(opts.external_net);
-  } else if (own_net) {
+  } else if (own_net && !opts.empty_net) {
     // Made again empty but for its loopback: refuse one that holds more.
     std::string path = absl::StrCat("/proc/", root, "/net/dev");
     ASSIGN_OR_RETURN(std::string dev, ReadFile(path));

@@ -23,6 +23,9 @@ struct ContainerOptions {
   std::map<std::string, std::string> external_mounts;
   // The network namespace is the runtime's and handed over again at restore under this key.
   std::string external_net;
+  // The runtime sets the network namespace up itself at restore (criu-compat: empty_ns with
+  // CLONE_NEWNET): a new one is made with its loopback, whatever else this one held.
+  bool empty_net = false;
 };
 
 // Whether `root` sees a root file system other than this process's (a container). Trees of

@@ -793,7 +793,12 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   std::optional<ContainerPlan> container;
   UniqueFd container_report, container_report_w;  // the task writes in the table it shares with us
   if (meta.has_container()) {
-    absl::StatusOr<ContainerPlan> plan = ContainerPlan::Make(meta.container(), opts.container);
+    ContainerSetup setup = opts.container;
+    if (auto net = opts.inherited.find(meta.container().external_net());
+        setup.net_ns_fd < 0 && !meta.container().external_net().empty() && net != opts.inherited.end()) {
+      setup.net_ns_fd = net->second;
+    }
+    absl::StatusOr<ContainerPlan> plan = ContainerPlan::Make(meta.container(), setup);
     if (!plan.ok()) return Annotate(plan.status(), absl::StrCat("restore from ", where, " refused (nothing was restored)"));
     container.emplace(std::move(*plan));
     // Its masters are opened once its mounts are made (under its root), after it exists: it

@@ -1,0 +1,176 @@
+#include "compat/options.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/status.h"
+
+namespace cairn::compat {
+namespace {
+
+constexpr char kImageSubdir[] = "cairn";
+
+// Fields of Options that a newer protocol has and this file does not know.
+absl::Status RefuseUnknown(const criu_rpc::Options& opts) {
+  const google::protobuf::UnknownFieldSet& unknown = opts.GetReflection()->GetUnknownFields(opts);
+  if (unknown.empty()) return absl::OkStatus();
+  std::vector<int> numbers;
+  for (int i = 0; i < unknown.field_count(); ++i) numbers.push_back(unknown.field(i).number());
+  return absl::UnimplementedError(absl::StrFormat(
+      "the request sets option field%s %s, which cairn's criu-compat does not know: refused rather than ignored",
+      numbers.size() == 1 ? "" : "s", absl::StrJoin(numbers, ", ")));
+}
+
+absl::Status Refuse(absl::string_view option, absl::string_view why) {
+  return absl::UnimplementedError(absl::StrCat("option ", option, ": ", why));
+}
+
+// Options that mean the same for dump and restore, refused when set.
+absl::Status RefuseCommon(const criu_rpc::Options& o) {
+  RETURN_IF_ERROR(RefuseUnknown(o));
+  if (o.has_page_server()) {
+    return Refuse("page server (ps)", "cairn serves pages with its own `cairn page-server`, not CRIU's");
+  }
+  if (o.lazy_pages()) {
+    return Refuse("lazy_pages", "not through criu-compat yet; cairn's own lazy restore is `cairn restore --lazy`");
+  }
+  if (o.veths_size() > 0) return Refuse("veths", "cairn does not move veth pairs; hand the network namespace over");
+  if (o.exec_cmd_size() > 0) return Refuse("exec_cmd", "cairn does not run a command after restore");
+  if (o.auto_ext_mnt() || o.ext_sharing() || o.ext_masters()) {
+    return Refuse("auto_ext_mnt/ext_sharing/ext_masters", "name each external mount with ext_mnt");
+  }
+  if (o.skip_mnt_size() > 0) return Refuse("skip_mnt", "every mount of a container is saved or named external");
+  if (o.enable_fs_size() > 0) return Refuse("enable_fs", "cairn mounts again only proc, sysfs, tmpfs, devpts and mqueue");
+  if (o.unix_sk_ino_size() > 0) return Refuse("unix_sk_ino", "cairn does not take external unix sockets by inode");
+  if (o.join_ns_size() > 0) return Refuse("join_ns", "cairn does not join namespaces other than a handed-over network one");
+  if (o.has_cgroup_props() || o.has_cgroup_props_file() || o.cgroup_dump_controller_size() > 0) {
+    return Refuse("cgroup_props", "cairn leaves cgroup properties to the runtime, which sets them");
+  }
+  if (o.has_lsm_profile()) {
+    return Refuse("lsm_profile", "cairn does not change a restored process's LSM profile");
+  }
+  if (o.has_manage_cgroups_mode() && o.manage_cgroups_mode() != criu_rpc::CG_IGNORE &&
+      o.manage_cgroups_mode() != criu_rpc::CG_SOFT && o.manage_cgroups_mode() != criu_rpc::CG_DEFAULT &&
+      o.manage_cgroups_mode() != criu_rpc::CG_NONE) {
+    return Refuse("manage_cgroups_mode full/strict/props",
+                  "cairn saves no cgroup properties: the runtime places the processes and sets the properties "
+                  "(use soft or ignore)");
+  }
+  if (o.has_config_file()) {
+    struct stat st {};
+    if (::stat(o.config_file().c_str(), &st) == 0 && st.st_size > 0) {
+      return Refuse("config_file " + o.config_file(),
+                    "cairn does not read CRIU configuration files: move its options into the runtime's request");
+    }
+  }
+  if (o.empty_ns() & ~static_cast<uint32_t>(CLONE_NEWNET)) {
+    return Refuse(absl::StrFormat("empty_ns %#x", o.empty_ns()), "only the network namespace can be left empty");
+  }
+  return absl::OkStatus();
+}
+
+std::string OpenedDir(pid_t peer, int fd, std::vector<int>* held, absl::Status* error, const char* what) {
+  std::string path = absl::StrCat("/proc/", peer, "/fd/", fd);
+  int mine = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (mine < 0) {
+    *error = ErrnoStatus(absl::StrFormat("open the runtime's %s (its fd %d, %s)", what, fd, path));
+    return "";
+  }
+  held->push_back(mine);
+  return absl::StrCat("/proc/self/fd/", mine);
+}
+
+}  // namespace
+
+absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t peer, std::vector<int>* held) {
+  RequestDirs dirs;
+  absl::Status error;
+  dirs.images = OpenedDir(peer, opts.images_dir_fd(), held, &error, "images directory");
+  RETURN_IF_ERROR(error);
+  dirs.work = dirs.images;
+  if (opts.has_work_dir_fd()) {
+    dirs.work = OpenedDir(peer, opts.work_dir_fd(), held, &error, "work directory");
+    RETURN_IF_ERROR(error);
+  }
+  return dirs;
+}
+
+std::string ImageDir(const std::string& images) { return absl::StrCat(images, "/", kImageSubdir); }
+
+absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre_dump, const std::string& images) {
+  RETURN_IF_ERROR(RefuseCommon(o));
+  if (pre_dump || o.track_mem() || o.has_parent_img()) {
+    return Refuse("pre-dump (track_mem, parent_img)",
+                  "cairn takes no pre-dumps through criu-compat yet; its own incremental checkpoints are `cairn dump "
+                  "--track` and `--parent`, and `--pre-copy` copies memory while the container runs");
+  }
+  if (o.inherit_fd_size() > 0 || o.rst_sibling()) return Refuse("inherit_fd/rst_sibling", "these are restore options");
+  DumpRequest r;
+  dump::DumpOptions& d = r.dump;
+  d.pid = o.has_pid() ? o.pid() : 0;
+  if (d.pid <= 0) return absl::InvalidArgumentError("dump request without the pid of the container's init");
+  d.tree = true;
+  d.dir = ImageDir(images);
+  d.leave_running = o.leave_running();
+  if (o.tcp_established() && o.tcp_close()) return Refuse("tcp_established with tcp_close", "choose one");
+  d.tcp_established = o.tcp_established();
+  d.tcp_close = o.tcp_close();
+  if (o.has_freeze_cgroup()) {
+    // Only a v1 freezer cgroup is used the way cairn uses one (dump/freezer_hold.h).
+    if (absl::StrContains(o.freeze_cgroup(), "/freezer")) d.freezer_cgroup = o.freeze_cgroup();
+  }
+  for (const criu_rpc::KeyValue& m : o.ext_mnt()) d.container.external_mounts[m.key()] = m.value();
+  for (const std::string& e : o.external()) {
+    // "net[INODE]:KEY": the container's network namespace is the runtime's.
+    if (absl::StartsWith(e, "net[")) {
+      size_t close = e.find("]:");
+      uint64_t inode = 0;
+      if (close == std::string::npos || !absl::SimpleAtoi(e.substr(4, close - 4), &inode)) {
+        return absl::InvalidArgumentError("external '" + e + "': expected net[INODE]:KEY");
+      }
+      struct stat st {};
+      std::string ns = absl::StrCat("/proc/", d.pid, "/ns/net");
+      if (::stat(ns.c_str(), &st) != 0) return ErrnoStatus("stat " + ns);
+      if (st.st_ino != inode) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "external '%s' names network namespace %d, but the container's is %d", e, inode, st.st_ino));
+      }
+      d.container.external_net = e.substr(close + 2);
+      continue;
+    }
+    return Refuse("external " + e, "cairn takes only the network namespace (net[INODE]:KEY) as external");
+  }
+  d.container.empty_net = (o.empty_ns() & CLONE_NEWNET) != 0;
+  return r;
+}
+
+absl::StatusOr<restore::RestoreOptions> RestoreFromRequest(const criu_rpc::Options& o, const std::string& images) {
+  RETURN_IF_ERROR(RefuseCommon(o));
+  if (o.leave_running() || o.track_mem() || o.has_parent_img()) {
+    return Refuse("leave_running/track_mem/parent_img", "these are dump options");
+  }
+  if (!o.has_root() || o.root().empty()) {
+    return absl::InvalidArgumentError("restore request without `root`, the container's root file system");
+  }
+  restore::RestoreOptions r;
+  r.dir = ImageDir(images);
+  r.container.root = o.root();
+  for (const criu_rpc::KeyValue& m : o.ext_mnt()) r.container.external_mounts[m.key()] = m.value();
+  for (const criu_rpc::InheritedFd& f : o.inherit_fd()) {
+    if (::fcntl(f.fd(), F_GETFD) < 0) {
+      return absl::InvalidArgumentError(absl::StrFormat("inherit_fd %s: descriptor %d was not passed", f.key(), f.fd()));
+    }
+    r.inherited[f.key()] = f.fd();
+  }
+  return r;
+}
+
+}  // namespace cairn::compat

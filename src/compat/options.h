@@ -1,0 +1,46 @@
+#pragma once
+// A container runtime's checkpoint options (criu_rpc.proto Options) in cairn's terms: what
+// each one asks, and whether cairn does it. An option cairn honours becomes part of the dump
+// or restore; one it cannot is refused with a message the runtime shows its user (and writes
+// in its log file); none is ignored. An option the protocol has that this file does not know
+// (a field number it has never seen) is refused by number.
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "criu_rpc.pb.h"
+#include "engine/dump/dump.h"
+#include "engine/restore/restore.h"
+
+namespace cairn::compat {
+
+// The image and work directories a request names by descriptors of the runtime (the peer).
+struct RequestDirs {
+  std::string images;  // a path this process can use: /proc/self/fd/N of its own copy
+  std::string work;    // where log_file goes: the work directory, else the images directory
+};
+
+// Opens the runtime's images_dir_fd (and work_dir_fd) through /proc/PEER/fd, keeping copies
+// in `held` for as long as the request runs.
+absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t peer, std::vector<int>* held);
+
+// cairn's checkpoint inside the runtime's images directory (the runtime carries the directory;
+// the format inside is cairn's own, checksummed and sealed).
+std::string ImageDir(const std::string& images);
+
+struct DumpRequest {
+  dump::DumpOptions dump;
+  bool track_after = false;  // PRE_DUMP: keep tracking writes for the next dump's parent
+};
+
+// DUMP and PRE_DUMP. `images`: RequestDirs::images.
+absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& opts, bool pre_dump, const std::string& images);
+
+// RESTORE. The descriptors inherit_fd names are this process's own (the runtime passed them).
+absl::StatusOr<restore::RestoreOptions> RestoreFromRequest(const criu_rpc::Options& opts, const std::string& images);
+
+}  // namespace cairn::compat
