@@ -25,6 +25,7 @@ packages=(
   # root over virtiofs (tests/machines/guest.sh)
   qemu-system-x86 qemu-system-common linux-image-cloud-amd64 busybox-static cpio
   groff-base bsdextrautils  # the manual pages rendered and checked (tests/packaging/install_test.sh)
+  runc  # containers checkpointed by their runtime through criu-compat (tests/integration/container_test.cc)
 )
 missing=()
 for p in "${packages[@]}"; do

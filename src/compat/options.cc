@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -149,6 +150,15 @@ absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre
     return Refuse("external " + e, "cairn takes only the network namespace (net[INODE]:KEY) as external");
   }
   d.container.empty_net = (o.empty_ns() & CLONE_NEWNET) != 0;
+  // The runtime's own ends of the container's stdio (runc writes descriptors.json, the links of
+  // the init's fds 0-2 as it made them, before it asks for the dump, and hands the pipes among
+  // them over again at restore).
+  if (absl::StatusOr<std::string> json = ReadFile(images + "/descriptors.json"); json.ok()) {
+    for (size_t at = json->find("pipe:["); at != std::string::npos; at = json->find("pipe:[", at + 1)) {
+      size_t end = json->find(']', at);
+      if (end != std::string::npos) d.container.handed_over.insert(json->substr(at, end - at + 1));
+    }
+  }
   return r;
 }
 

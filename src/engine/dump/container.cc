@@ -229,14 +229,9 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
       by_id[m.id] = &m;
       continue;
     }
-    if (auto e = opts.external_mounts.find(m.point); e != opts.external_mounts.end()) {
-      out->set_kind(image::Mount::EXTERNAL);
-      out->set_external(e->second);
-      externals_used.insert(m.point);
-      by_id[m.id] = &m;
-      continue;
-    }
-    // A file system already mounted in the table: this shows part of it again.
+    // Part of a file system already in the table (a masked path: a bind of the container's own
+    // /dev/null) is bound from there again, even where the runtime named it external: that is
+    // what the container saw.
     const proc::MountEntry* same = nullptr;
     for (const auto& [id, earlier] : by_id) {
       if (earlier->dev == m.dev && Within(m.fs_root, earlier->fs_root)) {
@@ -244,10 +239,9 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
         break;
       }
     }
-    if (same != nullptr && m.fstype != "cgroup") {
-      out->set_kind(image::Mount::BIND);
-      out->set_bind_of(same->id);
-    } else if (m.fstype == "cgroup") {
+    auto external = opts.external_mounts.find(m.point);
+    if (m.fstype == "cgroup") {
+      // Its own cgroup, wherever the runtime places it at restore (runtimes name these external).
       out->set_kind(image::Mount::CGROUP);
       out->set_controllers(options);
       std::string own = CgroupPath(root, options);
@@ -257,6 +251,15 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
                                          m.fs_root, own.empty() ? "none" : own));
       }
       out->set_own_cgroup(m.fs_root != "/" || own == "/");
+      if (external != opts.external_mounts.end()) externals_used.insert(m.point);
+    } else if (same != nullptr) {
+      out->set_kind(image::Mount::BIND);
+      out->set_bind_of(same->id);
+      if (external != opts.external_mounts.end()) externals_used.insert(m.point);
+    } else if (external != opts.external_mounts.end()) {
+      out->set_kind(image::Mount::EXTERNAL);
+      out->set_external(external->second);
+      externals_used.insert(m.point);
     } else if (m.fstype == "proc" || m.fstype == "sysfs" || m.fstype == "tmpfs" || m.fstype == "devpts" ||
                m.fstype == "mqueue") {
       if (m.fs_root != "/") {

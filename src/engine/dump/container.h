@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,6 +27,9 @@ struct ContainerOptions {
   // The runtime sets the network namespace up itself at restore (criu-compat: empty_ns with
   // CLONE_NEWNET): a new one is made with its loopback, whatever else this one held.
   bool empty_net = false;
+  // Descriptions the runtime holds the other end of and hands over again at restore, by the
+  // name their link shows ("pipe:[INODE]"; criu-compat: the runtime's descriptors.json).
+  std::set<std::string> handed_over;
 };
 
 // Whether `root` sees a root file system other than this process's (a container). Trees of

@@ -39,6 +39,7 @@
 #include "engine/dump/tracker.h"
 #include "engine/dump/aio.h"
 #include "engine/dump/namespaces.h"
+#include "engine/proc/mountinfo.h"
 #include "common/stop_points.h"
 #include "engine/dump/sysv_ipc.h"
 #include "engine/dump/task_state.h"
@@ -482,6 +483,14 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   }
   StageTimer timer(opts.pid);
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
+  std::set<uint64_t> container_mounts;
+  ASSIGN_OR_RETURN(bool container, IsContainer(opts.pid));
+  if (container) {
+    ASSIGN_OR_RETURN(std::vector<proc::MountEntry> table, proc::ReadMountTable(opts.pid));
+    for (const proc::MountEntry& m : table) container_mounts.insert(m.id);
+    fd_opts.container_mounts = &container_mounts;
+  }
+  if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
   if (opts.tcp_established) {
     std::string table = opts.network_lock_table.empty() ? net::LockTableName(ckpt.id()) : opts.network_lock_table;
     ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(table, live, live_fds, journal));
@@ -507,7 +516,6 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   RETURN_IF_ERROR(CheckAioRingsQuiet(live, live_procs));  // before LocalizeIds: host ids
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
-  ASSIGN_OR_RETURN(bool container, IsContainer(opts.pid));
   if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, opts.container, &ckpt));
   timer.Mark("fds");
   RETURN_IF_ERROR(StopPoint("fds"));
@@ -718,7 +726,9 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
     live.push_back(pid);
   }
   RETURN_IF_ERROR(CheckSharing(live));
-  return CheckFdsSupported(live, FdOptions{opts.tcp_close, opts.tcp_established, nullptr, journal});
+  FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
+  if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
+  return CheckFdsSupported(live, fd_opts);
 }
 
 // Journals the checkpoint directory being written (DIR.partial), and whether committing it

@@ -824,6 +824,13 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       // was removed is made again under a new name, removed at once: like a pipe, it can
       // only be saved with every end that is still open.
       bool unlinked = fifo && absl::EndsWith(info.target, " (deleted)");
+      if (opts.handed_over != nullptr && opts.handed_over->count(info.target) && !fifo) {
+        image::Fd fd = Describe(info, image::Fd::PIPE);
+        fd.set_pipe_id(st.st_ino);
+        fd.set_handed_over(true);
+        if (out != nullptr) *out->add_fds() = std::move(fd);
+        continue;
+      }
       if ((!fifo || unlinked) && pipe_ends[st.st_ino] != 3) {
         // Only one end is in the checkpoint. That is fine when the other end is closed
         // everywhere (a finished stage of a pipeline): poll on a copy of ours says so.
@@ -988,6 +995,9 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       path.resize(path.size() - 10);
     }
     fd.set_path(path);
+    if (opts.container_mounts != nullptr && !fd.deleted() && !opts.container_mounts->count(info.mnt_id)) {
+      fd.set_outside_container(true);  // its path is the host's (readlink from our root)
+    }
     if (out != nullptr) *out->add_fds() = std::move(fd);
   }
   // SIGIO owners, once per description (a socket's were taken with the rest of it).

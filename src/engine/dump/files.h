@@ -32,6 +32,12 @@ struct FdOptions {
   TcpConnections* tcp = nullptr;
   // Where a socket given a peek offset of the dump's is journaled (guardian.h, 6).
   GuardJournal* journal = nullptr;
+  // A container's (container.h): the mount ids of its mount table; a file on another mount is
+  // recorded outside_container. Null: not a container.
+  const std::set<uint64_t>* container_mounts = nullptr;
+  // Descriptions their container runtime hands over again at restore ("pipe:[INODE]"): saved
+  // as handed_over, whatever holds their other end.
+  const std::set<std::string>* handed_over = nullptr;
 };
 
 // Checks every descriptor of the processes `pids` (a tree) is of a kind the engine can

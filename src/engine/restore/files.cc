@@ -188,7 +188,7 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   if (!fd.handle().empty()) {
     ASSIGN_OR_RETURN(f, OpenByHandle(fd, flags, pid));
   } else {
-    f = UniqueFd(OpenImagePath(open_path, flags));
+    f = UniqueFd(fd.outside_container() ? ::open(open_path.c_str(), flags) : OpenImagePath(open_path, flags));
   }
   if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
   if (!fd.deleted() && !made) {
@@ -830,6 +830,12 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
           RETURN_IF_ERROR(park(std::move(f), p->pid(), fd.fd()));
           continue;
         }
+      }
+      if (fd.handed_over()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "fd %d of pid %d was %s, which its container runtime held the other end of: the runtime hands one over "
+            "at restore (criu-compat: inherit_fd %s), and none was",
+            fd.fd(), p->pid(), fd.path(), fd.path()));
       }
       if (IsSocket(fd)) continue;  // OpenSocketMasters
       if (fd.kind() == image::Fd::PTY_MASTER) {

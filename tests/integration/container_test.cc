@@ -1,0 +1,377 @@
+// Containers checkpointed by their own runtime through cairn's criu-compat (compat/service.h):
+// Debian's runc runs a busybox container, `runc checkpoint` and `runc restore` call the `criu`
+// they are given — a link to cairn — and the container goes on as it was, seen from inside:
+// its counter, its pid 1, its host name, its mounts, its stdout pipe handed over by the runtime.
+// Bad input: an option cairn cannot honour is refused (the runtime fails, the container runs
+// on untouched), a container holding what cairn cannot save keeps running, and a garbled
+// message gets an error answer.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "criu_rpc.pb.h"
+#include "harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kRunc[] = "/usr/sbin/runc";
+constexpr char kBusybox[] = "/bin/busybox";
+constexpr char kPython[] = "/usr/bin/python3";
+
+// The container's loop: a counter only its memory holds, its pid and host name, one line a
+// tenth of a second to /data/log (in its root file system) and to stdout.
+constexpr char kLoop[] =
+    "i=0; while true; do i=$((i+1)); l=\"$i $$ $(cat /proc/sys/kernel/hostname)\"; echo \"$l\" >> /data/log; "
+    "echo \"$l\"; sleep 0.1; done";
+
+// Runs `argv` with stdin from /dev/null, stdout to `out_fd` (/dev/null if -1) and stderr to
+// `err_path`; waits for it. Returns its exit status (-1 if it did not exit).
+int RunWithStdout(const std::vector<std::string>& argv, int out_fd, const std::string& err_path) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int in = ::open("/dev/null", O_RDONLY);
+    int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    int out = out_fd >= 0 ? out_fd : ::open("/dev/null", O_WRONLY);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::closefrom(3);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Lines read from `fd` until `want` complete lines have come or `timeout` passes.
+std::vector<std::string> ReadLines(int fd, size_t want, std::chrono::milliseconds timeout) {
+  std::vector<std::string> lines;
+  std::string partial;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (lines.size() < want && std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    partial.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = partial.find('\n')) != std::string::npos) {
+      lines.push_back(partial.substr(0, nl));
+      partial.erase(0, nl + 1);
+    }
+  }
+  return lines;
+}
+
+std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty()) lines.push_back(l);
+  }
+  return lines;
+}
+
+// "7 1 runc" -> 7.
+long Counter(const std::string& line) { return std::strtol(line.c_str(), nullptr, 10); }
+
+class RuncContainers : public CairnTest {
+ protected:
+  void SetUp() override {
+    CairnTest::SetUp();
+    if (!fs::exists(kRunc) || !fs::exists(kBusybox) || !fs::exists(kPython)) {
+      GTEST_SKIP() << kRunc << ", " << kBusybox << " or " << kPython
+                   << " is not installed (scripts/install-deps.sh installs runc and busybox-static)";
+    }
+    shim_ = *temp_ / "shim";
+    fs::create_directories(shim_);
+    fs::create_symlink(CairnBinary(), shim_ + "/criu");
+    state_ = *temp_ / "runc-state";
+    bundle_ = *temp_ / "bundle";
+  }
+
+  void TearDown() override {
+    if (!state_.empty() && fs::exists(state_)) {
+      for (const char* id : {"c1", "c2"}) Runc({"delete", "--force", id});
+    }
+    CairnTest::TearDown();
+  }
+
+  // A bundle whose root file system holds busybox, running the loop; `extra_mounts`: JSON
+  // objects appended to the spec's mounts.
+  void MakeBundle(const std::string& extra_mounts = "") {
+    std::string rootfs = bundle_ + "/rootfs";
+    for (const char* d : {"bin", "proc", "sys", "dev", "tmp", "data", "etc"}) fs::create_directories(rootfs + "/" + d);
+    fs::copy_file(kBusybox, rootfs + "/bin/busybox");
+    for (const char* a : {"sh", "sleep", "cat", "echo", "ls", "hostname"}) {
+      fs::create_symlink("busybox", rootfs + "/bin/" + a);
+    }
+    ASSERT_EQ(RunWithStdout({kRunc, "spec", "--bundle", bundle_}, -1, *temp_ / "spec.err"), 0)
+        << ReadFile(*temp_ / "spec.err");
+    std::string edit = std::string(
+                           "import json,sys\n"
+                           "p=sys.argv[1]; c=json.load(open(p))\n"
+                           "c['process']['terminal']=False\n"
+                           "c['process']['args']=['sh','-c',sys.argv[2]]\n"
+                           "c['root']['readonly']=False\n"
+                           "c['hostname']='cairn-box'\n"
+                           "c['mounts'] += json.loads('[' + sys.argv[3] + ']')\n"
+                           "json.dump(c,open(p,'w'))\n");
+    ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts}, -1,
+                            *temp_ / "spec.err"),
+              0)
+        << ReadFile(*temp_ / "spec.err");
+  }
+
+  std::vector<std::string> RuncArgs(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {kRunc, "--root", state_, "--criu", shim_ + "/criu", "--log", *temp_ / "runc.log"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  int Runc(const std::vector<std::string>& args, int out_fd = -1) {
+    return RunWithStdout(RuncArgs(args), out_fd, *temp_ / "runc.err");
+  }
+  // Starts container `id` detached, its stdout `out_fd`.
+  ::testing::AssertionResult Start(const std::string& id, int out_fd = -1) {
+    if (Runc({"run", "--detach", "--bundle", bundle_, id}, out_fd) != 0) {
+      return ::testing::AssertionFailure() << "runc run: " << ReadFile(*temp_ / "runc.err");
+    }
+    return ::testing::AssertionSuccess();
+  }
+  pid_t InitPid(const std::string& id) {
+    std::string out = *temp_ / "state.out";
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    Runc({"state", id}, fd);
+    ::close(fd);
+    std::string state = ReadFile(out);
+    size_t at = state.find("\"pid\": ");
+    return at == std::string::npos ? 0 : static_cast<pid_t>(std::atoi(state.c_str() + at + 7));
+  }
+  std::vector<std::string> Log() { return SplitLines(ReadFile(bundle_ + "/rootfs/data/log")); }
+  // Waits until the container's log has at least `n` lines.
+  bool WaitLog(size_t n, std::chrono::milliseconds timeout = 20s) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (Log().size() < n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(50ms);
+    }
+    return true;
+  }
+  // Every line of the log counts on from the one before it, in the same pid 1 and host name.
+  ::testing::AssertionResult CountsOn(const std::vector<std::string>& lines) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (Counter(lines[i]) != static_cast<long>(i) + 1 || lines[i].find(" 1 cairn-box") == std::string::npos) {
+        return ::testing::AssertionFailure() << "line " << i + 1 << " is '" << lines[i] << "'";
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+  std::string Diagnostics() {
+    return "\nrunc: " + ReadFile(*temp_ / "runc.err") + ReadFile(*temp_ / "runc.log") +
+           "\ndump.log: " + ReadFile(*temp_ / "work/dump.log") + "\nrestore.log: " + ReadFile(*temp_ / "work/restore.log");
+  }
+
+  std::string shim_, state_, bundle_;
+};
+
+TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
+  pid_t before = InitPid("c1");
+  ASSERT_GT(before, 0);
+  std::string mounts_before = ReadFile("/proc/" + std::to_string(before) + "/mountinfo");
+
+  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0)
+      << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone) << "runc checkpoint leaves the container stopped";
+  std::vector<std::string> at_checkpoint = Log();
+  ASSERT_TRUE(CountsOn(at_checkpoint));
+  EXPECT_TRUE(Exists(*temp_ / "images/cairn/checkpoint.meta")) << "cairn's own checkpoint in the runtime's directory";
+  CommandResult inspect = Inspect(*temp_ / "images/cairn");
+  EXPECT_TRUE(inspect.Exited(0)) << inspect.Describe();
+  EXPECT_NE(inspect.out.find("host name cairn-box"), std::string::npos) << inspect.out;
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Log().size(), at_checkpoint.size()) << "nothing runs between checkpoint and restore";
+
+  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
+                  bundle_, "c1"}),
+            0)
+      << Diagnostics();
+  pid_t after = InitPid("c1");
+  ASSERT_GT(after, 0) << "runc learned the restored init's pid (post-restore)" << Diagnostics();
+  Track(after, "sh");
+  ASSERT_TRUE(WaitLog(at_checkpoint.size() + 10)) << Diagnostics();
+  // The same counter, pid 1 and host name, from where it stood.
+  EXPECT_TRUE(CountsOn(Log()));
+
+  // The container's world as it sees it: the same mounts, in the same order, with the same
+  // options (the cgroup mounts show its cgroup, named the same: the runtime placed it there).
+  std::string mounts_after = ReadFile("/proc/" + std::to_string(after) + "/mountinfo");
+  auto shape = [](const std::string& mountinfo) {
+    std::vector<std::string> out;
+    for (const std::string& l : SplitLines(mountinfo)) {
+      std::istringstream f(l);
+      std::vector<std::string> w;
+      for (std::string x; f >> x;) w.push_back(x);
+      // root, mount point, per-mount options, then after "-": type, source, super options.
+      std::string line = w[3] + " " + w[4] + " " + w[5];
+      auto dash = std::find(w.begin(), w.end(), "-");
+      for (auto it = dash; it != w.end(); ++it) line += " " + *it;
+      out.push_back(line);
+    }
+    return out;
+  };
+  EXPECT_EQ(shape(mounts_after), shape(mounts_before));
+  for (const char* ns : {"net", "uts", "ipc", "mnt", "pid"}) {
+    std::string mine = fs::read_symlink("/proc/self/ns/" + std::string(ns));
+    std::string theirs = fs::read_symlink("/proc/" + std::to_string(after) + "/ns/" + ns);
+    EXPECT_NE(mine, theirs) << "the restored container has its own " << ns << " namespace";
+  }
+  // The runtime manages it as its own again.
+  std::string exec_out = *temp_ / "exec.out";
+  int fd = ::open(exec_out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  EXPECT_EQ(Runc({"exec", "c1", "/bin/cat", "/proc/1/cmdline"}, fd), 0) << Diagnostics();
+  ::close(fd);
+  EXPECT_NE(ReadFile(exec_out).find("while true"), std::string::npos) << ReadFile(exec_out);
+  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(after, 10s).gone);
+}
+
+TEST_F(RuncContainers, TheRuntimesStdoutPipeIsHandedOverAtRestore) {
+  MakeBundle();
+  int first[2];
+  ASSERT_EQ(::pipe2(first, O_CLOEXEC), 0);
+  ASSERT_TRUE(Start("c2", first[1]));
+  ::close(first[1]);
+  std::vector<std::string> before = ReadLines(first[0], 5, 20s);
+  ASSERT_EQ(before.size(), 5u) << Diagnostics();
+  pid_t init = InitPid("c2");
+  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c2"}), 0)
+      << Diagnostics();
+  // What it wrote until the checkpoint, then the end of the old pipe.
+  std::vector<std::string> rest = ReadLines(first[0], 10000, 5s);
+  before.insert(before.end(), rest.begin(), rest.end());
+  ::close(first[0]);
+  EXPECT_TRUE(WaitGone(init, 10s).gone);
+
+  int second[2];
+  ASSERT_EQ(::pipe2(second, O_CLOEXEC), 0);
+  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
+                  bundle_, "c2"},
+                 second[1]),
+            0)
+      << Diagnostics();
+  ::close(second[1]);
+  Track(InitPid("c2"), "sh");
+  std::vector<std::string> after = ReadLines(second[0], 5, 20s);
+  ::close(second[0]);
+  ASSERT_EQ(after.size(), 5u) << "the restored container writes into the pipe the runtime gave it" << Diagnostics();
+  EXPECT_EQ(Counter(after[0]), Counter(before.back()) + 1) << "after " << before.back() << " came " << after[0];
+}
+
+TEST_F(RuncContainers, AnOptionCairnCannotHonourIsRefusedAndTheContainerRunsOn) {
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3));
+  pid_t init = InitPid("c1");
+  EXPECT_NE(Runc({"checkpoint", "--manage-cgroups-mode", "full", "--image-path", *temp_ / "images", "--work-path",
+                  *temp_ / "work", "c1"}),
+            0);
+  std::string log = ReadFile(*temp_ / "work/dump.log");
+  EXPECT_NE(log.find("manage_cgroups_mode"), std::string::npos) << "the log names the option: " << log;
+  EXPECT_FALSE(Exists(*temp_ / "images/cairn")) << "no checkpoint left behind";
+  EXPECT_TRUE(IsAlive(init));
+  size_t n = Log().size();
+  EXPECT_TRUE(WaitLog(n + 5)) << "the container runs on";
+  EXPECT_TRUE(CountsOn(Log()));
+}
+
+TEST_F(RuncContainers, AContainerHoldingWhatCairnCannotMountAgainRunsOnUntouched) {
+  // A ramfs: neither saved nor named external by the runtime.
+  MakeBundle(R"({"destination": "/tmp", "type": "ramfs", "source": "ramfs", "options": []})");
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t init = InitPid("c1");
+  EXPECT_NE(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0);
+  std::string log = ReadFile(*temp_ / "work/dump.log");
+  EXPECT_NE(log.find("ramfs"), std::string::npos) << "the log names what could not be saved: " << log;
+  EXPECT_FALSE(Exists(*temp_ / "images/cairn"));
+  EXPECT_TRUE(IsAlive(init));
+  size_t n = Log().size();
+  EXPECT_TRUE(WaitLog(n + 5)) << "the container runs on";
+  EXPECT_TRUE(CountsOn(Log()));
+}
+
+// The protocol itself, without a runtime: a garbled message gets an error answer and the
+// service goes on to answer the next request.
+TEST_F(CairnTest, CriuCompatAnswersAGarbledMessageWithAnErrorAndServesOn) {
+  int sk[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sk), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(sk[1], 3);
+    ::execl(CairnBinary().c_str(), "cairn", "criu-compat", "swrk", "3", nullptr);
+    ::_exit(127);
+  }
+  ::close(sk[1]);
+  auto exchange = [&](const std::string& out) {
+    EXPECT_EQ(::send(sk[0], out.data(), out.size(), 0), static_cast<ssize_t>(out.size()));
+    std::string in(65536, '\0');
+    pollfd p{sk[0], POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return std::string();
+    ssize_t n = ::recv(sk[0], in.data(), in.size(), 0);
+    in.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    return in;
+  };
+  criu_rpc::Response garbled;
+  ASSERT_TRUE(garbled.ParseFromString(exchange(std::string("\xff\xff\xff\x01garbage", 11))));
+  EXPECT_FALSE(garbled.success());
+  EXPECT_FALSE(garbled.cr_errmsg().empty());
+
+  criu_rpc::Request version;
+  version.set_type(criu_rpc::VERSION);
+  criu_rpc::Response v;
+  ASSERT_TRUE(v.ParseFromString(exchange(version.SerializeAsString())));
+  EXPECT_TRUE(v.success());
+  EXPECT_GE(v.version().major() * 10000 + v.version().minor() * 100, 31600) << "runtimes' minimums";
+
+  // An option field this protocol does not have: refused by number, not ignored.
+  int images = ::open(temp_->path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(images, 0);
+  criu_rpc::Request dump;
+  dump.set_type(criu_rpc::DUMP);
+  dump.mutable_opts()->set_images_dir_fd(images);
+  dump.mutable_opts()->set_pid(1);
+  dump.mutable_opts()->GetReflection()->MutableUnknownFields(dump.mutable_opts())->AddVarint(200, 1);
+  criu_rpc::Response refused;
+  ASSERT_TRUE(refused.ParseFromString(exchange(dump.SerializeAsString())));
+  EXPECT_FALSE(refused.success());
+  EXPECT_NE(refused.cr_errmsg().find("200"), std::string::npos) << refused.cr_errmsg();
+
+  ::close(images);
+  ::close(sk[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << "no crash";
+}
+
+}  // namespace
+}  // namespace cairn::testing
