@@ -58,6 +58,7 @@ const Spec kSpecs[] = {
     {"wl_scratch_files"},
     {"wl_nanosleep"},
     {"wl_personality"},
+    {"wl_seccomp", true, false, true, false},
     {"wl_poll"},
     {"wl_posix_timers", true, false, true, false},
     {"wl_rlimits"},

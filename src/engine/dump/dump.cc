@@ -767,9 +767,10 @@ absl::Status CheckTarget(pid_t pid) {
         "there is nothing to checkpoint"));
   }
   ASSIGN_OR_RETURN(proc::Status status, proc::ReadStatus(pid));
-  if (status.seccomp != 0) {
+  if (status.seccomp == 1) {
     return absl::UnimplementedError(absl::StrCat(
-        "pid ", pid, " (", st->comm, ") runs under a seccomp filter; such processes are not supported yet"));
+        "pid ", pid, " (", st->comm, ") runs in strict seccomp mode (only read, write, exit and sigreturn): nothing "
+        "can be injected into it to checkpoint it"));
   }
   ASSIGN_OR_RETURN(std::vector<pid_t> tids, proc::ListTasks(pid));
   if (tids.empty() || tids.front() > pid || std::find(tids.begin(), tids.end(), pid) == tids.end()) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "engine/dump/seccomp.h"
 #include "engine/inject/batch.h"
 #include "engine/inject/ptrace.h"
 #include "engine/proc/fds.h"
@@ -372,7 +373,9 @@ absl::Status CaptureTaskState(const FrozenProcess& fp, inject::Injector& inj, in
   c->set_cap_bnd(status.cap_bnd);
   c->set_cap_amb(status.cap_amb);
   c->set_no_new_privs(status.no_new_privs);
-  return absl::OkStatus();
+  std::vector<pid_t> tids;
+  for (const auto& t : fp.threads()) tids.push_back(t.tid);
+  return CaptureSeccompFilters(pid, status.seccomp, tids, out);
 }
 
 }  // namespace cairn::dump

@@ -46,6 +46,7 @@
 #include "engine/proc/stat.h"
 #include "common/unique_fd.h"
 #include "engine/restore/files.h"
+#include "engine/restore/seccomp.h"
 #include "engine/restore/sockets.h"
 #include "engine/restore/sysv_ipc.h"
 #include "engine/restore/ids.h"
@@ -631,6 +632,8 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   if (own_table) RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
   // The last injected call removes the work area itself: single-stepping stops at the
   // syscall's exit, before the (now unmapped) next instruction would run.
+  // Seccomp filters last: from here on every injected call must pass them.
+  RETURN_IF_ERROR(InstallSeccompFilters(inj, scratch, proc));
   RETURN_IF_ERROR(inj.Call("munmap work area", SYS_munmap, work_area, kWorkAreaSize).status());
   CAIRN_LOG_DEBUG("event=restore_stage stage=state_restored pid={}", pid);
   return SetFinalRegisters(proc, ids, img.meta().has_machine() ? &img.meta().machine() : nullptr);
