@@ -25,7 +25,9 @@ packages=(
   # root over virtiofs (tests/machines/guest.sh)
   qemu-system-x86 qemu-system-common linux-image-cloud-amd64 busybox-static cpio
   groff-base bsdextrautils  # the manual pages rendered and checked (tests/packaging/install_test.sh)
-  runc  # containers checkpointed by their runtime through criu-compat (tests/integration/container_test.cc)
+  # Containers checkpointed by their runtimes through criu-compat (tests/integration/container_test.cc,
+  # tests/containers/)
+  runc podman containerd
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <optional>
 #include <vector>
@@ -51,6 +52,16 @@ struct HeldFds {
     for (int f : fds) ::close(f);
   }
 };
+
+// A statistics file (criu_rpc.proto Stats) in the work directory: what the runtime shows its
+// user about the dump or restore (Podman's --print-stats).
+absl::Status WriteStats(const std::string& path, const criu_rpc::Stats& stats) {
+  std::string payload = stats.SerializeAsString();
+  uint32_t header[3] = {0x55105940, 0x57093306, static_cast<uint32_t>(payload.size())};
+  return WriteFileSynced(path, std::string(reinterpret_cast<const char*>(header), sizeof header) + payload);
+}
+
+uint32_t Micros(double seconds) { return static_cast<uint32_t>(seconds * 1e6); }
 
 class Session {
  public:
@@ -231,16 +242,39 @@ class Session {
     RETURN_IF_ERROR(Notify("pre-dump", 0));
     CAIRN_LOG_INFO("event=criu_compat_dump pid={} dir={} leave_running={}", r.dump.pid, r.dump.dir,
                    r.dump.leave_running);
+    // A checkpoint the runtime left in the directory (Podman keeps one with --keep) makes way
+    // for the new one, and comes back if the new one fails.
+    const std::string previous = r.dump.dir + ".previous";
+    std::error_code ec;
+    std::filesystem::remove_all(previous, ec);
+    const bool had_previous = std::filesystem::exists(r.dump.dir, ec);
+    if (had_previous && ::rename(r.dump.dir.c_str(), previous.c_str()) != 0) {
+      return ErrnoStatus("move the checkpoint already in the runtime's directory aside (" + r.dump.dir + ")");
+    }
     // The marker first: once the dump has killed the processes, nothing may fail but the dump.
     const std::string marker = dirs.images + "/inventory.img";
-    RETURN_IF_ERROR(WriteFileSynced(marker, kInventoryNote));
-    absl::StatusOr<dump::DumpResult> res = dump::Dump(r.dump);
+    absl::Status marked = WriteFileSynced(marker, kInventoryNote);
+    absl::StatusOr<dump::DumpResult> res = marked.ok() ? dump::Dump(r.dump) : absl::StatusOr<dump::DumpResult>(marked);
     if (!res.ok()) {
-      ::unlink(marker.c_str());
+      if (!had_previous) ::unlink(marker.c_str());
+      if (had_previous) ::rename(previous.c_str(), r.dump.dir.c_str());
       return res.status();
     }
+    std::filesystem::remove_all(previous, ec);
     CAIRN_LOG_INFO("event=criu_compat_dumped processes={} bytes={} frozen_seconds={:.3f}", res->processes,
                    res->bytes, res->frozen_seconds);
+    criu_rpc::Stats stats;
+    criu_rpc::DumpStats* d = stats.mutable_dump();
+    d->set_freezing_time(0);  // cairn's freeze is inside frozen_time
+    d->set_frozen_time(Micros(res->frozen_seconds));
+    d->set_memdump_time(Micros(res->total_seconds));
+    d->set_memwrite_time(0);  // written as it is read: inside memdump_time
+    d->set_pages_scanned(res->pages);
+    d->set_pages_skipped_parent(0);
+    d->set_pages_written(res->bytes / 4096);
+    d->set_pages_lazy(0);
+    absl::Status written = WriteStats(dirs.work + "/stats-dump", stats);
+    if (!written.ok()) CAIRN_LOG_WARN("event=criu_compat_stats_unwritten error=\"{}\"", written.ToString());
     return Notify("post-dump", 0);
   }
 
@@ -258,6 +292,15 @@ class Session {
     ASSIGN_OR_RETURN(restore::RestoreResult res, restore::Restore(opts));
     CAIRN_LOG_INFO("event=criu_compat_restored pid={} processes={} seconds={:.3f}", res.pid, res.processes,
                    res.seconds);
+    criu_rpc::Stats stats;
+    criu_rpc::RestoreStats* r = stats.mutable_restore();
+    r->set_pages_compared(0);
+    r->set_pages_skipped_cow(0);
+    r->set_forking_time(0);  // inside restore_time
+    r->set_restore_time(Micros(res.seconds));
+    r->set_pages_restored(res.bytes / 4096);
+    absl::Status written = WriteStats(dirs.work + "/stats-restore", stats);
+    if (!written.ok()) CAIRN_LOG_WARN("event=criu_compat_stats_unwritten error=\"{}\"", written.ToString());
     // The container runs: a runtime that does not hear this still has its pid (post-restore).
     absl::Status post = Notify("post-resume", res.pid);
     if (!post.ok()) CAIRN_LOG_WARN("event=criu_compat_post_resume error=\"{}\"", post.ToString());

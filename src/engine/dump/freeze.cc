@@ -157,17 +157,9 @@ absl::Status FrozenProcess::SendKill() {
 }
 
 void FrozenProcess::ReapKilled() {
-  // The kernel reports the group leader's death only after every other thread's has been
-  // collected, so collect the leader (first in the list) last.
-  for (auto it = threads_.rbegin(); it != threads_.rend(); ++it) {
-    const ThreadState& t = *it;
-    for (;;) {
-      auto stop = inject::WaitStop(t.tid);
-      if (!stop.ok()) break;  // ECHILD: already reaped
-      if (stop->kind == StopInfo::Kind::kExited || stop->kind == StopInfo::Kind::kKilled) break;
-      (void)inject::Cont(t.tid, 0);
-    }
-  }
+  std::vector<pid_t> tids;
+  for (const ThreadState& t : threads_) tids.push_back(t.tid);
+  inject::ReapKilledThreads(std::move(tids));
 }
 
 }  // namespace cairn::dump

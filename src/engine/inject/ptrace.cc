@@ -179,4 +179,27 @@ absl::StatusOr<RseqConfig> GetRseq(pid_t tid) {
   return RseqConfig{conf.rseq_abi_pointer, conf.rseq_abi_size, conf.signature};
 }
 
+void ReapKilledThreads(std::vector<pid_t> tids) {
+  while (!tids.empty()) {
+    bool progressed = false;
+    for (auto it = tids.begin(); it != tids.end();) {
+      int status = 0;
+      pid_t r = ::waitpid(*it, &status, __WALL | WNOHANG);
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) {
+        ++it;
+        continue;
+      }
+      progressed = true;
+      if (r < 0 || WIFEXITED(status) || WIFSIGNALED(status)) {
+        it = tids.erase(it);
+        continue;
+      }
+      ::ptrace(PTRACE_CONT, *it, nullptr, nullptr);  // a stop on its way out (an exit event): on to its death
+      ++it;
+    }
+    if (!progressed) ::usleep(200);
+  }
+}
+
 }  // namespace cairn::inject

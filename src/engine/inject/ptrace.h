@@ -32,6 +32,13 @@ absl::Status Seize(pid_t tid, long options);
 absl::Status Interrupt(pid_t tid);
 absl::Status Detach(pid_t tid, int signal = 0);
 absl::Status Cont(pid_t tid, int signal = 0);
+
+// Collects the deaths of `tids` (the threads of processes sent SIGKILL, traced by this
+// process), each thread as soon as it is ready, a group leader only once its other threads
+// are: the kernel reports a leader last, and the last thread of a PID namespace's init waits
+// (zap_pid_ns_processes) until every other thread of the namespace has been collected, so a
+// fixed order can wait forever. Threads already collected (ECHILD) are skipped.
+void ReapKilledThreads(std::vector<pid_t> tids);
 absl::Status SingleStep(pid_t tid);
 // PTRACE_SYSCALL: resume until the next syscall entry or exit.
 absl::Status Syscall(pid_t tid, int signal = 0);

@@ -20,4 +20,15 @@ namespace cairn::restore {
 absl::Status CheckSameFile(const struct stat& st, const image::FileId& want, const std::string& what,
                            bool content_too = false);
 
+// While one is alive on a thread, that thread's checks are a container's (restore/container.h):
+// its runtime makes its root file system again from the image (another storage, another node),
+// so a file is the same when its size and modification time are — not its device and inode.
+class ContainerFileIdentity {
+ public:
+  ContainerFileIdentity();
+  ~ContainerFileIdentity();
+  ContainerFileIdentity(const ContainerFileIdentity&) = delete;
+  ContainerFileIdentity& operator=(const ContainerFileIdentity&) = delete;
+};
+
 }  // namespace cairn::restore

@@ -45,6 +45,7 @@
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
 #include "common/unique_fd.h"
+#include "engine/restore/file_identity.h"
 #include "engine/restore/files.h"
 #include "engine/restore/seccomp.h"
 #include "engine/restore/sockets.h"
@@ -204,19 +205,12 @@ class Tasks {
   ~Tasks() {
     if (released_) return;
     for (pid_t pid : pids_) ::kill(pid, SIGKILL);
+    std::vector<pid_t> tids;
     for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
-      // The threads first: a traced leader is reported only once its tracer has reaped
-      // every other thread of its group.
-      std::vector<pid_t> tids;
-      if (auto listed = proc::ListTasks(*it); listed.ok()) tids = *listed;
-      tids.erase(std::remove(tids.begin(), tids.end(), *it), tids.end());
-      tids.push_back(*it);
-      for (pid_t tid : tids) {
-        int status;
-        while (::waitpid(tid, &status, __WALL) < 0 && errno == EINTR) {
-        }
-      }
+      if (auto listed = proc::ListTasks(*it); listed.ok()) tids.insert(tids.end(), listed->begin(), listed->end());
+      if (std::find(tids.begin(), tids.end(), *it) == tids.end()) tids.push_back(*it);
     }
+    inject::ReapKilledThreads(std::move(tids));
   }
   void Add(pid_t pid) { pids_.push_back(pid); }
   void Release() { released_ = true; }
@@ -626,14 +620,20 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   RETURN_IF_ERROR(RestoreProcessLocks(inj, scratch, procs, proc, /*posix=*/own_table));
   std::map<pid_t, inject::Injector> injectors;
   RETURN_IF_ERROR(CreateThreads(inj, scratch, proc, &injectors, &ids));
+  // Seccomp filters (seccomp.h): installing one needs no_new_privs or CAP_SYS_ADMIN. A process
+  // that ends with neither (a container's, whose runtime installed them before it dropped its
+  // capabilities) takes them while it still has the restorer's, before its credentials: its
+  // filters must then allow the calls that restore those.
+  const bool filters_early = !CanInstallSeccomp(proc.creds());
+  if (filters_early) RETURN_IF_ERROR(InstallSeccompFilters(inj, scratch, proc));
   RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, work_area + kStopLoopAt, proc));
   // After the credentials: the kernel records the setter's as the owner's, which decide whom
   // the owner may signal.
   if (own_table) RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
   // The last injected call removes the work area itself: single-stepping stops at the
   // syscall's exit, before the (now unmapped) next instruction would run.
-  // Seccomp filters last: from here on every injected call must pass them.
-  RETURN_IF_ERROR(InstallSeccompFilters(inj, scratch, proc));
+  // Otherwise last: nothing else injected has to pass them.
+  if (!filters_early) RETURN_IF_ERROR(InstallSeccompFilters(inj, scratch, proc));
   RETURN_IF_ERROR(inj.Call("munmap work area", SYS_munmap, work_area, kWorkAreaSize).status());
   CAIRN_LOG_DEBUG("event=restore_stage stage=state_restored pid={}", pid);
   return SetFinalRegisters(proc, ids, img.meta().has_machine() ? &img.meta().machine() : nullptr);
@@ -869,7 +869,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // A container's root stands in its namespaces with its mounts made: its runtime may set them
   // up further (its hooks), and the image's paths are opened under its root from here on.
   std::optional<ImageRoot> image_root;
+  std::optional<ContainerFileIdentity> container_identity;
   if (container) {
+    container_identity.emplace();
     std::string link = absl::StrCat("/proc/", root_host, "/root");
     UniqueFd at(::open(link.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!at.valid()) return ErrnoStatus("open " + link + ", the restored container's root");
@@ -877,7 +879,24 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   }
   if (opts.notify) RETURN_IF_ERROR(opts.notify("setup-namespaces", root_host));
   if (container) {
-    RETURN_IF_ERROR(open_masters());
+    // Its sockets are made in its network namespace, its paths opened under its root: on a
+    // thread of ours that entered that namespace (a thread's own; the restorer keeps its own).
+    std::string net = absl::StrCat("/proc/", root_host, "/ns/net");
+    std::string at = absl::StrCat("/proc/", root_host, "/root");
+    UniqueFd net_fd(::open(net.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd root_fd(::open(at.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!net_fd.valid() || !root_fd.valid()) return ErrnoStatus("open " + net + " and " + at + " of the restored container");
+    absl::Status opened;
+    std::thread([&] {
+      if (::setns(net_fd.get(), CLONE_NEWNET) != 0) {
+        opened = ErrnoStatus("enter the restored container's network namespace (setns " + net + ")");
+        return;
+      }
+      ImageRoot thread_root(std::move(root_fd));
+      ContainerFileIdentity identity;
+      opened = open_masters();
+    }).join();
+    RETURN_IF_ERROR(opened);
     // The masters are in the table it shares with the restorer: a copy of its own from here.
     inject::Injector inj(root_host, work_area);
     RETURN_IF_ERROR(inj.Call("unshare(CLONE_FILES) in the container's root", SYS_unshare, CLONE_FILES).status());

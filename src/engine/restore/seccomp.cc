@@ -1,5 +1,6 @@
 #include "engine/restore/seccomp.h"
 
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/syscall.h>
@@ -8,6 +9,10 @@
 #include "common/status.h"
 
 namespace cairn::restore {
+
+bool CanInstallSeccomp(const image::Creds& c) {
+  return c.no_new_privs() || (c.cap_eff() & (1ULL << CAP_SYS_ADMIN)) != 0;
+}
 
 absl::Status InstallSeccompFilters(inject::Injector& inj, inject::RemoteScratch& scratch, const image::Process& proc) {
   constexpr size_t kProgramAt = 64;

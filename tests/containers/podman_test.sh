@@ -1,0 +1,109 @@
+#!/bin/bash
+# Podman checkpoints and restores a redis container through cairn (criu-compat: `criu` on
+# Podman's PATH is a link to cairn), under Podman's default seccomp profile, with runc under it:
+#  1. on the same node: `podman container checkpoint --export`, then `restore --import`;
+#  2. into a fresh Podman storage on "another node": each node is a mount namespace of its own
+#     with empty /var/lib/containers, /run/containers, /run/libpod and /run/runc.
+# The data set survives (keys written before, read after, from inside the container's own
+# network namespace), the restored redis runs under the same seccomp filters, and its listener
+# is in the container's network namespace, not on the host.
+# Usage: podman_test.sh BUILD_DIR. Exit 77: skipped (what is missing is said).
+set -euo pipefail
+build=$(cd "$1" && pwd)
+cairn=$build/cairn
+for tool in podman runc redis-server redis-cli busybox nsenter unshare zstd; do
+  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (scripts/install-deps.sh installs it)"; exit 77; }
+done
+
+work=$(mktemp -d /tmp/cairn-podman-XXXXXX)
+holders=()
+cleanup() {
+  for h in "${holders[@]}"; do
+    nsenter -t "$h" -m podman --storage-driver vfs rm --force --all >/dev/null 2>&1 || true
+    kill "$h" 2>/dev/null || true
+  done
+  [[ ${CAIRN_TEST_KEEP:-0} == 1 ]] || rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for h in "${holders[@]}"; do  # cairn's logs in the nodes' container directories
+    nsenter -t "$h" -m sh -c 'tail -n 5 /var/lib/containers/storage/vfs-containers/*/userdata/*.log' >&2 2>/dev/null || true
+  done
+  echo "test directory: $work" >&2
+  exit 1
+}
+
+mkdir -p "$work/shim"
+ln -s "$cairn" "$work/shim/criu"
+export PATH=$work/shim:$PATH
+[[ $(criu --version) == *cairn* ]] || fail "criu on PATH is not cairn's"
+
+# An image without a registry: busybox and redis-server with its libraries, imported from a tar.
+rootfs=$work/rootfs
+mkdir -p "$rootfs"/{bin,usr/bin,data,tmp,etc,proc,sys,dev}
+cp /bin/busybox "$rootfs/bin/"
+for a in sh sleep cat; do ln -s busybox "$rootfs/bin/$a"; done
+cp "$(command -v redis-server)" "$rootfs/usr/bin/"
+for lib in $(ldd "$(command -v redis-server)" | grep -o '/[^ ]*'); do
+  mkdir -p "$rootfs$(dirname "$lib")"
+  cp -L "$lib" "$rootfs$lib"
+done
+tar -C "$rootfs" -cf "$work/rootfs.tar" .
+
+# A node: a mount namespace of its own, held by a sleeping process, with Podman's and runc's
+# state directories empty in it.
+new_node() {  # new_node VAR: the node's holder pid into VAR
+  mkdir -p /var/lib/containers /run/containers /run/libpod /run/runc
+  unshare -m --propagation private sleep infinity </dev/null >/dev/null 2>&1 &
+  local h=$!
+  holders+=("$h")
+  sleep 0.2
+  for d in /var/lib/containers /run/containers /run/libpod /run/runc; do nsenter -t "$h" -m mount -t tmpfs tmpfs "$d"; done
+  nsenter -t "$h" -m podman --storage-driver vfs import "$work/rootfs.tar" localhost/cairn-redis >/dev/null 2>&1
+  printf -v "$1" '%s' "$h"
+}
+pm() {  # pm NODE ARGS...
+  local h=$1
+  shift
+  nsenter -t "$h" -m podman --storage-driver vfs "$@"
+}
+init_pid() { pm "$1" inspect r1 --format '{{.State.Pid}}'; }
+redis() {  # redis NODE ARGS...: redis-cli inside the container's network namespace
+  local h=$1
+  shift
+  nsenter -n -t "$(init_pid "$h")" redis-cli "$@"
+}
+filters() { grep -E '^(Seccomp|Seccomp_filters):' "/proc/$(init_pid "$1")/status" | tr -s '\t\n' '  '; }
+
+new_node a
+new_node b
+# Podman's default limits are above what root may set here (no CAP_SYS_RESOURCE).
+pm "$a" run -d --name r1 --network none --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 localhost/cairn-redis \
+  /usr/bin/redis-server --save "" --appendonly no --port 6379 >/dev/null
+for _ in $(seq 50); do [[ $(redis "$a" ping 2>/dev/null) == PONG ]] && break; sleep 0.1; done
+[[ $(redis "$a" ping) == PONG ]] || fail "redis did not start in its container"
+seccomp_before=$(filters "$a")
+[[ $seccomp_before == *"Seccomp: 2"* ]] || fail "Podman's default seccomp profile is not in effect: $seccomp_before"
+redis "$a" set greeting hello >/dev/null
+redis "$a" incrby counter 41 >/dev/null
+
+# 1. The same node.
+pm "$a" container checkpoint --export "$work/one.tar.zst" r1 >/dev/null || fail "podman container checkpoint"
+[[ $(pm "$a" inspect r1 --format '{{.State.Status}}') == exited ]] || fail "the container still runs after its checkpoint"
+pm "$a" rm r1 >/dev/null
+pm "$a" container restore --keep --import "$work/one.tar.zst" >/dev/null || fail "podman container restore --import"
+[[ $(redis "$a" get greeting) == hello ]] || fail "the key written before the checkpoint is gone"
+[[ $(redis "$a" incr counter) == 42 ]] || fail "the counter did not go on from 41"
+[[ $(filters "$a") == "$seccomp_before" ]] || fail "seccomp after restore: $(filters "$a"); before: $seccomp_before"
+pid=$(init_pid "$a")
+if ss -ltnp | grep -q "pid=$pid,"; then fail "the restored redis listens on the host's network namespace"; fi
+nsenter -n -t "$pid" ss -ltn | grep -q ':6379' || fail "the restored redis does not listen in its container"
+
+# 2. Another node, with a fresh storage.
+redis "$a" set moved yes >/dev/null
+pm "$a" container checkpoint --export "$work/two.tar.zst" r1 >/dev/null || fail "second checkpoint"
+pm "$b" container restore --keep --import "$work/two.tar.zst" >/dev/null || fail "restore --import on the other node"
+[[ $(redis "$b" get moved) == yes && $(redis "$b" get counter) == 42 ]] || fail "the data set did not reach the other node"
+[[ $(filters "$b") == "$seccomp_before" ]] || fail "seccomp on the other node: $(filters "$b")"
+echo "PASS: podman checkpoint/restore through cairn, same node and a fresh storage"
