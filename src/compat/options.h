@@ -2,8 +2,24 @@
 // A container runtime's checkpoint options (criu_rpc.proto Options) in cairn's terms: what
 // each one asks, and whether cairn does it. An option cairn honours becomes part of the dump
 // or restore; one it cannot is refused with a message the runtime shows its user (and writes
-// in its log file); none is ignored. An option the protocol has that this file does not know
-// (a field number it has never seen) is refused by number.
+// in its log file). An option the protocol has that this file does not know (a field number
+// it has never seen) is refused by number.
+//
+// Some options are permissions or hints whose CRIU meaning cairn meets by what it always does;
+// they are taken without changing anything, for these reasons:
+//   shell_job, ext_unix_sk, file_locks   permissions: cairn saves locks always, and still
+//                                        refuses (saying what) a session or socket it cannot save;
+//   evasive_devices                      leniency: cairn checks a device by its number, strictly;
+//   manage_cgroups, cg_root              the runtime places the processes in their cgroups (runc
+//                                        moves this process there first) and sets the properties;
+//   rst_sibling                          the restored init is this process's child, and the
+//                                        runtime's once this process exits (runc is a child
+//                                        subreaper): runtimes restore detached;
+//   orphan_pts_master                    matters only for a terminal, which a container holding a
+//                                        pty is not restored with through this protocol yet;
+//   auto_dedup, ghost_limit, link_remap, force_irmap, irmap_scan_paths, tcp_skip_in_flight,
+//   weak_sysctls, timeout, cpu_cap, status_fd, log_level
+//                                        CRIU's own tuning, with no counterpart in cairn's engine.
 
 #include <sys/types.h>
 

@@ -17,12 +17,17 @@ done
 
 work=$(mktemp -d /tmp/cairn-podman-XXXXXX)
 holders=()
+made_dirs=()  # the state directories this test made on the host, removed at the end
+for d in /var/lib/containers /run/containers /run/libpod /run/runc; do
+  [[ -e $d ]] || { mkdir -p "$d"; made_dirs+=("$d"); }
+done
 cleanup() {
   for h in "${holders[@]}"; do
     nsenter -t "$h" -m podman --storage-driver vfs rm --force --all >/dev/null 2>&1 || true
     kill "$h" 2>/dev/null || true
   done
   [[ ${CAIRN_TEST_KEEP:-0} == 1 ]] || rm -rf "$work"
+  for d in "${made_dirs[@]}"; do rmdir "$d" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 fail() {
@@ -54,7 +59,6 @@ tar -C "$rootfs" -cf "$work/rootfs.tar" .
 # A node: a mount namespace of its own, held by a sleeping process, with Podman's and runc's
 # state directories empty in it.
 new_node() {  # new_node VAR: the node's holder pid into VAR
-  mkdir -p /var/lib/containers /run/containers /run/libpod /run/runc
   unshare -m --propagation private sleep infinity </dev/null >/dev/null 2>&1 &
   local h=$!
   holders+=("$h")

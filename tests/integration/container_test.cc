@@ -324,10 +324,16 @@ TEST_F(RuncContainers, AContainerHoldingWhatCairnCannotMountAgainRunsOnUntouched
 // service goes on to answer the next request.
 TEST_F(CairnTest, CriuCompatAnswersAGarbledMessageWithAnErrorAndServesOn) {
   int sk[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sk), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sk), 0);
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::dup2(sk[1], 3);
+    // Only the service's end, as fd 3 (our end stays here: it must see us hang up).
+    if (sk[1] == 3) {
+      ::fcntl(3, F_SETFD, 0);
+    } else {
+      ::dup2(sk[1], 3);
+    }
+    ::closefrom(4);
     ::execl(CairnBinary().c_str(), "cairn", "criu-compat", "swrk", "3", nullptr);
     ::_exit(127);
   }

@@ -204,6 +204,12 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
   std::set<uint32_t> inside = {top->id};
   std::map<uint32_t, const proc::MountEntry*> by_id;
   std::set<std::string> externals_used;
+  std::map<uint32_t, image::Mount::Kind> kinds;  // of the mounts recorded so far
+  // The host's own file systems: one of them shown whole in the container is a bind from the
+  // host (`-v /dev/shm:/dev/shm`), not a file system the container made.
+  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> host, proc::ReadMountTable(::getpid()));
+  std::set<dev_t> host_devs;
+  for (const proc::MountEntry& h : host) host_devs.insert(h.dev);
   uint64_t tmpfs_bytes = 0;
   auto refuse = [&](const proc::MountEntry& m, absl::string_view why) {
     return absl::UnimplementedError(absl::StrFormat("the container's mount at %s (%s from %s, %s) %s", m.point,
@@ -227,6 +233,7 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
     if (&m == top) {
       out->set_kind(image::Mount::ROOT);
       by_id[m.id] = &m;
+      kinds[m.id] = image::Mount::ROOT;
       continue;
     }
     // Part of a file system already in the table (a masked path: a bind of the container's own
@@ -234,7 +241,8 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
     // what the container saw.
     const proc::MountEntry* same = nullptr;
     for (const auto& [id, earlier] : by_id) {
-      if (earlier->dev == m.dev && Within(m.fs_root, earlier->fs_root)) {
+      bool own = kinds[id] == image::Mount::ROOT || kinds[id] == image::Mount::FILESYSTEM;
+      if (own && earlier->dev == m.dev && Within(m.fs_root, earlier->fs_root)) {
         same = earlier;
         break;
       }
@@ -265,6 +273,12 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
       if (m.fs_root != "/") {
         return refuse(m, "shows part of a file system the container did not mount itself: name it external");
       }
+      // sysfs shares the host's instance whenever the container shares its network namespace:
+      // a fresh mount shows the same.
+      if (m.fstype != "sysfs" && host_devs.count(m.dev)) {
+        return refuse(m, "is the host's own file system, bound into the container: name it external (criu-compat: "
+                         "ext_mnt) so that the restore binds it again");
+      }
       out->set_kind(image::Mount::FILESYSTEM);
       if (m.fstype == "tmpfs") {
         std::string where = absl::StrCat("/proc/", root, "/root", m.point);
@@ -281,6 +295,7 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
                                        m.fstype));
     }
     by_id[m.id] = &m;
+    kinds[m.id] = out->kind();
   }
   for (const auto& [point, key] : opts.external_mounts) {
     if (!externals_used.count(point)) {

@@ -517,6 +517,12 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
   if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, opts.container, &ckpt));
+  if (container && ckpt.container().own_net_ns() && !ckpt.network_lock().empty()) {
+    // The restore's lock and its removal of this one act in the host's network namespace.
+    return absl::UnimplementedError(
+        "the container holds established TCP connections in its own network namespace: cairn does not restore "
+        "those yet (checkpoint it with --tcp-close, or without connections)");
+  }
   timer.Mark("fds");
   RETURN_IF_ERROR(StopPoint("fds"));
   if (inc.incremental_procs > 0) {

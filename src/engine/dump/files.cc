@@ -954,7 +954,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
           fd.set_content_size(blob.size);
           fd.set_content_xxh3(blob.xxh3);
         }
-      } else if (IsScratchFile(path, st)) {
+      } else if (opts.container_mounts == nullptr && IsScratchFile(path, st)) {  // a container's /tmp is its own
         // A session file of the node's (scratch_files.h): its content goes with the checkpoint.
         fd.set_scratch(true);
         if (writer != nullptr && saved_files->insert({st.st_dev, st.st_ino}).second) {

@@ -80,6 +80,15 @@ absl::Status CheckNamespaces(pid_t root) {
         "pid ", root, " lives in a PID namespace (as pid ", st.nspids.back(),
         ") but is not its init; checkpoint the namespace's init with --tree (for a job: cairn dump --job NAME)"));
   }
+  // A user namespace of its own maps its ids and capabilities onto others of the machine's:
+  // restored without one, its root would be the machine's.
+  ASSIGN_OR_RETURN(std::string my_user, NsLink(::getpid(), "user"));
+  ASSIGN_OR_RETURN(std::string their_user, NsLink(root, "user"));
+  if (my_user != their_user) {
+    return absl::UnimplementedError(absl::StrCat(
+        "pid ", root, " runs in a user namespace of its own: cairn does not rebuild user namespaces yet, and without "
+        "one its ids and capabilities would be the machine's (run the container without a user namespace)"));
+  }
   ASSIGN_OR_RETURN(std::string mine, NsLink(::getpid(), "mnt"));
   ASSIGN_OR_RETURN(std::string theirs, NsLink(root, "mnt"));
   if (mine != theirs && !nested) {

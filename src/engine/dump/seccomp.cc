@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "engine/proc/stat.h"
 
 namespace cairn::dump {
 namespace {
@@ -73,6 +74,15 @@ bool NotifiesSupervisor(const std::string& program) {
 }
 
 absl::Status CaptureSeccompFilters(pid_t pid, int mode, const std::vector<pid_t>& tids, image::Process* out) {
+  for (pid_t tid : tids) {
+    ASSIGN_OR_RETURN(proc::Status ts, proc::ReadTaskStatus(pid, tid));
+    if (ts.seccomp != mode) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "thread %d of pid %d runs in seccomp mode %d, its main thread in mode %d: cairn restores one chain of "
+          "filters per process",
+          tid, pid, ts.seccomp, mode));
+    }
+  }
   if (mode == 0) return absl::OkStatus();
   if (mode == SECCOMP_MODE_STRICT) {
     return absl::UnimplementedError(absl::StrFormat(

@@ -359,6 +359,8 @@ int ContainerPlan::Run(int* err) const {
     if (tmp_b >= 0) ::close(tmp_b);
     if (rc != 0) {
       *err = e;
+      if (at >= 0) ::close(at);  // the table is the restorer's too
+      if (root >= 0) ::close(root);
       return static_cast<int>(i);
     }
   }

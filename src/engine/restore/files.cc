@@ -49,12 +49,14 @@ thread_local int g_image_root = -1;  // ImageRoot's, for the length of one resto
 ImageRoot::ImageRoot(UniqueFd root) : root_(std::move(root)) { g_image_root = root_.get(); }
 ImageRoot::~ImageRoot() { g_image_root = -1; }
 
+bool ImageRootActive() { return g_image_root >= 0; }
+
 int OpenImagePath(const std::string& path, int flags, mode_t mode) {
-  if (g_image_root < 0 || absl::StartsWith(path, "/proc/self/")) return ::open(path.c_str(), flags, mode);
+  if (g_image_root < 0) return ::open(path.c_str(), flags, mode);
   struct {
     uint64_t flags, mode, resolve;
   } how{static_cast<uint64_t>(static_cast<uint32_t>(flags)), (flags & (O_CREAT | O_TMPFILE)) ? mode : 0u,
-        0x10 /* RESOLVE_IN_ROOT */};
+        0x10 | 0x02 /* RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS */};
   return static_cast<int>(::syscall(SYS_openat2, g_image_root, path.c_str(), &how, sizeof how));
 }
 
@@ -188,7 +190,9 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
   if (!fd.handle().empty()) {
     ASSIGN_OR_RETURN(f, OpenByHandle(fd, flags, pid));
   } else {
-    f = UniqueFd(fd.outside_container() ? ::open(open_path.c_str(), flags) : OpenImagePath(open_path, flags));
+    // A file made again is reached through the restorer's own descriptor (/proc/self/fd/N).
+    const bool own_path = fd.deleted() || made;
+    f = UniqueFd(own_path || fd.outside_container() ? ::open(open_path.c_str(), flags) : OpenImagePath(open_path, flags));
   }
   if (!f.valid()) return ErrnoStatus(absl::StrFormat("open %s (fd %d of pid %d)", fd.path(), fd.fd(), pid));
   if (!fd.deleted() && !made) {
@@ -196,7 +200,7 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
     if (::fstat(f.get(), &st) != 0) return ErrnoStatus("stat " + open_path);
     std::string what = absl::StrFormat("%s (fd %d of pid %d)", fd.path(), fd.fd(), pid);
     if (fd.kind() == image::Fd::CHAR_DEVICE) {
-      if (st.st_rdev != fd.rdev()) {
+      if (!S_ISCHR(st.st_mode) || st.st_rdev != fd.rdev()) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "%s is not the device the process had open at checkpoint time (device %u:%u here, %u:%u then)", what,
             major(st.st_rdev), minor(st.st_rdev), major(fd.rdev()), minor(fd.rdev())));
@@ -264,6 +268,13 @@ absl::StatusOr<UniqueFd> MakeScratchFile(const std::string& path, const image::S
 
 // Makes one deleted file or memfd again, with its content, as a descriptor of the restorer.
 absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const FileObject& o) {
+  if (ImageRootActive() && !o.memfd) {
+    // Made again next to its old name, which is the container's: this thread sees the host's.
+    return absl::UnimplementedError(absl::StrFormat(
+        "%s, a file of the container removed while open (or made with O_TMPFILE), is not made again in a "
+        "container's file system yet",
+        o.path));
+  }
   std::string content;
   const image::SavedFile* layout = nullptr;
   if (o.fd_content != nullptr) {
@@ -407,6 +418,11 @@ absl::Status AddInotifyWatches(int f, const image::Fd& fd, pid_t pid) {
   auto cleanup = [&] {
     if (!scratch.empty()) ::rmdir(scratch.c_str());
   };
+  if (ImageRootActive() && !watches.empty()) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "the inotify at fd %d of pid %d watches files of the container's file system: not restored for containers yet",
+        fd.fd(), pid));
+  }
   int next = 1;
   for (const image::InotifyWatch& w : watches) {
     auto where = [&] { return absl::StrFormat("watch %d (%s) of the inotify at fd %d of pid %d", w.wd(), w.path(), fd.fd(), pid); };
@@ -612,7 +628,7 @@ absl::StatusOr<UniqueFd> OpenFifo(const image::ImageReader& img, const image::Fd
   // One whose name is gone is opened again through the hold.
   std::string path = fd.deleted() ? absl::StrCat("/proc/self/fd/", hold->second.get()) : fd.path();
   if (fd.deleted()) flags &= ~O_NOFOLLOW;
-  UniqueFd f(OpenImagePath(path, flags));
+  UniqueFd f(fd.deleted() ? ::open(path.c_str(), flags) : OpenImagePath(path, flags));
   if (!f.valid()) return ErrnoStatus("open " + where());
   if (::fcntl(f.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + where());
   return f;
@@ -772,8 +788,11 @@ absl::StatusOr<UniqueFd> RecreatePty(const image::Fd& fd, pid_t pid) {
   int packet = pty.packet() ? 1 : 0;
   if (packet && ::ioctl(m.get(), TIOCPKT, &packet) != 0) return ErrnoStatus("ioctl(TIOCPKT) on " + where());
   if (pty.slave_mode() != 0) {
+    // The slave of this master (TIOCGPTPEER): in the container's devpts for a container's.
+    UniqueFd slave_fd(::ioctl(m.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
     std::string slave = absl::StrCat("/dev/pts/", pty.index());
-    if (::chown(slave.c_str(), pty.slave_uid(), pty.slave_gid()) != 0 || ::chmod(slave.c_str(), pty.slave_mode()) != 0) {
+    if (!slave_fd.valid() || ::fchown(slave_fd.get(), pty.slave_uid(), pty.slave_gid()) != 0 ||
+        ::fchmod(slave_fd.get(), pty.slave_mode()) != 0) {
       return ErrnoStatus("give " + slave + " its owner and mode back");
     }
   }

@@ -81,8 +81,13 @@ class ImageRoot {
   UniqueFd root_;
 };
 
-// open(2) of a path from the image, under the ImageRoot if one is alive.
+// open(2) of a path from the image, under the ImageRoot if one is alive on this thread
+// (resolved inside it: no symlink, "..", or magic link leads out).
 int OpenImagePath(const std::string& path, int flags, mode_t mode = 0);
+
+// Whether an ImageRoot is alive on this thread: a container's restore, whose paths the
+// restorer's own file system calls would take to the host.
+bool ImageRootActive();
 
 // Adds their seals to the memfds, once every area that maps them is in place (a seal
 // may forbid mapping them writable).

@@ -136,7 +136,9 @@ long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t 
     long out[2] = {-1, 0};
     if (::unshare(CLONE_NEWTIME) == 0) {
       int fd = ::open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
-      if (fd >= 0 && ::write(fd, offsets.data(), offsets.size()) == static_cast<ssize_t>(offsets.size())) {
+      bool set = fd >= 0 && ::write(fd, offsets.data(), offsets.size()) == static_cast<ssize_t>(offsets.size());
+      if (fd >= 0) ::close(fd);  // in a table it may share with the restorer
+      if (set) {
         args.flags |= CLONE_PARENT;
         args.exit_signal = 0;  // with CLONE_PARENT, the caller's (SIGCHLD) and must be 0 here
         long rc = ::syscall(SYS_clone3, &args, sizeof args);
@@ -148,6 +150,12 @@ long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t 
     if (::write(pipe_fds[1], out, sizeof out) < 0) ::_exit(1);
     ::_exit(0);
   }
+  // A helper sharing our table has its write end only through it: it is waited for before
+  // anything is closed, and what it wrote waits in the pipe.
+  if (args.flags & CLONE_FILES) {
+    while (::waitpid(helper, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
   ::close(pipe_fds[1]);
   long out[2] = {-1, EIO};
   ssize_t n;
@@ -155,7 +163,9 @@ long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t 
     n = ::read(pipe_fds[0], out, sizeof out);
   } while (n < 0 && errno == EINTR);
   ::close(pipe_fds[0]);
-  while (::waitpid(helper, nullptr, 0) < 0 && errno == EINTR) {
+  if (!(args.flags & CLONE_FILES)) {
+    while (::waitpid(helper, nullptr, 0) < 0 && errno == EINTR) {
+    }
   }
   if (n != static_cast<ssize_t>(sizeof out)) out[0] = -1;
   if (out[0] < 0) errno = static_cast<int>(out[1]);
@@ -814,6 +824,13 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     g_container_plan = &*container;
     g_container_report = ends[1];
   }
+  // Only the clone below reads them: cleared on every way out.
+  struct ClearPlan {
+    ~ClearPlan() {
+      g_container_plan = nullptr;
+      g_container_report = -1;
+    }
+  } clear_plan;
   args.exit_signal = SIGCHLD;
   args.set_tid = reinterpret_cast<uint64_t>(&root);
   args.set_tid_size = 1;
@@ -837,8 +854,6 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
     return ErrnoStatus(absl::StrCat("clone3 with pid ", root));
   }
-  g_container_plan = nullptr;
-  g_container_report = -1;
   IdMap ids;
   pid_t root_host = static_cast<pid_t>(rc);
   ids.Set(root, root_host);

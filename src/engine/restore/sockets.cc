@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/net/orphans.h"
+#include "engine/restore/files.h"
 
 namespace cairn::restore {
 namespace {
@@ -222,6 +223,13 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
     bool file_name = s.family() == AF_UNIX && b.size() > offsetof(sockaddr_un, sun_path) &&
                      b[offsetof(sockaddr_un, sun_path)] != '\0';
     std::string path = file_name ? FormatSockaddr(b) : "";
+    if (file_name && ImageRootActive()) {
+      // Its name lives in the container's file system, which this thread does not see.
+      return absl::UnimplementedError(absl::StrFormat(
+          "%s is a unix socket bound to the name %s in the container's file system: cairn does not restore those "
+          "yet (an abstract name, or a socket the program binds again after restore, are fine)",
+          Where(fd, pid), path));
+    }
     std::optional<RemovedName> removed;
     if (file_name && s.bound_file_removed()) {
       ASSIGN_OR_RETURN(removed, PrepareRemovedName(path, fd, pid));

@@ -26,6 +26,7 @@
 #include "common/status.h"
 #include "engine/machine/xstate.h"
 #include "engine/restore/file_identity.h"
+#include "engine/restore/files.h"
 #include "engine/inject/injector.h"
 #include "engine/inject/ptrace.h"
 #include "engine/inject/stop_loop.h"
@@ -162,6 +163,10 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
   ASSIGN_OR_RETURN(uint64_t cwd, scratch.PutString(0, cwd_path));
   UniqueFd parent;
   std::string leaf = std::filesystem::path(cwd_path).filename().string();
+  if (cwd_deleted && ImageRootActive()) {
+    return absl::UnimplementedError("the working directory " + cwd_path +
+                                    " was removed, in a container's file system: not made again for containers yet");
+  }
   if (cwd_deleted) {
     struct {
       uint64_t flags, mode, resolve;
