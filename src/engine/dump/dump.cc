@@ -876,11 +876,18 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=prepare ms={:.2f}", opts.pid, Since(t0) * 1e3);
   auto t_freeze = Clock::now();
   journal.FinalFreeze();
-  ASSIGN_OR_RETURN(FrozenTree ft, FreezeTree(opts.pid, opts.tree, &journal));
+  ASSIGN_OR_RETURN(bool paused, ThawPausedCgroup(opts.freezer_cgroup));
+  absl::StatusOr<FrozenTree> frozen = FreezeTree(opts.pid, opts.tree, &journal);
+  if (!frozen.ok()) {
+    if (paused) (void)SetFreezerState(opts.freezer_cgroup, "FROZEN");
+    return frozen.status();
+  }
+  FrozenTree& ft = *frozen;
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
   image::Checkpoint ckpt;
   std::unique_ptr<TcpConnections> tcp;  // --tcp-established: the lock and the repaired sockets
   FreezerHold freezer(opts.freezer_cgroup);
+  if (paused) freezer.AdoptPaused();  // a paused container: paused again as it is let go
   absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt, &journal, &tcp, &freezer);
   // The connections leave repair mode (and the lock goes) before any process that runs on
   // is thawed; for processes that are killed, both stay (tcp.h).
@@ -950,7 +957,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     if (h == HandOff::kKill) {
       journal.SetOutcome(GuardJournal::Outcome::kKill);
       if (tcp) tcp->Keep();
-      freezer.Thaw();  // still stopped by the dump: they die, not run
+      freezer.ThawForKill();  // still stopped by the dump: they die, not run
       RETURN_IF_ERROR(ft.Kill());
     } else if (h == HandOff::kThaw) {
       journal.SetOutcome(GuardJournal::Outcome::kRunning);
@@ -1003,7 +1010,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   } else {
     auto t_kill = Clock::now();
     if (tcp) tcp->Keep();  // committed with its lock: the sockets die in repair mode, whatever happens now
-    freezer.Thaw();         // still stopped by the dump: they die, not run
+    freezer.ThawForKill();  // still stopped by the dump: they die, not run
     RETURN_IF_ERROR(ft.Kill());
     journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);

@@ -46,6 +46,12 @@ std::string ReadState(const std::string& cgroup) {
 
 absl::Status FreezerHold::Freeze(GuardJournal& journal) {
   if (cgroup_.empty() || frozen_) return absl::OkStatus();
+  if (paused_) {
+    // Its runtime's pause is given back as the dump lets them go; frozen now, the dump's own
+    // calls would not run.
+    CAIRN_LOG_WARN("event=freezer_hold_skipped cgroup={} reason=\"paused by its runtime\"", cgroup_);
+    return absl::OkStatus();
+  }
   if (::access((cgroup_ + "/freezer.state").c_str(), W_OK) != 0) {
     // No v1 freezer here (a host without that hierarchy): the ptrace stop alone holds them,
     // with the guardian's short window (guardian.h, point 6).
@@ -66,7 +72,25 @@ absl::Status FreezerHold::Freeze(GuardJournal& journal) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup) {
+  if (cgroup.empty() || ReadState(cgroup) != "FROZEN") return false;
+  RETURN_IF_ERROR(SetFreezerState(cgroup, "THAWED"));
+  CAIRN_LOG_DEBUG("event=paused_cgroup_thawed cgroup={}", cgroup);
+  return true;
+}
+
+void FreezerHold::ThawForKill() {
+  paused_ = false;
+  Thaw();
+}
+
 void FreezerHold::Thaw() {
+  if (paused_) {
+    paused_ = false;
+    absl::Status s = SetFreezerState(cgroup_, "FROZEN");
+    if (!s.ok()) CAIRN_LOG_WARN("event=freezer_pause_failed cgroup={} error=\"{}\"", cgroup_, s.ToString());
+    return;
+  }
   if (!frozen_) return;
   frozen_ = false;
   absl::Status s = SetFreezerState(cgroup_, "THAWED");

@@ -31,14 +31,28 @@ class FreezerHold {
   // (at most 2 s; then it is thawed again and an error says so).
   absl::Status Freeze(GuardJournal& journal);
   // THAWED, if Freeze froze it. The processes stay stopped by the dump until it lets them go.
+  // A cgroup its runtime had paused (ThawIfPaused) is FROZEN again instead: the processes go
+  // back to being paused as the dump lets them go.
   void Thaw();
+  // The cgroup was paused by its runtime and thawed for the dump (ThawPausedCgroup): Thaw
+  // freezes it again.
+  void AdoptPaused() { paused_ = !cgroup_.empty(); }
+  // Before the processes are killed: a paused cgroup stays thawed (a frozen task does not die).
+  void ThawForKill();
   // Leaves it frozen whatever happens now (a hand-off holding the processes: kHeld).
   void Keep() { frozen_ = false; }
 
  private:
   std::string cgroup_;
   bool frozen_ = false;
+  bool paused_ = false;  // ThawIfPaused thawed it: Thaw freezes it again
 };
+
+// A cgroup its runtime paused before the dump (containerd pauses a task to checkpoint it):
+// thawed, so that the processes can be stopped by ptrace and the dump's injected calls run (a
+// frozen task does neither); true when it was FROZEN. They run for the moment between this and
+// their ptrace stop. FreezerHold::AdoptPaused then pauses them again as they are let go.
+absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup);
 
 // Writes `state` (FROZEN or THAWED) to the freezer.state of v1 cgroup directory `cgroup`.
 absl::Status SetFreezerState(const std::string& cgroup, const char* state);
