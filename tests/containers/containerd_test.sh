@@ -45,18 +45,10 @@ mkdir -p "$work/shim"
 ln -s "$cairn" "$work/shim/criu"
 export PATH=$work/shim:$PATH
 
-# The image, without a registry: busybox and redis-server with its libraries, through Podman's
-# OCI archive (Podman's own storage in the test directory).
-rootfs=$work/rootfs
-mkdir -p "$rootfs"/{bin,usr/bin,data,tmp,etc,proc,sys,dev}
-cp /bin/busybox "$rootfs/bin/"
-ln -s busybox "$rootfs/bin/sh"
-cp "$(command -v redis-server)" "$rootfs/usr/bin/"
-for lib in $(ldd "$(command -v redis-server)" | grep -o '/[^ ]*'); do
-  mkdir -p "$rootfs$(dirname "$lib")"
-  cp -L "$lib" "$rootfs$lib"
-done
-tar -C "$rootfs" -cf "$work/rootfs.tar" .
+# The image, without a registry, through Podman's OCI archive (Podman's own storage in the test
+# directory).
+source "$(dirname "$0")/redis_rootfs.sh"
+redis_rootfs_tar "$work/rootfs" "$work/rootfs.tar"
 pm=(podman --root "$work/podman" --runroot "$work/podman-run" --storage-driver vfs)
 "${pm[@]}" import "$work/rootfs.tar" localhost/cairn-redis >/dev/null 2>&1 || fail "podman import"
 "${pm[@]}" save --format oci-archive -o "$work/image.tar" localhost/cairn-redis >/dev/null 2>&1 || fail "podman save"

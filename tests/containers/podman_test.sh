@@ -44,17 +44,9 @@ ln -s "$cairn" "$work/shim/criu"
 export PATH=$work/shim:$PATH
 [[ $(criu --version) == *cairn* ]] || fail "criu on PATH is not cairn's"
 
-# An image without a registry: busybox and redis-server with its libraries, imported from a tar.
-rootfs=$work/rootfs
-mkdir -p "$rootfs"/{bin,usr/bin,data,tmp,etc,proc,sys,dev}
-cp /bin/busybox "$rootfs/bin/"
-for a in sh sleep cat; do ln -s busybox "$rootfs/bin/$a"; done
-cp "$(command -v redis-server)" "$rootfs/usr/bin/"
-for lib in $(ldd "$(command -v redis-server)" | grep -o '/[^ ]*'); do
-  mkdir -p "$rootfs$(dirname "$lib")"
-  cp -L "$lib" "$rootfs$lib"
-done
-tar -C "$rootfs" -cf "$work/rootfs.tar" .
+# An image without a registry, imported from a tar.
+source "$(dirname "$0")/redis_rootfs.sh"
+redis_rootfs_tar "$work/rootfs" "$work/rootfs.tar"
 
 # A node: a mount namespace of its own, held by a sleeping process, with Podman's and runc's
 # state directories empty in it.

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/dump/namespaces.h"
 #include "engine/proc/mountinfo.h"
 
 namespace cairn::dump {
@@ -31,17 +32,9 @@ namespace {
 // metadata. A runtime's /dev holds a few device nodes and links.
 constexpr uint64_t kTmpfsBytesLimit = 64ull << 20;
 
-absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
-  std::string link = absl::StrCat("/proc/", pid, "/ns/", ns);
-  char buf[256];
-  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
-  if (n < 0) return ErrnoStatus("readlink " + link);
-  return std::string(buf, static_cast<size_t>(n));
-}
-
 absl::StatusOr<bool> OwnNamespace(pid_t pid, const char* ns) {
-  ASSIGN_OR_RETURN(std::string mine, NsLink(::getpid(), ns));
-  ASSIGN_OR_RETURN(std::string theirs, NsLink(pid, ns));
+  ASSIGN_OR_RETURN(std::string mine, NamespaceLink(::getpid(), ns));
+  ASSIGN_OR_RETURN(std::string theirs, NamespaceLink(pid, ns));
   return mine != theirs;
 }
 

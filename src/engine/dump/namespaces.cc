@@ -16,9 +16,7 @@
 #include "engine/proc/stat.h"
 
 namespace cairn::dump {
-namespace {
-
-absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
+absl::StatusOr<std::string> NamespaceLink(pid_t pid, const char* ns) {
   std::string link = absl::StrCat("/proc/", pid, "/ns/", ns);
   char buf[256];
   ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
@@ -26,11 +24,9 @@ absl::StatusOr<std::string> NsLink(pid_t pid, const char* ns) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-}  // namespace
-
 absl::Status RecordTimeNamespace(pid_t root, image::Checkpoint* ckpt) {
-  auto mine = NsLink(::getpid(), "time");
-  auto theirs = NsLink(root, "time");
+  auto mine = NamespaceLink(::getpid(), "time");
+  auto theirs = NamespaceLink(root, "time");
   if (!mine.ok() || !theirs.ok()) return absl::OkStatus();  // a kernel without time namespaces
   image::TimeNamespace* t = ckpt->mutable_time_ns();
   t->set_machine_clocks(*mine == *theirs);
@@ -82,15 +78,15 @@ absl::Status CheckNamespaces(pid_t root) {
   }
   // A user namespace of its own maps its ids and capabilities onto others of the machine's:
   // restored without one, its root would be the machine's.
-  ASSIGN_OR_RETURN(std::string my_user, NsLink(::getpid(), "user"));
-  ASSIGN_OR_RETURN(std::string their_user, NsLink(root, "user"));
+  ASSIGN_OR_RETURN(std::string my_user, NamespaceLink(::getpid(), "user"));
+  ASSIGN_OR_RETURN(std::string their_user, NamespaceLink(root, "user"));
   if (my_user != their_user) {
     return absl::UnimplementedError(absl::StrCat(
         "pid ", root, " runs in a user namespace of its own: cairn does not rebuild user namespaces yet, and without "
         "one its ids and capabilities would be the machine's (run the container without a user namespace)"));
   }
-  ASSIGN_OR_RETURN(std::string mine, NsLink(::getpid(), "mnt"));
-  ASSIGN_OR_RETURN(std::string theirs, NsLink(root, "mnt"));
+  ASSIGN_OR_RETURN(std::string mine, NamespaceLink(::getpid(), "mnt"));
+  ASSIGN_OR_RETURN(std::string theirs, NamespaceLink(root, "mnt"));
   if (mine != theirs && !nested) {
     return absl::UnimplementedError(absl::StrCat(
         "pid ", root, " lives in another mount namespace; only jobs started with `cairn run` can be checkpointed "
@@ -103,8 +99,8 @@ absl::Status LocalizeIds(pid_t root, image::Checkpoint* ckpt) {
   ASSIGN_OR_RETURN(proc::Status rs, proc::ReadStatus(root));
   if (rs.nspids.size() < 2) return absl::OkStatus();
   ckpt->set_own_pid_ns(true);
-  ASSIGN_OR_RETURN(std::string mine, NsLink(::getpid(), "mnt"));
-  ASSIGN_OR_RETURN(std::string theirs, NsLink(root, "mnt"));
+  ASSIGN_OR_RETURN(std::string mine, NamespaceLink(::getpid(), "mnt"));
+  ASSIGN_OR_RETURN(std::string theirs, NamespaceLink(root, "mnt"));
   ckpt->set_own_mount_ns(mine != theirs);
   ckpt->set_cgroup(JobCgroup(root));
 

@@ -6,10 +6,17 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "image.pb.h"
 
 namespace cairn::dump {
+
+// The link /proc/PID/ns/NS points at ("mnt:[4026531841]"): equal for two processes in the
+// same namespace.
+absl::StatusOr<std::string> NamespaceLink(pid_t pid, const char* ns);
 
 // Refuses trees whose namespaces the engine cannot rebuild (a process inside a PID
 // namespace that is not its init, a foreign mount namespace without its own PID namespace).

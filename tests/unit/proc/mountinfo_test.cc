@@ -62,5 +62,24 @@ TEST(MountPointOf, AnUnknownDeviceIsNotFound) {
   EXPECT_TRUE(absl::IsNotFound(m.status())) << m.status();
 }
 
+TEST(ReadMountTable, HoldsTheRootAndProcWithTheirTypes) {
+  auto table = ReadMountTable(::getpid());
+  ASSERT_TRUE(table.ok()) << table.status();
+  bool root = false, proc = false;
+  for (const MountEntry& m : *table) {
+    root = root || m.point == "/";
+    if (m.point == "/proc") {
+      proc = true;
+      EXPECT_EQ(m.fstype, "proc");
+      struct stat st {};
+      ASSERT_EQ(::stat("/proc/self", &st), 0);
+      EXPECT_EQ(m.dev, st.st_dev);
+      EXPECT_NE(m.parent_id, 0u);
+    }
+  }
+  EXPECT_TRUE(root);
+  EXPECT_TRUE(proc);
+}
+
 }  // namespace
 }  // namespace cairn::proc

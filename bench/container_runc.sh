@@ -1,0 +1,56 @@
+#!/bin/bash
+# `runc checkpoint` and `runc restore --detach` of a busybox container whose process holds
+# SIZE_MIB (default 1024) of random data, with cairn as runc's criu (criu-compat), RUNS times
+# (default 3): the wall time of each runc command, as its caller waits for it. With CRIU=PATH (a
+# CRIU build, e.g. 4.2 from its source, outside this tree) the same container is measured with
+# it in the same run, each run alternating the two.
+# Usage: bash bench/container_runc.sh  (as root, from the repository's root)
+set -euo pipefail
+source bench/common.sh
+bench_build cairn
+size=${SIZE_MIB:-1024}
+runs=${RUNS:-3}
+command -v runc >/dev/null || { echo "runc is not installed (apt install runc)"; exit 1; }
+
+work=$(mktemp -d /tmp/cairn-bench-runc-XXXXXX)
+state=$work/state
+cleanup() {
+  runc --root "$state" delete --force bench >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir -p "$work/shim" "$work/bundle/rootfs"/{bin,proc,sys,dev,tmp,data}
+ln -s "$(cd "$build" && pwd)/cairn" "$work/shim/criu"
+cp /bin/busybox "$work/bundle/rootfs/bin/"
+ln -s busybox "$work/bundle/rootfs/bin/sh"
+gcc -O2 -static -o "$work/bundle/rootfs/bin/mem_holder" bench/mem_holder.c
+(cd "$work/bundle" && runc spec)
+python3 - "$work/bundle/config.json" "$size" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c['process']['terminal'] = False
+c['process']['args'] = ['/bin/mem_holder', sys.argv[2], '/data/ready']
+c['root']['readonly'] = False
+json.dump(c, open(sys.argv[1], 'w'))
+EOF
+
+seconds() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null 2>&1 </dev/null || return 1; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
+measure() {  # measure NAME CRIU_PATH
+  local name=$1 criu=$2 r=(runc --root "$state" --criu "$2")
+  rm -f "$work/bundle/rootfs/data/ready"
+  "${r[@]}" run --detach --bundle "$work/bundle" bench </dev/null >/dev/null 2>&1
+  while [[ ! -e $work/bundle/rootfs/data/ready ]]; do sleep 0.05; done
+  rm -rf "$work/images" "$work/work"
+  local dump restore
+  dump=$(seconds "${r[@]}" checkpoint --image-path "$work/images" --work-path "$work/work" bench) || {
+    echo "$name: checkpoint failed: $(tail -n 3 "$work/work/dump.log" 2>/dev/null)"; return 1; }
+  restore=$(seconds "${r[@]}" restore --detach --image-path "$work/images" --work-path "$work/work" --bundle "$work/bundle" bench) || {
+    echo "$name: restore failed: $(tail -n 3 "$work/work/restore.log" 2>/dev/null)"; return 1; }
+  printf '%-8s checkpoint %6.3f s   restore %6.3f s   image %s\n' "$name" "$dump" "$restore" "$(du -sh "$work/images" | cut -f1)"
+  "${r[@]}" delete --force bench >/dev/null 2>&1
+}
+echo "runc $(runc --version | head -1 | cut -d' ' -f3), container holding $size MiB, $(nproc) cores"
+for ((i = 1; i <= runs; i++)); do
+  measure cairn "$work/shim/criu"
+  if [[ -n ${CRIU:-} ]]; then measure criu "$CRIU"; fi
+done
