@@ -3,7 +3,8 @@
 # SIZE_MIB (default 1024) of random data, with cairn as runc's criu (criu-compat), RUNS times
 # (default 3): the wall time of each runc command, as its caller waits for it. With CRIU=PATH (a
 # CRIU build, e.g. 4.2 from its source, outside this tree) the same container is measured with
-# it in the same run, each run alternating the two.
+# it in the same run, each run alternating the two. BUSY=N: N busy loops run beside (a loaded
+# machine). LOGS=DIR keeps each run's dump.log and restore.log (cairn's stage timings).
 # Usage: bash bench/container_runc.sh  (as root, from the repository's root)
 set -euo pipefail
 source bench/common.sh
@@ -15,6 +16,7 @@ command -v runc >/dev/null || { echo "runc is not installed (apt install runc)";
 work=$(mktemp -d /tmp/cairn-bench-runc-XXXXXX)
 state=$work/state
 cleanup() {
+  stop_busy
   runc --root "$state" delete --force bench >/dev/null 2>&1 || true
   rm -rf "$work"
 }
@@ -47,9 +49,15 @@ measure() {  # measure NAME CRIU_PATH
   restore=$(seconds "${r[@]}" restore --detach --image-path "$work/images" --work-path "$work/work" --bundle "$work/bundle" bench) || {
     echo "$name: restore failed: $(tail -n 3 "$work/work/restore.log" 2>/dev/null)"; return 1; }
   printf '%-8s checkpoint %6.3f s   restore %6.3f s   image %s\n' "$name" "$dump" "$restore" "$(du -sh "$work/images" | cut -f1)"
+  if [[ -n ${LOGS:-} ]]; then
+    mkdir -p "$LOGS"
+    cp "$work/work/dump.log" "$LOGS/$name-$i-dump.log" 2>/dev/null || true
+    cp "$work/work/restore.log" "$LOGS/$name-$i-restore.log" 2>/dev/null || true
+  fi
   "${r[@]}" delete --force bench >/dev/null 2>&1
 }
-echo "runc $(runc --version | head -1 | cut -d' ' -f3), container holding $size MiB, $(nproc) cores"
+echo "runc $(runc --version | head -1 | cut -d' ' -f3), container holding $size MiB, $(nproc) cores, ${BUSY:-0} busy loops beside"
+start_busy "${BUSY:-0}"
 for ((i = 1; i <= runs; i++)); do
   measure cairn "$work/shim/criu"
   if [[ -n ${CRIU:-} ]]; then measure criu "$CRIU"; fi
