@@ -379,5 +379,38 @@ TEST_F(CairnTest, CriuCompatAnswersAGarbledMessageWithAnErrorAndServesOn) {
   EXPECT_TRUE(WIFEXITED(status)) << "no crash";
 }
 
+// `cairn install --criu-shim`: a link `criu` to cairn where the runtimes look, never taking the
+// place of another criu unless told to.
+TEST_F(CairnTest, InstallCriuShimLinksCriuAndLeavesAnotherAloneUnlessTold) {
+  std::string early = *temp_ / "early", dir = *temp_ / "sbin", late = *temp_ / "late";
+  for (const std::string& d : {early, dir, late}) fs::create_directories(d);
+  std::string path = "PATH=" + dir + ":" + late + ":/usr/bin:/bin";
+  CommandResult ok = Cairn({"install", "--criu-shim", "--dir", dir}, WithEnv({path}));
+  ASSERT_TRUE(ok.Exited(0)) << ok.Describe();
+  EXPECT_TRUE(fs::equivalent(dir + "/criu", CairnBinary()));
+  CommandResult again = Cairn({"install", "--criu-shim", "--dir", dir}, WithEnv({path}));
+  EXPECT_TRUE(again.Exited(0)) << "installing over its own link is fine: " << again.Describe();
+
+  // Another criu later on PATH would be shadowed: refused without --replace, left in place with it.
+  WriteFile(late + "/criu", "#!/bin/sh\necho other\n");
+  fs::permissions(late + "/criu", fs::perms::owner_all);
+  fs::remove(dir + "/criu");
+  CommandResult shadow = Cairn({"install", "--criu-shim", "--dir", dir}, WithEnv({path}));
+  EXPECT_TRUE(shadow.FailedCleanly()) << shadow.Describe();
+  EXPECT_NE(shadow.err.find("--replace"), std::string::npos) << shadow.err;
+  EXPECT_FALSE(fs::exists(dir + "/criu")) << "nothing changed";
+  CommandResult replace = Cairn({"install", "--criu-shim", "--dir", dir, "--replace"}, WithEnv({path}));
+  EXPECT_TRUE(replace.Exited(0)) << replace.Describe();
+  EXPECT_TRUE(fs::exists(late + "/criu")) << "the other stays where it is";
+
+  // One earlier on PATH would still win: refused even with --replace.
+  WriteFile(early + "/criu", "#!/bin/sh\necho other\n");
+  fs::permissions(early + "/criu", fs::perms::owner_all);
+  CommandResult first = Cairn({"install", "--criu-shim", "--dir", dir, "--replace"},
+                              WithEnv({"PATH=" + early + ":" + dir + ":/usr/bin:/bin"}));
+  EXPECT_TRUE(first.FailedCleanly()) << first.Describe();
+  EXPECT_NE(first.err.find(early), std::string::npos) << first.err;
+}
+
 }  // namespace
 }  // namespace cairn::testing
