@@ -116,7 +116,8 @@ class RuncContainers : public CairnTest {
 
   // A bundle whose root file system holds busybox, running the loop; `extra_mounts`: JSON
   // objects appended to the spec's mounts.
-  void MakeBundle(const std::string& extra_mounts = "") {
+  // `args`: the container's command instead of the loop.
+  void MakeBundle(const std::string& extra_mounts = "", const std::vector<std::string>& args = {}) {
     std::string rootfs = bundle_ + "/rootfs";
     for (const char* d : {"bin", "proc", "sys", "dev", "tmp", "data", "etc"}) fs::create_directories(rootfs + "/" + d);
     fs::copy_file(kBusybox, rootfs + "/bin/busybox");
@@ -129,12 +130,15 @@ class RuncContainers : public CairnTest {
                            "import json,sys\n"
                            "p=sys.argv[1]; c=json.load(open(p))\n"
                            "c['process']['terminal']=False\n"
-                           "c['process']['args']=['sh','-c',sys.argv[2]]\n"
+                           "c['process']['args']=json.loads(sys.argv[4]) or ['sh','-c',sys.argv[2]]\n"
                            "c['root']['readonly']=False\n"
                            "c['hostname']='cairn-box'\n"
                            "c['mounts'] += json.loads('[' + sys.argv[3] + ']')\n"
                            "json.dump(c,open(p,'w'))\n");
-    ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts}, -1,
+    std::string args_json = "[";
+    for (const std::string& a : args) args_json += (args_json.size() > 1 ? ",\"" : "\"") + a + "\"";
+    args_json += "]";
+    ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts, args_json}, -1,
                             *temp_ / "spec.err"),
               0)
         << ReadFile(*temp_ / "spec.err");
@@ -253,6 +257,53 @@ TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
   EXPECT_NE(ReadFile(exec_out).find("while true"), std::string::npos) << ReadFile(exec_out);
   EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(after, 10s).gone);
+}
+
+// A real program: redis-server (Debian's, with its libraries) in the container; its data set
+// survives runc checkpoint and restore, read from inside the container's own network namespace.
+TEST_F(RuncContainers, ARedisContainersDataSetSurvives) {
+  constexpr char kRedisServer[] = "/usr/bin/redis-server";
+  constexpr char kRedisCli[] = "/usr/bin/redis-cli";
+  if (!fs::exists(kRedisServer) || !fs::exists(kRedisCli)) GTEST_SKIP() << "redis-server or redis-cli is not installed";
+  MakeBundle("", {"/usr/bin/redis-server", "--save", "", "--appendonly", "no", "--port", "6379"});
+  std::string rootfs = bundle_ + "/rootfs";
+  fs::create_directories(rootfs + "/usr/bin");
+  fs::copy_file(kRedisServer, rootfs + "/usr/bin/redis-server");
+  // Its libraries, where the dynamic loader looks for them.
+  CommandResult ldd = RunCommand({"/usr/bin/ldd", kRedisServer}, temp_->path());
+  ASSERT_TRUE(ldd.Exited(0)) << ldd.Describe();
+  std::istringstream lines(ldd.out);
+  for (std::string line; std::getline(lines, line);) {
+    size_t at = line.find('/');
+    if (at == std::string::npos) continue;
+    std::string lib = line.substr(at, line.find(' ', at) - at);
+    fs::create_directories(rootfs + fs::path(lib).parent_path().string());
+    fs::copy_file(fs::canonical(lib), rootfs + lib, fs::copy_options::overwrite_existing);
+  }
+  ASSERT_TRUE(Start("c1"));
+  auto cli = [&](pid_t pid, std::vector<std::string> args) {
+    std::vector<std::string> argv = {"/usr/bin/nsenter", "-n", "-t", std::to_string(pid), kRedisCli};
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult r = RunCommand(argv, temp_->path());
+    return r.out.empty() ? r.out : r.out.substr(0, r.out.find('\n'));
+  };
+  pid_t before = InitPid("c1");
+  ASSERT_GT(before, 0) << Diagnostics();
+  for (int i = 0; i < 50 && cli(before, {"ping"}) != "PONG"; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(cli(before, {"set", "greeting", "hello"}), "OK");
+  ASSERT_EQ(cli(before, {"incrby", "counter", "41"}), "41");
+  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0)
+      << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
+                  bundle_, "c1"}),
+            0)
+      << Diagnostics();
+  pid_t after = InitPid("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "redis-server");
+  EXPECT_EQ(cli(after, {"get", "greeting"}), "hello");
+  EXPECT_EQ(cli(after, {"incr", "counter"}), "42");
 }
 
 TEST_F(RuncContainers, TheRuntimesStdoutPipeIsHandedOverAtRestore) {
