@@ -22,8 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "compat/install.h"
-#include "compat/service.h"
+#include "integrations/criu/install.h"
+#include "integrations/criu/service.h"
 #include "absl/strings/str_join.h"
 #include "cli/controller_commands.h"
 #include "cli/daemon_commands.h"
@@ -506,14 +506,14 @@ int main(int argc, char** argv) {
   // to free it (net/nft_netlink.h).
   std::atexit([] { cairn::net::LeaveChannelToChild(); });
   // Called as `criu` (cairn install --criu-shim) or `cairn criu-compat ...`: a container
-  // runtime's checkpointer (compat/service.h), criu's command line.
+  // runtime's checkpointer (integrations/criu/service.h), criu's command line.
   if (std::filesystem::path(argv[0]).filename() == "criu") {
     cairn::InitLogging(0);
-    return cairn::compat::CriuMain(argc, argv);
+    return cairn::criu_compat::CriuMain(argc, argv);
   }
   if (argc >= 2 && std::string(argv[1]) == "criu-compat" && !(argc == 3 && std::string(argv[2]) == "--help")) {
     cairn::InitLogging(0);
-    return cairn::compat::CriuMain(argc - 1, argv + 1);
+    return cairn::criu_compat::CriuMain(argc - 1, argv + 1);
   }
   CLI::App app{"cairn: checkpoint running Linux processes from the outside and restore them", "cairn"};
   app.set_version_flag("--version", std::string("cairn ") + CAIRN_VERSION);
@@ -714,17 +714,17 @@ int main(int argc, char** argv) {
   if (install->parsed()) {
     if (!criu_shim) return cairn::Fail(absl::InvalidArgumentError("cairn install: say what to install (--criu-shim)"));
     std::error_code ec;
-    cairn::compat::ShimInstall shim;
+    cairn::criu_compat::ShimInstall shim;
     shim.dir = shim_dir;
     shim.cairn = std::filesystem::canonical("/proc/self/exe", ec).string();
     shim.replace = replace_criu;
     shim.path_env = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
-    absl::StatusOr<std::string> done = cairn::compat::InstallCriuShim(shim);
+    absl::StatusOr<std::string> done = cairn::criu_compat::InstallCriuShim(shim);
     if (!done.ok()) return cairn::Fail(done.status());
     std::printf("%s\n", done->c_str());
     return 0;
   }
-  if (criu_compat->parsed()) return cairn::compat::CriuMain(1, argv);  // `cairn criu-compat --help` lands here
+  if (criu_compat->parsed()) return cairn::criu_compat::CriuMain(1, argv);  // `cairn criu-compat --help` lands here
   if (completion->parsed()) {
     std::fputs(cairn::cli::Completion(app, shell).c_str(), stdout);
     return 0;

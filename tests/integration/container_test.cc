@@ -1,4 +1,4 @@
-// Containers checkpointed by their own runtime through cairn's criu-compat (compat/service.h):
+// Containers checkpointed by their own runtime through cairn's criu-compat (integrations/criu/service.h):
 // Debian's runc runs a busybox container, `runc checkpoint` and `runc restore` call the `criu`
 // they are given — a link to cairn — and the container goes on as it was, seen from inside:
 // its counter, its pid 1, its host name, its mounts, its stdout pipe handed over by the runtime.

@@ -1,4 +1,4 @@
-#include "compat/service.h"
+#include "integrations/criu/service.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -20,13 +20,13 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "compat/options.h"
+#include "integrations/criu/options.h"
 #include "criu_rpc.pb.h"
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
 #include "engine/restore/restore.h"
 
-namespace cairn::compat {
+namespace cairn::criu_compat {
 namespace {
 
 // The version runtimes compare against their minimums (runc 3.0 and, for the features cairn
@@ -351,4 +351,4 @@ int CriuMain(int argc, char** argv) {
   return Usage();
 }
 
-}  // namespace cairn::compat
+}  // namespace cairn::criu_compat

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace cairn::compat {
+namespace cairn::criu_compat {
 
 struct ShimInstall {
   std::string dir = "/usr/local/sbin";  // on root's PATH before /usr/sbin and /usr/bin
@@ -22,4 +22,4 @@ struct ShimInstall {
 // without `replace`, naming it and the flag.
 absl::StatusOr<std::string> InstallCriuShim(const ShimInstall& opts);
 
-}  // namespace cairn::compat
+}  // namespace cairn::criu_compat

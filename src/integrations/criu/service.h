@@ -10,8 +10,14 @@
 // error response, never a crash. The checkpoint inside the runtime's images directory is
 // cairn's own (options.h ImageDir); log_file, in the work directory, holds what cairn did and
 // any error (the runtime points its user there).
+//
+// Unlike the other integrations it drives the engine itself rather than cairnd's API: the
+// runtime runs `criu` as its own child, moves it into the container's cgroups before a restore
+// and waits for the restored init to become its child when `criu` exits (runc is a child
+// subreaper). A restore made by cairnd would leave the container cairnd's child, outside the
+// runtime's cgroup placement, and would need cairnd on every node that only runs containers.
 
-namespace cairn::compat {
+namespace cairn::criu_compat {
 
 // Serves requests on `fd` until the runtime closes it. Returns the process's exit status:
 // 0 when every request succeeded.
@@ -21,4 +27,4 @@ int ServeSwrk(int fd);
 // users call it. Returns the exit status.
 int CriuMain(int argc, char** argv);
 
-}  // namespace cairn::compat
+}  // namespace cairn::criu_compat

@@ -32,7 +32,7 @@
 #include "engine/dump/dump.h"
 #include "engine/restore/restore.h"
 
-namespace cairn::compat {
+namespace cairn::criu_compat {
 
 // The image and work directories a request names by descriptors of the runtime (the peer).
 struct RequestDirs {
@@ -59,4 +59,4 @@ absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& opts, bool 
 // RESTORE. The descriptors inherit_fd names are this process's own (the runtime passed them).
 absl::StatusOr<restore::RestoreOptions> RestoreFromRequest(const criu_rpc::Options& opts, const std::string& images);
 
-}  // namespace cairn::compat
+}  // namespace cairn::criu_compat

@@ -1,4 +1,4 @@
-#include "compat/options.h"
+#include "integrations/criu/options.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "common/status.h"
 
-namespace cairn::compat {
+namespace cairn::criu_compat {
 namespace {
 
 constexpr char kImageSubdir[] = "cairn";
@@ -183,4 +183,4 @@ absl::StatusOr<restore::RestoreOptions> RestoreFromRequest(const criu_rpc::Optio
   return r;
 }
 
-}  // namespace cairn::compat
+}  // namespace cairn::criu_compat

@@ -1,4 +1,4 @@
-#include "compat/install.h"
+#include "integrations/criu/install.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 
-namespace cairn::compat {
+namespace cairn::criu_compat {
 namespace {
 
 // Whether `path` is (a link to) the cairn executable `cairn`.
@@ -78,4 +78,4 @@ absl::StatusOr<std::string> InstallCriuShim(const ShimInstall& opts) {
                          link, opts.cairn);
 }
 
-}  // namespace cairn::compat
+}  // namespace cairn::criu_compat
