@@ -393,7 +393,7 @@ int RunInspect(const std::string& dir, bool json, const std::string& image_key) 
                   k.own_net_ns() ? (k.external_net().empty() ? ", own network namespace (loopback)"
                                                              : absl::StrCat(", network namespace ", k.external_net()).c_str())
                                  : "",
-                  k.own_ipc_ns() ? ", own IPC namespace" : "");
+                  c.own_ipc_ns() ? ", own IPC namespace" : "");
       for (const image::Mount& m : k.mounts()) {
         std::string what = m.kind() == image::Mount::EXTERNAL ? "external " + m.external()
                            : m.kind() == image::Mount::BIND   ? absl::StrFormat("bind of %s", m.fs_root())

@@ -177,32 +177,38 @@ std::string CgroupPath(pid_t pid, const std::string& controllers) {
 
 }  // namespace
 
-absl::StatusOr<bool> IsContainer(pid_t root) {
+absl::StatusOr<std::optional<ContainerMounts>> ReadContainerMounts(pid_t root) {
   ASSIGN_OR_RETURN(bool own_mnt, OwnNamespace(root, "mnt"));
-  if (!own_mnt) return false;
-  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> theirs, proc::ReadMountTable(root));
-  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> mine, proc::ReadMountTable(::getpid()));
-  const proc::MountEntry* a = RootMount(theirs);
-  const proc::MountEntry* b = RootMount(mine);
+  if (!own_mnt) return std::nullopt;
+  ContainerMounts m;
+  ASSIGN_OR_RETURN(m.theirs, proc::ReadMountTable(root));
+  ASSIGN_OR_RETURN(m.host, proc::ReadMountTable(::getpid()));
+  const proc::MountEntry* a = RootMount(m.theirs);
+  const proc::MountEntry* b = RootMount(m.host);
   if (a == nullptr || b == nullptr) return absl::FailedPreconditionError(absl::StrCat("pid ", root, " sees no root mount"));
-  return a->dev != b->dev || a->fs_root != b->fs_root;
+  if (a->dev == b->dev && a->fs_root == b->fs_root) return std::nullopt;
+  return m;
 }
 
-absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Checkpoint* ckpt) {
+absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const ContainerOptions& opts,
+                             image::Checkpoint* ckpt) {
   image::Container* c = ckpt->mutable_container();
-  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> table, proc::ReadMountTable(root));
+  const std::vector<proc::MountEntry>& table = mounts.theirs;
   const proc::MountEntry* top = RootMount(table);
   if (top == nullptr) return absl::FailedPreconditionError(absl::StrCat("pid ", root, " sees no root mount"));
   // Only what is mounted on the container's root, at or above it in the tree of mounts.
   std::set<uint32_t> inside = {top->id};
-  std::map<uint32_t, const proc::MountEntry*> by_id;
+  // The mounts recorded so far, and how.
+  struct Recorded {
+    const proc::MountEntry* entry;
+    image::Mount::Kind kind;
+  };
+  std::map<uint32_t, Recorded> by_id;
   std::set<std::string> externals_used;
-  std::map<uint32_t, image::Mount::Kind> kinds;  // of the mounts recorded so far
   // The host's own file systems: one of them shown whole in the container is a bind from the
   // host (`-v /dev/shm:/dev/shm`), not a file system the container made.
-  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> host, proc::ReadMountTable(::getpid()));
   std::set<dev_t> host_devs;
-  for (const proc::MountEntry& h : host) host_devs.insert(h.dev);
+  for (const proc::MountEntry& h : mounts.host) host_devs.insert(h.dev);
   uint64_t tmpfs_bytes = 0;
   auto refuse = [&](const proc::MountEntry& m, absl::string_view why) {
     return absl::UnimplementedError(absl::StrFormat("the container's mount at %s (%s from %s, %s) %s", m.point,
@@ -225,8 +231,7 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
     out->set_fs_read_only(ro);
     if (&m == top) {
       out->set_kind(image::Mount::ROOT);
-      by_id[m.id] = &m;
-      kinds[m.id] = image::Mount::ROOT;
+      by_id[m.id] = {&m, image::Mount::ROOT};
       continue;
     }
     // Part of a file system already in the table (a masked path: a bind of the container's own
@@ -234,9 +239,9 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
     // what the container saw.
     const proc::MountEntry* same = nullptr;
     for (const auto& [id, earlier] : by_id) {
-      bool own = kinds[id] == image::Mount::ROOT || kinds[id] == image::Mount::FILESYSTEM;
-      if (own && earlier->dev == m.dev && Within(m.fs_root, earlier->fs_root)) {
-        same = earlier;
+      bool own = earlier.kind == image::Mount::ROOT || earlier.kind == image::Mount::FILESYSTEM;
+      if (own && earlier.entry->dev == m.dev && Within(m.fs_root, earlier.entry->fs_root)) {
+        same = earlier.entry;
         break;
       }
     }
@@ -287,8 +292,7 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
                                        "ext_mnt) so that the restore binds it from the host",
                                        m.fstype));
     }
-    by_id[m.id] = &m;
-    kinds[m.id] = out->kind();
+    by_id[m.id] = {&m, out->kind()};
   }
   for (const auto& [point, key] : opts.external_mounts) {
     if (!externals_used.count(point)) {
@@ -330,8 +334,6 @@ absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Ch
         "the container has a cgroup namespace of its own: cairn does not rebuild one yet (run it without one: runc's "
         "config.json without a \"cgroup\" namespace)");
   }
-  ASSIGN_OR_RETURN(bool own_ipc, OwnNamespace(root, "ipc"));
-  c->set_own_ipc_ns(own_ipc);
   return absl::OkStatus();
 }
 

@@ -9,11 +9,14 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/proc/mountinfo.h"
 #include "image.pb.h"
 
 namespace cairn::dump {
@@ -32,14 +35,23 @@ struct ContainerOptions {
   std::set<std::string> handed_over;
 };
 
-// Whether `root` sees a root file system other than this process's (a container). Trees of
-// `cairn run` jobs have a mount namespace of their own over the machine's root: not containers.
-absl::StatusOr<bool> IsContainer(pid_t root);
+// The mount tables a container's dump works from, each read once: the container's as its
+// root sees it, and this process's (the host's).
+struct ContainerMounts {
+  std::vector<proc::MountEntry> theirs;
+  std::vector<proc::MountEntry> host;
+};
+
+// The mount tables when `root` sees a root file system other than this process's (a
+// container), else nothing. Trees of `cairn run` jobs have a mount namespace of their own over
+// the machine's root: not containers.
+absl::StatusOr<std::optional<ContainerMounts>> ReadContainerMounts(pid_t root);
 
 // Records `root`'s container into ckpt->container(). Refuses, naming the mount and what to
 // do, a mount it could not make again: a host path not named external, a file system of a
 // kind it does not know, a tmpfs holding more than it saves.
-// REQUIRES: the processes are frozen.
-absl::Status RecordContainer(pid_t root, const ContainerOptions& opts, image::Checkpoint* ckpt);
+// REQUIRES: the processes are frozen; `mounts` from ReadContainerMounts(root).
+absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const ContainerOptions& opts,
+                             image::Checkpoint* ckpt);
 
 }  // namespace cairn::dump

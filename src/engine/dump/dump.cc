@@ -484,10 +484,9 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   StageTimer timer(opts.pid);
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
   std::set<uint64_t> container_mounts;
-  ASSIGN_OR_RETURN(bool container, IsContainer(opts.pid));
+  ASSIGN_OR_RETURN(std::optional<ContainerMounts> container, ReadContainerMounts(opts.pid));
   if (container) {
-    ASSIGN_OR_RETURN(std::vector<proc::MountEntry> table, proc::ReadMountTable(opts.pid));
-    for (const proc::MountEntry& m : table) container_mounts.insert(m.id);
+    for (const proc::MountEntry& m : container->theirs) container_mounts.insert(m.id);
     fd_opts.container_mounts = &container_mounts;
   }
   if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
@@ -516,7 +515,7 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
   RETURN_IF_ERROR(CheckAioRingsQuiet(live, live_procs));  // before LocalizeIds: host ids
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
-  if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, opts.container, &ckpt));
+  if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, *container, opts.container, &ckpt));
   if (container && ckpt.container().own_net_ns() && !ckpt.network_lock().empty()) {
     // The restore's lock and its removal of this one act in the host's network namespace.
     return absl::UnimplementedError(

@@ -117,7 +117,6 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
   }
   plan.clone_flags_ = CLONE_NEWNS | CLONE_NEWPID;
   if (c.own_uts_ns()) plan.clone_flags_ |= CLONE_NEWUTS;
-  if (c.own_ipc_ns()) plan.clone_flags_ |= CLONE_NEWIPC;
   auto add = [&plan](Step s) { plan.steps_.push_back(s); };
 
   add({.op = Op::kPrivate});

@@ -35,7 +35,8 @@ class ContainerPlan {
   // here (an external mount with no host path, a cgroup hierarchy this machine lacks...).
   static absl::StatusOr<ContainerPlan> Make(const image::Container& c, const ContainerSetup& setup);
 
-  // The clone flags of the namespaces the root task is made in.
+  // The clone flags of the namespaces the root task is made in (its IPC namespace: the
+  // checkpoint's own_ipc_ns, as for a job).
   unsigned long CloneFlags() const { return clone_flags_; }
 
   // In the root task, right after clone: runs every step. Returns -1, or the index of the

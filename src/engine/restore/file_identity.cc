@@ -3,6 +3,7 @@
 #include <sys/sysmacros.h>
 
 #include "absl/strings/str_format.h"
+#include "engine/restore/files.h"
 
 namespace cairn::restore {
 namespace {
@@ -11,16 +12,11 @@ int64_t MtimeNs(const struct stat& st) { return st.st_mtim.tv_sec * 1000000000LL
 
 std::string Dev(uint64_t dev) { return absl::StrFormat("%u:%u", major(dev), minor(dev)); }
 
-thread_local int g_container_checks = 0;  // ContainerFileIdentity scopes alive on this thread
-
 }  // namespace
-
-ContainerFileIdentity::ContainerFileIdentity() { ++g_container_checks; }
-ContainerFileIdentity::~ContainerFileIdentity() { --g_container_checks; }
 
 absl::Status CheckSameFile(const struct stat& st, const image::FileId& want, const std::string& what,
                            bool content_too) {
-  if (g_container_checks > 0) {
+  if (ImageRootActive()) {
     if (static_cast<uint64_t>(st.st_size) == want.size() && MtimeNs(st) == want.mtime_ns()) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is not the file the container's process had at checkpoint time: its size is %d (was %u) and its "

@@ -16,19 +16,10 @@ namespace cairn::restore {
 
 // `what` names the file for the message ("/data/log (fd 3 of pid 12)"). `content_too`: the
 // size and modification time must match even on the same device (a mapped file, whose pages
-// the image does not hold).
+// the image does not hold). On a thread restoring a container (files.h ImageRoot) a file is the
+// same when its size and modification time are, not its device and inode: the container's
+// runtime makes its root file system again from the image (another storage, another node).
 absl::Status CheckSameFile(const struct stat& st, const image::FileId& want, const std::string& what,
                            bool content_too = false);
-
-// While one is alive on a thread, that thread's checks are a container's (restore/container.h):
-// its runtime makes its root file system again from the image (another storage, another node),
-// so a file is the same when its size and modification time are — not its device and inode.
-class ContainerFileIdentity {
- public:
-  ContainerFileIdentity();
-  ~ContainerFileIdentity();
-  ContainerFileIdentity(const ContainerFileIdentity&) = delete;
-  ContainerFileIdentity& operator=(const ContainerFileIdentity&) = delete;
-};
 
 }  // namespace cairn::restore

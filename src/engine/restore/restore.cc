@@ -45,7 +45,6 @@
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
 #include "common/unique_fd.h"
-#include "engine/restore/file_identity.h"
 #include "engine/restore/files.h"
 #include "engine/restore/seccomp.h"
 #include "engine/restore/sockets.h"
@@ -152,10 +151,11 @@ long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t 
   }
   // A helper sharing our table has its write end only through it: it is waited for before
   // anything is closed, and what it wrote waits in the pipe.
-  if (args.flags & CLONE_FILES) {
+  auto reap_helper = [helper] {
     while (::waitpid(helper, nullptr, 0) < 0 && errno == EINTR) {
     }
-  }
+  };
+  if (args.flags & CLONE_FILES) reap_helper();
   ::close(pipe_fds[1]);
   long out[2] = {-1, EIO};
   ssize_t n;
@@ -163,10 +163,7 @@ long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t 
     n = ::read(pipe_fds[0], out, sizeof out);
   } while (n < 0 && errno == EINTR);
   ::close(pipe_fds[0]);
-  if (!(args.flags & CLONE_FILES)) {
-    while (::waitpid(helper, nullptr, 0) < 0 && errno == EINTR) {
-    }
-  }
+  if (!(args.flags & CLONE_FILES)) reap_helper();
   if (n != static_cast<ssize_t>(sizeof out)) out[0] = -1;
   if (out[0] < 0) errno = static_cast<int>(out[1]);
   return out[0];
@@ -721,6 +718,34 @@ absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area, const 
   return inject::Detach(pid, 0);
 }
 
+// The restored container's root, as its root task sees it (files.h ImageRoot).
+absl::StatusOr<UniqueFd> ContainerRoot(pid_t root_host) {
+  std::string link = absl::StrCat("/proc/", root_host, "/root");
+  UniqueFd at(::open(link.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!at.valid()) return ErrnoStatus("open " + link + ", the restored container's root");
+  return at;
+}
+
+// Runs `work` where the container's descriptions are made: its sockets in its network
+// namespace, its paths under its root — on a thread of ours that entered that namespace (a
+// thread's own; the restorer keeps its own).
+absl::Status InContainer(pid_t root_host, const std::function<absl::Status()>& work) {
+  std::string net = absl::StrCat("/proc/", root_host, "/ns/net");
+  UniqueFd net_fd(::open(net.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!net_fd.valid()) return ErrnoStatus("open " + net + ", the restored container's network namespace");
+  ASSIGN_OR_RETURN(UniqueFd root_fd, ContainerRoot(root_host));
+  absl::Status done;
+  std::thread([&] {
+    if (::setns(net_fd.get(), CLONE_NEWNET) != 0) {
+      done = ErrnoStatus("enter the restored container's network namespace (setns " + net + ")");
+      return;
+    }
+    ImageRoot thread_root(std::move(root_fd));
+    done = work();
+  }).join();
+  return done;
+}
+
 }  // namespace
 
 absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
@@ -884,34 +909,13 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // A container's root stands in its namespaces with its mounts made: its runtime may set them
   // up further (its hooks), and the image's paths are opened under its root from here on.
   std::optional<ImageRoot> image_root;
-  std::optional<ContainerFileIdentity> container_identity;
   if (container) {
-    container_identity.emplace();
-    std::string link = absl::StrCat("/proc/", root_host, "/root");
-    UniqueFd at(::open(link.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!at.valid()) return ErrnoStatus("open " + link + ", the restored container's root");
+    ASSIGN_OR_RETURN(UniqueFd at, ContainerRoot(root_host));
     image_root.emplace(std::move(at));
   }
   if (opts.notify) RETURN_IF_ERROR(opts.notify("setup-namespaces", root_host));
   if (container) {
-    // Its sockets are made in its network namespace, its paths opened under its root: on a
-    // thread of ours that entered that namespace (a thread's own; the restorer keeps its own).
-    std::string net = absl::StrCat("/proc/", root_host, "/ns/net");
-    std::string at = absl::StrCat("/proc/", root_host, "/root");
-    UniqueFd net_fd(::open(net.c_str(), O_RDONLY | O_CLOEXEC));
-    UniqueFd root_fd(::open(at.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!net_fd.valid() || !root_fd.valid()) return ErrnoStatus("open " + net + " and " + at + " of the restored container");
-    absl::Status opened;
-    std::thread([&] {
-      if (::setns(net_fd.get(), CLONE_NEWNET) != 0) {
-        opened = ErrnoStatus("enter the restored container's network namespace (setns " + net + ")");
-        return;
-      }
-      ImageRoot thread_root(std::move(root_fd));
-      ContainerFileIdentity identity;
-      opened = open_masters();
-    }).join();
-    RETURN_IF_ERROR(opened);
+    RETURN_IF_ERROR(InContainer(root_host, open_masters));
     // The masters are in the table it shares with the restorer: a copy of its own from here.
     inject::Injector inj(root_host, work_area);
     RETURN_IF_ERROR(inj.Call("unshare(CLONE_FILES) in the container's root", SYS_unshare, CLONE_FILES).status());

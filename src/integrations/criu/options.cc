@@ -11,7 +11,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
-#include "common/log.h"
 #include "common/status.h"
 
 namespace cairn::criu_compat {
@@ -78,28 +77,26 @@ absl::Status RefuseCommon(const criu_rpc::Options& o) {
   return absl::OkStatus();
 }
 
-std::string OpenedDir(pid_t peer, int fd, std::vector<int>* held, absl::Status* error, const char* what) {
+// The runtime's descriptor `fd`, a directory, as a copy of ours.
+absl::StatusOr<UniqueFd> OpenedDir(pid_t peer, int fd, const char* what) {
   std::string path = absl::StrCat("/proc/", peer, "/fd/", fd);
-  int mine = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (mine < 0) {
-    *error = ErrnoStatus(absl::StrFormat("open the runtime's %s (its fd %d, %s)", what, fd, path));
-    return "";
-  }
-  held->push_back(mine);
-  return absl::StrCat("/proc/self/fd/", mine);
+  UniqueFd mine(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!mine.valid()) return ErrnoStatus(absl::StrFormat("open the runtime's %s (its fd %d, %s)", what, fd, path));
+  return mine;
 }
 
 }  // namespace
 
-absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t peer, std::vector<int>* held) {
+absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t peer) {
   RequestDirs dirs;
-  absl::Status error;
-  dirs.images = OpenedDir(peer, opts.images_dir_fd(), held, &error, "images directory");
-  RETURN_IF_ERROR(error);
+  ASSIGN_OR_RETURN(UniqueFd images, OpenedDir(peer, opts.images_dir_fd(), "images directory"));
+  dirs.images = absl::StrCat("/proc/self/fd/", images.get());
   dirs.work = dirs.images;
+  dirs.held.push_back(std::move(images));
   if (opts.has_work_dir_fd()) {
-    dirs.work = OpenedDir(peer, opts.work_dir_fd(), held, &error, "work directory");
-    RETURN_IF_ERROR(error);
+    ASSIGN_OR_RETURN(UniqueFd work, OpenedDir(peer, opts.work_dir_fd(), "work directory"));
+    dirs.work = absl::StrCat("/proc/self/fd/", work.get());
+    dirs.held.push_back(std::move(work));
   }
   return dirs;
 }

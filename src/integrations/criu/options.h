@@ -28,21 +28,23 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/unique_fd.h"
 #include "criu_rpc.pb.h"
 #include "engine/dump/dump.h"
 #include "engine/restore/restore.h"
 
 namespace cairn::criu_compat {
 
-// The image and work directories a request names by descriptors of the runtime (the peer).
+// The image and work directories a request names by descriptors of the runtime (the peer),
+// as paths this process can use (/proc/self/fd/N of its own copies, held here).
 struct RequestDirs {
-  std::string images;  // a path this process can use: /proc/self/fd/N of its own copy
-  std::string work;    // where log_file goes: the work directory, else the images directory
+  std::string images;
+  std::string work;  // where log_file goes: the work directory, else the images directory
+  std::vector<UniqueFd> held;
 };
 
-// Opens the runtime's images_dir_fd (and work_dir_fd) through /proc/PEER/fd, keeping copies
-// in `held` for as long as the request runs.
-absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t peer, std::vector<int>* held);
+// Opens the runtime's images_dir_fd (and work_dir_fd) through /proc/PEER/fd.
+absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t peer);
 
 // cairn's checkpoint inside the runtime's images directory (the runtime carries the directory;
 // the format inside is cairn's own, checksummed and sealed).

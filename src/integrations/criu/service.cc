@@ -45,14 +45,6 @@ constexpr char kInventoryNote[] =
     "This file only marks the directory as a checkpoint for runtimes that look for CRIU's inventory.img;\n"
     "it is not a CRIU image.\n";
 
-// Descriptors a request holds while it runs (its copies of the runtime's directories).
-struct HeldFds {
-  std::vector<int> fds;
-  ~HeldFds() {
-    for (int f : fds) ::close(f);
-  }
-};
-
 // A statistics file (criu_rpc.proto Stats) in the work directory: what the runtime shows its
 // user about the dump or restore (Podman's --print-stats).
 absl::Status WriteStats(const std::string& path, const criu_rpc::Stats& stats) {
@@ -233,8 +225,7 @@ class Session {
  private:
   absl::Status Dump(const criu_rpc::Request& req) {
     if (!req.has_opts()) return absl::InvalidArgumentError("DUMP without options");
-    HeldFds held;
-    ASSIGN_OR_RETURN(RequestDirs dirs, OpenRequestDirs(req.opts(), peer_, &held.fds));
+    ASSIGN_OR_RETURN(RequestDirs dirs, OpenRequestDirs(req.opts(), peer_));
     OpenLog(req.opts(), dirs);
     ASSIGN_OR_RETURN(DumpRequest r, DumpFromRequest(req.opts(), /*pre_dump=*/false, dirs.images));
     ASSIGN_OR_RETURN(image::ImageKey key, image::ImageKey::LoadOrCreate(image::DefaultImageKeyPath()));
@@ -280,8 +271,7 @@ class Session {
 
   absl::StatusOr<pid_t> Restore(const criu_rpc::Request& req) {
     if (!req.has_opts()) return absl::InvalidArgumentError("RESTORE without options");
-    HeldFds held;
-    ASSIGN_OR_RETURN(RequestDirs dirs, OpenRequestDirs(req.opts(), peer_, &held.fds));
+    ASSIGN_OR_RETURN(RequestDirs dirs, OpenRequestDirs(req.opts(), peer_));
     OpenLog(req.opts(), dirs);
     ASSIGN_OR_RETURN(restore::RestoreOptions opts, RestoreFromRequest(req.opts(), dirs.images));
     ASSIGN_OR_RETURN(image::ImageKey key, image::ImageKey::LoadOrCreate(image::DefaultImageKeyPath()));
