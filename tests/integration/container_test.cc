@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/unique_fd.h"
 #include "criu_rpc.pb.h"
 #include "harness.h"
 
@@ -121,7 +123,7 @@ class RuncContainers : public CairnTest {
     std::string rootfs = bundle_ + "/rootfs";
     for (const char* d : {"bin", "proc", "sys", "dev", "tmp", "data", "etc"}) fs::create_directories(rootfs + "/" + d);
     fs::copy_file(kBusybox, rootfs + "/bin/busybox");
-    for (const char* a : {"sh", "sleep", "cat", "echo", "ls", "hostname"}) {
+    for (const char* a : {"sh", "sleep", "cat", "echo", "ls", "hostname", "tty", "stty"}) {
       fs::create_symlink("busybox", rootfs + "/bin/" + a);
     }
     ASSERT_EQ(RunWithStdout({kRunc, "spec", "--bundle", bundle_}, -1, *temp_ / "spec.err"), 0)
@@ -129,16 +131,22 @@ class RuncContainers : public CairnTest {
     std::string edit = std::string(
                            "import json,sys\n"
                            "p=sys.argv[1]; c=json.load(open(p))\n"
-                           "c['process']['terminal']=False\n"
+                           "c['process']['terminal']=sys.argv[5]=='1'\n"
                            "c['process']['args']=json.loads(sys.argv[4]) or ['sh','-c',sys.argv[2]]\n"
                            "c['root']['readonly']=False\n"
                            "c['hostname']='cairn-box'\n"
                            "c['mounts'] += json.loads('[' + sys.argv[3] + ']')\n"
                            "json.dump(c,open(p,'w'))\n");
     std::string args_json = "[";
-    for (const std::string& a : args) args_json += (args_json.size() > 1 ? ",\"" : "\"") + a + "\"";
+    for (const std::string& a : args) {
+      std::string quoted;
+      for (char ch : a) quoted += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+      args_json += (args_json.size() > 1 ? ",\"" : "\"") + quoted + "\"";
+    }
     args_json += "]";
-    ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts, args_json}, -1,
+    ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts, args_json,
+                             terminal_ ? "1" : "0"},
+                            -1,
                             *temp_ / "spec.err"),
               0)
         << ReadFile(*temp_ / "spec.err");
@@ -193,6 +201,50 @@ class RuncContainers : public CairnTest {
   }
 
   std::string shim_, state_, bundle_;
+  bool terminal_ = false;  // MakeBundle: the container's stdio is a terminal (runc --console-socket)
+};
+
+// The runtime's console socket (runc --console-socket): each connection brings the master of
+// a container's terminal (SCM_RIGHTS).
+class ConsoleSocket {
+ public:
+  explicit ConsoleSocket(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && ::listen(fd_, 4) == 0;
+  }
+  ~ConsoleSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return ok_; }
+  // The next master a runtime sends, or -1 after `timeout`. The caller closes it.
+  int Next(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return -1;
+    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) return -1;
+    char name[256];
+    iovec iov{name, sizeof name};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    int master = -1;
+    if (::recvmsg(c, &msg, MSG_CMSG_CLOEXEC) > 0) {
+      cmsghdr* h = CMSG_FIRSTHDR(&msg);
+      if (h != nullptr && h->cmsg_type == SCM_RIGHTS) std::memcpy(&master, CMSG_DATA(h), sizeof master);
+    }
+    ::close(c);
+    return master;
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
 };
 
 TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
@@ -336,6 +388,79 @@ TEST_F(RuncContainers, TheRuntimesStdoutPipeIsHandedOverAtRestore) {
   ::close(second[0]);
   ASSERT_EQ(after.size(), 5u) << "the restored container writes into the pipe the runtime gave it" << Diagnostics();
   EXPECT_EQ(Counter(after[0]), Counter(before.back()) + 1) << "after " << before.back() << " came " << after[0];
+}
+
+// A terminal container (runc run --console-socket): its stdio and controlling terminal are
+// /dev/pts/0 of its own devpts (and /dev/console is bound from it), the master the runtime's.
+// After runc checkpoint and restore the same program runs on a new terminal numbered the same,
+// with the settings and size it had set, whose master the runtime received again: what the
+// program writes comes out of the new master, and what is typed into it reaches the program.
+TEST_F(RuncContainers, ATerminalContainerGetsItsTerminalBackThroughTheConsoleSocket) {
+  terminal_ = true;
+  MakeBundle("", {"sh", "-c",
+                  "stty cols 77 rows 33 -echo; i=0; while true; do i=$((i+1)); "
+                  "echo \"$i $$ $(tty) $(stty size) $(stty -g)\" >> /data/log; echo \"tick $i\"; "
+                  "if read -t 0.1 l; then echo \"typed $l\" >> /data/log; fi; done"});
+  ConsoleSocket console(*temp_ / "console.sock");
+  ASSERT_TRUE(console.ok());
+  ASSERT_EQ(Runc({"run", "--detach", "--console-socket", *temp_ / "console.sock", "--bundle", bundle_, "c1"}), 0)
+      << Diagnostics();
+  UniqueFd first(console.Next(10s));
+  ASSERT_TRUE(first.valid()) << "runc sent the terminal's master";
+  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
+  pid_t before = InitPid("c1");
+  // Its own view: line "N 1 /dev/pts/0 33 77 SETTINGS".
+  auto view = [](const std::string& line) { return line.substr(line.find(' ')); };
+  std::string seen = view(Log().back());
+  EXPECT_EQ(seen.substr(0, 20), " 1 /dev/pts/0 33 77 ") << seen;
+  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0)
+      << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  std::vector<std::string> ticks = ReadLines(first.get(), 10000, 2s);  // until the old terminal hangs up
+  ASSERT_FALSE(ticks.empty());
+  long last_tick = std::strtol(ticks.back().c_str() + 5, nullptr, 10);
+  ASSERT_GT(last_tick, 0) << ticks.back();
+  size_t at_checkpoint = Log().size();
+
+  // Without a runtime to take the new master, cairn refuses (nothing runs).
+  CommandResult alone = Cairn({"restore", "--dir", *temp_ / "images/cairn", "--root", bundle_ + "/rootfs"});
+  EXPECT_TRUE(alone.FailedCleanly()) << alone.Describe();
+  EXPECT_NE(alone.err.find("/dev/pts/0"), std::string::npos) << alone.err;
+  EXPECT_NE(alone.err.find("console"), std::string::npos) << alone.err;
+
+  ASSERT_EQ(Runc({"restore", "--detach", "--console-socket", *temp_ / "console.sock", "--image-path",
+                  *temp_ / "images", "--work-path", *temp_ / "work", "--bundle", bundle_, "c1"}),
+            0)
+      << Diagnostics();
+  pid_t after = InitPid("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  UniqueFd second(console.Next(10s));
+  ASSERT_TRUE(second.valid()) << "runc received the new master (orphan-pts-master) and sent it on";
+  std::vector<std::string> next = ReadLines(second.get(), 3, 20s);
+  ASSERT_EQ(next.size(), 3u) << Diagnostics();
+  EXPECT_EQ(next[0], "tick " + std::to_string(last_tick + 1) + "\r") << "the program's output comes out of the new master";
+  ASSERT_EQ(::write(second.get(), "hello\n", 6), 6);
+  ASSERT_TRUE(WaitLog(at_checkpoint + 5)) << Diagnostics();
+  bool typed = false;
+  for (int i = 0; i < 100 && !typed; ++i) {
+    for (const std::string& l : Log()) typed = typed || l == "typed hello";
+    if (!typed) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(typed) << "what is typed into the new master reaches the program";
+  // The same terminal as it sees it: number, size and settings; still its controlling one.
+  for (const std::string& l : Log()) {
+    if (l.rfind("typed", 0) != 0) {
+      EXPECT_EQ(view(l), seen) << l;
+    }
+  }
+  std::string stat = ReadFile("/proc/" + std::to_string(after) + "/stat");
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::vector<std::string> f;
+  for (std::string x; fields >> x;) f.push_back(x);
+  ASSERT_GT(f.size(), 5u);
+  EXPECT_EQ(f[3], std::to_string(after)) << "it leads its session";
+  EXPECT_EQ(f[4], std::to_string(136 << 8)) << "its controlling terminal is /dev/pts/0 (136:0)";
 }
 
 TEST_F(RuncContainers, AnOptionCairnCannotHonourIsRefusedAndTheContainerRunsOn) {

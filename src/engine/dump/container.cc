@@ -2,9 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include "common/unique_fd.h"
 #include "engine/dump/namespaces.h"
 #include "engine/proc/mountinfo.h"
+#include "engine/proc/pty.h"
 
 namespace cairn::dump {
 namespace {
@@ -175,6 +178,67 @@ std::string CgroupPath(pid_t pid, const std::string& controllers) {
   return "";
 }
 
+
+// The container's terminals on its devpts `m` whose masters are outside the checkpoint (a
+// runtime's console: runc gives the container /dev/pts/0, and /dev/console bound from it, and
+// sends the master to its console socket): each slave one of the processes has open, or has
+// as its controlling terminal, with no master of the same index among the checkpoint's. Their
+// settings are read through the slave; bytes typed and not read yet would be lost, so such a
+// terminal is refused until its program reads them.
+absl::Status RecordTerminals(pid_t root, const proc::MountEntry& m, const image::Checkpoint& ckpt, image::Mount* out) {
+  auto is_pts = [](uint64_t rdev) { return major(rdev) >= 136 && major(rdev) <= 143; };
+  auto index_of = [](uint64_t rdev) { return (major(rdev) - 136) * 256 + minor(rdev); };
+  std::string dir = absl::StrCat("/proc/", root, "/root", m.point == "/" ? "" : m.point);
+  std::set<unsigned> held, slaves;
+  std::vector<const image::Process*> procs = {&ckpt.process()};
+  for (const image::Process& p : ckpt.descendants()) procs.push_back(&p);
+  for (const image::Process* p : procs) {
+    for (const image::Fd& fd : p->fds()) {
+      if (fd.kind() == image::Fd::PTY_MASTER) held.insert(fd.pty().index());
+      if (fd.kind() == image::Fd::CHAR_DEVICE && is_pts(fd.rdev()) && fd.file().dev() == m.dev) {
+        slaves.insert(index_of(fd.rdev()));
+      }
+    }
+    if (p->ctty() != 0 && is_pts(p->ctty())) {
+      struct stat st {};
+      std::string node = absl::StrCat(dir, "/", index_of(p->ctty()));
+      if (::stat(node.c_str(), &st) == 0 && st.st_dev == m.dev && st.st_rdev == p->ctty()) {
+        slaves.insert(index_of(p->ctty()));
+      }
+    }
+  }
+  for (unsigned index : slaves) {
+    if (held.count(index)) continue;
+    std::string node = absl::StrCat(dir, "/", index);
+    std::string where = absl::StrFormat("the container's terminal %s/%u", m.point, index);
+    // Someone else holds it open (a process of the container): this open and close is no hang-up.
+    UniqueFd slave(::open(node.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
+    if (!slave.valid()) return ErrnoStatus("open " + where + " (" + node + ")");
+    struct stat st {};
+    if (::fstat(slave.get(), &st) != 0) return ErrnoStatus("stat " + where);
+    image::PtyState* pty = out->add_terminals();
+    pty->set_index(index);
+    proc::Termios2 t{};
+    if (::ioctl(slave.get(), proc::kTcgets2, &t) != 0) return ErrnoStatus("ioctl(TCGETS2) on " + where);
+    pty->set_termios(std::string(reinterpret_cast<const char*>(&t), sizeof t));
+    winsize ws{};
+    if (::ioctl(slave.get(), TIOCGWINSZ, &ws) != 0) return ErrnoStatus("ioctl(TIOCGWINSZ) on " + where);
+    pty->set_winsize(std::string(reinterpret_cast<const char*>(&ws), sizeof ws));
+    pty->set_slave_uid(st.st_uid);
+    pty->set_slave_gid(st.st_gid);
+    pty->set_slave_mode(st.st_mode & 07777);
+    int input = 0;
+    if (::ioctl(slave.get(), FIONREAD, &input) != 0) return ErrnoStatus("ioctl(FIONREAD) on " + where);
+    if (input != 0) {
+      return absl::UnavailableError(absl::StrFormat(
+          "%s has %d byte%s typed into it that its program has not read yet; they cannot be saved without taking "
+          "them away — checkpoint it when the terminal is idle",
+          where, input, input == 1 ? "" : "s"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<ContainerMounts>> ReadContainerMounts(pid_t root) {
@@ -284,6 +348,7 @@ absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const Co
         if (!dir.valid()) return ErrnoStatus("open " + where + " (the container's tmpfs at " + m.point + ")");
         RETURN_IF_ERROR(WalkTmpfs(dir.get(), m.dev, "", m.point, &tmpfs_bytes, out));
       }
+      if (m.fstype == "devpts") RETURN_IF_ERROR(RecordTerminals(root, m, *ckpt, out));
     } else if (m.dev == top->dev) {
       return refuse(m, "is a bind mount of a host path outside the container's root: name it external (criu-compat: "
                        "ext_mnt; the runtime maps it to a host path again at restore)");

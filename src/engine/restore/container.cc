@@ -20,9 +20,14 @@
 #include "common/file_util.h"
 #include "common/status.h"
 #include "engine/proc/mountinfo.h"
+#include "engine/proc/pty.h"
 
 namespace cairn::restore {
 namespace {
+
+// Terminals a container's devpts is made again with are numbered below this (a runtime's
+// console is /dev/pts/0).
+constexpr unsigned kMaxTerminalIndex = 64;
 
 constexpr uint64_t kResolveNoMagiclinks = 0x02;
 constexpr uint64_t kResolveInRoot = 0x10;
@@ -163,6 +168,24 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
         if (!filled && (m.fs_read_only() || (per_mount & MS_RDONLY))) first |= MS_RDONLY;
         add({.op = Op::kMount, .a = plan.Keep(m.source()), .b = point, .fstype = plan.Keep(m.fstype()),
              .data = plan.Keep(m.options()), .flags = first});
+        for (const image::PtyState& pty : m.terminals()) {
+          std::string slave = absl::StrCat(m.point(), "/", pty.index());
+          if (m.fstype() != "devpts" || pty.index() >= kMaxTerminalIndex) {
+            return absl::DataLossError(absl::StrFormat("terminal %s (corrupt image)", slave));
+          }
+          if (!setup.take_terminal) {
+            return absl::FailedPreconditionError(absl::StrFormat(
+                "the container's terminal %s had its master outside the container (its runtime's console): restore "
+                "it through its runtime, which takes the new master (criu-compat: orphan_pts_master; runc restore "
+                "--console-socket)",
+                slave));
+          }
+          UniqueFd placeholder(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+          if (!placeholder.valid()) return ErrnoStatus("open /dev/null (a place for the master of " + slave + ")");
+          add({.op = Op::kTerminal, .b = plan.Keep(absl::StrCat(m.point(), "/ptmx")), .c = plan.Keep(slave),
+               .mode = pty.index(), .fd = placeholder.get()});
+          plan.terminals_.push_back({pty, slave, std::move(placeholder), UniqueFd()});
+        }
         if (!filled) break;
         std::set<std::string> dirs;
         for (const image::TreeEntry& e : m.entries()) {
@@ -245,6 +268,7 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
     }
     by_id[m.id()] = &m;
   }
+  plan.take_terminal_ = setup.take_terminal;
   add({.op = Op::kPivot});
   const image::Mount& root = c.mounts(0);
   if (root.flags() & MS_RDONLY) add({.op = Op::kRemount, .b = plan.Keep("/"), .flags = MS_BIND | root.flags()});
@@ -341,6 +365,39 @@ int ContainerPlan::Run(int* err) const {
           if (rc == 0 && !S_ISLNK(s.mode)) rc = ::fchmodat(at, s.c, s.mode & 07777, 0);
         }
         break;
+      case Op::kTerminal: {
+        // The kernel numbers a new terminal with the lowest free index: the ones below this
+        // one's are held open until it comes, then let go.
+        int below[kMaxTerminalIndex];
+        int held = 0;
+        rc = -1;
+        errno = EBUSY;
+        for (;;) {
+          int m = OpenInRoot(root, s.b, O_RDWR | O_NOCTTY);
+          unsigned index = 0;
+          if (m < 0) break;
+          if (::ioctl(m, TIOCGPTN, &index) != 0 || index > s.mode || held == kMaxTerminalIndex) {
+            if (index > s.mode) errno = EBUSY;
+            ::close(m);
+            break;
+          }
+          if (index < s.mode) {
+            below[held++] = m;
+            continue;
+          }
+          int unlock = 0;
+          rc = ::ioctl(m, TIOCSPTLCK, &unlock);
+          if (rc == 0 && ::dup3(m, s.fd, O_CLOEXEC) < 0) rc = -1;
+          int e = errno;
+          ::close(m);
+          errno = e;
+          break;
+        }
+        int e = errno;
+        for (int k = 0; k < held; ++k) ::close(below[k]);
+        errno = e;
+        break;
+      }
       case Op::kPivot:
         rc = ::fchdir(root);
         if (rc == 0) rc = static_cast<int>(::syscall(SYS_pivot_root, ".", "."));
@@ -366,6 +423,33 @@ int ContainerPlan::Run(int* err) const {
   if (at >= 0) ::close(at);
   if (root >= 0) ::close(root);
   return -1;
+}
+
+absl::Status ContainerPlan::HandOverTerminals() {
+  for (Terminal& t : terminals_) {
+    auto where = [&] { return absl::StrCat("the container's terminal ", t.slave); };
+    unsigned index = 0;
+    if (::ioctl(t.master.get(), TIOCGPTN, &index) != 0 || index != t.pty.index()) {
+      return absl::InternalError(where() + ": its master is not in place after the container's set-up");
+    }
+    if (t.pty.termios().size() == sizeof(proc::Termios2)) {
+      proc::Termios2 tio;
+      std::memcpy(&tio, t.pty.termios().data(), sizeof tio);
+      if (::ioctl(t.master.get(), proc::kTcsets2, &tio) != 0) return ErrnoStatus("ioctl(TCSETS2) on " + where());
+    }
+    if (t.pty.winsize().size() == sizeof(winsize)) {
+      winsize ws;
+      std::memcpy(&ws, t.pty.winsize().data(), sizeof ws);
+      if (::ioctl(t.master.get(), TIOCSWINSZ, &ws) != 0) return ErrnoStatus("ioctl(TIOCSWINSZ) on " + where());
+    }
+    t.slave_held = UniqueFd(::ioctl(t.master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+    if (!t.slave_held.valid() || ::fchown(t.slave_held.get(), t.pty.slave_uid(), t.pty.slave_gid()) != 0 ||
+        ::fchmod(t.slave_held.get(), t.pty.slave_mode()) != 0) {
+      return ErrnoStatus("give " + where() + " its owner and mode back");
+    }
+    RETURN_IF_ERROR(Annotate(take_terminal_(t.master.get(), t.slave), "hand over the master of " + where()));
+  }
+  return absl::OkStatus();
 }
 
 std::string ContainerPlan::Describe(int index) const {
@@ -399,6 +483,9 @@ std::string ContainerPlan::Describe(int index) const {
       return absl::StrFormat("make %s/%s again (a file of the container's tmpfs)", s.b, s.c);
     case Op::kPivot:
       return "pivot_root into the container's root";
+    case Op::kTerminal:
+      return absl::StrFormat("make the terminal %s again (through %s; the number must be free on a fresh devpts)", s.c,
+                             s.b);
   }
   return "a step";
 }

@@ -10,11 +10,13 @@
 #include <sys/types.h>
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/unique_fd.h"
 #include "image.pb.h"
 
 namespace cairn::restore {
@@ -27,6 +29,10 @@ struct ContainerSetup {
   // runtime's, handed over under the key the dump recorded (criu-compat: inherit_fd
   // extRootNetNS). -1: none.
   int net_ns_fd = -1;
+  // Takes the master of a terminal whose master the checkpoint did not hold (the runtime's
+  // console, Mount.terminals): `master` is the restorer's descriptor (the callee dups what it
+  // keeps), `slave` the terminal as the container sees it. Unset: such a checkpoint is refused.
+  std::function<absl::Status(int master, const std::string& slave)> take_terminal;
 };
 
 class ContainerPlan {
@@ -46,6 +52,11 @@ class ContainerPlan {
   // The step at `index`, in words, for the error of a failed Run.
   std::string Describe(int index) const;
 
+  // After Run: gives the terminals it made (Mount.terminals) their settings, their slaves
+  // their owner and mode, and hands their masters to setup.take_terminal. The masters are
+  // held here until the plan is destroyed (the processes open their slaves before).
+  absl::Status HandOverTerminals();
+
  private:
   enum class Op {
     kPrivate,      // mount(NULL, "/", MS_REC|MS_PRIVATE): nothing goes back to the host
@@ -63,6 +74,7 @@ class ContainerPlan {
     kWrite,        // c with `data`/`len`
     kOwn,          // chown c (no follow) to uid:gid, then chmod mode unless a symlink
     kPivot,        // pivot_root into the root; the old root let go
+    kTerminal,     // a new terminal numbered `mode` on the devpts at b, its master dup3()ed onto fd
   };
   struct Step {
     Op op;
@@ -84,6 +96,18 @@ class ContainerPlan {
   std::deque<std::string> strings_;  // a deque: the steps point into it
   std::vector<Step> steps_;
   unsigned long clone_flags_ = 0;
+  // Mount.terminals: each one's master, in the descriptor table the root task shares with the
+  // restorer until it has run the plan (a placeholder before: the task replaces it).
+  struct Terminal {
+    image::PtyState pty;
+    std::string slave;  // "/dev/pts/0"
+    UniqueFd master;
+    // Its slave, open until the processes have theirs: a terminal whose slave no one holds
+    // reads as hung up (EIO) on the master, and the runtime's console would stop there.
+    UniqueFd slave_held;
+  };
+  std::vector<Terminal> terminals_;
+  std::function<absl::Status(int, const std::string&)> take_terminal_;
 };
 
 }  // namespace cairn::restore

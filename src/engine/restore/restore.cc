@@ -913,6 +913,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     ASSIGN_OR_RETURN(UniqueFd at, ContainerRoot(root_host));
     image_root.emplace(std::move(at));
   }
+  if (container) RETURN_IF_ERROR(container->HandOverTerminals());
   if (opts.notify) RETURN_IF_ERROR(opts.notify("setup-namespaces", root_host));
   if (container) {
     RETURN_IF_ERROR(InContainer(root_host, open_masters));

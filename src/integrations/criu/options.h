@@ -5,6 +5,10 @@
 // in its log file). An option the protocol has that this file does not know (a field number
 // it has never seen) is refused by number.
 //
+// orphan_pts_master (a RESTORE option; the service acts on it): a container's terminal whose
+// master was its runtime's console (runc --console-socket) is made again on the container's
+// devpts, and its new master goes to the runtime with the notification "orphan-pts-master".
+//
 // Some options are permissions or hints whose CRIU meaning cairn meets by what it always does;
 // they are taken without changing anything, for these reasons:
 //   shell_job, ext_unix_sk, file_locks   permissions: cairn saves locks always, and still
@@ -15,8 +19,6 @@
 //   rst_sibling                          the restored init is this process's child, and the
 //                                        runtime's once this process exits (runc is a child
 //                                        subreaper): runtimes restore detached;
-//   orphan_pts_master                    matters only for a terminal, which a container holding a
-//                                        pty is not restored with through this protocol yet;
 //   auto_dedup, ghost_limit, link_remap, force_irmap, irmap_scan_paths, tcp_skip_in_flight,
 //   weak_sysctls, timeout, cpu_cap, status_fd, log_level
 //                                        CRIU's own tuning, with no counterpart in cairn's engine.

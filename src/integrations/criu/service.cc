@@ -100,12 +100,27 @@ class Session {
     return buf;
   }
 
-  absl::Status Send(const criu_rpc::Response& resp) {
+  // One message; `pass_fd` (if not -1) goes with it (SCM_RIGHTS).
+  absl::Status Send(const criu_rpc::Response& resp, int pass_fd = -1) {
     std::string out;
     if (!resp.SerializeToString(&out)) return absl::InternalError("serialize a response");
+    iovec iov{out.data(), out.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (pass_fd >= 0) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
     ssize_t n;
     do {
-      n = ::send(fd_, out.data(), out.size(), MSG_NOSIGNAL);
+      n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
     if (n != static_cast<ssize_t>(out.size())) return ErrnoStatus("send on the swrk socket");
     return absl::OkStatus();
@@ -126,14 +141,15 @@ class Session {
   }
 
   // A notification the runtime acts on ("post-restore" with the pid), then its acknowledgement.
-  absl::Status Notify(const std::string& script, pid_t pid) {
+  // `pass_fd`: a descriptor that goes with it (orphan-pts-master: the terminal's new master).
+  absl::Status Notify(const std::string& script, pid_t pid, int pass_fd = -1) {
     if (!notify_) return absl::OkStatus();
     criu_rpc::Response n;
     n.set_type(criu_rpc::NOTIFY);
     n.set_success(true);
     n.mutable_notify()->set_script(script);
     if (pid != 0) n.mutable_notify()->set_pid(pid);
-    RETURN_IF_ERROR(Send(n));
+    RETURN_IF_ERROR(Send(n, pass_fd));
     ASSIGN_OR_RETURN(std::string msg, Receive());
     criu_rpc::Request ack;
     if (msg.empty()) return absl::AbortedError("the runtime hung up at notification " + script);
@@ -278,6 +294,17 @@ class Session {
     opts.seal_key = &key;
     RETURN_IF_ERROR(Notify("pre-restore", 0));
     opts.notify = [this](const std::string& stage, pid_t root) { return Notify(stage, root); };
+    if (req.opts().orphan_pts_master()) {
+      // The container's console: its new master goes to the runtime, which passes it to whoever
+      // holds the console (runc: the --console-socket).
+      opts.container.take_terminal = [this](int master, const std::string& slave) {
+        if (!notify_) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the container's terminal ", slave, " needs its new master handed over, which takes notify_scripts"));
+        }
+        return Notify("orphan-pts-master", 0, master);
+      };
+    }
     CAIRN_LOG_INFO("event=criu_compat_restore dir={} root={}", opts.dir, opts.container.root);
     ASSIGN_OR_RETURN(restore::RestoreResult res, restore::Restore(opts));
     CAIRN_LOG_INFO("event=criu_compat_restored pid={} processes={} seconds={:.3f}", res.pid, res.processes,
