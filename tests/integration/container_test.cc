@@ -463,6 +463,54 @@ TEST_F(RuncContainers, ATerminalContainerGetsItsTerminalBackThroughTheConsoleSoc
   EXPECT_EQ(f[4], std::to_string(136 << 8)) << "its controlling terminal is /dev/pts/0 (136:0)";
 }
 
+// runc checkpoint --pre-dump (twice, the second naming the first as its parent) while the
+// container runs, then the checkpoint naming the last pre-dump: each pre-dump leaves the
+// container running and tracks its writes, the checkpoint saves only what was written since,
+// and runc restore from it brings the container back counting on.
+TEST_F(RuncContainers, PreDumpsLeaveTheContainerRunningAndTheCheckpointBuildsOnThem) {
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t init = InitPid("c1");
+  auto runc_dump = [&](const std::vector<std::string>& extra, const std::string& dir) {
+    std::vector<std::string> args = {"checkpoint"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (const std::string& a : {std::string("--image-path"), *temp_ / dir, std::string("--work-path"),
+                                 *temp_ / "work", std::string("c1")}) {
+      args.push_back(a);
+    }
+    return Runc(args);
+  };
+  ASSERT_EQ(runc_dump({"--pre-dump"}, "pre1"), 0) << Diagnostics();
+  size_t n = Log().size();
+  EXPECT_TRUE(WaitLog(n + 3)) << "the container runs on after a pre-dump";
+  ASSERT_EQ(runc_dump({"--pre-dump", "--parent-path", "../pre1"}, "pre2"), 0) << Diagnostics();
+  n = Log().size();
+  EXPECT_TRUE(WaitLog(n + 3)) << "and after the second";
+  ASSERT_EQ(runc_dump({"--parent-path", "../pre2"}, "images"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(init, 10s).gone);
+  std::vector<std::string> at_checkpoint = Log();
+  ASSERT_TRUE(CountsOn(at_checkpoint));
+
+  // A chain of three, each link built on the one before.
+  CommandResult inspect = Inspect(*temp_ / "images/cairn");
+  EXPECT_TRUE(inspect.Exited(0)) << inspect.Describe();
+  for (const char* dir : {"images/cairn", "pre2/cairn", "pre1/cairn"}) {
+    EXPECT_NE(inspect.out.find(fs::canonical(*temp_ / dir).string()), std::string::npos) << dir << ": " << inspect.out;
+  }
+  EXPECT_NE(inspect.out.find("incremental"), std::string::npos) << inspect.out;
+
+  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
+                  bundle_, "c1"}),
+            0)
+      << Diagnostics();
+  pid_t after = InitPid("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
+  EXPECT_TRUE(CountsOn(Log())) << "the counter goes on from the checkpoint, not from a pre-dump";
+}
+
 TEST_F(RuncContainers, AnOptionCairnCannotHonourIsRefusedAndTheContainerRunsOn) {
   MakeBundle();
   ASSERT_TRUE(Start("c1"));

@@ -61,6 +61,16 @@ int ParkBase(pid_t pid) {
 
 }  // namespace
 
+bool WriteTrackingAvailable() {
+  constexpr int kUffdUserModeOnly = 1;
+  UniqueFd ufd(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | kUffdUserModeOnly)));
+  if (!ufd.valid()) return false;
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = kUffdFeatureWpAsync;
+  return ::ioctl(ufd.get(), UFFDIO_API, &api) == 0;
+}
+
 bool IsTrackerFd(const proc::FdInfo& info) {
   if (info.target != "anon_inode:[userfaultfd]") return false;
   for (const auto& [key, val] : info.extra) {

@@ -39,6 +39,10 @@ namespace cairn::dump {
 // UFFD_FEATURE_WP_ASYNC (Linux 6.7); Debian 12's headers predate it.
 inline constexpr uint64_t kUffdFeatureWpAsync = 1ULL << 15;
 
+// Whether this machine can track writes (a userfaultfd with the write-protect async feature,
+// Linux 6.7+), asked on a userfaultfd of this process's own.
+bool WriteTrackingAvailable();
+
 // True when `info` (a descriptor of some process) is a cairn write tracker.
 bool IsTrackerFd(const proc::FdInfo& info);
 

@@ -42,6 +42,16 @@ Ranges Intersect(const Ranges& r, const Ranges& keep) {
   return out;
 }
 
+// A link of the chain reached through a symbolic link (criu-compat's cairn.parent: a runtime
+// keeps each dump in a directory of its own) is where the link leads: its own parent is named
+// next to that. Every link is still checked by its id (and, at restore, its seal).
+std::string Followed(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(path, ec)) return path;
+  std::filesystem::path real = std::filesystem::canonical(path, ec);
+  return ec ? path : real.string();
+}
+
 }  // namespace
 
 absl::Status CheckParentName(const std::string& name) {
@@ -61,7 +71,7 @@ std::string ParentPath(const std::string& dir, const std::string& name) {
 }
 
 absl::StatusOr<std::unique_ptr<ImageReader>> OpenChain(const std::string& dir) {
-  ASSIGN_OR_RETURN(std::unique_ptr<ImageReader> top, ImageReader::Open(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<ImageReader> top, ImageReader::Open(Followed(dir)));
   ImageReader* link = top.get();
   std::set<std::string> ids = {link->meta().id()};
   for (int depth = 1; link->meta().has_parent(); ++depth) {
@@ -71,7 +81,7 @@ absl::StatusOr<std::unique_ptr<ImageReader>> OpenChain(const std::string& dir) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint ", dir, ": chain longer than ", kMaxChainLength,
                                                         " links; fold it with `cairn compact`"));
     }
-    std::string path = ParentPath(link->dir(), ref.dir());
+    std::string path = Followed(ParentPath(link->dir(), ref.dir()));
     auto parent = ImageReader::Open(path);
     if (!parent.ok()) {
       return Annotate(parent.status(), absl::StrCat("checkpoint ", link->dir(), " is incremental and needs its parent ",

@@ -17,6 +17,7 @@ namespace cairn::criu_compat {
 namespace {
 
 constexpr char kImageSubdir[] = "cairn";
+constexpr char kParentLinkName[] = "cairn.parent";
 
 // Fields of Options that a newer protocol has and this file does not know.
 absl::Status RefuseUnknown(const criu_rpc::Options& opts) {
@@ -103,13 +104,10 @@ absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t
 
 std::string ImageDir(const std::string& images) { return absl::StrCat(images, "/", kImageSubdir); }
 
+std::string ParentLink(const std::string& images) { return absl::StrCat(images, "/", kParentLinkName); }
+
 absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre_dump, const std::string& images) {
   RETURN_IF_ERROR(RefuseCommon(o));
-  if (pre_dump || o.track_mem() || o.has_parent_img()) {
-    return Refuse("pre-dump (track_mem, parent_img)",
-                  "cairn takes no pre-dumps through criu-compat yet; its own incremental checkpoints are `cairn dump "
-                  "--track` and `--parent`, and `--pre-copy` copies memory while the container runs");
-  }
   if (o.inherit_fd_size() > 0 || o.rst_sibling()) return Refuse("inherit_fd/rst_sibling", "these are restore options");
   DumpRequest r;
   dump::DumpOptions& d = r.dump;
@@ -117,7 +115,20 @@ absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre
   if (d.pid <= 0) return absl::InvalidArgumentError("dump request without the pid of the container's init");
   d.tree = true;
   d.dir = ImageDir(images);
-  d.leave_running = o.leave_running();
+  d.leave_running = o.leave_running() || pre_dump;
+  if (o.has_parent_img()) {
+    const std::string& p = o.parent_img();
+    if (p.empty() || p.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("parent_img is empty: name the previous pre-dump's images directory");
+    }
+    r.parent_target = absl::StrCat(p, p.back() == '/' ? "" : "/", kImageSubdir);
+    d.parent = ParentLink(images);
+  }
+  // Writes are tracked after a pre-dump (for the next one or the dump) and after a dump that
+  // leaves the container running with track_mem. A first pre-dump copies memory while the
+  // container runs and freezes it only for what was written meanwhile.
+  d.track = d.leave_running && (pre_dump || o.track_mem());
+  d.pre_copy = pre_dump && d.parent.empty();
   if (o.tcp_established() && o.tcp_close()) return Refuse("tcp_established with tcp_close", "choose one");
   d.tcp_established = o.tcp_established();
   d.tcp_close = o.tcp_close();

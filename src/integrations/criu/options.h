@@ -52,12 +52,21 @@ absl::StatusOr<RequestDirs> OpenRequestDirs(const criu_rpc::Options& opts, pid_t
 // the format inside is cairn's own, checksummed and sealed).
 std::string ImageDir(const std::string& images);
 
+// The link next to ImageDir naming a dump's parent (image/chain.h: a parent is a name next
+// to its child): <images>/cairn.parent -> <parent_img>/cairn.
+std::string ParentLink(const std::string& images);
+
 struct DumpRequest {
   dump::DumpOptions dump;
-  bool track_after = false;  // PRE_DUMP: keep tracking writes for the next dump's parent
+  // parent_img: where the link ParentLink points (the parent's ImageDir, relative to the
+  // images directory as the runtime gave it); empty for a dump without one.
+  std::string parent_target;
 };
 
-// DUMP and PRE_DUMP. `images`: RequestDirs::images.
+// DUMP and PRE_DUMP. `images`: RequestDirs::images. A pre-dump is a checkpoint of the running
+// container that tracks its writes from then on (with its memory copied while it runs, or only
+// what was written since its own parent_img); a dump naming it as parent_img saves only the
+// pages written since (dump/tracker.h).
 absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& opts, bool pre_dump, const std::string& images);
 
 // RESTORE. The descriptors inherit_fd names are this process's own (the runtime passed them).

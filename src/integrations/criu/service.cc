@@ -24,6 +24,7 @@
 #include "criu_rpc.pb.h"
 #include "engine/check/check.h"
 #include "engine/dump/dump.h"
+#include "engine/dump/tracker.h"
 #include "engine/restore/restore.h"
 
 namespace cairn::criu_compat {
@@ -187,16 +188,16 @@ class Session {
         break;
       }
       case criu_rpc::FEATURE_CHECK:
-        // Neither pre-dump write tracking nor CRIU's lazy pages is served through this
-        // protocol yet (options.h says what to use instead).
-        resp.mutable_features()->set_mem_track(false);
+        // Pre-dumps track writes as cairn's incremental dumps do (dump/tracker.h); CRIU's lazy
+        // pages are not served through this protocol (options.h says what to use instead).
+        resp.mutable_features()->set_mem_track(dump::WriteTrackingAvailable());
         resp.mutable_features()->set_lazy_pages(false);
         break;
       case criu_rpc::CHECK:
         done = Check();
         break;
       case criu_rpc::DUMP:
-        done = Dump(req);
+        done = Dump(req, /*pre_dump=*/false);
         if (done.ok()) resp.mutable_dump()->set_restored(false);
         break;
       case criu_rpc::RESTORE: {
@@ -206,9 +207,7 @@ class Session {
         break;
       }
       case criu_rpc::PRE_DUMP:
-        done = absl::UnimplementedError(
-            "PRE_DUMP: cairn takes no pre-dumps through criu-compat yet; checkpoint with a plain dump (cairn's own "
-            "`cairn dump --pre-copy` copies memory while the process runs)");
+        done = Dump(req, /*pre_dump=*/true);
         break;
       default:
         done = absl::UnimplementedError(absl::StrFormat(
@@ -239,37 +238,59 @@ class Session {
 
 
  private:
-  absl::Status Dump(const criu_rpc::Request& req) {
+  // DUMP, and PRE_DUMP: a checkpoint of the running container that tracks its writes from
+  // then on, the parent (parent_img) of the next one (options.cc DumpFromRequest).
+  absl::Status Dump(const criu_rpc::Request& req, bool pre_dump) {
     if (!req.has_opts()) return absl::InvalidArgumentError("DUMP without options");
     ASSIGN_OR_RETURN(RequestDirs dirs, OpenRequestDirs(req.opts(), peer_));
     OpenLog(req.opts(), dirs);
-    ASSIGN_OR_RETURN(DumpRequest r, DumpFromRequest(req.opts(), /*pre_dump=*/false, dirs.images));
+    ASSIGN_OR_RETURN(DumpRequest r, DumpFromRequest(req.opts(), pre_dump, dirs.images));
     ASSIGN_OR_RETURN(image::ImageKey key, image::ImageKey::LoadOrCreate(image::DefaultImageKeyPath()));
     r.dump.seal_key = &key;
-    RETURN_IF_ERROR(Notify("pre-dump", 0));
-    CAIRN_LOG_INFO("event=criu_compat_dump pid={} dir={} leave_running={}", r.dump.pid, r.dump.dir,
-                   r.dump.leave_running);
+    // CRIU runs no notifications around a pre-dump (runc would mark the container checkpointed).
+    if (!pre_dump) RETURN_IF_ERROR(Notify("pre-dump", 0));
+    CAIRN_LOG_INFO("event=criu_compat_dump pid={} dir={} leave_running={} pre_dump={} parent={}", r.dump.pid,
+                   r.dump.dir, r.dump.leave_running, pre_dump, r.parent_target);
     // A checkpoint the runtime left in the directory (Podman keeps one with --keep) makes way
-    // for the new one, and comes back if the new one fails.
+    // for the new one, and comes back if the new one fails; its link to its parent likewise.
     const std::string previous = r.dump.dir + ".previous";
+    const std::string link = ParentLink(dirs.images), previous_link = link + ".previous";
     std::error_code ec;
     std::filesystem::remove_all(previous, ec);
+    ::unlink(previous_link.c_str());
     const bool had_previous = std::filesystem::exists(r.dump.dir, ec);
     if (had_previous && ::rename(r.dump.dir.c_str(), previous.c_str()) != 0) {
       return ErrnoStatus("move the checkpoint already in the runtime's directory aside (" + r.dump.dir + ")");
     }
+    const bool had_link = std::filesystem::is_symlink(link, ec);
+    if (had_link && ::rename(link.c_str(), previous_link.c_str()) != 0) {
+      absl::Status moved = ErrnoStatus("move the link to the previous checkpoint's parent aside (" + link + ")");
+      if (had_previous) ::rename(previous.c_str(), r.dump.dir.c_str());
+      return moved;
+    }
+    auto put_back = [&] {
+      ::unlink(link.c_str());
+      if (had_link) ::rename(previous_link.c_str(), link.c_str());
+      if (had_previous) ::rename(previous.c_str(), r.dump.dir.c_str());
+    };
     // The marker first: once the dump has killed the processes, nothing may fail but the dump.
     const std::string marker = dirs.images + "/inventory.img";
-    absl::Status marked = WriteFileSynced(marker, kInventoryNote);
-    absl::StatusOr<dump::DumpResult> res = marked.ok() ? dump::Dump(r.dump) : absl::StatusOr<dump::DumpResult>(marked);
+    absl::Status ready = WriteFileSynced(marker, kInventoryNote);
+    // The parent, where the runtime keeps it (relative to this directory), named next to the
+    // checkpoint as cairn's incremental dumps name theirs (image/chain.h).
+    if (ready.ok() && !r.parent_target.empty() && ::symlink(r.parent_target.c_str(), link.c_str()) != 0) {
+      ready = ErrnoStatus(absl::StrCat("link ", link, " to the parent checkpoint ", r.parent_target));
+    }
+    absl::StatusOr<dump::DumpResult> res = ready.ok() ? dump::Dump(r.dump) : absl::StatusOr<dump::DumpResult>(ready);
     if (!res.ok()) {
       if (!had_previous) ::unlink(marker.c_str());
-      if (had_previous) ::rename(previous.c_str(), r.dump.dir.c_str());
+      put_back();
       return res.status();
     }
     std::filesystem::remove_all(previous, ec);
-    CAIRN_LOG_INFO("event=criu_compat_dumped processes={} bytes={} frozen_seconds={:.3f}", res->processes,
-                   res->bytes, res->frozen_seconds);
+    ::unlink(previous_link.c_str());
+    CAIRN_LOG_INFO("event=criu_compat_dumped processes={} bytes={} frozen_seconds={:.3f} incremental={} tracking={}",
+                   res->processes, res->bytes, res->frozen_seconds, res->incremental, res->tracking);
     criu_rpc::Stats stats;
     criu_rpc::DumpStats* d = stats.mutable_dump();
     d->set_freezing_time(0);  // cairn's freeze is inside frozen_time
@@ -282,7 +303,7 @@ class Session {
     d->set_pages_lazy(0);
     absl::Status written = WriteStats(dirs.work + "/stats-dump", stats);
     if (!written.ok()) CAIRN_LOG_WARN("event=criu_compat_stats_unwritten error=\"{}\"", written.ToString());
-    return Notify("post-dump", 0);
+    return pre_dump ? absl::OkStatus() : Notify("post-dump", 0);
   }
 
   absl::StatusOr<pid_t> Restore(const criu_rpc::Request& req) {
