@@ -314,6 +314,7 @@ int RunInspect(const std::string& dir, bool json, const std::string& image_key) 
     }
     std::printf("id %s%s\n", c.id().empty() ? "(none)" : c.id().c_str(),
                 c.tracking() ? ", writes tracked since (can be a --parent)" : "");
+    if (c.pages_only()) std::printf("pre-dump: memory only, the parent of checkpoints built on it (not restorable itself)\n");
     for (const auto& [link, verdict] : seals) {
       std::printf("seal%s: %s\n", seals.size() > 1 ? (" of " + link).c_str() : "", verdict.c_str());
     }

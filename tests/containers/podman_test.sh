@@ -3,7 +3,9 @@
 # Podman's PATH is a link to cairn), under Podman's default seccomp profile, with runc under it:
 #  1. on the same node: `podman container checkpoint --export`, then `restore --import`;
 #  2. into a fresh Podman storage on "another node": each node is a mount namespace of its own
-#     with empty /var/lib/containers, /run/containers, /run/libpod and /run/runc.
+#     with empty /var/lib/containers, /run/containers, /run/libpod and /run/runc;
+#  3. `--pre-checkpoint --export` while it runs, then `checkpoint --with-previous --export`
+#     (incremental on the pre-checkpoint), both imported on the first node (`--import-previous`).
 # The data set survives (keys written before, read after, from inside the container's own
 # network namespace), the restored redis runs under the same seccomp filters, and its listener
 # is in the container's network namespace, not on the host.
@@ -102,4 +104,17 @@ pm "$a" container checkpoint --export "$work/two.tar.zst" r1 >/dev/null || fail 
 pm "$b" container restore --keep --import "$work/two.tar.zst" >/dev/null || fail "restore --import on the other node"
 [[ $(redis "$b" get moved) == yes && $(redis "$b" get counter) == 42 ]] || fail "the data set did not reach the other node"
 [[ $(filters "$b") == "$seccomp_before" ]] || fail "seccomp on the other node: $(filters "$b")"
-echo "PASS: podman checkpoint/restore through cairn, same node and a fresh storage"
+# 3. A pre-checkpoint while it runs, then the checkpoint built on it (only what was written
+#    since), exported with it and restored back on the first node.
+pm "$b" container checkpoint --pre-checkpoint --export "$work/pre.tar.zst" r1 >/dev/null ||
+  fail "podman container checkpoint --pre-checkpoint"
+[[ $(pm "$b" inspect r1 --format '{{.State.Status}}') == running ]] || fail "the container stopped at its pre-checkpoint"
+redis "$b" set after_pre yes >/dev/null
+pm "$b" container checkpoint --with-previous --export "$work/three.tar.zst" r1 >/dev/null ||
+  fail "podman container checkpoint --with-previous"
+pm "$a" rm r1 >/dev/null
+pm "$a" container restore --import-previous "$work/pre.tar.zst" --import "$work/three.tar.zst" >/dev/null ||
+  fail "restore --import of the incremental checkpoint"
+[[ $(redis "$a" get after_pre) == yes && $(redis "$a" get moved) == yes ]] ||
+  fail "keys written before and after the pre-checkpoint did not both come back"
+echo "PASS: podman checkpoint/restore through cairn, same node, a fresh storage, and on a pre-checkpoint"

@@ -482,6 +482,10 @@ TEST_F(RuncContainers, PreDumpsLeaveTheContainerRunningAndTheCheckpointBuildsOnT
     return Runc(args);
   };
   ASSERT_EQ(runc_dump({"--pre-dump"}, "pre1"), 0) << Diagnostics();
+  // A pre-dump holds memory only: it is no checkpoint to restore by itself.
+  CommandResult alone = Cairn({"restore", "--dir", *temp_ / "pre1/cairn", "--root", bundle_ + "/rootfs"});
+  EXPECT_TRUE(alone.FailedCleanly()) << alone.Describe();
+  EXPECT_NE(alone.err.find("pre-dump"), std::string::npos) << alone.err;
   size_t n = Log().size();
   EXPECT_TRUE(WaitLog(n + 3)) << "the container runs on after a pre-dump";
   ASSERT_EQ(runc_dump({"--pre-dump", "--parent-path", "../pre1"}, "pre2"), 0) << Diagnostics();

@@ -428,6 +428,60 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
   return out;
 }
 
+// What the processes hold beyond their memory: their descriptors (under the network lock when
+// connections are saved whole), System V IPC, time namespace and a container's world. Ids
+// are localized (the image's are the processes' own).
+absl::Status CaptureWorld(const DumpOptions& opts, const std::vector<pid_t>& live,
+                          const std::vector<image::Process*>& live_procs,
+                          std::vector<std::vector<proc::FdInfo>> live_fds, image::ImageWriter& writer,
+                          image::Checkpoint& ckpt, DumpResult& result, GuardJournal* journal,
+                          std::unique_ptr<TcpConnections>* tcp, FreezerHold* freezer,
+                          std::set<std::pair<uint64_t, uint64_t>>* saved_files, StageTimer& timer) {
+  FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
+  std::set<uint64_t> container_mounts;
+  ASSIGN_OR_RETURN(std::optional<ContainerMounts> container, ReadContainerMounts(opts.pid));
+  if (container) {
+    for (const proc::MountEntry& m : container->theirs) container_mounts.insert(m.id);
+    fd_opts.container_mounts = &container_mounts;
+  }
+  if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
+  if (opts.tcp_established) {
+    std::string table = opts.network_lock_table.empty() ? net::LockTableName(ckpt.id()) : opts.network_lock_table;
+    ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(table, live, live_fds, journal));
+    fd_opts.tcp = tcp->get();
+    if (opts.hand_off && !opts.hand_off_decides && !opts.hand_off_moves_connections && !(*tcp)->table().empty()) {
+      return absl::UnimplementedError(
+          "this hand-off cannot move established TCP connections: close them first, or checkpoint and restore the "
+          "job with its connections instead");
+    }
+    ckpt.set_network_lock((*tcp)->table());
+    result.network_lock = (*tcp)->table();
+    // Held in their cgroup too before a socket enters repair mode (freezer_hold.h).
+    if (!(*tcp)->table().empty()) RETURN_IF_ERROR(freezer->Freeze(*journal));
+  }
+  RETURN_IF_ERROR(
+      CaptureFds(live, fd_opts, &writer, live_procs, saved_files, ckpt.mutable_in_flight(), std::move(live_fds)));
+  if (ckpt.in_flight().fds_size() == 0) ckpt.clear_in_flight();
+  ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
+  if (own_ipc) {
+    ckpt.set_own_ipc_ns(true);
+    RETURN_IF_ERROR(CaptureSysvIpc(opts.pid, writer, ckpt.mutable_ipc()));
+  }
+  RETURN_IF_ERROR(CheckAioRingsQuiet(live, live_procs));  // before LocalizeIds: host ids
+  RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
+  RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
+  if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, *container, opts.container, &ckpt));
+  if (container && ckpt.container().own_net_ns() && !ckpt.network_lock().empty()) {
+    // The restore's lock and its removal of this one act in the host's network namespace.
+    return absl::UnimplementedError(
+        "the container holds established TCP connections in its own network namespace: cairn does not restore "
+        "those yet (checkpoint it with --tcp-close, or without connections)");
+  }
+  timer.Mark("fds");
+  RETURN_IF_ERROR(StopPoint("fds"));
+  return absl::OkStatus();
+}
+
 // Captures everything of the frozen tree into `writer` and `ckpt`; the caller commits.
 absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, image::ImageWriter& writer,
                                       IncrementalContext& inc, image::Checkpoint& ckpt, GuardJournal* journal,
@@ -482,48 +536,13 @@ absl::StatusOr<DumpResult> DumpFrozen(const DumpOptions& opts, FrozenTree& ft, i
     ckpt.mutable_machine()->add_kernel_needs(need);
   }
   StageTimer timer(opts.pid);
-  FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
-  std::set<uint64_t> container_mounts;
-  ASSIGN_OR_RETURN(std::optional<ContainerMounts> container, ReadContainerMounts(opts.pid));
-  if (container) {
-    for (const proc::MountEntry& m : container->theirs) container_mounts.insert(m.id);
-    fd_opts.container_mounts = &container_mounts;
+  if (opts.pages_only) {
+    ckpt.set_pages_only(true);
+    RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
+  } else {
+    RETURN_IF_ERROR(CaptureWorld(opts, live, live_procs, std::move(live_fds), writer, ckpt, result, journal, tcp,
+                                 freezer, &saved_files, timer));
   }
-  if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
-  if (opts.tcp_established) {
-    std::string table = opts.network_lock_table.empty() ? net::LockTableName(ckpt.id()) : opts.network_lock_table;
-    ASSIGN_OR_RETURN(*tcp, TcpConnections::Lock(table, live, live_fds, journal));
-    fd_opts.tcp = tcp->get();
-    if (opts.hand_off && !opts.hand_off_decides && !opts.hand_off_moves_connections && !(*tcp)->table().empty()) {
-      return absl::UnimplementedError(
-          "this hand-off cannot move established TCP connections: close them first, or checkpoint and restore the "
-          "job with its connections instead");
-    }
-    ckpt.set_network_lock((*tcp)->table());
-    result.network_lock = (*tcp)->table();
-    // Held in their cgroup too before a socket enters repair mode (freezer_hold.h).
-    if (!(*tcp)->table().empty()) RETURN_IF_ERROR(freezer->Freeze(*journal));
-  }
-  RETURN_IF_ERROR(
-      CaptureFds(live, fd_opts, &writer, live_procs, &saved_files, ckpt.mutable_in_flight(), std::move(live_fds)));
-  if (ckpt.in_flight().fds_size() == 0) ckpt.clear_in_flight();
-  ASSIGN_OR_RETURN(bool own_ipc, OwnIpcNamespace(opts.pid));
-  if (own_ipc) {
-    ckpt.set_own_ipc_ns(true);
-    RETURN_IF_ERROR(CaptureSysvIpc(opts.pid, writer, ckpt.mutable_ipc()));
-  }
-  RETURN_IF_ERROR(CheckAioRingsQuiet(live, live_procs));  // before LocalizeIds: host ids
-  RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
-  RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
-  if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, *container, opts.container, &ckpt));
-  if (container && ckpt.container().own_net_ns() && !ckpt.network_lock().empty()) {
-    // The restore's lock and its removal of this one act in the host's network namespace.
-    return absl::UnimplementedError(
-        "the container holds established TCP connections in its own network namespace: cairn does not restore "
-        "those yet (checkpoint it with --tcp-close, or without connections)");
-  }
-  timer.Mark("fds");
-  RETURN_IF_ERROR(StopPoint("fds"));
   if (inc.incremental_procs > 0) {
     ckpt.mutable_parent()->set_dir(inc.parent->name);
     ckpt.mutable_parent()->set_id(inc.parent->meta().id());
@@ -731,6 +750,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
     live.push_back(pid);
   }
   RETURN_IF_ERROR(CheckSharing(live));
+  if (opts.pages_only) return absl::OkStatus();  // no descriptors saved
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
   if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
   return CheckFdsSupported(live, fd_opts);

@@ -64,6 +64,11 @@ struct DumpOptions {
   // With leave_running: keep tracking writes after this dump so that a later dump can
   // name this one as its parent (implied by `parent`).
   bool track = false;
+  // A pre-dump (criu-compat's PRE_DUMP): the processes and their memory only, as the parent of
+  // a later incremental dump (with leave_running and track); no descriptors, sockets, mounts or
+  // namespaces are saved and nothing is locked. The checkpoint cannot be restored itself
+  // (Checkpoint.pages_only).
+  bool pages_only = false;
   // Copy memory while the process runs, then freeze it only to copy the rest (see
   // precopy.h). With `tree`, every process of the tree in turn (precopy_tree.h). Not with
   // `parent`.

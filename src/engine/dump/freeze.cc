@@ -16,6 +16,10 @@ namespace cairn::dump {
 
 using inject::StopInfo;
 
+namespace {
+constexpr long kPtraceSuspendSeccomp = 1 << 21;  // PTRACE_O_SUSPEND_SECCOMP
+}  // namespace
+
 absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* journal) {
   FrozenProcess fp(pid);
   fp.journal_ = journal;
@@ -73,6 +77,19 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* jou
     if (t.tid != 0) alive.push_back(t);
   }
   fp.threads_ = std::move(alive);
+  // The calls the dump makes the threads run are cairn's, not the program's: its seccomp
+  // filters (a container runtime's profile denies userfaultfd, which write tracking needs; a
+  // strict one could kill the process for a call it never made) are suspended while it is
+  // stopped here, and the suspension ends with the trace (a detach, or the dumper's death).
+  // Asked for only now that every thread is stopped: the program itself never runs without
+  // its filters. Needs CAP_SYS_ADMIN; without it the filters stay (and a call they deny fails).
+  for (const ThreadState& t : fp.threads_) {
+    if (::ptrace(PTRACE_SETOPTIONS, t.tid, nullptr,
+                 reinterpret_cast<void*>(static_cast<long>(PTRACE_O_TRACESYSGOOD | kPtraceSuspendSeccomp))) != 0) {
+      CAIRN_LOG_DEBUG("event=seccomp_not_suspended tid={} errno={}", t.tid, errno);
+      break;
+    }
+  }
   // The leader first. It need not have the lowest id: threads created after the pid
   // numbers wrapped around have lower ones.
   auto leader = std::find_if(fp.threads_.begin(), fp.threads_.end(), [&](const ThreadState& t) { return t.tid == pid; });

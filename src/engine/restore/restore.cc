@@ -764,6 +764,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
       seals.push_back(std::move(*c));
     }
   }
+  if (img->meta().pages_only()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, " is a pre-dump: it holds only memory, as the parent of a checkpoint built on it; restore that one"));
+  }
   RETURN_IF_ERROR(CheckTreeOrder(procs, where));
   if (opts.only_as.has_value()) RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));
   if (procs[0]->zombie()) return absl::DataLossError(where + ": the root process is a zombie (corrupt image)");

@@ -129,9 +129,13 @@ absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre
   // container runs and freezes it only for what was written meanwhile.
   d.track = d.leave_running && (pre_dump || o.track_mem());
   d.pre_copy = pre_dump && d.parent.empty();
+  // As CRIU's, a pre-dump is memory only (runc sends it no mounts, devices or descriptors to
+  // name): the dump built on it saves everything else.
+  d.pages_only = pre_dump;
   if (o.tcp_established() && o.tcp_close()) return Refuse("tcp_established with tcp_close", "choose one");
   d.tcp_established = o.tcp_established();
   d.tcp_close = o.tcp_close();
+  if (pre_dump) d.tcp_established = d.tcp_close = false;  // its sockets are the dump's to save
   if (o.has_freeze_cgroup()) {
     // Only a v1 freezer cgroup is used the way cairn uses one (dump/freezer_hold.h).
     if (absl::StrContains(o.freeze_cgroup(), "/freezer")) d.freezer_cgroup = o.freeze_cgroup();
