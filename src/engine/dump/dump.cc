@@ -756,6 +756,17 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
   return CheckFdsSupported(live, fd_opts);
 }
 
+// How a failed dump left the processes: running, or, when the root is gone, dead by something
+// other than the dump (a signal from outside, the OOM killer, its own seccomp filter).
+std::string LeftHow(const DumpOptions& opts) {
+  absl::StatusOr<proc::Stat> st = proc::ReadStat(opts.pid);
+  if (!st.ok() || st->state == 'Z' || st->state == 'X') {
+    return "the process died while it was being checkpointed: killed from outside, by the OOM killer or by its own "
+           "seccomp filter";
+  }
+  return opts.tree ? "the processes were left running" : "the process was left running";
+}
+
 // Journals the checkpoint directory being written (DIR.partial), and whether committing it
 // (renaming it to DIR) means the processes are to die.
 absl::Status JournalCheckpointDir(const std::string& dir, bool kill_on_commit, GuardJournal& journal) {
@@ -883,9 +894,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     } else {
       pc = one.status();
     }
-    if (!pc.ok()) {
-      return Annotate(pc.status(), absl::StrCat("pre-copy of pid ", opts.pid, " failed (the process was left running)"));
-    }
+    if (!pc.ok()) return Annotate(pc.status(), absl::StrCat("pre-copy of pid ", opts.pid, " failed (", LeftHow(opts), ")"));
     inc.precopied = std::move(*pc);
   }
   if (opts.before_freeze) {
@@ -935,8 +944,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     if (committed.ok()) FaultPoint("committed");
   }
   auto failed = [&](const absl::Status& s) {
-    return Annotate(s, absl::StrCat("checkpoint of pid ", opts.pid, " failed (the process",
-                                    opts.tree ? "es were" : " was", " left running)"));
+    return Annotate(s, absl::StrCat("checkpoint of pid ", opts.pid, " failed (", LeftHow(opts), ")"));
   };
   // The processes run again: the frozen time ends here and the commit comes now, its writes no
   // downtime (a failure leaves them running with no checkpoint).

@@ -6,8 +6,17 @@
 #include <sys/ptrace.h>
 #include <sys/uio.h>
 #include <sys/user.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -48,13 +57,121 @@ StopInfo Decode(int status) {
 
 }  // namespace
 
+// A wait for a thread group leader whose process is killed under it (SIGKILL from outside,
+// the OOM killer, a seccomp filter) would never end: the kernel reports a leader's death only
+// once its other threads are collected, and they are this process's tracees, dead and
+// uncollected. A watchdog thread looks, every 20 ms while waits are under way, at the threads
+// waited for: one that is a zombie gets its other threads collected (non-blocking), which lets
+// its own death through to the waiting thread. It needs no lock (a fork may copy this process
+// at any moment): the waits are atomic slots, and a forked child starts its own watchdog.
+class WaitWatchdog {
+ public:
+  static WaitWatchdog& Get() {
+    static WaitWatchdog w;
+    return w;
+  }
+  // A slot for `tid` while it is waited for (-1: all taken; the wait goes unwatched).
+  int Enter(pid_t tid) {
+    pid_t me = ::getpid();
+    if (owner_.load(std::memory_order_acquire) != me) {
+      pid_t prev = owner_.exchange(me, std::memory_order_acq_rel);
+      if (prev != me) std::thread([this] { Watch(); }).detach();
+    }
+    for (int i = 0; i < kSlots; ++i) {
+      pid_t free = 0;
+      if (slots_[i].compare_exchange_strong(free, tid, std::memory_order_acq_rel)) {
+        if (active_.fetch_add(1, std::memory_order_acq_rel) == 0) active_.notify_one();
+        return i;
+      }
+    }
+    return -1;
+  }
+  void Leave(int slot) {
+    if (slot < 0) return;
+    slots_[slot].store(0, std::memory_order_release);
+    active_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+
+ private:
+  static constexpr int kSlots = 64;
+
+  void Watch() {
+    for (;;) {
+      active_.wait(0, std::memory_order_acquire);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (auto& slot : slots_) {
+        pid_t tid = slot.load(std::memory_order_acquire);
+        if (tid > 0 && Dead(tid)) CollectOthers(tid);
+      }
+    }
+  }
+  // Its state letter from /proc/TID/stat ('\0' if unreadable).
+  static char State(pid_t tid) {
+    char path[64], buf[512];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", tid);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return '\0';
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return '\0';
+    buf[n] = '\0';
+    const char* close = std::strrchr(buf, ')');
+    return close != nullptr && close[1] == ' ' ? close[2] : '\0';
+  }
+  static bool Leader(pid_t tid) {
+    char path[64], buf[2048];
+    std::snprintf(path, sizeof path, "/proc/%d/status", tid);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char* at = std::strstr(buf, "\nTgid:");
+    return at != nullptr && std::atoi(at + 6) == tid;
+  }
+  static bool Dead(pid_t tid) {
+    char s = State(tid);
+    return s == 'Z' || s == 'X';
+  }
+  // `tid`, a thread group leader, died while it ran a call of ours: its process is dying.
+  // Its other threads are made to follow (a process killed from a seccomp filter leaves them
+  // in our ptrace stops, and only the tracing thread could let them go; SIGKILL wakes them),
+  // and their deaths are collected.
+  static void CollectOthers(pid_t tid) {
+    if (!Leader(tid)) return;  // a thread's own death is reported at once
+    ::kill(tid, SIGKILL);
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/task", tid);
+    DIR* d = ::opendir(path);
+    if (d == nullptr) return;
+    while (dirent* e = ::readdir(d)) {
+      pid_t t = static_cast<pid_t>(std::atoi(e->d_name));
+      if (t <= 0 || t == tid || !Dead(t)) continue;
+      int status = 0;
+      ::waitpid(t, &status, __WALL | WNOHANG);
+    }
+    ::closedir(d);
+  }
+
+  std::atomic<pid_t> owner_{0};
+  std::atomic<int> active_{0};
+  std::atomic<pid_t> slots_[kSlots] = {};
+};
+
 absl::StatusOr<StopInfo> WaitStop(pid_t tid) {
   int status = 0;
-  for (;;) {
-    pid_t r = ::waitpid(tid, &status, __WALL);
-    if (r == tid) break;
-    if (r < 0 && errno == EINTR) continue;
-    return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
+  pid_t r = ::waitpid(tid, &status, __WALL | WNOHANG);  // already stopped: no watch needed
+  if (r != tid) {
+    WaitWatchdog& w = WaitWatchdog::Get();
+    int slot = w.Enter(tid);
+    do {
+      r = ::waitpid(tid, &status, __WALL);
+    } while (r < 0 && errno == EINTR);
+    int e = errno;
+    w.Leave(slot);
+    errno = e;
+    if (r != tid) return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
   }
   return Decode(status);
 }

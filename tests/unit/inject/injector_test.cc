@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 #include <new>
 #include <string>
@@ -643,6 +645,54 @@ TEST_F(InjectorTest, KilledChildIsReportedAndPtraceFailsAfterwards) {
   auto regs = GetRegs(child.pid());
   ASSERT_FALSE(regs.ok());
   EXPECT_EQ(regs.status().code(), absl::StatusCode::kNotFound);  // ESRCH
+}
+
+// A second thread for a Child: it waits forever.
+int IdleThread(void*) {
+  for (;;) ::pause();
+}
+
+// A process killed while its leader runs a call of ours and its other thread stands in our
+// stop: the kernel reports the leader's death only once the other thread's is collected, which
+// no one asked for — WaitStop must still return (its watchdog collects it) instead of waiting
+// forever.
+TEST_F(InjectorTest, WaitForALeaderWhoseProcessIsKilledReturns) {
+  Child child([] {
+    static char stack[64 * 1024];
+    ::clone(IdleThread, stack + sizeof stack,
+            CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM, nullptr);
+    for (;;) ::pause();
+  });
+  ASSERT_GT(child.pid(), 0);
+  pid_t other = 0;
+  for (int i = 0; i < 200 && other == 0; ++i) {
+    auto list = proc::ListTasks(child.pid());
+    if (list.ok() && list->size() == 2) other = (*list)[0] == child.pid() ? (*list)[1] : (*list)[0];
+    if (other == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(other, 0) << "the child's second thread did not start";
+  StopAndBlockSignals(child.pid());
+  ASSERT_TRUE(Seize(other, 0).ok());
+  ASSERT_TRUE(Interrupt(other).ok());
+  ASSERT_TRUE(WaitStop(other).ok());
+  ASSERT_FALSE(HasFailure());
+
+  ASSERT_TRUE(Cont(child.pid()).ok());  // the leader runs (as it would run a call of ours)
+  ASSERT_EQ(::kill(child.pid(), SIGKILL), 0);
+  std::promise<absl::StatusOr<StopInfo>> done;
+  std::future<absl::StatusOr<StopInfo>> result = done.get_future();
+  std::thread waiter([&] { done.set_value(WaitStop(child.pid())); });
+  bool returned = result.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!returned) {
+    int status;
+    ::waitpid(other, &status, __WALL);  // what the watchdog should have done: let the waiter go
+  }
+  waiter.join();
+  ASSERT_TRUE(returned) << "WaitStop on the killed leader did not return";
+  auto stop = result.get();
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->kind, StopInfo::Kind::kKilled);
+  child.MarkReaped();
 }
 
 TEST(FindSyscallInsnTest, AreaWithoutSyscallIsNotFound) {
