@@ -10,6 +10,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,7 +125,7 @@ class RuncContainers : public CairnTest {
     std::string rootfs = bundle_ + "/rootfs";
     for (const char* d : {"bin", "proc", "sys", "dev", "tmp", "data", "etc"}) fs::create_directories(rootfs + "/" + d);
     fs::copy_file(kBusybox, rootfs + "/bin/busybox");
-    for (const char* a : {"sh", "sleep", "cat", "echo", "ls", "hostname", "tty", "stty"}) {
+    for (const char* a : {"sh", "sleep", "cat", "echo", "ls", "hostname", "tty", "stty", "nc"}) {
       fs::create_symlink("busybox", rootfs + "/bin/" + a);
     }
     ASSERT_EQ(RunWithStdout({kRunc, "spec", "--bundle", bundle_}, -1, *temp_ / "spec.err"), 0)
@@ -136,6 +138,9 @@ class RuncContainers : public CairnTest {
                            "c['root']['readonly']=False\n"
                            "c['hostname']='cairn-box'\n"
                            "c['mounts'] += json.loads('[' + sys.argv[3] + ']')\n"
+                           "ns=sys.argv[6]\n"
+                           "if ns: c['linux']['namespaces']=[n if n['type']!='network' else "
+                           "{'type':'network','path':ns} for n in c['linux']['namespaces']]\n"
                            "json.dump(c,open(p,'w'))\n");
     std::string args_json = "[";
     for (const std::string& a : args) {
@@ -145,7 +150,7 @@ class RuncContainers : public CairnTest {
     }
     args_json += "]";
     ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts, args_json,
-                             terminal_ ? "1" : "0"},
+                             terminal_ ? "1" : "0", netns_},
                             -1,
                             *temp_ / "spec.err"),
               0)
@@ -202,6 +207,7 @@ class RuncContainers : public CairnTest {
 
   std::string shim_, state_, bundle_;
   bool terminal_ = false;  // MakeBundle: the container's stdio is a terminal (runc --console-socket)
+  std::string netns_;      // MakeBundle: the container joins this network namespace (its path)
 };
 
 // The runtime's console socket (runc --console-socket): each connection brings the master of
@@ -513,6 +519,191 @@ TEST_F(RuncContainers, PreDumpsLeaveTheContainerRunningAndTheCheckpointBuildsOnT
   Track(after, "sh");
   ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
   EXPECT_TRUE(CountsOn(Log())) << "the counter goes on from the checkpoint, not from a pre-dump";
+}
+
+// A network namespace of the test's own (`ip netns`), joined to the host by a veth pair:
+// HOST_IP on the host's end, NS_IP on the namespace's.
+class VethNamespace {
+ public:
+  VethNamespace() {
+    int n = ::getpid() % 250 + 1;
+    name_ = "cairn-t" + std::to_string(::getpid());
+    host_ = "cth" + std::to_string(::getpid());
+    host_ip_ = "10.231." + std::to_string(n) + ".1";
+    ns_ip_ = "10.231." + std::to_string(n) + ".2";
+    std::string peer = "ctc" + std::to_string(::getpid());
+    ok_ = Ip({"netns", "add", name_}) && Ip({"link", "add", host_, "type", "veth", "peer", "name", peer}) &&
+          Ip({"link", "set", peer, "netns", name_}) && Ip({"addr", "add", host_ip_ + "/24", "dev", host_}) &&
+          Ip({"link", "set", host_, "up"}) &&
+          Ip({"-n", name_, "addr", "add", ns_ip_ + "/24", "dev", peer}) && Ip({"-n", name_, "link", "set", peer, "up"}) &&
+          Ip({"-n", name_, "link", "set", "lo", "up"});
+  }
+  ~VethNamespace() {
+    Ip({"link", "del", host_});
+    Ip({"netns", "del", name_});
+  }
+  bool ok() const { return ok_; }
+  std::string path() const { return "/run/netns/" + name_; }
+  const std::string& name() const { return name_; }
+  const std::string& ns_ip() const { return ns_ip_; }
+
+ private:
+  static bool Ip(std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/sbin/ip");
+    return RunWithStdout(args, -1, "/dev/null") == 0;
+  }
+  std::string name_, host_, host_ip_, ns_ip_;
+  bool ok_ = false;
+};
+
+// Connects to ADDR:PORT over TCP, trying for `timeout`; -1 if it never could.
+int ConnectTcp(const std::string& addr, int port, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    ::close(fd);
+    std::this_thread::sleep_for(50ms);
+  }
+  return -1;
+}
+
+// Sends `line` on `fd` and reads what comes back until a newline (or `timeout`); "" on an error
+// (a reset shows as one).
+std::string EchoLine(int fd, const std::string& line, std::chrono::milliseconds timeout) {
+  if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) return "";
+  std::vector<std::string> got = ReadLines(fd, 1, timeout);
+  return got.empty() ? "" : got[0] + "\n";
+}
+
+// A container holding a live TCP connection with a client outside it, in a network namespace
+// the runtime gives it (runc: a namespace path; the runtime hands it over at restore): runc
+// checkpoint --tcp-established and runc restore --tcp-established, and the client's same
+// connection goes on — what it sends is echoed back, no reset, no new handshake.
+TEST_F(RuncContainers, AClientsConnectionToAContainerSurvivesCheckpointAndRestore) {
+  if (!fs::exists("/usr/sbin/ip")) GTEST_SKIP() << "/usr/sbin/ip (iproute2) is not installed";
+  VethNamespace ns;
+  ASSERT_TRUE(ns.ok()) << "could not make a network namespace with a veth pair";
+  netns_ = ns.path();
+  MakeBundle("", {"nc", "-l", "-p", "7000", "-e", "/bin/cat"});
+  ASSERT_TRUE(Start("c1"));
+  int client = ConnectTcp(ns.ns_ip(), 7000, 10s);
+  ASSERT_GE(client, 0) << "could not connect to the container's echo server" << Diagnostics();
+  EXPECT_EQ(EchoLine(client, "one\n", 5s), "one\n");
+  pid_t init = InitPid("c1");
+
+  ASSERT_EQ(Runc({"checkpoint", "--tcp-established", "--image-path", *temp_ / "images", "--work-path",
+                  *temp_ / "work", "c1"}),
+            0)
+      << Diagnostics();
+  EXPECT_TRUE(WaitGone(init, 10s).gone);
+  ASSERT_EQ(Runc({"restore", "--detach", "--tcp-established", "--image-path", *temp_ / "images", "--work-path",
+                  *temp_ / "work", "--bundle", bundle_, "c1"}),
+            0)
+      << Diagnostics();
+  pid_t after = InitPid("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "cat");
+  EXPECT_EQ(EchoLine(client, "two\n", 10s), "two\n") << "the same connection, echoed by the restored server"
+                                                       << Diagnostics();
+  ::close(client);
+  // The dump's network lock and the restore's were in the container's namespace, and are gone.
+  std::string tables = *temp_ / "tables.out";
+  int out = ::open(tables.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  EXPECT_EQ(RunWithStdout({"/usr/sbin/ip", "netns", "exec", ns.name(), "/usr/sbin/nft", "list", "tables"}, out,
+                          "/dev/null"),
+            0);
+  ::close(out);
+  EXPECT_EQ(ReadFile(tables).find("cairn"), std::string::npos) << ReadFile(tables);
+}
+
+// The v1 freezer cgroup of `pid` (its directory), as runc made it.
+std::string FreezerOf(pid_t pid) {
+  for (const std::string& line : SplitLines(ReadFile("/proc/" + std::to_string(pid) + "/cgroup"))) {
+    size_t at = line.find(":freezer:");
+    if (at != std::string::npos) return "/sys/fs/cgroup/freezer" + line.substr(at + 9);
+  }
+  return "";
+}
+std::string FreezerState(const std::string& cgroup) {
+  std::string s = ReadFile(cgroup + "/freezer.state");
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+// The value of `field` ("TracerPid:") in /proc/PID/status, or -1.
+long StatusField(pid_t pid, const std::string& field) {
+  std::string status = ReadFile("/proc/" + std::to_string(pid) + "/status");
+  size_t at = status.find("\n" + field);
+  return at == std::string::npos ? -1 : std::strtol(status.c_str() + at + field.size() + 1, nullptr, 10);
+}
+
+// A container its runtime paused (containerd pauses a task to checkpoint it; here `runc
+// pause`) is thawed for the dump. When cairn is killed in the middle of it, its guardian lets
+// the processes go as they were and pauses the container again, as the runtime left it: after
+// `runc resume` it counts on.
+TEST_F(RuncContainers, ADumpKilledMidwayLeavesAPausedContainerPausedAndWhole) {
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t init = InitPid("c1");
+  std::string freezer = FreezerOf(init);
+  ASSERT_FALSE(freezer.empty()) << "runc made no v1 freezer cgroup";
+  ASSERT_EQ(Runc({"pause", "c1"}), 0) << Diagnostics();
+  ASSERT_EQ(FreezerState(freezer), "FROZEN");
+  size_t n = Log().size();
+
+  // runc checkpoint --leave-running, its cairn made to wait at a fault point once the
+  // container is stopped for the dump and its descriptors are taken.
+  pid_t runc = ::fork();
+  if (runc == 0) {
+    ::setenv("CAIRN_FAULT_PAUSE", "fds", 1);
+    std::vector<std::string> argv = RuncArgs({"checkpoint", "--leave-running", "--image-path", *temp_ / "images",
+                                              "--work-path", *temp_ / "work", "c1"});
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    int null = ::open("/dev/null", O_RDWR);
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ASSERT_GT(runc, 0);
+  pid_t dumper = 0;
+  for (int i = 0; i < 400 && dumper == 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    if (StatusField(init, "TracerPid:") <= 0) continue;
+    pid_t tracer = static_cast<pid_t>(StatusField(init, "TracerPid:"));
+    if (ReadFile(*temp_ / "work/dump.log").find("fault point fds") != std::string::npos ||
+        ReadFile("/proc/" + std::to_string(tracer) + "/wchan") == "hrtimer_nanosleep") {
+      dumper = tracer;
+    }
+  }
+  ASSERT_GT(dumper, 0) << "the dump did not reach its fault point" << Diagnostics();
+  EXPECT_EQ(FreezerState(freezer), "THAWED") << "the paused container is thawed for the dump";
+  ASSERT_EQ(::kill(dumper, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(runc, &status, 0), runc);
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "runc checkpoint cannot succeed";
+
+  // The guardian: the processes let go, as they were, and the container paused again.
+  bool put_back = false;
+  for (int i = 0; i < 200 && !put_back; ++i) {
+    put_back = StatusField(init, "TracerPid:") == 0 && FreezerState(freezer) == "FROZEN";
+    if (!put_back) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(put_back) << "tracer " << StatusField(init, "TracerPid:") << ", freezer " << FreezerState(freezer);
+  EXPECT_FALSE(Exists(*temp_ / "images/cairn")) << "no checkpoint left that looks complete";
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LE(Log().size(), n + 1) << "the paused container does not run";
+  ASSERT_EQ(Runc({"resume", "c1"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitLog(n + 5)) << "it runs on once its runtime resumes it";
+  EXPECT_TRUE(CountsOn(Log()));
 }
 
 TEST_F(RuncContainers, AnOptionCairnCannotHonourIsRefusedAndTheContainerRunsOn) {

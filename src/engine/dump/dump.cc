@@ -471,12 +471,6 @@ absl::Status CaptureWorld(const DumpOptions& opts, const std::vector<pid_t>& liv
   RETURN_IF_ERROR(LocalizeIds(opts.pid, &ckpt));
   RETURN_IF_ERROR(RecordTimeNamespace(opts.pid, &ckpt));
   if (container) RETURN_IF_ERROR(RecordContainer(opts.pid, *container, opts.container, &ckpt));
-  if (container && ckpt.container().own_net_ns() && !ckpt.network_lock().empty()) {
-    // The restore's lock and its removal of this one act in the host's network namespace.
-    return absl::UnimplementedError(
-        "the container holds established TCP connections in its own network namespace: cairn does not restore "
-        "those yet (checkpoint it with --tcp-close, or without connections)");
-  }
   timer.Mark("fds");
   RETURN_IF_ERROR(StopPoint("fds"));
   return absl::OkStatus();
@@ -904,7 +898,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=prepare ms={:.2f}", opts.pid, Since(t0) * 1e3);
   auto t_freeze = Clock::now();
   journal.FinalFreeze();
-  ASSIGN_OR_RETURN(bool paused, ThawPausedCgroup(opts.freezer_cgroup));
+  ASSIGN_OR_RETURN(bool paused, ThawPausedCgroup(opts.freezer_cgroup, journal));
   absl::StatusOr<FrozenTree> frozen = FreezeTree(opts.pid, opts.tree, &journal);
   if (!frozen.ok()) {
     if (paused) (void)SetFreezerState(opts.freezer_cgroup, "FROZEN");

@@ -72,8 +72,9 @@ absl::Status FreezerHold::Freeze(GuardJournal& journal) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup) {
+absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup, GuardJournal& journal) {
   if (cgroup.empty() || ReadState(cgroup) != "FROZEN") return false;
+  RETURN_IF_ERROR(journal.PausedThawed(cgroup));
   RETURN_IF_ERROR(SetFreezerState(cgroup, "THAWED"));
   CAIRN_LOG_DEBUG("event=paused_cgroup_thawed cgroup={}", cgroup);
   return true;

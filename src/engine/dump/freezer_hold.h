@@ -51,8 +51,9 @@ class FreezerHold {
 // A cgroup its runtime paused before the dump (containerd pauses a task to checkpoint it):
 // thawed, so that the processes can be stopped by ptrace and the dump's injected calls run (a
 // frozen task does neither); true when it was FROZEN. They run for the moment between this and
-// their ptrace stop. FreezerHold::AdoptPaused then pauses them again as they are let go.
-absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup);
+// their ptrace stop. FreezerHold::AdoptPaused then pauses them again as they are let go; the
+// journal has it (GuardJournal::PausedThawed) for a dumper that dies first.
+absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup, GuardJournal& journal);
 
 // Writes `state` (FROZEN or THAWED) to the freezer.state of v1 cgroup directory `cgroup`.
 absl::Status SetFreezerState(const std::string& cgroup, const char* state);

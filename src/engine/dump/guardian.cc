@@ -160,6 +160,15 @@ absl::Status GuardJournal::FreezerHeld(const std::string& cgroup) {
   return absl::OkStatus();
 }
 
+absl::Status GuardJournal::PausedThawed(const std::string& cgroup) {
+  if (cgroup.size() >= sizeof paused_) {
+    return absl::InvalidArgumentError(absl::StrCat("freezer cgroup path too long for the journal: ", cgroup));
+  }
+  std::snprintf(paused_, sizeof paused_, "%s", cgroup.c_str());
+  paused_set_.store(1, std::memory_order_release);
+  return absl::OkStatus();
+}
+
 void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit) {
   dir_dev_ = dev;
   dir_ino_ = ino;
@@ -229,6 +238,7 @@ class GuardianRepair {
         Say(absl::StrCat("could not put pid ", pid, " back as it was: ", s.ToString()));
       }
     }
+    failures += Repause();
     return failures == 0 ? 0 : 1;
   }
 
@@ -238,6 +248,16 @@ class GuardianRepair {
   static void Say(const std::string& what) {
     std::string line = absl::StrCat("cairn dump guardian: ", what, "\n");
     (void)!::write(STDERR_FILENO, line.data(), line.size());
+  }
+
+  // A cgroup its runtime had paused is paused again, its processes let go (the runtime still
+  // believes it paused).
+  int Repause() {
+    if (j_.paused_set_.load(std::memory_order_acquire) == 0) return 0;
+    absl::Status s = SetFreezerState(j_.paused_, "FROZEN");
+    if (s.ok()) return 0;
+    Say(absl::StrCat("could not pause the processes' cgroup again, as their runtime had: ", s.ToString()));
+    return 1;
   }
 
   void ThawFreezer() {

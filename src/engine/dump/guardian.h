@@ -60,6 +60,8 @@
 //    the numbers it may take are journaled before it is made (the process is stopped, so they
 //    are known: the lowest free one and the park), and it is journaled once made; rolling
 //    back, a userfaultfd at one of those numbers is closed.
+// 10. A cgroup its runtime had paused (ThawPausedCgroup) is journaled before it is thawed for
+//    the dump; rolling back, the guardian pauses it again once the processes are let go.
 // What it cannot cover: in the double kill of point 8, a userfaultfd the program itself makes,
 // before the repair, at a number the tracker's creation had journaled but never took.
 #include <sys/types.h>
@@ -128,6 +130,10 @@ class GuardJournal {
   // The processes' freezer cgroup (its directory) is about to be frozen on top of the ptrace
   // stop (freezer_hold.h): rolling back, the guardian thaws it once the repairs are undone.
   absl::Status FreezerHeld(const std::string& cgroup);
+  // The processes' cgroup, paused by their runtime (containerd pauses a task to checkpoint
+  // it), is about to be thawed for the dump (freezer_hold.h ThawPausedCgroup): rolling back,
+  // the guardian pauses it again once the processes are let go.
+  absl::Status PausedThawed(const std::string& cgroup);
   // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
   // (not a process a pre-copy round saw that has left the tree since).
   void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }
@@ -188,6 +194,8 @@ class GuardJournal {
   };
   std::atomic<uint32_t> freezer_set_;
   char freezer_[512];
+  std::atomic<uint32_t> paused_set_;
+  char paused_[512];
   std::atomic<int32_t> nrepairs_;
   Repair repairs_[kMaxRepairs];
   struct Peek {

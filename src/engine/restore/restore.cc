@@ -802,8 +802,16 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // Live TCP connections: their packets are held here too until they exist again, so that
   // a peer's packet that reaches this host first (its address moved here) is dropped and sent
   // again, not answered with a reset. Lifted on every path out (tcp.h).
-  ASSIGN_OR_RETURN(std::optional<RestoreLock> tcp_lock, RestoreLock::Take(meta, procs));
-  if (tcp_lock) CAIRN_LOG_DEBUG("event=restore_stage stage=network_locked");
+  // A container's are in its network namespace: taken there once its root exists.
+  std::optional<RestoreLock> tcp_lock;
+  auto lock_network = [&](pid_t netns_of) -> absl::Status {
+    ASSIGN_OR_RETURN(std::optional<RestoreLock> taken, RestoreLock::Take(meta, procs, netns_of));
+    if (!taken) return absl::OkStatus();
+    tcp_lock.emplace(std::move(*taken));
+    CAIRN_LOG_DEBUG("event=restore_stage stage=network_locked");
+    return absl::OkStatus();
+  };
+  if (!meta.has_container()) RETURN_IF_ERROR(lock_network(0));
   // A container's paths mean what they meant inside it: its masters are opened once its root
   // task has made its mounts, under its root (files.h ImageRoot).
   absl::StatusOr<Masters> masters = absl::UnknownError("not opened");
@@ -917,7 +925,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     ASSIGN_OR_RETURN(UniqueFd at, ContainerRoot(root_host));
     image_root.emplace(std::move(at));
   }
-  if (container) RETURN_IF_ERROR(container->HandOverTerminals());
+  if (container) {
+    RETURN_IF_ERROR(lock_network(root_host));
+    RETURN_IF_ERROR(container->HandOverTerminals());
+  }
   if (opts.notify) RETURN_IF_ERROR(opts.notify("setup-namespaces", root_host));
   if (container) {
     RETURN_IF_ERROR(InContainer(root_host, open_masters));
@@ -1037,7 +1048,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     locks.push_back(tcp_lock->table());
   }
   if (!meta.network_lock().empty()) locks.push_back(meta.network_lock());
-  if (absl::Status opened = net::OpenNetworkLocks(locks); !opened.ok()) {
+  // A container's locks are in its network namespace: the dump's too when it is the same one
+  // (the runtime's, handed over); in a new one there is none of the dump's to remove.
+  const pid_t locks_netns_of = container ? root_host : 0;
+  if (absl::Status opened = net::OpenNetworkLocks(locks, locks_netns_of); !opened.ok()) {
     CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", opened.ToString());
   }
   // Let every process go at once, then turn zombies back into zombies.
@@ -1048,7 +1062,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   tasks.Release();
   lazy_handlers.Release();  // the processes run: their page handlers may prefetch
   CAIRN_LOG_DEBUG("event=restore_stage stage=running");
-  if (absl::Status removed = net::RemoveNetworkLocks(locks); !removed.ok()) {
+  if (absl::Status removed = net::RemoveNetworkLocks(locks, locks_netns_of); !removed.ok()) {
     CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", removed.ToString());
   } else if (tcp_lock) {
     tcp_lock->Removed();

@@ -60,15 +60,16 @@ std::string RestoreLockTable(const image::Checkpoint& meta) { return net::LockTa
 }  // namespace
 
 absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkpoint& meta,
-                                                             const std::vector<const image::Process*>& procs) {
+                                                             const std::vector<const image::Process*>& procs,
+                                                             pid_t netns_of) {
   std::vector<net::Connection> conns;
   for (const image::Process* p : procs) AddConnections(*p, &conns);
   if (conns.empty()) return std::optional<RestoreLock>();
   std::string table = RestoreLockTable(meta);
   // (One left by an earlier restore of this checkpoint that was killed, or taken early by
   // TakeRestoreLockEarly, is replaced in one transaction: no packet gets through meanwhile.)
-  RETURN_IF_ERROR(net::TakeNetworkLock(table, conns));
-  return std::optional<RestoreLock>(RestoreLock(table));
+  RETURN_IF_ERROR(net::TakeNetworkLock(table, conns, netns_of));
+  return std::optional<RestoreLock>(RestoreLock(table, netns_of));
 }
 
 namespace {
@@ -94,7 +95,7 @@ std::string RestoreLockTableFor(const image::Checkpoint& meta) {
 
 RestoreLock::~RestoreLock() {
   if (table_.empty() || !released_) return;
-  absl::Status s = net::RemoveNetworkLock(table_);
+  absl::Status s = net::RemoveNetworkLock(table_, netns_of_);
   if (!s.ok()) CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", s.ToString());
 }
 

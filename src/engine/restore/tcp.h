@@ -41,10 +41,15 @@ struct RepairedConnection {
 // succeeded (RemoveDumpLock), where it is on this host.
 class RestoreLock {
  public:
-  // Takes it when a process of `procs` has a live TCP connection; nullopt otherwise.
+  // Takes it when a process of `procs` has a live TCP connection; nullopt otherwise. In the
+  // network namespace of process `netns_of` (a restored container's root), or this one's (0).
   static absl::StatusOr<std::optional<RestoreLock>> Take(const image::Checkpoint& meta,
-                                                         const std::vector<const image::Process*>& procs);
-  RestoreLock(RestoreLock&& o) noexcept : table_(std::move(o.table_)), released_(o.released_) { o.table_.clear(); }
+                                                         const std::vector<const image::Process*>& procs,
+                                                         pid_t netns_of = 0);
+  RestoreLock(RestoreLock&& o) noexcept
+      : table_(std::move(o.table_)), netns_of_(o.netns_of_), released_(o.released_) {
+    o.table_.clear();
+  }
   RestoreLock& operator=(RestoreLock&&) = delete;
   // Removes the lock once Release() was called (the restore succeeded); a failed restore
   // leaves it, so that the peers' packets are dropped until a second restore (which replaces
@@ -63,8 +68,9 @@ class RestoreLock {
   }
 
  private:
-  explicit RestoreLock(std::string table) : table_(std::move(table)) {}
+  RestoreLock(std::string table, pid_t netns_of) : table_(std::move(table)), netns_of_(netns_of) {}
   std::string table_;
+  pid_t netns_of_ = 0;
   bool released_ = false;
 };
 
