@@ -4,7 +4,9 @@
 # (default 3): the wall time of each runc command, as its caller waits for it. With CRIU=PATH (a
 # CRIU build, e.g. 4.2 from its source, outside this tree) the same container is measured with
 # it in the same run, each run alternating the two. BUSY=N: N busy loops run beside (a loaded
-# machine). LOGS=DIR keeps each run's dump.log and restore.log (cairn's stage timings).
+# machine). LOGS=DIR keeps each run's dump.log and restore.log (cairn's stage timings). Each
+# checkpoint is followed by a sync of its files: cairn's are on disk when runc returns (fsynced
+# before the container is killed), CRIU's only then; both times are printed.
 # Usage: bash bench/container_runc.sh  (as root, from the repository's root)
 set -euo pipefail
 source bench/common.sh
@@ -43,12 +45,16 @@ measure() {  # measure NAME CRIU_PATH
   "${r[@]}" run --detach --bundle "$work/bundle" bench </dev/null >/dev/null 2>&1
   while [[ ! -e $work/bundle/rootfs/data/ready ]]; do sleep 0.05; done
   rm -rf "$work/images" "$work/work"
-  local dump restore
+  local dump restore durable
   dump=$(seconds "${r[@]}" checkpoint --image-path "$work/images" --work-path "$work/work" bench) || {
     echo "$name: checkpoint failed: $(tail -n 3 "$work/work/dump.log" 2>/dev/null)"; return 1; }
+  # On disk: cairn's checkpoint is (fsynced before the container is killed); CRIU's is in the
+  # page cache until this sync of its files.
+  durable=$(seconds sync $(find "$work/images" -type f))
   restore=$(seconds "${r[@]}" restore --detach --image-path "$work/images" --work-path "$work/work" --bundle "$work/bundle" bench) || {
     echo "$name: restore failed: $(tail -n 3 "$work/work/restore.log" 2>/dev/null)"; return 1; }
-  printf '%-8s checkpoint %6.3f s   restore %6.3f s   image %s\n' "$name" "$dump" "$restore" "$(du -sh "$work/images" | cut -f1)"
+  printf '%-8s checkpoint %6.3f s (+ sync %5.3f s: on disk at %6.3f s)   restore %6.3f s   image %s\n' "$name" "$dump" \
+    "$durable" "$(echo "$dump + $durable" | bc)" "$restore" "$(du -sh "$work/images" | cut -f1)"
   if [[ -n ${LOGS:-} ]]; then
     mkdir -p "$LOGS"
     cp "$work/work/dump.log" "$LOGS/$name-$i-dump.log" 2>/dev/null || true
