@@ -25,6 +25,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/dump/exit_boost.h"
 #include "engine/dump/fd_table.h"
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
@@ -364,6 +365,9 @@ struct FrozenTree {
     return first;
   }
   absl::Status Kill() {
+    std::vector<pid_t> pids;
+    for (auto& fp : frozen) pids.push_back(fp.pid());
+    ExitBoost boost(pids);  // they die at their cgroup's CPU share: raised while they do
     absl::Status first;
     for (auto& fp : frozen) {
       absl::Status s = fp.SendKill();

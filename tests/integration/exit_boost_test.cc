@@ -1,0 +1,84 @@
+// dump/exit_boost.h: the cpu cgroup of processes a dump kills gets the most CPU share while they
+// die — only a cgroup that holds nothing else — and its own share back after. (Its effect is
+// measured in bench/container_runc.sh: docs/performance.md.)
+
+#include "engine/dump/exit_boost.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "harness.h"
+
+namespace cairn::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kCpu[] = "/sys/fs/cgroup/cpu";
+
+class ExitBoostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(std::string(kCpu) + "/cpu.shares")) GTEST_SKIP() << "no cgroup v1 cpu hierarchy at " << kCpu;
+    dir_ = std::string(kCpu) + "/cairn-exit-boost-" + std::to_string(::getpid());
+    ASSERT_TRUE(fs::create_directory(dir_));
+    Write(dir_ + "/cpu.shares", "512");
+  }
+  void TearDown() override {
+    for (pid_t p : children_) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+    if (!dir_.empty()) ::rmdir(dir_.c_str());
+  }
+  static void Write(const std::string& path, const std::string& value) { std::ofstream(path) << value; }
+  static std::string Shares(const std::string& dir) {
+    std::string s = ReadFile(dir + "/cpu.shares");
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  // A sleeping child, in the test's cgroup if `inside`.
+  pid_t Child(bool inside) {
+    pid_t p = ::fork();
+    if (p == 0) {
+      for (;;) ::pause();
+    }
+    children_.push_back(p);
+    if (inside) Write(dir_ + "/cgroup.procs", std::to_string(p));
+    return p;
+  }
+
+  std::string dir_;
+  std::vector<pid_t> children_;
+};
+
+TEST_F(ExitBoostTest, ACgroupOfOnlyTheKilledGetsTheMostShareThenItsOwnBack) {
+  pid_t a = Child(true), b = Child(true);
+  {
+    dump::ExitBoost boost({a, b});
+    EXPECT_EQ(Shares(dir_), "262144");
+  }
+  EXPECT_EQ(Shares(dir_), "512");
+}
+
+TEST_F(ExitBoostTest, ACgroupHoldingAnythingElseIsLeftAlone) {
+  pid_t a = Child(true);
+  Child(true);  // not among the killed
+  pid_t outside = Child(false);
+  std::string root_before = Shares(kCpu);
+  {
+    dump::ExitBoost boost({a, outside});
+    EXPECT_EQ(Shares(dir_), "512");
+    EXPECT_EQ(Shares(kCpu), root_before) << "the root cgroup is never raised";
+  }
+  EXPECT_EQ(Shares(dir_), "512");
+}
+
+}  // namespace
+}  // namespace cairn::testing
