@@ -25,7 +25,6 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "engine/dump/exit_boost.h"
 #include "engine/dump/fd_table.h"
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
@@ -33,6 +32,7 @@
 #include "engine/dump/guardian.h"
 #include "engine/dump/tcp.h"
 #include "engine/net/netlock.h"
+#include "engine/proc/cpu_share_boost.h"
 #include "engine/dump/incremental.h"
 #include "engine/dump/memory.h"
 #include "engine/dump/precopy.h"
@@ -367,7 +367,7 @@ struct FrozenTree {
   absl::Status Kill() {
     std::vector<pid_t> pids;
     for (auto& fp : frozen) pids.push_back(fp.pid());
-    ExitBoost boost(pids);  // they die at their cgroup's CPU share: raised while they do
+    proc::CpuShareBoost boost(pids);  // they die at their cgroup's CPU share: raised while they do
     absl::Status first;
     for (auto& fp : frozen) {
       absl::Status s = fp.SendKill();

@@ -61,9 +61,10 @@ StopInfo Decode(int status) {
 // the OOM killer, a seccomp filter) would never end: the kernel reports a leader's death only
 // once its other threads are collected, and they are this process's tracees, dead and
 // uncollected. A watchdog thread looks, every 20 ms while waits are under way, at the threads
-// waited for: one that is a zombie gets its other threads collected (non-blocking), which lets
-// its own death through to the waiting thread. It needs no lock (a fork may copy this process
-// at any moment): the waits are atomic slots, and a forked child starts its own watchdog.
+// waited for: a leader found dead has its process killed whole (SIGKILL wakes the threads held
+// in our stops) and its other threads' deaths collected (non-blocking), which lets its own
+// through to the waiting thread. It needs no lock (a fork may copy this process at any
+// moment): the waits are atomic slots, and a forked child starts its own watchdog.
 class WaitWatchdog {
  public:
   static WaitWatchdog& Get() {

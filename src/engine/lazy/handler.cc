@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/pass_fd.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/dump/tracker.h"
@@ -153,23 +154,7 @@ class Watcher {
 
  private:
   void Send(char what, int fd) {
-    if (!sock_.valid()) return;
-    msghdr msg{};
-    iovec iov{&what, 1};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
-    if (fd >= 0) {
-      msg.msg_control = ctl;
-      msg.msg_controllen = sizeof ctl;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    while (::sendmsg(sock_.get(), &msg, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-    }
+    if (sock_.valid()) (void)SendWithFd(sock_.get(), &what, 1, fd);
   }
 
   // The watcher's body: returns its exit code.

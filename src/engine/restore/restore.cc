@@ -58,6 +58,7 @@
 #include "engine/restore/time_ns.h"
 #include "engine/restore/verify.h"
 #include "engine/net/netlock.h"
+#include "engine/proc/cpu_share_boost.h"
 
 namespace cairn::restore {
 namespace {
@@ -918,6 +919,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (meta.own_ipc_ns()) RETURN_IF_ERROR(CreateSysvIpc(root_host, *img, meta.ipc()));
 
   CAIRN_LOG_DEBUG("event=restore_stage stage=root_created");
+  // A restorer its runtime placed in the container's cgroups (runc does) fills memory at that
+  // cgroup's CPU share, next to none on a busy machine (proc/cpu_share_boost.h): raised until
+  // this restore returns, when the cgroup holds nothing but the restorer and its root task.
+  proc::CpuShareBoost boost({::getpid(), root_host});
   // A container's root stands in its namespaces with its mounts made: its runtime may set them
   // up further (its hooks), and the image's paths are opened under its root from here on.
   std::optional<ImageRoot> image_root;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/pass_fd.h"
 #include "common/status.h"
 #include "integrations/criu/options.h"
 #include "criu_rpc.pb.h"
@@ -105,24 +106,7 @@ class Session {
   absl::Status Send(const criu_rpc::Response& resp, int pass_fd = -1) {
     std::string out;
     if (!resp.SerializeToString(&out)) return absl::InternalError("serialize a response");
-    iovec iov{out.data(), out.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (pass_fd >= 0) {
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-    }
-    ssize_t n;
-    do {
-      n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = SendWithFd(fd_, out.data(), out.size(), pass_fd);
     if (n != static_cast<ssize_t>(out.size())) return ErrnoStatus("send on the swrk socket");
     return absl::OkStatus();
   }

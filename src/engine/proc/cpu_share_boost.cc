@@ -1,4 +1,4 @@
-#include "engine/dump/exit_boost.h"
+#include "engine/proc/cpu_share_boost.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "engine/proc/mountinfo.h"
 
-namespace cairn::dump {
+namespace cairn::proc {
 namespace {
 
 // A cgroup file set to `value` (one write, as the kernel takes it).
@@ -27,7 +27,7 @@ bool Put(const std::string& file, const std::string& value) {
 
 // The share file of `pid`'s cpu cgroup and the most it takes: v1 cpu.shares under the
 // hierarchy with the cpu controller, else v2 cpu.weight. Empty for the root cgroup.
-std::pair<std::string, const char*> ShareFile(pid_t pid, const std::vector<proc::MountEntry>& mounts) {
+std::pair<std::string, const char*> ShareFile(pid_t pid, const std::vector<MountEntry>& mounts) {
   absl::StatusOr<std::string> text = ReadFile(absl::StrCat("/proc/", pid, "/cgroup"));
   if (!text.ok()) return {};
   std::string v1, v2;
@@ -39,7 +39,7 @@ std::pair<std::string, const char*> ShareFile(pid_t pid, const std::vector<proc:
       if (c == "cpu") v1 = std::string(f[2]);
     }
   }
-  for (const proc::MountEntry& m : mounts) {
+  for (const MountEntry& m : mounts) {
     if (!v1.empty() && v1 != "/" && m.fstype == "cgroup") {
       for (absl::string_view o : absl::StrSplit(m.super_options, ',')) {
         if (o == "cpu") return {m.point + v1 + "/cpu.shares", "262144"};
@@ -64,25 +64,25 @@ bool OnlyThese(const std::string& file, const std::set<pid_t>& pids) {
 
 }  // namespace
 
-ExitBoost::ExitBoost(const std::vector<pid_t>& pids) {
-  absl::StatusOr<std::vector<proc::MountEntry>> mounts = proc::ReadMountTable(::getpid());
+CpuShareBoost::CpuShareBoost(const std::vector<pid_t>& pids) {
+  absl::StatusOr<std::vector<MountEntry>> mounts = ReadMountTable(::getpid());
   if (!mounts.ok()) return;
-  std::set<pid_t> killed(pids.begin(), pids.end());
+  std::set<pid_t> given(pids.begin(), pids.end());
   std::set<std::string> seen;
   for (pid_t pid : pids) {
     auto [file, most] = ShareFile(pid, *mounts);
-    if (file.empty() || !seen.insert(file).second || !OnlyThese(file, killed)) continue;
+    if (file.empty() || !seen.insert(file).second || !OnlyThese(file, given)) continue;
     absl::StatusOr<std::string> before = ReadFile(file);
     if (!before.ok()) continue;
     std::string value(absl::StripTrailingAsciiWhitespace(*before));
     if (!Put(file, most)) continue;
     saved_.emplace_back(file, value);
-    CAIRN_LOG_DEBUG("event=exit_boost file={} before={}", file, value);
+    CAIRN_LOG_DEBUG("event=cpu_share_boost file={} before={}", file, value);
   }
 }
 
-ExitBoost::~ExitBoost() {
+CpuShareBoost::~CpuShareBoost() {
   for (const auto& [file, value] : saved_) (void)Put(file, value);
 }
 
-}  // namespace cairn::dump
+}  // namespace cairn::proc

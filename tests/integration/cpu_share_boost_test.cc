@@ -1,8 +1,9 @@
-// dump/exit_boost.h: the cpu cgroup of processes a dump kills gets the most CPU share while they
-// die — only a cgroup that holds nothing else — and its own share back after. (Its effect is
-// measured in bench/container_runc.sh: docs/performance.md.)
+// proc/cpu_share_boost.h: the cpu cgroup of the given processes (a dump's killed ones, a
+// container's restorer) gets the most CPU share for a moment — only a cgroup that holds nothing
+// else — and its own share back after. (Its effect is measured in bench/container_runc.sh:
+// docs/performance.md.)
 
-#include "engine/dump/exit_boost.h"
+#include "engine/proc/cpu_share_boost.h"
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -22,11 +23,11 @@ namespace fs = std::filesystem;
 
 constexpr char kCpu[] = "/sys/fs/cgroup/cpu";
 
-class ExitBoostTest : public ::testing::Test {
+class CpuShareBoostTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!fs::exists(std::string(kCpu) + "/cpu.shares")) GTEST_SKIP() << "no cgroup v1 cpu hierarchy at " << kCpu;
-    dir_ = std::string(kCpu) + "/cairn-exit-boost-" + std::to_string(::getpid());
+    dir_ = std::string(kCpu) + "/cairn-share-boost-" + std::to_string(::getpid());
     ASSERT_TRUE(fs::create_directory(dir_));
     Write(dir_ + "/cpu.shares", "512");
   }
@@ -58,22 +59,22 @@ class ExitBoostTest : public ::testing::Test {
   std::vector<pid_t> children_;
 };
 
-TEST_F(ExitBoostTest, ACgroupOfOnlyTheKilledGetsTheMostShareThenItsOwnBack) {
+TEST_F(CpuShareBoostTest, ACgroupOfOnlyTheKilledGetsTheMostShareThenItsOwnBack) {
   pid_t a = Child(true), b = Child(true);
   {
-    dump::ExitBoost boost({a, b});
+    proc::CpuShareBoost boost({a, b});
     EXPECT_EQ(Shares(dir_), "262144");
   }
   EXPECT_EQ(Shares(dir_), "512");
 }
 
-TEST_F(ExitBoostTest, ACgroupHoldingAnythingElseIsLeftAlone) {
+TEST_F(CpuShareBoostTest, ACgroupHoldingAnythingElseIsLeftAlone) {
   pid_t a = Child(true);
   Child(true);  // not among the killed
   pid_t outside = Child(false);
   std::string root_before = Shares(kCpu);
   {
-    dump::ExitBoost boost({a, outside});
+    proc::CpuShareBoost boost({a, outside});
     EXPECT_EQ(Shares(dir_), "512");
     EXPECT_EQ(Shares(kCpu), root_before) << "the root cgroup is never raised";
   }
