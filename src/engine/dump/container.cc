@@ -183,8 +183,9 @@ std::string CgroupPath(pid_t pid, const std::string& controllers) {
 // runtime's console: runc gives the container /dev/pts/0, and /dev/console bound from it, and
 // sends the master to its console socket): each slave one of the processes has open, or has
 // as its controlling terminal, with no master of the same index among the checkpoint's. Their
-// settings are read through the slave; bytes typed and not read yet would be lost, so such a
-// terminal is refused until its program reads them.
+// settings are read through the slave; bytes typed and not read yet (in canonical mode, the
+// lines completed: a line still being typed is not counted, and is lost) would be lost, so such
+// a terminal is refused until its program reads them.
 absl::Status RecordTerminals(pid_t root, const proc::MountEntry& m, const image::Checkpoint& ckpt, image::Mount* out) {
   auto is_pts = [](uint64_t rdev) { return major(rdev) >= 136 && major(rdev) <= 143; };
   auto index_of = [](uint64_t rdev) { return (major(rdev) - 136) * 256 + minor(rdev); };
@@ -211,11 +212,19 @@ absl::Status RecordTerminals(pid_t root, const proc::MountEntry& m, const image:
     if (held.count(index)) continue;
     std::string node = absl::StrCat(dir, "/", index);
     std::string where = absl::StrFormat("the container's terminal %s/%u", m.point, index);
+    if (index >= proc::kMaxContainerTerminal) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "%s has its master outside the container, and cairn makes such terminals again only below /dev/pts/%u",
+          where, proc::kMaxContainerTerminal));
+    }
     // Someone else holds it open (a process of the container): this open and close is no hang-up.
     UniqueFd slave(::open(node.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
     if (!slave.valid()) return ErrnoStatus("open " + where + " (" + node + ")");
     struct stat st {};
     if (::fstat(slave.get(), &st) != 0) return ErrnoStatus("stat " + where);
+    if (!S_ISCHR(st.st_mode) || st.st_dev != m.dev || !is_pts(st.st_rdev) || index_of(st.st_rdev) != index) {
+      return absl::FailedPreconditionError(absl::StrFormat("%s (%s) is not that terminal any more", where, node));
+    }
     image::PtyState* pty = out->add_terminals();
     pty->set_index(index);
     proc::Termios2 t{};

@@ -4,6 +4,7 @@
 #include <sys/ptrace.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <set>
 
 #include "common/log.h"
@@ -85,10 +86,12 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* jou
   // its filters. Needs CAP_SYS_ADMIN; without it the filters stay (and a call they deny fails).
   for (const ThreadState& t : fp.threads_) {
     if (::ptrace(PTRACE_SETOPTIONS, t.tid, nullptr,
-                 reinterpret_cast<void*>(static_cast<long>(PTRACE_O_TRACESYSGOOD | kPtraceSuspendSeccomp))) != 0) {
-      CAIRN_LOG_DEBUG("event=seccomp_not_suspended tid={} errno={}", t.tid, errno);
-      break;
+                 reinterpret_cast<void*>(static_cast<long>(PTRACE_O_TRACESYSGOOD | kPtraceSuspendSeccomp))) == 0 ||
+        errno == ESRCH) {
+      continue;  // suspended, or the thread is gone
     }
+    CAIRN_LOG_DEBUG("event=seccomp_not_suspended pid={} errno={}", pid, errno);
+    break;  // EPERM (no CAP_SYS_ADMIN) or EINVAL: the same for every thread
   }
   // The leader first. It need not have the lowest id: threads created after the pid
   // numbers wrapped around have lower ones.

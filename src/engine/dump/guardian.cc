@@ -180,7 +180,9 @@ void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64
 // Undoes, after the dumper's death, what the journal says it changed.
 class GuardianRepair {
  public:
-  explicit GuardianRepair(GuardJournal& j) : j_(j) {}
+  // `live`: the dump's own guardian, right after the dumper died (not a repair found later,
+  // RepairOrphanedDumps).
+  GuardianRepair(GuardJournal& j, bool live) : j_(j), live_(live) {}
 
   int Run() {
     auto outcome = static_cast<GuardJournal::Outcome>(j_.outcome_.load(std::memory_order_acquire));
@@ -251,9 +253,10 @@ class GuardianRepair {
   }
 
   // A cgroup its runtime had paused is paused again, its processes let go (the runtime still
-  // believes it paused).
+  // believes it paused) — by the live guardian only: a repair found later would pause a
+  // container its runtime has resumed since (containerd resumes after a failed checkpoint).
   int Repause() {
-    if (j_.paused_set_.load(std::memory_order_acquire) == 0) return 0;
+    if (!live_ || j_.paused_set_.load(std::memory_order_acquire) == 0) return 0;
     absl::Status s = SetFreezerState(j_.paused_, "FROZEN");
     if (s.ok()) return 0;
     Say(absl::StrCat("could not pause the processes' cgroup again, as their runtime had: ", s.ToString()));
@@ -423,6 +426,7 @@ class GuardianRepair {
   }
 
   GuardJournal& j_;
+  bool live_;
 };
 
 int RunGuardian(GuardJournal& journal, int pipe_rd) {
@@ -432,7 +436,7 @@ int RunGuardian(GuardJournal& journal, int pipe_rd) {
     if (n == 0) break;
     if (n < 0 && errno != EINTR) break;
   }
-  return GuardianRepair(journal).Run();
+  return GuardianRepair(journal, /*live=*/true).Run();
 }
 
 std::string JournalDir() {
@@ -629,7 +633,7 @@ absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& 
     } else {
       std::vector<pid_t> pids = j->Pids();
       GuardJournal::Outcome outcome = j->outcome();
-      rc = GuardianRepair(*j).Run();
+      rc = GuardianRepair(*j, /*live=*/false).Run();
       what = absl::StrCat(outcome == GuardJournal::Outcome::kDone ? "the dump had finished"
                                                                   : "its dump and guardian had died",
                           "; processes ", absl::StrJoin(pids, ", "), ": ",

@@ -61,7 +61,8 @@
 //    are known: the lowest free one and the park), and it is journaled once made; rolling
 //    back, a userfaultfd at one of those numbers is closed.
 // 10. A cgroup its runtime had paused (ThawPausedCgroup) is journaled before it is thawed for
-//    the dump; rolling back, the guardian pauses it again once the processes are let go.
+//    the dump; rolling back, the guardian pauses it again once the processes are let go. A
+//    repair found later (point 8) does not: the runtime may have resumed the container since.
 // What it cannot cover: in the double kill of point 8, a userfaultfd the program itself makes,
 // before the repair, at a number the tracker's creation had journaled but never took.
 #include <sys/types.h>

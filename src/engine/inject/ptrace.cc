@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -61,10 +62,13 @@ StopInfo Decode(int status) {
 // the OOM killer, a seccomp filter) would never end: the kernel reports a leader's death only
 // once its other threads are collected, and they are this process's tracees, dead and
 // uncollected. A watchdog thread looks, every 20 ms while waits are under way, at the threads
-// waited for: a leader found dead has its process killed whole (SIGKILL wakes the threads held
-// in our stops) and its other threads' deaths collected (non-blocking), which lets its own
-// through to the waiting thread. It needs no lock (a fork may copy this process at any
-// moment): the waits are atomic slots, and a forked child starts its own watchdog.
+// waited for: a leader found dead by a signal (its exit code says which: a leader that only
+// called pthread_exit has none, and its process lives on) has its process killed whole
+// (SIGKILL wakes the threads a seccomp kill leaves in our stops), and its other threads' deaths
+// are collected (non-blocking; not those another thread of ours is waiting for), which lets
+// its own through to the waiting thread. It needs no lock (a fork may copy this process at any
+// moment): the waits are atomic slots, and a forked child clears what it copied and starts its
+// own watchdog.
 class WaitWatchdog {
  public:
   static WaitWatchdog& Get() {
@@ -76,7 +80,12 @@ class WaitWatchdog {
     pid_t me = ::getpid();
     if (owner_.load(std::memory_order_acquire) != me) {
       pid_t prev = owner_.exchange(me, std::memory_order_acq_rel);
-      if (prev != me) std::thread([this] { Watch(); }).detach();
+      if (prev != me) {
+        // A fork's copy of its parent's waits (none of them ours): cleared.
+        for (auto& slot : slots_) slot.store(0, std::memory_order_relaxed);
+        active_.store(0, std::memory_order_release);
+        std::thread([this] { Watch(); }).detach();
+      }
     }
     for (int i = 0; i < kSlots; ++i) {
       pid_t free = 0;
@@ -106,18 +115,43 @@ class WaitWatchdog {
       }
     }
   }
-  // Its state letter from /proc/TID/stat ('\0' if unreadable).
-  static char State(pid_t tid) {
-    char path[64], buf[512];
+  bool Waited(pid_t tid) const {
+    for (const auto& slot : slots_) {
+      if (slot.load(std::memory_order_acquire) == tid) return true;
+    }
+    return false;
+  }
+  // The fields of /proc/TID/stat from the state on (index 0: the state), or none.
+  static std::vector<std::string> StatFields(pid_t tid) {
+    char path[64], buf[1024];
     std::snprintf(path, sizeof path, "/proc/%d/stat", tid);
     int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return '\0';
+    if (fd < 0) return {};
     ssize_t n = ::read(fd, buf, sizeof buf - 1);
     ::close(fd);
-    if (n <= 0) return '\0';
+    if (n <= 0) return {};
     buf[n] = '\0';
     const char* close = std::strrchr(buf, ')');
-    return close != nullptr && close[1] == ' ' ? close[2] : '\0';
+    if (close == nullptr) return {};
+    std::vector<std::string> out;
+    for (const char* p = close + 1; *p != '\0';) {
+      while (*p == ' ' || *p == '\n') ++p;
+      const char* start = p;
+      while (*p != '\0' && *p != ' ' && *p != '\n') ++p;
+      if (p > start) out.emplace_back(start, p);
+    }
+    return out;
+  }
+  // Its state letter ('\0' if unreadable).
+  static char State(pid_t tid) {
+    std::vector<std::string> f = StatFields(tid);
+    return f.empty() || f[0].empty() ? '\0' : f[0][0];
+  }
+  // Killed by a signal: a zombie whose exit code (stat field 52) names one.
+  static bool KilledBySignal(pid_t tid) {
+    std::vector<std::string> f = StatFields(tid);
+    constexpr size_t kExitCode = 52 - 3;  // fields counted from the state, field 3
+    return f.size() > kExitCode && (std::atoi(f[kExitCode].c_str()) & 0x7f) != 0;
   }
   static bool Leader(pid_t tid) {
     char path[64], buf[2048];
@@ -135,20 +169,20 @@ class WaitWatchdog {
     char s = State(tid);
     return s == 'Z' || s == 'X';
   }
-  // `tid`, a thread group leader, died while it ran a call of ours: its process is dying.
-  // Its other threads are made to follow (a process killed from a seccomp filter leaves them
-  // in our ptrace stops, and only the tracing thread could let them go; SIGKILL wakes them),
-  // and their deaths are collected.
-  static void CollectOthers(pid_t tid) {
+  // `tid`, a thread group leader, is dead while waited for. Killed by a signal, its process
+  // is dying: its other threads are made to follow (a process killed from a seccomp filter
+  // leaves them in our ptrace stops, and only the tracing thread could let them go; SIGKILL
+  // wakes them). The deaths of the dead ones are collected.
+  void CollectOthers(pid_t tid) const {
     if (!Leader(tid)) return;  // a thread's own death is reported at once
-    ::kill(tid, SIGKILL);
+    if (KilledBySignal(tid)) ::kill(tid, SIGKILL);
     char path[64];
     std::snprintf(path, sizeof path, "/proc/%d/task", tid);
     DIR* d = ::opendir(path);
     if (d == nullptr) return;
     while (dirent* e = ::readdir(d)) {
       pid_t t = static_cast<pid_t>(std::atoi(e->d_name));
-      if (t <= 0 || t == tid || !Dead(t)) continue;
+      if (t <= 0 || t == tid || !Dead(t) || Waited(t)) continue;
       int status = 0;
       ::waitpid(t, &status, __WALL | WNOHANG);
     }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -40,6 +41,7 @@ std::pair<std::string, const char*> ShareFile(pid_t pid, const std::vector<Mount
     }
   }
   for (const MountEntry& m : mounts) {
+    if (m.fs_root != "/") continue;  // a part of a hierarchy: its paths are not these
     if (!v1.empty() && v1 != "/" && m.fstype == "cgroup") {
       for (absl::string_view o : absl::StrSplit(m.super_options, ',')) {
         if (o == "cpu") return {m.point + v1 + "/cpu.shares", "262144"};
@@ -50,9 +52,15 @@ std::pair<std::string, const char*> ShareFile(pid_t pid, const std::vector<Mount
   return {};
 }
 
-// Whether every process of the cgroup whose share file is `file` is among `pids`.
+// Whether every process of the cgroup whose share file is `file` is among `pids`, and it has
+// no child cgroups (whose processes its share covers too).
 bool OnlyThese(const std::string& file, const std::set<pid_t>& pids) {
   std::string dir = file.substr(0, file.rfind('/'));
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.is_directory(ec)) return false;
+  }
+  if (ec) return false;
   absl::StatusOr<std::string> procs = ReadFile(dir + "/cgroup.procs");
   if (!procs.ok()) return false;
   for (absl::string_view p : absl::StrSplit(*procs, '\n', absl::SkipEmpty())) {

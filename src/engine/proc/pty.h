@@ -17,6 +17,10 @@ struct Termios2 {
 };
 static_assert(sizeof(Termios2) == 44);
 
+// A container's terminals whose masters were its runtime's are made again on its fresh devpts
+// with their numbers: those below this (a runtime's console is /dev/pts/0).
+constexpr unsigned kMaxContainerTerminal = 64;
+
 constexpr unsigned long kTcgets2 = _IOR('T', 0x2A, Termios2);
 constexpr unsigned long kTcsets2 = _IOW('T', 0x2B, Termios2);
 

@@ -25,9 +25,7 @@
 namespace cairn::restore {
 namespace {
 
-// Terminals a container's devpts is made again with are numbered below this (a runtime's
-// console is /dev/pts/0).
-constexpr unsigned kMaxTerminalIndex = 64;
+constexpr unsigned kMaxTerminalIndex = proc::kMaxContainerTerminal;
 
 constexpr uint64_t kResolveNoMagiclinks = 0x02;
 constexpr uint64_t kResolveInRoot = 0x10;

@@ -921,8 +921,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   CAIRN_LOG_DEBUG("event=restore_stage stage=root_created");
   // A restorer its runtime placed in the container's cgroups (runc does) fills memory at that
   // cgroup's CPU share, next to none on a busy machine (proc/cpu_share_boost.h): raised until
-  // this restore returns, when the cgroup holds nothing but the restorer and its root task.
-  proc::CpuShareBoost boost({::getpid(), root_host});
+  // the processes are let go, when the cgroup holds nothing but the restorer and its root task.
+  std::optional<proc::CpuShareBoost> boost;
+  boost.emplace(std::vector<pid_t>{::getpid(), root_host});
   // A container's root stands in its namespaces with its mounts made: its runtime may set them
   // up further (its hooks), and the image's paths are opened under its root from here on.
   std::optional<ImageRoot> image_root;
@@ -1059,6 +1060,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   if (absl::Status opened = net::OpenNetworkLocks(locks, locks_netns_of); !opened.ok()) {
     CAIRN_LOG_WARN("event=network_unlock_failed error=\"{}\"", opened.ToString());
   }
+  boost.reset();  // the processes run at the share their runtime gave them
   // Let every process go at once, then turn zombies back into zombies.
   for (const image::Process* p : procs) {
     if (p->zombie()) continue;

@@ -299,14 +299,12 @@ class Session {
     opts.seal_key = &key;
     RETURN_IF_ERROR(Notify("pre-restore", 0));
     opts.notify = [this](const std::string& stage, pid_t root) { return Notify(stage, root); };
-    if (req.opts().orphan_pts_master()) {
-      // The container's console: its new master goes to the runtime, which passes it to whoever
-      // holds the console (runc: the --console-socket).
-      opts.container.take_terminal = [this](int master, const std::string& slave) {
-        if (!notify_) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the container's terminal ", slave, " needs its new master handed over, which takes notify_scripts"));
-        }
+    if (req.opts().orphan_pts_master() && notify_) {
+      // The container's console: its new master goes to the runtime (in a notification, so
+      // only to one that takes them), which passes it to whoever holds the console (runc: the
+      // --console-socket). Without, a checkpoint with such a terminal is refused before
+      // anything is made (restore/container.h).
+      opts.container.take_terminal = [this](int master, const std::string&) {
         return Notify("orphan-pts-master", 0, master);
       };
     }

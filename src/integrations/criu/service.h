@@ -5,7 +5,7 @@
 // with notifications in between that the runtime acknowledges ("setup-namespaces",
 // "post-restore" with the restored init's pid: runc learns the pid only from it).
 //
-// VERSION, FEATURE_CHECK, CHECK, DUMP and RESTORE are served; the rest (PRE_DUMP, PAGE_SERVER,
+// VERSION, FEATURE_CHECK, CHECK, DUMP, PRE_DUMP and RESTORE are served; the rest (PAGE_SERVER,
 // CPUINFO_*, WAIT_PID) are answered with a failure that says why. A garbled message gets an
 // error response, never a crash. The checkpoint inside the runtime's images directory is
 // cairn's own (options.h ImageDir); log_file, in the work directory, holds what cairn did and
