@@ -27,9 +27,7 @@ absl::Status SetFreezerState(const std::string& cgroup, const char* state) {
   return absl::OkStatus();
 }
 
-namespace {
-
-std::string ReadState(const std::string& cgroup) {
+std::string FreezerState(const std::string& cgroup) {
   std::string path = cgroup + "/freezer.state";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return "";
@@ -41,8 +39,6 @@ std::string ReadState(const std::string& cgroup) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
-
-}  // namespace
 
 absl::Status FreezerHold::Freeze(GuardJournal& journal) {
   if (cgroup_.empty() || frozen_) return absl::OkStatus();
@@ -62,7 +58,7 @@ absl::Status FreezerHold::Freeze(GuardJournal& journal) {
   RETURN_IF_ERROR(SetFreezerState(cgroup_, "FROZEN"));
   frozen_ = true;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (ReadState(cgroup_) != "FROZEN") {
+  while (FreezerState(cgroup_) != "FROZEN") {
     if (std::chrono::steady_clock::now() > deadline) {
       Thaw();
       return absl::DeadlineExceededError(absl::StrCat("freezer cgroup ", cgroup_, " did not reach FROZEN within 2 s"));
@@ -73,7 +69,7 @@ absl::Status FreezerHold::Freeze(GuardJournal& journal) {
 }
 
 absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup, GuardJournal& journal) {
-  if (cgroup.empty() || ReadState(cgroup) != "FROZEN") return false;
+  if (cgroup.empty() || FreezerState(cgroup) != "FROZEN") return false;
   RETURN_IF_ERROR(journal.PausedThawed(cgroup));
   RETURN_IF_ERROR(SetFreezerState(cgroup, "THAWED"));
   CAIRN_LOG_DEBUG("event=paused_cgroup_thawed cgroup={}", cgroup);

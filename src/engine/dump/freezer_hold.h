@@ -55,6 +55,9 @@ class FreezerHold {
 // journal has it (GuardJournal::PausedThawed) for a dumper that dies first.
 absl::StatusOr<bool> ThawPausedCgroup(const std::string& cgroup, GuardJournal& journal);
 
+// The freezer.state of v1 cgroup directory `cgroup` (THAWED, FREEZING, FROZEN); "" if unreadable.
+std::string FreezerState(const std::string& cgroup);
+
 // Writes `state` (FROZEN or THAWED) to the freezer.state of v1 cgroup directory `cgroup`.
 absl::Status SetFreezerState(const std::string& cgroup, const char* state);
 

@@ -6,21 +6,16 @@
 #include <sys/ptrace.h>
 #include <sys/uio.h>
 #include <sys/user.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "engine/proc/stat.h"
 
 namespace cairn::inject {
 namespace {
@@ -121,72 +116,26 @@ class WaitWatchdog {
     }
     return false;
   }
-  // The fields of /proc/TID/stat from the state on (index 0: the state), or none.
-  static std::vector<std::string> StatFields(pid_t tid) {
-    char path[64], buf[1024];
-    std::snprintf(path, sizeof path, "/proc/%d/stat", tid);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return {};
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) return {};
-    buf[n] = '\0';
-    const char* close = std::strrchr(buf, ')');
-    if (close == nullptr) return {};
-    std::vector<std::string> out;
-    for (const char* p = close + 1; *p != '\0';) {
-      while (*p == ' ' || *p == '\n') ++p;
-      const char* start = p;
-      while (*p != '\0' && *p != ' ' && *p != '\n') ++p;
-      if (p > start) out.emplace_back(start, p);
-    }
-    return out;
-  }
-  // Its state letter ('\0' if unreadable).
-  static char State(pid_t tid) {
-    std::vector<std::string> f = StatFields(tid);
-    return f.empty() || f[0].empty() ? '\0' : f[0][0];
-  }
-  // Killed by a signal: a zombie whose exit code (stat field 52) names one.
-  static bool KilledBySignal(pid_t tid) {
-    std::vector<std::string> f = StatFields(tid);
-    constexpr size_t kExitCode = 52 - 3;  // fields counted from the state, field 3
-    return f.size() > kExitCode && (std::atoi(f[kExitCode].c_str()) & 0x7f) != 0;
-  }
-  static bool Leader(pid_t tid) {
-    char path[64], buf[2048];
-    std::snprintf(path, sizeof path, "/proc/%d/status", tid);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) return false;
-    buf[n] = '\0';
-    const char* at = std::strstr(buf, "\nTgid:");
-    return at != nullptr && std::atoi(at + 6) == tid;
-  }
   static bool Dead(pid_t tid) {
-    char s = State(tid);
-    return s == 'Z' || s == 'X';
+    absl::StatusOr<proc::Stat> st = proc::ReadStat(tid);
+    return st.ok() && (st->state == 'Z' || st->state == 'X');
   }
   // `tid`, a thread group leader, is dead while waited for. Killed by a signal, its process
   // is dying: its other threads are made to follow (a process killed from a seccomp filter
   // leaves them in our ptrace stops, and only the tracing thread could let them go; SIGKILL
   // wakes them). The deaths of the dead ones are collected.
   void CollectOthers(pid_t tid) const {
-    if (!Leader(tid)) return;  // a thread's own death is reported at once
-    if (KilledBySignal(tid)) ::kill(tid, SIGKILL);
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/%d/task", tid);
-    DIR* d = ::opendir(path);
-    if (d == nullptr) return;
-    while (dirent* e = ::readdir(d)) {
-      pid_t t = static_cast<pid_t>(std::atoi(e->d_name));
-      if (t <= 0 || t == tid || !Dead(t) || Waited(t)) continue;
-      int status = 0;
-      ::waitpid(t, &status, __WALL | WNOHANG);
+    absl::StatusOr<proc::Status> status = proc::ReadStatus(tid);
+    absl::StatusOr<proc::Stat> st = proc::ReadStat(tid);
+    if (!status.ok() || status->tgid != tid || !st.ok()) return;  // a thread's own death is reported at once
+    if ((st->exit_code & 0x7f) != 0) ::kill(tid, SIGKILL);  // killed by a signal: its process is dying
+    absl::StatusOr<std::vector<pid_t>> tasks = proc::ListTasks(tid);
+    if (!tasks.ok()) return;
+    for (pid_t t : *tasks) {
+      if (t == tid || !Dead(t) || Waited(t)) continue;
+      int wstatus = 0;
+      ::waitpid(t, &wstatus, __WALL | WNOHANG);
     }
-    ::closedir(d);
   }
 
   std::atomic<pid_t> owner_{0};
@@ -195,19 +144,17 @@ class WaitWatchdog {
 };
 
 absl::StatusOr<StopInfo> WaitStop(pid_t tid) {
+  WaitWatchdog& w = WaitWatchdog::Get();
+  int slot = w.Enter(tid);
   int status = 0;
-  pid_t r = ::waitpid(tid, &status, __WALL | WNOHANG);  // already stopped: no watch needed
-  if (r != tid) {
-    WaitWatchdog& w = WaitWatchdog::Get();
-    int slot = w.Enter(tid);
-    do {
-      r = ::waitpid(tid, &status, __WALL);
-    } while (r < 0 && errno == EINTR);
-    int e = errno;
-    w.Leave(slot);
-    errno = e;
-    if (r != tid) return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
-  }
+  pid_t r;
+  do {
+    r = ::waitpid(tid, &status, __WALL);
+  } while (r < 0 && errno == EINTR);
+  int e = errno;
+  w.Leave(slot);
+  errno = e;
+  if (r != tid) return ErrnoStatus(absl::StrCat("waitpid tid ", tid));
   return Decode(status);
 }
 

@@ -98,6 +98,7 @@ absl::StatusOr<Status> ParseStatus(absl::string_view text) {
     else if (key == "SigCgt") ok = cap(&st.sig_caught);
     else if (key == "NoNewPrivs") st.no_new_privs = val == "1";
     else if (key == "Seccomp") ok = absl::SimpleAtoi(val, &st.seccomp);
+    else if (key == "Tgid") ok = absl::SimpleAtoi(val, &st.tgid);
     else if (key == "THP_enabled") ok = absl::SimpleAtoi(val, &st.thp_enabled);
     else if (key == "Umask") {
       st.umask = 0;

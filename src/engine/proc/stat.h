@@ -40,6 +40,7 @@ absl::StatusOr<Stat> ParseStat(absl::string_view text);
 absl::StatusOr<Stat> ReadStat(pid_t pid);
 
 struct Status {
+  pid_t tgid = 0;        // "Tgid": the thread group (its leader's id)
   uint32_t uid[4] = {};  // real, effective, saved, fs
   uint32_t gid[4] = {};
   std::vector<uint32_t> groups;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "engine/dump/freezer_hold.h"
 
 namespace cairn::criu_compat {
 namespace {
@@ -142,10 +143,7 @@ absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre
   }
   // A container its runtime paused cannot be copied while it runs (it does not run): its
   // pre-dump is taken frozen, as any dump of it (the dump thaws it only to stop it).
-  if (d.pre_copy && !d.freezer_cgroup.empty()) {
-    absl::StatusOr<std::string> state = ReadFile(d.freezer_cgroup + "/freezer.state");
-    if (state.ok() && absl::StartsWith(*state, "FROZEN")) d.pre_copy = false;
-  }
+  if (d.pre_copy && !d.freezer_cgroup.empty() && dump::FreezerState(d.freezer_cgroup) == "FROZEN") d.pre_copy = false;
   for (const criu_rpc::KeyValue& m : o.ext_mnt()) d.container.external_mounts[m.key()] = m.value();
   for (const std::string& e : o.external()) {
     // "net[INODE]:KEY": the container's network namespace is the runtime's.
