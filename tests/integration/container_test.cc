@@ -181,6 +181,30 @@ class RuncContainers : public CairnTest {
     size_t at = state.find("\"pid\": ");
     return at == std::string::npos ? 0 : static_cast<pid_t>(std::atoi(state.c_str() + at + 7));
   }
+  // `runc checkpoint` of `id` into `images` under the test directory (work/ beside it), with
+  // `extra` options; runc's exit status.
+  int Checkpoint(const std::string& id, const std::vector<std::string>& extra = {},
+                 const std::string& images = "images") {
+    std::vector<std::string> args = {"checkpoint"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (const std::string& a : {std::string("--image-path"), std::string(*temp_ / images), std::string("--work-path"),
+                                 std::string(*temp_ / "work"), id}) {
+      args.push_back(a);
+    }
+    return Runc(args);
+  }
+  // `runc restore --detach` of `id` from images/, with `extra` options and stdout `out_fd`: the
+  // restored init's pid as runc learned it (post-restore), 0 if runc failed.
+  pid_t RestoreDetached(const std::string& id, const std::vector<std::string>& extra = {}, int out_fd = -1) {
+    std::vector<std::string> args = {"restore", "--detach"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (const std::string& a : {std::string("--image-path"), std::string(*temp_ / "images"),
+                                 std::string("--work-path"), std::string(*temp_ / "work"), std::string("--bundle"),
+                                 bundle_, id}) {
+      args.push_back(a);
+    }
+    return Runc(args, out_fd) == 0 ? InitPid(id) : 0;
+  }
   std::vector<std::string> Log() { return SplitLines(ReadFile(bundle_ + "/rootfs/data/log")); }
   // Waits until the container's log has at least `n` lines.
   bool WaitLog(size_t n, std::chrono::milliseconds timeout = 20s) {
@@ -261,8 +285,7 @@ TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
   ASSERT_GT(before, 0);
   std::string mounts_before = ReadFile("/proc/" + std::to_string(before) + "/mountinfo");
 
-  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0)
-      << Diagnostics();
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(before, 10s).gone) << "runc checkpoint leaves the container stopped";
   std::vector<std::string> at_checkpoint = Log();
   ASSERT_TRUE(CountsOn(at_checkpoint));
@@ -273,12 +296,8 @@ TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(Log().size(), at_checkpoint.size()) << "nothing runs between checkpoint and restore";
 
-  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
-                  bundle_, "c1"}),
-            0)
-      << Diagnostics();
-  pid_t after = InitPid("c1");
-  ASSERT_GT(after, 0) << "runc learned the restored init's pid (post-restore)" << Diagnostics();
+  pid_t after = RestoreDetached("c1");
+  ASSERT_GT(after, 0) << "runc restored it and learned the restored init's pid (post-restore)" << Diagnostics();
   Track(after, "sh");
   ASSERT_TRUE(WaitLog(at_checkpoint.size() + 10)) << Diagnostics();
   // The same counter, pid 1 and host name, from where it stood.
@@ -350,14 +369,9 @@ TEST_F(RuncContainers, ARedisContainersDataSetSurvives) {
   for (int i = 0; i < 50 && cli(before, {"ping"}) != "PONG"; ++i) std::this_thread::sleep_for(100ms);
   ASSERT_EQ(cli(before, {"set", "greeting", "hello"}), "OK");
   ASSERT_EQ(cli(before, {"incrby", "counter", "41"}), "41");
-  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0)
-      << Diagnostics();
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(before, 10s).gone);
-  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
-                  bundle_, "c1"}),
-            0)
-      << Diagnostics();
-  pid_t after = InitPid("c1");
+  pid_t after = RestoreDetached("c1");
   ASSERT_GT(after, 0) << Diagnostics();
   Track(after, "redis-server");
   EXPECT_EQ(cli(after, {"get", "greeting"}), "hello");
@@ -373,8 +387,7 @@ TEST_F(RuncContainers, TheRuntimesStdoutPipeIsHandedOverAtRestore) {
   std::vector<std::string> before = ReadLines(first[0], 5, 20s);
   ASSERT_EQ(before.size(), 5u) << Diagnostics();
   pid_t init = InitPid("c2");
-  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c2"}), 0)
-      << Diagnostics();
+  ASSERT_EQ(Checkpoint("c2"), 0) << Diagnostics();
   // What it wrote until the checkpoint, then the end of the old pipe.
   std::vector<std::string> rest = ReadLines(first[0], 10000, 5s);
   before.insert(before.end(), rest.begin(), rest.end());
@@ -383,11 +396,7 @@ TEST_F(RuncContainers, TheRuntimesStdoutPipeIsHandedOverAtRestore) {
 
   int second[2];
   ASSERT_EQ(::pipe2(second, O_CLOEXEC), 0);
-  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
-                  bundle_, "c2"},
-                 second[1]),
-            0)
-      << Diagnostics();
+  ASSERT_GT(RestoreDetached("c2", {}, second[1]), 0) << Diagnostics();
   ::close(second[1]);
   Track(InitPid("c2"), "sh");
   std::vector<std::string> after = ReadLines(second[0], 5, 20s);
@@ -419,8 +428,7 @@ TEST_F(RuncContainers, ATerminalContainerGetsItsTerminalBackThroughTheConsoleSoc
   auto view = [](const std::string& line) { return line.substr(line.find(' ')); };
   std::string seen = view(Log().back());
   EXPECT_EQ(seen.substr(0, 20), " 1 /dev/pts/0 33 77 ") << seen;
-  ASSERT_EQ(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0)
-      << Diagnostics();
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(before, 10s).gone);
   std::vector<std::string> ticks = ReadLines(first.get(), 10000, 2s);  // until the old terminal hangs up
   ASSERT_FALSE(ticks.empty());
@@ -434,11 +442,7 @@ TEST_F(RuncContainers, ATerminalContainerGetsItsTerminalBackThroughTheConsoleSoc
   EXPECT_NE(alone.err.find("/dev/pts/0"), std::string::npos) << alone.err;
   EXPECT_NE(alone.err.find("console"), std::string::npos) << alone.err;
 
-  ASSERT_EQ(Runc({"restore", "--detach", "--console-socket", *temp_ / "console.sock", "--image-path",
-                  *temp_ / "images", "--work-path", *temp_ / "work", "--bundle", bundle_, "c1"}),
-            0)
-      << Diagnostics();
-  pid_t after = InitPid("c1");
+  pid_t after = RestoreDetached("c1", {"--console-socket", *temp_ / "console.sock"});
   ASSERT_GT(after, 0) << Diagnostics();
   Track(after, "sh");
   UniqueFd second(console.Next(10s));
@@ -478,26 +482,17 @@ TEST_F(RuncContainers, PreDumpsLeaveTheContainerRunningAndTheCheckpointBuildsOnT
   ASSERT_TRUE(Start("c1"));
   ASSERT_TRUE(WaitLog(3)) << Diagnostics();
   pid_t init = InitPid("c1");
-  auto runc_dump = [&](const std::vector<std::string>& extra, const std::string& dir) {
-    std::vector<std::string> args = {"checkpoint"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    for (const std::string& a : {std::string("--image-path"), *temp_ / dir, std::string("--work-path"),
-                                 *temp_ / "work", std::string("c1")}) {
-      args.push_back(a);
-    }
-    return Runc(args);
-  };
-  ASSERT_EQ(runc_dump({"--pre-dump"}, "pre1"), 0) << Diagnostics();
+  ASSERT_EQ(Checkpoint("c1", {"--pre-dump"}, "pre1"), 0) << Diagnostics();
   // A pre-dump holds memory only: it is no checkpoint to restore by itself.
   CommandResult alone = Cairn({"restore", "--dir", *temp_ / "pre1/cairn", "--root", bundle_ + "/rootfs"});
   EXPECT_TRUE(alone.FailedCleanly()) << alone.Describe();
   EXPECT_NE(alone.err.find("pre-dump"), std::string::npos) << alone.err;
   size_t n = Log().size();
   EXPECT_TRUE(WaitLog(n + 3)) << "the container runs on after a pre-dump";
-  ASSERT_EQ(runc_dump({"--pre-dump", "--parent-path", "../pre1"}, "pre2"), 0) << Diagnostics();
+  ASSERT_EQ(Checkpoint("c1", {"--pre-dump", "--parent-path", "../pre1"}, "pre2"), 0) << Diagnostics();
   n = Log().size();
   EXPECT_TRUE(WaitLog(n + 3)) << "and after the second";
-  ASSERT_EQ(runc_dump({"--parent-path", "../pre2"}, "images"), 0) << Diagnostics();
+  ASSERT_EQ(Checkpoint("c1", {"--parent-path", "../pre2"}), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(init, 10s).gone);
   std::vector<std::string> at_checkpoint = Log();
   ASSERT_TRUE(CountsOn(at_checkpoint));
@@ -510,11 +505,7 @@ TEST_F(RuncContainers, PreDumpsLeaveTheContainerRunningAndTheCheckpointBuildsOnT
   }
   EXPECT_NE(inspect.out.find("incremental"), std::string::npos) << inspect.out;
 
-  ASSERT_EQ(Runc({"restore", "--detach", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "--bundle",
-                  bundle_, "c1"}),
-            0)
-      << Diagnostics();
-  pid_t after = InitPid("c1");
+  pid_t after = RestoreDetached("c1");
   ASSERT_GT(after, 0) << Diagnostics();
   Track(after, "sh");
   ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
@@ -596,16 +587,9 @@ TEST_F(RuncContainers, AClientsConnectionToAContainerSurvivesCheckpointAndRestor
   EXPECT_EQ(EchoLine(client, "one\n", 5s), "one\n");
   pid_t init = InitPid("c1");
 
-  ASSERT_EQ(Runc({"checkpoint", "--tcp-established", "--image-path", *temp_ / "images", "--work-path",
-                  *temp_ / "work", "c1"}),
-            0)
-      << Diagnostics();
+  ASSERT_EQ(Checkpoint("c1", {"--tcp-established"}), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(init, 10s).gone);
-  ASSERT_EQ(Runc({"restore", "--detach", "--tcp-established", "--image-path", *temp_ / "images", "--work-path",
-                  *temp_ / "work", "--bundle", bundle_, "c1"}),
-            0)
-      << Diagnostics();
-  pid_t after = InitPid("c1");
+  pid_t after = RestoreDetached("c1", {"--tcp-established"});
   ASSERT_GT(after, 0) << Diagnostics();
   Track(after, "cat");
   EXPECT_EQ(EchoLine(client, "two\n", 10s), "two\n") << "the same connection, echoed by the restored server"
@@ -711,9 +695,7 @@ TEST_F(RuncContainers, AnOptionCairnCannotHonourIsRefusedAndTheContainerRunsOn) 
   ASSERT_TRUE(Start("c1"));
   ASSERT_TRUE(WaitLog(3));
   pid_t init = InitPid("c1");
-  EXPECT_NE(Runc({"checkpoint", "--manage-cgroups-mode", "full", "--image-path", *temp_ / "images", "--work-path",
-                  *temp_ / "work", "c1"}),
-            0);
+  EXPECT_NE(Checkpoint("c1", {"--manage-cgroups-mode", "full"}), 0);
   std::string log = ReadFile(*temp_ / "work/dump.log");
   EXPECT_NE(log.find("manage_cgroups_mode"), std::string::npos) << "the log names the option: " << log;
   EXPECT_FALSE(Exists(*temp_ / "images/cairn")) << "no checkpoint left behind";
@@ -729,7 +711,7 @@ TEST_F(RuncContainers, AContainerHoldingWhatCairnCannotMountAgainRunsOnUntouched
   ASSERT_TRUE(Start("c1"));
   ASSERT_TRUE(WaitLog(3)) << Diagnostics();
   pid_t init = InitPid("c1");
-  EXPECT_NE(Runc({"checkpoint", "--image-path", *temp_ / "images", "--work-path", *temp_ / "work", "c1"}), 0);
+  EXPECT_NE(Checkpoint("c1"), 0);
   std::string log = ReadFile(*temp_ / "work/dump.log");
   EXPECT_NE(log.find("ramfs"), std::string::npos) << "the log names what could not be saved: " << log;
   EXPECT_FALSE(Exists(*temp_ / "images/cairn"));
