@@ -4,8 +4,8 @@
 // beside busy loops. Found where a dump kills its processes, which finish dying (their memory
 // freed, in their own exit) at their cgroup's share: a 1 GiB process in a cgroup of its own
 // took 4-15 s to die beside two busy loops (its run time flat, its wait time growing:
-// /proc/PID/schedstat), against 0.1 s in the root cgroup or with its cgroup's share raised
-// (docs/performance.md). The same holds for a restorer a container runtime places in the
+// /proc/PID/schedstat), against 0.08 s with its cgroup's share raised (bench/dump_kill_busy.sh,
+// docs/performance.md; in the root cgroup the same wait happens too, less often, and is open). The same holds for a restorer a container runtime places in the
 // container's cgroups. CpuShareBoost raises, while it lives, the share of each cpu cgroup of
 // the given processes that holds nothing but them (v1 cpu.shares, v2 cpu.weight), then puts it
 // back. A cgroup shared with anything else (the machine's root, a session) or with child
