@@ -7,6 +7,9 @@
 // message gets an error answer.
 
 #include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -141,6 +144,10 @@ class RuncContainers : public CairnTest {
                            "ns=sys.argv[6]\n"
                            "if ns: c['linux']['namespaces']=[n if n['type']!='network' else "
                            "{'type':'network','path':ns} for n in c['linux']['namespaces']]\n"
+                           "if sys.argv[7]=='1':\n"
+                           "  c['linux']['namespaces'].append({'type':'user'})\n"
+                           "  m=[{'containerID':0,'hostID':int(sys.argv[8]),'size':65536}]\n"
+                           "  c['linux']['uidMappings']=m; c['linux']['gidMappings']=m\n"
                            "json.dump(c,open(p,'w'))\n");
     std::string args_json = "[";
     for (const std::string& a : args) {
@@ -150,12 +157,23 @@ class RuncContainers : public CairnTest {
     }
     args_json += "]";
     ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts, args_json,
-                             terminal_ ? "1" : "0", netns_},
+                             terminal_ ? "1" : "0", netns_, userns_ ? "1" : "0", std::to_string(kUsernsHostId)},
                             -1,
                             *temp_ / "spec.err"),
               0)
         << ReadFile(*temp_ / "spec.err");
+    if (userns_) {
+      // The container's root is kUsernsHostId on the host: its files are that id's, and the
+      // runtime, as that id, must reach its root file system.
+      ::chmod(temp_->path().c_str(), 0755);
+      ::chmod(bundle_.c_str(), 0755);
+      ::lchown(rootfs.c_str(), kUsernsHostId, kUsernsHostId);
+      for (const auto& e : fs::recursive_directory_iterator(rootfs)) {
+        ::lchown(e.path().c_str(), kUsernsHostId, kUsernsHostId);
+      }
+    }
   }
+  static constexpr uid_t kUsernsHostId = 100000;
 
   std::vector<std::string> RuncArgs(const std::vector<std::string>& args) {
     std::vector<std::string> argv = {kRunc, "--root", state_, "--criu", shim_ + "/criu", "--log", *temp_ / "runc.log"};
@@ -232,7 +250,24 @@ class RuncContainers : public CairnTest {
   std::string shim_, state_, bundle_;
   bool terminal_ = false;  // MakeBundle: the container's stdio is a terminal (runc --console-socket)
   std::string netns_;      // MakeBundle: the container joins this network namespace (its path)
+  bool userns_ = false;    // MakeBundle: the container has a user namespace (0-65535 -> kUsernsHostId...)
 };
+
+// A mount table as its owner sees it, line by line: root, mount point, per-mount options, then
+// after "-": type, source, super options (no mount ids, which a restore renumbers).
+std::vector<std::string> MountShape(const std::string& mountinfo) {
+  std::vector<std::string> out;
+  for (const std::string& l : SplitLines(mountinfo)) {
+    std::istringstream f(l);
+    std::vector<std::string> w;
+    for (std::string x; f >> x;) w.push_back(x);
+    std::string line = w[3] + " " + w[4] + " " + w[5];
+    auto dash = std::find(w.begin(), w.end(), "-");
+    for (auto it = dash; it != w.end(); ++it) line += " " + *it;
+    out.push_back(line);
+  }
+  return out;
+}
 
 // The runtime's console socket (runc --console-socket): each connection brings the master of
 // a container's terminal (SCM_RIGHTS).
@@ -306,21 +341,7 @@ TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
   // The container's world as it sees it: the same mounts, in the same order, with the same
   // options (the cgroup mounts show its cgroup, named the same: the runtime placed it there).
   std::string mounts_after = ReadFile("/proc/" + std::to_string(after) + "/mountinfo");
-  auto shape = [](const std::string& mountinfo) {
-    std::vector<std::string> out;
-    for (const std::string& l : SplitLines(mountinfo)) {
-      std::istringstream f(l);
-      std::vector<std::string> w;
-      for (std::string x; f >> x;) w.push_back(x);
-      // root, mount point, per-mount options, then after "-": type, source, super options.
-      std::string line = w[3] + " " + w[4] + " " + w[5];
-      auto dash = std::find(w.begin(), w.end(), "-");
-      for (auto it = dash; it != w.end(); ++it) line += " " + *it;
-      out.push_back(line);
-    }
-    return out;
-  };
-  EXPECT_EQ(shape(mounts_after), shape(mounts_before));
+  EXPECT_EQ(MountShape(mounts_after), MountShape(mounts_before));
   for (const char* ns : {"net", "uts", "ipc", "mnt", "pid"}) {
     std::string mine = fs::read_symlink("/proc/self/ns/" + std::string(ns));
     std::string theirs = fs::read_symlink("/proc/" + std::to_string(after) + "/ns/" + ns);
@@ -332,6 +353,86 @@ TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
   EXPECT_EQ(Runc({"exec", "c1", "/bin/cat", "/proc/1/cmdline"}, fd), 0) << Diagnostics();
   ::close(fd);
   EXPECT_NE(ReadFile(exec_out).find("while true"), std::string::npos) << ReadFile(exec_out);
+  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(after, 10s).gone);
+}
+
+// A container in a user namespace of its own (runc's uidMappings/gidMappings: its root is uid
+// 100000 on the host) comes back in a new one with the same maps, owning every other namespace
+// of the container as when its runtime made them; its processes are root inside and 100000
+// outside with the same capabilities, and its mounts and its counter are as they were.
+TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) {
+  userns_ = true;
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
+  pid_t before = InitPid("c1");
+  ASSERT_GT(before, 0);
+  // From the host: the maps, and the credentials the kernel holds (the host's ids).
+  auto host_view = [](pid_t pid) {
+    std::string p = "/proc/" + std::to_string(pid);
+    std::string view = ReadFile(p + "/uid_map") + ReadFile(p + "/gid_map") + ReadFile(p + "/setgroups");
+    for (const std::string& l : SplitLines(ReadFile(p + "/status"))) {
+      for (const char* key : {"Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:",
+                              "NoNewPrivs:", "Seccomp:"}) {
+        if (l.rfind(key, 0) == 0) view += l + "\n";
+      }
+    }
+    return view;
+  };
+  // Which of the container's namespaces its user namespace owns (NS_GET_USERNS, ioctl_ns(2)).
+  auto owned = [](pid_t pid) {
+    std::string p = "/proc/" + std::to_string(pid) + "/ns/";
+    struct stat user {};
+    std::string out;
+    if (::stat((p + "user").c_str(), &user) != 0) return std::string("no user namespace");
+    for (const char* ns : {"mnt", "pid", "net", "uts", "ipc"}) {
+      UniqueFd f(::open((p + ns).c_str(), O_RDONLY | O_CLOEXEC));
+      UniqueFd owner(f.valid() ? ::ioctl(f.get(), NS_GET_USERNS) : -1);
+      struct stat o {};
+      bool mine = owner.valid() && ::fstat(owner.get(), &o) == 0 && o.st_ino == user.st_ino && o.st_dev == user.st_dev;
+      out += std::string(ns) + (mine ? " owned " : " NOT owned ");
+    }
+    return out;
+  };
+  // From inside, through the runtime: ids, maps, pid 1's credentials as the container names them.
+  auto inside_view = [&]() {
+    std::string out = *temp_ / "exec.out";
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int rc = Runc({"exec", "c1", "/bin/busybox", "sh", "-c",
+                   "busybox id; cat /proc/self/uid_map /proc/self/gid_map; "
+                   "busybox grep -E '^(Uid|Gid|Cap)' /proc/1/status"},
+                  fd);
+    ::close(fd);
+    return rc == 0 ? ReadFile(out) : "runc exec failed: " + ReadFile(*temp_ / "runc.err");
+  };
+  std::string host_before = host_view(before), owned_before = owned(before), inside_before = inside_view();
+  ASSERT_NE(host_before.find("100000"), std::string::npos) << host_before;
+  ASSERT_EQ(owned_before, "mnt owned pid owned net owned uts owned ipc owned ");
+  ASSERT_NE(inside_before.find("uid=0"), std::string::npos) << inside_before;
+  std::string mounts_before = ReadFile("/proc/" + std::to_string(before) + "/mountinfo");
+
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  std::vector<std::string> at_checkpoint = Log();
+  ASSERT_TRUE(CountsOn(at_checkpoint));
+
+  pid_t after = RestoreDetached("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  ASSERT_TRUE(WaitLog(at_checkpoint.size() + 10)) << Diagnostics();
+  EXPECT_TRUE(CountsOn(Log()));
+  EXPECT_EQ(host_view(after), host_before);
+  EXPECT_EQ(owned(after), owned_before);
+  EXPECT_NE(fs::read_symlink("/proc/" + std::to_string(after) + "/ns/user"), fs::read_symlink("/proc/self/ns/user"));
+  EXPECT_EQ(inside_view(), inside_before);
+  EXPECT_EQ(MountShape(ReadFile("/proc/" + std::to_string(after) + "/mountinfo")), MountShape(mounts_before));
+  // What it makes now is its root's: the host's 100000.
+  EXPECT_EQ(Runc({"exec", "c1", "/bin/busybox", "touch", "/data/made-after-restore"}), 0) << Diagnostics();
+  struct stat made {};
+  ASSERT_EQ(::stat((bundle_ + "/rootfs/data/made-after-restore").c_str(), &made), 0);
+  EXPECT_EQ(made.st_uid, kUsernsHostId);
+  EXPECT_EQ(made.st_gid, kUsernsHostId);
   EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(after, 10s).gone);
 }

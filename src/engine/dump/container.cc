@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/dump/namespaces.h"
+#include "engine/proc/id_map.h"
 #include "engine/proc/mountinfo.h"
 #include "engine/proc/pty.h"
 
@@ -112,11 +113,18 @@ absl::Status WalkTmpfs(int dir, dev_t dev, const std::string& rel, const std::st
     t->set_mode(st.st_mode);
     t->set_uid(st.st_uid);
     t->set_gid(st.st_gid);
+    if (st.st_dev != dev) {
+      // A mount point (a device node a runtime binds from the host, a masked path, another
+      // file system): what stat shows is the mount's. Its mount says what is there; under it,
+      // an empty file or directory of the directory's owner, as a runtime makes one to mount on.
+      struct stat parent {};
+      if (::fstat(dir, &parent) != 0) return ErrnoStatus("stat " + where + "/" + rel);
+      t->set_mode(S_ISDIR(st.st_mode) ? S_IFDIR | 0755 : S_IFREG | 0644);
+      t->set_uid(parent.st_uid);
+      t->set_gid(parent.st_gid);
+      continue;
+    }
     if (S_ISDIR(st.st_mode)) {
-      if (st.st_dev != dev) {  // another file system's mount point: its own mount says what is there
-        t->set_mode(S_IFDIR | 0755);
-        continue;
-      }
       UniqueFd sub(::openat(dir, n.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub.valid()) return ErrnoStatus("open " + where + "/" + path);
       RETURN_IF_ERROR(WalkTmpfs(sub.get(), dev, path, where, bytes, out));
@@ -128,10 +136,6 @@ absl::Status WalkTmpfs(int dir, dev_t dev, const std::string& rel, const std::st
     } else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
       t->set_rdev(st.st_rdev);
     } else if (S_ISREG(st.st_mode)) {
-      if (st.st_dev != dev) {  // a file bind-mounted over this one (a masked path): its mount says
-        t->set_mode(S_IFREG | 0644);
-        continue;
-      }
       *bytes += static_cast<uint64_t>(st.st_size);
       if (*bytes > kTmpfsBytesLimit) {
         return absl::ResourceExhaustedError(absl::StrFormat(
@@ -248,6 +252,31 @@ absl::Status RecordTerminals(pid_t root, const proc::MountEntry& m, const image:
   return absl::OkStatus();
 }
 
+// The maps of `root`'s user namespace, as this (its parent) namespace sees them.
+absl::Status RecordUserNamespace(pid_t root, image::UserNamespace* out) {
+  for (const char* which : {"uid_map", "gid_map"}) {
+    std::string path = absl::StrCat("/proc/", root, "/", which);
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    absl::StatusOr<std::vector<proc::IdRange>> map = proc::ParseIdMap(text);
+    if (!map.ok()) return Annotate(map.status(), path);
+    if (map->empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is empty: the container's user namespace has no ids yet (its runtime has not finished making it)"));
+    }
+    auto* ranges = std::string(which) == "uid_map" ? out->mutable_uid_map() : out->mutable_gid_map();
+    for (const proc::IdRange& r : *map) {
+      image::IdRange* e = ranges->Add();
+      e->set_inside(r.inside);
+      e->set_outside(r.outside);
+      e->set_count(r.count);
+    }
+  }
+  std::string path = absl::StrCat("/proc/", root, "/setgroups");
+  ASSIGN_OR_RETURN(std::string setgroups, ReadFile(path));
+  out->set_setgroups_denied(absl::StripAsciiWhitespace(setgroups) == "deny");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<ContainerMounts>> ReadContainerMounts(pid_t root) {
@@ -312,7 +341,10 @@ absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const Co
     // what the container saw.
     const proc::MountEntry* same = nullptr;
     for (const auto& [id, earlier] : by_id) {
-      bool own = earlier.kind == image::Mount::ROOT || earlier.kind == image::Mount::FILESYSTEM;
+      // (A runtime binds the host's device nodes in one by one for a container in a user namespace,
+      // as external mounts, and masks paths with its /dev/null: a bind of that.)
+      bool own = earlier.kind == image::Mount::ROOT || earlier.kind == image::Mount::FILESYSTEM ||
+                 earlier.kind == image::Mount::EXTERNAL;
       if (own && earlier.entry->dev == m.dev && Within(m.fs_root, earlier.entry->fs_root)) {
         same = earlier.entry;
         break;
@@ -374,6 +406,8 @@ absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const Co
     }
   }
 
+  ASSIGN_OR_RETURN(bool own_user, proc::OwnUserNamespace(root));
+  if (own_user) RETURN_IF_ERROR(RecordUserNamespace(root, c->mutable_user_ns()));
   ASSIGN_OR_RETURN(bool own_uts, OwnNamespace(root, "uts"));
   c->set_own_uts_ns(own_uts);
   if (own_uts) {

@@ -714,6 +714,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
       absl::Status ok = CheckTarget(pid);
       if (absl::IsFailedPrecondition(ok) || absl::IsNotFound(ok)) continue;  // exited meanwhile
       RETURN_IF_ERROR(ok);
+      RETURN_IF_ERROR(CheckSameNamespaces(opts.pid, pid));
     }
     ASSIGN_OR_RETURN(std::vector<proc::MapEntry> maps, proc::ReadSmaps(pid));
     RETURN_IF_ERROR(CheckKernelAreas(pid, maps));

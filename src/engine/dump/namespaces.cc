@@ -7,12 +7,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_split.h"
 #include "common/boot_id.h"
 #include "common/clock.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "engine/proc/id_map.h"
 #include "engine/proc/stat.h"
 
 namespace cairn::dump {
@@ -76,21 +78,47 @@ absl::Status CheckNamespaces(pid_t root) {
         "pid ", root, " lives in a PID namespace (as pid ", st.nspids.back(),
         ") but is not its init; checkpoint the namespace's init with --tree (for a job: cairn dump --job NAME)"));
   }
-  // A user namespace of its own maps its ids and capabilities onto others of the machine's:
-  // restored without one, its root would be the machine's.
-  ASSIGN_OR_RETURN(std::string my_user, NamespaceLink(::getpid(), "user"));
-  ASSIGN_OR_RETURN(std::string their_user, NamespaceLink(root, "user"));
-  if (my_user != their_user) {
-    return absl::UnimplementedError(absl::StrCat(
-        "pid ", root, " runs in a user namespace of its own: cairn does not rebuild user namespaces yet, and without "
-        "one its ids and capabilities would be the machine's (run the container without a user namespace)"));
-  }
   ASSIGN_OR_RETURN(std::string mine, NamespaceLink(::getpid(), "mnt"));
   ASSIGN_OR_RETURN(std::string theirs, NamespaceLink(root, "mnt"));
+  // A user namespace of its own maps its ids and capabilities onto others of the machine's: a
+  // container's is made again with its maps (image.proto UserNamespace); any other would come
+  // back without one, its root the machine's.
+  ASSIGN_OR_RETURN(bool own_user, proc::OwnUserNamespace(root));
+  if (own_user) {
+    ASSIGN_OR_RETURN(bool child, proc::UserNamespaceIsChild(root));
+    if (!child) {
+      return absl::UnimplementedError(absl::StrCat(
+          "pid ", root, " runs in a user namespace nested in another: cairn makes again only a container's own user "
+          "namespace, one level below the host's"));
+    }
+    if (!nested || mine == theirs) {
+      return absl::UnimplementedError(absl::StrCat(
+          "pid ", root, " runs in a user namespace of its own outside a container (no PID and mount namespace of "
+          "its own): cairn makes a user namespace again only for a container; without one its ids and capabilities "
+          "would be the machine's"));
+    }
+  }
   if (mine != theirs && !nested) {
     return absl::UnimplementedError(absl::StrCat(
         "pid ", root, " lives in another mount namespace; only jobs started with `cairn run` can be checkpointed "
         "with their namespaces"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameNamespaces(pid_t root, pid_t pid) {
+  for (const char* ns : {"user", "mnt", "net", "uts", "ipc", "cgroup", "pid", "time"}) {
+    absl::StatusOr<std::string> theirs = NamespaceLink(pid, ns);
+    if (!theirs.ok() && absl::IsNotFound(theirs.status())) continue;  // a kernel without it, or it exited
+    RETURN_IF_ERROR(theirs.status());
+    ASSIGN_OR_RETURN(std::string roots, NamespaceLink(root, ns));
+    if (*theirs != roots) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d of the tree is in a %s namespace other than its root's (pid %d; it unshared or joined one): cairn "
+          "makes a tree again in its root's namespaces only — checkpoint that process on its own, or keep the tree "
+          "in one set of namespaces",
+          pid, ns, root));
+    }
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,11 @@ absl::StatusOr<std::string> NamespaceLink(pid_t pid, const char* ns);
 // namespace that is not its init, a foreign mount namespace without its own PID namespace).
 absl::Status CheckNamespaces(pid_t root);
 
+// Refuses a process of the tree (`pid`, not the root) in a namespace other than the root's
+// (one it unshared, or joined): restore makes the whole tree in the root's namespaces, where it
+// would silently see another world.
+absl::Status CheckSameNamespaces(pid_t root, pid_t pid);
+
 // When the root (host id `root`) is the init of its own PID namespace, rewrites every id
 // in `ckpt` to the namespace's view and records the namespaces and the job's cgroup.
 // REQUIRES: every process of the checkpoint is alive (frozen).

@@ -10,15 +10,20 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "engine/proc/id_map.h"
 #include "engine/proc/mountinfo.h"
 #include "engine/proc/pty.h"
 
@@ -96,7 +101,64 @@ absl::StatusOr<std::pair<std::string, std::string>> HostCgroup(const std::string
   return std::make_pair(point, std::string("/"));
 }
 
+std::vector<proc::IdRange> Ranges(const google::protobuf::RepeatedPtrField<image::IdRange>& in) {
+  std::vector<proc::IdRange> out;
+  for (const image::IdRange& r : in) out.push_back({r.inside(), r.outside(), r.count()});
+  return out;
+}
+
+// A file system's mount options with their owners ("uid=", "gid=": the host's ids, as
+// mountinfo shows them) named as inside the user namespace that mounts it again.
+absl::StatusOr<std::string> OptionsInside(const std::string& options, const std::vector<proc::IdRange>& uids,
+                                          const std::vector<proc::IdRange>& gids, const std::string& point) {
+  std::vector<std::string> out;
+  for (absl::string_view o : absl::StrSplit(options, ',', absl::SkipEmpty())) {
+    bool uid = absl::StartsWith(o, "uid="), gid = absl::StartsWith(o, "gid=");
+    if (!uid && !gid) {
+      out.emplace_back(o);
+      continue;
+    }
+    uint32_t host = 0;
+    if (!absl::SimpleAtoi(o.substr(4), &host)) {
+      return absl::DataLossError(absl::StrFormat("mount %s: option '%s' (corrupt image)", point, o));
+    }
+    std::optional<uint32_t> inside = proc::InsideId(uid ? uids : gids, host);
+    if (!inside) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "mount %s: its owner %s is not in the container's user namespace's maps (corrupt image?)", point, o));
+    }
+    out.push_back(absl::StrCat(uid ? "uid=" : "gid=", *inside));
+  }
+  return absl::StrJoin(out, ",");
+}
+
 }  // namespace
+
+absl::StatusOr<image::Creds> CredsInside(const image::Creds& creds, const image::UserNamespace& ns) {
+  std::vector<proc::IdRange> uids = Ranges(ns.uid_map()), gids = Ranges(ns.gid_map());
+  image::Creds out = creds;
+  auto map = [](const std::vector<proc::IdRange>& m, uint32_t host, const char* what) -> absl::StatusOr<uint32_t> {
+    std::optional<uint32_t> inside = proc::InsideId(m, host);
+    if (!inside) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the process's %s %u is not in its container's user namespace's maps (corrupt image?)", what, host));
+    }
+    return *inside;
+  };
+  for (int i = 0; i < out.uids_size(); ++i) {
+    ASSIGN_OR_RETURN(uint32_t v, map(uids, out.uids(i), "uid"));
+    out.set_uids(i, v);
+  }
+  for (int i = 0; i < out.gids_size(); ++i) {
+    ASSIGN_OR_RETURN(uint32_t v, map(gids, out.gids(i), "gid"));
+    out.set_gids(i, v);
+  }
+  for (int i = 0; i < out.groups_size(); ++i) {
+    ASSIGN_OR_RETURN(uint32_t v, map(gids, out.groups(i), "supplementary group"));
+    out.set_groups(i, v);
+  }
+  return out;
+}
 
 const char* ContainerPlan::Keep(std::string s) {
   strings_.push_back(std::move(s));
@@ -122,6 +184,30 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
   if (c.own_uts_ns()) plan.clone_flags_ |= CLONE_NEWUTS;
   auto add = [&plan](Step s) { plan.steps_.push_back(s); };
 
+  // Its user namespace: made by the same clone, owning every other new one; the task waits
+  // for its maps, then becomes the namespace's root (its lowest mapped ids: 0 for a runtime's
+  // container) before anything it makes takes its owner.
+  std::vector<proc::IdRange> uids, gids;
+  const bool userns = c.has_user_ns();
+  auto lowest = [](const std::vector<proc::IdRange>& m) {
+    uint32_t low = m[0].inside;
+    for (const proc::IdRange& r : m) low = std::min(low, r.inside);
+    return low;
+  };
+  if (userns) {
+    uids = Ranges(c.user_ns().uid_map());
+    gids = Ranges(c.user_ns().gid_map());
+    if (uids.empty() || gids.empty()) {
+      return absl::DataLossError("the container's user namespace has no id maps (corrupt image)");
+    }
+    plan.user_ns_ = c.user_ns();
+    plan.clone_flags_ |= CLONE_NEWUSER;
+    int gate[2];
+    if (::pipe2(gate, O_CLOEXEC) != 0) return ErrnoStatus("pipe2 for the container's user namespace");
+    plan.gate_read_ = UniqueFd(gate[0]);
+    plan.gate_write_ = UniqueFd(gate[1]);
+    add({.op = Op::kAwaitMaps, .fd = plan.gate_read_.get()});
+  }
   add({.op = Op::kPrivate});
   if (c.own_net_ns()) {
     if (!c.external_net().empty()) {
@@ -131,7 +217,11 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
             "inherit_fd %s)",
             c.external_net(), c.external_net()));
       }
-      add({.op = Op::kSetns, .a = plan.Keep(c.external_net()), .fd = setup.net_ns_fd});
+      if (userns) {
+        plan.net_before_clone_ = setup.net_ns_fd;
+      } else {
+        add({.op = Op::kSetns, .a = plan.Keep(c.external_net()), .fd = setup.net_ns_fd});
+      }
     } else {
       plan.clone_flags_ |= CLONE_NEWNET;
       add({.op = Op::kLoopbackUp});
@@ -142,6 +232,11 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
     add({.op = Op::kDomainname, .a = plan.Keep(c.domainname())});
   }
   add({.op = Op::kOpenRoot, .a = plan.Keep(setup.root)});
+  // Host paths are opened here, before the task becomes the root of its user namespace: until
+  // then it is the host's root, which may pass directories only their owner may (a runtime's
+  // 0700 state directory holding the root it restores into).
+  const size_t host_opens_at = plan.steps_.size();
+  int slots = 0;
 
   std::map<uint32_t, const image::Mount*> by_id;
   for (const image::Mount& m : c.mounts()) {
@@ -164,8 +259,12 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
         bool filled = m.entries_size() > 0;
         unsigned long first = per_mount & ~static_cast<uint64_t>(MS_RDONLY);
         if (!filled && (m.fs_read_only() || (per_mount & MS_RDONLY))) first |= MS_RDONLY;
+        std::string options = m.options();
+        if (userns) {
+          ASSIGN_OR_RETURN(options, OptionsInside(options, uids, gids, m.point()));
+        }
         add({.op = Op::kMount, .a = plan.Keep(m.source()), .b = point, .fstype = plan.Keep(m.fstype()),
-             .data = plan.Keep(m.options()), .flags = first});
+             .data = plan.Keep(options), .flags = first});
         for (const image::PtyState& pty : m.terminals()) {
           std::string slave = absl::StrCat(m.point(), "/", pty.index());
           if (m.fstype() != "devpts" || pty.index() >= kMaxTerminalIndex) {
@@ -215,10 +314,22 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
                                                        e.path(), m.point(), e.mode()));
           }
           add(s);
-          add({.op = Op::kOwn, .b = point, .c = s.c, .mode = e.mode(), .uid = e.uid(), .gid = e.gid()});
+          uint32_t uid = e.uid(), gid = e.gid();
+          if (userns) {
+            std::optional<uint32_t> u = proc::InsideId(uids, uid), g = proc::InsideId(gids, gid);
+            if (!u || !g) {
+              return absl::FailedPreconditionError(absl::StrFormat(
+                  "file %s of the tmpfs at %s is owned by %u:%u, ids the container's user namespace does not map "
+                  "(corrupt image?)",
+                  e.path(), m.point(), uid, gid));
+            }
+            uid = *u;
+            gid = *g;
+          }
+          add({.op = Op::kOwn, .b = point, .c = s.c, .mode = e.mode(), .uid = uid, .gid = gid});
         }
         if (m.fs_read_only()) {
-          add({.op = Op::kRemount, .b = point, .data = plan.Keep(m.options()), .flags = MS_RDONLY | per_mount});
+          add({.op = Op::kRemount, .b = point, .data = plan.Keep(options), .flags = MS_RDONLY | per_mount});
         }
         if (per_mount & MS_RDONLY) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
         break;
@@ -249,14 +360,16 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
               "--external-mount %s=PATH; criu-compat: ext_mnt)",
               m.point(), m.external(), m.external()));
         }
-        add({.op = Op::kBind, .a = plan.Keep(host->second), .b = point, .flags = MS_REC});
+        add({.op = Op::kBind, .a = plan.Keep(host->second), .b = point, .flags = MS_REC, .slot = slots++});
         if (per_mount != 0) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
         break;
       }
       case image::Mount::CGROUP: {
-        ASSIGN_OR_RETURN(auto host, HostCgroup(m.controllers()));
-        std::string from = host.first + (m.own_cgroup() && host.second != "/" ? host.second : "");
-        add({.op = Op::kBind, .a = plan.Keep(from), .b = point});
+        absl::StatusOr<std::pair<std::string, std::string>> cgroup = HostCgroup(m.controllers());
+        if (!cgroup.ok()) return cgroup.status();
+        const auto& [point_here, own_here] = *cgroup;
+        std::string from = point_here + (m.own_cgroup() && own_here != "/" ? own_here : "");
+        add({.op = Op::kBind, .a = plan.Keep(from), .b = point, .slot = slots++});
         if (per_mount != 0) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
         break;
       }
@@ -266,6 +379,19 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
     }
     by_id[m.id()] = &m;
   }
+  if (slots > kMaxHostSources) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the container binds %d host paths; cairn restores at most %d", slots, kMaxHostSources));
+  }
+  std::vector<Step> opens;
+  for (const Step& s : plan.steps_) {
+    if (s.op == Op::kBind && s.slot >= 0) opens.push_back({.op = Op::kOpenHost, .a = s.a, .slot = s.slot});
+  }
+  if (userns) {
+    opens.push_back({.op = Op::kBecomeRoot, .flags = c.user_ns().setgroups_denied() ? 0UL : 1UL,
+                     .uid = lowest(uids), .gid = lowest(gids)});
+  }
+  plan.steps_.insert(plan.steps_.begin() + static_cast<std::ptrdiff_t>(host_opens_at), opens.begin(), opens.end());
   plan.take_terminal_ = setup.take_terminal;
   add({.op = Op::kPivot});
   const image::Mount& root = c.mounts(0);
@@ -274,6 +400,8 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
 }
 
 int ContainerPlan::Run(int* err) const {
+  int host[kMaxHostSources];  // kOpenHost's
+  int opened = 0;
   int root = -1;
   int at = -1;         // the mount a tmpfs's files go into
   const char* at_point = nullptr;
@@ -283,6 +411,29 @@ int ContainerPlan::Run(int* err) const {
     int rc = 0;
     int tmp_a = -1, tmp_b = -1;
     switch (s.op) {
+      case Op::kAwaitMaps: {
+        char go = 0;
+        ssize_t n;
+        do {
+          n = ::read(s.fd, &go, 1);
+        } while (n < 0 && errno == EINTR);
+        rc = n == 1 ? 0 : -1;
+        if (n == 0) errno = EPIPE;  // the restorer gave up
+        break;
+      }
+      case Op::kOpenHost:
+        host[s.slot] = ::open(s.a, O_PATH | O_CLOEXEC);
+        rc = host[s.slot] < 0 ? -1 : 0;
+        if (rc == 0) opened = s.slot + 1;
+        break;
+      case Op::kBecomeRoot: {
+        // Raw calls: the libc wrappers would signal the restorer's other threads, copied here as memory only.
+        rc = 0;
+        if (s.flags != 0) rc = static_cast<int>(::syscall(SYS_setgroups, 0, nullptr));
+        if (rc == 0) rc = static_cast<int>(::syscall(SYS_setresgid, s.gid, s.gid, s.gid));
+        if (rc == 0) rc = static_cast<int>(::syscall(SYS_setresuid, s.uid, s.uid, s.uid));
+        break;
+      }
       case Op::kPrivate:
         rc = ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
         break;
@@ -307,24 +458,34 @@ int ContainerPlan::Run(int* err) const {
       case Op::kDomainname:
         rc = ::setdomainname(s.a, std::strlen(s.a));
         break;
-      case Op::kOpenRoot:
-        rc = ::mount(s.a, s.a, nullptr, MS_BIND, nullptr);
-        if (rc == 0) {
-          root = ::open(s.a, O_PATH | O_DIRECTORY | O_CLOEXEC);
-          rc = root < 0 ? -1 : 0;
-        }
+      case Op::kOpenRoot: {
+        // A copy of the root's mount attached over it; its descriptor reaches that copy (a path
+        // through /proc/self/fd would reach the directory under it).
+        int dir = ::open(s.a, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        root = dir < 0 ? -1
+                       : static_cast<int>(::syscall(SYS_open_tree, dir, "",
+                                                    OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+        rc = root < 0 ? -1
+                      : static_cast<int>(::syscall(SYS_move_mount, root, "", dir, "",
+                                                   MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
+        int e = errno;
+        if (dir >= 0) ::close(dir);
+        errno = e;
         break;
+      }
       case Op::kMount:
         tmp_b = OpenInRoot(root, s.b, O_PATH);
         rc = tmp_b < 0 ? -1 : ::mount(s.a, FdPath(tmp_b, b_buf), s.fstype, s.flags, s.data);
         break;
-      case Op::kBind:
-        tmp_a = s.a_in_root ? OpenInRoot(root, s.a, O_PATH) : ::open(s.a, O_PATH | O_CLOEXEC);
+      case Op::kBind: {
+        if (s.a_in_root) tmp_a = OpenInRoot(root, s.a, O_PATH);
+        int from = s.a_in_root ? tmp_a : host[s.slot];
         tmp_b = OpenInRoot(root, s.b, O_PATH);
-        rc = tmp_a < 0 || tmp_b < 0 ? -1
-                                    : ::mount(FdPath(tmp_a, a_buf), FdPath(tmp_b, b_buf), nullptr, MS_BIND | s.flags,
-                                              nullptr);
+        rc = from < 0 || tmp_b < 0 ? -1
+                                   : ::mount(FdPath(from, a_buf), FdPath(tmp_b, b_buf), nullptr, MS_BIND | s.flags,
+                                             nullptr);
         break;
+      }
       case Op::kRemount:
         tmp_b = OpenInRoot(root, s.b, O_PATH);
         rc = tmp_b < 0 ? -1 : ::mount(nullptr, FdPath(tmp_b, b_buf), nullptr, MS_REMOUNT | s.flags, s.data);
@@ -415,12 +576,36 @@ int ContainerPlan::Run(int* err) const {
       *err = e;
       if (at >= 0) ::close(at);  // the table is the restorer's too
       if (root >= 0) ::close(root);
+      for (int k = 0; k < opened; ++k) ::close(host[k]);
       return static_cast<int>(i);
     }
   }
   if (at >= 0) ::close(at);
   if (root >= 0) ::close(root);
+  for (int k = 0; k < opened; ++k) ::close(host[k]);
   return -1;
+}
+
+absl::Status ContainerPlan::MapIds(pid_t task) {
+  if (!user_ns_) return absl::OkStatus();
+  auto write = [task](const char* file, const std::string& text) -> absl::Status {
+    std::string path = absl::StrCat("/proc/", task, "/", file);
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd.valid()) return ErrnoStatus("open " + path);
+    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      return ErrnoStatus(absl::StrFormat("write '%s' to %s (the container's user namespace)",
+                                         absl::StripTrailingAsciiWhitespace(text), path));
+    }
+    return absl::OkStatus();
+  };
+  // "deny" only before gid_map is written; "allow" is the default.
+  if (user_ns_->setgroups_denied()) RETURN_IF_ERROR(write("setgroups", "deny"));
+  RETURN_IF_ERROR(write("uid_map", proc::FormatIdMap(Ranges(user_ns_->uid_map()))));
+  RETURN_IF_ERROR(write("gid_map", proc::FormatIdMap(Ranges(user_ns_->gid_map()))));
+  char go = 1;
+  if (::write(gate_write_.get(), &go, 1) != 1) return ErrnoStatus("let the container's root task go on");
+  gate_write_.Reset();
+  return absl::OkStatus();
 }
 
 absl::Status ContainerPlan::HandOverTerminals() {
@@ -454,6 +639,12 @@ std::string ContainerPlan::Describe(int index) const {
   if (index < 0 || static_cast<size_t>(index) >= steps_.size()) return "an unknown step";
   const Step& s = steps_[static_cast<size_t>(index)];
   switch (s.op) {
+    case Op::kAwaitMaps:
+      return "wait for the id maps of the container's new user namespace";
+    case Op::kOpenHost:
+      return absl::StrCat("open the host path ", s.a, " (to bind into the container)");
+    case Op::kBecomeRoot:
+      return absl::StrFormat("become uid %u, gid %u of the container's new user namespace", s.uid, s.gid);
     case Op::kPrivate:
       return "make the new mount namespace private";
     case Op::kSetns:

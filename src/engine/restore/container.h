@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ struct ContainerSetup {
   std::function<absl::Status(int master, const std::string& slave)> take_terminal;
 };
 
+// `creds` (the host's ids, as the image holds them) as a process names them inside the
+// container's user namespace `ns`. Fails naming an id the namespace does not map.
+absl::StatusOr<image::Creds> CredsInside(const image::Creds& creds, const image::UserNamespace& ns);
+
 class ContainerPlan {
  public:
   // Plans `c` over `setup`. Fails, naming what, when a mount the container had cannot be made
@@ -42,8 +47,18 @@ class ContainerPlan {
   static absl::StatusOr<ContainerPlan> Make(const image::Container& c, const ContainerSetup& setup);
 
   // The clone flags of the namespaces the root task is made in (its IPC namespace: the
-  // checkpoint's own_ipc_ns, as for a job).
+  // checkpoint's own_ipc_ns, as for a job). With CLONE_NEWUSER every other new namespace is
+  // owned by the container's user namespace, as its runtime made them.
   unsigned long CloneFlags() const { return clone_flags_; }
+
+  // A container in a user namespace of its own joins a handed-over network namespace (owned
+  // by the host's) before it enters its user namespace, where it no longer could: the root
+  // task is cloned from a helper that entered it (this descriptor). -1: none to enter so.
+  int NetNsBeforeClone() const { return net_before_clone_; }
+
+  // After clone, before the root task runs its first step: gives its new user namespace the
+  // checkpoint's maps (and setgroups), then lets it go on. No-op without a user namespace.
+  absl::Status MapIds(pid_t task);
 
   // In the root task, right after clone: runs every step. Returns -1, or the index of the
   // step that failed with its errno in *err. Async-signal-safe.
@@ -59,14 +74,17 @@ class ContainerPlan {
 
  private:
   enum class Op {
+    kAwaitMaps,    // wait for a byte on `fd` (MapIds has written the user namespace's maps)
+    kOpenHost,     // open host path `a` (O_PATH) into slot `slot`, before kBecomeRoot can no longer reach it
+    kBecomeRoot,   // setgroups(0) unless `flags` is 0, setresgid(gid), setresuid(uid): the user namespace's root
     kPrivate,      // mount(NULL, "/", MS_REC|MS_PRIVATE): nothing goes back to the host
-    kOpenRoot,     // open `a` (the root file system) as the base of every later path
+    kOpenRoot,     // `a` (the root file system) bound onto itself (open_tree + move_mount): the base of every later path
     kSetns,        // setns(fd, CLONE_NEWNET)
     kLoopbackUp,   // bring "lo" up in the new network namespace
     kHostname,     // sethostname(a)
     kDomainname,   // setdomainname(a)
     kMount,        // mount(a, <b under the root>, fstype, flags, data)
-    kBind,         // bind `a` (under the root if a_in_root, else a host path) onto b
+    kBind,         // bind `a` (under the root if a_in_root, else the host path opened in `slot`) onto b
     kRemount,      // mount(NULL, b, NULL, MS_REMOUNT | flags, data)
     kMkdir,        // under the mount at b: c with mode
     kMknod,
@@ -90,7 +108,10 @@ class ContainerPlan {
     uint32_t uid = 0, gid = 0;
     bool a_in_root = false;
     int fd = -1;
+    int slot = -1;
   };
+  // Host paths a plan binds into the container, each opened once by kOpenHost (Run's own table).
+  static constexpr int kMaxHostSources = 256;
   const char* Keep(std::string s);
 
   std::deque<std::string> strings_;  // a deque: the steps point into it
@@ -107,6 +128,10 @@ class ContainerPlan {
     UniqueFd slave_held;
   };
   std::vector<Terminal> terminals_;
+  // CLONE_NEWUSER: the maps MapIds writes, and the pipe that lets the task go on after.
+  std::optional<image::UserNamespace> user_ns_;
+  UniqueFd gate_read_, gate_write_;
+  int net_before_clone_ = -1;
   std::function<absl::Status(int, const std::string&)> take_terminal_;
 };
 

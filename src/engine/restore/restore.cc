@@ -105,13 +105,15 @@ thread_local int g_container_report = -1;
   __builtin_unreachable();
 }
 
-// Creates the root task inside a new time namespace whose clocks' offsets are `offsets`
-// (time_ns.h). The offsets can be set only before any task has entered the namespace, and
-// unshare(CLONE_NEWTIME) sends only the caller's later children there: a helper process
-// unshares, sets them, and creates the task as this thread's child (CLONE_PARENT, so that it is
-// traced and reaped here as on the plain path), then exits. Returns the task's host pid, or -1
-// with errno (of the step that failed).
-long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t work_area) {
+// Creates the root task from a helper process that first enters what the task must start in
+// but the restorer itself cannot: a new time namespace whose clocks' offsets are `*offsets`
+// (time_ns.h; they can be set only before any task has entered it, and
+// unshare(CLONE_NEWTIME) sends only the caller's later children there), and the network
+// namespace `net_ns_fd` (-1: none), joined before a new user namespace the task is cloned into
+// (container.h NetNsBeforeClone). The helper creates the task as this thread's child
+// (CLONE_PARENT, so that it is traced and reaped here as on the plain path), then exits.
+// Returns the task's host pid, or -1 with errno (of the step that failed).
+long CloneThroughHelper(clone_args args, const std::string* offsets, int net_ns_fd, uint64_t work_area) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
   // A task made to share the restorer's descriptor table (a container's root) is made by a
@@ -134,17 +136,19 @@ long CloneInTimeNamespace(clone_args args, const std::string& offsets, uint64_t 
   }
   if (helper == 0) {  // async-signal-safe calls only: the restorer may have threads
     long out[2] = {-1, 0};
-    if (::unshare(CLONE_NEWTIME) == 0) {
+    bool set = net_ns_fd < 0 || ::setns(net_ns_fd, CLONE_NEWNET) == 0;
+    if (set && offsets != nullptr && ::unshare(CLONE_NEWTIME) != 0) set = false;
+    if (set && offsets != nullptr) {
       int fd = ::open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
-      bool set = fd >= 0 && ::write(fd, offsets.data(), offsets.size()) == static_cast<ssize_t>(offsets.size());
+      set = fd >= 0 && ::write(fd, offsets->data(), offsets->size()) == static_cast<ssize_t>(offsets->size());
       if (fd >= 0) ::close(fd);  // in a table it may share with the restorer
-      if (set) {
-        args.flags |= CLONE_PARENT;
-        args.exit_signal = 0;  // with CLONE_PARENT, the caller's (SIGCHLD) and must be 0 here
-        long rc = ::syscall(SYS_clone3, &args, sizeof args);
-        if (rc == 0) ChildMain(work_area);
-        out[0] = rc;
-      }
+    }
+    if (set) {
+      args.flags |= CLONE_PARENT;
+      args.exit_signal = 0;  // with CLONE_PARENT, the caller's (SIGCHLD) and must be 0 here
+      long rc = ::syscall(SYS_clone3, &args, sizeof args);
+      if (rc == 0) ChildMain(work_area);
+      out[0] = rc;
     }
     out[1] = errno;
     if (::write(pipe_fds[1], out, sizeof out) < 0) ::_exit(1);
@@ -634,7 +638,11 @@ absl::Status BuildProcess(const image::ImageReader& img, const std::vector<const
   // filters must then allow the calls that restore those.
   const bool filters_early = !CanInstallSeccomp(proc.creds());
   if (filters_early) RETURN_IF_ERROR(InstallSeccompFilters(inj, scratch, proc));
-  RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, work_area + kStopLoopAt, proc));
+  image::Creds creds = proc.creds();
+  if (img.meta().container().has_user_ns()) {
+    ASSIGN_OR_RETURN(creds, CredsInside(proc.creds(), img.meta().container().user_ns()));
+  }
+  RETURN_IF_ERROR(RestoreThreadStates(injectors, scratch, work_area + kStopLoopAt, proc, creds));
   // After the credentials: the kernel records the setter's as the owner's, which decide whom
   // the owner may signal.
   if (own_table) RETURN_IF_ERROR(RestoreOwners(inj, scratch, proc));
@@ -770,7 +778,16 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
         where, " is a pre-dump: it holds only memory, as the parent of a checkpoint built on it; restore that one"));
   }
   RETURN_IF_ERROR(CheckTreeOrder(procs, where));
-  if (opts.only_as.has_value()) RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));
+  if (opts.only_as.has_value()) {
+    RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));
+    // Its maps would be written by root: a user's checkpoint could map any of the host's ids.
+    if (img->meta().container().has_user_ns()) {
+      return absl::PermissionDeniedError(absl::StrFormat(
+          "restore from %s refused (nothing was restored): it is of a container in a user namespace of its own, "
+          "which only root restores (its id maps could name any of the host's ids)",
+          where));
+    }
+  }
   if (procs[0]->zombie()) return absl::DataLossError(where + ": the root process is a zombie (corrupt image)");
   const image::Checkpoint& meta = img->meta();
   // This machine's CPU, XSAVE state and kernel can run the processes (machine/machine.h).
@@ -876,8 +893,11 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   ASSIGN_OR_RETURN(std::string boot, BootId());
   // A time namespace for a job's own, and for processes that used the machine's clocks when
   // they come back on another boot (time_ns.h); on the same boot, the machine's clocks.
-  if (meta.has_time_ns() && !(meta.time_ns().machine_clocks() && meta.time_ns().boot_id() == boot)) {
-    rc = CloneInTimeNamespace(args, TimeNamespaceOffsets(meta.time_ns(), boot), work_area);
+  const bool new_clocks = meta.has_time_ns() && !(meta.time_ns().machine_clocks() && meta.time_ns().boot_id() == boot);
+  const int net_first = container ? container->NetNsBeforeClone() : -1;
+  if (new_clocks || net_first >= 0) {
+    std::string offsets = new_clocks ? TimeNamespaceOffsets(meta.time_ns(), boot) : "";
+    rc = CloneThroughHelper(args, new_clocks ? &offsets : nullptr, net_first, work_area);
   } else {
     rc = ::syscall(SYS_clone3, &args, sizeof args);
     if (rc == 0) ChildMain(work_area);
@@ -897,6 +917,13 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   ids.Set(root, root_host);
   Tasks tasks;
   tasks.Add(root_host);
+  // A container's new user namespace gets its maps before the task goes on to make its world.
+  if (container) {
+    absl::Status mapped = container->MapIds(root_host);
+    if (!mapped.ok()) {
+      return Annotate(mapped, absl::StrCat("restore from ", where, " failed (nothing was left running)"));
+    }
+  }
   ASSIGN_OR_RETURN(inject::StopInfo stop, inject::WaitStop(root_host));
   container_report_w.Reset();  // it wrote, or never will
   if (stop.kind != inject::StopInfo::Kind::kSignalStop || stop.signal != SIGSTOP) {

@@ -282,7 +282,7 @@ absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratc
 }
 
 absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, inject::RemoteScratch& scratch,
-                                 uint64_t loop, const image::Process& proc) {
+                                 uint64_t loop, const image::Process& proc, const image::Creds& c) {
   pid_t pid = proc.pid();
   inject::Injector& main = injectors.at(pid);
   // Each thread's own state in one stop of that thread (inject/stop_loop.h): its name, its
@@ -370,7 +370,6 @@ absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, i
 
   // Credentials last: they may take away the rights the steps above needed. Credentials
   // are per thread in the kernel, so every thread sets its own.
-  const image::Creds& c = proc.creds();
   bool root_full = c.uids_size() == 4 && c.gids_size() == 4;
   for (int i = 0; i < 4 && root_full; ++i) root_full = c.uids(i) == 0 && c.gids(i) == 0;
   // Each thread's in one stop of that thread (inject/stop_loop.h), in the order they must be

@@ -24,10 +24,10 @@ absl::Status CreateThreads(inject::Injector& main, inject::RemoteScratch& scratc
                            std::map<pid_t, inject::Injector>* injectors, IdMap* ids);
 
 // Per-thread state (robust list, clear-child-tid, rseq, alternate stack, name, pending
-// signals), then POSIX timers, then shared pending signals and credentials.
+// signals), then POSIX timers, then shared pending signals and credentials `creds` (the
+// process's, as it names them in its own user namespace: container.h CredsInside).
 absl::Status RestoreThreadStates(std::map<pid_t, inject::Injector>& injectors, inject::RemoteScratch& scratch,
-                                 uint64_t loop,
-                                 const image::Process& proc);
+                                 uint64_t loop, const image::Process& proc, const image::Creds& creds);
 
 // Sets every thread's final registers, xstate and signal mask. Converts a syscall that
 // was interrupted into its restart (or into EINTR when its kernel-held state is lost).
