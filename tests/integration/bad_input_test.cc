@@ -497,6 +497,35 @@ TEST_F(BadInput, TreeDumpOfAChildHoldingAStatefulDeviceIsRefused) {
   }
 }
 
+// A child that unshared a namespace of its own (here its UTS namespace: its own host name)
+// would come back in its root's, seeing another world: the tree dump names it, and both run on.
+TEST_F(BadInput, TreeDumpOfAChildInANamespaceOfItsOwnIsRefused) {
+  if (!Exists("/usr/bin/unshare")) GTEST_SKIP() << "unshare (util-linux) is not installed";
+  std::string dir = *temp_ / "ckpt";
+  pid_t root = SpawnProgram({"/bin/sh", "-c", "/usr/bin/unshare --uts /bin/sleep 30 & wait"}, "/dev/null",
+                            *temp_ / "out", *temp_ / "err");
+  ASSERT_GT(root, 0);
+  Track(root, "/bin/sh");
+  pid_t child = 0;
+  for (int i = 0; i < 400 && child == 0; ++i) {
+    std::istringstream kids(ReadFile("/proc/" + std::to_string(root) + "/task/" + std::to_string(root) + "/children"));
+    pid_t c = 0;
+    if (kids >> c && ProcessArgv0(c) == "/bin/sleep") child = c;
+    if (child == 0) std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GT(child, 0) << "sh did not start its sleep child in a UTS namespace of its own";
+  Track(child, "/bin/sleep");
+  CommandResult r = Cairn({"dump", "--pid", std::to_string(root), "--tree", "--dir", dir}, WithTimeout(60s));
+  EXPECT_TRUE(FailedWith(r, "uts namespace other than its root's"));
+  EXPECT_TRUE(Matches(r.err, "pid " + std::to_string(child) + " of the tree is in a uts namespace")) << r.err;
+  EXPECT_TRUE(NoCheckpointLeft(dir));
+  for (pid_t pid : {root, child}) {
+    auto state = ProcessState(pid);
+    EXPECT_TRUE(state && (*state == 'S' || *state == 'R')) << "pid " << pid << " is in state '"
+                                                           << state.value_or('-') << "' after a refused dump";
+  }
+}
+
 // ---- single processes holding what cairn cannot checkpoint yet (tests/workloads/refused/)
 
 struct Refusal {

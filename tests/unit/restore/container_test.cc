@@ -97,5 +97,111 @@ TEST(ContainerPlan, RefusesABindOfAMountThatComesLater) {
   EXPECT_TRUE(absl::IsDataLoss(plan.status())) << plan.status();
 }
 
+// Every step of `plan`, in words, in order.
+std::vector<std::string> Steps(const ContainerPlan& plan) {
+  std::vector<std::string> out;
+  for (int i = 0;; ++i) {
+    std::string step = plan.Describe(i);
+    if (step == "an unknown step") return out;
+    out.push_back(step);
+  }
+}
+
+size_t IndexOf(const std::vector<std::string>& steps, const std::string& part) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].find(part) != std::string::npos) return i;
+  }
+  return steps.size();
+}
+
+// A runtime's container in a user namespace: 0-65535 inside are 100000-165535 on the host.
+image::Container InUserNamespace() {
+  image::Container c = Basic();
+  for (auto* map : {c.mutable_user_ns()->add_uid_map(), c.mutable_user_ns()->add_gid_map()}) {
+    map->set_inside(0);
+    map->set_outside(100000);
+    map->set_count(65536);
+  }
+  c.mutable_mounts(1)->set_options("size=65536k,mode=755,uid=100000,gid=100000");
+  c.mutable_mounts(1)->mutable_entries(0)->set_uid(100005);
+  c.mutable_mounts(1)->mutable_entries(0)->set_gid(100005);
+  image::Mount* null = c.add_mounts();
+  null->set_kind(image::Mount::EXTERNAL);
+  null->set_id(3);
+  null->set_point("/dev/null");
+  null->set_external("/dev/null");
+  return c;
+}
+
+TEST(ContainerPlan, AUserNamespaceIsMadeWithTheOthersAndItsRootNamesOwnersInsideIt) {
+  ContainerSetup setup = OverRoot();
+  setup.external_mounts["/dev/null"] = "/dev/null";
+  auto plan = ContainerPlan::Make(InUserNamespace(), setup);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->CloneFlags() & CLONE_NEWUSER);
+  std::vector<std::string> steps = Steps(*plan);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_THAT(steps[0], HasSubstr("wait for the id maps"));
+  // Host paths are reached as the host's root, before the task becomes the namespace's.
+  size_t root = IndexOf(steps, "bind the root file system"), host = IndexOf(steps, "open the host path /dev/null"),
+         become = IndexOf(steps, "become uid 0, gid 0"), mount = IndexOf(steps, "mount tmpfs");
+  ASSERT_LT(become, steps.size());
+  EXPECT_LT(root, host);
+  EXPECT_LT(host, become);
+  EXPECT_LT(become, mount);
+  EXPECT_THAT(steps[mount], HasSubstr("uid=0,gid=0")) << "the tmpfs's owner as the namespace names it";
+  EXPECT_EQ(plan->NetNsBeforeClone(), -1);
+}
+
+TEST(ContainerPlan, AnOwnerTheUserNamespaceDoesNotMapIsRefused) {
+  image::Container c = InUserNamespace();
+  c.mutable_mounts(1)->set_options("uid=0");  // the host's root
+  ContainerSetup setup = OverRoot();
+  setup.external_mounts["/dev/null"] = "/dev/null";
+  auto plan = ContainerPlan::Make(c, setup);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("uid=0"));
+  c = InUserNamespace();
+  c.mutable_mounts(1)->mutable_entries(0)->set_uid(7);
+  plan = ContainerPlan::Make(c, setup);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("pts"));
+}
+
+TEST(ContainerPlan, AHandedOverNetworkNamespaceIsJoinedBeforeTheUserNamespace) {
+  image::Container c = InUserNamespace();
+  c.set_own_net_ns(true);
+  c.set_external_net("extRootNetNS");
+  ContainerSetup setup = OverRoot();
+  setup.external_mounts["/dev/null"] = "/dev/null";
+  setup.net_ns_fd = 0;  // any descriptor: Make only keeps it
+  auto plan = ContainerPlan::Make(c, setup);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->NetNsBeforeClone(), 0);
+  EXPECT_FALSE(plan->CloneFlags() & CLONE_NEWNET);
+  EXPECT_EQ(IndexOf(Steps(*plan), "enter the network namespace"), Steps(*plan).size())
+      << "no setns from inside the user namespace, where it would be refused";
+}
+
+TEST(CredsInside, NamesEveryIdAsTheNamespaceDoesAndRefusesOneItDoesNotMap) {
+  image::UserNamespace ns = InUserNamespace().user_ns();
+  image::Creds c;
+  for (uint32_t id : {100000u, 101000u, 100000u, 100000u}) c.add_uids(id);
+  for (uint32_t id : {100005u, 100005u, 100005u, 100005u}) c.add_gids(id);
+  c.add_groups(100010);
+  c.set_cap_eff(0x20000420);
+  auto inside = CredsInside(c, ns);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  EXPECT_EQ(inside->uids(1), 1000u);
+  EXPECT_EQ(inside->uids(0), 0u);
+  EXPECT_EQ(inside->gids(3), 5u);
+  EXPECT_EQ(inside->groups(0), 10u);
+  EXPECT_EQ(inside->cap_eff(), 0x20000420u) << "capabilities are the namespace's already";
+  c.set_groups(0, 0);
+  auto unmapped = CredsInside(c, ns);
+  ASSERT_FALSE(unmapped.ok());
+  EXPECT_THAT(std::string(unmapped.status().message()), HasSubstr("supplementary group 0"));
+}
+
 }  // namespace
 }  // namespace cairn::restore
