@@ -395,6 +395,19 @@ int RunInspect(const std::string& dir, bool json, const std::string& image_key) 
                                                              : absl::StrCat(", network namespace ", k.external_net()).c_str())
                                  : "",
                   c.own_ipc_ns() ? ", own IPC namespace" : "");
+      if (k.has_user_ns()) {
+        auto ranges = [](const google::protobuf::RepeatedPtrField<image::IdRange>& map) {
+          std::vector<std::string> out;
+          for (const image::IdRange& r : map) {
+            out.push_back(absl::StrFormat("%u-%u -> %u-%u", r.inside(), r.inside() + r.count() - 1, r.outside(),
+                                          r.outside() + r.count() - 1));
+          }
+          return absl::StrJoin(out, ", ");
+        };
+        std::printf("  user namespace of its own: uids %s; gids %s; setgroups %s\n",
+                    ranges(k.user_ns().uid_map()).c_str(), ranges(k.user_ns().gid_map()).c_str(),
+                    k.user_ns().setgroups_denied() ? "denied" : "allowed");
+      }
       for (const image::Mount& m : k.mounts()) {
         std::string what = m.kind() == image::Mount::EXTERNAL ? "external " + m.external()
                            : m.kind() == image::Mount::BIND   ? absl::StrFormat("bind of %s", m.fs_root())

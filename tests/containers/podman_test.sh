@@ -5,7 +5,8 @@
 #  2. into a fresh Podman storage on "another node": each node is a mount namespace of its own
 #     with empty /var/lib/containers, /run/containers, /run/libpod and /run/runc;
 #  3. `--pre-checkpoint --export` while it runs, then `checkpoint --with-previous --export`
-#     (incremental on the pre-checkpoint), both imported on the first node (`--import-previous`).
+#     (incremental on the pre-checkpoint), both imported on the first node (`--import-previous`);
+#  4. a container in a user namespace of its own (--uidmap/--gidmap), moved to the other node.
 # The data set survives (keys written before, read after, from inside the container's own
 # network namespace), the restored redis runs under the same seccomp filters, and its listener
 # is in the container's network namespace, not on the host.
@@ -117,4 +118,30 @@ pm "$a" container restore --import-previous "$work/pre.tar.zst" --import "$work/
   fail "restore --import of the incremental checkpoint"
 [[ $(redis "$a" get after_pre) == yes && $(redis "$a" get moved) == yes ]] ||
   fail "keys written before and after the pre-checkpoint did not both come back"
-echo "PASS: podman checkpoint/restore through cairn, same node, a fresh storage, and on a pre-checkpoint"
+# 4. A container in a user namespace of its own (--uidmap/--gidmap: its root is the host's
+#    100000), moved to the other node: the same maps, its redis still root inside and 100000
+#    outside, under the same filters, in the network namespace Podman hands over.
+um() {  # um NODE ARGS...: the user-namespace container's
+  local h=$1
+  shift
+  nsenter -n -t "$(pm "$h" inspect u1 --format '{{.State.Pid}}')" redis-cli "$@"
+}
+ids() {  # the container's maps and its init's host ids, seen from the host
+  local p
+  p=$(pm "$1" inspect u1 --format '{{.State.Pid}}')
+  cat "/proc/$p/uid_map" "/proc/$p/gid_map" | tr -s ' \n' '  '
+  grep -E '^(Uid|Gid|CapEff|Seccomp):' "/proc/$p/status" | tr -s '\t\n' '  '
+}
+pm "$b" run -d --name u1 --network none --uidmap 0:100000:65536 --gidmap 0:100000:65536 \
+  --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 localhost/cairn-redis \
+  /usr/bin/redis-server --save "" --appendonly no --port 6379 >/dev/null || fail "podman run --uidmap"
+for _ in $(seq 50); do [[ $(um "$b" ping 2>/dev/null) == PONG ]] && break; sleep 0.1; done
+[[ $(um "$b" ping) == PONG ]] || fail "redis did not start in its user-namespace container"
+um "$b" set mapped yes >/dev/null
+ids_before=$(ids "$b")
+[[ $ids_before == *"Uid: 100000 100000 100000 100000"* ]] || fail "the container's root is not the host's 100000: $ids_before"
+pm "$b" container checkpoint --export "$work/userns.tar.zst" u1 >/dev/null || fail "checkpoint of the user-namespace container"
+pm "$a" container restore --keep --import "$work/userns.tar.zst" >/dev/null || fail "restore --import of the user-namespace container"
+[[ $(um "$a" get mapped) == yes ]] || fail "the user-namespace container's data set did not come back"
+[[ $(ids "$a") == "$ids_before" ]] || fail "maps and ids after restore: $(ids "$a"); before: $ids_before"
+echo "PASS: podman checkpoint/restore through cairn, same node, a fresh storage, on a pre-checkpoint, and in a user namespace"

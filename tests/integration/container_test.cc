@@ -148,6 +148,9 @@ class RuncContainers : public CairnTest {
                            "  c['linux']['namespaces'].append({'type':'user'})\n"
                            "  m=[{'containerID':0,'hostID':int(sys.argv[8]),'size':65536}]\n"
                            "  c['linux']['uidMappings']=m; c['linux']['gidMappings']=m\n"
+                           // A user namespace cannot mount the sysfs of a network namespace it does not own.
+                           "  if ns: [m.update(type='tmpfs',source='tmpfs',options=['nosuid','noexec','nodev']) "
+                           "for m in c['mounts'] if m['destination']=='/sys']\n"
                            "json.dump(c,open(p,'w'))\n");
     std::string args_json = "[";
     for (const std::string& a : args) {
@@ -416,6 +419,11 @@ TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) 
   EXPECT_TRUE(WaitGone(before, 10s).gone);
   std::vector<std::string> at_checkpoint = Log();
   ASSERT_TRUE(CountsOn(at_checkpoint));
+  CommandResult inspect = Inspect(*temp_ / "images/cairn");
+  EXPECT_NE(inspect.out.find("user namespace of its own: uids 0-65535 -> 100000-165535; gids 0-65535 -> "
+                             "100000-165535; setgroups allowed"),
+            std::string::npos)
+      << inspect.out;
 
   pid_t after = RestoreDetached("c1");
   ASSERT_GT(after, 0) << Diagnostics();
@@ -704,6 +712,44 @@ TEST_F(RuncContainers, AClientsConnectionToAContainerSurvivesCheckpointAndRestor
             0);
   ::close(out);
   EXPECT_EQ(ReadFile(tables).find("cairn"), std::string::npos) << ReadFile(tables);
+}
+
+// A container in a user namespace of its own whose network namespace its runtime made (and
+// hands over again at restore, runc's extRootNetNS): the restored container is in that very
+// namespace, joined before its user namespace was made (from inside it, joining one the host's
+// user namespace owns is refused), and goes on counting as root inside.
+TEST_F(RuncContainers, AUserNamespaceContainerJoinsTheNetworkNamespaceItsRuntimeHandsOver) {
+  VethNamespace ns;
+  if (!ns.ok()) GTEST_SKIP() << "cannot make a network namespace with a veth pair here (ip netns, ip link)";
+  userns_ = true;
+  netns_ = ns.path();
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
+  pid_t before = InitPid("c1");
+  ASSERT_GT(before, 0);
+  struct stat want {};
+  ASSERT_EQ(::stat(ns.path().c_str(), &want), 0);
+  auto net_of = [](pid_t pid) {
+    struct stat st {};
+    return ::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &st) == 0 ? st.st_ino : 0;
+  };
+  ASSERT_EQ(net_of(before), want.st_ino);
+  std::string uid_map = ReadFile("/proc/" + std::to_string(before) + "/uid_map");
+
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  std::vector<std::string> at_checkpoint = Log();
+  pid_t after = RestoreDetached("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
+  EXPECT_TRUE(CountsOn(Log()));
+  EXPECT_EQ(net_of(after), want.st_ino) << "the restored container is in the namespace the runtime handed over";
+  EXPECT_EQ(ReadFile("/proc/" + std::to_string(after) + "/uid_map"), uid_map);
+  EXPECT_NE(fs::read_symlink("/proc/" + std::to_string(after) + "/ns/user"), fs::read_symlink("/proc/self/ns/user"));
+  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(after, 10s).gone);
 }
 
 // The v1 freezer cgroup of `pid` (its directory), as runc made it.
