@@ -445,6 +445,73 @@ TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) 
   EXPECT_TRUE(WaitGone(after, 10s).gone);
 }
 
+// One line from the unix socket at `path` (a connection, read to its end); "" if none answers.
+std::string AskUnix(const std::string& path) {
+  UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (!c.valid() || path.size() >= sizeof a.sun_path) return "";
+  std::memcpy(a.sun_path, path.c_str(), path.size());
+  if (::connect(c.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "";
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(c.get(), buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// What a program keeps in the container's own file system comes back there
+// (tests/workloads/container/files_server.c): its listening unix socket at the name
+// /dev/shm/files.sock on the container's tmpfs, a file it removed while holding it open (its
+// content read through the descriptor), and its inotify watch on /data (a file made there after
+// the restore is reported after the one made before).
+TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) {
+  std::string program = std::string(WORKLOAD_DIR) + "/container/files_server";
+  if (!fs::exists(program)) GTEST_SKIP() << program << " is not built";
+  MakeBundle("", {"/bin/files_server"});
+  fs::copy_file(program, bundle_ + "/rootfs/bin/files_server");
+  ASSERT_TRUE(Start("c1"));
+  pid_t before = InitPid("c1");
+  ASSERT_GT(before, 0);
+  auto sock = [](pid_t pid) { return "/proc/" + std::to_string(pid) + "/root/dev/shm/files.sock"; };
+  auto ask_until = [&](pid_t pid, const std::string& want) {
+    std::string got;
+    for (int i = 0; i < 200 && got != want; ++i) {
+      got = AskUnix(sock(pid));
+      if (got != want) std::this_thread::sleep_for(50ms);
+    }
+    return got;
+  };
+  ASSERT_EQ(ask_until(before, "deleted=kept-after-unlink events=\n"), "deleted=kept-after-unlink events=\n")
+      << Diagnostics();
+  { std::ofstream(bundle_ + "/rootfs/data/made-before"); }
+  ASSERT_EQ(ask_until(before, "deleted=kept-after-unlink events=made-before\n"),
+            "deleted=kept-after-unlink events=made-before\n");
+  // The removed file as the kernel names it: made again next to its old name, in the container.
+  auto removed = [](pid_t pid) {
+    std::error_code ec;
+    return fs::read_symlink("/proc/" + std::to_string(pid) + "/fd/3", ec).string();
+  };
+  std::string removed_before = removed(before);
+  ASSERT_NE(removed_before.find("scratch (deleted)"), std::string::npos) << removed_before;
+
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  pid_t after = RestoreDetached("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "/bin/files_server");
+  struct stat st {};
+  ASSERT_EQ(::stat(sock(after).c_str(), &st), 0) << "the socket's name is back on the container's tmpfs";
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(AskUnix(sock(after)), "deleted=kept-after-unlink events=made-before\n") << Diagnostics();
+  EXPECT_EQ(removed(after), removed_before);
+  { std::ofstream(bundle_ + "/rootfs/data/made-after"); }
+  EXPECT_EQ(ask_until(after, "deleted=kept-after-unlink events=made-before,made-after\n"),
+            "deleted=kept-after-unlink events=made-before,made-after\n")
+      << "the restored inotify watch reports a file made after the restore";
+  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(after, 10s).gone);
+}
+
 // A real program: redis-server (Debian's, with its libraries) in the container; its data set
 // survives runc checkpoint and restore, read from inside the container's own network namespace.
 TEST_F(RuncContainers, ARedisContainersDataSetSurvives) {

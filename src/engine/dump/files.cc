@@ -735,7 +735,8 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       }
     }
   }
-  ASSIGN_OR_RETURN(TreeSockets sockets, TreeSockets::Load(std::move(tree_sockets), opts));
+  ASSIGN_OR_RETURN(TreeSockets sockets,
+                   TreeSockets::Load(std::move(tree_sockets), opts, pids.empty() ? 0 : pids[0]));
   if (writer == nullptr && opts.tcp_established) {
     // The dump will hold a copy of each TCP connection at once, frozen (tcp.h): room made now.
     absl::Status room = proc::ReserveOwnDescriptors(sockets.OtherThanUnix(), "the dump's copies of the sockets");

@@ -320,11 +320,11 @@ absl::StatusOr<bool> SaveQueue(pid_t pid, const proc::FdInfo& info, const proc::
 
 }  // namespace
 
-absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, const FdOptions& opts) {
+absl::StatusOr<TreeSockets> TreeSockets::Load(std::set<uint64_t> inodes, const FdOptions& opts, pid_t netns_of) {
   TreeSockets t;
   t.opts_ = opts;
   if (!inodes.empty()) {
-    ASSIGN_OR_RETURN(t.unix_, proc::ReadUnixSockets());
+    ASSIGN_OR_RETURN(t.unix_, proc::ReadUnixSockets(netns_of));
   }
   t.inodes_ = std::move(inodes);
   for (const auto& [ino, us] : t.unix_) {

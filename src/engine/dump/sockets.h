@@ -47,7 +47,8 @@ namespace cairn::dump {
 class TreeSockets {
  public:
   // `inodes`: the socket inodes every descriptor of the checkpointed processes refers to.
-  static absl::StatusOr<TreeSockets> Load(std::set<uint64_t> inodes, const FdOptions& opts);
+  // `netns_of`: a process of the tree, whose network namespace holds its unix sockets.
+  static absl::StatusOr<TreeSockets> Load(std::set<uint64_t> inodes, const FdOptions& opts, pid_t netns_of);
 
   // How many of the sockets are not unix sockets (TCP, UDP...: a dump holds a copy of each
   // TCP connection at once).

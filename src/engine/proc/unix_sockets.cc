@@ -3,19 +3,35 @@
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
+#include "engine/proc/setns.h"
 
 namespace cairn::proc {
 
-absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets() {
-  UniqueFd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets(pid_t netns_of) {
+  // The netlink socket answers for the namespace it was made in.
+  UniqueFd nl;
+  struct stat mine {}, theirs {};
+  std::string ns = absl::StrCat("/proc/", netns_of, "/ns/net");
+  if (netns_of != 0 && ::stat("/proc/self/ns/net", &mine) == 0 && ::stat(ns.c_str(), &theirs) == 0 &&
+      mine.st_ino != theirs.st_ino) {
+    RETURN_IF_ERROR(InNamespaceOf(netns_of, CLONE_NEWNET, "net", [&]() -> absl::Status {
+      nl = UniqueFd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+      return absl::OkStatus();
+    }));
+  } else {
+    nl = UniqueFd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+  }
   if (!nl.valid()) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)");
   struct {
     nlmsghdr hdr;

@@ -10,6 +10,8 @@
 // client, in `pending`.
 
 #include <cstdint>
+#include <sys/types.h>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +36,8 @@ struct UnixSocket {
   std::vector<uint64_t> pending;
 };
 
-absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets();
+// The unix sockets of the caller's network namespace (sock_diag lists a namespace's own), or,
+// with `netns_of`, of that process's (a container's own: a thread of ours joins it to ask).
+absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets(pid_t netns_of = 0);
 
 }  // namespace cairn::proc

@@ -1,6 +1,7 @@
 #include "engine/restore/files.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
@@ -24,6 +25,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
@@ -43,13 +45,64 @@
 namespace cairn::restore {
 
 namespace {
-thread_local int g_image_root = -1;  // ImageRoot's, for the length of one restore (on its thread)
+// ImageRoot's, for the length of one restore (on its thread).
+thread_local int g_image_root = -1;
+thread_local int g_image_mounts = -1;
+thread_local bool g_in_image_mounts = false;  // InImageMounts's thread
+thread_local int g_host_proc = -1;            // and the host's /proc there
 }  // namespace
 
-ImageRoot::ImageRoot(UniqueFd root) : root_(std::move(root)) { g_image_root = root_.get(); }
-ImageRoot::~ImageRoot() { g_image_root = -1; }
+ImageRoot::ImageRoot(UniqueFd root, UniqueFd mounts) : root_(std::move(root)), mounts_(std::move(mounts)) {
+  g_image_root = root_.get();
+  g_image_mounts = mounts_.get();
+}
+ImageRoot::~ImageRoot() {
+  g_image_root = -1;
+  g_image_mounts = -1;
+}
 
 bool ImageRootActive() { return g_image_root >= 0; }
+
+bool InImageMountsNow() { return g_in_image_mounts; }
+
+int ChmodThroughDescriptor(int fd, mode_t mode) {
+  std::string link = absl::StrCat(g_host_proc >= 0 ? "" : "/proc/", "thread-self/fd/", fd);
+  return ::fchmodat(g_host_proc >= 0 ? g_host_proc : AT_FDCWD, link.c_str(), mode, 0);
+}
+
+absl::Status InImageMounts(const std::function<absl::Status()>& fn) {
+  if (g_image_root < 0 || g_in_image_mounts) return fn();
+  if (g_image_mounts < 0) {
+    return absl::InternalError("the container's mount namespace is not at hand on this thread of the restore");
+  }
+  const int mounts = g_image_mounts;
+  absl::Status done;
+  std::thread([&] {
+    UniqueFd host_proc(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!host_proc.valid()) {
+      done = ErrnoStatus("open /proc (kept for the thread that enters the restored container's mount namespace)");
+      return;
+    }
+    g_host_proc = host_proc.get();
+    if (::unshare(CLONE_FS) != 0) {
+      done = ErrnoStatus("unshare(CLONE_FS) (to enter the restored container's mount namespace)");
+      return;
+    }
+    if (::setns(mounts, CLONE_NEWNS) != 0) {
+      done = ErrnoStatus("enter the restored container's mount namespace (setns)");
+      return;
+    }
+    UniqueFd root(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) {
+      done = ErrnoStatus("open the restored container's root from inside its mount namespace");
+      return;
+    }
+    g_in_image_mounts = true;
+    ImageRoot here(std::move(root));
+    done = fn();
+  }).join();
+  return done;
+}
 
 int OpenImagePath(const std::string& path, int flags, mode_t mode) {
   if (g_image_root < 0) return ::open(path.c_str(), flags, mode);
@@ -268,12 +321,14 @@ absl::StatusOr<UniqueFd> MakeScratchFile(const std::string& path, const image::S
 
 // Makes one deleted file or memfd again, with its content, as a descriptor of the restorer.
 absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const FileObject& o) {
-  if (ImageRootActive() && !o.memfd) {
-    // Made again next to its old name, which is the container's: this thread sees the host's.
-    return absl::UnimplementedError(absl::StrFormat(
-        "%s, a file of the container removed while open (or made with O_TMPFILE), is not made again in a "
-        "container's file system yet",
-        o.path));
+  if (ImageRootActive() && !o.memfd && !InImageMountsNow()) {
+    // Made again next to its old name, which is the container's.
+    absl::StatusOr<UniqueFd> made = absl::UnknownError("not made");
+    RETURN_IF_ERROR(InImageMounts([&] {
+      made = MakeFileObject(img, o);
+      return made.status();
+    }));
+    return made;
   }
   std::string content;
   const image::SavedFile* layout = nullptr;
@@ -418,16 +473,19 @@ absl::Status AddInotifyWatches(int f, const image::Fd& fd, pid_t pid) {
   auto cleanup = [&] {
     if (!scratch.empty()) ::rmdir(scratch.c_str());
   };
-  if (ImageRootActive() && !watches.empty()) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "the inotify at fd %d of pid %d watches files of the container's file system: not restored for containers yet",
-        fd.fd(), pid));
+  if (ImageRootActive() && !watches.empty() && !InImageMountsNow()) {
+    // The watched paths are the container's.
+    return InImageMounts([&] { return AddInotifyWatches(f, fd, pid); });
   }
   int next = 1;
   for (const image::InotifyWatch& w : watches) {
     auto where = [&] { return absl::StrFormat("watch %d (%s) of the inotify at fd %d of pid %d", w.wd(), w.path(), fd.fd(), pid); };
     struct stat st {};
-    if (::stat(w.path().c_str(), &st) != 0 || st.st_ino != w.file().ino() || st.st_dev != w.file().dev()) {
+    // A container's root file system may be its runtime's fresh copy (another node): its files are
+    // the same by their paths, not their inodes.
+    bool same = ::stat(w.path().c_str(), &st) == 0 &&
+                (ImageRootActive() || (st.st_ino == w.file().ino() && st.st_dev == w.file().dev()));
+    if (!same) {
       cleanup();
       return absl::FailedPreconditionError(absl::StrFormat(
           "%s is not the file the process watched at checkpoint time (it is missing or was replaced); restore "

@@ -21,6 +21,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -70,16 +71,33 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
 // The root the restorer opens the image's paths under (OpenImagePath): while one is alive, a
 // container's, reached through its root task (/proc/PID/root) and resolved inside it, so that
 // a path means what it meant to the container; otherwise the restorer's own.
+// `mounts`: the container's mount namespace, for what only a path resolved there can do
+// (InImageMounts).
 class ImageRoot {
  public:
-  explicit ImageRoot(UniqueFd root);
+  explicit ImageRoot(UniqueFd root, UniqueFd mounts = UniqueFd());
   ~ImageRoot();
   ImageRoot(const ImageRoot&) = delete;
   ImageRoot& operator=(const ImageRoot&) = delete;
 
  private:
-  UniqueFd root_;
+  UniqueFd root_, mounts_;
 };
+
+// Runs `fn` where the image's paths are the file system's own: with no ImageRoot alive, here;
+// under a container's, on a thread of ours that joined the container's mount namespace
+// (unshare(CLONE_FS), setns), with an ImageRoot of that root — for bind(2) of a unix socket's
+// name, a removed file made again next to its name, inotify watches: calls that take a path and
+// no root to resolve it under. The thread keeps this thread's other namespaces (its network).
+absl::Status InImageMounts(const std::function<absl::Status()>& fn);
+
+// Whether this thread runs inside InImageMounts under a container's ImageRoot.
+bool InImageMountsNow();
+
+// chmod(2) of the file `fd` names (an O_PATH descriptor of a socket file, which fchmod refuses),
+// through this thread's /proc entry — the host's /proc inside InImageMounts, where the
+// container's does not show the restorer. Returns 0 or -1 with errno.
+int ChmodThroughDescriptor(int fd, mode_t mode);
 
 // open(2) of a path from the image, under the ImageRoot if one is alive on this thread
 // (resolved inside it: no symlink, "..", or magic link leads out).

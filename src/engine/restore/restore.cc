@@ -727,12 +727,16 @@ absl::Status ExitAsZombie(const image::Process& proc, uint64_t work_area, const 
   return inject::Detach(pid, 0);
 }
 
-// The restored container's root, as its root task sees it (files.h ImageRoot).
-absl::StatusOr<UniqueFd> ContainerRoot(pid_t root_host) {
+// The restored container's root as its root task sees it, and its mount namespace (files.h
+// ImageRoot).
+absl::StatusOr<std::pair<UniqueFd, UniqueFd>> ContainerRoot(pid_t root_host) {
   std::string link = absl::StrCat("/proc/", root_host, "/root");
   UniqueFd at(::open(link.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!at.valid()) return ErrnoStatus("open " + link + ", the restored container's root");
-  return at;
+  std::string ns = absl::StrCat("/proc/", root_host, "/ns/mnt");
+  UniqueFd mounts(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!mounts.valid()) return ErrnoStatus("open " + ns + ", the restored container's mount namespace");
+  return std::make_pair(std::move(at), std::move(mounts));
 }
 
 // Runs `work` where the container's descriptions are made: its sockets in its network
@@ -742,14 +746,14 @@ absl::Status InContainer(pid_t root_host, const std::function<absl::Status()>& w
   std::string net = absl::StrCat("/proc/", root_host, "/ns/net");
   UniqueFd net_fd(::open(net.c_str(), O_RDONLY | O_CLOEXEC));
   if (!net_fd.valid()) return ErrnoStatus("open " + net + ", the restored container's network namespace");
-  ASSIGN_OR_RETURN(UniqueFd root_fd, ContainerRoot(root_host));
+  ASSIGN_OR_RETURN(auto root_fd, ContainerRoot(root_host));
   absl::Status done;
   std::thread([&] {
     if (::setns(net_fd.get(), CLONE_NEWNET) != 0) {
       done = ErrnoStatus("enter the restored container's network namespace (setns " + net + ")");
       return;
     }
-    ImageRoot thread_root(std::move(root_fd));
+    ImageRoot thread_root(std::move(root_fd.first), std::move(root_fd.second));
     done = work();
   }).join();
   return done;
@@ -955,8 +959,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // up further (its hooks), and the image's paths are opened under its root from here on.
   std::optional<ImageRoot> image_root;
   if (container) {
-    ASSIGN_OR_RETURN(UniqueFd at, ContainerRoot(root_host));
-    image_root.emplace(std::move(at));
+    ASSIGN_OR_RETURN(auto at, ContainerRoot(root_host));
+    image_root.emplace(std::move(at.first), std::move(at.second));
   }
   if (container) {
     RETURN_IF_ERROR(lock_network(root_host));

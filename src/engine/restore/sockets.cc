@@ -31,6 +31,31 @@
 namespace cairn::restore {
 namespace {
 
+// connect(2) of `sock` to `addr`. A unix socket's name is the image's: a container's is resolved
+// in its file system (InImageMounts). Returns connect's result, errno set.
+int ConnectTo(int sock, const std::string& addr) {
+  auto go = [&] {
+    return ::connect(sock, reinterpret_cast<const sockaddr*>(addr.data()), static_cast<socklen_t>(addr.size()));
+  };
+  sa_family_t family = 0;
+  if (addr.size() >= sizeof family) std::memcpy(&family, addr.data(), sizeof family);
+  bool named = family == AF_UNIX && addr.size() > offsetof(sockaddr_un, sun_path) &&
+               addr[offsetof(sockaddr_un, sun_path)] != '\0';
+  if (!named || !ImageRootActive() || InImageMountsNow()) return go();
+  int rc = -1, err = 0;
+  absl::Status entered = InImageMounts([&] {
+    rc = go();
+    err = errno;
+    return absl::OkStatus();
+  });
+  if (!entered.ok()) {
+    CAIRN_LOG_WARN("event=container_mounts_not_entered error=\"{}\"", entered.ToString());
+    err = EPERM;
+  }
+  errno = err;
+  return rc;
+}
+
 std::string Where(const image::Fd& fd, pid_t pid) { return absl::StrFormat("fd %d of pid %d", fd.fd(), pid); }
 
 absl::Status Park(UniqueFd f, const image::Fd& fd, pid_t pid, Masters* m) {
@@ -122,9 +147,8 @@ absl::Status GiveSocketFileBack(const std::string& path, const image::SocketStat
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s, just bound for %s, is no longer a socket (replaced meanwhile); restore stopped", path, Where(fd, pid)));
   }
-  std::string self = absl::StrCat("/proc/self/fd/", f.get());
   if (::fchownat(f.get(), "", s.bound_uid(), s.bound_gid(), AT_EMPTY_PATH) != 0 ||
-      ::chmod(self.c_str(), s.bound_mode()) != 0) {
+      ChmodThroughDescriptor(f.get(), s.bound_mode()) != 0) {
     return ErrnoStatus("give the socket file " + path + " its owner and permissions back");
   }
   return absl::OkStatus();
@@ -218,18 +242,12 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
     }
     reuse->where = Where(fd, pid);
   }
-  if (!s.bound().empty()) {
-    const std::string& b = s.bound();
-    bool file_name = s.family() == AF_UNIX && b.size() > offsetof(sockaddr_un, sun_path) &&
-                     b[offsetof(sockaddr_un, sun_path)] != '\0';
+  const std::string& b = s.bound();
+  const bool file_name = s.family() == AF_UNIX && b.size() > offsetof(sockaddr_un, sun_path) &&
+                         b[offsetof(sockaddr_un, sun_path)] != '\0';
+  // Bound to a name, where the name is (a container's: its file system, InImageMounts).
+  auto bind_named = [&]() -> absl::Status {
     std::string path = file_name ? FormatSockaddr(b) : "";
-    if (file_name && ImageRootActive()) {
-      // Its name lives in the container's file system, which this thread does not see.
-      return absl::UnimplementedError(absl::StrFormat(
-          "%s is a unix socket bound to the name %s in the container's file system: cairn does not restore those "
-          "yet (an abstract name, or a socket the program binds again after restore, are fine)",
-          Where(fd, pid), path));
-    }
     std::optional<RemovedName> removed;
     if (file_name && s.bound_file_removed()) {
       ASSIGN_OR_RETURN(removed, PrepareRemovedName(path, fd, pid));
@@ -276,7 +294,9 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
     } else if (file_name) {
       RETURN_IF_ERROR(GiveSocketFileBack(path, s, fd, pid));
     }
-  }
+    return absl::OkStatus();
+  };
+  if (!b.empty()) RETURN_IF_ERROR(file_name ? InImageMounts(bind_named) : bind_named());
   if (::fcntl(sock.get(), F_SETFL, fd.flags()) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(fd, pid));
   return sock;
 }
@@ -430,7 +450,7 @@ absl::Status SendFromUnnamed(const image::ImageReader& img, const image::Fd& fd,
   UniqueFd sender(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!sender.valid()) return ErrnoStatus("socket(AF_UNIX, SOCK_DGRAM) to send the messages of " + Where(fd, pid));
   const std::string& to = fd.socket().bound();
-  if (::connect(sender.get(), reinterpret_cast<const sockaddr*>(to.data()), static_cast<socklen_t>(to.size())) != 0) {
+  if (ConnectTo(sender.get(), to) != 0) {
     return ErrnoStatus(absl::StrFormat("connect to %s to send the messages of %s", FormatSockaddr(to), Where(fd, pid)));
   }
   ASSIGN_OR_RETURN(std::string content, img.FileContent(fd));
@@ -531,7 +551,7 @@ absl::Status ConnectPending(const std::vector<const image::Process*>& procs,
     // refuses the connections past it, which would otherwise wait forever.
     int client = m.fds.at({pid, fd->fd()});
     if (::fcntl(client, F_SETFL, fd->flags() | O_NONBLOCK) != 0) return ErrnoStatus("fcntl(F_SETFL) on " + Where(*fd, pid));
-    if (::connect(client, reinterpret_cast<const sockaddr*>(peer.data()), static_cast<socklen_t>(peer.size())) != 0) {
+    if (ConnectTo(client, peer) != 0) {
       if (errno == EAGAIN) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "connect %s to %s again (a connection not accepted yet, number %u in its queue): the listener's queue is "
@@ -617,7 +637,7 @@ absl::Status OpenSocketMasters(const image::ImageReader& img, const std::vector<
   for (const auto& [fd, pid] : connects) {
     const std::string& peer = fd->socket().peer();
     int master = m->fds.at({pid, fd->fd()});
-    if (::connect(master, reinterpret_cast<const sockaddr*>(peer.data()), static_cast<socklen_t>(peer.size())) != 0) {
+    if (ConnectTo(master, peer) != 0) {
       return ErrnoStatus(absl::StrFormat("connect %s to %s", Where(*fd, pid), FormatSockaddr(peer)));
     }
     uint32_t shut = fd->socket().shutdown();

@@ -163,16 +163,15 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
   ASSIGN_OR_RETURN(uint64_t cwd, scratch.PutString(0, cwd_path));
   UniqueFd parent;
   std::string leaf = std::filesystem::path(cwd_path).filename().string();
-  if (cwd_deleted && ImageRootActive()) {
-    return absl::UnimplementedError("the working directory " + cwd_path +
-                                    " was removed, in a container's file system: not made again for containers yet");
-  }
   if (cwd_deleted) {
     struct {
       uint64_t flags, mode, resolve;
     } how{O_PATH | O_DIRECTORY | O_CLOEXEC, 0, 0x04 /* RESOLVE_NO_SYMLINKS */};
     std::string dir = std::filesystem::path(cwd_path).parent_path().string();
-    parent = UniqueFd(static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, dir.c_str(), &how, sizeof how)));
+    // A container's: under its root, where nothing leads out of it.
+    parent = UniqueFd(ImageRootActive() ? OpenImagePath(dir, O_PATH | O_DIRECTORY | O_CLOEXEC)
+                                        : static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, dir.c_str(), &how,
+                                                                     sizeof how)));
     if (!parent.valid() || leaf.empty() || ::mkdirat(parent.get(), leaf.c_str(), 0700) != 0) {
       return ErrnoStatus("make the removed working directory " + cwd_path +
                          " again, to enter it and remove it (its parent must exist, with no symlink on the way, "
