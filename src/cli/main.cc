@@ -496,18 +496,30 @@ int RunCheck(bool fix) {
     std::printf("nftables' nft is not installed: dump --tcp-established needs it (apt install nftables)\n");
     return all ? 0 : 1;
   }
-  auto locks = net::ListNetworkLocks();
-  if (!locks.ok()) return Fail(locks.status());
-  for (const std::string& table : *locks) {
-    if (!fix) {
-      std::printf("network lock %s: holds the TCP packets of a checkpoint not restored on this host yet "
-                  "(`cairn check --fix` removes it; its connections' peers then see them reset)\n",
-                  table.c_str());
+  // The host's namespace, then every other one (a container's dump locks its connections there).
+  std::vector<net::NetworkNamespace> spaces = {{"", "the host's network namespace"}};
+  absl::StatusOr<std::vector<net::NetworkNamespace>> others = net::OtherNetworkNamespaces();
+  if (!others.ok()) return Fail(others.status());
+  spaces.insert(spaces.end(), others->begin(), others->end());
+  for (const net::NetworkNamespace& ns : spaces) {
+    auto locks = net::ListNetworkLocks(ns.path);
+    if (!locks.ok()) {
+      if (ns.path.empty()) return Fail(locks.status());
+      // A process that ended meanwhile took its namespace with it.
+      CAIRN_LOG_DEBUG("event=netns_not_listed path={} error=\"{}\"", ns.path, locks.status().ToString());
       continue;
     }
-    absl::Status removed = net::RemoveNetworkLock(table);
-    if (!removed.ok()) return Fail(removed);
-    std::printf("network lock %s removed\n", table.c_str());
+    for (const std::string& table : *locks) {
+      if (!fix) {
+        std::printf("network lock %s in %s: holds the TCP packets of a checkpoint not restored on this host yet "
+                    "(`cairn check --fix` removes it; its connections' peers then see them reset)\n",
+                    table.c_str(), ns.where.c_str());
+        continue;
+      }
+      absl::Status removed = ns.path.empty() ? net::RemoveNetworkLock(table) : net::RemoveNetworkLockIn(table, ns.path);
+      if (!removed.ok()) return Fail(removed);
+      std::printf("network lock %s in %s removed\n", table.c_str(), ns.where.c_str());
+    }
   }
   return all ? 0 : 1;
 }

@@ -151,6 +151,7 @@ class RuncContainers : public CairnTest {
                            // A user namespace cannot mount the sysfs of a network namespace it does not own.
                            "  if ns: [m.update(type='tmpfs',source='tmpfs',options=['nosuid','noexec','nodev']) "
                            "for m in c['mounts'] if m['destination']=='/sys']\n"
+                           "if sys.argv[9]=='1': c['linux']['namespaces'].append({'type':'cgroup'})\n"
                            "json.dump(c,open(p,'w'))\n");
     std::string args_json = "[";
     for (const std::string& a : args) {
@@ -160,7 +161,8 @@ class RuncContainers : public CairnTest {
     }
     args_json += "]";
     ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts, args_json,
-                             terminal_ ? "1" : "0", netns_, userns_ ? "1" : "0", std::to_string(kUsernsHostId)},
+                             terminal_ ? "1" : "0", netns_, userns_ ? "1" : "0", std::to_string(kUsernsHostId),
+                             cgroupns_ ? "1" : "0"},
                             -1,
                             *temp_ / "spec.err"),
               0)
@@ -254,6 +256,7 @@ class RuncContainers : public CairnTest {
   bool terminal_ = false;  // MakeBundle: the container's stdio is a terminal (runc --console-socket)
   std::string netns_;      // MakeBundle: the container joins this network namespace (its path)
   bool userns_ = false;    // MakeBundle: the container has a user namespace (0-65535 -> kUsernsHostId...)
+  bool cgroupns_ = false;  // MakeBundle: the container has a cgroup namespace
 };
 
 // A mount table as its owner sees it, line by line: root, mount point, per-mount options, then
@@ -441,6 +444,47 @@ TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) 
   ASSERT_EQ(::stat((bundle_ + "/rootfs/data/made-after-restore").c_str(), &made), 0);
   EXPECT_EQ(made.st_uid, kUsernsHostId);
   EXPECT_EQ(made.st_gid, kUsernsHostId);
+  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(after, 10s).gone);
+}
+
+// A container with a cgroup namespace of its own (runc's "cgroup" namespace) sees its cgroups
+// as the namespace's root again after restore, in the same cgroups on the host, with the same
+// mounts: the restore's clone makes the namespace where the runtime placed the restorer.
+TEST_F(RuncContainers, AContainerWithItsOwnCgroupNamespaceStandsAtItsRootAgain) {
+  cgroupns_ = true;
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
+  pid_t before = InitPid("c1");
+  ASSERT_GT(before, 0);
+  auto inside = [&]() {
+    std::string out = *temp_ / "exec.out";
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int rc = Runc({"exec", "c1", "/bin/cat", "/proc/1/cgroup"}, fd);
+    ::close(fd);
+    return rc == 0 ? ReadFile(out) : "runc exec failed: " + ReadFile(*temp_ / "runc.err");
+  };
+  auto host = [](pid_t pid) { return ReadFile("/proc/" + std::to_string(pid) + "/cgroup"); };
+  std::string inside_before = inside(), host_before = host(before);
+  for (const std::string& line : SplitLines(inside_before)) {
+    ASSERT_EQ(line.substr(line.rfind(':')), ":/") << "inside its namespace the container is at the root: " << line;
+  }
+  ASSERT_NE(host_before.find("/c1"), std::string::npos) << host_before;
+  std::string mounts_before = ReadFile("/proc/" + std::to_string(before) + "/mountinfo");
+
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  std::vector<std::string> at_checkpoint = Log();
+  pid_t after = RestoreDetached("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
+  EXPECT_TRUE(CountsOn(Log()));
+  EXPECT_EQ(inside(), inside_before);
+  EXPECT_EQ(host(after), host_before);
+  EXPECT_NE(fs::read_symlink("/proc/" + std::to_string(after) + "/ns/cgroup"), fs::read_symlink("/proc/self/ns/cgroup"));
+  EXPECT_EQ(MountShape(ReadFile("/proc/" + std::to_string(after) + "/mountinfo")), MountShape(mounts_before));
   EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
   EXPECT_TRUE(WaitGone(after, 10s).gone);
 }
@@ -781,6 +825,36 @@ TEST_F(RuncContainers, AClientsConnectionToAContainerSurvivesCheckpointAndRestor
   EXPECT_EQ(ReadFile(tables).find("cairn"), std::string::npos) << ReadFile(tables);
 }
 
+// A container checkpointed with its live connections and never restored here (moved to another
+// node) leaves its dump's network lock in its network namespace, which its runtime keeps: `cairn
+// check` finds it there, naming the namespace, and `cairn check --fix` removes it.
+TEST_F(RuncContainers, ALockLeftInAContainersNetworkNamespaceIsFoundAndRemovedByCheckFix) {
+  if (!fs::exists("/usr/sbin/ip")) GTEST_SKIP() << "/usr/sbin/ip (iproute2) is not installed";
+  VethNamespace ns;
+  ASSERT_TRUE(ns.ok()) << "could not make a network namespace with a veth pair";
+  netns_ = ns.path();
+  MakeBundle("", {"nc", "-l", "-p", "7000", "-e", "/bin/cat"});
+  ASSERT_TRUE(Start("c1"));
+  int client = ConnectTcp(ns.ns_ip(), 7000, 10s);
+  ASSERT_GE(client, 0) << "could not connect to the container's echo server" << Diagnostics();
+  EXPECT_EQ(EchoLine(client, "one\n", 5s), "one\n");
+  ASSERT_EQ(Checkpoint("c1", {"--tcp-established"}), 0) << Diagnostics();
+  auto tables = [&] {
+    std::string out_path = *temp_ / "tables.out";
+    int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    RunWithStdout({"/usr/sbin/ip", "netns", "exec", ns.name(), "/usr/sbin/nft", "list", "tables"}, out, "/dev/null");
+    ::close(out);
+    return ReadFile(out_path);
+  };
+  ASSERT_NE(tables().find("cairn_lock_"), std::string::npos) << "the dump left its lock for the restore";
+  CommandResult check = Cairn({"check"});
+  EXPECT_NE(check.out.find("in the named network namespace " + ns.path()), std::string::npos) << check.out;
+  CommandResult fix = Cairn({"check", "--fix"});
+  EXPECT_NE(fix.out.find("in the named network namespace " + ns.path() + " removed"), std::string::npos) << fix.out;
+  EXPECT_EQ(tables().find("cairn_lock_"), std::string::npos) << tables();
+  ::close(client);
+}
+
 // A container in a user namespace of its own whose network namespace its runtime made (and
 // hands over again at restore, runc's extRootNetNS): the restored container is in that very
 // namespace, joined before its user namespace was made (from inside it, joining one the host's
@@ -933,6 +1007,34 @@ TEST_F(RuncContainers, AContainerHoldingWhatCairnCannotMountAgainRunsOnUntouched
   size_t n = Log().size();
   EXPECT_TRUE(WaitLog(n + 5)) << "the container runs on";
   EXPECT_TRUE(CountsOn(Log()));
+}
+
+// A container whose init was moved below the root of its cgroup namespace (here, by hand, into a
+// child of its pids cgroup) would stand at the root of a namespace made again where the runtime
+// places it: the dump says so and the container runs on.
+TEST_F(RuncContainers, AContainerMovedBelowItsCgroupNamespacesRootRunsOnUntouched) {
+  cgroupns_ = true;
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t init = InitPid("c1");
+  std::string pids;
+  for (const std::string& line : SplitLines(ReadFile("/proc/" + std::to_string(init) + "/cgroup"))) {
+    if (line.find(":pids:") != std::string::npos) pids = "/sys/fs/cgroup/pids" + line.substr(line.find(":pids:") + 6);
+  }
+  if (pids.empty() || !fs::exists(pids)) GTEST_SKIP() << "runc made no v1 pids cgroup here";
+  fs::create_directory(pids + "/moved");
+  { std::ofstream(pids + "/moved/cgroup.procs") << init; }
+  ASSERT_NE(ReadFile("/proc/" + std::to_string(init) + "/cgroup").find("/moved"), std::string::npos);
+  EXPECT_NE(Checkpoint("c1"), 0);
+  std::string log = ReadFile(*temp_ / "work/dump.log");
+  EXPECT_NE(log.find("below the root of its cgroup namespace"), std::string::npos) << log;
+  EXPECT_FALSE(Exists(*temp_ / "images/cairn"));
+  EXPECT_TRUE(IsAlive(init));
+  size_t n = Log().size();
+  EXPECT_TRUE(WaitLog(n + 5)) << "the container runs on";
+  { std::ofstream(pids + "/cgroup.procs") << init; }
+  ::rmdir((pids + "/moved").c_str());
 }
 
 // The protocol itself, without a runtime: a garbled message gets an error answer and the

@@ -180,7 +180,7 @@ class LiveTcp : public CairnTest {
     const std::regex port("\\. " + std::to_string(port_) + "\\b");
     for (std::string line; std::getline(lines, line);) {
       if (line.rfind("network lock ", 0) != 0) continue;
-      std::string name = line.substr(13, line.find(':') - 13);
+      std::string name = line.substr(13, line.find(' ', 13) - 13);  // "network lock NAME in WHERE: ..."
       CommandResult table = RunCommand({"/usr/sbin/nft", "-n", "list", "table", "inet", name}, temp_->path());
       // A table gone between the two reads is no lock; one that cannot be read is reported.
       if (!table.Exited(0) && table.err.find("No such file") != std::string::npos) continue;

@@ -28,6 +28,7 @@
 #include "engine/proc/id_map.h"
 #include "engine/proc/mountinfo.h"
 #include "engine/proc/pty.h"
+#include "engine/proc/setns.h"
 
 namespace cairn::dump {
 namespace {
@@ -252,6 +253,31 @@ absl::Status RecordTerminals(pid_t root, const proc::MountEntry& m, const image:
   return absl::OkStatus();
 }
 
+// A cgroup namespace of its own is made again by the restore's clone, rooted at the cgroups
+// the restorer stands in then — the container's, where its runtime places it. So the
+// container's view of its own cgroups (its /proc/PID/cgroup read from inside its cgroup
+// namespace) must be the namespace's root in every hierarchy: it did not move after the
+// namespace was made.
+absl::Status CheckCgroupNamespaceRoot(pid_t root) {
+  std::string path = absl::StrCat("/proc/", root, "/cgroup");
+  std::string text;
+  RETURN_IF_ERROR(proc::InNamespaceOf(root, CLONE_NEWCGROUP, "cgroup", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(text, ReadFile(path));
+    return absl::OkStatus();
+  }));
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (f.size() == 3 && f[2] != "/") {
+      return absl::UnimplementedError(absl::StrFormat(
+          "the container's init is in cgroup %s of hierarchy '%s' below the root of its cgroup namespace (it moved "
+          "after the namespace was made): cairn makes a cgroup namespace again rooted at the cgroups the restore "
+          "is placed in, where the container would then stand at the root",
+          f[2], f[1]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The maps of `root`'s user namespace, as this (its parent) namespace sees them.
 absl::Status RecordUserNamespace(pid_t root, image::UserNamespace* out) {
   for (const char* which : {"uid_map", "gid_map"}) {
@@ -295,6 +321,9 @@ absl::StatusOr<std::optional<ContainerMounts>> ReadContainerMounts(pid_t root) {
 absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const ContainerOptions& opts,
                              image::Checkpoint* ckpt) {
   image::Container* c = ckpt->mutable_container();
+  ASSIGN_OR_RETURN(bool own_cgroup, OwnNamespace(root, "cgroup"));
+  c->set_own_cgroup_ns(own_cgroup);
+  if (own_cgroup) RETURN_IF_ERROR(CheckCgroupNamespaceRoot(root));
   const std::vector<proc::MountEntry>& table = mounts.theirs;
   const proc::MountEntry* top = RootMount(table);
   if (top == nullptr) return absl::FailedPreconditionError(absl::StrCat("pid ", root, " sees no root mount"));
@@ -434,13 +463,6 @@ absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const Co
             name));
       }
     }
-  }
-  ASSIGN_OR_RETURN(bool own_cgroup, OwnNamespace(root, "cgroup"));
-  c->set_own_cgroup_ns(own_cgroup);
-  if (own_cgroup) {
-    return absl::UnimplementedError(
-        "the container has a cgroup namespace of its own: cairn does not rebuild one yet (run it without one: runc's "
-        "config.json without a \"cgroup\" namespace)");
   }
   return absl::OkStatus();
 }

@@ -17,9 +17,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -88,15 +90,18 @@ absl::StatusOr<Endpoint> ParseEndpoint(const std::string& bytes) {
   return e;
 }
 
-// Runs nft with `args`, `input` on its stdin, in the network namespace of `netns_of` (0: ours);
-// its stderr is returned in the error.
+// The file naming the network namespace of `netns_of` ("" for 0: ours).
+std::string NetnsPath(pid_t netns_of) { return netns_of > 0 ? absl::StrCat("/proc/", netns_of, "/ns/net") : ""; }
+
+// Runs nft with `args`, `input` on its stdin, in the network namespace the file `ns_path` names
+// ("": ours); its stderr is returned in the error.
 absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const std::string& input,
-                                   pid_t netns_of = 0) {
+                                   const std::string& ns_path = "") {
   RETURN_IF_ERROR(CheckNftables());
   const char* nft = NftPath();
   UniqueFd netns;
-  if (netns_of > 0) {
-    std::string path = absl::StrCat("/proc/", netns_of, "/ns/net");
+  if (!ns_path.empty()) {
+    const std::string& path = ns_path;
     netns = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!netns.valid()) return ErrnoStatus("open " + path + " (the connections' network namespace)");
   }
@@ -210,7 +215,7 @@ absl::Status TakeNetworkLock(const std::string& table, const std::vector<Connect
       "  chain output {\n    type filter hook output priority -300; policy accept;\n%s  }\n"
       "}\n",
       table, table, table, sets, input, output);
-  auto done = RunNft({"-f", "-"}, script, netns_of);
+  auto done = RunNft({"-f", "-"}, script, NetnsPath(netns_of));
   if (!done.ok()) return Annotate(done.status(), "take the network lock " + table);
   return absl::OkStatus();
 }
@@ -221,7 +226,7 @@ absl::Status RemoveNetworkLock(const std::string& table, pid_t netns_of) {
     if (deleted.ok() || absl::IsNotFound(deleted)) return absl::OkStatus();
     CAIRN_LOG_WARN("event=netlink_delete_failed table={} error=\"{}\"", table, deleted.ToString());
   }
-  auto done = RunNft({"delete", "table", "inet", table}, "", netns_of);
+  auto done = RunNft({"delete", "table", "inet", table}, "", NetnsPath(netns_of));
   if (done.ok()) return absl::OkStatus();
   if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
   return Annotate(done.status(), "remove the network lock " + table);
@@ -234,7 +239,7 @@ absl::Status OpenNetworkLock(const std::string& table, pid_t netns_of) {
     if (flushed.ok() || absl::IsNotFound(flushed)) return absl::OkStatus();
     CAIRN_LOG_WARN("event=netlink_flush_failed table={} error=\"{}\"", table, flushed.ToString());
   }
-  auto done = RunNft({"flush", "table", "inet", table}, "", netns_of);
+  auto done = RunNft({"flush", "table", "inet", table}, "", NetnsPath(netns_of));
   if (done.ok()) return absl::OkStatus();
   if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
   return Annotate(done.status(), "open the network lock " + table);
@@ -249,7 +254,7 @@ absl::Status OpenNetworkLocks(const std::vector<std::string>& tables, pid_t netn
   }
   std::string script;
   for (const std::string& t : tables) absl::StrAppend(&script, "add table inet ", t, "\nflush table inet ", t, "\n");
-  auto done = RunNft({"-f", "-"}, script, netns_of);
+  auto done = RunNft({"-f", "-"}, script, NetnsPath(netns_of));
   if (!done.ok()) return Annotate(done.status(), "open the network locks " + absl::StrJoin(tables, ", "));
   return absl::OkStatus();
 }
@@ -266,7 +271,7 @@ absl::Status RemoveNetworkLocks(const std::vector<std::string>& tables, pid_t ne
   }
   std::string script;
   for (const std::string& t : tables) absl::StrAppend(&script, "delete table inet ", t, "\n");
-  auto done = RunNft({"-f", "-"}, script, netns_of);
+  auto done = RunNft({"-f", "-"}, script, NetnsPath(netns_of));
   if (done.ok()) return absl::OkStatus();
   // One was gone already (the transaction is all or nothing): each on its own.
   absl::Status first;
@@ -277,8 +282,43 @@ absl::Status RemoveNetworkLocks(const std::vector<std::string>& tables, pid_t ne
   return first;
 }
 
-absl::StatusOr<std::vector<std::string>> ListNetworkLocks() {
-  ASSIGN_OR_RETURN(std::string out, RunNft({"list", "tables"}, ""));
+absl::Status RemoveNetworkLockIn(const std::string& table, const std::string& ns_path) {
+  auto done = RunNft({"delete", "table", "inet", table}, "", ns_path);
+  if (done.ok()) return absl::OkStatus();
+  if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
+  return Annotate(done.status(), "remove the network lock " + table + " (in the network namespace " + ns_path + ")");
+}
+
+absl::StatusOr<std::vector<NetworkNamespace>> OtherNetworkNamespaces() {
+  struct stat mine {};
+  if (::stat("/proc/self/ns/net", &mine) != 0) return ErrnoStatus("stat /proc/self/ns/net");
+  std::set<ino_t> seen = {mine.st_ino};
+  std::vector<NetworkNamespace> out;
+  auto consider = [&](const std::string& path, const std::string& where) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !seen.insert(st.st_ino).second) return;
+    out.push_back({path, where});
+  };
+  // Those a name under /run/netns holds (ip netns), then those a process is in.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
+    consider(e.path().string(), "the named network namespace " + e.path().string());
+  }
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
+    std::string comm;
+    if (absl::StatusOr<std::string> c = ReadFile(absl::StrCat("/proc/", pid, "/comm")); c.ok()) {
+      comm = std::string(absl::StripTrailingAsciiWhitespace(*c));
+    }
+    consider(absl::StrCat("/proc/", pid, "/ns/net"),
+             absl::StrFormat("the network namespace of pid %d (%s)", pid, comm));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ListNetworkLocks(const std::string& ns_path) {
+  ASSIGN_OR_RETURN(std::string out, RunNft({"list", "tables"}, "", ns_path));
   std::vector<std::string> locks;
   for (absl::string_view line : absl::StrSplit(out, '\n')) {
     line = absl::StripAsciiWhitespace(line);

@@ -7,7 +7,8 @@
 // the connections are rebuilt: a dump that lets its processes run on, or fails, removes it; a
 // dump that kills them leaves it (its name is in the checkpoint) for the restore to remove
 // once the connections exist again. A stale one (its dump killed, no restore to come) is
-// listed by `cairn check` and removed by `cairn check --fix`.
+// listed by `cairn check` and removed by `cairn check --fix`, in the host's network namespace
+// and in every other one a process is in or /run/netns names (a container's).
 //
 // nftables' `nft` command (Debian's nftables package, /usr/sbin/nft, or CAIRN_NFT) applies it;
 // without it, a dump that needs the lock is refused before anything is frozen.
@@ -59,7 +60,21 @@ absl::Status OpenNetworkLocks(const std::vector<std::string>& tables, pid_t netn
 // Deletes every table of `tables` in one nft run (tables that are gone are skipped).
 absl::Status RemoveNetworkLocks(const std::vector<std::string>& tables, pid_t netns_of = 0);
 
-// The cairn_lock_* tables present.
-absl::StatusOr<std::vector<std::string>> ListNetworkLocks();
+// The cairn_lock_* tables present in the network namespace the file `ns_path` names ("": ours).
+absl::StatusOr<std::vector<std::string>> ListNetworkLocks(const std::string& ns_path = "");
+
+// Deletes table `table` in the network namespace the file `ns_path` names; OK if it is gone.
+absl::Status RemoveNetworkLockIn(const std::string& table, const std::string& ns_path);
+
+// A network namespace of this host: a file that names it, and where it is, in words.
+struct NetworkNamespace {
+  std::string path;   // "/run/netns/NAME", "/proc/PID/ns/net"
+  std::string where;  // "the network namespace of pid 812 (redis-server)"
+};
+
+// Every network namespace of this host but ours that a name under /run/netns holds or a process
+// is in (a container's, where a dump of its live connections locks them): where a killed
+// dump's lock may be left. One held only by an open descriptor is not found.
+absl::StatusOr<std::vector<NetworkNamespace>> OtherNetworkNamespaces();
 
 }  // namespace cairn::net

@@ -12,7 +12,8 @@
 namespace cairn::proc {
 
 // Runs `fn` in a new thread that first joins `pid`'s namespace of type `nstype`
-// (CLONE_NEWIPC, CLONE_NEWUTS or CLONE_NEWNET; "ipc", "uts" or "net" for `name`).
+// (CLONE_NEWIPC, CLONE_NEWUTS, CLONE_NEWNET or CLONE_NEWCGROUP; "ipc", "uts", "net" or
+// "cgroup" for `name`).
 absl::Status InNamespaceOf(pid_t pid, int nstype, const char* name, const std::function<absl::Status()>& fn);
 
 }  // namespace cairn::proc

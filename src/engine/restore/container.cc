@@ -182,6 +182,9 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
   }
   plan.clone_flags_ = CLONE_NEWNS | CLONE_NEWPID;
   if (c.own_uts_ns()) plan.clone_flags_ |= CLONE_NEWUTS;
+  // Rooted at the restorer's cgroups, where the runtime placed it: the container's (the dump
+  // checked the container stood at its namespace's root).
+  if (c.own_cgroup_ns()) plan.clone_flags_ |= CLONE_NEWCGROUP;
   auto add = [&plan](Step s) { plan.steps_.push_back(s); };
 
   // Its user namespace: made by the same clone, owning every other new one; the task waits
@@ -365,6 +368,14 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
         break;
       }
       case image::Mount::CGROUP: {
+        if (c.own_cgroup_ns()) {
+          // Mounted afresh inside its cgroup namespace, as its runtime did: it shows the
+          // namespace's root, the container's cgroup.
+          add({.op = Op::kMount, .a = plan.Keep(m.source()), .b = point, .fstype = plan.Keep("cgroup"),
+               .data = plan.Keep(m.controllers())});
+          if (per_mount != 0) add({.op = Op::kRemount, .b = point, .flags = MS_BIND | per_mount});
+          break;
+        }
         absl::StatusOr<std::pair<std::string, std::string>> cgroup = HostCgroup(m.controllers());
         if (!cgroup.ok()) return cgroup.status();
         const auto& [point_here, own_here] = *cgroup;

@@ -3,6 +3,7 @@
 #include "engine/restore/container.h"
 
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include "gmock/gmock.h"
@@ -181,6 +182,26 @@ TEST(ContainerPlan, AHandedOverNetworkNamespaceIsJoinedBeforeTheUserNamespace) {
   EXPECT_FALSE(plan->CloneFlags() & CLONE_NEWNET);
   EXPECT_EQ(IndexOf(Steps(*plan), "enter the network namespace"), Steps(*plan).size())
       << "no setns from inside the user namespace, where it would be refused";
+}
+
+TEST(ContainerPlan, ACgroupNamespaceIsMadeAndItsHierarchiesMountedInsideIt) {
+  image::Container c = Basic();
+  c.set_own_cgroup_ns(true);
+  image::Mount* pids = c.add_mounts();
+  pids->set_kind(image::Mount::CGROUP);
+  pids->set_id(3);
+  pids->set_point("/sys/fs/cgroup/pids");
+  pids->set_fs_root("/c1");
+  pids->set_source("cgroup");
+  pids->set_controllers("pids");
+  pids->set_flags(MS_RDONLY);
+  auto plan = ContainerPlan::Make(c, OverRoot());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->CloneFlags() & CLONE_NEWCGROUP);
+  std::vector<std::string> steps = Steps(*plan);
+  size_t mount = IndexOf(steps, "mount cgroup (cgroup, options 'pids') at /sys/fs/cgroup/pids");
+  ASSERT_LT(mount, steps.size()) << "a fresh mount, showing the namespace's root, not a bind of the host's";
+  EXPECT_THAT(steps[mount + 1], HasSubstr("remount /sys/fs/cgroup/pids"));
 }
 
 TEST(CredsInside, NamesEveryIdAsTheNamespaceDoesAndRefusesOneItDoesNotMap) {
