@@ -6,7 +6,8 @@
 #     with empty /var/lib/containers, /run/containers, /run/libpod and /run/runc;
 #  3. `--pre-checkpoint --export` while it runs, then `checkpoint --with-previous --export`
 #     (incremental on the pre-checkpoint), both imported on the first node (`--import-previous`);
-#  4. a container in a user namespace of its own (--uidmap/--gidmap), moved to the other node.
+#  4. a container in a user namespace of its own (--uidmap/--gidmap), moved to the other node;
+#  5. a terminal container (`podman run -t`), checkpointed and restored in place.
 # The data set survives (keys written before, read after, from inside the container's own
 # network namespace), the restored redis runs under the same seccomp filters, and its listener
 # is in the container's network namespace, not on the host.
@@ -144,4 +145,20 @@ pm "$b" container checkpoint --export "$work/userns.tar.zst" u1 >/dev/null || fa
 pm "$a" container restore --keep --import "$work/userns.tar.zst" >/dev/null || fail "restore --import of the user-namespace container"
 [[ $(um "$a" get mapped) == yes ]] || fail "the user-namespace container's data set did not come back"
 [[ $(ids "$a") == "$ids_before" ]] || fail "maps and ids after restore: $(ids "$a"); before: $ids_before"
-echo "PASS: podman checkpoint/restore through cairn, same node, a fresh storage, on a pre-checkpoint, and in a user namespace"
+# 5. A terminal container (`podman run -t`: its stdio a terminal whose master conmon holds): the
+#    restored program counts on and its output still reaches `podman logs` through the new master
+#    conmon receives at restore (orphan-pts-master), and its terminal is a terminal again.
+pm "$a" run -d -t --name t1 --network none --ulimit nofile=4096:4096 --ulimit nproc=4096:4096 localhost/cairn-redis \
+  sh -c 'i=0; while true; do i=$((i+1)); echo "tick $i $(tty)"; sleep 0.1; done' >/dev/null || fail "podman run -t"
+last_tick() { pm "$a" logs t1 2>/dev/null | tr -d '\r' | grep -o 'tick [0-9]*' | tail -1 | cut -d' ' -f2; }
+for _ in $(seq 50); do [[ $(last_tick) -ge 3 ]] && break; sleep 0.1; done
+[[ $(last_tick) -ge 3 ]] || fail "the terminal container printed nothing"
+pm "$a" logs t1 2>/dev/null | tr -d '\r' | grep -q 'tick [0-9]* /dev/pts/0' || fail "the container's stdio is not its terminal"
+pm "$a" container checkpoint t1 >/dev/null || fail "checkpoint of the terminal container"
+at_checkpoint=$(last_tick)
+pm "$a" container restore t1 >/dev/null || fail "restore of the terminal container"
+for _ in $(seq 50); do [[ $(last_tick) -ge $((at_checkpoint + 5)) ]] && break; sleep 0.1; done
+[[ $(last_tick) -ge $((at_checkpoint + 5)) ]] || fail "the restored terminal container's output does not reach podman logs (last tick $(last_tick), at checkpoint $at_checkpoint)"
+pm "$a" logs t1 2>/dev/null | tr -d '\r' | grep -q "tick $((at_checkpoint + 1)) /dev/pts/0" ||
+  fail "the restored program did not count on from $at_checkpoint on its terminal"
+echo "PASS: podman checkpoint/restore through cairn, same node, a fresh storage, on a pre-checkpoint, in a user namespace, and with a terminal"
