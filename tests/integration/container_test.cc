@@ -913,6 +913,50 @@ long StatusField(pid_t pid, const std::string& field) {
   return at == std::string::npos ? -1 : std::strtol(status.c_str() + at + field.size() + 1, nullptr, 10);
 }
 
+// `runc restore` without --detach: runc stays, the restored init its child (runc is a child
+// subreaper; cairn, which made the process, exits), and runc ends with the container, with its
+// exit status.
+TEST_F(RuncContainers, ARestoreNotDetachedLeavesRuncWaitingForTheContainer) {
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t before = InitPid("c1");
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  size_t n = Log().size();
+  pid_t runc = ::fork();
+  if (runc == 0) {
+    int null = ::open("/dev/null", O_RDWR);
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    std::vector<std::string> argv = RuncArgs({"restore", "--image-path", *temp_ / "images", "--work-path",
+                                              *temp_ / "work", "--bundle", bundle_, "c1"});
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ASSERT_GT(runc, 0);
+  EXPECT_TRUE(WaitLog(n + 5)) << Diagnostics();
+  EXPECT_TRUE(CountsOn(Log()));
+  pid_t after = InitPid("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  EXPECT_EQ(StatusField(after, "PPid:"), runc) << "the restored init is runc's child";
+  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
+  int status = 0;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  pid_t waited = 0;
+  while ((waited = ::waitpid(runc, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  if (waited == 0) ::kill(runc, SIGKILL), ::waitpid(runc, &status, 0);
+  EXPECT_EQ(waited, runc) << "runc did not end with its container";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << "runc's status " << status;
+}
+
 // A container its runtime paused (containerd pauses a task to checkpoint it; here `runc
 // pause`) is thawed for the dump. When cairn is killed in the middle of it, its guardian lets
 // the processes go as they were and pauses the container again, as the runtime left it: after
