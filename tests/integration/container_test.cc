@@ -116,7 +116,7 @@ class RuncContainers : public CairnTest {
 
   void TearDown() override {
     if (!state_.empty() && fs::exists(state_)) {
-      for (const char* id : {"c1", "c2"}) Runc({"delete", "--force", id});
+      for (const char* id : {"c2", "c1"}) Runc({"delete", "--force", id});
     }
     CairnTest::TearDown();
   }
@@ -152,6 +152,8 @@ class RuncContainers : public CairnTest {
                            "  if ns: [m.update(type='tmpfs',source='tmpfs',options=['nosuid','noexec','nodev']) "
                            "for m in c['mounts'] if m['destination']=='/sys']\n"
                            "if sys.argv[9]=='1': c['linux']['namespaces'].append({'type':'cgroup'})\n"
+                           "if sys.argv[10]: c['linux']['namespaces']=[n if n['type']!='pid' else "
+                           "{'type':'pid','path':sys.argv[10]} for n in c['linux']['namespaces']]\n"
                            "json.dump(c,open(p,'w'))\n");
     std::string args_json = "[";
     for (const std::string& a : args) {
@@ -162,7 +164,7 @@ class RuncContainers : public CairnTest {
     args_json += "]";
     ASSERT_EQ(RunWithStdout({kPython, "-c", edit, bundle_ + "/config.json", kLoop, extra_mounts, args_json,
                              terminal_ ? "1" : "0", netns_, userns_ ? "1" : "0", std::to_string(kUsernsHostId),
-                             cgroupns_ ? "1" : "0"},
+                             cgroupns_ ? "1" : "0", pidns_},
                             -1,
                             *temp_ / "spec.err"),
               0)
@@ -257,6 +259,7 @@ class RuncContainers : public CairnTest {
   std::string netns_;      // MakeBundle: the container joins this network namespace (its path)
   bool userns_ = false;    // MakeBundle: the container has a user namespace (0-65535 -> kUsernsHostId...)
   bool cgroupns_ = false;  // MakeBundle: the container has a cgroup namespace
+  std::string pidns_;      // MakeBundle: the container joins this PID namespace (its path)
 };
 
 // A mount table as its owner sees it, line by line: root, mount point, per-mount options, then
@@ -955,6 +958,56 @@ TEST_F(RuncContainers, ARestoreNotDetachedLeavesRuncWaitingForTheContainer) {
   if (waited == 0) ::kill(runc, SIGKILL), ::waitpid(runc, &status, 0);
   EXPECT_EQ(waited, runc) << "runc did not end with its container";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << "runc's status " << status;
+}
+
+// A container joined to another's PID namespace (a pod's, whose first container reaps like
+// Kubernetes' pause: tests/workloads/container/reaper.c), as runc does with a namespace path: runc
+// names the namespace external, and at restore hands it over again; the restored container is
+// in that very namespace, with the same pid there (not 1: the pod's reaper is), and counts on.
+TEST_F(RuncContainers, AContainerInAPodsPidNamespaceComesBackInIt) {
+  std::string reaper = std::string(WORKLOAD_DIR) + "/container/reaper";
+  if (!fs::exists(reaper)) GTEST_SKIP() << reaper << " is not built";
+  MakeBundle("", {"/bin/reaper"});
+  fs::copy_file(reaper, bundle_ + "/rootfs/bin/reaper");
+  ASSERT_TRUE(Start("c1"));
+  pid_t pod = InitPid("c1");
+  ASSERT_GT(pod, 0);
+  bundle_ = *temp_ / "bundle2";
+  pidns_ = "/proc/" + std::to_string(pod) + "/ns/pid";
+  MakeBundle();
+  ASSERT_TRUE(Start("c2"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t before = InitPid("c2");
+  ASSERT_GT(before, 0);
+  auto ns_pid = [](pid_t pid) {
+    for (const std::string& line : SplitLines(ReadFile("/proc/" + std::to_string(pid) + "/status"))) {
+      if (line.rfind("NSpid:", 0) == 0) return line.substr(line.find_last_of(" \t") + 1);
+    }
+    return std::string();
+  };
+  auto pid_ns = [](pid_t pid) { return fs::read_symlink("/proc/" + std::to_string(pid) + "/ns/pid").string(); };
+  std::string id_before = ns_pid(before);
+  ASSERT_NE(id_before, "1") << "the pod's reaper is the namespace's init";
+  ASSERT_EQ(pid_ns(before), pid_ns(pod));
+
+  ASSERT_EQ(Checkpoint("c2"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  std::vector<std::string> at_checkpoint = Log();
+  // (The log lines carry the shell's $$, its pid in the namespace: CountsOn expects 1.)
+  pid_t after = RestoreDetached("c2");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
+  std::vector<std::string> lines = Log();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(Counter(lines[i]), static_cast<long>(i) + 1) << lines[i];
+    EXPECT_NE(lines[i].find(" " + id_before + " cairn-box"), std::string::npos) << lines[i];
+  }
+  EXPECT_EQ(pid_ns(after), pid_ns(pod)) << "the restored container is in the pod's PID namespace";
+  EXPECT_EQ(ns_pid(after), id_before);
+  EXPECT_TRUE(IsAlive(pod)) << "the pod's reaper was not touched";
+  EXPECT_EQ(Runc({"kill", "c2", "KILL"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(after, 10s).gone);
 }
 
 // A container its runtime paused (containerd pauses a task to checkpoint it; here `runc

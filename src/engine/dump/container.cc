@@ -444,6 +444,7 @@ absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const Co
     c->set_hostname(names.nodename);
     c->set_domainname(names.domainname);
   }
+  c->set_external_pid(opts.external_pid);
   ASSIGN_OR_RETURN(bool own_net, OwnNamespace(root, "net"));
   c->set_own_net_ns(own_net);
   if (own_net && !opts.external_net.empty()) {

@@ -27,6 +27,10 @@ struct ContainerOptions {
   std::map<std::string, std::string> external_mounts;
   // The network namespace is the runtime's and handed over again at restore under this key.
   std::string external_net;
+  // The PID namespace is another's (a pod's, a container the runtime joined it to), handed over
+  // again at restore under this key: the container's init is not its init (criu-compat:
+  // external pid[INODE]:KEY).
+  std::string external_pid;
   // The runtime sets the network namespace up itself at restore (criu-compat: empty_ns with
   // CLONE_NEWNET): a new one is made with its loopback, whatever else this one held.
   bool empty_net = false;

@@ -835,7 +835,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     for (const std::string& line : *repaired) CAIRN_LOG_WARN("event=orphan_repaired what=\"{}\"", line);
   }
   RETURN_IF_ERROR(CheckTarget(opts.pid));
-  RETURN_IF_ERROR(CheckNamespaces(opts.pid));
+  RETURN_IF_ERROR(CheckNamespaces(opts.pid, !opts.container.external_pid.empty()));
   // From here on the processes are changed: the guardian puts them back if this process
   // dies before it has (guardian.h). (The check below already gives their unix sockets a peek
   // offset of ours for a moment.)

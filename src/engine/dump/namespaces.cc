@@ -67,13 +67,17 @@ std::string JobCgroup(pid_t pid) {
 
 }  // namespace
 
-absl::Status CheckNamespaces(pid_t root) {
+absl::Status CheckNamespaces(pid_t root, bool external_pid) {
   ASSIGN_OR_RETURN(proc::Status st, proc::ReadStatus(root));
   bool nested = st.nspids.size() > 1;
   if (nested && st.nspids.size() > 2) {
     return absl::UnimplementedError(absl::StrCat("pid ", root, " is in a nested PID namespace; not supported"));
   }
-  if (nested && st.nspids.back() != 1) {
+  if (external_pid && !nested) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pid ", root, " is in the host's PID namespace, which the request names as an external one"));
+  }
+  if (nested && st.nspids.back() != 1 && !external_pid) {
     return absl::UnimplementedError(absl::StrCat(
         "pid ", root, " lives in a PID namespace (as pid ", st.nspids.back(),
         ") but is not its init; checkpoint the namespace's init with --tree (for a job: cairn dump --job NAME)"));

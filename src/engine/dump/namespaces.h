@@ -20,7 +20,9 @@ absl::StatusOr<std::string> NamespaceLink(pid_t pid, const char* ns);
 
 // Refuses trees whose namespaces the engine cannot rebuild (a process inside a PID
 // namespace that is not its init, a foreign mount namespace without its own PID namespace).
-absl::Status CheckNamespaces(pid_t root);
+// `external_pid`: the root's PID namespace is another's, handed over at restore (a container
+// joined to a pod's): the root may be any process of it.
+absl::Status CheckNamespaces(pid_t root, bool external_pid = false);
 
 // Refuses a process of the tree (`pid`, not the root) in a namespace other than the root's
 // (one it unshared, or joined): restore makes the whole tree in the root's namespaces, where it

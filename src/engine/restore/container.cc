@@ -180,7 +180,23 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
     return absl::NotFoundError(absl::StrFormat("the container's root file system %s is not a directory here",
                                                setup.root));
   }
-  plan.clone_flags_ = CLONE_NEWNS | CLONE_NEWPID;
+  plan.clone_flags_ = CLONE_NEWNS;
+  if (c.external_pid().empty()) {
+    plan.clone_flags_ |= CLONE_NEWPID;
+  } else if (setup.pid_ns_fd < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the container's PID namespace was another's (key %s): hand one over at restore (criu-compat: inherit_fd "
+        "%s)",
+        c.external_pid(), c.external_pid()));
+  } else if (c.has_user_ns()) {
+    // Its processes would choose their ids in a namespace whose owner their user namespace is
+    // not: the kernel refuses it (set_tid needs CAP_CHECKPOINT_RESTORE over the namespace).
+    return absl::UnimplementedError(
+        "the container has a user namespace of its own and a PID namespace that was another's: cairn does not "
+        "restore the two together");
+  } else {
+    plan.pid_before_clone_ = setup.pid_ns_fd;
+  }
   if (c.own_uts_ns()) plan.clone_flags_ |= CLONE_NEWUTS;
   // Rooted at the restorer's cgroups, where the runtime placed it: the container's (the dump
   // checked the container stood at its namespace's root).

@@ -30,6 +30,10 @@ struct ContainerSetup {
   // runtime's, handed over under the key the dump recorded (criu-compat: inherit_fd
   // extRootNetNS). -1: none.
   int net_ns_fd = -1;
+  // The PID namespace to make the processes in (a descriptor of the restorer's) when the
+  // container's was another's (image Container.external_pid; criu-compat: inherit_fd KEY). -1:
+  // none.
+  int pid_ns_fd = -1;
   // Takes the master of a terminal whose master the checkpoint did not hold (the runtime's
   // console, Mount.terminals): `master` is the restorer's descriptor (the callee dups what it
   // keeps), `slave` the terminal as the container sees it. Unset: such a checkpoint is refused.
@@ -55,6 +59,10 @@ class ContainerPlan {
   // by the host's) before it enters its user namespace, where it no longer could: the root
   // task is cloned from a helper that entered it (this descriptor). -1: none to enter so.
   int NetNsBeforeClone() const { return net_before_clone_; }
+
+  // A container whose PID namespace was another's: the root task is cloned by a helper that
+  // entered that namespace (its children's), this descriptor. -1: a new one (CLONE_NEWPID).
+  int PidNsBeforeClone() const { return pid_before_clone_; }
 
   // After clone, before the root task runs its first step: gives its new user namespace the
   // checkpoint's maps (and setgroups), then lets it go on. No-op without a user namespace.
@@ -132,6 +140,7 @@ class ContainerPlan {
   std::optional<image::UserNamespace> user_ns_;
   UniqueFd gate_read_, gate_write_;
   int net_before_clone_ = -1;
+  int pid_before_clone_ = -1;
   std::function<absl::Status(int, const std::string&)> take_terminal_;
 };
 

@@ -110,10 +110,12 @@ thread_local int g_container_report = -1;
 // (time_ns.h; they can be set only before any task has entered it, and
 // unshare(CLONE_NEWTIME) sends only the caller's later children there), and the network
 // namespace `net_ns_fd` (-1: none), joined before a new user namespace the task is cloned into
-// (container.h NetNsBeforeClone). The helper creates the task as this thread's child
+// (container.h NetNsBeforeClone), and the PID namespace `pid_ns_fd` (-1: none) the task is made
+// in (PidNsBeforeClone). The helper creates the task as this thread's child
 // (CLONE_PARENT, so that it is traced and reaped here as on the plain path), then exits.
 // Returns the task's host pid, or -1 with errno (of the step that failed).
-long CloneThroughHelper(clone_args args, const std::string* offsets, int net_ns_fd, uint64_t work_area) {
+long CloneThroughHelper(clone_args args, const std::string* offsets, int net_ns_fd, int pid_ns_fd,
+                        uint64_t work_area) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return -1;
   // A task made to share the restorer's descriptor table (a container's root) is made by a
@@ -137,6 +139,7 @@ long CloneThroughHelper(clone_args args, const std::string* offsets, int net_ns_
   if (helper == 0) {  // async-signal-safe calls only: the restorer may have threads
     long out[2] = {-1, 0};
     bool set = net_ns_fd < 0 || ::setns(net_ns_fd, CLONE_NEWNET) == 0;
+    if (set && pid_ns_fd >= 0 && ::setns(pid_ns_fd, CLONE_NEWPID) != 0) set = false;  // for its children
     if (set && offsets != nullptr && ::unshare(CLONE_NEWTIME) != 0) set = false;
     if (set && offsets != nullptr) {
       int fd = ::open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
@@ -859,7 +862,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   pid_t root = procs[0]->pid();
   clone_args args{};
   args.flags = CLONE_CLEAR_SIGHAND;
-  if (meta.own_pid_ns()) args.flags |= CLONE_NEWPID;
+  // (A container in a PID namespace that was another's is made in the one handed over.)
+  if (meta.own_pid_ns() && meta.container().external_pid().empty()) args.flags |= CLONE_NEWPID;
   if (meta.own_mount_ns()) args.flags |= CLONE_NEWNS;
   if (meta.own_ipc_ns()) args.flags |= CLONE_NEWIPC;
   std::optional<ContainerPlan> container;
@@ -869,6 +873,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     if (auto net = opts.inherited.find(meta.container().external_net());
         setup.net_ns_fd < 0 && !meta.container().external_net().empty() && net != opts.inherited.end()) {
       setup.net_ns_fd = net->second;
+    }
+    if (auto pid = opts.inherited.find(meta.container().external_pid());
+        setup.pid_ns_fd < 0 && !meta.container().external_pid().empty() && pid != opts.inherited.end()) {
+      setup.pid_ns_fd = pid->second;
     }
     absl::StatusOr<ContainerPlan> plan = ContainerPlan::Make(meta.container(), setup);
     if (!plan.ok()) return Annotate(plan.status(), absl::StrCat("restore from ", where, " refused (nothing was restored)"));
@@ -899,16 +907,28 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // they come back on another boot (time_ns.h); on the same boot, the machine's clocks.
   const bool new_clocks = meta.has_time_ns() && !(meta.time_ns().machine_clocks() && meta.time_ns().boot_id() == boot);
   const int net_first = container ? container->NetNsBeforeClone() : -1;
-  if (new_clocks || net_first >= 0) {
+  const int pid_first = container ? container->PidNsBeforeClone() : -1;
+  if (new_clocks || net_first >= 0 || pid_first >= 0) {
     std::string offsets = new_clocks ? TimeNamespaceOffsets(meta.time_ns(), boot) : "";
-    rc = CloneThroughHelper(args, new_clocks ? &offsets : nullptr, net_first, work_area);
+    rc = CloneThroughHelper(args, new_clocks ? &offsets : nullptr, net_first, pid_first, work_area);
+    // In a PID namespace that was another's, the killed original waits as a zombie until that
+    // namespace's init reaps it (a pod's pause process does at once; a shell only between two
+    // of its commands): up to 10 s for it, as CheckIdsFree gives a parent in ours.
+    for (int i = 0; i < 200 && rc < 0 && errno == EEXIST && pid_first >= 0; ++i) {
+      if (i == 0) CAIRN_LOG_INFO("event=waiting_for_pid pid={} reason=\"in use in the PID namespace handed over\"", root);
+      ::usleep(50000);
+      rc = CloneThroughHelper(args, new_clocks ? &offsets : nullptr, net_first, pid_first, work_area);
+    }
   } else {
     rc = ::syscall(SYS_clone3, &args, sizeof args);
     if (rc == 0) ChildMain(work_area);
   }
   if (rc < 0) {
     if (errno == EEXIST) {
-      return absl::AlreadyExistsError(absl::StrCat("pid ", root, " is in use: it must be free to restore the checkpoint"));
+      return absl::AlreadyExistsError(absl::StrCat(
+          "pid ", root, " is in use", pid_first >= 0 ? " in the PID namespace handed over (for 10 s: not the original's "
+                                                       "zombie, or that namespace's init does not reap it)" : "",
+          ": it must be free to restore the checkpoint"));
     }
     if (errno == EPERM) {
       return absl::PermissionDeniedError(absl::StrCat(
@@ -976,7 +996,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   int threads = opts.fill_threads > 0 ? opts.fill_threads
                                       : std::min(8, 2 * static_cast<int>(std::thread::hardware_concurrency()));
   absl::Status built =
-      BuildSkeleton(*img, procs, work_area, staging, meta.own_mount_ns() && !container, meta.own_pid_ns(), threads,
+      BuildSkeleton(*img, procs, work_area, staging, meta.own_mount_ns() && !container,
+                    meta.own_pid_ns() && meta.container().external_pid().empty(), threads,
                     tasks, ids);
   CAIRN_LOG_DEBUG("event=restore_stage stage=skeleton_built");
   // Every task created (in its cgroup, held under ptrace with PTRACE_O_EXITKILL), no memory in yet.

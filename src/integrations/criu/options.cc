@@ -146,24 +146,29 @@ absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre
   if (d.pre_copy && !d.freezer_cgroup.empty() && dump::FreezerState(d.freezer_cgroup) == "FROZEN") d.pre_copy = false;
   for (const criu_rpc::KeyValue& m : o.ext_mnt()) d.container.external_mounts[m.key()] = m.value();
   for (const std::string& e : o.external()) {
-    // "net[INODE]:KEY": the container's network namespace is the runtime's.
-    if (absl::StartsWith(e, "net[")) {
+    // "net[INODE]:KEY", "pid[INODE]:KEY": the container's network or PID namespace is the
+    // runtime's (a pod's), handed over again at restore.
+    for (const char* kind : {"net", "pid"}) {
+      std::string prefix = absl::StrCat(kind, "[");
+      if (!absl::StartsWith(e, prefix)) continue;
       size_t close = e.find("]:");
       uint64_t inode = 0;
-      if (close == std::string::npos || !absl::SimpleAtoi(e.substr(4, close - 4), &inode)) {
-        return absl::InvalidArgumentError("external '" + e + "': expected net[INODE]:KEY");
+      if (close == std::string::npos || !absl::SimpleAtoi(e.substr(prefix.size(), close - prefix.size()), &inode)) {
+        return absl::InvalidArgumentError(absl::StrFormat("external '%s': expected %s[INODE]:KEY", e, kind));
       }
       struct stat st {};
-      std::string ns = absl::StrCat("/proc/", d.pid, "/ns/net");
+      std::string ns = absl::StrCat("/proc/", d.pid, "/ns/", kind);
       if (::stat(ns.c_str(), &st) != 0) return ErrnoStatus("stat " + ns);
       if (st.st_ino != inode) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "external '%s' names network namespace %d, but the container's is %d", e, inode, st.st_ino));
+            "external '%s' names %s namespace %d, but the container's is %d", e, kind, inode, st.st_ino));
       }
-      d.container.external_net = e.substr(close + 2);
-      continue;
+      (std::string(kind) == "net" ? d.container.external_net : d.container.external_pid) = e.substr(close + 2);
     }
-    return Refuse("external " + e, "cairn takes only the network namespace (net[INODE]:KEY) as external");
+    if (!absl::StartsWith(e, "net[") && !absl::StartsWith(e, "pid[")) {
+      return Refuse("external " + e,
+                    "cairn takes only the network and PID namespaces (net[INODE]:KEY, pid[INODE]:KEY) as external");
+    }
   }
   d.container.empty_net = (o.empty_ns() & CLONE_NEWNET) != 0;
   // The runtime's own ends of the container's stdio (runc writes descriptors.json, the links of

@@ -204,6 +204,25 @@ TEST(ContainerPlan, ACgroupNamespaceIsMadeAndItsHierarchiesMountedInsideIt) {
   EXPECT_THAT(steps[mount + 1], HasSubstr("remount /sys/fs/cgroup/pids"));
 }
 
+TEST(ContainerPlan, APidNamespaceThatWasAnothersIsJoinedNotMade) {
+  image::Container c = Basic();
+  c.set_external_pid("extRootPidNS");
+  ContainerSetup setup = OverRoot();
+  auto plan = ContainerPlan::Make(c, setup);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr("inherit_fd extRootPidNS"));
+  setup.pid_ns_fd = 0;  // any descriptor: Make only keeps it
+  plan = ContainerPlan::Make(c, setup);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->CloneFlags() & CLONE_NEWPID);
+  EXPECT_EQ(plan->PidNsBeforeClone(), 0);
+  // With a user namespace of its own, its processes could not choose their ids there.
+  *c.mutable_user_ns() = InUserNamespace().user_ns();
+  plan = ContainerPlan::Make(c, setup);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(absl::IsUnimplemented(plan.status())) << plan.status();
+}
+
 TEST(CredsInside, NamesEveryIdAsTheNamespaceDoesAndRefusesOneItDoesNotMap) {
   image::UserNamespace ns = InUserNamespace().user_ns();
   image::Creds c;
