@@ -559,6 +559,59 @@ TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) {
   EXPECT_TRUE(WaitGone(after, 10s).gone);
 }
 
+// The container's own tmpfs (its /dev/shm) is saved whole: a file with two names comes back as
+// one file with two names (a write through one is read through the other), and files,
+// directories and symlinks keep their modification and access times to the nanosecond.
+TEST_F(RuncContainers, TmpfsFilesKeepTheirNamesAndTimes) {
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t before = InitPid("c1");
+  ASSERT_GT(before, 0);
+  auto shm = [](pid_t pid) { return "/proc/" + std::to_string(pid) + "/root/dev/shm"; };
+  std::string at = shm(before);
+  { std::ofstream(at + "/a") << "first"; }
+  ASSERT_EQ(::link((at + "/a").c_str(), (at + "/b").c_str()), 0);
+  fs::create_directory(at + "/d");
+  { std::ofstream(at + "/d/f") << "inner"; }
+  ASSERT_EQ(::symlink("../a", (at + "/d/l").c_str()), 0);
+  // Times no restore would give by chance: 2001-09-09 and 2009-02-13, odd nanoseconds.
+  timespec file_times[2] = {{1000000000, 123456789}, {1234567890, 987654321}};
+  timespec dir_times[2] = {{1000000001, 1}, {1234567891, 7}};
+  for (const char* f : {"/a", "/d/f", "/d/l"}) {
+    ASSERT_EQ(::utimensat(AT_FDCWD, (at + f).c_str(), file_times, AT_SYMLINK_NOFOLLOW), 0) << f;
+  }
+  ASSERT_EQ(::utimensat(AT_FDCWD, (at + "/d").c_str(), dir_times, 0), 0);
+  auto times = [](const std::string& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return std::string("missing");
+    return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + " " +
+           std::to_string(st.st_atim.tv_sec) + "." + std::to_string(st.st_atim.tv_nsec);
+  };
+
+  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(before, 10s).gone);
+  pid_t after = RestoreDetached("c1");
+  ASSERT_GT(after, 0) << Diagnostics();
+  Track(after, "sh");
+  at = shm(after);
+  // (The times first: reading a file or a symlink sets its access time.)
+  EXPECT_EQ(times(at + "/d/f"), "1234567890.987654321 1000000000.123456789");
+  EXPECT_EQ(times(at + "/d/l"), "1234567890.987654321 1000000000.123456789");
+  EXPECT_EQ(times(at + "/d"), "1234567891.7 1000000001.1");
+  struct stat a {}, b {};
+  ASSERT_EQ(::stat((at + "/a").c_str(), &a), 0);
+  ASSERT_EQ(::stat((at + "/b").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino) << "a and b are one file again";
+  EXPECT_EQ(a.st_nlink, 2u);
+  { std::ofstream(at + "/b", std::ios::app) << "+second"; }
+  EXPECT_EQ(ReadFile(at + "/a"), "first+second");
+  EXPECT_EQ(ReadFile(at + "/d/f"), "inner");
+  EXPECT_EQ(fs::read_symlink(at + "/d/l"), "../a");
+  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitGone(after, 10s).gone);
+}
+
 // A real program: redis-server (Debian's, with its libraries) in the container; its data set
 // survives runc checkpoint and restore, read from inside the container's own network namespace.
 TEST_F(RuncContainers, ARedisContainersDataSetSurvives) {

@@ -91,7 +91,7 @@ bool Within(const std::string& path, const std::string& under) {
 // The files of the tmpfs open at `dir` (device `dev`), below `rel`, parents first. Mount points
 // of other file systems on it are kept as empty directories.
 absl::Status WalkTmpfs(int dir, dev_t dev, const std::string& rel, const std::string& where, uint64_t* bytes,
-                       image::Mount* out) {
+                       image::Mount* out, std::map<ino_t, std::string>* first_names) {
   int d = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR* listing = d < 0 ? nullptr : ::fdopendir(d);
   if (listing == nullptr) {
@@ -125,10 +125,19 @@ absl::Status WalkTmpfs(int dir, dev_t dev, const std::string& rel, const std::st
       t->set_gid(parent.st_gid);
       continue;
     }
+    t->set_mtime_ns(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+    t->set_atime_ns(static_cast<int64_t>(st.st_atim.tv_sec) * 1000000000 + st.st_atim.tv_nsec);
+    if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+      auto [first, fresh] = first_names->emplace(st.st_ino, path);
+      if (!fresh) {  // another name of a file saved already
+        t->set_link_to(first->second);
+        continue;
+      }
+    }
     if (S_ISDIR(st.st_mode)) {
       UniqueFd sub(::openat(dir, n.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!sub.valid()) return ErrnoStatus("open " + where + "/" + path);
-      RETURN_IF_ERROR(WalkTmpfs(sub.get(), dev, path, where, bytes, out));
+      RETURN_IF_ERROR(WalkTmpfs(sub.get(), dev, path, where, bytes, out, first_names));
     } else if (S_ISLNK(st.st_mode)) {
       char buf[4096];
       ssize_t len = ::readlinkat(dir, n.c_str(), buf, sizeof buf);
@@ -144,7 +153,8 @@ absl::Status WalkTmpfs(int dir, dev_t dev, const std::string& rel, const std::st
             "only up to that; keep large files on a volume (an external mount)",
             where, kTmpfsBytesLimit >> 20, path));
       }
-      UniqueFd f(::openat(dir, n.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      // (O_NOATIME: reading it for the checkpoint leaves its access time as the program left it.)
+      UniqueFd f(::openat(dir, n.c_str(), O_RDONLY | O_NOFOLLOW | O_NOATIME | O_CLOEXEC));
       if (!f.valid()) return ErrnoStatus("open " + where + "/" + path);
       ASSIGN_OR_RETURN(std::string content, ReadFile(absl::StrCat("/proc/self/fd/", f.get())));
       t->set_content(std::move(content));
@@ -416,7 +426,8 @@ absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const Co
         std::string where = absl::StrCat("/proc/", root, "/root", m.point);
         UniqueFd dir(::open(where.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
         if (!dir.valid()) return ErrnoStatus("open " + where + " (the container's tmpfs at " + m.point + ")");
-        RETURN_IF_ERROR(WalkTmpfs(dir.get(), m.dev, "", m.point, &tmpfs_bytes, out));
+        std::map<ino_t, std::string> names;  // files with several names: the first saved
+        RETURN_IF_ERROR(WalkTmpfs(dir.get(), m.dev, "", m.point, &tmpfs_bytes, out, &names));
       }
       if (m.fstype == "devpts") RETURN_IF_ERROR(RecordTerminals(root, m, *ckpt, out));
     } else if (m.dev == top->dev) {

@@ -303,7 +303,8 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
           plan.terminals_.push_back({pty, slave, std::move(placeholder), UniqueFd()});
         }
         if (!filled) break;
-        std::set<std::string> dirs;
+        std::set<std::string> dirs, files;
+        std::vector<Step> times;  // set last, children before their directories
         for (const image::TreeEntry& e : m.entries()) {
           if (!PlainRelative(e.path())) {
             return absl::DataLossError(absl::StrFormat("file '%s' of the tmpfs at %s (corrupt image)", e.path(),
@@ -315,6 +316,18 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
                                                        "(corrupt image)", e.path(), m.point()));
           }
           Step s{.op = Op::kMkdir, .b = point, .c = plan.Keep(e.path()), .mode = e.mode()};
+          if (e.mtime_ns() != 0) {
+            times.push_back({.op = Op::kTimes, .b = point, .c = s.c, .atime_ns = e.atime_ns(), .mtime_ns = e.mtime_ns()});
+          }
+          if (!e.link_to().empty()) {
+            if (!files.count(e.link_to())) {
+              return absl::DataLossError(absl::StrFormat("file %s of the tmpfs at %s names %s, not a file saved before "
+                                                         "it (corrupt image)",
+                                                         e.path(), m.point(), e.link_to()));
+            }
+            add({.op = Op::kLink, .a = plan.Keep(e.link_to()), .b = point, .c = s.c});
+            continue;
+          }
           if (S_ISDIR(e.mode())) {
             s.op = Op::kMkdir;
             dirs.insert(e.path());
@@ -322,6 +335,7 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
             s.op = Op::kSymlink;
             s.a = plan.Keep(e.target());
           } else if (S_ISREG(e.mode())) {
+            files.insert(e.path());
             s.op = Op::kWrite;
             s.data = plan.Keep(e.content());
             s.len = e.content().size();
@@ -347,6 +361,7 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
           }
           add({.op = Op::kOwn, .b = point, .c = s.c, .mode = e.mode(), .uid = uid, .gid = gid});
         }
+        for (auto it = times.rbegin(); it != times.rend(); ++it) add(*it);
         if (m.fs_read_only()) {
           add({.op = Op::kRemount, .b = point, .data = plan.Keep(options), .flags = MS_RDONLY | per_mount});
         }
@@ -522,6 +537,8 @@ int ContainerPlan::Run(int* err) const {
       case Op::kSymlink:
       case Op::kWrite:
       case Op::kOwn:
+      case Op::kLink:
+      case Op::kTimes:
         if (at_point != s.b) {
           if (at >= 0) ::close(at);
           at = OpenInRoot(root, s.b, O_PATH | O_DIRECTORY);
@@ -546,6 +563,12 @@ int ContainerPlan::Run(int* err) const {
             done += n > 0 ? static_cast<size_t>(n) : 0;
           }
           if (f >= 0) ::close(f);
+        } else if (s.op == Op::kLink) {
+          rc = ::linkat(at, s.a, at, s.c, 0);
+        } else if (s.op == Op::kTimes) {
+          timespec ts[2] = {{static_cast<time_t>(s.atime_ns / 1000000000), static_cast<long>(s.atime_ns % 1000000000)},
+                            {static_cast<time_t>(s.mtime_ns / 1000000000), static_cast<long>(s.mtime_ns % 1000000000)}};
+          rc = ::utimensat(at, s.c, ts, AT_SYMLINK_NOFOLLOW);
         } else {
           rc = ::fchownat(at, s.c, s.uid, s.gid, AT_SYMLINK_NOFOLLOW);
           if (rc == 0 && !S_ISLNK(s.mode)) rc = ::fchmodat(at, s.c, s.mode & 07777, 0);
@@ -697,6 +720,11 @@ std::string ContainerPlan::Describe(int index) const {
     case Op::kWrite:
     case Op::kOwn:
       return absl::StrFormat("make %s/%s again (a file of the container's tmpfs)", s.b, s.c);
+    case Op::kLink:
+      return absl::StrFormat("link %s/%s to %s/%s again (two names of one file of the container's tmpfs)", s.b, s.c,
+                             s.b, s.a);
+    case Op::kTimes:
+      return absl::StrFormat("give %s/%s its times back (a file of the container's tmpfs)", s.b, s.c);
     case Op::kPivot:
       return "pivot_root into the container's root";
     case Op::kTerminal:

@@ -99,6 +99,8 @@ class ContainerPlan {
     kSymlink,      // c -> a
     kWrite,        // c with `data`/`len`
     kOwn,          // chown c (no follow) to uid:gid, then chmod mode unless a symlink
+    kLink,         // c: another name of the file at a (linkat)
+    kTimes,        // c's access and modification times: atime_ns, mtime_ns (no follow)
     kPivot,        // pivot_root into the root; the old root let go
     kTerminal,     // a new terminal numbered `mode` on the devpts at b, its master dup3()ed onto fd
   };
@@ -117,6 +119,7 @@ class ContainerPlan {
     bool a_in_root = false;
     int fd = -1;
     int slot = -1;
+    int64_t atime_ns = 0, mtime_ns = 0;
   };
   // Host paths a plan binds into the container, each opened once by kOpenHost (Run's own table).
   static constexpr int kMaxHostSources = 256;

@@ -243,5 +243,29 @@ TEST(CredsInside, NamesEveryIdAsTheNamespaceDoesAndRefusesOneItDoesNotMap) {
   EXPECT_THAT(std::string(unmapped.status().message()), HasSubstr("supplementary group 0"));
 }
 
+TEST(ContainerPlan, ASecondNameNeedsItsFileSavedBefore) {
+  image::Container c = Basic();
+  image::TreeEntry* b = c.mutable_mounts(1)->add_entries();
+  b->set_path("b");
+  b->set_mode(S_IFREG | 0644);
+  b->set_link_to("a");
+  auto plan = ContainerPlan::Make(c, OverRoot());
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(absl::IsDataLoss(plan.status())) << plan.status();
+  image::TreeEntry a;
+  a.set_path("a");
+  a.set_mode(S_IFREG | 0644);
+  a.set_mtime_ns(1234567890987654321);
+  *c.mutable_mounts(1)->mutable_entries()->Add() = a;
+  c.mutable_mounts(1)->mutable_entries()->SwapElements(1, 2);  // a, then b
+  plan = ContainerPlan::Make(c, OverRoot());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::vector<std::string> steps = Steps(*plan);
+  size_t link = IndexOf(steps, "link /dev/b to /dev/a"), times = IndexOf(steps, "give /dev/a its times back");
+  ASSERT_LT(link, steps.size());
+  ASSERT_LT(times, steps.size());
+  EXPECT_LT(link, times) << "times are set once everything is made";
+}
+
 }  // namespace
 }  // namespace cairn::restore
