@@ -313,6 +313,43 @@ absl::Status RecordUserNamespace(pid_t root, image::UserNamespace* out) {
   return absl::OkStatus();
 }
 
+// Every id a process of the checkpoint holds (its credentials: the host's) is one the
+// container's user namespace maps: the restore names them inside it. And the namespace lets its
+// processes set their groups (setgroups "allow"): with "deny" the restore could not give them
+// theirs.
+absl::Status CheckIdsMapped(const image::Checkpoint& ckpt, const image::UserNamespace& ns) {
+  if (ns.setgroups_denied()) {
+    return absl::UnimplementedError(
+        "the container's user namespace denies setgroups (as a rootless runtime's does): cairn could not give its "
+        "processes their supplementary groups again; not supported yet");
+  }
+  std::vector<proc::IdRange> uids, gids;
+  for (const image::IdRange& r : ns.uid_map()) uids.push_back({r.inside(), r.outside(), r.count()});
+  for (const image::IdRange& r : ns.gid_map()) gids.push_back({r.inside(), r.outside(), r.count()});
+  std::vector<const image::Process*> procs = {&ckpt.process()};
+  for (const image::Process& p : ckpt.descendants()) procs.push_back(&p);
+  for (const image::Process* p : procs) {
+    if (p->zombie()) continue;
+    const image::Creds& c = p->creds();
+    auto refuse = [&](const char* what, uint32_t id) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "pid %d (%s) of the container holds %s %u, which its user namespace does not map: the restore could not "
+          "give it back inside the namespace",
+          p->pid(), p->comm(), what, id));
+    };
+    for (uint32_t id : c.uids()) {
+      if (!proc::InsideId(uids, id)) return refuse("uid", id);
+    }
+    for (uint32_t id : c.gids()) {
+      if (!proc::InsideId(gids, id)) return refuse("gid", id);
+    }
+    for (uint32_t id : c.groups()) {
+      if (!proc::InsideId(gids, id)) return refuse("the supplementary group", id);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<ContainerMounts>> ReadContainerMounts(pid_t root) {
@@ -447,7 +484,20 @@ absl::Status RecordContainer(pid_t root, const ContainerMounts& mounts, const Co
   }
 
   ASSIGN_OR_RETURN(bool own_user, proc::OwnUserNamespace(root));
-  if (own_user) RETURN_IF_ERROR(RecordUserNamespace(root, c->mutable_user_ns()));
+  if (own_user) {
+    RETURN_IF_ERROR(RecordUserNamespace(root, c->mutable_user_ns()));
+    RETURN_IF_ERROR(CheckIdsMapped(*ckpt, c->user_ns()));
+    // A sysfs is mounted by a namespace's owner: one the container made inside a network
+    // namespace its runtime hands over (not its user namespace's) could not be made again.
+    for (const image::Mount& m : c->mounts()) {
+      if (!opts.external_net.empty() && m.kind() == image::Mount::FILESYSTEM && m.fstype() == "sysfs") {
+        return absl::UnimplementedError(absl::StrFormat(
+            "the container in a user namespace of its own has a sysfs at %s in a network namespace its runtime "
+            "hands over: its new user namespace could not mount it again (bind the host's /sys instead)",
+            m.point()));
+      }
+    }
+  }
   ASSIGN_OR_RETURN(bool own_uts, OwnNamespace(root, "uts"));
   c->set_own_uts_ns(own_uts);
   if (own_uts) {

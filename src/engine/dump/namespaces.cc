@@ -95,6 +95,11 @@ absl::Status CheckNamespaces(pid_t root, bool external_pid) {
           "pid ", root, " runs in a user namespace nested in another: cairn makes again only a container's own user "
           "namespace, one level below the host's"));
     }
+    if (external_pid) {
+      return absl::UnimplementedError(absl::StrCat(
+          "pid ", root, " runs in a user namespace of its own and in a PID namespace that is another's: cairn does "
+          "not restore the two together (its processes could not choose their ids there)"));
+    }
     if (!nested || mine == theirs) {
       return absl::UnimplementedError(absl::StrCat(
           "pid ", root, " runs in a user namespace of its own outside a container (no PID and mount namespace of "

@@ -301,12 +301,14 @@ absl::StatusOr<std::vector<NetworkNamespace>> OtherNetworkNamespaces() {
   };
   // Those a name under /run/netns holds (ip netns), then those a process is in.
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
-    consider(e.path().string(), "the named network namespace " + e.path().string());
+  using Dir = std::filesystem::directory_iterator;
+  for (Dir it("/run/netns", ec); !ec && it != Dir(); it.increment(ec)) {
+    consider(it->path().string(), "the named network namespace " + it->path().string());
   }
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+  ec.clear();
+  for (Dir it("/proc", ec); !ec && it != Dir(); it.increment(ec)) {
     pid_t pid = 0;
-    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
+    if (!absl::SimpleAtoi(it->path().filename().string(), &pid)) continue;
     std::string comm;
     if (absl::StatusOr<std::string> c = ReadFile(absl::StrCat("/proc/", pid, "/comm")); c.ok()) {
       comm = std::string(absl::StripTrailingAsciiWhitespace(*c));

@@ -40,6 +40,12 @@ std::string Unescape(absl::string_view field) {
 absl::StatusOr<std::vector<MountEntry>> ReadMountTable(pid_t pid) {
   std::string path = absl::StrCat("/proc/", pid, "/mountinfo");
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  absl::StatusOr<std::vector<MountEntry>> table = ParseMountTable(text);
+  if (!table.ok()) return Annotate(table.status(), path);
+  return table;
+}
+
+absl::StatusOr<std::vector<MountEntry>> ParseMountTable(const std::string& text) {
   std::vector<MountEntry> out;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
@@ -51,7 +57,7 @@ absl::StatusOr<std::vector<MountEntry>> ReadMountTable(pid_t pid) {
     unsigned maj = 0, min = 0;
     if (f.size() < 6 || sep + 2 >= f.size() || dev.size() != 2 || !absl::SimpleAtoi(f[0], &e.id) ||
         !absl::SimpleAtoi(f[1], &e.parent_id) || !absl::SimpleAtoi(dev[0], &maj) || !absl::SimpleAtoi(dev[1], &min)) {
-      return absl::DataLossError(absl::StrCat(path, ": unexpected line '", line, "'"));
+      return absl::DataLossError(absl::StrCat("unexpected mount table line '", line, "'"));
     }
     e.dev = makedev(maj, min);
     e.fs_root = Unescape(f[3]);

@@ -29,6 +29,9 @@ struct MountEntry {
 // The mounts `pid` sees, in the kernel's order (a mount after the one it is mounted on).
 absl::StatusOr<std::vector<MountEntry>> ReadMountTable(pid_t pid);
 
+// The same from a mount table's text.
+absl::StatusOr<std::vector<MountEntry>> ParseMountTable(const std::string& text);
+
 // A mount point, as `pid` sees it (relative to its root), of the file system with device
 // number `dev` (a stat st_dev): the mount of the file system's root if it has one, otherwise
 // the first mount of a part of it. NotFound when `pid` sees no mount of it.

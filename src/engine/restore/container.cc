@@ -252,8 +252,9 @@ absl::StatusOr<ContainerPlan> ContainerPlan::Make(const image::Container& c, con
   }
   add({.op = Op::kOpenRoot, .a = plan.Keep(setup.root)});
   // Host paths are opened here, before the task becomes the root of its user namespace: until
-  // then it is the host's root, which may pass directories only their owner may (a runtime's
-  // 0700 state directory holding the root it restores into).
+  // then its ids are the host root's, whose owner bits pass directories the host's root owns
+  // (a runtime's 0700 state directory holding the root it restores into); it has no
+  // capabilities over the host's files, so a directory another user owns and closes still stops it.
   const size_t host_opens_at = plan.steps_.size();
   int slots = 0;
 

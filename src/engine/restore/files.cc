@@ -7,6 +7,7 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/file.h>
@@ -70,6 +71,42 @@ int ChmodThroughDescriptor(int fd, mode_t mode) {
   return ::fchmodat(g_host_proc >= 0 ? g_host_proc : AT_FDCWD, link.c_str(), mode, 0);
 }
 
+namespace {
+
+// In a thread with a file system context of its own, inside a mount namespace: makes it a
+// private copy and detaches every procfs mount from the copy (`host_proc`: a /proc to read the
+// thread's mount table from). Magic links live only in procfs.
+absl::Status HideProcMounts(int host_proc) {
+  if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS) (a copy of the container's mounts)");
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return ErrnoStatus("make the copy of the container's mounts private");
+  }
+  UniqueFd table(::openat(host_proc, "thread-self/mountinfo", O_RDONLY | O_CLOEXEC));
+  if (!table.valid()) return ErrnoStatus("open the copy's mount table (/proc/thread-self/mountinfo)");
+  std::string text;
+  char buf[8192];
+  for (ssize_t n; (n = ::read(table.get(), buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read the copy's mount table");
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> mounts, proc::ParseMountTable(text));
+  std::vector<std::string> procs;
+  for (const proc::MountEntry& m : mounts) {
+    if (m.fstype == "proc") procs.push_back(m.point);
+  }
+  // Deepest first (a /proc under another is detached with it anyway).
+  std::sort(procs.begin(), procs.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  for (const std::string& point : procs) {
+    if (::umount2(point.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
+      return ErrnoStatus("detach " + point + " from the copy of the container's mounts");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status InImageMounts(const std::function<absl::Status()>& fn) {
   if (g_image_root < 0 || g_in_image_mounts) return fn();
   if (g_image_mounts < 0) {
@@ -90,6 +127,14 @@ absl::Status InImageMounts(const std::function<absl::Status()>& fn) {
     }
     if (::setns(mounts, CLONE_NEWNS) != 0) {
       done = ErrnoStatus("enter the restored container's mount namespace (setns)");
+      return;
+    }
+    // A copy of it for this thread alone, without its /proc: the paths this thread follows are
+    // the image's, and a symlink there could lead through a magic link of the container's
+    // /proc (its pid 1 still shares our descriptor table) to anywhere on the host.
+    absl::Status hidden = HideProcMounts(g_host_proc);
+    if (!hidden.ok()) {
+      done = hidden;
       return;
     }
     UniqueFd root(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));

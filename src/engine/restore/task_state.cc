@@ -178,6 +178,14 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
                          "and the name must be free)");
     }
   }
+  // Its owner the process's own (host ids): in a user namespace the process, already its root
+  // there, could not enter a directory of the host's root.
+  if (cwd_deleted && proc.creds().uids_size() > 1 && proc.creds().gids_size() > 1 &&
+      ::fchownat(parent.get(), leaf.c_str(), proc.creds().uids(1), proc.creds().gids(1), AT_SYMLINK_NOFOLLOW) != 0) {
+    absl::Status owned = ErrnoStatus("give the removed working directory " + cwd_path + " its process's owner");
+    ::unlinkat(parent.get(), leaf.c_str(), AT_REMOVEDIR);
+    return owned;
+  }
   absl::Status entered = inj.Call("chdir " + proc.cwd(), SYS_chdir, cwd).status();
   if (cwd_deleted && ::unlinkat(parent.get(), leaf.c_str(), AT_REMOVEDIR) != 0 && entered.ok()) {
     entered = ErrnoStatus("remove the working directory " + cwd_path + " again");
