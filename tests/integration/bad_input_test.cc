@@ -464,6 +464,17 @@ TEST_F(BadInput, DumpOfAStatefulDeviceIsRefused) {
   EXPECT_TRUE(state && (*state == 'S' || *state == 'R')) << "sleep is in state " << state.value_or('-');
 }
 
+// The first child of `root` running `argv0`, waited for up to 2 s; 0 if none came.
+pid_t ChildRunning(pid_t root, const std::string& argv0) {
+  for (int i = 0; i < 400; ++i) {
+    std::istringstream kids(ReadFile("/proc/" + std::to_string(root) + "/task/" + std::to_string(root) + "/children"));
+    pid_t c = 0;
+    if (kids >> c && ProcessArgv0(c) == argv0) return c;
+    std::this_thread::sleep_for(5ms);
+  }
+  return 0;
+}
+
 // The same device held by a child, dumped with --tree: refused before anything is frozen, naming
 // the child and the device; root and child run on untraced.
 TEST_F(BadInput, TreeDumpOfAChildHoldingAStatefulDeviceIsRefused) {
@@ -473,13 +484,7 @@ TEST_F(BadInput, TreeDumpOfAChildHoldingAStatefulDeviceIsRefused) {
                             *temp_ / "err");
   ASSERT_GT(root, 0);
   Track(root, "/bin/sh");
-  pid_t child = 0;
-  for (int i = 0; i < 400 && child == 0; ++i) {
-    std::istringstream kids(ReadFile("/proc/" + std::to_string(root) + "/task/" + std::to_string(root) + "/children"));
-    pid_t c = 0;
-    if (kids >> c && ProcessArgv0(c) == "/bin/sleep") child = c;
-    if (child == 0) std::this_thread::sleep_for(5ms);
-  }
+  pid_t child = ChildRunning(root, "/bin/sleep");
   ASSERT_GT(child, 0) << "sh did not start its sleep child";
   Track(child, "/bin/sleep");
   CommandResult r = Cairn({"dump", "--pid", std::to_string(root), "--tree", "--dir", dir}, WithTimeout(60s));
@@ -506,13 +511,7 @@ TEST_F(BadInput, TreeDumpOfAChildInANamespaceOfItsOwnIsRefused) {
                             *temp_ / "out", *temp_ / "err");
   ASSERT_GT(root, 0);
   Track(root, "/bin/sh");
-  pid_t child = 0;
-  for (int i = 0; i < 400 && child == 0; ++i) {
-    std::istringstream kids(ReadFile("/proc/" + std::to_string(root) + "/task/" + std::to_string(root) + "/children"));
-    pid_t c = 0;
-    if (kids >> c && ProcessArgv0(c) == "/bin/sleep") child = c;
-    if (child == 0) std::this_thread::sleep_for(5ms);
-  }
+  pid_t child = ChildRunning(root, "/bin/sleep");
   ASSERT_GT(child, 0) << "sh did not start its sleep child in a UTS namespace of its own";
   Track(child, "/bin/sleep");
   CommandResult r = Cairn({"dump", "--pid", std::to_string(root), "--tree", "--dir", dir}, WithTimeout(60s));

@@ -197,6 +197,21 @@ class RuncContainers : public CairnTest {
     }
     return ::testing::AssertionSuccess();
   }
+  // What `runc exec ID ARGS...` writes to its stdout, or "runc exec failed: ..." with its error.
+  std::string Exec(const std::string& id, const std::vector<std::string>& args) {
+    std::string out = *temp_ / "exec.out";
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    std::vector<std::string> all = {"exec", id};
+    all.insert(all.end(), args.begin(), args.end());
+    int rc = Runc(all, fd);
+    ::close(fd);
+    return rc == 0 ? ReadFile(out) : "runc exec failed: " + ReadFile(*temp_ / "runc.err");
+  }
+  // `runc kill ID KILL`, then its init `pid` gone.
+  void KillContainer(const std::string& id, pid_t pid) {
+    EXPECT_EQ(Runc({"kill", id, "KILL"}), 0) << Diagnostics();
+    EXPECT_TRUE(WaitGone(pid, 10s).gone);
+  }
   pid_t InitPid(const std::string& id) {
     std::string out = *temp_ / "state.out";
     int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -357,13 +372,9 @@ TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
     EXPECT_NE(mine, theirs) << "the restored container has its own " << ns << " namespace";
   }
   // The runtime manages it as its own again.
-  std::string exec_out = *temp_ / "exec.out";
-  int fd = ::open(exec_out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  EXPECT_EQ(Runc({"exec", "c1", "/bin/cat", "/proc/1/cmdline"}, fd), 0) << Diagnostics();
-  ::close(fd);
-  EXPECT_NE(ReadFile(exec_out).find("while true"), std::string::npos) << ReadFile(exec_out);
-  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(after, 10s).gone);
+  std::string cmdline = Exec("c1", {"/bin/cat", "/proc/1/cmdline"});
+  EXPECT_NE(cmdline.find("while true"), std::string::npos) << cmdline;
+  KillContainer("c1", after);
 }
 
 // A container in a user namespace of its own (runc's uidMappings/gidMappings: its root is uid
@@ -406,14 +417,9 @@ TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) 
   };
   // From inside, through the runtime: ids, maps, pid 1's credentials as the container names them.
   auto inside_view = [&]() {
-    std::string out = *temp_ / "exec.out";
-    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int rc = Runc({"exec", "c1", "/bin/busybox", "sh", "-c",
-                   "busybox id; cat /proc/self/uid_map /proc/self/gid_map; "
-                   "busybox grep -E '^(Uid|Gid|Cap)' /proc/1/status"},
-                  fd);
-    ::close(fd);
-    return rc == 0 ? ReadFile(out) : "runc exec failed: " + ReadFile(*temp_ / "runc.err");
+    return Exec("c1", {"/bin/busybox", "sh", "-c",
+                       "busybox id; cat /proc/self/uid_map /proc/self/gid_map; "
+                       "busybox grep -E '^(Uid|Gid|Cap)' /proc/1/status"});
   };
   std::string host_before = host_view(before), owned_before = owned(before), inside_before = inside_view();
   ASSERT_NE(host_before.find("100000"), std::string::npos) << host_before;
@@ -447,8 +453,7 @@ TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) 
   ASSERT_EQ(::stat((bundle_ + "/rootfs/data/made-after-restore").c_str(), &made), 0);
   EXPECT_EQ(made.st_uid, kUsernsHostId);
   EXPECT_EQ(made.st_gid, kUsernsHostId);
-  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(after, 10s).gone);
+  KillContainer("c1", after);
 }
 
 // A container with a cgroup namespace of its own (runc's "cgroup" namespace) sees its cgroups
@@ -461,13 +466,7 @@ TEST_F(RuncContainers, AContainerWithItsOwnCgroupNamespaceStandsAtItsRootAgain) 
   ASSERT_TRUE(WaitLog(5)) << Diagnostics();
   pid_t before = InitPid("c1");
   ASSERT_GT(before, 0);
-  auto inside = [&]() {
-    std::string out = *temp_ / "exec.out";
-    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int rc = Runc({"exec", "c1", "/bin/cat", "/proc/1/cgroup"}, fd);
-    ::close(fd);
-    return rc == 0 ? ReadFile(out) : "runc exec failed: " + ReadFile(*temp_ / "runc.err");
-  };
+  auto inside = [&]() { return Exec("c1", {"/bin/cat", "/proc/1/cgroup"}); };
   auto host = [](pid_t pid) { return ReadFile("/proc/" + std::to_string(pid) + "/cgroup"); };
   std::string inside_before = inside(), host_before = host(before);
   for (const std::string& line : SplitLines(inside_before)) {
@@ -488,8 +487,7 @@ TEST_F(RuncContainers, AContainerWithItsOwnCgroupNamespaceStandsAtItsRootAgain) 
   EXPECT_EQ(host(after), host_before);
   EXPECT_NE(fs::read_symlink("/proc/" + std::to_string(after) + "/ns/cgroup"), fs::read_symlink("/proc/self/ns/cgroup"));
   EXPECT_EQ(MountShape(ReadFile("/proc/" + std::to_string(after) + "/mountinfo")), MountShape(mounts_before));
-  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(after, 10s).gone);
+  KillContainer("c1", after);
 }
 
 // One line from the unix socket at `path` (a connection, read to its end); "" if none answers.
@@ -555,8 +553,7 @@ TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) {
   EXPECT_EQ(ask_until(after, "deleted=kept-after-unlink events=made-before,made-after\n"),
             "deleted=kept-after-unlink events=made-before,made-after\n")
       << "the restored inotify watch reports a file made after the restore";
-  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(after, 10s).gone);
+  KillContainer("c1", after);
 }
 
 // The container's own tmpfs (its /dev/shm) is saved whole: a file with two names comes back as
@@ -608,8 +605,7 @@ TEST_F(RuncContainers, TmpfsFilesKeepTheirNamesAndTimes) {
   EXPECT_EQ(ReadFile(at + "/a"), "first+second");
   EXPECT_EQ(ReadFile(at + "/d/f"), "inner");
   EXPECT_EQ(fs::read_symlink(at + "/d/l"), "../a");
-  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(after, 10s).gone);
+  KillContainer("c1", after);
 }
 
 // A real program: redis-server (Debian's, with its libraries) in the container; its data set
@@ -945,8 +941,7 @@ TEST_F(RuncContainers, AUserNamespaceContainerJoinsTheNetworkNamespaceItsRuntime
   EXPECT_EQ(net_of(after), want.st_ino) << "the restored container is in the namespace the runtime handed over";
   EXPECT_EQ(ReadFile("/proc/" + std::to_string(after) + "/uid_map"), uid_map);
   EXPECT_NE(fs::read_symlink("/proc/" + std::to_string(after) + "/ns/user"), fs::read_symlink("/proc/self/ns/user"));
-  EXPECT_EQ(Runc({"kill", "c1", "KILL"}), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(after, 10s).gone);
+  KillContainer("c1", after);
 }
 
 // The v1 freezer cgroup of `pid` (its directory), as runc made it.
@@ -1059,8 +1054,7 @@ TEST_F(RuncContainers, AContainerInAPodsPidNamespaceComesBackInIt) {
   EXPECT_EQ(pid_ns(after), pid_ns(pod)) << "the restored container is in the pod's PID namespace";
   EXPECT_EQ(ns_pid(after), id_before);
   EXPECT_TRUE(IsAlive(pod)) << "the pod's reaper was not touched";
-  EXPECT_EQ(Runc({"kill", "c2", "KILL"}), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(after, 10s).gone);
+  KillContainer("c2", after);
 }
 
 // A container its runtime paused (containerd pauses a task to checkpoint it; here `runc
