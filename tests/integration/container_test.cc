@@ -212,6 +212,22 @@ class RuncContainers : public CairnTest {
     EXPECT_EQ(Runc({"kill", id, "KILL"}), 0) << Diagnostics();
     EXPECT_TRUE(WaitGone(pid, 10s).gone);
   }
+  // `runc checkpoint` of `id`, whose init `before` is then gone, and `runc restore --detach`: the
+  // restored init, tracked as `argv0`; 0, the failure added, if either command failed.
+  pid_t CheckpointAndRestore(const std::string& id, pid_t before, const std::string& argv0) {
+    if (Checkpoint(id) != 0) {
+      ADD_FAILURE() << "runc checkpoint " << id << " failed" << Diagnostics();
+      return 0;
+    }
+    EXPECT_TRUE(WaitGone(before, 10s).gone) << "runc checkpoint leaves the container stopped";
+    pid_t after = RestoreDetached(id);
+    if (after <= 0) {
+      ADD_FAILURE() << "runc restore " << id << " failed" << Diagnostics();
+      return 0;
+    }
+    Track(after, argv0);
+    return after;
+  }
   pid_t InitPid(const std::string& id) {
     std::string out = *temp_ / "state.out";
     int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -475,12 +491,9 @@ TEST_F(RuncContainers, AContainerWithItsOwnCgroupNamespaceStandsAtItsRootAgain) 
   ASSERT_NE(host_before.find("/c1"), std::string::npos) << host_before;
   std::string mounts_before = ReadFile("/proc/" + std::to_string(before) + "/mountinfo");
 
-  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(before, 10s).gone);
   std::vector<std::string> at_checkpoint = Log();
-  pid_t after = RestoreDetached("c1");
-  ASSERT_GT(after, 0) << Diagnostics();
-  Track(after, "sh");
+  pid_t after = CheckpointAndRestore("c1", before, "sh");
+  ASSERT_GT(after, 0);
   ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
   EXPECT_TRUE(CountsOn(Log()));
   EXPECT_EQ(inside(), inside_before);
@@ -539,11 +552,8 @@ TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) {
   std::string removed_before = removed(before);
   ASSERT_NE(removed_before.find("scratch (deleted)"), std::string::npos) << removed_before;
 
-  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(before, 10s).gone);
-  pid_t after = RestoreDetached("c1");
-  ASSERT_GT(after, 0) << Diagnostics();
-  Track(after, "/bin/files_server");
+  pid_t after = CheckpointAndRestore("c1", before, "/bin/files_server");
+  ASSERT_GT(after, 0);
   struct stat st {};
   ASSERT_EQ(::stat(sock(after).c_str(), &st), 0) << "the socket's name is back on the container's tmpfs";
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
@@ -586,11 +596,8 @@ TEST_F(RuncContainers, TmpfsFilesKeepTheirNamesAndTimes) {
            std::to_string(st.st_atim.tv_sec) + "." + std::to_string(st.st_atim.tv_nsec);
   };
 
-  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(before, 10s).gone);
-  pid_t after = RestoreDetached("c1");
-  ASSERT_GT(after, 0) << Diagnostics();
-  Track(after, "sh");
+  pid_t after = CheckpointAndRestore("c1", before, "sh");
+  ASSERT_GT(after, 0);
   at = shm(after);
   // (The times first: reading a file or a symlink sets its access time.)
   EXPECT_EQ(times(at + "/d/f"), "1234567890.987654321 1000000000.123456789");
@@ -641,11 +648,8 @@ TEST_F(RuncContainers, ARedisContainersDataSetSurvives) {
   for (int i = 0; i < 50 && cli(before, {"ping"}) != "PONG"; ++i) std::this_thread::sleep_for(100ms);
   ASSERT_EQ(cli(before, {"set", "greeting", "hello"}), "OK");
   ASSERT_EQ(cli(before, {"incrby", "counter", "41"}), "41");
-  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(before, 10s).gone);
-  pid_t after = RestoreDetached("c1");
-  ASSERT_GT(after, 0) << Diagnostics();
-  Track(after, "redis-server");
+  pid_t after = CheckpointAndRestore("c1", before, "redis-server");
+  ASSERT_GT(after, 0);
   EXPECT_EQ(cli(after, {"get", "greeting"}), "hello");
   EXPECT_EQ(cli(after, {"incr", "counter"}), "42");
 }
@@ -930,12 +934,9 @@ TEST_F(RuncContainers, AUserNamespaceContainerJoinsTheNetworkNamespaceItsRuntime
   ASSERT_EQ(net_of(before), want.st_ino);
   std::string uid_map = ReadFile("/proc/" + std::to_string(before) + "/uid_map");
 
-  ASSERT_EQ(Checkpoint("c1"), 0) << Diagnostics();
-  EXPECT_TRUE(WaitGone(before, 10s).gone);
   std::vector<std::string> at_checkpoint = Log();
-  pid_t after = RestoreDetached("c1");
-  ASSERT_GT(after, 0) << Diagnostics();
-  Track(after, "sh");
+  pid_t after = CheckpointAndRestore("c1", before, "sh");
+  ASSERT_GT(after, 0);
   ASSERT_TRUE(WaitLog(at_checkpoint.size() + 5)) << Diagnostics();
   EXPECT_TRUE(CountsOn(Log()));
   EXPECT_EQ(net_of(after), want.st_ino) << "the restored container is in the namespace the runtime handed over";
