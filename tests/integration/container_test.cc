@@ -212,6 +212,19 @@ class RuncContainers : public CairnTest {
     EXPECT_EQ(Runc({"kill", id, "KILL"}), 0) << Diagnostics();
     EXPECT_TRUE(WaitGone(pid, 10s).gone);
   }
+  // Container `id` started detached, its log `lines` long: its init, 0 (the failure added) if not.
+  pid_t StartCounting(const std::string& id, size_t lines) {
+    ::testing::AssertionResult started = Start(id);
+    if (!started) {
+      ADD_FAILURE() << started.message();
+      return 0;
+    }
+    if (!WaitLog(lines)) {
+      ADD_FAILURE() << "the container's log did not reach " << lines << " lines" << Diagnostics();
+      return 0;
+    }
+    return InitPid(id);
+  }
   // `runc checkpoint` of `id`, whose init `before` is then gone, and `runc restore --detach`: the
   // restored init, tracked as `argv0`; 0, the failure added, if either command failed.
   pid_t CheckpointAndRestore(const std::string& id, pid_t before, const std::string& argv0) {
@@ -354,9 +367,7 @@ class ConsoleSocket {
 
 TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
   MakeBundle();
-  ASSERT_TRUE(Start("c1"));
-  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
-  pid_t before = InitPid("c1");
+  pid_t before = StartCounting("c1", 5);
   ASSERT_GT(before, 0);
   std::string mounts_before = ReadFile("/proc/" + std::to_string(before) + "/mountinfo");
 
@@ -400,9 +411,7 @@ TEST_F(RuncContainers, CheckpointAndRestoreGoOnCountingInTheSameContainer) {
 TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) {
   userns_ = true;
   MakeBundle();
-  ASSERT_TRUE(Start("c1"));
-  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
-  pid_t before = InitPid("c1");
+  pid_t before = StartCounting("c1", 5);
   ASSERT_GT(before, 0);
   // From the host: the maps, and the credentials the kernel holds (the host's ids).
   auto host_view = [](pid_t pid) {
@@ -478,9 +487,7 @@ TEST_F(RuncContainers, AContainerInAUserNamespaceComesBackInOneWithTheSameMaps) 
 TEST_F(RuncContainers, AContainerWithItsOwnCgroupNamespaceStandsAtItsRootAgain) {
   cgroupns_ = true;
   MakeBundle();
-  ASSERT_TRUE(Start("c1"));
-  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
-  pid_t before = InitPid("c1");
+  pid_t before = StartCounting("c1", 5);
   ASSERT_GT(before, 0);
   auto inside = [&]() { return Exec("c1", {"/bin/cat", "/proc/1/cgroup"}); };
   auto host = [](pid_t pid) { return ReadFile("/proc/" + std::to_string(pid) + "/cgroup"); };
@@ -571,9 +578,7 @@ TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) {
 // directories and symlinks keep their modification and access times to the nanosecond.
 TEST_F(RuncContainers, TmpfsFilesKeepTheirNamesAndTimes) {
   MakeBundle();
-  ASSERT_TRUE(Start("c1"));
-  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
-  pid_t before = InitPid("c1");
+  pid_t before = StartCounting("c1", 3);
   ASSERT_GT(before, 0);
   auto shm = [](pid_t pid) { return "/proc/" + std::to_string(pid) + "/root/dev/shm"; };
   std::string at = shm(before);
@@ -921,9 +926,7 @@ TEST_F(RuncContainers, AUserNamespaceContainerJoinsTheNetworkNamespaceItsRuntime
   userns_ = true;
   netns_ = ns.path();
   MakeBundle();
-  ASSERT_TRUE(Start("c1"));
-  ASSERT_TRUE(WaitLog(5)) << Diagnostics();
-  pid_t before = InitPid("c1");
+  pid_t before = StartCounting("c1", 5);
   ASSERT_GT(before, 0);
   struct stat want {};
   ASSERT_EQ(::stat(ns.path().c_str(), &want), 0);
@@ -1024,9 +1027,7 @@ TEST_F(RuncContainers, AContainerInAPodsPidNamespaceComesBackInIt) {
   bundle_ = *temp_ / "bundle2";
   pidns_ = "/proc/" + std::to_string(pod) + "/ns/pid";
   MakeBundle();
-  ASSERT_TRUE(Start("c2"));
-  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
-  pid_t before = InitPid("c2");
+  pid_t before = StartCounting("c2", 3);
   ASSERT_GT(before, 0);
   auto ns_pid = [](pid_t pid) {
     for (const std::string& line : SplitLines(ReadFile("/proc/" + std::to_string(pid) + "/status"))) {
