@@ -10,9 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "harness.h"
 
@@ -79,6 +81,39 @@ TEST_F(CpuShareBoostTest, ACgroupHoldingAnythingElseIsLeftAlone) {
     EXPECT_EQ(Shares(kCpu), root_before) << "the root cgroup is never raised";
   }
   EXPECT_EQ(Shares(dir_), "512");
+}
+
+// A dump killed while its processes die with their cgroup's share raised: its guardian finishes
+// the kill and gives the share its value back (the journal has it), so no cgroup keeps the most
+// CPU share for good.
+TEST_F(CpuShareBoostTest, AShareRaisedByADumpKilledMeanwhileIsPutBackByItsGuardian) {
+  // (Its stdio /dev/null: the test's pipes would be refused by the dump.)
+  pid_t target = SpawnProgram({"/bin/sleep", "1000"}, "/dev/null", "/dev/null", "/dev/null");
+  ASSERT_GT(target, 0);
+  children_.push_back(target);
+  Write(dir_ + "/cgroup.procs", std::to_string(target));
+  std::string dir = "/tmp/cairn-share-boost-ckpt-" + std::to_string(::getpid());
+  std::string err = dir + ".err";
+  pid_t dump = SpawnProgram({CairnBinary(), "dump", "--pid", std::to_string(target), "--dir", dir}, "/dev/null",
+                            "/dev/null", err, {"CAIRN_FAULT_PAUSE=killing"});
+  ASSERT_GT(dump, 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ReadFile(err).find("fault point killing") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_NE(ReadFile(err).find("fault point killing"), std::string::npos) << ReadFile(err);
+  EXPECT_EQ(Shares(dir_), "262144") << "raised while its processes die";
+  ::kill(dump, SIGKILL);
+  ::waitpid(dump, nullptr, 0);
+  deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (Shares(dir_) != "512" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(Shares(dir_), "512") << "the guardian gives the share back: " << ReadFile(err);
+  EXPECT_NE(ReadFile(err).find("its processes were killed"), std::string::npos) << ReadFile(err);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::remove(err, ec);
 }
 
 }  // namespace

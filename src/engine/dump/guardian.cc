@@ -169,6 +169,23 @@ absl::Status GuardJournal::PausedThawed(const std::string& cgroup) {
   return absl::OkStatus();
 }
 
+bool GuardJournal::ShareRaising(const std::string& file, const std::string& before) {
+  if (file.size() >= sizeof shares_[0].file || before.size() >= sizeof shares_[0].before) return false;
+  int slot = nshares_.load(std::memory_order_relaxed);
+  if (slot >= static_cast<int>(sizeof shares_ / sizeof shares_[0])) return false;
+  std::snprintf(shares_[slot].file, sizeof shares_[slot].file, "%s", file.c_str());
+  std::snprintf(shares_[slot].before, sizeof shares_[slot].before, "%s", before.c_str());
+  shares_[slot].raised.store(1, std::memory_order_release);
+  nshares_.store(slot + 1, std::memory_order_release);
+  return true;
+}
+
+void GuardJournal::ShareBack(const std::string& file) {
+  for (int i = 0; i < nshares_.load(std::memory_order_acquire); ++i) {
+    if (file == shares_[i].file) shares_[i].raised.store(0, std::memory_order_release);
+  }
+}
+
 void GuardJournal::SetCheckpointDir(const std::string& dir, uint64_t dev, uint64_t ino, bool kill_on_commit) {
   dir_dev_ = dev;
   dir_ino_ = ino;
@@ -217,7 +234,7 @@ class GuardianRepair {
       }
       ThawFreezer();  // a frozen task dies only once thawed
       Say("the dump had committed its checkpoint: its processes were killed, as it was to do");
-      return 0;
+      return PutSharesBack() == 0 ? 0 : 1;
     }
     RemovePartial();
     int failures = EndRepairs() + PutPeekOffsetsBack();
@@ -241,6 +258,7 @@ class GuardianRepair {
       }
     }
     failures += Repause();
+    failures += PutSharesBack();
     return failures == 0 ? 0 : 1;
   }
 
@@ -261,6 +279,28 @@ class GuardianRepair {
     if (s.ok()) return 0;
     Say(absl::StrCat("could not pause the processes' cgroup again, as their runtime had: ", s.ToString()));
     return 1;
+  }
+
+  // Gives every cpu share the dump raised its value back. Returns the number of failures (a
+  // cgroup gone since is none).
+  int PutSharesBack() {
+    int failures = 0;
+    for (int i = 0; i < j_.nshares_.load(std::memory_order_acquire); ++i) {
+      GuardJournal::Share& sh = j_.shares_[i];
+      if (sh.raised.load(std::memory_order_acquire) == 0) continue;
+      int fd = ::open(sh.file, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 && errno == ENOENT) continue;
+      size_t len = std::strlen(sh.before);
+      bool ok = fd >= 0 && ::write(fd, sh.before, len) == static_cast<ssize_t>(len);
+      if (fd >= 0) ::close(fd);
+      if (!ok) {
+        ++failures;
+        Say(absl::StrCat("could not give ", sh.file, " its value ", sh.before, " back"));
+        continue;
+      }
+      sh.raised.store(0, std::memory_order_release);
+    }
+    return failures;
   }
 
   void ThawFreezer() {

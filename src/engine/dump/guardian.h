@@ -135,6 +135,12 @@ class GuardJournal {
   // it), is about to be thawed for the dump (freezer_hold.h ThawPausedCgroup): rolling back,
   // the guardian pauses it again once the processes are let go.
   absl::Status PausedThawed(const std::string& cgroup);
+  // The cpu share file `file` of the processes' cgroup is about to be raised from `before`
+  // while they die (proc/cpu_share_boost.h): whatever the outcome, the guardian writes `before`
+  // back. False when it cannot be journaled (then it is not raised).
+  bool ShareRaising(const std::string& file, const std::string& before);
+  // It has its value back.
+  void ShareBack(const std::string& file);
   // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
   // (not a process a pre-copy round saw that has left the tree since).
   void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }
@@ -197,6 +203,13 @@ class GuardJournal {
   char freezer_[512];
   std::atomic<uint32_t> paused_set_;
   char paused_[512];
+  struct Share {
+    std::atomic<uint32_t> raised;
+    char file[512];
+    char before[32];
+  };
+  std::atomic<int32_t> nshares_;
+  Share shares_[8];
   std::atomic<int32_t> nrepairs_;
   Repair repairs_[kMaxRepairs];
   struct Peek {

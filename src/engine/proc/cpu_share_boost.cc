@@ -72,7 +72,7 @@ bool OnlyThese(const std::string& file, const std::set<pid_t>& pids) {
 
 }  // namespace
 
-CpuShareBoost::CpuShareBoost(const std::vector<pid_t>& pids) {
+CpuShareBoost::CpuShareBoost(const std::vector<pid_t>& pids, ShareJournal* journal) : journal_(journal) {
   absl::StatusOr<std::vector<MountEntry>> mounts = ReadMountTable(::getpid());
   if (!mounts.ok()) return;
   std::set<pid_t> given(pids.begin(), pids.end());
@@ -83,14 +83,20 @@ CpuShareBoost::CpuShareBoost(const std::vector<pid_t>& pids) {
     absl::StatusOr<std::string> before = ReadFile(file);
     if (!before.ok()) continue;
     std::string value(absl::StripTrailingAsciiWhitespace(*before));
-    if (!Put(file, most)) continue;
+    if (journal_ != nullptr && !journal_->Raising(file, value)) continue;
+    if (!Put(file, most)) {
+      if (journal_ != nullptr) journal_->Back(file);
+      continue;
+    }
     saved_.emplace_back(file, value);
     CAIRN_LOG_DEBUG("event=cpu_share_boost file={} before={}", file, value);
   }
 }
 
 CpuShareBoost::~CpuShareBoost() {
-  for (const auto& [file, value] : saved_) (void)Put(file, value);
+  for (const auto& [file, value] : saved_) {
+    if (Put(file, value) && journal_ != nullptr) journal_->Back(file);
+  }
 }
 
 }  // namespace cairn::proc
