@@ -288,6 +288,12 @@ absl::Status ForkChild(inject::Injector& inj, inject::RemoteScratch& sc, const i
   if (c.shares_fs_with_parent()) args.flags |= CLONE_FS;
   ASSIGN_OR_RETURN(uint64_t args_addr, sc.Put(0, &args, sizeof args));
   auto rc = inj.Call(absl::StrCat("clone3 pid ", want), SYS_clone3, args_addr, sizeof args);
+  // In a PID namespace that was another's (a pod's), the killed original may still wait as a
+  // zombie for that namespace's init to reap it: a moment for it, as for the root (Restore).
+  for (int i = 0; i < 40 && !rc.ok() && absl::IsAlreadyExists(rc.status()); ++i) {
+    ::usleep(50000);
+    rc = inj.Call(absl::StrCat("clone3 pid ", want), SYS_clone3, args_addr, sizeof args);
+  }
   if (!rc.ok()) {
     if (absl::IsAlreadyExists(rc.status())) {
       return absl::AlreadyExistsError(absl::StrCat("pid ", want, " is in use: it must be free to restore"));
