@@ -303,6 +303,9 @@ class RuncContainers : public CairnTest {
   std::string netns_;      // MakeBundle: the container joins this network namespace (its path)
   bool userns_ = false;    // MakeBundle: the container has a user namespace (0-65535 -> kUsernsHostId...)
   bool cgroupns_ = false;  // MakeBundle: the container has a cgroup namespace
+  // A program holding a socket name, a removed file and an inotify watch in the container's
+  // file system (tests/workloads/container/files_server.c), checkpointed and restored.
+  void FilesInsideComeBack(bool userns);
   std::string pidns_;      // MakeBundle: the container joins this PID namespace (its path)
 };
 
@@ -529,11 +532,13 @@ std::string AskUnix(const std::string& path) {
 // /dev/shm/files.sock on the container's tmpfs, a file it removed while holding it open (its
 // content read through the descriptor), and its inotify watch on /data (a file made there after
 // the restore is reported after the one made before).
-TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) {
+void RuncContainers::FilesInsideComeBack(bool userns) {
   std::string program = std::string(WORKLOAD_DIR) + "/container/files_server";
   if (!fs::exists(program)) GTEST_SKIP() << program << " is not built";
+  userns_ = userns;
   MakeBundle("", {"/bin/files_server"});
   fs::copy_file(program, bundle_ + "/rootfs/bin/files_server");
+  if (userns) ::lchown((bundle_ + "/rootfs/bin/files_server").c_str(), kUsernsHostId, kUsernsHostId);
   ASSERT_TRUE(Start("c1"));
   pid_t before = InitPid("c1");
   ASSERT_GT(before, 0);
@@ -571,6 +576,14 @@ TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) {
             "deleted=kept-after-unlink events=made-before,made-after\n")
       << "the restored inotify watch reports a file made after the restore";
   KillContainer("c1", after);
+}
+
+TEST_F(RuncContainers, ASocketNameARemovedFileAndAnInotifyWatchInsideComeBack) { FilesInsideComeBack(false); }
+
+// The same in a user namespace of the container's own: its tmpfs takes only owners the namespace
+// maps, so the restorer makes the socket file and the removed file as their saved owners.
+TEST_F(RuncContainers, InAUserNamespaceTooASocketNameARemovedFileAndAnInotifyWatchComeBack) {
+  FilesInsideComeBack(true);
 }
 
 // The container's own tmpfs (its /dev/shm) is saved whole: a file with two names comes back as

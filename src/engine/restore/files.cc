@@ -66,6 +66,22 @@ bool ImageRootActive() { return g_image_root >= 0; }
 
 bool InImageMountsNow() { return g_in_image_mounts; }
 
+// Raw calls: setfsuid is per thread, and so it stays (the libc wrappers would not broadcast it,
+// but are kept out as for the other id calls here). Back to 0 gives the thread its file
+// capabilities again (capabilities(7): the fsuid from nonzero to 0).
+CreateAs::CreateAs(uint32_t uid, uint32_t gid) {
+  if (!g_in_image_mounts || (uid == 0 && gid == 0)) return;
+  ::syscall(SYS_setfsgid, gid);
+  ::syscall(SYS_setfsuid, uid);
+  set_ = true;
+}
+
+CreateAs::~CreateAs() {
+  if (!set_) return;
+  ::syscall(SYS_setfsuid, 0);
+  ::syscall(SYS_setfsgid, 0);
+}
+
 int ChmodThroughDescriptor(int fd, mode_t mode) {
   std::string link = absl::StrCat(g_host_proc >= 0 ? "" : "/proc/", "thread-self/fd/", fd);
   return ::fchmodat(g_host_proc >= 0 ? g_host_proc : AT_FDCWD, link.c_str(), mode, 0);
@@ -401,7 +417,11 @@ absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const Fil
     // linked; nothing shows that flag afterwards (the kernel drops O_EXCL from the open
     // flags), so it comes back linkable.
     std::string dir = std::filesystem::path(o.path).parent_path().string();
-    UniqueFd f(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, o.mode != 0 ? o.mode & 07777 : 0600));
+    UniqueFd f;
+    {
+      CreateAs owner(layout->uid(), layout->gid());
+      f = UniqueFd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, o.mode != 0 ? o.mode & 07777 : 0600));
+    }
     if (!f.valid()) return ErrnoStatus("open(O_TMPFILE) in " + dir + " (for " + o.path + ")");
     RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
     return f;
@@ -411,7 +431,12 @@ absl::StatusOr<UniqueFd> MakeFileObject(const image::ImageReader& img, const Fil
     RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
     return f;
   }
-  ASSIGN_OR_RETURN(UniqueFd f, RecreateDeleted(o.path, o.mode != 0 ? o.mode : 0600));
+  absl::StatusOr<UniqueFd> made = absl::UnknownError("not made");
+  {
+    CreateAs owner(layout->uid(), layout->gid());
+    made = RecreateDeleted(o.path, o.mode != 0 ? o.mode : 0600);
+  }
+  ASSIGN_OR_RETURN(UniqueFd f, std::move(made));
   RETURN_IF_ERROR(FillSavedFile(f.get(), content, *layout, o.path));
   return f;
 }

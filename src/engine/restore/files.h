@@ -94,6 +94,21 @@ absl::Status InImageMounts(const std::function<absl::Status()>& fn);
 // Whether this thread runs inside InImageMounts under a container's ImageRoot.
 bool InImageMountsNow();
 
+// Inside InImageMounts, makes what this thread creates while it lives owned by uid:gid (the
+// host's ids: the saved owner), as setfsuid/setfsgid on this thread: a file system a
+// container's user namespace mounted takes only owners that namespace maps, and the restorer's
+// own (the host's root) is not one. Elsewhere it does nothing. Not nested.
+class CreateAs {
+ public:
+  CreateAs(uint32_t uid, uint32_t gid);
+  ~CreateAs();
+  CreateAs(const CreateAs&) = delete;
+  CreateAs& operator=(const CreateAs&) = delete;
+
+ private:
+  bool set_ = false;
+};
+
 // chmod(2) of the file `fd` names (an O_PATH descriptor of a socket file, which fchmod refuses),
 // through this thread's /proc entry — the host's /proc inside InImageMounts, where the
 // container's does not show the restorer. Returns 0 or -1 with errno.

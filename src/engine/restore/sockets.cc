@@ -257,7 +257,11 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
     auto bind_it = [&] {
       return ::bind(sock.get(), reinterpret_cast<const sockaddr*>(b.data()), static_cast<socklen_t>(b.size()));
     };
-    int bound = bind_it();
+    int bound;
+    {
+      CreateAs owner(s.bound_uid(), s.bound_gid());  // its socket file, on the container's file system
+      bound = bind_it();
+    }
     if (bound != 0 && errno == EADDRINUSE && s.type() == SOCK_STREAM &&
         (s.family() == AF_INET || s.family() == AF_INET6)) {
       // The program's own closed connections may linger on its port (net/orphans.h).
