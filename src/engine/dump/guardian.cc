@@ -203,7 +203,7 @@ class GuardianRepair {
 
   int Run() {
     auto outcome = static_cast<GuardJournal::Outcome>(j_.outcome_.load(std::memory_order_acquire));
-    if (outcome == GuardJournal::Outcome::kDone) return 0;
+    if (outcome == GuardJournal::Outcome::kDone) return PutSharesBack() == 0 ? 0 : 1;  // (none, as a rule)
     if (outcome == GuardJournal::Outcome::kHold) {
       // Their sockets as the program left them (they may run here again); the lock stays.
       int failures = EndRepairs();
@@ -285,9 +285,12 @@ class GuardianRepair {
   // cgroup gone since is none).
   int PutSharesBack() {
     int failures = 0;
-    for (int i = 0; i < j_.nshares_.load(std::memory_order_acquire); ++i) {
+    constexpr int kSlots = sizeof j_.shares_ / sizeof j_.shares_[0];
+    for (int i = 0; i < std::min(j_.nshares_.load(std::memory_order_acquire), kSlots); ++i) {
       GuardJournal::Share& sh = j_.shares_[i];
       if (sh.raised.load(std::memory_order_acquire) == 0) continue;
+      sh.file[sizeof sh.file - 1] = '\0';  // (a journal file found later is read as it is)
+      sh.before[sizeof sh.before - 1] = '\0';
       int fd = ::open(sh.file, O_WRONLY | O_CLOEXEC);
       if (fd < 0 && errno == ENOENT) continue;
       size_t len = std::strlen(sh.before);

@@ -90,13 +90,11 @@ int ChmodThroughDescriptor(int fd, mode_t mode) {
 namespace {
 
 // In a thread with a file system context of its own, inside a mount namespace: makes it a
-// private copy and detaches every procfs mount from the copy (`host_proc`: a /proc to read the
-// thread's mount table from). Magic links live only in procfs.
-absl::Status HideProcMounts(int host_proc) {
-  if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS) (a copy of the container's mounts)");
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    return ErrnoStatus("make the copy of the container's mounts private");
-  }
+// private copy and covers every procfs in the copy with an empty read-only tmpfs (`host_proc`:
+// a /proc to read the thread's mount table from). Magic links live only in procfs. Covered, not
+// detached: a copy owned by another user namespace than the container's has its mounts locked
+// (umount refused), and a cover cannot be lifted from inside the container anyway.
+absl::StatusOr<std::vector<proc::MountEntry>> ThreadMounts(int host_proc) {
   UniqueFd table(::openat(host_proc, "thread-self/mountinfo", O_RDONLY | O_CLOEXEC));
   if (!table.valid()) return ErrnoStatus("open the copy's mount table (/proc/thread-self/mountinfo)");
   std::string text;
@@ -106,17 +104,48 @@ absl::Status HideProcMounts(int host_proc) {
     if (n < 0) return ErrnoStatus("read the copy's mount table");
     text.append(buf, static_cast<size_t>(n));
   }
-  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> mounts, proc::ParseMountTable(text));
+  return proc::ParseMountTable(text);
+}
+
+bool Under(const std::string& path, const std::string& dir) {
+  return path == dir || dir == "/" || absl::StartsWith(path, dir + "/");
+}
+
+absl::Status HideProcMounts(int host_proc) {
+  if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS) (a copy of the container's mounts)");
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return ErrnoStatus("make the copy of the container's mounts private");
+  }
+  constexpr char kCover[] = "cairn-proc-hidden";
+  ASSIGN_OR_RETURN(std::vector<proc::MountEntry> mounts, ThreadMounts(host_proc));
   std::vector<std::string> procs;
   for (const proc::MountEntry& m : mounts) {
     if (m.fstype == "proc") procs.push_back(m.point);
   }
-  // Deepest first (a /proc under another is detached with it anyway).
-  std::sort(procs.begin(), procs.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
   for (const std::string& point : procs) {
-    if (::umount2(point.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-      return ErrnoStatus("detach " + point + " from the copy of the container's mounts");
+    bool outermost = std::none_of(procs.begin(), procs.end(), [&](const std::string& other) {
+      return other != point && Under(point, other);
+    });
+    if (!outermost) continue;
+    struct stat st {};
+    if (::lstat(point.c_str(), &st) != 0) return ErrnoStatus("stat " + point + " (a procfs of the container)");
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::UnimplementedError("the container has a procfs mounted on the file " + point +
+                                      ": cairn cannot keep the restorer's path calls away from it");
     }
+    if (::mount(kCover, point.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") !=
+        0) {
+      return ErrnoStatus("cover " + point + " in the copy of the container's mounts");
+    }
+  }
+  // Every procfs is under a cover now, or the restore stops here.
+  ASSIGN_OR_RETURN(mounts, ThreadMounts(host_proc));
+  for (const proc::MountEntry& m : mounts) {
+    if (m.fstype != "proc") continue;
+    bool covered = std::any_of(mounts.begin(), mounts.end(), [&](const proc::MountEntry& c) {
+      return c.fstype == "tmpfs" && c.source == kCover && c.id > m.id && Under(m.point, c.point);
+    });
+    if (!covered) return absl::InternalError("a procfs of the container at " + m.point + " stayed reachable");
   }
   return absl::OkStatus();
 }

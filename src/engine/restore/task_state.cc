@@ -178,10 +178,10 @@ absl::Status RestoreProcessState(inject::Injector& inj, inject::RemoteScratch& s
                          "and the name must be free)");
     }
   }
-  // Its owner the process's own (host ids): in a user namespace the process, already its root
-  // there, could not enter a directory of the host's root.
-  if (cwd_deleted && proc.creds().uids_size() > 1 && proc.creds().gids_size() > 1 &&
-      ::fchownat(parent.get(), leaf.c_str(), proc.creds().uids(1), proc.creds().gids(1), AT_SYMLINK_NOFOLLOW) != 0) {
+  // Its owner the process's own (its file-system ids, the host's): in a user namespace the
+  // process, already its root there, could not enter a directory of the host's root.
+  if (cwd_deleted && proc.creds().uids_size() == 4 && proc.creds().gids_size() == 4 &&
+      ::fchownat(parent.get(), leaf.c_str(), proc.creds().uids(3), proc.creds().gids(3), AT_SYMLINK_NOFOLLOW) != 0) {
     absl::Status owned = ErrnoStatus("give the removed working directory " + cwd_path + " its process's owner");
     ::unlinkat(parent.get(), leaf.c_str(), AT_REMOVEDIR);
     return owned;
