@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -345,6 +346,29 @@ absl::Status CheckIdsMapped(const image::Checkpoint& ckpt, const image::UserName
     }
     for (uint32_t id : c.groups()) {
       if (!proc::InsideId(gids, id)) return refuse("the supplementary group", id);
+    }
+  }
+  // The owners of its tmpfs files and mounts, given again from inside the namespace (a file system
+  // the namespace mounted holds only ids it maps: this refuses what could not be restored, should
+  // one come from elsewhere).
+  for (const image::Mount& m : ckpt.container().mounts()) {
+    for (const image::TreeEntry& e : m.entries()) {
+      if (!proc::InsideId(uids, e.uid()) || !proc::InsideId(gids, e.gid())) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "file %s of the container's tmpfs at %s is owned by %u:%u, ids its user namespace does not map: the "
+            "restore could not give it that owner again (chown it to an id of the container)",
+            e.path(), m.point(), e.uid(), e.gid()));
+      }
+    }
+    for (absl::string_view o : absl::StrSplit(m.options(), ',', absl::SkipEmpty())) {
+      uint32_t id = 0;
+      bool uid = absl::StartsWith(o, "uid="), gid = absl::StartsWith(o, "gid=");
+      if ((uid || gid) && absl::SimpleAtoi(o.substr(4), &id) && !proc::InsideId(uid ? uids : gids, id)) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "the container's mount at %s is owned by %s, an id its user namespace does not map: it could not be "
+            "mounted again from inside the namespace",
+            m.point(), o));
+      }
     }
   }
   return absl::OkStatus();
