@@ -89,11 +89,7 @@ int ChmodThroughDescriptor(int fd, mode_t mode) {
 
 namespace {
 
-// In a thread with a file system context of its own, inside a mount namespace: makes it a
-// private copy and covers every procfs in the copy with an empty read-only tmpfs (`host_proc`:
-// a /proc to read the thread's mount table from). Magic links live only in procfs. Covered, not
-// detached: a copy owned by another user namespace than the container's has its mounts locked
-// (umount refused), and a cover cannot be lifted from inside the container anyway.
+// The calling thread's mount table, read through `host_proc` (a /proc that shows the thread).
 absl::StatusOr<std::vector<proc::MountEntry>> ThreadMounts(int host_proc) {
   UniqueFd table(::openat(host_proc, "thread-self/mountinfo", O_RDONLY | O_CLOEXEC));
   if (!table.valid()) return ErrnoStatus("open the copy's mount table (/proc/thread-self/mountinfo)");
@@ -111,6 +107,11 @@ bool Under(const std::string& path, const std::string& dir) {
   return path == dir || dir == "/" || absl::StartsWith(path, dir + "/");
 }
 
+// In a thread with a file system context of its own, inside a mount namespace: makes it a
+// private copy and covers every procfs in the copy with an empty read-only tmpfs, then checks
+// that none is left uncovered. Magic links live only in procfs. Covered, not detached: a copy
+// owned by another user namespace than the container's has its mounts locked (umount refused),
+// and a cover cannot be lifted from inside the container anyway.
 absl::Status HideProcMounts(int host_proc) {
   if (::unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare(CLONE_NEWNS) (a copy of the container's mounts)");
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
