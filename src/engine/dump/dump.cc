@@ -364,19 +364,15 @@ struct FrozenTree {
     }
     return first;
   }
-  absl::Status Kill(GuardJournal* journal) {
+  absl::Status Kill(GuardJournal& journal) {
     std::vector<pid_t> pids;
     for (auto& fp : frozen) pids.push_back(fp.pid());
     // They die at their cgroup's CPU share: raised while they do, journaled for the guardian.
     struct Journaled : proc::ShareJournal {
-      GuardJournal* j;
-      explicit Journaled(GuardJournal* journal) : j(journal) {}
-      bool Raising(const std::string& file, const std::string& before) override {
-        return j == nullptr || j->ShareRaising(file, before);
-      }
-      void Back(const std::string& file) override {
-        if (j != nullptr) j->ShareBack(file);
-      }
+      GuardJournal& j;
+      explicit Journaled(GuardJournal& journal) : j(journal) {}
+      bool Raising(const std::string& file, const std::string& before) override { return j.ShareRaising(file, before); }
+      void Back(const std::string& file) override { j.ShareBack(file); }
     } shares(journal);
     proc::CpuShareBoost boost(pids, &shares);
     FaultPoint("killing");
@@ -996,7 +992,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       journal.SetOutcome(GuardJournal::Outcome::kKill);
       if (tcp) tcp->Keep();
       freezer.ThawForKill();  // still stopped by the dump: they die, not run
-      RETURN_IF_ERROR(ft.Kill(&journal));
+      RETURN_IF_ERROR(ft.Kill(journal));
     } else if (h == HandOff::kThaw) {
       journal.SetOutcome(GuardJournal::Outcome::kRunning);
       // Out of repair and unlocked before anything runs. A failure leaves the journal's outcome
@@ -1049,7 +1045,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     auto t_kill = Clock::now();
     if (tcp) tcp->Keep();  // committed with its lock: the sockets die in repair mode, whatever happens now
     freezer.ThawForKill();  // still stopped by the dump: they die, not run
-    RETURN_IF_ERROR(ft.Kill(&journal));
+    RETURN_IF_ERROR(ft.Kill(journal));
     journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);
     CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=kill ms={:.2f}", opts.pid, Since(t_kill) * 1e3);

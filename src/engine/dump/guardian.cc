@@ -151,22 +151,26 @@ void GuardJournal::RepairsEnded() { nrepairs_.store(0, std::memory_order_release
 
 void GuardJournal::LockGone() { lock_set_.store(0, std::memory_order_release); }
 
-absl::Status GuardJournal::FreezerHeld(const std::string& cgroup) {
-  if (cgroup.size() >= sizeof freezer_) {
+namespace {
+
+// `cgroup` into a journal field of `size` bytes, then marked set.
+absl::Status JournalCgroup(const std::string& cgroup, char* field, size_t size, std::atomic<uint32_t>& set) {
+  if (cgroup.size() >= size) {
     return absl::InvalidArgumentError(absl::StrCat("freezer cgroup path too long for the journal: ", cgroup));
   }
-  std::snprintf(freezer_, sizeof freezer_, "%s", cgroup.c_str());
-  freezer_set_.store(1, std::memory_order_release);
+  std::snprintf(field, size, "%s", cgroup.c_str());
+  set.store(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status GuardJournal::FreezerHeld(const std::string& cgroup) {
+  return JournalCgroup(cgroup, freezer_, sizeof freezer_, freezer_set_);
+}
+
 absl::Status GuardJournal::PausedThawed(const std::string& cgroup) {
-  if (cgroup.size() >= sizeof paused_) {
-    return absl::InvalidArgumentError(absl::StrCat("freezer cgroup path too long for the journal: ", cgroup));
-  }
-  std::snprintf(paused_, sizeof paused_, "%s", cgroup.c_str());
-  paused_set_.store(1, std::memory_order_release);
-  return absl::OkStatus();
+  return JournalCgroup(cgroup, paused_, sizeof paused_, paused_set_);
 }
 
 bool GuardJournal::ShareRaising(const std::string& file, const std::string& before) {

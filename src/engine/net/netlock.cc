@@ -226,10 +226,7 @@ absl::Status RemoveNetworkLock(const std::string& table, pid_t netns_of) {
     if (deleted.ok() || absl::IsNotFound(deleted)) return absl::OkStatus();
     CAIRN_LOG_WARN("event=netlink_delete_failed table={} error=\"{}\"", table, deleted.ToString());
   }
-  auto done = RunNft({"delete", "table", "inet", table}, "", NetnsPath(netns_of));
-  if (done.ok()) return absl::OkStatus();
-  if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
-  return Annotate(done.status(), "remove the network lock " + table);
+  return RemoveNetworkLockIn(table, NetnsPath(netns_of));
 }
 
 absl::Status OpenNetworkLock(const std::string& table, pid_t netns_of) {
@@ -286,7 +283,8 @@ absl::Status RemoveNetworkLockIn(const std::string& table, const std::string& ns
   auto done = RunNft({"delete", "table", "inet", table}, "", ns_path);
   if (done.ok()) return absl::OkStatus();
   if (absl::StrContains(done.status().message(), "No such file or directory")) return absl::OkStatus();
-  return Annotate(done.status(), "remove the network lock " + table + " (in the network namespace " + ns_path + ")");
+  return Annotate(done.status(), absl::StrCat("remove the network lock ", table,
+                                              ns_path.empty() ? "" : " (in the network namespace " + ns_path + ")"));
 }
 
 absl::StatusOr<std::vector<NetworkNamespace>> OtherNetworkNamespaces() {
@@ -294,27 +292,26 @@ absl::StatusOr<std::vector<NetworkNamespace>> OtherNetworkNamespaces() {
   if (::stat("/proc/self/ns/net", &mine) != 0) return ErrnoStatus("stat /proc/self/ns/net");
   std::set<ino_t> seen = {mine.st_ino};
   std::vector<NetworkNamespace> out;
-  auto consider = [&](const std::string& path, const std::string& where) {
+  auto fresh = [&](const std::string& path) {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !seen.insert(st.st_ino).second) return;
-    out.push_back({path, where});
+    return ::stat(path.c_str(), &st) == 0 && seen.insert(st.st_ino).second;
   };
   // Those a name under /run/netns holds (ip netns), then those a process is in.
   std::error_code ec;
   using Dir = std::filesystem::directory_iterator;
   for (Dir it("/run/netns", ec); !ec && it != Dir(); it.increment(ec)) {
-    consider(it->path().string(), "the named network namespace " + it->path().string());
+    std::string path = it->path().string();
+    if (fresh(path)) out.push_back({path, "the named network namespace " + path});
   }
   ec.clear();
   for (Dir it("/proc", ec); !ec && it != Dir(); it.increment(ec)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(it->path().filename().string(), &pid)) continue;
-    std::string comm;
-    if (absl::StatusOr<std::string> c = ReadFile(absl::StrCat("/proc/", pid, "/comm")); c.ok()) {
-      comm = std::string(absl::StripTrailingAsciiWhitespace(*c));
-    }
-    consider(absl::StrCat("/proc/", pid, "/ns/net"),
-             absl::StrFormat("the network namespace of pid %d (%s)", pid, comm));
+    std::string path = absl::StrCat("/proc/", pid, "/ns/net");
+    if (!fresh(path)) continue;
+    absl::StatusOr<std::string> comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
+    out.push_back({path, absl::StrFormat("the network namespace of pid %d (%s)", pid,
+                                         comm.ok() ? absl::StripTrailingAsciiWhitespace(*comm) : "")});
   }
   return out;
 }

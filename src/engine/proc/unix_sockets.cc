@@ -20,32 +20,10 @@ namespace cairn::proc {
 
 namespace {
 
-absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadFrom(UniqueFd nl);
+// A sock_diag socket, answering for the caller's network namespace as of now.
+UniqueFd SockDiag() { return UniqueFd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)); }
 
-}  // namespace
-
-absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets(pid_t netns_of) {
-  // The netlink socket answers for the namespace it was made in.
-  struct stat mine {}, theirs {};
-  std::string ns = absl::StrCat("/proc/", netns_of, "/ns/net");
-  if (netns_of != 0 && ::stat("/proc/self/ns/net", &mine) == 0 && ::stat(ns.c_str(), &theirs) == 0 &&
-      mine.st_ino != theirs.st_ino) {
-    UniqueFd there;
-    RETURN_IF_ERROR(InNamespaceOf(netns_of, CLONE_NEWNET, "net", [&]() -> absl::Status {
-      there = UniqueFd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
-      return absl::OkStatus();
-    }));
-    ASSIGN_OR_RETURN(auto theirs_list, ReadFrom(std::move(there)));
-    // Those its processes hold from outside it (a runtime's) are ours.
-    ASSIGN_OR_RETURN(auto ours, ReadFrom(UniqueFd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG))));
-    theirs_list.merge(ours);
-    return theirs_list;
-  }
-  return ReadFrom(UniqueFd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)));
-}
-
-namespace {
-
+// The unix sockets the sock_diag socket `nl` lists.
 absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadFrom(UniqueFd nl) {
   if (!nl.valid()) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)");
   struct {
@@ -135,5 +113,26 @@ absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadFrom(UniqueFd nl) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::map<uint64_t, UnixSocket>> ReadUnixSockets(pid_t netns_of) {
+  // The netlink socket answers for the namespace it was made in.
+  struct stat mine {}, theirs {};
+  std::string ns = absl::StrCat("/proc/", netns_of, "/ns/net");
+  if (netns_of != 0 && ::stat("/proc/self/ns/net", &mine) == 0 && ::stat(ns.c_str(), &theirs) == 0 &&
+      mine.st_ino != theirs.st_ino) {
+    UniqueFd there;
+    RETURN_IF_ERROR(InNamespaceOf(netns_of, CLONE_NEWNET, "net", [&]() -> absl::Status {
+      there = SockDiag();
+      return absl::OkStatus();
+    }));
+    ASSIGN_OR_RETURN(auto theirs_list, ReadFrom(std::move(there)));
+    // Those its processes hold from outside it (a runtime's) are ours.
+    ASSIGN_OR_RETURN(auto ours, ReadFrom(SockDiag()));
+    theirs_list.merge(ours);
+    return theirs_list;
+  }
+  return ReadFrom(SockDiag());
+}
+
 
 }  // namespace cairn::proc

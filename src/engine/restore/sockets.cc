@@ -31,17 +31,21 @@
 namespace cairn::restore {
 namespace {
 
+// Whether `addr` (struct sockaddr bytes) is a unix socket's name in the file system.
+bool FileName(const std::string& addr) {
+  sa_family_t family = 0;
+  if (addr.size() >= sizeof family) std::memcpy(&family, addr.data(), sizeof family);
+  return family == AF_UNIX && addr.size() > offsetof(sockaddr_un, sun_path) &&
+         addr[offsetof(sockaddr_un, sun_path)] != '\0';
+}
+
 // connect(2) of `sock` to `addr`. A unix socket's name is the image's: a container's is resolved
 // in its file system (InImageMounts). Returns connect's result, errno set.
 int ConnectTo(int sock, const std::string& addr) {
   auto go = [&] {
     return ::connect(sock, reinterpret_cast<const sockaddr*>(addr.data()), static_cast<socklen_t>(addr.size()));
   };
-  sa_family_t family = 0;
-  if (addr.size() >= sizeof family) std::memcpy(&family, addr.data(), sizeof family);
-  bool named = family == AF_UNIX && addr.size() > offsetof(sockaddr_un, sun_path) &&
-               addr[offsetof(sockaddr_un, sun_path)] != '\0';
-  if (!named || !ImageRootActive() || InImageMountsNow()) return go();
+  if (!FileName(addr) || !ImageRootActive() || InImageMountsNow()) return go();
   int rc = -1, err = 0;
   absl::Status entered = InImageMounts([&] {
     rc = go();
@@ -243,8 +247,7 @@ absl::StatusOr<UniqueFd> CreateSocket(const image::Fd& fd, pid_t pid, ListenerRe
     reuse->where = Where(fd, pid);
   }
   const std::string& b = s.bound();
-  const bool file_name = s.family() == AF_UNIX && b.size() > offsetof(sockaddr_un, sun_path) &&
-                         b[offsetof(sockaddr_un, sun_path)] != '\0';
+  const bool file_name = FileName(b);
   // Bound to a name, where the name is (a container's: its file system, InImageMounts).
   auto bind_named = [&]() -> absl::Status {
     std::string path = file_name ? FormatSockaddr(b) : "";

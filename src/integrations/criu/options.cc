@@ -148,27 +148,24 @@ absl::StatusOr<DumpRequest> DumpFromRequest(const criu_rpc::Options& o, bool pre
   for (const std::string& e : o.external()) {
     // "net[INODE]:KEY", "pid[INODE]:KEY": the container's network or PID namespace is the
     // runtime's (a pod's), handed over again at restore.
-    for (const char* kind : {"net", "pid"}) {
-      std::string prefix = absl::StrCat(kind, "[");
-      if (!absl::StartsWith(e, prefix)) continue;
-      size_t close = e.find("]:");
-      uint64_t inode = 0;
-      if (close == std::string::npos || !absl::SimpleAtoi(e.substr(prefix.size(), close - prefix.size()), &inode)) {
-        return absl::InvalidArgumentError(absl::StrFormat("external '%s': expected %s[INODE]:KEY", e, kind));
-      }
-      struct stat st {};
-      std::string ns = absl::StrCat("/proc/", d.pid, "/ns/", kind);
-      if (::stat(ns.c_str(), &st) != 0) return ErrnoStatus("stat " + ns);
-      if (st.st_ino != inode) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "external '%s' names %s namespace %d, but the container's is %d", e, kind, inode, st.st_ino));
-      }
-      (std::string(kind) == "net" ? d.container.external_net : d.container.external_pid) = e.substr(close + 2);
-    }
-    if (!absl::StartsWith(e, "net[") && !absl::StartsWith(e, "pid[")) {
+    const char* kind = absl::StartsWith(e, "net[") ? "net" : absl::StartsWith(e, "pid[") ? "pid" : nullptr;
+    if (kind == nullptr) {
       return Refuse("external " + e,
                     "cairn takes only the network and PID namespaces (net[INODE]:KEY, pid[INODE]:KEY) as external");
     }
+    size_t close = e.find("]:");
+    uint64_t inode = 0;
+    if (close == std::string::npos || !absl::SimpleAtoi(e.substr(4, close - 4), &inode)) {
+      return absl::InvalidArgumentError(absl::StrFormat("external '%s': expected %s[INODE]:KEY", e, kind));
+    }
+    struct stat st {};
+    std::string ns = absl::StrCat("/proc/", d.pid, "/ns/", kind);
+    if (::stat(ns.c_str(), &st) != 0) return ErrnoStatus("stat " + ns);
+    if (st.st_ino != inode) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "external '%s' names %s namespace %d, but the container's is %d", e, kind, inode, st.st_ino));
+    }
+    (kind[0] == 'n' ? d.container.external_net : d.container.external_pid) = e.substr(close + 2);
   }
   d.container.empty_net = (o.empty_ns() & CLONE_NEWNET) != 0;
   // The runtime's own ends of the container's stdio (runc writes descriptors.json, the links of
