@@ -26,6 +26,8 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -51,15 +53,19 @@ thread_local int g_image_root = -1;
 thread_local int g_image_mounts = -1;
 thread_local bool g_in_image_mounts = false;  // InImageMounts's thread
 thread_local int g_host_proc = -1;            // and the host's /proc there
+thread_local ImageRoot* g_image_root_object = nullptr;
 }  // namespace
 
 ImageRoot::ImageRoot(UniqueFd root, UniqueFd mounts) : root_(std::move(root)), mounts_(std::move(mounts)) {
   g_image_root = root_.get();
   g_image_mounts = mounts_.get();
+  g_image_root_object = this;
 }
 ImageRoot::~ImageRoot() {
+  worker_.reset();  // (its thread ends before what it entered through is closed)
   g_image_root = -1;
   g_image_mounts = -1;
+  g_image_root_object = nullptr;
 }
 
 bool ImageRootActive() { return g_image_root >= 0; }
@@ -153,46 +159,92 @@ absl::Status HideProcMounts(int host_proc) {
 
 }  // namespace
 
-absl::Status InImageMounts(const std::function<absl::Status()>& fn) {
-  if (g_image_root < 0 || g_in_image_mounts) return fn();
-  if (g_image_mounts < 0) {
-    return absl::InternalError("the container's mount namespace is not at hand on this thread of the restore");
+// InImageMounts's thread: it enters the container's mounts once (a private copy of them with
+// their procfs covered, HideProcMounts), then runs each piece of work it is given, one at a time,
+// until its ImageRoot goes.
+class MountsWorker {
+ public:
+  explicit MountsWorker(int mounts) : thread_([this, mounts] { Body(mounts); }) {}
+  ~MountsWorker() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
   }
-  const int mounts = g_image_mounts;
-  absl::Status done;
-  std::thread([&] {
-    UniqueFd host_proc(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!host_proc.valid()) {
-      done = ErrnoStatus("open /proc (kept for the thread that enters the restored container's mount namespace)");
-      return;
+
+  absl::Status Run(const std::function<absl::Status()>& fn) {
+    std::unique_lock<std::mutex> l(mu_);
+    job_ = &fn;
+    done_ = false;
+    cv_.notify_all();
+    cv_.wait(l, [this] { return done_; });
+    job_ = nullptr;
+    return result_;
+  }
+
+ private:
+  // Enters the container's mounts as `mounts` names them; what it opens lives in *host_proc and *root.
+  static absl::Status Enter(int mounts, UniqueFd* host_proc, UniqueFd* root) {
+    *host_proc = UniqueFd(::open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!host_proc->valid()) {
+      return ErrnoStatus("open /proc (kept for the thread that enters the restored container's mount namespace)");
     }
-    g_host_proc = host_proc.get();
-    if (::unshare(CLONE_FS) != 0) {
-      done = ErrnoStatus("unshare(CLONE_FS) (to enter the restored container's mount namespace)");
-      return;
-    }
-    if (::setns(mounts, CLONE_NEWNS) != 0) {
-      done = ErrnoStatus("enter the restored container's mount namespace (setns)");
-      return;
-    }
+    g_host_proc = host_proc->get();
+    if (::unshare(CLONE_FS) != 0) return ErrnoStatus("unshare(CLONE_FS) (to enter the restored container's mount namespace)");
+    if (::setns(mounts, CLONE_NEWNS) != 0) return ErrnoStatus("enter the restored container's mount namespace (setns)");
     // A copy of it for this thread alone, without its /proc: the paths this thread follows are
     // the image's, and a symlink there could lead through a magic link of the container's
     // /proc (its pid 1 still shares our descriptor table) to anywhere on the host.
-    absl::Status hidden = HideProcMounts(g_host_proc);
-    if (!hidden.ok()) {
-      done = hidden;
-      return;
+    RETURN_IF_ERROR(HideProcMounts(g_host_proc));
+    *root = UniqueFd(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!root->valid()) return ErrnoStatus("open the restored container's root from inside its mount namespace");
+    return absl::OkStatus();
+  }
+
+  void Body(int mounts) {
+    UniqueFd host_proc, root;
+    absl::Status entered = Enter(mounts, &host_proc, &root);
+    std::optional<ImageRoot> here;
+    if (entered.ok()) {
+      g_in_image_mounts = true;
+      here.emplace(std::move(root));
     }
-    UniqueFd root(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!root.valid()) {
-      done = ErrnoStatus("open the restored container's root from inside its mount namespace");
-      return;
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      cv_.wait(l, [this] { return stop_ || (job_ != nullptr && !done_); });
+      if (stop_) return;
+      const std::function<absl::Status()>* job = job_;
+      l.unlock();
+      absl::Status result = entered.ok() ? (*job)() : entered;
+      l.lock();
+      result_ = result;
+      done_ = true;
+      cv_.notify_all();
     }
-    g_in_image_mounts = true;
-    ImageRoot here(std::move(root));
-    done = fn();
-  }).join();
-  return done;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<absl::Status()>* job_ = nullptr;
+  absl::Status result_;
+  bool done_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // last: it starts once the rest is made
+};
+
+MountsWorker& ImageRoot::Worker() {
+  if (!worker_) worker_ = std::make_unique<MountsWorker>(mounts_.get());
+  return *worker_;
+}
+
+absl::Status InImageMounts(const std::function<absl::Status()>& fn) {
+  if (g_image_root < 0 || g_in_image_mounts) return fn();
+  if (g_image_mounts < 0 || g_image_root_object == nullptr) {
+    return absl::InternalError("the container's mount namespace is not at hand on this thread of the restore");
+  }
+  return g_image_root_object->Worker().Run(fn);
 }
 
 int OpenImagePath(const std::string& path, int flags, mode_t mode) {

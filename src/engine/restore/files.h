@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,7 @@ absl::StatusOr<Masters> OpenMasters(const image::ImageReader& img, const std::ve
 // a path means what it meant to the container; otherwise the restorer's own.
 // `mounts`: the container's mount namespace, for what only a path resolved there can do
 // (InImageMounts).
+class MountsWorker;
 class ImageRoot {
  public:
   explicit ImageRoot(UniqueFd root, UniqueFd mounts = UniqueFd());
@@ -80,13 +82,17 @@ class ImageRoot {
   ImageRoot(const ImageRoot&) = delete;
   ImageRoot& operator=(const ImageRoot&) = delete;
 
+  // InImageMounts's thread, made at its first use and kept while this lives.
+  MountsWorker& Worker();
+
  private:
   UniqueFd root_, mounts_;
+  std::unique_ptr<MountsWorker> worker_;
 };
 
 // Runs `fn` where the image's paths are the file system's own: with no ImageRoot alive, here;
 // under a container's, on a thread of ours that joined the container's mount namespace
-// (unshare(CLONE_FS), setns), with an ImageRoot of that root — for bind(2) of a unix socket's
+// (unshare(CLONE_FS), setns; made once per ImageRoot, and kept), with an ImageRoot of that root — for bind(2) of a unix socket's
 // name, a removed file made again next to its name, inotify watches: calls that take a path and
 // no root to resolve it under. The thread keeps this thread's other namespaces (its network).
 absl::Status InImageMounts(const std::function<absl::Status()>& fn);
