@@ -495,6 +495,7 @@ TEST_F(RuncContainers, AContainerWithItsOwnCgroupNamespaceStandsAtItsRootAgain) 
   auto inside = [&]() { return Exec("c1", {"/bin/cat", "/proc/1/cgroup"}); };
   auto host = [](pid_t pid) { return ReadFile("/proc/" + std::to_string(pid) + "/cgroup"); };
   std::string inside_before = inside(), host_before = host(before);
+  ASSERT_NE(inside_before.find(":/"), std::string::npos) << inside_before;
   for (const std::string& line : SplitLines(inside_before)) {
     ASSERT_EQ(line.substr(line.rfind(':')), ":/") << "inside its namespace the container is at the root: " << line;
   }
@@ -916,8 +917,10 @@ TEST_F(RuncContainers, ALockLeftInAContainersNetworkNamespaceIsFoundAndRemovedBy
   auto tables = [&] {
     std::string out_path = *temp_ / "tables.out";
     int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    RunWithStdout({"/usr/sbin/ip", "netns", "exec", ns.name(), "/usr/sbin/nft", "list", "tables"}, out, "/dev/null");
+    int rc = RunWithStdout({"/usr/sbin/ip", "netns", "exec", ns.name(), "/usr/sbin/nft", "list", "tables"}, out,
+                           "/dev/null");
     ::close(out);
+    if (rc != 0) ADD_FAILURE() << "nft list tables failed in " << ns.name();
     return ReadFile(out_path);
   };
   ASSERT_NE(tables().find("cairn_lock_"), std::string::npos) << "the dump left its lock for the restore";

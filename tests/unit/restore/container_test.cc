@@ -147,6 +147,7 @@ TEST(ContainerPlan, AUserNamespaceIsMadeWithTheOthersAndItsRootNamesOwnersInside
   size_t root = IndexOf(steps, "bind the root file system"), host = IndexOf(steps, "open the host path /dev/null"),
          become = IndexOf(steps, "become uid 0, gid 0"), mount = IndexOf(steps, "mount tmpfs");
   ASSERT_LT(become, steps.size());
+  ASSERT_LT(mount, steps.size());
   EXPECT_LT(root, host);
   EXPECT_LT(host, become);
   EXPECT_LT(become, mount);
@@ -200,7 +201,7 @@ TEST(ContainerPlan, ACgroupNamespaceIsMadeAndItsHierarchiesMountedInsideIt) {
   EXPECT_TRUE(plan->CloneFlags() & CLONE_NEWCGROUP);
   std::vector<std::string> steps = Steps(*plan);
   size_t mount = IndexOf(steps, "mount cgroup (cgroup, options 'pids') at /sys/fs/cgroup/pids");
-  ASSERT_LT(mount, steps.size()) << "a fresh mount, showing the namespace's root, not a bind of the host's";
+  ASSERT_LT(mount + 1, steps.size()) << "a fresh mount, showing the namespace's root, not a bind of the host's";
   EXPECT_THAT(steps[mount + 1], HasSubstr("remount /sys/fs/cgroup/pids"));
 }
 
