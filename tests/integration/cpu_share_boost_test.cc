@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -74,11 +75,21 @@ TEST_F(CpuShareBoostTest, ACgroupHoldingAnythingElseIsLeftAlone) {
   pid_t a = Child(true);
   Child(true);  // not among the killed
   pid_t outside = Child(false);
-  std::string root_before = Shares(kCpu);
+  // The cpu cgroup the outside child is in (the test's own: the root, or a session's).
+  std::string theirs = kCpu;
+  std::istringstream lines(ReadFile("/proc/" + std::to_string(outside) + "/cgroup"));
+  for (std::string line; std::getline(lines, line);) {
+    size_t at = line.find(":cpu,cpuacct:") != std::string::npos ? line.find(":cpu,cpuacct:") + 13
+                : line.find(":cpu:") != std::string::npos       ? line.find(":cpu:") + 5
+                                                                : std::string::npos;
+    if (at != std::string::npos && line.substr(at) != "/") theirs += line.substr(at);
+  }
+  std::string theirs_before = Shares(theirs);
+  ASSERT_FALSE(theirs_before.empty()) << theirs;
   {
     proc::CpuShareBoost boost({a, outside});
     EXPECT_EQ(Shares(dir_), "512");
-    EXPECT_EQ(Shares(kCpu), root_before) << "the root cgroup is never raised";
+    EXPECT_EQ(Shares(theirs), theirs_before) << "a cgroup holding others (" << theirs << ") is never raised";
   }
   EXPECT_EQ(Shares(dir_), "512");
 }
