@@ -28,6 +28,9 @@ packages=(
   # Containers checkpointed by their runtimes through criu-compat (tests/integration/container_test.cc,
   # tests/containers/)
   runc podman containerd
+  # SLURM: the SPANK plugin (src/integrations/slurm/) and a real cluster of one slurmctld and three
+  # slurmd on this host (tests/slurm/)
+  slurmctld slurmd slurm-client munge libslurm-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -104,7 +104,8 @@ struct DaemonCommands::Options {
 
   std::string job, id, memory, from, user, group, cpu_baseline;
   int rank = 0;
-  std::vector<std::string> command, addresses;
+  std::vector<std::string> command, addresses, env;
+  std::string workdir;
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
   bool no_shutdown_checkpoint = false;
@@ -201,6 +202,11 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--cpu-baseline", o.cpu_baseline,
                     "Use only the CPU features of this level (x86-64-v2, v3 or v4), so that the job can be restored "
                     "on any node of that level; default: every feature of this node's CPU");
+  o.run->add_option("--env", o.env,
+                    "KEY=VALUE (repeatable): the job's command starts with exactly these variables; default: the "
+                    "daemon's environment");
+  o.run->add_option("--workdir", o.workdir,
+                    "The directory the job's command starts in (absolute; entered as --user); default: the daemon's");
   o.run->add_option("--group", o.group,
                     "A rank of this job group: processes on several nodes checkpointed together as one "
                     "consistent cut, and restored together (cairn group checkpoint|restore, through the controller)");
@@ -386,6 +392,8 @@ int DaemonCommands::Run() {
     s->set_rank(o.rank);
     for (const auto& a : o.addresses) s->add_addresses(a);
     for (const auto& a : o.command) s->add_command(a);
+    for (const auto& e : o.env) s->add_env(e);
+    s->set_workdir(o.workdir);
     s->mutable_limits()->set_cpus(o.cpus);
     if (!o.memory.empty()) {
       int64_t m = ParseSize(o.memory);

@@ -30,6 +30,8 @@
 #include "cli/exit_codes.h"
 #include "cli/help_formats.h"
 #include "cli/output.h"
+#include "cli/slurm_commands.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/sockaddr.h"
 #include "common/status.h"
@@ -440,8 +442,20 @@ int RunCompact(const std::string& dir, const std::string& out, const std::string
 }
 
 int RunJob(const std::string& name, const std::string& dir, const std::vector<std::string>& argv,
-           const std::string& user, const std::string& cpu_baseline) {
-  job::RunOptions opts{name, dir, argv, std::nullopt};
+           const std::string& user, const std::string& cpu_baseline, const std::string& env_file,
+           const std::string& workdir) {
+  job::RunOptions opts;
+  opts.name = name;
+  opts.dir = dir;
+  opts.argv = argv;
+  opts.workdir = workdir;
+  if (!env_file.empty()) {
+    absl::StatusOr<std::string> content = ReadFile(env_file);
+    if (!content.ok()) return Fail(Annotate(content.status(), "run --env-file"));
+    std::vector<std::string> env;
+    for (absl::string_view e : absl::StrSplit(*content, '\0', absl::SkipEmpty())) env.emplace_back(e);
+    opts.env = std::move(env);
+  }
   if (!cpu_baseline.empty()) {
     absl::StatusOr<int> level = machine::ParseBaseline(cpu_baseline);
     if (!level.ok()) return Fail(Annotate(level.status(), "run --cpu-baseline"));
@@ -679,6 +693,11 @@ int main(int argc, char** argv) {
   run->add_option("--cpu-baseline", cpu_baseline,
                   "Use only the CPU features of this x86-64 level (x86-64-v2, v3 or v4; through glibc's tunables and "
                   "OpenSSL's mask), so that the job's checkpoints restore on any machine of that level");
+  std::string env_file, workdir;
+  run->add_option("--env-file", env_file,
+                  "Start the command with exactly this environment: KEY=VALUE entries, each ended by a NUL byte (as "
+                  "/proc/PID/environ)");
+  run->add_option("--workdir", workdir, "Start the command in this directory (absolute; entered as --user)");
   run->add_option("command", command, "The command and its arguments, after --")->required();
 
   std::string shell;
@@ -705,6 +724,7 @@ int main(int argc, char** argv) {
 
   cairn::cli::ControllerCommands controller_commands(app);
   cairn::cli::DaemonCommands daemon_commands(app);  // after the controller's: shares its `job`
+  cairn::cli::SlurmCommands slurm_commands(app);
 
   if (argc == 1) {  // bare `cairn`: what there is to run
     std::fputs(app.help().c_str(), stdout);
@@ -724,7 +744,7 @@ int main(int argc, char** argv) {
   }
   cairn::InitLogging(verbose);
   if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key, dump_external);
-  if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user, cpu_baseline);
+  if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user, cpu_baseline, env_file, workdir);
   if (restore->parsed()) {
     for (const std::string& e : restore_external) {
       std::pair<std::string, std::string> kv = absl::StrSplit(e, absl::MaxSplits('=', 1));
@@ -767,6 +787,7 @@ int main(int argc, char** argv) {
   }
   if (controller_commands.Parsed()) return controller_commands.Run();
   if (daemon_commands.Parsed()) return daemon_commands.Run();
+  if (slurm_commands.Parsed()) return slurm_commands.Run();
   std::fputs(app.help().c_str(), stdout);
   return cairn::cli::kExitUsage;
 }

@@ -7,13 +7,16 @@
 // once more after the job is seen to have ended.
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "daemon/daemon.h"
@@ -102,6 +105,16 @@ absl::Status Daemon::Attach(const std::string& name, int64_t tail_lines, int64_t
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSIGN_OR_RETURN(job, state());
   }
+}
+
+void Daemon::EndBoundJob(const std::string& name) {
+  Event(name, "unbound", "the caller its attach was bound to (a SLURM task's agent) went away: the job is killed");
+  // KillJob waits up to 60 s for a checkpoint in progress (whose --kill may end the job first).
+  for (int i = 0; i < 60; ++i) {
+    absl::StatusOr<api::Job> r = KillJob(name, SIGKILL);
+    if (r.ok() || !absl::StrContains(r.status().message(), "in progress")) return;
+  }
+  CAIRN_LOG_WARN("job={} still busy an hour after the caller its attach was bound to went away; not killed", name);
 }
 
 }  // namespace cairn::daemon

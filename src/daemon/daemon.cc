@@ -82,6 +82,17 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
   std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", EngineName(name), "--dir", JobDir(name)};
   if (!spec.user().empty()) args.insert(args.end(), {"--user", spec.user()});
   if (!spec.cpu_baseline().empty()) args.insert(args.end(), {"--cpu-baseline", spec.cpu_baseline()});
+  if (!spec.workdir().empty()) args.insert(args.end(), {"--workdir", spec.workdir()});
+  // The environment (a SLURM task's, with its secrets) in a root-only file beside the logs.
+  std::string env_path = opts_.state_dir + "/jobs/." + name + ".env";
+  if (spec.env_size() > 0) {
+    std::string env;
+    for (const std::string& e : spec.env()) env.append(e).push_back('\0');
+    UniqueFd f(::open(env_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!f.valid()) return ErrnoStatus("create " + env_path);
+    RETURN_IF_ERROR(WriteAll(f.get(), env, env_path));
+    args.insert(args.end(), {"--env-file", env_path});
+  }
   args.push_back("--");
   args.insert(args.end(), spec.command().begin(), spec.command().end());
   std::vector<char*> argv;
@@ -102,6 +113,7 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
   }
   std::string out = ReadFile(out_path).value_or("");
   ::unlink(out_path.c_str());
+  if (spec.env_size() > 0) ::unlink(env_path.c_str());
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("job ", name, ": cairn run failed: ",
                                                       absl::StripAsciiWhitespace(out)));

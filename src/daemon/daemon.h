@@ -114,6 +114,9 @@ class Daemon {
   absl::Status Attach(const std::string& name, int64_t tail_lines, int64_t tail_bytes,
                       const std::function<bool(const api::AttachJobOutput&)>& send,
                       const std::function<bool()>& stop);
+  // The caller an attach was bound to (AttachJobRequest.bound) went away while the job ran:
+  // kills the job once no checkpoint, restore or migration of it is in progress (attach.cc).
+  void EndBoundJob(const std::string& name);
   // Sends `sig` (0: SIGKILL) to the job's init, after a checkpoint or restore in progress ends;
   // with SIGKILL waits (up to 5 s) until it is gone.
   absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);

@@ -36,6 +36,23 @@ absl::Status CheckJobSpec(const api::JobSpec& spec) {
       return absl::InvalidArgumentError(absl::StrCat("addresses (--address): ", text, " is given twice"));
     }
   }
+  // The environment goes to `cairn run` in a file: entries must be KEY=VALUE, and 4 MiB (a
+  // generous ARG_MAX) is the most an exec could take anyway.
+  size_t env_bytes = 0;
+  for (const std::string& e : spec.env()) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || eq == 0 || e.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("env (--env): '", e.substr(0, 64), "' is not KEY=VALUE (a non-empty KEY, no NUL byte)"));
+    }
+    env_bytes += e.size() + 1;
+  }
+  if (env_bytes > (4u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("env (--env): ", env_bytes, " bytes; a job's environment has at most 4 MiB"));
+  }
+  if (!spec.workdir().empty() && (spec.workdir()[0] != '/' || spec.workdir().find('\0') != std::string::npos)) {
+    return absl::InvalidArgumentError(absl::StrCat("workdir (--workdir) '", spec.workdir(), "': give an absolute path"));
+  }
   const api::Limits& l = spec.limits();
   // cgroup v1 takes a CPU quota of at least 1 ms per 100 ms period.
   RETURN_IF_ERROR(CheckNumber("limits.cpus (--cpus)", l.cpus(), {0.01, kMaxCpus, "no limit"}));

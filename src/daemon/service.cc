@@ -65,9 +65,16 @@ grpc::Status GrpcService::JobLogs(grpc::ServerContext* ctx, const api::JobLogsRe
 grpc::Status GrpcService::AttachJob(grpc::ServerContext* ctx, const api::AttachJobRequest* req,
                                     grpc::ServerWriter<api::AttachJobOutput>* writer) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(daemon_->Attach(
-      req->name(), req->tail_lines(), req->tail_bytes(), [&](const api::AttachJobOutput& o) { return writer->Write(o); },
-      [&] { return ctx->IsCancelled() || stopping_; }));
+  bool ended = false;
+  absl::Status st = daemon_->Attach(
+      req->name(), req->tail_lines(), req->tail_bytes(),
+      [&](const api::AttachJobOutput& o) {
+        ended = ended || !o.state().empty();
+        return writer->Write(o);
+      },
+      [&] { return ctx->IsCancelled() || stopping_; });
+  if (st.ok() && req->bound() && !ended && !stopping_) daemon_->EndBoundJob(req->name());
+  return ToGrpc(st);
 }
 
 grpc::Status GrpcService::KillJob(grpc::ServerContext* ctx, const api::KillJobRequest* req, api::KillJobResponse* resp) {

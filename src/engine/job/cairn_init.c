@@ -2,11 +2,12 @@
 // program, so that the init every checkpoint of a job saves and every restore rebuilds is a
 // handful of memory areas, not the cairn binary with its libraries and heap.
 //
-//   cairn-init GO_FD OUT_FD ERR_FD [-u UID:GID[:GROUP,GROUP...]] -- COMMAND [ARGS...]
+//   cairn-init GO_FD OUT_FD ERR_FD [-u UID:GID[:GROUP,GROUP...]] [-C DIR] -- COMMAND [ARGS...]
 //
 // Waits for one byte on GO_FD (its parent has put it in the job's cgroup), gives itself a mount
 // namespace with a /proc of its PID namespace, with -u becomes that user (groups, gid, uid: the
-// job's owner, so that nothing of the job runs as root), starts COMMAND in a new session with stdin
+// job's owner, so that nothing of the job runs as root), with -C enters DIR as that user (a
+// directory root may not enter, on a root-squashed NFS, is the user's to enter), starts COMMAND in a new session with stdin
 // /dev/null and stdout/stderr on OUT_FD/ERR_FD, forwards SIGTERM, SIGINT, SIGHUP, SIGUSR1 and
 // SIGUSR2 to it, reaps every orphan of the namespace, and exits with COMMAND's status (128 +
 // signal when a signal ended it). Exit 125: it could not set the job up; 127: COMMAND could not
@@ -66,13 +67,15 @@ static int BecomeUser(const char* spec) {
 int main(int argc, char** argv) {
   int go_fd = argc > 5 ? Fd(argv[1]) : -1, out_fd = argc > 5 ? Fd(argv[2]) : -1, err_fd = argc > 5 ? Fd(argv[3]) : -1;
   const char* user = NULL;
+  const char* workdir = NULL;
   int dashes = 4;
-  if (argc > 7 && strcmp(argv[4], "-u") == 0) {
-    user = argv[5];
-    dashes = 6;
+  for (; dashes + 1 < argc && argv[dashes][0] == '-' && argv[dashes][1] != '-' && argv[dashes][2] == '\0'; dashes += 2) {
+    if (argv[dashes][1] == 'u') user = argv[dashes + 1];
+    else if (argv[dashes][1] == 'C') workdir = argv[dashes + 1];
+    else break;
   }
   if (go_fd < 0 || out_fd < 0 || err_fd < 0 || argc <= dashes + 1 || strcmp(argv[dashes], "--") != 0) {
-    fprintf(stderr, "cairn-init: started by cairn run only (cairn-init GO_FD OUT_FD ERR_FD [-u UID:GID:GROUPS] -- COMMAND...)\n");
+    fprintf(stderr, "cairn-init: started by cairn run only (cairn-init GO_FD OUT_FD ERR_FD [-u UID:GID:GROUPS] [-C DIR] -- COMMAND...)\n");
     return 125;
   }
   char** command = argv + dashes + 1;
@@ -87,6 +90,10 @@ int main(int argc, char** argv) {
   }
   if (user != NULL && BecomeUser(user) != 0) {
     dprintf(err_fd, "cairn-init: cannot become user %s: %s\n", user, strerror(errno));
+    _exit(125);
+  }
+  if (workdir != NULL && chdir(workdir) != 0) {
+    dprintf(err_fd, "cairn-init: cannot enter the working directory %s: %s\n", workdir, strerror(errno));
     _exit(125);
   }
   pid_t cmd = fork();

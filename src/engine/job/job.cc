@@ -185,9 +185,13 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (std::string beside = (self.parent_path() / "cairn-init").string(); !ec && ::access(beside.c_str(), X_OK) == 0) {
     init_exe = beside;
   }
-  if (opts.user.has_value() && init_exe.empty()) {
-    return absl::FailedPreconditionError(
-        "a job run as a user needs cairn-init beside the cairn executable (it drops root there); reinstall cairn");
+  if ((opts.user.has_value() || !opts.workdir.empty()) && init_exe.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a job run ", opts.user.has_value() ? "as a user" : "in a working directory",
+        " needs cairn-init beside the cairn executable (it drops root and enters the directory there); reinstall cairn"));
+  }
+  if (!opts.workdir.empty() && opts.workdir[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("working directory '", opts.workdir, "': give an absolute path"));
   }
   if (!init_exe.empty()) {
     init_args = {"cairn-init", std::to_string(go_r.get()), std::to_string(out.get()), std::to_string(err.get())};
@@ -195,21 +199,40 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
       init_args.push_back("-u");
       init_args.push_back(absl::StrCat(opts.user->uid, ":", opts.user->gid, ":", absl::StrJoin(opts.user->groups, ",")));
     }
+    if (!opts.workdir.empty()) init_args.insert(init_args.end(), {"-C", opts.workdir});
     init_args.push_back("--");
     init_args.insert(init_args.end(), opts.argv.begin(), opts.argv.end());
     for (std::string& a : init_args) init_argv.push_back(a.data());
     init_argv.push_back(nullptr);
   }
 
-  // The environment: this one, with a CPU baseline's variables (machine/cpu.h) when asked for.
-  // Built here, like the command line: the child must not allocate.
+  // The environment: the one given, else this one, with a CPU baseline's variables
+  // (machine/cpu.h) when asked for. Built here, like the command line: the child must not allocate.
   std::vector<std::string> env_strings;
   std::vector<char*> envp;
+  std::vector<std::string_view> base;
+  if (opts.env.has_value()) {
+    for (const std::string& e : *opts.env) {
+      if (e.find('=') == std::string::npos || e.front() == '=' || e.find('\0') != std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat("environment entry '", e, "': give KEY=VALUE"));
+      }
+      base.emplace_back(e);
+    }
+  } else {
+    for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
+  }
+  if (opts.cpu_baseline == 0 && opts.env.has_value()) {
+    env_strings.assign(base.begin(), base.end());
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+  }
   if (opts.cpu_baseline > 0) {
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    const char* tunables = nullptr;
+    for (std::string_view e : base) {
+      if (e.substr(0, 15) == "GLIBC_TUNABLES=") tunables = e.data() + 15;
+    }
     auto vars = machine::BaselineEnvironment(opts.cpu_baseline, tunables != nullptr ? tunables : "");
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string_view entry = *e;
+    for (std::string_view entry : base) {
       bool replaced = std::any_of(vars.begin(), vars.end(), [&](const auto& v) {
         return entry.substr(0, v.first.size() + 1) == v.first + "=";
       });

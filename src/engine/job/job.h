@@ -42,6 +42,11 @@ struct RunOptions {
   // 1..4: the job uses only that x86-64 level's CPU features (machine/cpu.h
   // BaselineEnvironment goes into its environment); 0: all of this machine's.
   int cpu_baseline = 0;
+  // The job's environment, KEY=VALUE entries, instead of this process's (a CPU baseline's
+  // variables still go on top). Unset: this process's.
+  std::optional<std::vector<std::string>> env;
+  // The directory the command starts in, entered as the job's user. Empty: this process's.
+  std::string workdir;
 };
 
 // The user `name` (or a numeric uid) of this machine: its uid, primary gid and supplementary

@@ -1,0 +1,224 @@
+// SLURM with cairn (src/integrations/slurm/): a real slurmctld and three slurmd on this host
+// (tests/slurm/cluster.sh: nodes n1..n3, partitions low and high, PreemptMode=REQUEUE), one
+// cairnd per SLURM node sharing a directory store and an image key, and batch jobs submitted with
+// --cairn through the SPANK plugin (cairn_spank.so). The jobs run hash_steps.py: their output
+// must end with the digest an uninterrupted run prints, and a job that came back from a
+// checkpoint must not compute its first steps again.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "daemon_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kSteps[] = "600";
+constexpr char kPerStep[] = "100000";
+
+// The cluster, its cairnds and the store, shared by the tests of this file (a start takes ~10 s).
+struct Cluster {
+  std::unique_ptr<TempDir> dir;
+  std::string slurm, shared, jobs, conf;
+  std::vector<std::unique_ptr<DaemonProcess>> cairnd;  // n1, n2, n3
+  std::string expected;                                // the digest line of an uninterrupted run
+  std::string failure;                                 // why the cluster could not be started
+};
+Cluster* g = nullptr;
+
+CommandResult Slurm(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 60s) {
+  return RunCommand(argv, g->dir->path(), CommandOptions{{"SLURM_CONF=" + g->conf}, timeout, std::nullopt});
+}
+
+CommandResult ClusterScript(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/bin/bash", CLUSTER_SH};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv, g->dir->path(), CommandOptions{{"GRACE_TIME=4", "KILL_WAIT=30"}, 120s, std::nullopt});
+}
+
+// `scontrol show job J` as KEY=VALUE pairs.
+std::map<std::string, std::string> ShowJob(const std::string& id) {
+  std::map<std::string, std::string> fields;
+  CommandResult r = Slurm({"/usr/bin/scontrol", "-o", "show", "job", id});
+  for (absl::string_view kv : absl::StrSplit(r.out, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+    size_t eq = kv.find('=');
+    if (eq != absl::string_view::npos) fields[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+  }
+  return fields;
+}
+
+class SlurmTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    g = new Cluster;
+    if (::access("/usr/sbin/slurmctld", X_OK) != 0 || ::access("/usr/sbin/munged", X_OK) != 0) {
+      g->failure = "SLURM is not installed (apt install slurmctld slurmd slurm-client munge)";
+      return;
+    }
+    g->dir = std::make_unique<TempDir>();
+    g->slurm = g->dir->path() + "/slurm";
+    g->shared = g->dir->path() + "/store";
+    g->jobs = g->dir->path() + "/jobs";
+    g->conf = g->slurm + "/slurm.conf";
+    for (const std::string& d : {g->slurm, g->shared, g->jobs}) std::filesystem::create_directories(d);
+    std::string key = g->dir->path() + "/image.key";
+    // One image key for the cluster: a checkpoint one node seals, another restores.
+    CommandResult k = RunCommand({"/bin/sh", "-c", "od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > " + key + " && chmod 0600 " + key},
+                                 g->dir->path());
+    if (!k.Exited(0)) {
+      g->failure = "cannot make the image key: " + k.Describe();
+      return;
+    }
+    for (const char* n : {"n1", "n2", "n3"}) {
+      g->cairnd.push_back(std::make_unique<DaemonProcess>(
+          g->dir->path(), n, std::vector<std::string>{"--storage", "dir:" + g->shared, "--image-key", key}));
+      ::testing::AssertionResult started = g->cairnd.back()->Start();
+      if (!started) {
+        g->failure = started.message();
+        return;
+      }
+    }
+    // cairnd's node is nX-SUFFIX: the plugin names the socket of SLURM node %n.
+    std::string suffix = g->cairnd[0]->node().substr(2);
+    std::string plug = absl::StrCat("required ", CAIRN_SPANK, " cairn=", CAIRN_BIN, " socket=", g->dir->path(), "/%n",
+                                    suffix, ".sock");
+    CommandResult r = ClusterScript({"start", g->slurm, plug});
+    if (!r.Exited(0)) {
+      g->failure = "cluster.sh start: " + r.Describe();
+      return;
+    }
+    CommandResult plain =
+        RunCommand({"/usr/bin/python3", HASH_STEPS, kSteps, kPerStep}, g->dir->path(), WithTimeout(300s));
+    g->expected = plain.out.substr(plain.out.rfind("digest "));
+  }
+
+  static void TearDownTestSuite() {
+    if (g->dir != nullptr) {
+      for (auto& d : g->cairnd) d->KillJobs();
+      ClusterScript({"stop", g->slurm});
+    }
+    delete g;
+    g = nullptr;
+  }
+
+  void SetUp() override {
+    if (!g->failure.empty()) GTEST_FAIL() << g->failure;
+  }
+
+  // Submits hash_steps.py as a batch job with `flags`; returns its id ("" on failure).
+  std::string Submit(const std::string& name, const std::vector<std::string>& flags) {
+    std::string script = g->jobs + "/" + name + ".sh";
+    WriteFile(script, absl::StrCat("#!/bin/bash\nexec /usr/bin/python3 -u ", HASH_STEPS, " ", kSteps, " ", kPerStep,
+                                   "\n"));
+    ::chmod(script.c_str(), 0755);
+    // --open-mode=append: the output of every start stays, so that the test sees where each began.
+    std::vector<std::string> argv = {"/usr/bin/sbatch", "--parsable",    "-J", name, "-o", Output(name),
+                                     "-D",              g->jobs,         "--open-mode=append"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back(script);
+    CommandResult r = Slurm(argv);
+    EXPECT_TRUE(r.Exited(0)) << r.Describe();
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  }
+  std::string Output(const std::string& name) { return g->jobs + "/" + name + ".out"; }
+
+  // Waits until job `id` is in `state` (RUNNING, COMPLETED...); the failure says where it is.
+  ::testing::AssertionResult WaitJob(const std::string& id, const std::string& state,
+                                     std::chrono::milliseconds timeout = 120s) {
+    std::string last;
+    bool ok = WaitFor(
+        [&] {
+          last = ShowJob(id)["JobState"];
+          return last == state;
+        },
+        timeout);
+    if (ok) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "job " << id << " is " << last << ", not " << state << "\n"
+                                         << Slurm({"/usr/bin/scontrol", "show", "job", id}).out;
+  }
+
+  // The steps the job's output shows, in order (each start of the job appends its own).
+  static std::vector<int> Steps(const std::string& out) {
+    std::vector<int> steps;
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+      int step = 0;
+      if (f.size() == 3 && f[0] == "step" && absl::SimpleAtoi(f[1], &step)) steps.push_back(step);
+    }
+    return steps;
+  }
+  static int LastStep(const std::string& out) {
+    std::vector<int> s = Steps(out);
+    return s.empty() ? 0 : s.back();
+  }
+  // Where the job's second start went on from: {the last step of the first start, the first of
+  // the second}, split where the agent says it restored the job (or, without that, where the
+  // steps begin again); {-1, -1} when it started only once.
+  static std::pair<int, int> Restart(const std::string& out) {
+    int before = 0, after = -1;
+    bool restored = false;
+    std::vector<int> steps;
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      if (absl::StrContains(line, "restored on node")) restored = true;
+      std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
+      int step = 0;
+      if (f.size() != 3 || f[0] != "step" || !absl::SimpleAtoi(f[1], &step)) continue;
+      if (!restored && !steps.empty() && step <= steps.back()) restored = true;  // began again
+      if (restored && after < 0) after = step;
+      if (!restored) before = step;
+      steps.push_back(step);
+    }
+    return after < 0 ? std::pair<int, int>{-1, -1} : std::pair<int, int>{before, after};
+  }
+  // The job's output ends with the uninterrupted run's digest, and its second start went on from
+  // a checkpoint at most `max_lost` steps behind where the first start stopped.
+  static ::testing::AssertionResult CameBackRight(const std::string& out, int max_lost) {
+    if (out.find(g->expected) == std::string::npos) {
+      return ::testing::AssertionFailure() << "no " << g->expected << " in the output:\n" << out;
+    }
+    auto [stopped_at, went_on_at] = Restart(out);
+    if (went_on_at < 0) return ::testing::AssertionFailure() << "the job did not start twice:\n" << out;
+    if (went_on_at == 1 || stopped_at - (went_on_at - 1) > max_lost) {
+      return ::testing::AssertionFailure() << "the first start stopped at step " << stopped_at
+                                           << " and the second began at step " << went_on_at << ":\n" << out;
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+TEST_F(SlurmTest, APreemptedJobComesBackFromItsCheckpointAndFinishesWithTheRightResult) {
+  std::string low = Submit("preempted", {"-p", "low", "-w", "n1", "-c", "2", "--requeue", "--cairn=10m"});
+  ASSERT_FALSE(low.empty());
+  ASSERT_TRUE(WaitFor([&] { return LastStep(ReadFile(Output("preempted"))) >= 10; }, 120s))
+      << ReadFile(Output("preempted")) << ReadFile(g->slurm + "/slurmd-n1.log");
+  // A job of the high partition that needs all of n1: SLURM preempts the low one (REQUEUE) and
+  // sends it SIGTERM once its grace time is over; its agent checkpoints it and stops it.
+  std::string high = Submit("preemptor", {"-p", "high", "-w", "n1", "-c", "2"});
+  ASSERT_TRUE(WaitJob(low, "COMPLETED", 300s)) << ReadFile(Output("preempted"));
+  EXPECT_EQ(ShowJob(low)["Restarts"], "1");
+  std::string out = ReadFile(Output("preempted"));
+  // Its only checkpoint was the one at the preemption (the periodic ones are 10 minutes apart):
+  // what it lost is the steps between that checkpoint and the stop, none.
+  EXPECT_TRUE(CameBackRight(out, 1));
+  EXPECT_NE(out.find("checkpointed ("), std::string::npos) << out;
+  EXPECT_NE(out.find("restored on node"), std::string::npos) << out;
+  EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
+}
+
+}  // namespace
+}  // namespace cairn::testing
