@@ -34,7 +34,7 @@ constexpr char kPerStep[] = "100000";
 // The cluster, its cairnds and the store, shared by the tests of this file (a start takes ~10 s).
 struct Cluster {
   std::unique_ptr<TempDir> dir;
-  std::string slurm, shared, jobs, conf;
+  std::string slurm, shared, jobs, conf, scratch;
   std::vector<std::unique_ptr<DaemonProcess>> cairnd;  // n1, n2, n3
   std::string expected;                                // the digest line of an uninterrupted run
   std::string failure;                                 // why the cluster could not be started
@@ -42,7 +42,7 @@ struct Cluster {
 Cluster* g = nullptr;
 
 CommandResult Slurm(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = 60s) {
-  return RunCommand(argv, g->dir->path(), CommandOptions{{"SLURM_CONF=" + g->conf}, timeout, std::nullopt});
+  return RunCommand(argv, g->scratch, CommandOptions{{"SLURM_CONF=" + g->conf}, timeout, std::nullopt});
 }
 
 CommandResult ClusterScript(const std::vector<std::string>& args) {
@@ -75,7 +75,8 @@ class SlurmTest : public ::testing::Test {
     g->shared = g->dir->path() + "/store";
     g->jobs = g->dir->path() + "/jobs";
     g->conf = g->slurm + "/slurm.conf";
-    for (const std::string& d : {g->slurm, g->shared, g->jobs}) std::filesystem::create_directories(d);
+    g->scratch = g->dir->path() + "/scratch";  // the output files of the many scontrol calls
+    for (const std::string& d : {g->slurm, g->shared, g->jobs, g->scratch}) std::filesystem::create_directories(d);
     std::string key = g->dir->path() + "/image.key";
     // One image key for the cluster: a checkpoint one node seals, another restores.
     CommandResult k = RunCommand({"/bin/sh", "-c", "od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > " + key + " && chmod 0600 " + key},
@@ -120,8 +121,9 @@ class SlurmTest : public ::testing::Test {
     if (!g->failure.empty()) GTEST_FAIL() << g->failure;
   }
 
-  // Submits hash_steps.py as a batch job with `flags`; returns its id ("" on failure).
-  std::string Submit(const std::string& name, const std::vector<std::string>& flags) {
+  // Submits hash_steps.py as a batch job with `flags` (or, with `script` false, what flags say:
+  // --wrap); returns its id ("" on failure).
+  std::string Submit(const std::string& name, const std::vector<std::string>& flags, bool script_job = true) {
     std::string script = g->jobs + "/" + name + ".sh";
     WriteFile(script, absl::StrCat("#!/bin/bash\nexec /usr/bin/python3 -u ", HASH_STEPS, " ", kSteps, " ", kPerStep,
                                    "\n"));
@@ -130,12 +132,28 @@ class SlurmTest : public ::testing::Test {
     std::vector<std::string> argv = {"/usr/bin/sbatch", "--parsable",    "-J", name, "-o", Output(name),
                                      "-D",              g->jobs,         "--open-mode=append"};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    argv.push_back(script);
+    if (script_job) argv.push_back(script);
     CommandResult r = Slurm(argv);
     EXPECT_TRUE(r.Exited(0)) << r.Describe();
     return std::string(absl::StripAsciiWhitespace(r.out));
   }
   std::string Output(const std::string& name) { return g->jobs + "/" + name + ".out"; }
+
+  // Waits until the job's output shows step `n`.
+  ::testing::AssertionResult WaitStep(const std::string& name, int n, std::chrono::milliseconds timeout = 120s) {
+    if (WaitFor([&] { return LastStep(ReadFile(Output(name))) >= n; }, timeout)) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "job " << name << " did not reach step " << n << ":\n"
+                                         << ReadFile(Output(name));
+  }
+
+  // The cairnd of SLURM node nX.
+  static DaemonProcess& Cairnd(const std::string& node) { return *g->cairnd[node[1] - '1']; }
+
+  // Submits a job of the high partition that needs all of `node`: SLURM preempts the low job
+  // there (REQUEUE) and sends it SIGTERM once its grace time is over.
+  std::string Preempt(const std::string& node) {
+    return Submit("preemptor-" + node, {"-p", "high", "-w", node, "-c", "2", "--wrap", "sleep 2"}, false);
+  }
 
   // Waits until job `id` is in `state` (RUNNING, COMPLETED...); the failure says where it is.
   ::testing::AssertionResult WaitJob(const std::string& id, const std::string& state,
@@ -204,11 +222,9 @@ class SlurmTest : public ::testing::Test {
 TEST_F(SlurmTest, APreemptedJobComesBackFromItsCheckpointAndFinishesWithTheRightResult) {
   std::string low = Submit("preempted", {"-p", "low", "-w", "n1", "-c", "2", "--requeue", "--cairn=10m"});
   ASSERT_FALSE(low.empty());
-  ASSERT_TRUE(WaitFor([&] { return LastStep(ReadFile(Output("preempted"))) >= 10; }, 120s))
-      << ReadFile(Output("preempted")) << ReadFile(g->slurm + "/slurmd-n1.log");
-  // A job of the high partition that needs all of n1: SLURM preempts the low one (REQUEUE) and
-  // sends it SIGTERM once its grace time is over; its agent checkpoints it and stops it.
-  std::string high = Submit("preemptor", {"-p", "high", "-w", "n1", "-c", "2"});
+  ASSERT_TRUE(WaitStep("preempted", 10)) << ReadFile(g->slurm + "/slurmd-n1.log");
+  // Its agent checkpoints it and stops it at the SIGTERM.
+  std::string high = Preempt("n1");
   ASSERT_TRUE(WaitJob(low, "COMPLETED", 300s)) << ReadFile(Output("preempted"));
   EXPECT_EQ(ShowJob(low)["Restarts"], "1");
   std::string out = ReadFile(Output("preempted"));
@@ -218,6 +234,91 @@ TEST_F(SlurmTest, APreemptedJobComesBackFromItsCheckpointAndFinishesWithTheRight
   EXPECT_NE(out.find("checkpointed ("), std::string::npos) << out;
   EXPECT_NE(out.find("restored on node"), std::string::npos) << out;
   EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
+}
+
+TEST_F(SlurmTest, AJobWithoutCairnIsLeftAloneAndAPreemptionStartsItOverFromTheBeginning) {
+  std::string id = Submit("plain", {"-p", "low", "-w", "n1", "-c", "2", "--requeue"});
+  ASSERT_TRUE(WaitStep("plain", 10));
+  // The plugin did nothing for it: no cairnd knows it, SLURM's log does not name cairn.
+  for (auto& d : g->cairnd) EXPECT_FALSE(d->Cairn({"job", "show", "slurm-" + id}).Exited(0)) << d->node();
+  EXPECT_EQ(ReadFile(g->slurm + "/slurmd-n1.log").find("cairn"), std::string::npos);
+  std::string high = Preempt("n1");
+  ASSERT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("plain"));
+  std::string out = ReadFile(Output("plain"));
+  EXPECT_NE(out.find(g->expected), std::string::npos) << out;
+  EXPECT_EQ(out.find("cairn"), std::string::npos) << out;
+  // SLURM alone starts a requeued job over: its second start began at step 1.
+  EXPECT_EQ(Restart(out).second, 1) << out;
+  EXPECT_FALSE(CameBackRight(out, 1));
+  EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
+}
+
+TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCheckpoint) {
+  std::string id = Submit("lost", {"-p", "low", "-c", "2", "--requeue", "--cairn=2s"});
+  ASSERT_TRUE(WaitJob(id, "RUNNING"));
+  std::string node = ShowJob(id)["BatchHost"];
+  ASSERT_TRUE(node == "n1" || node == "n2" || node == "n3") << node;
+  DaemonProcess& d = Cairnd(node);
+  // Its node's cairnd has stored a periodic checkpoint of it.
+  auto checkpoints = [&] {
+    CommandResult r = d.Cairn({"job", "show", "slurm-" + id, "--json"});
+    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    return r.Exited(0) && !j.is_discarded() ? j["job"].value("checkpoints", 0) : 0;
+  };
+  ASSERT_TRUE(WaitFor([&] { return checkpoints() >= 1; }, 60s)) << d.RunLog();
+  ASSERT_TRUE(WaitStep("lost", 100));
+  // The machine dies: its slurmd and slurmstepds, its cairnd, the job's processes.
+  d.KillJobs();
+  d.Kill(SIGKILL);
+  d.Wait();
+  CommandResult killed = ClusterScript({"kill-node", g->slurm, node});
+  ASSERT_TRUE(killed.Exited(0)) << killed.Describe();
+  // SLURM marks the node down (SlurmdTimeout) and requeues the job elsewhere; its agent there
+  // restores the newest checkpoint in the store.
+  EXPECT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("lost"));
+  std::string out = ReadFile(Output("lost"));
+  EXPECT_NE(ShowJob(id)["BatchHost"], node);
+  // Checkpoints every 2 s: it lost at most the steps of a few seconds (40 ms each).
+  EXPECT_TRUE(CameBackRight(out, 250));
+  EXPECT_NE(out.find("restored on node"), std::string::npos) << out;
+  // The node comes back for the other tests.
+  CommandResult back = ClusterScript({"start-node", g->slurm, node});
+  EXPECT_TRUE(back.Exited(0)) << back.Describe();
+  EXPECT_TRUE(d.Start());
+  EXPECT_TRUE(WaitFor([&] { return ShowJob(id).count("JobState") == 0 ||
+                                  Slurm({"/usr/bin/sinfo", "-h", "-n", node, "-o", "%t"}).out.find("idle") == 0; },
+                      120s));
+}
+
+TEST_F(SlurmTest, CairnSlurmMigrateMovesARunningJobToTheNodeItNames) {
+  std::string id = Submit("moved", {"-p", "low", "-w", "n2", "-c", "1", "--requeue", "--cairn=10m"});
+  ASSERT_TRUE(WaitStep("moved", 20));
+  CommandResult r = Slurm({CAIRN_BIN, "slurm", "migrate", id, "--to", "n3"}, 300s);
+  ASSERT_TRUE(r.Exited(0)) << r.Describe() << ReadFile(Output("moved"));
+  EXPECT_NE(r.out.find("moved from node n2 to node n3"), std::string::npos) << r.out;
+  EXPECT_EQ(ShowJob(id)["BatchHost"], "n3");
+  ASSERT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("moved"));
+  std::string out = ReadFile(Output("moved"));
+  EXPECT_TRUE(CameBackRight(out, 1));
+  EXPECT_NE(out.find("restored on node"), std::string::npos) << out;
+  // A job that does not run is refused, naming its state.
+  CommandResult again = Slurm({CAIRN_BIN, "slurm", "migrate", id, "--to", "n1"});
+  EXPECT_TRUE(again.FailedCleanly()) << again.Describe();
+  EXPECT_NE(again.err.find("not RUNNING"), std::string::npos) << again.err;
+}
+
+TEST_F(SlurmTest, WithItsNodesCairndDownAJobRunsWithoutCairnAndSaysSoOnce) {
+  DaemonProcess& d = Cairnd("n3");
+  d.Kill(SIGTERM);
+  ASSERT_TRUE(d.Wait().gone);
+  std::string id = Submit("nodaemon", {"-p", "low", "-w", "n3", "-c", "1", "--cairn"});
+  EXPECT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("nodaemon"));
+  std::string out = ReadFile(Output("nodaemon"));
+  EXPECT_NE(out.find(g->expected), std::string::npos) << out;
+  size_t warning = out.find("cairnd does not answer");
+  EXPECT_NE(warning, std::string::npos) << out;
+  EXPECT_EQ(out.find("cairnd does not answer", warning + 1), std::string::npos) << out;
+  EXPECT_TRUE(d.Start());
 }
 
 }  // namespace
