@@ -4,7 +4,11 @@
 // --cairn through the SPANK plugin (cairn_spank.so). The jobs run hash_steps.py: their output
 // must end with the digest an uninterrupted run prints, and a job that came back from a
 // checkpoint must not compute its first steps again.
+#include <sys/mount.h>
 #include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <chrono>
 #include <filesystem>
@@ -28,7 +32,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr char kSteps[] = "600";
+constexpr char kSteps[] = "900";
 constexpr char kPerStep[] = "100000";
 
 // The cluster, its cairnds and the store, shared by the tests of this file (a start takes ~10 s).
@@ -77,6 +81,11 @@ class SlurmTest : public ::testing::Test {
     g->conf = g->slurm + "/slurm.conf";
     g->scratch = g->dir->path() + "/scratch";  // the output files of the many scontrol calls
     for (const std::string& d : {g->slurm, g->shared, g->jobs, g->scratch}) std::filesystem::create_directories(d);
+    // The shared store: a tmpfs of its own, so that a test can fill it.
+    if (::mount("cairn-store", g->shared.c_str(), "tmpfs", 0, "size=64m,mode=0700") != 0) {
+      g->failure = "cannot mount a tmpfs for the store: " + std::string(std::strerror(errno));
+      return;
+    }
     std::string key = g->dir->path() + "/image.key";
     // One image key for the cluster: a checkpoint one node seals, another restores.
     CommandResult k = RunCommand({"/bin/sh", "-c", "od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > " + key + " && chmod 0600 " + key},
@@ -112,6 +121,8 @@ class SlurmTest : public ::testing::Test {
     if (g->dir != nullptr) {
       for (auto& d : g->cairnd) d->KillJobs();
       ClusterScript({"stop", g->slurm});
+      g->cairnd.clear();
+      ::umount2(g->shared.c_str(), MNT_DETACH);
     }
     delete g;
     g = nullptr;
@@ -288,6 +299,34 @@ TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCh
   EXPECT_TRUE(WaitFor([&] { return ShowJob(id).count("JobState") == 0 ||
                                   Slurm({"/usr/bin/sinfo", "-h", "-n", node, "-o", "%t"}).out.find("idle") == 0; },
                       120s));
+}
+
+TEST_F(SlurmTest, WhenTheCheckpointAtTheStopFailsTheJobGoesOnFromItsPreviousOneAndItsOutputSaysSo) {
+  // --signal=B:TERM (with preempt_send_user_signal): SIGTERM when SLURM decides to preempt, not at
+  // the end of the grace time; the agent requeues the job itself.
+  std::string id = Submit("full", {"-p", "low", "-w", "n1", "-c", "2", "--requeue", "--cairn=3s", "--signal=B:TERM"});
+  DaemonProcess& d = Cairnd("n1");
+  auto checkpoints = [&] {
+    CommandResult r = d.Cairn({"job", "show", "slurm-" + id, "--json"});
+    nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+    return r.Exited(0) && !j.is_discarded() ? j["job"].value("checkpoints", 0) : 0;
+  };
+  ASSERT_TRUE(WaitFor([&] { return checkpoints() >= 1; }, 60s)) << d.RunLog();
+  ASSERT_TRUE(WaitStep("full", 60));
+  // The store fills up: the checkpoint at the stop cannot be stored.
+  std::string filler = g->shared + "/filler";
+  CommandResult fill = RunCommand({"/bin/sh", "-c", "cat /dev/zero > " + filler + "; sync"}, g->scratch, WithTimeout(60s));
+  std::string high = Preempt("n1");
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(Output("full")).find("failed") != std::string::npos; }, 120s))
+      << ReadFile(Output("full"));
+  std::filesystem::remove(filler);
+  ASSERT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("full"));
+  std::string out = ReadFile(Output("full"));
+  EXPECT_NE(out.find("the checkpoint at the stop failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
+  // It went on from the periodic checkpoint before (taken every 3 s: at most ~100 steps back).
+  EXPECT_TRUE(CameBackRight(out, 200));
+  EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
 }
 
 TEST_F(SlurmTest, CairnSlurmMigrateMovesARunningJobToTheNodeItNames) {

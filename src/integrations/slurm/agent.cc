@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/validate.h"
 #include "daemon.grpc.pb.h"
 #include "integrations/slurm/scontrol.h"
@@ -141,8 +143,8 @@ class Agent {
       double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (st.ok()) {
         restored = true;
-        say_("job %u (start %u) restored on node %s from its newest checkpoint in %.2f s; it goes on from there",
-             o_.job, o_.restart_count + 1, info.node(), took);
+        say_("job %u (start %u) restored on node %s from its newest checkpoint, %s, in %.2f s; it goes on from there",
+             o_.job, o_.restart_count + 1, info.node(), NewestCheckpoint(), took);
       } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
         say_("job %u (start %u): no checkpoint of it in the store (%s): it starts from the beginning", o_.job,
              o_.restart_count + 1, Describe(st));
@@ -187,6 +189,29 @@ class Agent {
     say_("%s", why);
     Tell(o_.channel, "direct");
     return 0;
+  }
+
+  // The job's newest checkpoint here (the one just restored), and when it was taken: its id
+  // ends in the UTC time (JOB-YYYYMMDDTHHMMSSmmm).
+  std::string NewestCheckpoint() {
+    dapi::GetJobRequest r;
+    r.set_name(name_);
+    dapi::GetJobResponse resp;
+    grpc::ClientContext c;
+    c.set_deadline(Clock::now() + std::chrono::seconds(10));
+    if (!stub_->GetJob(&c, r, &resp).ok() || resp.checkpoints().empty()) return "(unknown)";
+    const dapi::Checkpoint* newest = &resp.checkpoints(0);
+    for (const dapi::Checkpoint& cp : resp.checkpoints()) {
+      if (cp.state() == "complete" && cp.id() > newest->id()) newest = &cp;
+    }
+    std::string id = newest->id();
+    absl::Time t;
+    std::string stamp = id.substr(id.find_last_of('-') + 1);
+    if (stamp.size() == 18 && absl::ParseTime("%Y%m%dT%H%M%S", stamp.substr(0, 15), &t, nullptr)) {
+      double age = absl::ToDoubleSeconds(absl::Now() - t) - std::stoi(stamp.substr(15)) / 1000.0;
+      return absl::StrFormat("%s (taken %.1f s ago)", id, age);
+    }
+    return id;
   }
 
   // Removes a record of this job's name that does not run (and its checkpoints).
@@ -275,6 +300,9 @@ class Agent {
   // Checkpoints the job and stops it (once); with `requeue`, then asks SLURM to requeue the job.
   void Stop(bool requeue) {
     if (stopping_.exchange(true)) return;
+    // Said first: if SLURM's SIGKILL comes before the checkpoint is done, the output shows that
+    // it began and never ended (the next start says which checkpoint it went on from).
+    say_("job %u: SLURM stops it (%s): checkpointing it first", o_.job, requeue ? "SIGUSR1: then requeued" : "SIGTERM");
     auto t0 = std::chrono::steady_clock::now();
     dapi::CheckpointJobRequest r;
     r.set_name(name_);
@@ -300,6 +328,14 @@ class Agent {
       grpc::ClientContext kc;
       kc.set_deadline(Clock::now() + std::chrono::seconds(90));
       (void)stub_->KillJob(&kc, k, &kr);
+    }
+    // A job SLURM preempts (its PreemptTime set) that ends within its grace time is counted as
+    // cancelled, not requeued: requeue it now (which also frees its node at once). Any other
+    // SIGTERM (scancel, the time limit, scontrol requeue) leaves the decision to SLURM.
+    if (!requeue) {
+      auto job = ScontrolShow("job", std::to_string(o_.job));
+      requeue = job.ok() && (*job)["PreemptTime"] != "None" && !(*job)["PreemptTime"].empty() &&
+                (*job)["Requeue"] == "1";
     }
     if (requeue) Requeue();
   }
