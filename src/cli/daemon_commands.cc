@@ -117,7 +117,7 @@ struct DaemonCommands::Options {
   int64_t tail = 0, tail_bytes = 0;
   double attach_s = 0;
   int signal = 0;
-  bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false;
+  bool pin = false, stop = false, incremental = false, pre_copy = false, unpin = false, bound = false;
   unsigned count = 0;
   uint32_t full_every = 0;
   std::string tcp = "established";
@@ -239,6 +239,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.attach->add_option("--tail-bytes", o.tail_bytes, "Or about the last N bytes of each, from the start of a line")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   o.attach->add_option("--for", o.attach_s, "Detach after this many seconds (0: when the job ends)");
+  o.attach->add_flag("--bound", o.bound,
+                     "The job lives only as long as this attach: if it is cut off (this command killed, "
+                     "its connection lost) while the job runs, cairnd kills the job");
   o.settle = job->add_subcommand("settle", "End a migration whose destination cannot say how it ended (the job "
                                            "stands frozen here, state migrating): --here runs it on here, --there "
                                            "ends the copy here");
@@ -501,6 +504,7 @@ int DaemonCommands::Run() {
     req.set_name(o.job);
     req.set_tail_lines(o.tail);
     req.set_tail_bytes(o.tail_bytes);
+    req.set_bound(o.bound);
     grpc::ClientContext c;
     if (!o.address.empty() && !token.empty()) c.AddMetadata("authorization", "Bearer " + token);
     if (o.attach_s > 0) {

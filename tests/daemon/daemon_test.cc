@@ -509,6 +509,63 @@ TEST_F(DaemonTest, AttachFollowsOutputUntilTheJobEnds) {
   EXPECT_TRUE(Matches(unknown.err, "no job 'nope'")) << unknown.err;
 }
 
+// What a SLURM task's agent relies on (docs/slurm.md): a job started with exactly the environment
+// and working directory given, which it keeps across a checkpoint and restore; and an attach
+// bound to its job, whose caller's death ends the job (and an unbound one's does not).
+TEST_F(DaemonTest, AJobGetsTheEnvironmentAndDirectoryGivenAndABoundAttachEndsItWhenCutOff) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  std::string work = Dir() + "/work dir";
+  std::filesystem::create_directories(work);
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "env", "--env", "ONE=1", "--env", "TWO=two words", "--env",
+                       "PATH=/usr/bin:/bin", "--workdir", work, "--", "/bin/sh", "-c",
+                       "pwd; env | grep -v '^PWD=\\|^SHLVL=\\|^_=' | sort; while [ ! -e go ]; do sleep 0.05; done; pwd; "
+                       "echo \"$ONE $TWO\""})
+                  .Exited(0));
+  ASSERT_TRUE(WaitFor([&] { return Matches(a.Cairn({"job", "logs", "env"}).out, "TWO"); }, 10s));
+  EXPECT_EQ(a.Cairn({"job", "logs", "env"}).out, work + "\nONE=1\nPATH=/usr/bin:/bin\nTWO=two words\n");
+  ASSERT_TRUE(a.Cairn({"job", "checkpoint", "env", "--kill"}).Exited(0));
+  ASSERT_TRUE(a.Cairn({"job", "restore", "env"}).Exited(0));
+  WriteFile(work + "/go", "");
+  ASSERT_TRUE(WaitState(a, "env", "exited"));
+  EXPECT_TRUE(Matches(a.Cairn({"job", "logs", "env"}).out, "TWO=two words\n" + work + "\n1 two words\n$"))
+      << a.Cairn({"job", "logs", "env"}).out;
+  // The env file given to cairn run is gone once the job started (it may hold secrets).
+  EXPECT_FALSE(Exists(a.state_dir() + "/jobs/.env.env"));
+  // Bad input names the field and the rule; nothing starts.
+  CommandResult bad = a.Cairn({"job", "run", "--name", "bad", "--env", "NOEQUALS", "--", "/bin/true"});
+  EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();
+  EXPECT_TRUE(Matches(bad.err, "env \\(--env\\): 'NOEQUALS' is not KEY=VALUE")) << bad.err;
+  bad = a.Cairn({"job", "run", "--name", "bad", "--workdir", "relative/dir", "--", "/bin/true"});
+  EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();
+  EXPECT_TRUE(Matches(bad.err, "workdir \\(--workdir\\) 'relative/dir': give an absolute path")) << bad.err;
+  bad = a.Cairn({"job", "run", "--name", "bad", "--workdir", Dir() + "/missing", "--", "/bin/true"});
+  EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();
+  EXPECT_TRUE(Matches(bad.err, "working directory '.*/missing': no such directory")) << bad.err;
+
+  // An attach cut off: unbound, the job runs on; bound, cairnd kills it.
+  for (bool bound : {false, true}) {
+    std::string name = bound ? "bound" : "free";
+    ASSERT_TRUE(a.Cairn({"job", "run", "--name", name, "--", "/bin/sleep", "300"}).Exited(0));
+    std::vector<std::string> argv = {CAIRN_BIN, "job", "attach", name, "--socket", a.socket()};
+    if (bound) argv.push_back("--bound");
+    pid_t attach = SpawnProgram(argv, "/dev/null", Dir() + "/attach.out", Dir() + "/attach.err");
+    ASSERT_GT(attach, 0);
+    ASSERT_TRUE(WaitFor([&] { return Matches(a.RunLog(), "job=" + name + " kind=started"); }, 10s));
+    std::this_thread::sleep_for(500ms);  // attached
+    ::kill(attach, SIGKILL);
+    WaitGone(attach, 10s);
+    if (bound) {
+      EXPECT_TRUE(WaitState(a, name, "killed", 20s));
+      EXPECT_TRUE(Matches(a.RunLog(), "job=bound kind=unbound")) << a.RunLog();
+    } else {
+      std::this_thread::sleep_for(1s);
+      EXPECT_EQ(Job(a, name)["state"], "running");
+      a.Cairn({"job", "kill", name});
+    }
+  }
+}
+
 TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());

@@ -193,6 +193,11 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (!opts.workdir.empty() && opts.workdir[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat("working directory '", opts.workdir, "': give an absolute path"));
   }
+  // Entered by cairn-init as the job's user; whether it exists at all is said here, before anything starts.
+  if (struct stat st{}; !opts.workdir.empty() && (::stat(opts.workdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+    return absl::InvalidArgumentError(absl::StrCat("working directory '", opts.workdir,
+                                                   "': no such directory (create it, or give another)"));
+  }
   if (!init_exe.empty()) {
     init_args = {"cairn-init", std::to_string(go_r.get()), std::to_string(out.get()), std::to_string(err.get())};
     if (opts.user.has_value()) {  // cairn-init -u UID:GID:G1,G2,...
