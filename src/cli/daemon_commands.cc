@@ -500,6 +500,10 @@ int DaemonCommands::Run() {
     return 0;
   }
   if (o.attach->parsed()) {
+    if (o.bound && o.attach_s > 0) {
+      return Fail(absl::StatusCode::kInvalidArgument,
+                  "attach --bound --for: the job would be killed when --for detaches; give one of them");
+    }
     dapi::AttachJobRequest req;
     req.set_name(o.job);
     req.set_tail_lines(o.tail);

@@ -32,7 +32,6 @@ struct SlurmCommands::Options {
   CLI::App* task = nullptr;
   slurm::AgentOptions a;
   std::string interval;
-  std::string groups;  // accepted for the record: cairnd takes the user's groups from the node
   pid_t agent_pid = 0;
   int channel = -1;
   std::vector<std::string> command;
@@ -55,7 +54,7 @@ SlurmCommands::SlurmCommands(CLI::App& app) : o_(std::make_unique<Options>()) {
   o.agent->add_option("--restart-count", o.a.restart_count);
   o.agent->add_option("--uid", o.a.uid)->required();
   o.agent->add_option("--gid", o.a.gid)->required();
-  o.agent->add_option("--groups", o.groups);
+  o.agent->add_option("--groups", o.a.groups);
   o.agent->add_option("--socket", o.a.socket);
   o.agent->add_option("--interval", o.interval);
   o.task = o.slurm->add_subcommand("task", "A task's relay (exec'd by the SPANK plugin)")->group("");

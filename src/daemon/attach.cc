@@ -43,6 +43,13 @@ struct Follower {
     struct stat st {};
     if (::fstat(fd.get(), &st) == 0) offset = LogTailOffset(fd.get(), st.st_size, lines, bytes);
   }
+  // At byte `at` exactly (from the start if the log is shorter, or missing so far).
+  void OpenAt(int64_t at) {
+    if (fd.valid()) return;
+    fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st {};
+    offset = fd.valid() && ::fstat(fd.get(), &st) == 0 && at <= st.st_size ? at : 0;
+  }
   // A log that appears after the attach began is followed from its start.
   void OpenFromStart() {
     if (fd.valid()) return;
@@ -69,9 +76,10 @@ struct Follower {
 
 }  // namespace
 
-absl::Status Daemon::Attach(const std::string& name, int64_t tail_lines, int64_t tail_bytes,
+absl::Status Daemon::Attach(const api::AttachJobRequest& req,
                             const std::function<bool(const api::AttachJobOutput&)>& send,
                             const std::function<bool()>& stop) {
+  const std::string& name = req.name();
   auto state = [&]() -> absl::StatusOr<api::Job> {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -83,7 +91,12 @@ absl::Status Daemon::Attach(const std::string& name, int64_t tail_lines, int64_t
   };
   ASSIGN_OR_RETURN(api::Job job, state());
   Follower logs[2] = {{JobDir(name) + "/stdout.log", false, {}, 0}, {JobDir(name) + "/stderr.log", true, {}, 0}};
-  for (Follower& f : logs) f.Open(tail_lines, tail_bytes);
+  if (req.from_offsets()) {
+    logs[0].OpenAt(req.stdout_offset());
+    logs[1].OpenAt(req.stderr_offset());
+  } else {
+    for (Follower& f : logs) f.Open(req.tail_lines(), req.tail_bytes());
+  }
   for (;;) {
     bool sent = false;
     for (Follower& f : logs) {
@@ -107,10 +120,10 @@ absl::Status Daemon::Attach(const std::string& name, int64_t tail_lines, int64_t
   }
 }
 
-void Daemon::EndBoundJob(const std::string& name) {
+void Daemon::EndBoundJob(const std::string& name, const std::function<bool()>& stopping) {
   Event(name, "unbound", "the caller its attach was bound to (a SLURM task's agent) went away: the job is killed");
   // KillJob waits up to 60 s for a checkpoint in progress (whose --kill may end the job first).
-  for (int i = 0; i < 60; ++i) {
+  for (int i = 0; i < 60 && !stopping(); ++i) {
     absl::StatusOr<api::Job> r = KillJob(name, SIGKILL);
     if (r.ok() || !absl::StrContains(r.status().message(), "in progress")) return;
   }

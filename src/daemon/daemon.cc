@@ -604,7 +604,7 @@ absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
   return absl::DeadlineExceededError(absl::StrCat("job ", name, " still runs 5 s after SIGKILL"));
 }
 
-absl::Status Daemon::DeleteJob(const std::string& name) {
+absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -616,14 +616,17 @@ absl::Status Daemon::DeleteJob(const std::string& name) {
     jobs_.erase(it);
   }
   ASSIGN_OR_RETURN(std::vector<api::Checkpoint> cps, catalog_->ListCheckpoints(name));
-  for (const auto& c : cps) (void)DropCheckpointFiles(c);
+  if (!keep_stored) {
+    for (const auto& c : cps) (void)DropCheckpointFiles(c);
+  }
   std::error_code ec;
   fs::remove_all(CheckpointDir(name), ec);
   fs::remove_all(JobDir(name), ec);
   fs::remove(opts_.state_dir + "/jobs/" + EngineName(name) + ".job", ec);
   RemoveCgroup(CgroupOf(name));
   RETURN_IF_ERROR(catalog_->DeleteJob(name));
-  Event(name, "deleted", absl::StrFormat("with %d checkpoint record(s)", cps.size()));
+  Event(name, "deleted", absl::StrFormat("with %d checkpoint record(s)%s", cps.size(),
+                                         keep_stored ? " (what the store holds kept)" : ""));
   return absl::OkStatus();
 }
 

@@ -111,17 +111,17 @@ class Daemon {
   // Streams the job's output to `send` as it is written (attach.cc), until the job no longer
   // runs (the last message says how it ended), `send` returns false, or `stop` returns true.
   // A restore of the job carries on appending to the same logs, so attach survives one.
-  absl::Status Attach(const std::string& name, int64_t tail_lines, int64_t tail_bytes,
+  absl::Status Attach(const api::AttachJobRequest& req,
                       const std::function<bool(const api::AttachJobOutput&)>& send,
                       const std::function<bool()>& stop);
   // The caller an attach was bound to (AttachJobRequest.bound) went away while the job ran:
   // kills the job once no checkpoint, restore or migration of it is in progress (attach.cc).
-  void EndBoundJob(const std::string& name);
+  void EndBoundJob(const std::string& name, const std::function<bool()>& stopping);
   // Sends `sig` (0: SIGKILL) to the job's init, after a checkpoint or restore in progress ends;
   // with SIGKILL waits (up to 5 s) until it is gone.
   absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);
   // Removes a job that does not run, with its checkpoints, logs and cgroup.
-  absl::Status DeleteJob(const std::string& name);
+  absl::Status DeleteJob(const std::string& name, bool keep_stored = false);
   // The controller's cancel (gc.cc): KillJob with SIGKILL (a job that already ended is
   // cancelled as it is), then the job is marked cancelled and its unpinned checkpoints here
   // removed; its record and logs stay. Refused for a job running elsewhere or held mid-migration.

@@ -67,13 +67,13 @@ grpc::Status GrpcService::AttachJob(grpc::ServerContext* ctx, const api::AttachJ
   CAIRN_AUTHORIZE(ctx);
   bool ended = false;
   absl::Status st = daemon_->Attach(
-      req->name(), req->tail_lines(), req->tail_bytes(),
+      *req,
       [&](const api::AttachJobOutput& o) {
         ended = ended || !o.state().empty();
         return writer->Write(o);
       },
       [&] { return ctx->IsCancelled() || stopping_; });
-  if (st.ok() && req->bound() && !ended && !stopping_) daemon_->EndBoundJob(req->name());
+  if (st.ok() && req->bound() && !ended && !stopping_) daemon_->EndBoundJob(req->name(), [&] { return stopping_.load(); });
   return ToGrpc(st);
 }
 
@@ -96,7 +96,7 @@ grpc::Status GrpcService::SettleMigration(grpc::ServerContext* ctx, const api::S
 
 grpc::Status GrpcService::DeleteJob(grpc::ServerContext* ctx, const api::DeleteJobRequest* req, api::DeleteJobResponse*) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(daemon_->DeleteJob(req->name()));
+  return ToGrpc(daemon_->DeleteJob(req->name(), req->keep_stored()));
 }
 
 grpc::Status GrpcService::CheckpointJob(grpc::ServerContext* ctx, const api::CheckpointJobRequest* req,

@@ -546,13 +546,15 @@ TEST_F(DaemonTest, AJobGetsTheEnvironmentAndDirectoryGivenAndABoundAttachEndsItW
   // An attach cut off: unbound, the job runs on; bound, cairnd kills it.
   for (bool bound : {false, true}) {
     std::string name = bound ? "bound" : "free";
-    ASSERT_TRUE(a.Cairn({"job", "run", "--name", name, "--", "/bin/sleep", "300"}).Exited(0));
+    ASSERT_TRUE(a.Cairn({"job", "run", "--name", name, "--", "/bin/sh", "-c", "while :; do echo tick; sleep 0.1; done"})
+                    .Exited(0));
     std::vector<std::string> argv = {CAIRN_BIN, "job", "attach", name, "--socket", a.socket()};
     if (bound) argv.push_back("--bound");
+    WriteFile(Dir() + "/attach.out", "");
     pid_t attach = SpawnProgram(argv, "/dev/null", Dir() + "/attach.out", Dir() + "/attach.err");
     ASSERT_GT(attach, 0);
-    ASSERT_TRUE(WaitFor([&] { return Matches(a.RunLog(), "job=" + name + " kind=started"); }, 10s));
-    std::this_thread::sleep_for(500ms);  // attached
+    // Attached: the job's ticks reach it.
+    ASSERT_TRUE(WaitFor([&] { return Matches(ReadFile(Dir() + "/attach.out"), "tick"); }, 10s));
     ::kill(attach, SIGKILL);
     WaitGone(attach, 10s);
     if (bound) {

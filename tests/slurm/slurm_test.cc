@@ -40,7 +40,7 @@ struct Cluster {
   std::unique_ptr<TempDir> dir;
   std::string slurm, shared, jobs, conf, scratch;
   std::vector<std::unique_ptr<DaemonProcess>> cairnd;  // n1, n2, n3
-  std::string expected;                                // the digest line of an uninterrupted run
+  std::map<std::string, std::string> expected;         // steps -> the digest line of an uninterrupted run
   std::string failure;                                 // why the cluster could not be started
 };
 Cluster* g = nullptr;
@@ -112,9 +112,6 @@ class SlurmTest : public ::testing::Test {
       g->failure = "cluster.sh start: " + r.Describe();
       return;
     }
-    CommandResult plain =
-        RunCommand({"/usr/bin/python3", HASH_STEPS, kSteps, kPerStep}, g->dir->path(), WithTimeout(300s));
-    g->expected = plain.out.substr(plain.out.rfind("digest "));
   }
 
   static void TearDownTestSuite() {
@@ -132,11 +129,23 @@ class SlurmTest : public ::testing::Test {
     if (!g->failure.empty()) GTEST_FAIL() << g->failure;
   }
 
-  // Submits hash_steps.py as a batch job with `flags` (or, with `script` false, what flags say:
-  // --wrap); returns its id ("" on failure).
-  std::string Submit(const std::string& name, const std::vector<std::string>& flags, bool script_job = true) {
+  // The digest line of an uninterrupted run of `steps` steps.
+  static std::string Expected(const std::string& steps = kSteps) {
+    if (!g->expected.count(steps)) {
+      CommandResult plain =
+          RunCommand({"/usr/bin/python3", HASH_STEPS, steps, kPerStep}, g->scratch, WithTimeout(300s));
+      size_t at = plain.out.rfind("digest ");
+      g->expected[steps] = at == std::string::npos ? "(no digest: " + plain.Describe() + ")" : plain.out.substr(at);
+    }
+    return g->expected[steps];
+  }
+
+  // Submits hash_steps.py (`steps` steps) as a batch job with `flags` (or, with `script_job`
+  // false, what flags say: --wrap); returns its id ("" on failure).
+  std::string Submit(const std::string& name, const std::vector<std::string>& flags, bool script_job = true,
+                     const std::string& steps = kSteps) {
     std::string script = g->jobs + "/" + name + ".sh";
-    WriteFile(script, absl::StrCat("#!/bin/bash\nexec /usr/bin/python3 -u ", HASH_STEPS, " ", kSteps, " ", kPerStep,
+    WriteFile(script, absl::StrCat("#!/bin/bash\nexec /usr/bin/python3 -u ", HASH_STEPS, " ", steps, " ", kPerStep,
                                    "\n"));
     ::chmod(script.c_str(), 0755);
     // --open-mode=append: the output of every start stays, so that the test sees where each began.
@@ -216,13 +225,15 @@ class SlurmTest : public ::testing::Test {
   }
   // The job's output ends with the uninterrupted run's digest, and its second start went on from
   // a checkpoint at most `max_lost` steps behind where the first start stopped.
-  static ::testing::AssertionResult CameBackRight(const std::string& out, int max_lost) {
-    if (out.find(g->expected) == std::string::npos) {
-      return ::testing::AssertionFailure() << "no " << g->expected << " in the output:\n" << out;
+  static ::testing::AssertionResult CameBackRight(const std::string& out, int max_lost,
+                                                  const std::string& steps = kSteps) {
+    if (out.find(Expected(steps)) == std::string::npos) {
+      return ::testing::AssertionFailure() << "no " << Expected(steps) << " in the output:\n" << out;
     }
     auto [stopped_at, went_on_at] = Restart(out);
     if (went_on_at < 0) return ::testing::AssertionFailure() << "the job did not start twice:\n" << out;
-    if (went_on_at == 1 || stopped_at - (went_on_at - 1) > max_lost) {
+    // Nothing lost either: every step from the restored one on reached the output.
+    if (went_on_at == 1 || stopped_at - (went_on_at - 1) > max_lost || went_on_at > stopped_at + 1) {
       return ::testing::AssertionFailure() << "the first start stopped at step " << stopped_at
                                            << " and the second began at step " << went_on_at << ":\n" << out;
     }
@@ -230,38 +241,49 @@ class SlurmTest : public ::testing::Test {
   }
 };
 
+// SLURM's own preemption path: SIGTERM once the grace time is over (slurmctld notices that up
+// to 30 s late), SIGKILL KillWait later; SLURM requeues the job. Its job runs 1500 steps (about a
+// minute) so that it is still running then.
 TEST_F(SlurmTest, APreemptedJobComesBackFromItsCheckpointAndFinishesWithTheRightResult) {
-  std::string low = Submit("preempted", {"-p", "low", "-w", "n1", "-c", "2", "--requeue", "--cairn=10m"});
+  const std::string steps = "1500";
+  std::string low = Submit("preempted", {"-p", "low", "-w", "n1", "-c", "2", "--requeue", "--cairn=10m"}, true, steps);
   ASSERT_FALSE(low.empty());
   ASSERT_TRUE(WaitStep("preempted", 10)) << ReadFile(g->slurm + "/slurmd-n1.log");
   // Its agent checkpoints it and stops it at the SIGTERM.
   std::string high = Preempt("n1");
-  ASSERT_TRUE(WaitJob(low, "COMPLETED", 300s)) << ReadFile(Output("preempted"));
+  ASSERT_TRUE(WaitJob(low, "COMPLETED", 400s)) << ReadFile(Output("preempted"));
   EXPECT_EQ(ShowJob(low)["Restarts"], "1");
   std::string out = ReadFile(Output("preempted"));
   // Its only checkpoint was the one at the preemption (the periodic ones are 10 minutes apart):
   // what it lost is the steps between that checkpoint and the stop, none.
-  EXPECT_TRUE(CameBackRight(out, 1));
+  EXPECT_TRUE(CameBackRight(out, 1, steps));
   EXPECT_NE(out.find("checkpointed ("), std::string::npos) << out;
   EXPECT_NE(out.find("restored on node"), std::string::npos) << out;
   EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
 }
 
-TEST_F(SlurmTest, AJobWithoutCairnIsLeftAloneAndAPreemptionStartsItOverFromTheBeginning) {
-  std::string id = Submit("plain", {"-p", "low", "-w", "n1", "-c", "2", "--requeue"});
-  ASSERT_TRUE(WaitStep("plain", 10));
-  // The plugin did nothing for it: no cairnd knows it, SLURM's log does not name cairn.
-  for (auto& d : g->cairnd) EXPECT_FALSE(d->Cairn({"job", "show", "slurm-" + id}).Exited(0)) << d->node();
-  EXPECT_EQ(ReadFile(g->slurm + "/slurmd-n1.log").find("cairn"), std::string::npos);
-  std::string high = Preempt("n1");
-  ASSERT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("plain"));
+// The same requeue (scontrol requeue: at once) of a job without --cairn and of one with it.
+TEST_F(SlurmTest, AJobWithoutCairnIsLeftAloneAndARequeueStartsItOverWhereACairnJobGoesOn) {
+  std::string plain = Submit("plain", {"-p", "low", "-w", "n1", "-c", "1", "--requeue"});
+  std::string cairn = Submit("cairn", {"-p", "low", "-w", "n1", "-c", "1", "--requeue", "--cairn=10m"});
+  ASSERT_TRUE(WaitStep("plain", 50));
+  ASSERT_TRUE(WaitStep("cairn", 50));
+  // The plugin did nothing for the plain one: no cairnd knows it; its output names no cairn.
+  for (auto& d : g->cairnd) EXPECT_FALSE(d->Cairn({"job", "show", "slurm-" + plain + "-u0"}).Exited(0)) << d->node();
+  EXPECT_TRUE(Cairnd("n1").Cairn({"job", "show", "slurm-" + cairn + "-u0"}).Exited(0));
+  for (const std::string& id : {plain, cairn}) {
+    CommandResult r = Slurm({"/usr/bin/scontrol", "requeue", id});
+    EXPECT_TRUE(r.Exited(0)) << r.Describe();
+  }
+  ASSERT_TRUE(WaitJob(plain, "COMPLETED", 300s)) << ReadFile(Output("plain"));
+  ASSERT_TRUE(WaitJob(cairn, "COMPLETED", 300s)) << ReadFile(Output("cairn"));
   std::string out = ReadFile(Output("plain"));
-  EXPECT_NE(out.find(g->expected), std::string::npos) << out;
+  EXPECT_NE(out.find(Expected()), std::string::npos) << out;
   EXPECT_EQ(out.find("cairn"), std::string::npos) << out;
   // SLURM alone starts a requeued job over: its second start began at step 1.
   EXPECT_EQ(Restart(out).second, 1) << out;
   EXPECT_FALSE(CameBackRight(out, 1));
-  EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
+  EXPECT_TRUE(CameBackRight(ReadFile(Output("cairn")), 1));
 }
 
 TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCheckpoint) {
@@ -272,7 +294,7 @@ TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCh
   DaemonProcess& d = Cairnd(node);
   // Its node's cairnd has stored a periodic checkpoint of it.
   auto checkpoints = [&] {
-    CommandResult r = d.Cairn({"job", "show", "slurm-" + id, "--json"});
+    CommandResult r = d.Cairn({"job", "show", "slurm-" + id + "-u0", "--json"});
     nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
     return r.Exited(0) && !j.is_discarded() ? j["job"].value("checkpoints", 0) : 0;
   };
@@ -307,7 +329,7 @@ TEST_F(SlurmTest, WhenTheCheckpointAtTheStopFailsTheJobGoesOnFromItsPreviousOneA
   std::string id = Submit("full", {"-p", "low", "-w", "n1", "-c", "2", "--requeue", "--cairn=3s", "--signal=B:TERM"});
   DaemonProcess& d = Cairnd("n1");
   auto checkpoints = [&] {
-    CommandResult r = d.Cairn({"job", "show", "slurm-" + id, "--json"});
+    CommandResult r = d.Cairn({"job", "show", "slurm-" + id + "-u0", "--json"});
     nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
     return r.Exited(0) && !j.is_discarded() ? j["job"].value("checkpoints", 0) : 0;
   };
@@ -346,6 +368,58 @@ TEST_F(SlurmTest, CairnSlurmMigrateMovesARunningJobToTheNodeItNames) {
   EXPECT_NE(again.err.find("not RUNNING"), std::string::npos) << again.err;
 }
 
+// sbatch --signal=B:USR1@T: SIGUSR1 T seconds before the time limit; the agent checkpoints the
+// job, stops it and requeues it, and the next start (with its time limit afresh) goes on.
+TEST_F(SlurmTest, SigusrOneBeforeTheTimeLimitCheckpointsAndRequeuesTheJob) {
+  std::string id = Submit("usr1", {"-p", "low", "-w", "n2", "-c", "1", "--requeue", "--cairn=10m", "--time=1",
+                                   "--signal=B:USR1@50"});
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(Output("usr1")).find("SIGUSR1") != std::string::npos; }, 120s))
+      << ReadFile(Output("usr1"));
+  ASSERT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("usr1"));
+  std::string out = ReadFile(Output("usr1"));
+  EXPECT_TRUE(CameBackRight(out, 1));
+  EXPECT_EQ(ShowJob(id)["Restarts"], "1");
+}
+
+// The job runs as the user who submitted it, under cairn too, and comes back as that user only.
+TEST_F(SlurmTest, AJobOfAUserRunsAndComesBackAsThatUser) {
+  ASSERT_EQ(::chmod(g->dir->path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(g->jobs.c_str(), 0777), 0);
+  std::string id = Submit("user", {"-p", "low", "-w", "n3", "-c", "2", "--requeue", "--cairn=10m", "--uid=nobody",
+                                   "--signal=B:TERM"});
+  ASSERT_TRUE(WaitStep("user", 10));
+  DaemonProcess& d = Cairnd("n3");
+  nlohmann::json job = d.Json({"job", "show", "slurm-" + id + "-u65534"})["job"];
+  // SLURM's ids: nobody's uid, root's gid (sbatch --uid without --gid keeps the submitter's).
+  EXPECT_TRUE(absl::StartsWith(job["spec"].value("user", ""), "65534:0")) << job.dump();
+  // Every process of the job (in its cgroup on node `on`) is nobody's, none root's: the Uid lines.
+  auto uids = [&](const DaemonProcess& on) {
+    std::string all;
+    std::string procs = ReadFile("/sys/fs/cgroup/pids/cairn/" + on.node() + ".slurm-" + id + "-u65534/cgroup.procs");
+    for (absl::string_view pid : absl::StrSplit(procs, '\n', absl::SkipEmpty())) {
+      std::string status = ReadFile(absl::StrCat("/proc/", pid, "/status"));
+      size_t at = status.find("Uid:");
+      if (at != std::string::npos) all += status.substr(at, status.find('\n', at) - at) + "\n";
+    }
+    return all;
+  };
+  std::string before = uids(d);
+  EXPECT_NE(before.find("65534"), std::string::npos) << before;
+  EXPECT_EQ(before.find("\t0\t"), std::string::npos) << before;
+  std::string high = Preempt("n3");
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(Output("user")).find("restored on node") != std::string::npos; }, 300s))
+      << ReadFile(Output("user"));
+  std::string node = ShowJob(id)["BatchHost"];
+  DaemonProcess& there = Cairnd(node.empty() ? "n3" : node);
+  std::string after;
+  EXPECT_TRUE(WaitFor([&] { return !(after = uids(there)).empty(); }, 30s));
+  EXPECT_NE(after.find("65534"), std::string::npos) << after;
+  EXPECT_EQ(after.find("\t0\t"), std::string::npos) << after;
+  ASSERT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("user"));
+  EXPECT_TRUE(CameBackRight(ReadFile(Output("user")), 1));
+  EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
+}
+
 TEST_F(SlurmTest, WithItsNodesCairndDownAJobRunsWithoutCairnAndSaysSoOnce) {
   DaemonProcess& d = Cairnd("n3");
   d.Kill(SIGTERM);
@@ -353,7 +427,7 @@ TEST_F(SlurmTest, WithItsNodesCairndDownAJobRunsWithoutCairnAndSaysSoOnce) {
   std::string id = Submit("nodaemon", {"-p", "low", "-w", "n3", "-c", "1", "--cairn"});
   EXPECT_TRUE(WaitJob(id, "COMPLETED", 300s)) << ReadFile(Output("nodaemon"));
   std::string out = ReadFile(Output("nodaemon"));
-  EXPECT_NE(out.find(g->expected), std::string::npos) << out;
+  EXPECT_NE(out.find(Expected()), std::string::npos) << out;
   size_t warning = out.find("cairnd does not answer");
   EXPECT_NE(warning, std::string::npos) << out;
   EXPECT_EQ(out.find("cairnd does not answer", warning + 1), std::string::npos) << out;

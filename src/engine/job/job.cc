@@ -5,6 +5,7 @@
 #include <linux/sched.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -193,8 +195,11 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (!opts.workdir.empty() && opts.workdir[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat("working directory '", opts.workdir, "': give an absolute path"));
   }
-  // Entered by cairn-init as the job's user; whether it exists at all is said here, before anything starts.
-  if (struct stat st{}; !opts.workdir.empty() && (::stat(opts.workdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+  // Entered by cairn-init as the job's user; that it does not exist at all is said here, before
+  // anything starts (root may be refused where the user is not, on a root-squashed NFS: not an error).
+  if (struct stat st{}; !opts.workdir.empty() &&
+                        ((::stat(opts.workdir.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR)) ||
+                         (st.st_mode != 0 && !S_ISDIR(st.st_mode)))) {
     return absl::InvalidArgumentError(absl::StrCat("working directory '", opts.workdir,
                                                    "': no such directory (create it, or give another)"));
   }
@@ -248,6 +253,24 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
     envp.push_back(nullptr);
   }
 
+  // A given environment (a SLURM task's: its user's) reaches cairn-init, which runs as root until
+  // it drops to the user, not as its own environment but in a memfd (-E FD) that it gives the
+  // command: no variable of the user's (GLIBC_TUNABLES, MALLOC_*) is read by a root process.
+  UniqueFd env_fd;
+  if (opts.env.has_value() && !init_exe.empty()) {
+    env_fd = UniqueFd(static_cast<int>(::syscall(SYS_memfd_create, "cairn-job-env", MFD_CLOEXEC)));
+    if (!env_fd.valid()) return ErrnoStatus("memfd_create for the job's environment");
+    std::string block;
+    for (const std::string& e : env_strings) block.append(e).push_back('\0');
+    RETURN_IF_ERROR(WriteAll(env_fd.get(), block, "the job's environment"));
+    if (::lseek(env_fd.get(), 0, SEEK_SET) != 0) return ErrnoStatus("lseek the job's environment");
+    auto dashes = std::find(init_args.begin(), init_args.end(), "--");
+    init_args.insert(dashes, {"-E", std::to_string(env_fd.get())});
+    init_argv.clear();
+    for (std::string& a : init_args) init_argv.push_back(a.data());
+    init_argv.push_back(nullptr);
+  }
+
   // The init is PID 1 of a new PID namespace. clone3 rather than unshare + fork, so that
   // cairn itself stays able to create threads (unshare(CLONE_NEWPID) would forbid it).
   clone_args args{};
@@ -259,9 +282,11 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   if (init < 0) return ErrnoStatus("clone3(CLONE_NEWPID): cairn run needs root");
   if (init == 0) {
     go_w.Reset();
-    if (!envp.empty()) environ = envp.data();
+    if (!envp.empty() && !env_fd.valid()) environ = envp.data();
     if (!init_exe.empty()) {
-      for (int fd : {go_r.get(), out.get(), err.get()}) ::fcntl(fd, F_SETFD, 0);
+      for (int fd : {go_r.get(), out.get(), err.get(), env_fd.get()}) {
+        if (fd >= 0) ::fcntl(fd, F_SETFD, 0);
+      }
       ::execv(init_exe.c_str(), init_argv.data());
     }
     InitMain(go_r.get(), out.get(), err.get(), opts.argv);
@@ -281,6 +306,24 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
 }
 
 absl::StatusOr<UserIds> LookupUser(const std::string& name) {
+  // UID:GID[:G1,G2...]: exactly these ids (a SLURM job's, from slurmstepd: its --gid, its groups).
+  if (name.find(':') != std::string::npos) {
+    std::vector<std::string> parts = absl::StrSplit(name, absl::MaxSplits(':', 2));
+    UserIds ids;
+    bool ok = parts.size() >= 2 && absl::SimpleAtoi(parts[0], &ids.uid) && absl::SimpleAtoi(parts[1], &ids.gid);
+    if (ok && parts.size() == 3) {
+      for (absl::string_view g : absl::StrSplit(parts[2], ',', absl::SkipEmpty())) {
+        uint32_t gid = 0;
+        ok = ok && absl::SimpleAtoi(g, &gid) && ids.groups.size() < 256;
+        ids.groups.push_back(gid);
+      }
+    }
+    if (!ok || ids.uid == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("user `", name, "`: give a name, a uid, or UID:GID[:G1,G2,...] "
+                                                     "of a user other than root"));
+    }
+    return ids;
+  }
   std::vector<char> buf(16384);
   passwd pw{};
   passwd* found = nullptr;

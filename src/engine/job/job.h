@@ -50,7 +50,7 @@ struct RunOptions {
 };
 
 // The user `name` (or a numeric uid) of this machine: its uid, primary gid and supplementary
-// groups. Errors: NotFound naming the user.
+// groups; or `UID:GID[:G1,G2,...]`: exactly those ids (not root's). Errors: NotFound naming the user.
 absl::StatusOr<UserIds> LookupUser(const std::string& name);
 // The same user as a restore's owner (restore::RestoreOptions::only_as).
 absl::StatusOr<restore::RestoreOptions::Owner> OwnerOf(const std::string& name);

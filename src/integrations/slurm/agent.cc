@@ -3,6 +3,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -21,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
+#include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "common/validate.h"
 #include "daemon.grpc.pb.h"
@@ -72,7 +76,7 @@ std::string Describe(const grpc::Status& s) {
 
 class Agent {
  public:
-  explicit Agent(const AgentOptions& o) : o_(o), name_(JobName(o.job, o.step, o.task)) {}
+  explicit Agent(const AgentOptions& o) : o_(o) {}
 
   int Run() {
     // Every signal SLURM sends goes to the watcher (a signalfd), from the start: a TERM that
@@ -98,14 +102,16 @@ class Agent {
     out_ = out;
     say_.To(err);
     err_ = err;
-    // slurmstepd gives a batch script's restart count (S_SLURM_RESTART_COUNT) as 0; the task's
-    // environment, which SLURM sets up after the user's, has it.
-    for (const std::string& e : req.env) {
+    // The relay's word that it runs: without it (SLURM could not exec it) the task runs without
+    // cairn, and nothing may be started here.
+    if (!AwaitRelay()) return 0;
+    // The restart count from root's side: SLURM's item (0 for a batch script in 22.05) and
+    // slurmctld's record (never the task's environment, which the user can set).
+    if (auto job = ScontrolShow("job", std::to_string(o_.job)); job.ok()) {
       uint32_t n = 0;
-      if (absl::StartsWith(e, "SLURM_RESTART_COUNT=") && absl::SimpleAtoi(e.substr(20), &n)) {
-        o_.restart_count = std::max(o_.restart_count, n);
-      }
+      if (absl::SimpleAtoi((*job)["Restarts"], &n)) o_.restart_count = std::max(o_.restart_count, n);
     }
+    name_ = JobName(o_.job, o_.step, o_.task, o_.uid);
     absl::Status node_ok = req.node.empty() ? absl::OkStatus() : CheckJobName(req.node, "SLURM node name");
     if (!node_ok.ok()) return Direct(std::string(node_ok.message()));
     socket_ = absl::StrReplaceAll(o_.socket, {{"%n", req.node}});
@@ -130,9 +136,62 @@ class Agent {
            info.node(), o_.job);
     }
 
-    bool restored = false;
-    if (o_.restart_count > 0) {
-      auto t0 = std::chrono::steady_clock::now();
+    // What this node's logs of the job hold already (a start here before): the attach begins
+    // after it, so that the job's output reaches SLURM's once and whole.
+    if (std::optional<dapi::Job> before = Get(); before.has_value()) {
+      struct stat st {};
+      if (::stat((before->dir() + "/stdout.log").c_str(), &st) == 0) out_offset_ = st.st_size;
+      if (::stat((before->dir() + "/stderr.log").c_str(), &st) == 0) err_offset_ = st.st_size;
+    }
+    bool restored = o_.restart_count > 0 && Restore(info.node());
+    if (o_.restart_count == 0) {
+      Forget(false);  // a record of this name here is an older job's (SLURM reuses ids after a reset)
+      out_offset_ = err_offset_ = 0;
+    }
+    if (!restored && !Start(req, info.node())) return 0;
+    int expected = kStarting;
+    state_.compare_exchange_strong(expected, kRunning);
+    Tell(o_.channel, "managed");
+    std::thread watcher([this] { Watch(); });
+    int status = Follow();
+    done_ = true;
+    watcher.join();
+    return status;
+  }
+
+ private:
+  enum State { kStarting, kRunning, kStopping, kEnded };
+
+  // The relay writes 'g' once it runs; EOF (its exec failed, the task is gone) or 60 s: no.
+  bool AwaitRelay() {
+    pollfd p{o_.channel, POLLIN, 0};
+    unsigned char b = 0;
+    if (::poll(&p, 1, 60000) != 1 || ::read(o_.channel, &b, 1) != 1 || b != 'g') {
+      ::dprintf(2, "cairn slurm agent: job %u: the task's relay did not start; the task runs without cairn\n", o_.job);
+      return false;
+    }
+    return true;
+  }
+
+  std::optional<dapi::Job> Get() {
+    dapi::GetJobRequest r;
+    r.set_name(name_);
+    dapi::GetJobResponse resp;
+    grpc::ClientContext c;
+    c.set_deadline(Clock::now() + std::chrono::seconds(30));
+    if (!stub_->GetJob(&c, r, &resp).ok()) return std::nullopt;
+    return resp.job();
+  }
+  bool Runs() {
+    std::optional<dapi::Job> j = Get();
+    return j.has_value() && j->state() == "running";
+  }
+
+  // The newest stored checkpoint, restored here; false: the job starts from the beginning.
+  // Stored checkpoints are never removed on the way: a later start may still restore them.
+  bool Restore(const std::string& node) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
       dapi::RestoreJobRequest r;
       r.set_name(name_);
       r.set_newest_stored(true);
@@ -141,49 +200,55 @@ class Agent {
       c.set_deadline(Clock::now() + std::chrono::minutes(30));
       grpc::Status st = stub_->RestoreJob(&c, r, &resp);
       double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (st.ok()) {
-        restored = true;
+      // A call cut off (its deadline) may still have restored it.
+      if (st.ok() || Runs()) {
         say_("job %u (start %u) restored on node %s from its newest checkpoint, %s, in %.2f s; it goes on from there",
-             o_.job, o_.restart_count + 1, info.node(), NewestCheckpoint(), took);
-      } else if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+             o_.job, o_.restart_count + 1, node, NewestCheckpoint(), took);
+        return true;
+      }
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
         say_("job %u (start %u): no checkpoint of it in the store (%s): it starts from the beginning", o_.job,
              o_.restart_count + 1, Describe(st));
-      } else {
-        say_("job %u (start %u): its newest checkpoint could not be restored (%s): it starts from the beginning",
-             o_.job, o_.restart_count + 1, Describe(st));
-        Forget();
+        Forget(true);
+        return false;
       }
-    } else {
-      Forget();  // a record of this name here is an older job's (SLURM reuses ids after a reset)
-    }
-    if (!restored) {
-      dapi::RunJobRequest r;
-      dapi::JobSpec* s = r.mutable_spec();
-      s->set_name(name_);
-      for (const std::string& a : req.argv) s->add_command(a);
-      for (const std::string& e : req.env) s->add_env(e);
-      s->set_workdir(req.workdir);
-      if (o_.uid != 0) s->set_user(std::to_string(o_.uid));
-      s->mutable_checkpoint()->set_interval_s(o_.interval_s);
-      s->mutable_checkpoint()->set_keep_last(2);
-      dapi::RunJobResponse resp;
-      grpc::ClientContext c;
-      c.set_deadline(Clock::now() + std::chrono::seconds(60));
-      grpc::Status st = stub_->RunJob(&c, r, &resp);
-      if (!st.ok()) {
-        return Direct(absl::StrCat("cairnd on node ", info.node(), " could not start job ", o_.job, " (",
-                                   Describe(st), "): it runs without checkpoints"));
+      // The previous start's checkpoint at its stop still being written here (SLURM killed its
+      // agent first): wait for it, up to 5 minutes.
+      if (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION && took < 300 &&
+          (absl::StrContains(st.error_message(), "being checkpointed") ||
+           absl::StrContains(st.error_message(), "in progress") || absl::StrContains(st.error_message(), "busy"))) {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        continue;
       }
+      say_("job %u (start %u): its newest checkpoint could not be restored (%s): it starts from the beginning",
+           o_.job, o_.restart_count + 1, Describe(st));
+      Forget(true);
+      return false;
     }
-    Tell(o_.channel, "managed");
-    std::thread watcher([this] { Watch(); });
-    int status = Follow(restored);
-    done_ = true;
-    watcher.join();
-    return status;
   }
 
- private:
+  // Runs the task's command under cairnd; false: the relay runs it (said why).
+  bool Start(const TaskRequest& req, const std::string& node) {
+    dapi::RunJobRequest r;
+    dapi::JobSpec* s = r.mutable_spec();
+    s->set_name(name_);
+    for (const std::string& a : req.argv) s->add_command(a);
+    for (const std::string& e : req.env) s->add_env(e);
+    s->set_workdir(req.workdir);
+    // SLURM's ids for the job (its --gid, its groups), not the node's idea of the user's.
+    if (o_.uid != 0) s->set_user(absl::StrCat(o_.uid, ":", o_.gid, o_.groups.empty() ? "" : ":", o_.groups));
+    s->mutable_checkpoint()->set_interval_s(o_.interval_s);
+    s->mutable_checkpoint()->set_keep_last(2);
+    dapi::RunJobResponse resp;
+    grpc::ClientContext c;
+    c.set_deadline(Clock::now() + std::chrono::seconds(60));
+    grpc::Status st = stub_->RunJob(&c, r, &resp);
+    if (st.ok() || Runs()) return true;  // a call cut off may still have started it
+    Direct(absl::StrCat("cairnd on node ", node, " could not start job ", o_.job, " (", Describe(st),
+                        "): it runs without checkpoints"));
+    return false;
+  }
+
   // cairnd cannot take the task: the relay runs it as SLURM would.
   int Direct(const std::string& why) {
     say_("%s", why);
@@ -199,77 +264,88 @@ class Agent {
     dapi::GetJobResponse resp;
     grpc::ClientContext c;
     c.set_deadline(Clock::now() + std::chrono::seconds(10));
-    if (!stub_->GetJob(&c, r, &resp).ok() || resp.checkpoints().empty()) return "(unknown)";
-    const dapi::Checkpoint* newest = &resp.checkpoints(0);
+    if (!stub_->GetJob(&c, r, &resp).ok()) return "(unknown)";
+    std::string id;
     for (const dapi::Checkpoint& cp : resp.checkpoints()) {
-      if (cp.state() == "complete" && cp.id() > newest->id()) newest = &cp;
+      if (cp.state() == "complete" && cp.id() > id) id = cp.id();
     }
-    std::string id = newest->id();
-    absl::Time t;
+    if (id.empty()) return "(unknown)";
+    // YYYYMMDDTHHMMSSmmm (absl's %Y would take every digit: read the fields by position).
     std::string stamp = id.substr(id.find_last_of('-') + 1);
-    if (stamp.size() == 18 && absl::ParseTime("%Y%m%dT%H%M%S", stamp.substr(0, 15), &t, nullptr)) {
-      double age = absl::ToDoubleSeconds(absl::Now() - t) - std::stoi(stamp.substr(15)) / 1000.0;
-      return absl::StrFormat("%s (taken %.1f s ago)", id, age);
+    int f[7] = {};
+    const int at[7][2] = {{0, 4}, {4, 2}, {6, 2}, {9, 2}, {11, 2}, {13, 2}, {15, 3}};
+    bool ok = stamp.size() == 18 && stamp[8] == 'T';
+    for (int i = 0; ok && i < 7; ++i) ok = absl::SimpleAtoi(stamp.substr(at[i][0], at[i][1]), &f[i]);
+    if (ok) {
+      absl::Time t = absl::FromCivil(absl::CivilSecond(f[0], f[1], f[2], f[3], f[4], f[5]), absl::UTCTimeZone());
+      return absl::StrFormat("%s (taken %.1f s ago)", id, absl::ToDoubleSeconds(absl::Now() - t) - f[6] / 1000.0);
     }
     return id;
   }
 
-  // Removes a record of this job's name that does not run (and its checkpoints).
-  void Forget() {
+  // Removes a record of this job's name that does not run; with `keep_stored`, what the shared
+  // store holds stays (only this node's record, logs and local copies go).
+  void Forget(bool keep_stored) {
     dapi::DeleteJobRequest d;
     d.set_name(name_);
+    d.set_keep_stored(keep_stored);
     dapi::DeleteJobResponse resp;
     grpc::ClientContext c;
     c.set_deadline(Clock::now() + std::chrono::seconds(60));
     (void)stub_->DeleteJob(&c, d, &resp);
   }
 
-  // Copies the job's output to the task's until it ends; returns the task's exit status.
-  int Follow(bool restored) {
-    int64_t tail = restored ? 0 : int64_t{1} << 40;  // a new job: all it wrote; a restored one: what is new
-    auto lost_since = std::chrono::steady_clock::time_point();
+  // Copies the job's output to the task's until it ends, from exact offsets (nothing missed,
+  // nothing twice, also across a cairnd restart); returns the task's exit status.
+  int Follow() {
+    bool said_lost = false;
     for (;;) {
       dapi::AttachJobRequest r;
       r.set_name(name_);
-      r.set_tail_bytes(tail);
       r.set_bound(true);
+      r.set_from_offsets(true);
+      r.set_stdout_offset(out_offset_);
+      r.set_stderr_offset(err_offset_);
       grpc::ClientContext c;
       auto stream = stub_->AttachJob(&c, r);
       dapi::AttachJobOutput o;
-      bool got_any = false;
       while (stream->Read(&o)) {
-        got_any = true;
-        if (!o.data().empty()) (void)WriteAll(o.stderr() ? err_ : out_, o.data());
+        if (!o.data().empty()) {
+          (void)WriteAll(o.stderr() ? err_ : out_, o.data());
+          (o.stderr() ? err_offset_ : out_offset_) += static_cast<int64_t>(o.data().size());
+        }
         if (!o.state().empty()) {
           stream->Finish();
           return Ended(o);
         }
       }
       grpc::Status st = stream->Finish();
-      // cairnd restarted (its jobs run on): attach again, for up to 2 minutes.
-      if (got_any) lost_since = std::chrono::steady_clock::time_point();
-      if (lost_since == std::chrono::steady_clock::time_point()) lost_since = std::chrono::steady_clock::now();
-      if (std::chrono::steady_clock::now() - lost_since > std::chrono::minutes(2)) {
-        say_("lost job %u: cairnd at %s has not answered for 2 minutes (%s)", o_.job, socket_, Describe(st));
-        return 1;
+      // cairnd restarted (its jobs run on): attach again until it answers; SLURM ends this task
+      // when it must.
+      if (!said_lost) {
+        say_("cairnd at %s stopped answering (%s): waiting for it; job %u runs on", socket_, Describe(st), o_.job);
+        said_lost = true;
       }
-      tail = 0;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   }
 
   int Ended(const dapi::AttachJobOutput& o) {
-    if (stopping_) {
-      // Checkpointed and stopped for SLURM's requeue (cairnd may end the job before it answers
-      // the checkpoint call): its checkpoints stay for the next start.
-      while (!stopped_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      return 128 + SIGTERM;
+    int expected = kRunning;
+    if (!state_.compare_exchange_strong(expected, kEnded)) {
+      // A stop is under way (or done): its checkpoint stays for the next start, unless the job
+      // had ended by itself meanwhile.
+      while (!stop_done_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!exited_itself_) return 128 + SIGTERM;
     }
     const dapi::Health& h = o.health();
-    int status = h.signal() != 0 ? 128 + h.signal() : h.exit_code();
+    if (o.state() != "exited" && o.state() != "killed") {
+      say_("job %u left node %s under cairnd (%s): this task ends", o_.job, socket_, o.state());
+      return 0;
+    }
     // The job is over: its checkpoints are not needed by any later start.
-    Forget();
-    return status;
+    Forget(false);
+    return h.signal() != 0 ? 128 + h.signal() : h.exit_code();
   }
 
   // SLURM's signals (directly, and through the relay's channel) until the job ends.
@@ -294,12 +370,24 @@ class Agent {
       }
       if (sig == SIGTERM || sig == SIGINT) Stop(false);
       if (sig == SIGUSR1) Stop(true);
+      if (sig == SIGUSR2 || sig == SIGHUP) Signal(sig);  // the job's own business
     }
+  }
+
+  void Signal(int sig) {
+    dapi::KillJobRequest k;
+    k.set_name(name_);
+    k.set_signal(sig);
+    dapi::KillJobResponse kr;
+    grpc::ClientContext kc;
+    kc.set_deadline(Clock::now() + std::chrono::seconds(30));
+    (void)stub_->KillJob(&kc, k, &kr);
   }
 
   // Checkpoints the job and stops it (once); with `requeue`, then asks SLURM to requeue the job.
   void Stop(bool requeue) {
-    if (stopping_.exchange(true)) return;
+    int expected = kRunning;
+    if (!state_.compare_exchange_strong(expected, kStopping)) return;  // stopping, or ended by itself
     // Said first: if SLURM's SIGKILL comes before the checkpoint is done, the output shows that
     // it began and never ended (the next start says which checkpoint it went on from).
     say_("job %u: SLURM stops it (%s): checkpointing it first", o_.job, requeue ? "SIGUSR1: then requeued" : "SIGTERM");
@@ -313,12 +401,15 @@ class Agent {
     grpc::Status st = stub_->CheckpointJob(&c, r, &resp);
     double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (st.ok()) {
-      stopped_ = true;
       say_("job %u checkpointed (%s, the job paused %.2f s) and stopped in %.2f s: a requeued start goes on from here",
            o_.job, resp.checkpoint().id(), resp.checkpoint().frozen_s(), took);
+    } else if (!Runs()) {
+      // It ended by itself meanwhile: nothing to stop, nothing to requeue.
+      exited_itself_ = true;
+      stop_done_ = true;
+      return;
     } else {
       // The job keeps its older checkpoints; SLURM ends the task anyway: end the job now.
-      stopped_ = true;
       say_("job %u: the checkpoint at the stop failed after %.2f s (%s): a requeued start goes on from its previous "
            "checkpoint, if it has one",
            o_.job, took, Describe(st));
@@ -338,6 +429,7 @@ class Agent {
                 (*job)["Requeue"] == "1";
     }
     if (requeue) Requeue();
+    stop_done_ = true;
   }
 
   void Requeue() {
@@ -350,14 +442,16 @@ class Agent {
   std::unique_ptr<dapi::Daemon::Stub> stub_;
   Say say_;
   int out_ = 1, err_ = 2, sigfd_ = -1;
-  std::atomic<bool> done_{false}, stopping_{false}, stopped_{false}, channel_open_{true};
+  int64_t out_offset_ = 0, err_offset_ = 0;
+  std::atomic<int> state_{kStarting};
+  std::atomic<bool> done_{false}, stop_done_{false}, exited_itself_{false}, channel_open_{true};
 };
 
 }  // namespace
 
-std::string JobName(uint32_t job, uint32_t step, uint32_t task) {
-  if (step == kBatchStep) return absl::StrCat("slurm-", job);
-  return absl::StrCat("slurm-", job, ".", step, ".", task);
+std::string JobName(uint32_t job, uint32_t step, uint32_t task, uid_t uid) {
+  if (step == kBatchStep) return absl::StrCat("slurm-", job, "-u", uid);
+  return absl::StrCat("slurm-", job, ".", step, ".", task, "-u", uid);
 }
 
 int RunAgent(const AgentOptions& opts) { return Agent(opts).Run(); }
@@ -369,13 +463,17 @@ int g_channel = -1;
 void ForwardSignal(int sig) {
   unsigned char b = static_cast<unsigned char>(sig);
   int saved = errno;
-  (void)::write(g_channel, &b, 1);
+  (void)::send(g_channel, &b, 1, MSG_NOSIGNAL);
   errno = saved;
 }
 }  // namespace
 
 int RunRelay(pid_t agent, int channel, const std::vector<std::string>& argv) {
   g_channel = channel;
+  ::signal(SIGCHLD, SIG_DFL);  // waitpid below must see the agent end
+  // The agent starts nothing before this: had this exec failed, the task would run without it.
+  unsigned char go = 'g';
+  (void)::send(channel, &go, 1, MSG_NOSIGNAL);
   struct sigaction sa {};
   sa.sa_handler = ForwardSignal;
   sa.sa_flags = SA_RESTART;

@@ -3,7 +3,7 @@
 //
 // The agent (`cairn slurm agent`, root, forked before SLURM drops to the job's user): takes the
 // task's command, environment and directory from the task (task_wire.h), and has the node's
-// cairnd run it as job `slurm-JOBID` (a step's task: `slurm-JOBID.STEP.TASK`) as the job's user,
+// cairnd run it as job `slurm-JOBID-uUID` (a step's task: `slurm-JOBID.STEP.TASK-uUID`) as the job's user,
 // checkpointed every --interval into cairnd's shared store, or, when SLURM started the job again
 // (restart count > 0), restores its newest stored checkpoint (whichever node took it). It copies
 // the job's output to the task's stdout and stderr, and exits with the job's status. On SIGTERM
@@ -32,6 +32,7 @@ struct AgentOptions {
   uint32_t restart_count = 0;
   uid_t uid = 0;
   gid_t gid = 0;
+  std::string groups;  // supplementary gids, "G1,G2,..."
   std::string socket = "/run/cairn/cairnd.sock";  // %n: the SLURM node's name
   double interval_s = 600;
 };
@@ -39,8 +40,10 @@ struct AgentOptions {
 // SLURM's step id of a batch script (SLURM_BATCH_SCRIPT in slurm.h).
 constexpr uint32_t kBatchStep = 0xfffffffb;
 
-// The cairnd job a task runs as: slurm-JOB for a batch script, slurm-JOB.STEP.TASK otherwise.
-std::string JobName(uint32_t job, uint32_t step, uint32_t task);
+// The cairnd job a task runs as: slurm-JOB-uUID for a batch script, slurm-JOB.STEP.TASK-uUID
+// otherwise (the user's uid in it: a job id SLURM reuses, after a reset, for another user's job
+// never finds the first one's checkpoints).
+std::string JobName(uint32_t job, uint32_t step, uint32_t task, uid_t uid);
 
 // Returns the process's exit status.
 int RunAgent(const AgentOptions& opts);

@@ -1,6 +1,7 @@
 #include "integrations/slurm/scontrol.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,8 +38,16 @@ absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args) {
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1);
   posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2);
+  // Not the caller's blocked signals (the agent blocks SLURM's for its signalfd).
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = 0;
-  int rc = ::posix_spawnp(&pid, "scontrol", &fa, nullptr, argv.data(), environ);
+  int rc = ::posix_spawnp(&pid, "scontrol", &fa, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&fa);
   out_w.Reset();
   err_w.Reset();

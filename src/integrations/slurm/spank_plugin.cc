@@ -15,7 +15,7 @@
 //      and stderr descriptors, and execs the relay (`cairn slurm task`), which waits for the
 //      agent, forwards SLURM's signals to it, and exits with the job's status; or, when the agent
 //      says cairnd cannot take the job, runs the command itself.
-// The plugin links nothing but libc: it is loaded by slurmd, slurmstepd, sbatch and srun.
+// The plugin links nothing but libc and libstdc++: it is loaded by slurmd, slurmstepd, sbatch and srun.
 // Nothing here fails a job because of cairn: when the agent cannot be started the task runs as
 // SLURM would run it, and the log says why.
 #include <errno.h>
@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -172,13 +171,20 @@ extern "C" int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
   }
   if (pid == 0) {
     // The agent: its channel on fd 3, stdin from /dev/null; it keeps SLURM's stdout/stderr
-    // (slurmstepd's log) for what it says before it has the task's own.
-    if (dup2(sv[1], 3) != 3) _exit(127);
+    // (slurmstepd's log) for what it says before it has the task's own. Only async-signal-safe
+    // calls between fork and exec (this is a child of a threaded slurmstepd's child).
+    int fd = sv[1];
+    if (fd == 3) {
+      fcntl(3, F_SETFD, 0);
+    } else if (dup2(fd, 3) != 3) {
+      _exit(127);
+    }
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
     close_range(4, ~0U, 0);
     execv(cargv[0], cargv.data());
-    dprintf(2, "cairn: cannot run the agent %s: %s\n", cargv[0], strerror(errno));
+    static const char kFailed[] = "cairn: cannot run the agent (the plugin's cairn= path)\n";
+    (void)!write(2, kFailed, sizeof kFailed - 1);
     _exit(127);
   }
   close(sv[1]);
@@ -195,10 +201,18 @@ extern "C" int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   int argc = 0;
   char** task_argv = nullptr;
   char** env = nullptr;
+  // Whatever goes wrong here, the task runs as SLURM would run it: closing the channel before
+  // the relay's word tells the agent to start nothing.
   if (spank_get_item(sp, S_JOB_ARGV, &argc, &task_argv) != ESPANK_SUCCESS ||
       spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || argc < 1) {
-    slurm_error("cairn: cannot read the task's command or environment");
-    return -1;
+    slurm_error("cairn: cannot read the task's command or environment: the task runs without cairn");
+    close(g_channel);
+    return 0;
+  }
+  if (access(args.cairn.c_str(), X_OK) != 0) {
+    slurm_error("cairn: %s: %s (as the job's user): the task runs without cairn", args.cairn.c_str(), strerror(errno));
+    close(g_channel);
+    return 0;
   }
   cairn::slurm::TaskRequest req;
   req.argv.assign(task_argv, task_argv + argc);
@@ -210,7 +224,7 @@ extern "C" int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   std::string error;
   if (!cairn::slurm::SendTaskRequest(g_channel, req, &error)) {
     slurm_error("cairn: hand the task to its agent: %s: the task runs without cairn", error.c_str());
-    kill(g_agent, SIGKILL);
+    close(g_channel);
     return 0;
   }
   // The relay: `cairn slurm task --agent PID --channel FD -- COMMAND...`, in the task's own
@@ -224,8 +238,8 @@ extern "C" int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   for (std::string& a : relay) cargv.push_back(a.data());
   cargv.push_back(nullptr);
   execve(cargv[0], cargv.data(), env);
-  // The agent has the task by now: it goes (and cairnd ends the job its attach was bound to).
+  // The agent waits for the relay's word before it starts anything: without it, it ends.
   slurm_error("cairn: cannot run %s: %s: the task runs without cairn", cargv[0], strerror(errno));
-  kill(g_agent, SIGKILL);
+  close(g_channel);
   return 0;
 }

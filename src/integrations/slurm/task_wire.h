@@ -65,13 +65,16 @@ inline bool SendTaskRequest(int fd, const TaskRequest& req, std::string* error) 
   head.append(reinterpret_cast<const char*>(&n), sizeof n);
   // The header carries the task's stdout and stderr.
   int fds[2] = {1, 2};
-  char control[CMSG_SPACE(sizeof fds)] = {};
+  union {
+    char buf[CMSG_SPACE(sizeof fds)];
+    cmsghdr align;
+  } control = {};
   iovec iov{head.data(), head.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -100,13 +103,16 @@ inline bool SendTaskRequest(int fd, const TaskRequest& req, std::string* error) 
 inline bool ReceiveTaskRequest(int fd, TaskRequest* req, int* out_fd, int* err_fd, std::string* error) {
   char head[8];
   int fds[2] = {-1, -1};
-  char control[CMSG_SPACE(sizeof fds)] = {};
+  union {
+    char buf[CMSG_SPACE(sizeof fds)];
+    cmsghdr align;
+  } control = {};
   iovec iov{head, sizeof head};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  msg.msg_control = control.buf;
+  msg.msg_controllen = sizeof control.buf;
   ssize_t r;
   do r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
   while (r < 0 && errno == EINTR);
@@ -150,7 +156,8 @@ inline bool ReceiveTaskRequest(int fd, TaskRequest* req, int* out_fd, int* err_f
     if (!next(&count)) return false;
     char* end = nullptr;
     unsigned long k = strtoul(count.c_str(), &end, 10);
-    if (count.empty() || *end != '\0' || k > n) return false;
+    // Each entry takes at least its NUL byte: no more of them than bytes left.
+    if (count.empty() || *end != '\0' || k > payload.size() - at) return false;
     v->resize(k);
     for (std::string& s : *v) {
       if (!next(&s)) return false;
