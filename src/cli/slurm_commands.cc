@@ -39,7 +39,7 @@ struct SlurmCommands::Options {
   std::string job, to;
   double timeout_s = 300;
   CLI::App* setup = nullptr;
-  std::string plugin, socket = "/run/cairn/cairnd.sock";
+  std::string plugin, socket = "/run/cairn/cairnd.sock", node;
   bool write = false;
 };
 
@@ -73,6 +73,7 @@ SlurmCommands::SlurmCommands(CLI::App& app) : o_(std::make_unique<Options>()) {
   o.setup->add_option("--plugin", o.plugin, "The SPANK plugin cairn_spank.so (default: the one installed with cairn)");
   o.setup->add_option("--socket", o.socket, "cairnd's socket on the nodes (%n: the SLURM node name)");
   o.setup->add_flag("--write", o.write, "Add the plugin's line to the plugstack.conf slurm.conf names, if missing");
+  o.setup->add_option("--node", o.node, "This node's SLURM name, for the socket's %n (default: the host name)");
 }
 
 SlurmCommands::~SlurmCommands() = default;
@@ -213,7 +214,7 @@ int SlurmCommands::Setup() {
   char host[256] = "";
   ::gethostname(host, sizeof host);
   std::string socket = o.socket;
-  if (size_t at = socket.find("%n"); at != std::string::npos) socket.replace(at, 2, host);
+  if (size_t at = socket.find("%n"); at != std::string::npos) socket.replace(at, 2, o.node.empty() ? host : o.node);
   auto stub = cairn::daemon::api::Daemon::NewStub(
       grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
   cairn::daemon::api::NodeInfoResponse info;

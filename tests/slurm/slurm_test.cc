@@ -426,6 +426,27 @@ TEST_F(SlurmTest, AJobOfAUserRunsAndComesBackAsThatUser) {
   EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
 }
 
+// cairn slurm setup checks what --cairn jobs need: the plugin, plugstack.conf, slurm.conf's
+// settings through slurmctld, this node's cairnd and its store.
+TEST_F(SlurmTest, CairnSlurmSetupChecksTheClusterAndSaysWhatIsMissing) {
+  std::string socket = g->dir->path() + "/%n" + g->cairnd[0]->node().substr(2) + ".sock";
+  CommandResult ok = Slurm({CAIRN_BIN, "slurm", "setup", "--plugin", CAIRN_SPANK, "--socket", socket, "--node", "n1"});
+  EXPECT_TRUE(ok.Exited(0)) << ok.Describe();
+  for (const char* line : {"ok   the plugin ", "ok   cairn_spank.so in ", "ok   JobRequeue=1", "ok   KillWait",
+                           "ok   PreemptMode REQUEUE", "ok   cairnd on this node at ", "ok   a shared --storage",
+                           "this node is ready"}) {
+    EXPECT_NE(ok.out.find(line), std::string::npos) << line << "\n" << ok.out;
+  }
+  EXPECT_NE(ok.out.find("optional " + std::string(CAIRN_SPANK)), std::string::npos) << ok.out;
+  // A node whose cairnd is not there, a plugin that is not: said, and the exit status is 1.
+  CommandResult missing = Slurm({CAIRN_BIN, "slurm", "setup", "--plugin", g->dir->path() + "/nope.so", "--socket",
+                                 socket, "--node", "n9"});
+  EXPECT_TRUE(missing.Exited(1)) << missing.Describe();
+  EXPECT_NE(missing.out.find("MISSING the plugin " + g->dir->path() + "/nope.so"), std::string::npos) << missing.out;
+  EXPECT_NE(missing.out.find("MISSING cairnd on this node at "), std::string::npos) << missing.out;
+  EXPECT_NE(missing.out.find("some parts are missing"), std::string::npos) << missing.out;
+}
+
 TEST_F(SlurmTest, WithItsNodesCairndDownAJobRunsWithoutCairnAndSaysSoOnce) {
   DaemonProcess& d = Cairnd("n3");
   d.Kill(SIGTERM);
