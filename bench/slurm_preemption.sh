@@ -15,7 +15,8 @@
 #           in seconds of the job's own step time;
 #   pause   from the first start's last step to the second start's first: what the job waited
 #           (SLURM's requeue and start, cairn's checkpoint and restore);
-# and prints one line per run and the means. For a job of any length preempted at a uniformly
+# and prints one line per run (with --cairn, the agent's lines too: the job's pause at the
+# checkpoint, the time to store it, the restore's) and the means. For a job of any length preempted at a uniformly
 # random time, SLURM alone loses on average half the job (30 minutes of a 1-hour job); with
 # --cairn the loss does not grow with the job.
 set -euo pipefail
@@ -110,6 +111,10 @@ lost = (before[0] - (after[0] - 1)) * step_s
 pause = after[1] - before[1]
 print("%-6s run %s: preempted at step %d, went on at step %d: lost %.1f s of work, paused %.1f s" %
       (mode, run, before[0], after[0], lost, pause))
+# The agent's own account (checkpoint at the stop: the job's pause, the time to store it; the restore).
+for line in open(out):
+    if line.startswith("cairn: ") and ("checkpointed (" in line or "restored on node" in line):
+        print("         " + line.strip())
 with open(out + ".m", "w") as m:
     m.write("%f %f\n" % (lost, pause))
 EOF

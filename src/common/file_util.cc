@@ -1,6 +1,7 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -109,6 +110,14 @@ std::vector<std::pair<unsigned, unsigned>> RangesAround(std::vector<int> keep, u
 
 void CloseAllDescriptorsBut(std::vector<int> keep) {
   for (const auto& [first, last] : RangesAround(std::move(keep), 3)) ::syscall(SYS_close_range, first, last, 0);
+}
+
+absl::StatusOr<int> MemoryFileWith(const char* name, absl::string_view data) {
+  UniqueFd fd(static_cast<int>(::syscall(SYS_memfd_create, name, MFD_CLOEXEC)));
+  if (!fd.valid()) return ErrnoStatus(absl::StrFormat("memfd_create %s", name));
+  RETURN_IF_ERROR(WriteAll(fd.get(), data, name));
+  if (::lseek(fd.get(), 0, SEEK_SET) != 0) return ErrnoStatus(absl::StrFormat("lseek %s", name));
+  return fd.Release();
 }
 
 }  // namespace cairn

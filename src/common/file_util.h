@@ -24,6 +24,11 @@ absl::Status PreadAll(int fd, void* buf, size_t len, off_t offset, absl::string_
 // Creates or truncates `path` (mode 0600), writes `data` and fsyncs it.
 absl::Status WriteFileSynced(const std::string& path, absl::string_view data);
 
+// An anonymous in-memory file (memfd, close-on-exec) holding `data`, read from its start: what a
+// child should read but no file system should hold (a job's environment, with its secrets).
+// `name` shows in /proc/PID/fd.
+absl::StatusOr<int> MemoryFileWith(const char* name, absl::string_view data);
+
 // Sets the mode of the regular file or directory at `path` to `mode`, without following a
 // symlink there (a link is refused, FailedPrecondition, and left as it is); NotFound when
 // nothing is there.

@@ -83,15 +83,15 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
   if (!spec.user().empty()) args.insert(args.end(), {"--user", spec.user()});
   if (!spec.cpu_baseline().empty()) args.insert(args.end(), {"--cpu-baseline", spec.cpu_baseline()});
   if (!spec.workdir().empty()) args.insert(args.end(), {"--workdir", spec.workdir()});
-  // The environment (a SLURM task's, with its secrets) in a root-only file beside the logs.
-  std::string env_path = opts_.state_dir + "/jobs/." + name + ".env";
+  // The environment (a SLURM task's, with its secrets) in a memfd `cairn run` reads as its fd 3:
+  // on no file system, gone with the last descriptor.
+  UniqueFd env_fd;
   if (spec.env_size() > 0) {
     std::string env;
     for (const std::string& e : spec.env()) env.append(e).push_back('\0');
-    UniqueFd f(::open(env_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!f.valid()) return ErrnoStatus("create " + env_path);
-    RETURN_IF_ERROR(WriteAll(f.get(), env, env_path));
-    args.insert(args.end(), {"--env-file", env_path});
+    ASSIGN_OR_RETURN(int fd, MemoryFileWith("cairn-job-env", env));
+    env_fd = UniqueFd(fd);
+    args.insert(args.end(), {"--env-file", "/dev/fd/3"});
   }
   args.push_back("--");
   args.insert(args.end(), spec.command().begin(), spec.command().end());
@@ -104,6 +104,7 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (env_fd.valid()) posix_spawn_file_actions_adddup2(&fa, env_fd.get(), 3);  // dup2 clears close-on-exec
   pid_t pid = 0;
   int rc = ::posix_spawn(&pid, opts_.cairn_bin.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -113,7 +114,6 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
   }
   std::string out = ReadFile(out_path).value_or("");
   ::unlink(out_path.c_str());
-  if (spec.env_size() > 0) ::unlink(env_path.c_str());
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::FailedPreconditionError(absl::StrCat("job ", name, ": cairn run failed: ",
                                                       absl::StripAsciiWhitespace(out)));

@@ -530,8 +530,6 @@ TEST_F(DaemonTest, AJobGetsTheEnvironmentAndDirectoryGivenAndABoundAttachEndsItW
   ASSERT_TRUE(WaitState(a, "env", "exited"));
   EXPECT_TRUE(Matches(a.Cairn({"job", "logs", "env"}).out, "TWO=two words\n" + work + "\n1 two words\n$"))
       << a.Cairn({"job", "logs", "env"}).out;
-  // The env file given to cairn run is gone once the job started (it may hold secrets).
-  EXPECT_FALSE(Exists(a.state_dir() + "/jobs/.env.env"));
   // Bad input names the field and the rule; nothing starts.
   CommandResult bad = a.Cairn({"job", "run", "--name", "bad", "--env", "NOEQUALS", "--", "/bin/true"});
   EXPECT_TRUE(bad.FailedCleanly()) << bad.Describe();

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "daemon_harness.h"
+#include "integrations/slurm/scontrol.h"
 
 namespace cairn::testing {
 namespace {
@@ -56,14 +57,10 @@ CommandResult ClusterScript(const std::vector<std::string>& args) {
 }
 
 // `scontrol show job J` as KEY=VALUE pairs.
+// `scontrol show job J` as KEY=VALUE pairs (the agent's own reader; SLURM_CONF is this
+// process's, set when the cluster starts); none when scontrol fails.
 std::map<std::string, std::string> ShowJob(const std::string& id) {
-  std::map<std::string, std::string> fields;
-  CommandResult r = Slurm({"/usr/bin/scontrol", "-o", "show", "job", id});
-  for (absl::string_view kv : absl::StrSplit(r.out, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
-    size_t eq = kv.find('=');
-    if (eq != absl::string_view::npos) fields[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
-  }
-  return fields;
+  return slurm::ScontrolShow("job", id).value_or(std::map<std::string, std::string>{});
 }
 
 class SlurmTest : public ::testing::Test {
@@ -107,6 +104,7 @@ class SlurmTest : public ::testing::Test {
     std::string suffix = g->cairnd[0]->node().substr(2);
     std::string plug = absl::StrCat("required ", CAIRN_SPANK, " cairn=", CAIRN_BIN, " socket=", g->dir->path(), "/%n",
                                     suffix, ".sock");
+    ::setenv("SLURM_CONF", g->conf.c_str(), 1);  // for ScontrolShow
     CommandResult r = ClusterScript({"start", g->slurm, plug});
     if (!r.Exited(0)) {
       g->failure = "cluster.sh start: " + r.Describe();

@@ -5,7 +5,6 @@
 #include <linux/sched.h>
 #include <pwd.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -231,17 +230,16 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   } else {
     for (char** e = environ; *e != nullptr; ++e) base.emplace_back(*e);
   }
-  if (opts.cpu_baseline == 0 && opts.env.has_value()) {
-    env_strings.assign(base.begin(), base.end());
-    for (std::string& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-  }
-  if (opts.cpu_baseline > 0) {
-    const char* tunables = nullptr;
-    for (std::string_view e : base) {
-      if (e.substr(0, 15) == "GLIBC_TUNABLES=") tunables = e.data() + 15;
+  if (opts.env.has_value() || opts.cpu_baseline > 0) {
+    // A baseline's variables (machine/cpu.h) replace any of the same name.
+    std::vector<std::pair<std::string, std::string>> vars;
+    if (opts.cpu_baseline > 0) {
+      const char* tunables = nullptr;
+      for (std::string_view e : base) {
+        if (e.substr(0, 15) == "GLIBC_TUNABLES=") tunables = e.data() + 15;
+      }
+      vars = machine::BaselineEnvironment(opts.cpu_baseline, tunables != nullptr ? tunables : "");
     }
-    auto vars = machine::BaselineEnvironment(opts.cpu_baseline, tunables != nullptr ? tunables : "");
     for (std::string_view entry : base) {
       bool replaced = std::any_of(vars.begin(), vars.end(), [&](const auto& v) {
         return entry.substr(0, v.first.size() + 1) == v.first + "=";
@@ -258,12 +256,10 @@ absl::StatusOr<JobRecord> Run(const RunOptions& opts) {
   // command: no variable of the user's (GLIBC_TUNABLES, MALLOC_*) is read by a root process.
   UniqueFd env_fd;
   if (opts.env.has_value() && !init_exe.empty()) {
-    env_fd = UniqueFd(static_cast<int>(::syscall(SYS_memfd_create, "cairn-job-env", MFD_CLOEXEC)));
-    if (!env_fd.valid()) return ErrnoStatus("memfd_create for the job's environment");
     std::string block;
     for (const std::string& e : env_strings) block.append(e).push_back('\0');
-    RETURN_IF_ERROR(WriteAll(env_fd.get(), block, "the job's environment"));
-    if (::lseek(env_fd.get(), 0, SEEK_SET) != 0) return ErrnoStatus("lseek the job's environment");
+    ASSIGN_OR_RETURN(int fd, MemoryFileWith("cairn-job-env", block));
+    env_fd = UniqueFd(fd);
     auto dashes = std::find(init_args.begin(), init_args.end(), "--");
     init_args.insert(dashes, {"-E", std::to_string(env_fd.get())});
     init_argv.clear();

@@ -374,13 +374,14 @@ class Agent {
     }
   }
 
+  // Sends the job `sig` (cairnd waits, up to 60 s, for a checkpoint in progress first).
   void Signal(int sig) {
     dapi::KillJobRequest k;
     k.set_name(name_);
     k.set_signal(sig);
     dapi::KillJobResponse kr;
     grpc::ClientContext kc;
-    kc.set_deadline(Clock::now() + std::chrono::seconds(30));
+    kc.set_deadline(Clock::now() + std::chrono::seconds(90));
     (void)stub_->KillJob(&kc, k, &kr);
   }
 
@@ -413,12 +414,7 @@ class Agent {
       say_("job %u: the checkpoint at the stop failed after %.2f s (%s): a requeued start goes on from its previous "
            "checkpoint, if it has one",
            o_.job, took, Describe(st));
-      dapi::KillJobRequest k;
-      k.set_name(name_);
-      dapi::KillJobResponse kr;
-      grpc::ClientContext kc;
-      kc.set_deadline(Clock::now() + std::chrono::seconds(90));
-      (void)stub_->KillJob(&kc, k, &kr);
+      Signal(SIGKILL);
     }
     // A job SLURM preempts (its PreemptTime set) that ends within its grace time is counted as
     // cancelled, not requeued: requeue it now (which also frees its node at once). Any other
