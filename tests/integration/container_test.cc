@@ -514,6 +514,30 @@ TEST_F(RuncContainers, AContainerWithItsOwnCgroupNamespaceStandsAtItsRootAgain) 
   KillContainer("c1", after);
 }
 
+// Files the kernel generates, held open by the container's process: its /proc and /sys are new
+// mounts after the restore, whose inodes have other numbers and times, and are found by name.
+TEST_F(RuncContainers, KernelFilesHeldOpenAreFoundInTheRestoredContainersNewProcAndSys) {
+  MakeBundle("", {"sh", "-c", std::string("exec 3</proc/sys/kernel/hostname 4</sys/devices/system/cpu/online; ") + kLoop});
+  pid_t before = StartCounting("c1", 3);
+  ASSERT_GT(before, 0);
+  auto fd_link = [](pid_t pid, int fd) {
+    std::error_code ec;
+    return fs::read_symlink("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd), ec).string();
+  };
+  ASSERT_EQ(fd_link(before, 3), "/proc/sys/kernel/hostname");
+  ASSERT_EQ(fd_link(before, 4), "/sys/devices/system/cpu/online");
+  std::vector<std::string> at_checkpoint = Log();
+  pid_t after = CheckpointAndRestore("c1", before, "sh");
+  ASSERT_GT(after, 0);
+  ASSERT_TRUE(WaitLog(at_checkpoint.size() + 3)) << Diagnostics();
+  EXPECT_TRUE(CountsOn(Log()));
+  EXPECT_EQ(fd_link(after, 3), "/proc/sys/kernel/hostname");
+  EXPECT_EQ(fd_link(after, 4), "/sys/devices/system/cpu/online");
+  // The container reads its own host name through its restored descriptor.
+  EXPECT_EQ(Exec("c1", {"/bin/cat", "/proc/1/fd/3"}), "cairn-box\n") << Diagnostics();
+  KillContainer("c1", after);
+}
+
 // One line from the unix socket at `path` (a connection, read to its end); "" if none answers.
 std::string AskUnix(const std::string& path) {
   UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

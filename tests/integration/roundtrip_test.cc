@@ -4,6 +4,7 @@
 // too) and through an attached `cairn restore` (which must exit with the workload's status).
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -88,6 +89,7 @@ const Spec kSpecs[] = {
     {"wl_fown", true, false, true, false},
     {"wl_lease", true, false, true, false},
     {"wl_proc_self_files", true, false, true, false},
+    {"wl_kernel_files", true, false, true, false},
     {"wl_ns_fds", true, false, true, false},
     {"wl_hardlinked_deleted"},
     {"wl_fifo_unlinked", true, false, true, false},
@@ -429,6 +431,30 @@ TEST_F(RoundTrip, ScratchFilesComeBackWhereTheirNamesWereRemoved) {
   CommandResult restore = Restore(ckpt, /*detach=*/true);
   ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach failed " << restore.Describe();
   EXPECT_TRUE(Exists(w.workdir() + "/session/run/sess.dat"));
+  w.Go();
+  ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
+}
+
+// Files of /proc and /sys the process holds, their in-memory inodes evicted between the dump and
+// the restore (drop_caches, as memory pressure or another machine would): the kernel makes them
+// anew under other inode numbers and times, and the restore finds them by name.
+TEST_F(RoundTrip, KernelFilesWhoseInodesWereEvictedAreFoundByName) {
+  Workload w = MakeWorkload("wl_kernel_files");
+  ASSERT_TRUE(StartReady(w));
+  std::string out_before = w.Stdout(), err_before = w.Stderr();
+  std::string ckpt = w.workdir() + "/ckpt";
+  struct stat before {};
+  ASSERT_EQ(::stat("/proc/sys/kernel/hostname", &before), 0);
+  ASSERT_TRUE(DumpAndKill(w, ckpt));
+  struct stat after {};
+  for (int i = 0; i < 50 && (::stat("/proc/sys/kernel/hostname", &after) != 0 || after.st_ino == before.st_ino); ++i) {
+    std::ofstream("/proc/sys/vm/drop_caches") << "2\n";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(after.st_ino, before.st_ino) << "the sysctl's inode was not evicted: the test would prove nothing";
+  CommandResult restore = Restore(ckpt, /*detach=*/true);
+  ASSERT_TRUE(restore.Exited(0)) << "cairn restore --detach failed " << restore.Describe();
+  ASSERT_TRUE(RestoredAndRunning(w));
   w.Go();
   ASSERT_TRUE(FinishedWithPass(w, out_before, err_before));
 }

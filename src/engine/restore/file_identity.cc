@@ -1,5 +1,7 @@
 #include "engine/restore/file_identity.h"
 
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 
 #include "absl/strings/str_format.h"
@@ -44,6 +46,20 @@ absl::Status CheckSameFile(const struct stat& st, const image::FileId& want, con
       "and its size (%d, was %u) or modification time (%d ns, was %d) differs, so it cannot be told to be the same "
       "file: restore it where the file is as it was",
       what, Dev(st.st_dev), Dev(want.dev()), st.st_size, want.size(), MtimeNs(st), want.mtime_ns()));
+}
+
+bool KernelGeneratedFile(int fd) {
+  struct statfs sf {};
+  if (::fstatfs(fd, &sf) != 0) return false;
+  switch (static_cast<unsigned long>(sf.f_type)) {
+    case PROC_SUPER_MAGIC:
+    case SYSFS_MAGIC:
+    case CGROUP_SUPER_MAGIC:
+    case CGROUP2_SUPER_MAGIC:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace cairn::restore

@@ -22,4 +22,10 @@ namespace cairn::restore {
 absl::Status CheckSameFile(const struct stat& st, const image::FileId& want, const std::string& what,
                            bool content_too = false);
 
+// Whether the open file `fd` is one the kernel generates as it is read: a file of procfs, sysfs
+// or a cgroup file system (/proc/sys/kernel/hostname, /proc/meminfo, /sys/..., memory.max). Its
+// name is all there is to match: its inode number and times are those of an in-memory inode the
+// kernel makes anew on each mount (a container's new /proc) and after evicting it.
+bool KernelGeneratedFile(int fd);
+
 }  // namespace cairn::restore

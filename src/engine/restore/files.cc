@@ -401,7 +401,7 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
             "%s is not the device the process had open at checkpoint time (device %u:%u here, %u:%u then)", what,
             major(st.st_rdev), minor(st.st_rdev), major(fd.rdev()), minor(fd.rdev())));
       }
-    } else {
+    } else if (!KernelGeneratedFile(f.get())) {  // those are found by their name alone
       RETURN_IF_ERROR(CheckSameFile(st, fd.file(), what));
     }
   }
