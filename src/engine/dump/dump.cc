@@ -388,7 +388,8 @@ struct FrozenTree {
 
 // Freezes `root` and, with `tree`, every descendant. A process is frozen before its
 // children are listed, so children forked meanwhile are found in the next round.
-absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree, GuardJournal* journal) {
+absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree, GuardJournal* journal,
+                                      const std::set<pid_t>* seized_already = nullptr) {
   FrozenTree ft;
   std::deque<pid_t> queue = {root};
   std::set<pid_t> known = {root};
@@ -402,7 +403,7 @@ absl::StatusOr<FrozenTree> FreezeTree(pid_t root, bool tree, GuardJournal* journ
       ft.order.push_back(pid);
       continue;
     }
-    auto fp = FrozenProcess::Freeze(pid, journal);
+    auto fp = FrozenProcess::Freeze(pid, journal, seized_already);
     if (!fp.ok() && pid != root && absl::IsNotFound(fp.status())) {
       // A child that exited while its parent was being frozen: keep it as the zombie it
       // now is, or drop it if it is gone (auto-reaped).
@@ -911,13 +912,21 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=prepare ms={:.2f}", opts.pid, Since(t0) * 1e3);
   auto t_freeze = Clock::now();
   journal.FinalFreeze();
-  ASSIGN_OR_RETURN(bool paused, ThawPausedCgroup(opts.freezer_cgroup, journal));
-  absl::StatusOr<FrozenTree> frozen = FreezeTree(opts.pid, opts.tree, &journal);
+  PausedSeize pre_seized;  // a paused cgroup's threads: seized before its thaw
+  ASSIGN_OR_RETURN(bool paused, ThawPausedCgroup(opts.freezer_cgroup, journal, &pre_seized));
+  absl::StatusOr<FrozenTree> frozen = FreezeTree(opts.pid, opts.tree, &journal, &pre_seized.tids());
   if (!frozen.ok()) {
     if (paused) (void)SetFreezerState(opts.freezer_cgroup, "FROZEN");
     return frozen.status();
   }
   FrozenTree& ft = *frozen;
+  {
+    std::set<pid_t> kept;  // in the tree: frozen; any other thread of the cgroup goes on
+    for (const FrozenProcess& fp : ft.frozen) {
+      for (const FrozenProcess::ThreadState& t : fp.threads()) kept.insert(t.tid);
+    }
+    pre_seized.Release(kept);
+  }
   CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=freeze ms={:.2f}", opts.pid, Since(t_freeze) * 1e3);
   image::Checkpoint ckpt;
   std::unique_ptr<TcpConnections> tcp;  // --tcp-established: the lock and the repaired sockets

@@ -21,7 +21,8 @@ namespace {
 constexpr long kPtraceSuspendSeccomp = 1 << 21;  // PTRACE_O_SUSPEND_SECCOMP
 }  // namespace
 
-absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* journal) {
+absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* journal,
+                                                   const std::set<pid_t>* seized_already) {
   FrozenProcess fp(pid);
   fp.journal_ = journal;
   if (auto st = proc::ReadStat(pid); st.ok()) fp.was_stopped_ = st->state == 'T';
@@ -32,7 +33,8 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* jou
     bool added = false;
     for (pid_t tid : tids) {
       if (seized.count(tid)) continue;
-      absl::Status s = inject::Seize(tid, PTRACE_O_TRACESYSGOOD);
+      bool ours = seized_already != nullptr && seized_already->count(tid) != 0;
+      absl::Status s = ours ? absl::OkStatus() : inject::Seize(tid, PTRACE_O_TRACESYSGOOD);
       if (!s.ok()) {
         if (absl::IsNotFound(s)) continue;  // the thread exited between listing and seizing
         // A thread that is exiting (or a zombie) cannot be traced either: skip it.
@@ -47,7 +49,7 @@ absl::StatusOr<FrozenProcess> FrozenProcess::Freeze(pid_t pid, GuardJournal* jou
       }
       seized.insert(tid);
       fp.threads_.push_back({tid, 0});
-      absl::Status is = inject::Interrupt(tid);
+      absl::Status is = ours ? absl::OkStatus() : inject::Interrupt(tid);  // (theirs was sent then)
       if (!is.ok()) return is;
       added = true;
     }

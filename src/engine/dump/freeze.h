@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,9 +30,11 @@ class FrozenProcess {
   };
 
   // Seizes and stops every thread of `pid`, listing /proc/PID/task until no new thread
-  // appears, and records each (registers, mask) in `journal` when given. On failure,
-  // every thread already seized is released untouched.
-  static absl::StatusOr<FrozenProcess> Freeze(pid_t pid, GuardJournal* journal = nullptr);
+  // appears, and records each (registers, mask) in `journal` when given. Threads in
+  // `seized_already` were seized by this thread before (freezer_hold.h PausedSeize). On
+  // failure, every thread already seized is released untouched.
+  static absl::StatusOr<FrozenProcess> Freeze(pid_t pid, GuardJournal* journal = nullptr,
+                                              const std::set<pid_t>* seized_already = nullptr);
 
   FrozenProcess(FrozenProcess&& other) noexcept;
   FrozenProcess& operator=(FrozenProcess&&) = delete;

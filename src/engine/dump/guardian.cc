@@ -240,8 +240,13 @@ class GuardianRepair {
       Say("the dump had committed its checkpoint: its processes were killed, as it was to do");
       return PutSharesBack() == 0 ? 0 : 1;
     }
+    // The dumper's death let its processes go: a cgroup their runtime had paused is paused
+    // again at once, its threads seized while it is and then thawed for the repairs (each stops
+    // before it runs any of its own code), and it is paused again before they are let go.
+    int failures = 0;
+    if (live_ && j_.paused_set_.load(std::memory_order_acquire) != 0) failures += HoldPaused();
     RemovePartial();
-    int failures = EndRepairs() + PutPeekOffsetsBack();
+    failures += EndRepairs() + PutPeekOffsetsBack();
     if (j_.lock_set_.load(std::memory_order_acquire) != 0) {
       absl::Status s = net::RemoveNetworkLock(j_.lock_, j_.lock_netns_of_);
       if (!s.ok()) {
@@ -274,15 +279,54 @@ class GuardianRepair {
     (void)!::write(STDERR_FILENO, line.data(), line.size());
   }
 
+  // A cgroup its runtime had paused: paused again, its threads seized (PausedSeize) and thawed
+  // for the repairs. Returns the number of failures (after one, the repairs seize each process
+  // as it runs, and Repause pauses the cgroup at the end).
+  int HoldPaused() {
+    if (absl::Status s = FreezeCgroup(j_.paused_); !s.ok()) {
+      Say(absl::StrCat("could not pause the processes' cgroup again at once: ", s.ToString()));
+      return 1;
+    }
+    absl::StatusOr<PausedSeize> seized = PausedSeize::Seize(j_.paused_, /*retry_eperm_ms=*/10000);
+    int failures = 0;
+    if (seized.ok()) {
+      paused_seized_ = std::move(*seized);
+    } else {
+      ++failures;
+      Say(absl::StrCat("could not seize the paused cgroup's threads: ", seized.status().ToString()));
+    }
+    if (absl::Status s = SetFreezerState(j_.paused_, "THAWED"); !s.ok()) {
+      ++failures;
+      Say(absl::StrCat("could not thaw the paused cgroup for the repairs: ", s.ToString()));
+    }
+    return failures;
+  }
+
   // A cgroup its runtime had paused is paused again, its processes let go (the runtime still
   // believes it paused) — by the live guardian only: a repair found later would pause a
   // container its runtime has resumed since (containerd resumes after a failed checkpoint).
+  // The processes the repairs hold and the threads HoldPaused seized are let go only once it
+  // is frozen: they run nothing before their runtime resumes them.
   int Repause() {
     if (!live_ || j_.paused_set_.load(std::memory_order_acquire) == 0) return 0;
-    absl::Status s = SetFreezerState(j_.paused_, "FROZEN");
-    if (s.ok()) return 0;
+    std::set<pid_t> kept;
+    for (const FrozenProcess& fp : repaired_) {
+      for (const FrozenProcess::ThreadState& t : fp.threads()) kept.insert(t.tid);
+    }
+    paused_seized_.Collect(kept);
+    absl::Status s = FreezeCgroup(j_.paused_);
+    paused_seized_.Release(kept);
+    int failures = 0;
+    for (FrozenProcess& fp : repaired_) {
+      if (absl::Status t = fp.Thaw(); !t.ok()) {
+        ++failures;
+        Say(absl::StrCat("could not let pid ", fp.pid(), " go: ", t.ToString()));
+      }
+    }
+    repaired_.clear();
+    if (s.ok()) return failures;
     Say(absl::StrCat("could not pause the processes' cgroup again, as their runtime had: ", s.ToString()));
-    return 1;
+    return failures + 1;
   }
 
   // Gives every cpu share the dump raised its value back. Returns the number of failures (a
@@ -380,10 +424,10 @@ class GuardianRepair {
 
   // Freezes the process again; the dead tracer's hold goes only once its exit is complete,
   // so a seize refused as EPERM is tried again for a while.
-  static absl::StatusOr<FrozenProcess> Seize(pid_t pid) {
+  absl::StatusOr<FrozenProcess> Seize(pid_t pid) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
-      absl::StatusOr<FrozenProcess> fp = FrozenProcess::Freeze(pid);
+      absl::StatusOr<FrozenProcess> fp = FrozenProcess::Freeze(pid, nullptr, &paused_seized_.tids());
       if (fp.ok() || !absl::IsPermissionDenied(fp.status()) || std::chrono::steady_clock::now() > deadline) return fp;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -444,6 +488,10 @@ class GuardianRepair {
         RETURN_IF_ERROR(inj.Call("close a half-made write tracker", SYS_close, static_cast<uint64_t>(at)).status());
       }
     }
+    if (!paused_seized_.tids().empty()) {
+      repaired_.push_back(std::move(fp));  // let go once their cgroup is paused again (Repause)
+      return absl::OkStatus();
+    }
     return fp.Thaw();
   }
 
@@ -474,6 +522,8 @@ class GuardianRepair {
 
   GuardJournal& j_;
   bool live_;
+  PausedSeize paused_seized_;             // HoldPaused's threads not yet let go
+  std::vector<FrozenProcess> repaired_;   // repaired, held until Repause
 };
 
 int RunGuardian(GuardJournal& journal, int pipe_rd) {

@@ -61,8 +61,12 @@
 //    are known: the lowest free one and the park), and it is journaled once made; rolling
 //    back, a userfaultfd at one of those numbers is closed.
 // 10. A cgroup its runtime had paused (ThawPausedCgroup) is journaled before it is thawed for
-//    the dump; rolling back, the guardian pauses it again once the processes are let go. A
-//    repair found later (point 8) does not: the runtime may have resumed the container since.
+//    the dump, its threads seized and interrupted while still frozen (PausedSeize), so none runs
+//    its own code between the thaw and its ptrace stop. Rolling back, the guardian pauses it
+//    again first thing (the dumper's death let its processes go: they ran only for the
+//    guardian's wake-up), seizes its threads the same way and thaws it for the repairs, then
+//    pauses it again before it lets any go (a detached frozen task stays frozen). A repair
+//    found later (point 8) does not: the runtime may have resumed the container since.
 // What it cannot cover: in the double kill of point 8, a userfaultfd the program itself makes,
 // before the repair, at a number the tracker's creation had journaled but never took.
 #include <sys/types.h>
