@@ -1149,6 +1149,7 @@ TEST_F(RuncContainers, ADumpKilledMidwayLeavesAPausedContainerPausedAndWhole) {
   }
   ASSERT_GT(dumper, 0) << "the dump did not reach its fault point" << Diagnostics();
   EXPECT_EQ(FreezerState(freezer), "THAWED") << "the paused container is thawed for the dump";
+  EXPECT_EQ(Log().size(), n) << "its threads were seized while it was paused: thawed, they stop before running";
   ASSERT_EQ(::kill(dumper, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(runc, &status, 0), runc);
