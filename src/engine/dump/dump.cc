@@ -761,7 +761,17 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
   if (opts.pages_only) return absl::OkStatus();  // no descriptors saved
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
   if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
-  return CheckFdsSupported(live, fd_opts);
+  absl::Status fds = CheckFdsSupported(live, fd_opts);
+  if (fds.ok() || !opts.tree) return fds;
+  // The tree runs while it is checked: a child made between its listing and this check (a
+  // shell's command substitution: the pipe's other end is the child's) looks like a holder from
+  // outside. A tree that changed meanwhile is checked again (NotFound: the caller retries).
+  absl::StatusOr<std::vector<pid_t>> again = ListTree(opts.pid, opts.tree);
+  if (again.ok() && *again != pids) {
+    return absl::NotFoundError(absl::StrCat("the tree of pid ", opts.pid, " changed while it was checked (",
+                                            fds.message(), ")"));
+  }
+  return fds;
 }
 
 // How a failed dump left the processes: running, or, when the root is gone, dead by something
