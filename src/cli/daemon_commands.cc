@@ -13,6 +13,7 @@
 #include <limits>
 #include <sstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "absl/strings/strip.h"
 #include "cli/output.h"
 #include "common/grpc_server.h"
+#include "common/proc_identity.h"
 #include "common/status.h"
 #include "daemon/job_spec_check.h"
 #include "daemon.grpc.pb.h"
@@ -80,6 +82,18 @@ void ShowMigrationProgress(dapi::Daemon::Stub& stub, const std::string& job, con
   if (tty && drawn > 0) std::fprintf(stderr, "\r%s\r", std::string(drawn, ' ').c_str());
 }
 
+// `--owner PID` as the daemon takes it: the pid and its start time (a pid reused later is not it).
+absl::Status SetOwner(pid_t pid, dapi::Owner* owner) {
+  std::optional<uint64_t> start = ProcessStartTime(pid);
+  if (!start) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--owner %d: no such process runs; give the pid of a running process", pid));
+  }
+  owner->set_pid(pid);
+  owner->set_start_time(*start);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct DaemonCommands::Options {
@@ -106,6 +120,7 @@ struct DaemonCommands::Options {
   int rank = 0;
   std::vector<std::string> command, addresses, env;
   std::string workdir;
+  pid_t owner = 0;  // job run|restore --owner
   double cpus = 0, every = 0, hang_after = 0, pressure = 0, oom_horizon = 0;
   unsigned keep = 0;
   bool no_shutdown_checkpoint = false;
@@ -207,6 +222,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
                     "daemon's environment");
   o.run->add_option("--workdir", o.workdir,
                     "The directory the job's command starts in (absolute; entered as --user); default: the daemon's");
+  o.run->add_option("--owner", o.owner,
+                    "A process (pid) the job lives no longer than: when it exits while the job runs, the daemon "
+                    "kills the job (once a checkpoint in progress has ended); a SLURM task's agent owns its job so");
   o.run->add_option("--group", o.group,
                     "A rank of this job group: processes on several nodes checkpointed together as one "
                     "consistent cut, and restored together (cairn group checkpoint|restore, through the controller)");
@@ -274,6 +292,9 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.restore->add_flag("--newest-stored", o.newest_stored,
                       "The job's newest complete checkpoint in the shared store, whichever node took it (e.g. a lost node's)");
   o.restore->add_option("--taken-before", o.taken_before, "With --newest-stored: taken at or before this time (unix seconds)");
+  o.restore->add_option("--owner", o.owner,
+                        "A process (pid) the restored job lives no longer than, as job run --owner (default: none, "
+                        "whatever owner it had)");
   o.migrate = job->add_subcommand("migrate", "Move a running job to another node's daemon (it keeps running here if that fails)");
   common(o.migrate);
   o.migrate->add_option("job", o.job, "Job name")->required();
@@ -387,6 +408,9 @@ int DaemonCommands::Run() {
 
   if (o.run->parsed()) {
     dapi::RunJobRequest req;
+    if (absl::Status bad = o.owner != 0 ? SetOwner(o.owner, req.mutable_owner()) : absl::OkStatus(); !bad.ok()) {
+      return Fail(bad);
+    }
     dapi::JobSpec* s = req.mutable_spec();
     s->set_name(o.job);
     s->set_user(o.user);
@@ -586,6 +610,9 @@ int DaemonCommands::Run() {
     req.set_from(o.from);
     req.set_newest_stored(o.newest_stored);
     req.set_taken_before(o.taken_before);
+    if (absl::Status bad = o.owner != 0 ? SetOwner(o.owner, req.mutable_owner()) : absl::OkStatus(); !bad.ok()) {
+      return Fail(bad);
+    }
     if (absl::Status bad = daemon::CheckRestoreRequest(req); !bad.ok()) return Fail(Annotate(bad, "job restore"));
     dapi::RestoreJobResponse resp;
     if (int rc = call(&dapi::Daemon::Stub::RestoreJob, req, &resp)) return rc;

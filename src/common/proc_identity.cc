@@ -1,4 +1,4 @@
-#include "daemon/proc_identity.h"
+#include "common/proc_identity.h"
 
 #include <string>
 #include <vector>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 
-namespace cairn::daemon {
+namespace cairn {
 
 std::optional<uint64_t> ProcessStartTime(pid_t pid) {
   if (pid <= 0) return std::nullopt;
@@ -28,4 +28,4 @@ bool SameProcess(pid_t pid, uint64_t start_time) {
   return s.has_value() && *s == start_time;
 }
 
-}  // namespace cairn::daemon
+}  // namespace cairn

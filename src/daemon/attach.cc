@@ -120,14 +120,14 @@ absl::Status Daemon::Attach(const api::AttachJobRequest& req,
   }
 }
 
-void Daemon::EndBoundJob(const std::string& name, const std::function<bool()>& stopping) {
-  Event(name, "unbound", "the caller its attach was bound to (a SLURM task's agent) went away: the job is killed");
+void Daemon::EndBoundJob(const std::string& name, const std::function<bool()>& stopping, const std::string& who) {
+  Event(name, "unbound", who + " went away: the job is killed");
   // KillJob waits up to 60 s for a checkpoint in progress (whose --kill may end the job first).
   for (int i = 0; i < 60 && !stopping(); ++i) {
     absl::StatusOr<api::Job> r = KillJob(name, SIGKILL);
     if (r.ok() || !absl::StrContains(r.status().message(), "in progress")) return;
   }
-  CAIRN_LOG_WARN("job={} still busy an hour after the caller its attach was bound to went away; not killed", name);
+  CAIRN_LOG_WARN("job={} still busy an hour after {} went away; not killed", name, who);
 }
 
 }  // namespace cairn::daemon

@@ -36,7 +36,7 @@
 #include "daemon/log_tail.h"
 #include "daemon/migrate.h"
 #include "daemon/node_cpu.h"
-#include "daemon/proc_identity.h"
+#include "common/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/dump/guardian.h"
 #include "engine/image/format.h"
@@ -124,10 +124,28 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
 Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
     : opts_(std::move(opts)), catalog_(std::move(catalog)), started_(UnixNow()) {
   if (!opts_.store) opts_.store = storage::LocalStore();
+  owners_ = std::make_unique<OwnerWatch>([this](const std::string& job) {
+    std::string state;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = jobs_.find(job); it != jobs_.end()) state = it->second.job.state();
+    }
+    if (state != "running" && state != "restoring" && state != "starting") return;  // it ended before its owner
+    EndBoundJob(job, [this] { return !owners_->running(); }, "its owner (a SLURM task's agent)");
+  });
 }
 
 Daemon::~Daemon() {
+  owners_.reset();
   if (gc_thread_.joinable()) gc_thread_.join();
+}
+
+void Daemon::SetOwner(const std::string& name, UniqueFd pidfd) {
+  if (pidfd.valid()) {
+    owners_->Watch(name, std::move(pidfd));
+  } else {
+    owners_->Forget(name);
+  }
 }
 
 // Jobs of several daemons on one machine must not share a cgroup or a registry entry: the
@@ -604,7 +622,10 @@ absl::StatusOr<api::Job> Daemon::KillJob(const std::string& name, int sig) {
   return absl::DeadlineExceededError(absl::StrCat("job ", name, " still runs 5 s after SIGKILL"));
 }
 
-absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored) {
+absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored, bool purge_stored) {
+  if (keep_stored && purge_stored) {
+    return absl::InvalidArgumentError("delete job " + name + ": keep what is stored, or purge it, not both");
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -619,14 +640,33 @@ absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored) {
   if (!keep_stored) {
     for (const auto& c : cps) (void)DropCheckpointFiles(c);
   }
+  size_t purged = 0;
+  if (purge_stored && opts_.store->Remote()) {
+    // Other nodes' too: the starts of the job elsewhere stored theirs under the same name.
+    absl::StatusOr<std::vector<std::string>> stored = opts_.store->List(name);
+    if (!stored.ok()) {
+      CAIRN_LOG_WARN("job={} cannot list its stored checkpoints to remove them: {}", name, stored.status().ToString());
+    }
+    for (const std::string& id : stored.value_or(std::vector<std::string>{})) {
+      absl::Status s = opts_.store->Remove(opts_.store->LocationOf(name, id));
+      if (s.ok()) {
+        ++purged;
+      } else {
+        CAIRN_LOG_WARN("job={} checkpoint={} cannot be removed from the store: {}", name, id, s.ToString());
+      }
+    }
+  }
   std::error_code ec;
   fs::remove_all(CheckpointDir(name), ec);
   fs::remove_all(JobDir(name), ec);
   fs::remove(opts_.state_dir + "/jobs/" + EngineName(name) + ".job", ec);
   RemoveCgroup(CgroupOf(name));
   RETURN_IF_ERROR(catalog_->DeleteJob(name));
-  Event(name, "deleted", absl::StrFormat("with %d checkpoint record(s)%s", cps.size(),
-                                         keep_stored ? " (what the store holds kept)" : ""));
+  Event(name, "deleted",
+        absl::StrFormat("with %d checkpoint record(s)%s", cps.size(),
+                        keep_stored    ? " (what the store holds kept)"
+                        : purge_stored ? absl::StrFormat(" and the %d checkpoint(s) of it the store held", purged)
+                                       : ""));
   return absl::OkStatus();
 }
 

@@ -49,6 +49,7 @@
 #include "daemon/gpu_watch.h"
 #include "daemon/health.h"
 #include "daemon/histogram.h"
+#include "daemon/owner_watch.h"
 #include "daemon/storage/storage.h"
 #include "daemon/spot_watch.h"
 #include "engine/image/seal.h"
@@ -114,14 +115,21 @@ class Daemon {
   absl::Status Attach(const api::AttachJobRequest& req,
                       const std::function<bool(const api::AttachJobOutput&)>& send,
                       const std::function<bool()>& stop);
-  // The caller an attach was bound to (AttachJobRequest.bound) went away while the job ran:
-  // kills the job once no checkpoint, restore or migration of it is in progress (attach.cc).
-  void EndBoundJob(const std::string& name, const std::function<bool()>& stopping);
+  // The caller an attach was bound to (AttachJobRequest.bound), or the job's owner, went away
+  // while the job ran (`who` says which, for its event): kills the job once no checkpoint,
+  // restore or migration of it is in progress (attach.cc).
+  void EndBoundJob(const std::string& name, const std::function<bool()>& stopping,
+                   const std::string& who = "the caller its attach was bound to (a SLURM task's agent)");
+  // The job lives no longer than the process `pidfd` refers to (RunJobRequest.owner; owner_watch.h),
+  // replacing any owner it had; an invalid `pidfd`: it has none any more.
+  void SetOwner(const std::string& name, UniqueFd pidfd);
   // Sends `sig` (0: SIGKILL) to the job's init, after a checkpoint or restore in progress ends;
   // with SIGKILL waits (up to 5 s) until it is gone.
   absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);
   // Removes a job that does not run, with its checkpoints, logs and cgroup.
-  absl::Status DeleteJob(const std::string& name, bool keep_stored = false);
+  // `keep_stored`: what this node put in the shared store stays; `purge_stored`: every checkpoint
+  // of the job there goes, whichever node stored it (DeleteJobRequest).
+  absl::Status DeleteJob(const std::string& name, bool keep_stored = false, bool purge_stored = false);
   // The controller's cancel (gc.cc): KillJob with SIGKILL (a job that already ended is
   // cancelled as it is), then the job is marked cancelled and its unpinned checkpoints here
   // removed; its record and logs stay. Refused for a job running elsewhere or held mid-migration.
@@ -346,6 +354,8 @@ class Daemon {
   std::set<std::string> receiving_;  // GUARDED_BY(mu_)
   double next_gc_ = 0;               // monotonic seconds; the tick thread's
   std::thread gc_thread_;            // the timer's collection (the tick thread's; joined at the end)
+  // The jobs' owners (SetOwner); destroyed first, as its calls end jobs.
+  std::unique_ptr<OwnerWatch> owners_;
   std::atomic<bool> gc_running_{false};
   // Migrations away from here under way, by job (MigrationProgress; migrate.cc).
   struct Progress {

@@ -44,7 +44,7 @@
 #include "daemon/daemon.h"
 #include "daemon/job_spec_check.h"
 #include "daemon/node_cpu.h"
-#include "daemon/proc_identity.h"
+#include "common/proc_identity.h"
 #include "engine/dump/dump.h"
 #include "engine/image/format.h"
 #include "engine/job/job.h"

@@ -34,8 +34,15 @@ grpc::Status GrpcService::NodeInfo(grpc::ServerContext* ctx, const api::NodeInfo
 
 grpc::Status GrpcService::RunJob(grpc::ServerContext* ctx, const api::RunJobRequest* req, api::RunJobResponse* resp) {
   CAIRN_AUTHORIZE(ctx);
+  UniqueFd owner;  // opened first: an owner that exits from now on is seen
+  if (req->has_owner()) {
+    auto o = OwnerWatch::Open(req->owner().pid(), req->owner().start_time());
+    if (!o.ok()) return ToGrpc(Annotate(o.status(), "run"));
+    owner = std::move(*o);
+  }
   auto j = daemon_->RunJob(req->spec());
   if (!j.ok()) return ToGrpc(j.status());
+  if (owner.valid()) daemon_->SetOwner(j->name(), std::move(owner));
   *resp->mutable_job() = *j;
   return grpc::Status::OK;
 }
@@ -96,7 +103,7 @@ grpc::Status GrpcService::SettleMigration(grpc::ServerContext* ctx, const api::S
 
 grpc::Status GrpcService::DeleteJob(grpc::ServerContext* ctx, const api::DeleteJobRequest* req, api::DeleteJobResponse*) {
   CAIRN_AUTHORIZE(ctx);
-  return ToGrpc(daemon_->DeleteJob(req->name(), req->keep_stored()));
+  return ToGrpc(daemon_->DeleteJob(req->name(), req->keep_stored(), req->purge_stored()));
 }
 
 grpc::Status GrpcService::CheckpointJob(grpc::ServerContext* ctx, const api::CheckpointJobRequest* req,
@@ -121,8 +128,15 @@ grpc::Status GrpcService::RestoreJob(grpc::ServerContext* ctx, const api::Restor
     if (!newest.ok()) return ToGrpc(newest.status());
     from = *newest;
   }
+  UniqueFd owner;
+  if (req->has_owner()) {
+    auto o = OwnerWatch::Open(req->owner().pid(), req->owner().start_time());
+    if (!o.ok()) return ToGrpc(Annotate(o.status(), "restore"));
+    owner = std::move(*o);
+  }
   auto r = daemon_->Restore(req->name(), req->checkpoint(), from, req->hold_network());
   if (!r.ok()) return ToGrpc(r.status());
+  daemon_->SetOwner(r->job().name(), std::move(owner));  // none given: none any more
   *resp = std::move(*r);
   return grpc::Status::OK;
 }

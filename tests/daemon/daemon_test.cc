@@ -566,6 +566,48 @@ TEST_F(DaemonTest, AJobGetsTheEnvironmentAndDirectoryGivenAndABoundAttachEndsItW
   }
 }
 
+// A job's owner (job run|restore --owner; a SLURM task's agent owns its job so, from its start,
+// before any attach): the job lives no longer than it. A restore with another owner takes the
+// job over, and the first owner's exit then changes nothing; a job that ended before its owner
+// is left as it ended.
+TEST_F(DaemonTest, AJobEndsWithItsOwnerAndARestoreWithAnotherOwnerTakesItOver) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  auto owner = [&] { return SpawnProgram({"/bin/sleep", "1000"}, "/dev/null", "/dev/null", "/dev/null"); };
+  pid_t first = owner(), second = owner(), third = owner();
+  ASSERT_GT(first, 0);
+  ASSERT_GT(second, 0);
+  ASSERT_GT(third, 0);
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "owned", "--owner", std::to_string(first), "--", "/bin/sh", "-c",
+                       "while :; do echo tick; sleep 0.1; done"})
+                  .Exited(0));
+  ASSERT_TRUE(a.Cairn({"job", "checkpoint", "owned", "--kill"}).Exited(0));
+  ASSERT_TRUE(a.Cairn({"job", "restore", "owned", "--owner", std::to_string(second)}).Exited(0));
+  ::kill(first, SIGKILL);
+  WaitGone(first, 10s);
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(Job(a, "owned")["state"], "running") << "the first owner no longer owns the restored job";
+  ::kill(second, SIGKILL);
+  WaitGone(second, 10s);
+  EXPECT_TRUE(WaitState(a, "owned", "killed", 20s));
+  EXPECT_TRUE(Matches(a.RunLog(), "job=owned kind=unbound .*its owner")) << a.RunLog();
+
+  // An owner that is gone: refused before anything starts.
+  CommandResult gone = a.Cairn({"job", "run", "--name", "orphan", "--owner", std::to_string(first), "--", "/bin/true"});
+  EXPECT_TRUE(gone.FailedCleanly()) << gone.Describe();
+  EXPECT_TRUE(Matches(gone.err, "--owner [0-9]+: no such process runs")) << gone.err;
+  EXPECT_FALSE(Matches(a.Cairn({"job", "list"}).out, "orphan"));
+
+  // Ended before its owner: the owner's exit kills nothing and says nothing.
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "short", "--owner", std::to_string(third), "--", "/bin/true"}).Exited(0));
+  ASSERT_TRUE(WaitState(a, "short", "exited"));
+  ::kill(third, SIGKILL);
+  WaitGone(third, 10s);
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(Job(a, "short")["state"], "exited");
+  EXPECT_FALSE(Matches(a.RunLog(), "job=short kind=unbound")) << a.RunLog();
+}
+
 TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());

@@ -171,6 +171,17 @@ class SlurmTest : public ::testing::Test {
     return r.Exited(0) && !j.is_discarded() ? j["job"].value("checkpoints", 0) : 0;
   }
 
+  // The checkpoints of SLURM job `id` (user root; its batch script, or `step` ".STEP.TASK") in the
+  // shared store, whichever node put them there.
+  static int Stored(const std::string& id, const std::string& step = "") {
+    std::error_code ec;
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(g->shared + "/slurm-" + id + step + "-u0", ec)) {
+      if (!absl::EndsWith(e.path().string(), ".partial")) ++n;
+    }
+    return n;
+  }
+
   // The cairnd of SLURM node nX.
   static DaemonProcess& Cairnd(const std::string& node) { return *g->cairnd[node[1] - '1']; }
 
@@ -265,6 +276,31 @@ TEST_F(SlurmTest, APreemptedJobComesBackFromItsCheckpointAndFinishesWithTheRight
   EXPECT_NE(out.find("checkpointed ("), std::string::npos) << out;
   EXPECT_NE(out.find("restored on node"), std::string::npos) << out;
   EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
+  EXPECT_EQ(Stored(low), 0) << "a job that finished leaves no checkpoint in the store";
+}
+
+// A plain batch script whose work is an srun step under cairn (`srun --cairn`): SLURM sends the
+// step SIGTERM at the start of the grace time; its agent checkpoints the step and requeues the
+// job; the script runs again, and its first step, the same step id, comes back from that
+// checkpoint (job slurm-JOB.0.0) instead of starting over.
+TEST_F(SlurmTest, AnSrunStepOfAPlainScriptComesBackFromItsCheckpointWhenTheScriptRunsAgain) {
+  const std::string steps = "1500";
+  std::string low = Submit("step", {"-p", "low", "-w", "n1", "-c", "2", "--requeue", "--wrap",
+                                    absl::StrCat("echo script start; srun --cairn=10m -n1 /usr/bin/python3 -u ",
+                                                 HASH_STEPS, " ", steps, " ", kPerStep)},
+                           false);
+  ASSERT_FALSE(low.empty());
+  ASSERT_TRUE(WaitStep("step", 10)) << ReadFile(g->slurm + "/slurmd-n1.log");
+  EXPECT_TRUE(Cairnd("n1").Cairn({"job", "show", "slurm-" + low + ".0.0-u0"}).Exited(0))
+      << "the step runs as a job of its own";
+  std::string high = Preempt("n1");
+  ASSERT_TRUE(WaitJob(low, "COMPLETED", 400s)) << ReadFile(Output("step"));
+  std::string out = ReadFile(Output("step"));
+  EXPECT_NE(ShowJob(low)["Restarts"], "0");
+  EXPECT_TRUE(CameBackRight(out, 1, steps));
+  EXPECT_NE(out.find("checkpointed ("), std::string::npos) << out;
+  EXPECT_EQ(Stored(low, ".0.0"), 0);
+  EXPECT_TRUE(WaitJob(high, "COMPLETED", 120s));
 }
 
 // The same requeue (scontrol requeue: at once) of a job without --cairn and of one with it.
@@ -320,6 +356,7 @@ TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCh
   // Checkpoints every 2 s: it lost at most the steps of a few seconds (40 ms each).
   EXPECT_TRUE(CameBackRight(out, 250));
   EXPECT_NE(out.find("restored on node"), std::string::npos) << out;
+  EXPECT_EQ(Stored(id), 0) << "finished, it leaves none of its checkpoints in the store, the lost node's included";
   // The node comes back for the other tests.
   CommandResult back = ClusterScript({"start-node", g->slurm, node});
   EXPECT_TRUE(back.Exited(0)) << back.Describe();
@@ -327,6 +364,30 @@ TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCh
   EXPECT_TRUE(WaitFor([&] { return ShowJob(id).count("JobState") == 0 ||
                                   Slurm({"/usr/bin/sinfo", "-h", "-n", node, "-o", "%t"}).out.find("idle") == 0; },
                       120s));
+}
+
+// A job SLURM ends for good (scancel; past its time limit, scontrol says Reason=TimeLimit and it
+// takes the same way): stopped at the SIGTERM without a checkpoint, and every checkpoint of it
+// removed from the store (a new submission is another job: nothing could restore them).
+TEST_F(SlurmTest, AScancelledJobStopsWithoutACheckpointAndLeavesNoneInTheStore) {
+  std::string id = Submit("cancelled", {"-p", "low", "-w", "n2", "-c", "1", "--requeue", "--cairn=2s"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitStep("cancelled", 20));
+  ASSERT_TRUE(WaitFor([&] { return Stored(id) >= 1; }, 60s)) << "no periodic checkpoint reached the store";
+  CommandResult r = Slurm({"/usr/bin/scancel", id});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  ASSERT_TRUE(WaitJob(id, "CANCELLED", 120s));
+  std::string out;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        out = ReadFile(Output("cancelled"));
+        return absl::StrContains(out, "(cancelled) and will not start it again");
+      },
+      30s))
+      << out;
+  EXPECT_EQ(out.find("checkpointing it first"), std::string::npos) << out;
+  EXPECT_TRUE(WaitFor([&] { return Stored(id) == 0; }, 30s)) << Stored(id) << " checkpoint(s) left in the store";
+  EXPECT_FALSE(Cairnd("n2").Cairn({"job", "show", "slurm-" + id + "-u0"}).Exited(0)) << "its record on the node is gone";
 }
 
 TEST_F(SlurmTest, WhenTheCheckpointAtTheStopFailsTheJobGoesOnFromItsPreviousOneAndItsOutputSaysSo) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
+#include "common/proc_identity.h"
 #include "common/validate.h"
 #include "daemon.grpc.pb.h"
 #include "integrations/slurm/scontrol.h"
@@ -72,6 +74,15 @@ void Tell(int channel, const std::string& line) { (void)WriteAll(channel, line +
 
 std::string Describe(const grpc::Status& s) {
   return s.error_message().empty() ? absl::StrCat("gRPC code ", s.error_code()) : s.error_message();
+}
+
+// This process as a job's owner (RunJobRequest.owner): the daemon kills the job if the agent
+// dies, even before its bound attach (a SLURM step killed right after the job started).
+dapi::Owner Self() {
+  dapi::Owner o;
+  o.set_pid(::getpid());
+  o.set_start_time(ProcessStartTime(::getpid()).value_or(0));
+  return o;
 }
 
 class Agent {
@@ -195,6 +206,7 @@ class Agent {
       dapi::RestoreJobRequest r;
       r.set_name(name_);
       r.set_newest_stored(true);
+      *r.mutable_owner() = Self();
       dapi::RestoreJobResponse resp;
       grpc::ClientContext c;
       c.set_deadline(Clock::now() + std::chrono::minutes(30));
@@ -230,6 +242,7 @@ class Agent {
   // Runs the task's command under cairnd; false: the relay runs it (said why).
   bool Start(const TaskRequest& req, const std::string& node) {
     dapi::RunJobRequest r;
+    *r.mutable_owner() = Self();
     dapi::JobSpec* s = r.mutable_spec();
     s->set_name(name_);
     for (const std::string& a : req.argv) s->add_command(a);
@@ -285,10 +298,13 @@ class Agent {
 
   // Removes a record of this job's name that does not run; with `keep_stored`, what the shared
   // store holds stays (only this node's record, logs and local copies go).
-  void Forget(bool keep_stored) {
+  // The job's record on this node goes; with `keep_stored` what it put in the store stays (a later
+  // start restores it), with `purge_stored` every stored checkpoint of the job goes, any node's.
+  void Forget(bool keep_stored, bool purge_stored = false) {
     dapi::DeleteJobRequest d;
     d.set_name(name_);
     d.set_keep_stored(keep_stored);
+    d.set_purge_stored(purge_stored);
     dapi::DeleteJobResponse resp;
     grpc::ClientContext c;
     c.set_deadline(Clock::now() + std::chrono::seconds(60));
@@ -343,8 +359,9 @@ class Agent {
       say_("job %u left node %s under cairnd (%s): this task ends", o_.job, socket_, o.state());
       return 0;
     }
-    // The job is over: its checkpoints are not needed by any later start.
-    Forget(false);
+    // The job is over: its checkpoints, this start's and earlier ones', are not needed by any
+    // later start.
+    Forget(false, /*purge_stored=*/true);
     return h.signal() != 0 ? 128 + h.signal() : h.exit_code();
   }
 
@@ -385,10 +402,46 @@ class Agent {
     (void)stub_->KillJob(&kc, k, &kr);
   }
 
+  // Why SLURM's SIGTERM ends the job for good, as `scontrol show job` tells it then (`job`):
+  // scancel or the time limit (the job COMPLETING, not preempted, its restart count unchanged);
+  // nullopt when it is to come back (preempted and requeueable: the agent requeues it; `scontrol
+  // requeue` and requeuehold, which count the restart before the signal), when it goes on (a
+  // signal sent with scancel -s: RUNNING), or when SLURM cannot say.
+  std::optional<std::string> EndsForGood(const absl::StatusOr<std::map<std::string, std::string>>& job) {
+    if (!job.ok()) return std::nullopt;
+    auto field = [&](const char* k) {
+      auto it = job->find(k);
+      return it == job->end() ? std::string() : it->second;
+    };
+    uint32_t restarts = 0;
+    if (!absl::SimpleAtoi(field("Restarts"), &restarts) || restarts > o_.restart_count) return std::nullopt;
+    std::string preempted = field("PreemptTime");
+    if (!preempted.empty() && preempted != "None") {
+      if (field("Requeue") == "1") return std::nullopt;
+      return std::string("preempted, and not requeueable (--no-requeue)");
+    }
+    std::string state = field("JobState");
+    if (state != "COMPLETING" && state != "CANCELLED" && state != "TIMEOUT") return std::nullopt;
+    if (field("Reason") == "TimeLimit" || state == "TIMEOUT") return std::string("it reached its time limit");
+    return std::string("cancelled");
+  }
+
   // Checkpoints the job and stops it (once); with `requeue`, then asks SLURM to requeue the job.
+  // A job SLURM ends for good (EndsForGood) is stopped without one, and its checkpoints go: no
+  // later start could restore them (a new submission is another job).
   void Stop(bool requeue) {
     int expected = kRunning;
     if (!state_.compare_exchange_strong(expected, kStopping)) return;  // stopping, or ended by itself
+    absl::StatusOr<std::map<std::string, std::string>> job = ScontrolShow("job", std::to_string(o_.job));
+    if (std::optional<std::string> why = requeue ? std::nullopt : EndsForGood(job)) {
+      say_("job %u: SLURM ends it (%s) and will not start it again: it is stopped without a checkpoint and its "
+           "checkpoints are removed",
+           o_.job, *why);
+      Signal(SIGKILL);
+      Forget(false, /*purge_stored=*/true);
+      stop_done_ = true;
+      return;
+    }
     // Said first: if SLURM's SIGKILL comes before the checkpoint is done, the output shows that
     // it began and never ended (the next start says which checkpoint it went on from).
     say_("job %u: SLURM stops it (%s): checkpointing it first", o_.job, requeue ? "SIGUSR1: then requeued" : "SIGTERM");
@@ -420,7 +473,6 @@ class Agent {
     // cancelled, not requeued: requeue it now (which also frees its node at once). Any other
     // SIGTERM (scancel, the time limit, scontrol requeue) leaves the decision to SLURM.
     if (!requeue) {
-      auto job = ScontrolShow("job", std::to_string(o_.job));
       requeue = job.ok() && (*job)["PreemptTime"] != "None" && !(*job)["PreemptTime"].empty() &&
                 (*job)["Requeue"] == "1";
     }
