@@ -707,8 +707,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
 
   api::Checkpoint c;
   absl::Time now = absl::Now();
-  c.set_id(absl::StrCat(name, "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone())));
-  c.set_id(absl::StrReplaceAll(c.id(), {{".", ""}}));
+  c.set_id(absl::StrCat(name, "-", CheckpointStamp(now)));
   c.set_job(name);
   c.set_state("writing");
   c.set_location(CheckpointDir(name) + "/" + c.id());

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon.pb.h"
 #include "daemon/catalog.h"
 #include "daemon/gpu_watch.h"
@@ -96,6 +97,10 @@ struct DaemonOptions {
   // Seconds between garbage collections (gc.cc) on the daemon's tick; 0: only `cairn gc`.
   double gc_interval_s = 600;
 };
+
+// The UTC time `t` as checkpoint ids end in it, YYYYMMDDTHHMMSSmmm (restore_newest.cc): a job's
+// checkpoint is JOB-STAMP, the job's name whole (a SLURM step's has dots: slurm-7.0.0-u0).
+std::string CheckpointStamp(absl::Time t);
 
 class Daemon {
  public:

@@ -406,9 +406,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
   }
 
   absl::Time now = absl::Now();
-  std::string ckid = absl::StrCat(name, "-", absl::FormatTime("%Y%m%dT%H%M%E3S", now, absl::UTCTimeZone()), "-from-",
-                                  opts_.node);
-  ckid.erase(std::remove(ckid.begin(), ckid.end(), '.'), ckid.end());
+  std::string ckid = absl::StrCat(name, "-", CheckpointStamp(now), "-from-", opts_.node);
   // Recorded before anything is sent: a daemon that restarts in the middle finds out from
   // the destination how it ended (ResolveMigrations), with the credential it was given for
   // the destination (kept beside the job, root's alone: the catalog's record is served to

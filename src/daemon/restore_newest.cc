@@ -3,6 +3,8 @@
 // checkpoints (those with a manifest: a checkpoint cut off half-stored never counts); cairnd's
 // checkpoint ids end in the UTC time they were taken (JOB-YYYYMMDDTHHMMSSmmm), which orders them
 // and bounds them by `taken_before`.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
@@ -11,6 +13,13 @@
 #include "engine/job/job.h"
 
 namespace cairn::daemon {
+
+std::string CheckpointStamp(absl::Time t) {
+  std::string stamp = absl::FormatTime("%Y%m%dT%H%M%E3S", t, absl::UTCTimeZone());  // ...SS.mmm
+  stamp.erase(std::remove(stamp.begin(), stamp.end(), '.'), stamp.end());
+  return stamp;
+}
+
 namespace {
 
 // The unix time a cairnd checkpoint id names (JOB-YYYYMMDDTHHMMSSmmm), or -1.

@@ -89,5 +89,25 @@ TEST_F(RestoreNewestTest, NewestCompleteStoredCheckpointIsRestoredOnAnotherNode)
   b.KillJobs();
 }
 
+// A job whose name has dots (a SLURM step's, slurm-JOB.STEP.TASK-uUID): its checkpoint ids keep
+// the name whole, so the newest one is found by it.
+TEST_F(RestoreNewestTest, AJobNamedWithDotsIsRestoredFromItsNewestStoredCheckpoint) {
+  std::string shared = Dir() + "/shared";
+  ASSERT_EQ(::mkdir(shared.c_str(), 0700), 0);
+  DaemonProcess a(Dir(), "a", {"--storage", "dir:" + shared});
+  DaemonProcess b(Dir(), "b", {"--storage", "dir:" + shared});
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(b.Start());
+  const std::string name = "slurm-7.0.1-u0";
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", name, "--", "/bin/sh", "-c", "while :; do sleep 0.1; done"}).Exited(0));
+  json taken = a.Json({"job", "checkpoint", name, "--kill"});
+  std::string id = taken["checkpoint"].value("id", "");
+  EXPECT_TRUE(absl::StartsWith(id, name + "-")) << id;
+  CommandResult r = b.Cairn({"job", "restore", name, "--newest-stored"});
+  ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  EXPECT_EQ(b.Json({"job", "show", name})["job"].value("state", ""), "running");
+  b.KillJobs();
+}
+
 }  // namespace
 }  // namespace cairn::testing
