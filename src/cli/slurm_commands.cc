@@ -52,6 +52,8 @@ SlurmCommands::SlurmCommands(CLI::App& app) : o_(std::make_unique<Options>()) {
   o.agent->add_option("--step", o.a.step)->required();
   o.agent->add_option("--task", o.a.task)->required();
   o.agent->add_option("--restart-count", o.a.restart_count);
+  o.agent->add_option("--cpus", o.a.cpus);
+  o.agent->add_option("--memory-mb", o.a.memory_mb);
   o.agent->add_option("--uid", o.a.uid)->required();
   o.agent->add_option("--gid", o.a.gid)->required();
   o.agent->add_option("--groups", o.a.groups);

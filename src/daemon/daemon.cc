@@ -124,14 +124,14 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
 Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
     : opts_(std::move(opts)), catalog_(std::move(catalog)), started_(UnixNow()) {
   if (!opts_.store) opts_.store = storage::LocalStore();
-  owners_ = std::make_unique<OwnerWatch>([this](const std::string& job) {
+  owners_ = std::make_unique<OwnerWatch>([this](const std::string& job, const std::function<bool()>& stopping) {
     std::string state;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (auto it = jobs_.find(job); it != jobs_.end()) state = it->second.job.state();
     }
     if (state != "running" && state != "restoring" && state != "starting") return;  // it ended before its owner
-    EndBoundJob(job, [this] { return !owners_->running(); }, "its owner (a SLURM task's agent)");
+    EndBoundJob(job, stopping, "its owner (a SLURM task's agent)");
   });
 }
 
@@ -636,6 +636,7 @@ absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored, bool p
     }
     jobs_.erase(it);
   }
+  owners_->Forget(name);  // a job of the same name later is not its
   ASSIGN_OR_RETURN(std::vector<api::Checkpoint> cps, catalog_->ListCheckpoints(name));
   if (!keep_stored) {
     for (const auto& c : cps) (void)DropCheckpointFiles(c);

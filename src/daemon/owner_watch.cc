@@ -15,7 +15,7 @@
 
 namespace cairn::daemon {
 
-OwnerWatch::OwnerWatch(std::function<void(const std::string& job)> gone)
+OwnerWatch::OwnerWatch(Gone gone)
     : gone_(std::move(gone)), wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   loop_ = std::thread([this] { Loop(); });
 }
@@ -108,7 +108,7 @@ void OwnerWatch::Loop() {
       }
       auto done = std::make_shared<std::atomic<bool>>(false);
       calls_.push_back({std::thread([this, job = jobs[i].first, done] {
-                          gone_(job);
+                          gone_(job, [this] { return stopping_.load(); });
                           *done = true;
                         }),
                         done});

@@ -22,7 +22,10 @@ namespace cairn::daemon {
 
 class OwnerWatch {
  public:
-  explicit OwnerWatch(std::function<void(const std::string& job)> gone);
+  // `gone(job, stopping)`: `stopping` turns true once the watch is being destroyed (a call that
+  // waits should give up then).
+  using Gone = std::function<void(const std::string& job, const std::function<bool()>& stopping)>;
+  explicit OwnerWatch(Gone gone);
   ~OwnerWatch();  // stops the watch and waits for the `gone` calls under way
   OwnerWatch(const OwnerWatch&) = delete;
   OwnerWatch& operator=(const OwnerWatch&) = delete;
@@ -35,14 +38,11 @@ class OwnerWatch {
   void Watch(const std::string& job, UniqueFd pidfd);
   // Job `job` has no owner any more.
   void Forget(const std::string& job);
-  // True while the watch runs (false once it is being destroyed): `gone` calls check it.
-  bool running() const { return !stopping_.load(); }
-
  private:
   void Loop();
   void Wake();
 
-  std::function<void(const std::string&)> gone_;
+  Gone gone_;
   UniqueFd wake_;  // an eventfd: the set of owners changed, or stop
   std::mutex mu_;
   struct Owner {

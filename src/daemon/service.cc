@@ -42,7 +42,7 @@ grpc::Status GrpcService::RunJob(grpc::ServerContext* ctx, const api::RunJobRequ
   }
   auto j = daemon_->RunJob(req->spec());
   if (!j.ok()) return ToGrpc(j.status());
-  if (owner.valid()) daemon_->SetOwner(j->name(), std::move(owner));
+  daemon_->SetOwner(j->name(), std::move(owner));  // none given: none (not a previous run's)
   *resp->mutable_job() = *j;
   return grpc::Status::OK;
 }

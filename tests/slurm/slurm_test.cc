@@ -368,11 +368,18 @@ TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCh
 
 // A job SLURM ends for good (scancel; past its time limit, scontrol says Reason=TimeLimit and it
 // takes the same way): stopped at the SIGTERM without a checkpoint, and every checkpoint of it
-// removed from the store (a new submission is another job: nothing could restore them).
+// removed from the store (a new submission is another job: nothing could restore them). Its
+// allocation (-c 1) is its cairnd job's CPU limit.
 TEST_F(SlurmTest, AScancelledJobStopsWithoutACheckpointAndLeavesNoneInTheStore) {
-  std::string id = Submit("cancelled", {"-p", "low", "-w", "n2", "-c", "1", "--requeue", "--cairn=2s"});
+  std::string id = Submit("cancelled", {"-p", "low", "-w", "n2", "-c", "1", "--mem=300M", "--requeue", "--cairn=2s"});
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitStep("cancelled", 20));
+  // What SLURM allocated is the cairnd job's limits (its processes are in cairnd's cgroups): its
+  // CPU. (Memory only where SLURM allocates it, SelectTypeParameters=CR_*_Memory; this cluster's
+  // CR_CPU tracks none, and the job gets no memory limit.)
+  nlohmann::json limits = Cairnd("n2").Json({"job", "show", "slurm-" + id + "-u0"})["job"]["spec"]["limits"];
+  EXPECT_EQ(limits.value("cpus", 0.0), 1.0) << limits.dump();
+  EXPECT_EQ(limits.value("memory_bytes", int64_t{0}), 0) << limits.dump();
   ASSERT_TRUE(WaitFor([&] { return Stored(id) >= 1; }, 60s)) << "no periodic checkpoint reached the store";
   CommandResult r = Slurm({"/usr/bin/scancel", id});
   ASSERT_TRUE(r.Exited(0)) << r.Describe();

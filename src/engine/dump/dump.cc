@@ -926,7 +926,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   ASSIGN_OR_RETURN(bool paused, ThawPausedCgroup(opts.freezer_cgroup, journal, &pre_seized));
   absl::StatusOr<FrozenTree> frozen = FreezeTree(opts.pid, opts.tree, &journal, &pre_seized.tids());
   if (!frozen.ok()) {
-    if (paused) (void)SetFreezerState(opts.freezer_cgroup, "FROZEN");
+    if (paused) {  // paused again once the threads still seized have stopped; they go as it is
+      pre_seized.Collect({});
+      (void)FreezeCgroup(opts.freezer_cgroup);
+    }
     return frozen.status();
   }
   FrozenTree& ft = *frozen;

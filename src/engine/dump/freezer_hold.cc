@@ -93,9 +93,20 @@ absl::StatusOr<PausedSeize> PausedSeize::Seize(const std::string& cgroup, int re
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     if (absl::IsNotFound(s)) continue;  // it exited
-    if (!s.ok()) return s;
-    out.tids_.insert(tid);
-    if (absl::Status i = inject::Interrupt(tid); !i.ok() && !absl::IsNotFound(i)) return i;
+    if (s.ok()) {
+      out.tids_.insert(tid);
+      s = inject::Interrupt(tid);
+      if (absl::IsNotFound(s)) s = absl::OkStatus();
+    }
+    if (!s.ok()) {
+      // Those seized so far cannot be let go while frozen (a detach needs their stop): they are
+      // thawed to take it and paused again before they go, as they were.
+      (void)SetFreezerState(cgroup, "THAWED");
+      out.Collect({});
+      (void)FreezeCgroup(cgroup);
+      out.Release({});
+      return s;
+    }
   }
   return out;
 }

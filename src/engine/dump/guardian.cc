@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -256,10 +258,12 @@ class GuardianRepair {
     }
     // Only now may the processes run: their sockets are out of repair mode and unlocked.
     ThawFreezer();
+    Ordinary();  // what is left takes its turn with everything else
     // The latest record of each process (pre-copy freezes a process once per round).
     std::map<pid_t, int> latest;
     for (int i = 0; i < nprocs; ++i) latest[j_.procs_[i].pid] = i;
     for (const auto& [pid, i] : latest) {
+      if (repairs_blocked_) break;
       absl::Status s = Repair(i);
       if (!s.ok()) {
         ++failures;
@@ -279,12 +283,23 @@ class GuardianRepair {
     (void)!::write(STDERR_FILENO, line.data(), line.size());
   }
 
+  // The guardian waits at a real-time priority (Urgent): the dumper's death lets its processes
+  // go, and what must be put back first (a paused cgroup, sockets in repair mode) is done before
+  // anything else on the machine runs. Then an ordinary process again.
+  static void Ordinary() {
+    struct sched_param none {};
+    (void)::sched_setscheduler(0, SCHED_OTHER, &none);
+    (void)::setpriority(PRIO_PROCESS, 0, 0);
+  }
+
   // A cgroup its runtime had paused: paused again, its threads seized (PausedSeize) and thawed
   // for the repairs. Returns the number of failures (after one, the repairs seize each process
   // as it runs, and Repause pauses the cgroup at the end).
   int HoldPaused() {
     if (absl::Status s = FreezeCgroup(j_.paused_); !s.ok()) {
+      // Left FREEZING, a repair's ptrace stop would never come: thawed, repaired as they run.
       Say(absl::StrCat("could not pause the processes' cgroup again at once: ", s.ToString()));
+      (void)SetFreezerState(j_.paused_, "THAWED");
       return 1;
     }
     absl::StatusOr<PausedSeize> seized = PausedSeize::Seize(j_.paused_, /*retry_eperm_ms=*/10000);
@@ -296,8 +311,11 @@ class GuardianRepair {
       Say(absl::StrCat("could not seize the paused cgroup's threads: ", seized.status().ToString()));
     }
     if (absl::Status s = SetFreezerState(j_.paused_, "THAWED"); !s.ok()) {
+      // Frozen, nothing can be repaired (a ptrace stop needs the thread to run): the repairs are
+      // skipped and said to have failed; the threads stay paused, as their runtime left them.
       ++failures;
       Say(absl::StrCat("could not thaw the paused cgroup for the repairs: ", s.ToString()));
+      repairs_blocked_ = true;
     }
     return failures;
   }
@@ -523,10 +541,20 @@ class GuardianRepair {
   GuardJournal& j_;
   bool live_;
   PausedSeize paused_seized_;             // HoldPaused's threads not yet let go
+  bool repairs_blocked_ = false;          // HoldPaused could not thaw the cgroup again
   std::vector<FrozenProcess> repaired_;   // repaired, held until Repause
 };
 
+// See GuardianRepair::Ordinary. SCHED_FIFO where the cgroup allows real-time tasks; else the
+// highest nice.
+static void Urgent() {
+  struct sched_param rt {};
+  rt.sched_priority = 1;
+  if (::sched_setscheduler(0, SCHED_FIFO, &rt) != 0) (void)::setpriority(PRIO_PROCESS, 0, -20);
+}
+
 int RunGuardian(GuardJournal& journal, int pipe_rd) {
+  Urgent();
   char c;
   for (;;) {
     ssize_t n = ::read(pipe_rd, &c, 1);

@@ -64,7 +64,9 @@
 //    the dump, its threads seized and interrupted while still frozen (PausedSeize), so none runs
 //    its own code between the thaw and its ptrace stop. Rolling back, the guardian pauses it
 //    again first thing (the dumper's death let its processes go: they ran only for the
-//    guardian's wake-up), seizes its threads the same way and thaws it for the repairs, then
+//    guardian's wake-up, which comes first on the machine: the guardian waits at a real-time
+//    priority until those first steps are done), seizes its threads the same way and thaws it
+//    for the repairs, then
 //    pauses it again before it lets any go (a detached frozen task stays frozen). A repair
 //    found later (point 8) does not: the runtime may have resumed the container since.
 // What it cannot cover: in the double kill of point 8, a userfaultfd the program itself makes,

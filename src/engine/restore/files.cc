@@ -30,6 +30,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
@@ -401,8 +402,12 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
             "%s is not the device the process had open at checkpoint time (device %u:%u here, %u:%u then)", what,
             major(st.st_rdev), minor(st.st_rdev), major(fd.rdev()), minor(fd.rdev())));
       }
-    } else if (!KernelGeneratedFile(f.get())) {  // those are found by their name alone
-      RETURN_IF_ERROR(CheckSameFile(st, fd.file(), what));
+    } else {
+      // A file the kernel generates (/proc/sys/..., /proc/meminfo, /sys/...) is found by its name
+      // alone; never one of a process's /proc entry (a PROC_FILE, which its process opens).
+      const std::string& p = fd.path();
+      bool of_a_process = absl::StartsWith(p, "/proc/") && p.size() > 6 && absl::ascii_isdigit(p[6]);
+      if (of_a_process || !KernelGeneratedFile(f.get())) RETURN_IF_ERROR(CheckSameFile(st, fd.file(), what));
     }
   }
   if (fd.kind() == image::Fd::REGULAR && fd.pos() != 0 && ::lseek(f.get(), fd.pos(), SEEK_SET) != fd.pos()) {

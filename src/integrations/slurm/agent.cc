@@ -252,6 +252,9 @@ class Agent {
     if (o_.uid != 0) s->set_user(absl::StrCat(o_.uid, ":", o_.gid, o_.groups.empty() ? "" : ":", o_.groups));
     s->mutable_checkpoint()->set_interval_s(o_.interval_s);
     s->mutable_checkpoint()->set_keep_last(2);
+    // The allocation, enforced here: the job's processes run in cairnd's cgroups, not the step's.
+    s->mutable_limits()->set_cpus(o_.cpus);
+    s->mutable_limits()->set_memory_bytes(static_cast<int64_t>(o_.memory_mb) * 1024 * 1024);
     dapi::RunJobResponse resp;
     grpc::ClientContext c;
     c.set_deadline(Clock::now() + std::chrono::seconds(60));
@@ -336,6 +339,12 @@ class Agent {
         }
       }
       grpc::Status st = stream->Finish();
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND && state_ != kRunning) {
+        // Stopped (its record removed meanwhile): it ended as the stop made it.
+        dapi::AttachJobOutput gone;
+        gone.set_state("killed");
+        return Ended(gone);
+      }
       // cairnd restarted (its jobs run on): attach again until it answers; SLURM ends this task
       // when it must.
       if (!said_lost) {
@@ -352,16 +361,20 @@ class Agent {
       // A stop is under way (or done): its checkpoint stays for the next start, unless the job
       // had ended by itself meanwhile.
       while (!stop_done_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (!exited_itself_) return 128 + SIGTERM;
+      if (!exited_itself_) {
+        if (purge_at_end_) Forget(false, /*purge_stored=*/true);
+        return 128 + SIGTERM;
+      }
     }
     const dapi::Health& h = o.health();
     if (o.state() != "exited" && o.state() != "killed") {
       say_("job %u left node %s under cairnd (%s): this task ends", o_.job, socket_, o.state());
       return 0;
     }
-    // The job is over: its checkpoints, this start's and earlier ones', are not needed by any
-    // later start.
-    Forget(false, /*purge_stored=*/true);
+    // The job is over: its checkpoints are not needed by any later start. One that ended by
+    // itself leaves none anywhere (earlier starts' included); one killed from outside (an
+    // operator's checkpoint --kill, the OOM killer) keeps what other nodes stored.
+    Forget(false, /*purge_stored=*/o.state() == "exited");
     return h.signal() != 0 ? 128 + h.signal() : h.exit_code();
   }
 
@@ -415,6 +428,10 @@ class Agent {
     };
     uint32_t restarts = 0;
     if (!absl::SimpleAtoi(field("Restarts"), &restarts) || restarts > o_.restart_count) return std::nullopt;
+    // A requeue also resets the job's end (EndTime=Unknown) and puts its next start in the
+    // future; a cancelled job has its end time set. Checked too, so that a restart count read
+    // after a requeue (the agent's, at its start) cannot make a requeue look like an end.
+    if (field("EndTime") == "Unknown" || field("EndTime").empty()) return std::nullopt;
     std::string preempted = field("PreemptTime");
     if (!preempted.empty() && preempted != "None") {
       if (field("Requeue") == "1") return std::nullopt;
@@ -432,13 +449,17 @@ class Agent {
   void Stop(bool requeue) {
     int expected = kRunning;
     if (!state_.compare_exchange_strong(expected, kStopping)) return;  // stopping, or ended by itself
-    absl::StatusOr<std::map<std::string, std::string>> job = ScontrolShow("job", std::to_string(o_.job));
+    // Asked before the checkpoint (bounded: a slow slurmctld must not eat the time SLURM leaves
+    // before its SIGKILL); not for SIGUSR1, which requeues whatever SLURM says.
+    absl::StatusOr<std::map<std::string, std::string>> job =
+        requeue ? absl::StatusOr<std::map<std::string, std::string>>(absl::UnavailableError("not asked"))
+                : ScontrolShow("job", std::to_string(o_.job), /*timeout_s=*/3);
     if (std::optional<std::string> why = requeue ? std::nullopt : EndsForGood(job)) {
       say_("job %u: SLURM ends it (%s) and will not start it again: it is stopped without a checkpoint and its "
            "checkpoints are removed",
            o_.job, *why);
+      purge_at_end_ = true;  // by Ended, once the attach has seen it end (the job's record goes then)
       Signal(SIGKILL);
-      Forget(false, /*purge_stored=*/true);
       stop_done_ = true;
       return;
     }
@@ -473,6 +494,9 @@ class Agent {
     // cancelled, not requeued: requeue it now (which also frees its node at once). Any other
     // SIGTERM (scancel, the time limit, scontrol requeue) leaves the decision to SLURM.
     if (!requeue) {
+      // Asked again if the bounded question went unanswered (slurmctld deciding a preemption can
+      // be busy for seconds): this answer decides the requeue.
+      if (!job.ok()) job = ScontrolShow("job", std::to_string(o_.job));
       requeue = job.ok() && (*job)["PreemptTime"] != "None" && !(*job)["PreemptTime"].empty() &&
                 (*job)["Requeue"] == "1";
     }
@@ -493,6 +517,7 @@ class Agent {
   int64_t out_offset_ = 0, err_offset_ = 0;
   std::atomic<int> state_{kStarting};
   std::atomic<bool> done_{false}, stop_done_{false}, exited_itself_{false}, channel_open_{true};
+  std::atomic<bool> purge_at_end_{false};  // Stop found SLURM ends the job for good (EndsForGood)
 };
 
 }  // namespace

@@ -35,6 +35,10 @@ struct AgentOptions {
   std::string groups;  // supplementary gids, "G1,G2,..."
   std::string socket = "/run/cairn/cairnd.sock";  // %n: the SLURM node's name
   double interval_s = 600;
+  // What SLURM allocated the task on this node (from the plugin's SPANK items, not from anything
+  // the user sets): its CPUs and its memory in MB; 0: not known (no limit).
+  double cpus = 0;
+  uint64_t memory_mb = 0;
 };
 
 // SLURM's step id of a batch script (SLURM_BATCH_SCRIPT in slurm.h).

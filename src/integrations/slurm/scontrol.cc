@@ -1,12 +1,14 @@
 #include "integrations/slurm/scontrol.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -19,7 +21,7 @@ extern char** environ;
 
 namespace cairn::slurm {
 
-absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args) {
+absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args, int timeout_s) {
   std::vector<std::string> all = {"scontrol"};
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -56,32 +58,47 @@ absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": ", std::strerror(rc), " (is SLURM's scontrol on PATH? apt install slurm-client)"));
   }
-  // scontrol says little: read stdout, then stderr (neither fills a pipe meanwhile).
-  auto drain = [](int fd) {
-    std::string s;
-    char buf[4096];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      s.append(buf, static_cast<size_t>(n));
+  // scontrol says little: both pipes read as they come, until both end or the time is up (then
+  // it is killed).
+  std::string o, e;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s > 0 ? timeout_s : 3600);
+  bool timed_out = false;
+  for (bool out_open = true, err_open = true; out_open || err_open;) {
+    pollfd fds[2] = {{out_open ? out_r.get() : -1, POLLIN, 0}, {err_open ? err_r.get() : -1, POLLIN, 0}};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
     }
-    return s;
-  };
-  std::string o = drain(out_r.get()), e = drain(err_r.get());
+    int n = ::poll(fds, 2, static_cast<int>(left.count()));
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2 && n > 0; ++i) {
+      if (fds[i].revents == 0) continue;
+      char buf[4096];
+      ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
+      if (r > 0) {
+        (i == 0 ? o : e).append(buf, static_cast<size_t>(r));
+      } else if (r == 0 || errno != EINTR) {
+        (i == 0 ? out_open : err_open) = false;
+      }
+    }
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (timed_out) return absl::DeadlineExceededError(absl::StrCat(what, ": no answer within ", timeout_s, " s"));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": ", absl::StripAsciiWhitespace(e.empty() ? o : e)));
   }
   return o;
 }
 
-absl::StatusOr<std::map<std::string, std::string>> ScontrolShow(const std::string& what, const std::string& id) {
+absl::StatusOr<std::map<std::string, std::string>> ScontrolShow(const std::string& what, const std::string& id,
+                                                                int timeout_s) {
   std::vector<std::string> args = {"-o", "show", what};
   if (!id.empty()) args.push_back(id);
-  absl::StatusOr<std::string> out = Scontrol(args);
+  absl::StatusOr<std::string> out = Scontrol(args, timeout_s);
   if (!out.ok()) return out.status();
   std::map<std::string, std::string> fields;
   if (what == "config") {  // "Name   = value" lines
@@ -95,7 +112,7 @@ absl::StatusOr<std::map<std::string, std::string>> ScontrolShow(const std::strin
   }
   for (absl::string_view kv : absl::StrSplit(*out, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
     size_t eq = kv.find('=');
-    if (eq != absl::string_view::npos) fields.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+    if (eq != absl::string_view::npos) fields[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
   }
   return fields;
 }

@@ -11,10 +11,15 @@
 
 namespace cairn::slurm {
 
-// Runs `scontrol ARGS...`; its stdout, or an error with its stderr.
-absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args);
+// Runs `scontrol ARGS...`; its stdout, or an error with its stderr. `timeout_s` > 0: killed after
+// that long, DeadlineExceeded then.
+absl::StatusOr<std::string> Scontrol(const std::vector<std::string>& args, int timeout_s = 0);
 
-// `scontrol -o show job ID` (or `show config`, `show node N`...) as NAME=VALUE fields.
-absl::StatusOr<std::map<std::string, std::string>> ScontrolShow(const std::string& what, const std::string& id);
+// `scontrol -o show job ID` (or `show config`, `show node N`...) as NAME=VALUE fields; a name
+// given twice keeps its last value. Values with spaces are cut at them: a job's own JobName,
+// Comment or output paths can make up fields, which misleads only what cairn decides about that
+// same job (its owner's).
+absl::StatusOr<std::map<std::string, std::string>> ScontrolShow(const std::string& what, const std::string& id,
+                                                                int timeout_s = 0);
 
 }  // namespace cairn::slurm

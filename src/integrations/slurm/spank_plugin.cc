@@ -159,6 +159,24 @@ extern "C" int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
                                    "--socket",
                                    args.socket};
   if (!interval.empty()) argv.insert(argv.end(), {"--interval", interval});
+  // The allocation, for the cairnd job's limits (its processes leave the step's cgroup): the batch
+  // script has the job's CPUs on the node; a step's task its CPUs per task; memory is the step's
+  // on this node shared by its tasks here (MB; 0 when SLURM tracks none).
+  uint32_t step = 0, local_tasks = 0, cpus = 0, per_task = 0;  // each item's own type (spank.h)
+  uint16_t job_cpus = 0;
+  uint64_t mem = 0;
+  (void)spank_get_item(sp, S_JOB_STEPID, &step);
+  if (step == SLURM_BATCH_SCRIPT) {
+    if (spank_get_item(sp, S_JOB_NCPUS, &job_cpus) == ESPANK_SUCCESS) cpus = job_cpus;
+  } else if (spank_get_item(sp, S_STEP_CPUS_PER_TASK, &per_task) == ESPANK_SUCCESS) {
+    cpus = per_task;
+  }
+  if (spank_get_item(sp, S_STEP_ALLOC_MEM, &mem) != ESPANK_SUCCESS) mem = 0;
+  if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &local_tasks) == ESPANK_SUCCESS && local_tasks > 1) {
+    mem /= local_tasks;
+  }
+  if (cpus > 0) argv.insert(argv.end(), {"--cpus", std::to_string(cpus)});
+  if (mem > 0) argv.insert(argv.end(), {"--memory-mb", std::to_string(mem)});
   std::vector<char*> cargv;
   for (std::string& a : argv) cargv.push_back(a.data());
   cargv.push_back(nullptr);
