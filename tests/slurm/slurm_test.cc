@@ -453,6 +453,27 @@ TEST_F(SlurmTest, SigusrOneBeforeTheTimeLimitCheckpointsAndRequeuesTheJob) {
   EXPECT_TRUE(absl::SimpleAtoi(ShowJob(id)["Restarts"], &restarts) && restarts >= 1) << ShowJob(id)["Restarts"];
 }
 
+// Past its time limit (no --signal asking for a checkpoint before it), SLURM ends the job for
+// good: scontrol gives Reason=TimeLimit at the SIGTERM, and the job goes without a checkpoint,
+// its periodic ones removed from the store.
+TEST_F(SlurmTest, AJobPastItsTimeLimitStopsWithoutACheckpointAndLeavesNoneInTheStore) {
+  std::string id = Submit("timeout", {"-p", "low", "-w", "n3", "-c", "1", "--requeue", "--cairn=2s", "--time=1"}, true,
+                          "5000");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return Stored(id) >= 1; }, 90s)) << "no periodic checkpoint reached the store";
+  ASSERT_TRUE(WaitJob(id, "TIMEOUT", 180s)) << ReadFile(Output("timeout"));
+  std::string out;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        out = ReadFile(Output("timeout"));
+        return absl::StrContains(out, "(it reached its time limit) and will not start it again");
+      },
+      30s))
+      << out;
+  EXPECT_EQ(out.find("checkpointing it first"), std::string::npos) << out;
+  EXPECT_TRUE(WaitFor([&] { return Stored(id) == 0; }, 30s)) << Stored(id) << " checkpoint(s) left in the store";
+}
+
 // The job runs as the user who submitted it, under cairn too, and comes back as that user only.
 TEST_F(SlurmTest, AJobOfAUserRunsAndComesBackAsThatUser) {
   ASSERT_EQ(::chmod(g->dir->path().c_str(), 0755), 0);

@@ -299,10 +299,9 @@ class Agent {
     return id;
   }
 
-  // Removes a record of this job's name that does not run; with `keep_stored`, what the shared
-  // store holds stays (only this node's record, logs and local copies go).
-  // The job's record on this node goes; with `keep_stored` what it put in the store stays (a later
-  // start restores it), with `purge_stored` every stored checkpoint of the job goes, any node's.
+  // Removes the record of this job's name that does not run (its logs and local copies too); with
+  // `keep_stored` what it put in the store stays (a later start restores it), with `purge_stored`
+  // every stored checkpoint of the job goes, any node's.
   void Forget(bool keep_stored, bool purge_stored = false) {
     dapi::DeleteJobRequest d;
     d.set_name(name_);
@@ -416,7 +415,8 @@ class Agent {
   }
 
   // Why SLURM's SIGTERM ends the job for good, as `scontrol show job` tells it then (`job`):
-  // scancel or the time limit (the job COMPLETING, not preempted, its restart count unchanged);
+  // scancel or the time limit (the job COMPLETING with its end time set, not preempted, its
+  // restart count unchanged);
   // nullopt when it is to come back (preempted and requeueable: the agent requeues it; `scontrol
   // requeue` and requeuehold, which count the restart before the signal), when it goes on (a
   // signal sent with scancel -s: RUNNING), or when SLURM cannot say.
