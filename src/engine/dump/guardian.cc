@@ -247,7 +247,6 @@ class GuardianRepair {
     // before it runs any of its own code), and it is paused again before they are let go.
     int failures = 0;
     if (live_ && j_.paused_set_.load(std::memory_order_acquire) != 0) failures += HoldPaused();
-    RemovePartial();
     failures += EndRepairs() + PutPeekOffsetsBack();
     if (j_.lock_set_.load(std::memory_order_acquire) != 0) {
       absl::Status s = net::RemoveNetworkLock(j_.lock_, j_.lock_netns_of_);
@@ -259,6 +258,7 @@ class GuardianRepair {
     // Only now may the processes run: their sockets are out of repair mode and unlocked.
     ThawFreezer();
     Ordinary();  // what is left takes its turn with everything else
+    RemovePartial();  // (a large directory's removal is no reason to hold the machine)
     // The latest record of each process (pre-copy freezes a process once per round).
     std::map<pid_t, int> latest;
     for (int i = 0; i < nprocs; ++i) latest[j_.procs_[i].pid] = i;
