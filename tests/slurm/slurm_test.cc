@@ -182,6 +182,21 @@ class SlurmTest : public ::testing::Test {
     return n;
   }
 
+  // Job `id` (output `name`) was ended by SLURM for good, for `why`: its output says so, no
+  // checkpoint was taken at the stop, and the store holds none of it.
+  void EndedForGood(const std::string& name, const std::string& id, const std::string& why) {
+    std::string out;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          out = ReadFile(Output(name));
+          return absl::StrContains(out, "(" + why + ") and will not start it again");
+        },
+        30s))
+        << out;
+    EXPECT_EQ(out.find("checkpointing it first"), std::string::npos) << out;
+    EXPECT_TRUE(WaitFor([&] { return Stored(id) == 0; }, 30s)) << Stored(id) << " checkpoint(s) left in the store";
+  }
+
   // The cairnd of SLURM node nX.
   static DaemonProcess& Cairnd(const std::string& node) { return *g->cairnd[node[1] - '1']; }
 
@@ -384,16 +399,7 @@ TEST_F(SlurmTest, AScancelledJobStopsWithoutACheckpointAndLeavesNoneInTheStore) 
   CommandResult r = Slurm({"/usr/bin/scancel", id});
   ASSERT_TRUE(r.Exited(0)) << r.Describe();
   ASSERT_TRUE(WaitJob(id, "CANCELLED", 120s));
-  std::string out;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        out = ReadFile(Output("cancelled"));
-        return absl::StrContains(out, "(cancelled) and will not start it again");
-      },
-      30s))
-      << out;
-  EXPECT_EQ(out.find("checkpointing it first"), std::string::npos) << out;
-  EXPECT_TRUE(WaitFor([&] { return Stored(id) == 0; }, 30s)) << Stored(id) << " checkpoint(s) left in the store";
+  EndedForGood("cancelled", id, "cancelled");
   EXPECT_FALSE(Cairnd("n2").Cairn({"job", "show", "slurm-" + id + "-u0"}).Exited(0)) << "its record on the node is gone";
 }
 
@@ -462,16 +468,7 @@ TEST_F(SlurmTest, AJobPastItsTimeLimitStopsWithoutACheckpointAndLeavesNoneInTheS
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor([&] { return Stored(id) >= 1; }, 90s)) << "no periodic checkpoint reached the store";
   ASSERT_TRUE(WaitJob(id, "TIMEOUT", 180s)) << ReadFile(Output("timeout"));
-  std::string out;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        out = ReadFile(Output("timeout"));
-        return absl::StrContains(out, "(it reached its time limit) and will not start it again");
-      },
-      30s))
-      << out;
-  EXPECT_EQ(out.find("checkpointing it first"), std::string::npos) << out;
-  EXPECT_TRUE(WaitFor([&] { return Stored(id) == 0; }, 30s)) << Stored(id) << " checkpoint(s) left in the store";
+  EndedForGood("timeout", id, "it reached its time limit");
 }
 
 // The job runs as the user who submitted it, under cairn too, and comes back as that user only.
