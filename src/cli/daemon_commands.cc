@@ -107,7 +107,7 @@ struct DaemonCommands::Options {
   std::vector<CLI::App*> all;
   CLI::App *run = nullptr, *list = nullptr, *show = nullptr, *logs = nullptr, *kill = nullptr, *checkpoint = nullptr,
            *restore = nullptr, *del = nullptr, *watch = nullptr, *attach = nullptr, *migrate = nullptr,
-           *settle = nullptr;
+           *settle = nullptr, *release_network = nullptr;
   bool here = false, there = false;
   std::string to, to_token_file;
   double restore_timeout = 0;  // the daemon's: 60 s plus 10 s per GiB of the job's memory
@@ -307,6 +307,11 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.del = job->add_subcommand("delete", "Remove a job that does not run, with its checkpoints and logs");
   common(o.del);
   o.del->add_option("job", o.job, "Job name")->required();
+  o.release_network = job->add_subcommand(
+      "release-network", "Lift the network lock a job restored with its network held still keeps (a group restore "
+                         "whose controller never lifted it): its connections' packets flow again");
+  common(o.release_network);
+  o.release_network->add_option("job", o.job, "Job name")->required();
   o.watch = job->add_subcommand("watch", "Follow health changes and other events as they happen");
   common(o.watch);
   o.watch->add_option("job", o.job, "Only this job's events");
@@ -660,6 +665,15 @@ int DaemonCommands::Run() {
     if (int rc = call(&dapi::Daemon::Stub::DeleteJob, req, &resp)) return rc;
     if (o.json) return PrintJson(resp);
     std::printf("job %s deleted\n", o.job.c_str());
+    return 0;
+  }
+  if (o.release_network->parsed()) {
+    dapi::ReleaseNetworkRequest req;
+    req.set_name(o.job);
+    dapi::ReleaseNetworkResponse resp;
+    if (int rc = call(&dapi::Daemon::Stub::ReleaseNetwork, req, &resp)) return rc;
+    if (o.json) return PrintJson(resp);
+    std::printf("job %s: its connections' packets flow\n", o.job.c_str());
     return 0;
   }
   if (o.gc->parsed()) {

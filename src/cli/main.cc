@@ -38,6 +38,7 @@
 #include "common/stop_points.h"
 #include "engine/net/nft_netlink.h"
 #include "engine/check/check.h"
+#include "engine/net/claim.h"
 #include "engine/net/netlock.h"
 #include "engine/dump/dump.h"
 #include "engine/dump/guardian.h"
@@ -510,6 +511,11 @@ int RunCheck(bool fix) {
     std::printf("nftables' nft is not installed: dump --tcp-established needs it (apt install nftables)\n");
     return all ? 0 : 1;
   }
+  // A lock still needed is left alone: one a dump in progress names in its journal (its dumper
+  // or its guardian lives), or one a live process claims (a restore, or cairnd for a job that
+  // waits for its restore: net/claim.h).
+  absl::StatusOr<std::vector<std::string>> dumping = dump::NetworkLocksOfRunningDumps(journals);
+  if (!dumping.ok()) return Fail(dumping.status());
   // The host's namespace, then every other one (a container's dump locks its connections there).
   std::vector<net::NetworkNamespace> spaces = {{"", "the host's network namespace"}};
   absl::StatusOr<std::vector<net::NetworkNamespace>> others = net::OtherNetworkNamespaces();
@@ -524,18 +530,32 @@ int RunCheck(bool fix) {
       continue;
     }
     for (const std::string& table : *locks) {
+      if (std::find(dumping->begin(), dumping->end(), table) != dumping->end()) {
+        std::printf("network lock %s in %s: in use by a dump in progress (left alone)\n", table.c_str(),
+                    ns.where.c_str());
+        continue;
+      }
       if (!fix) {
         std::printf("network lock %s in %s: holds the TCP packets of a checkpoint not restored on this host yet "
-                    "(`cairn check --fix` removes it; its connections' peers then see them reset)\n",
+                    "(`cairn check --fix` removes it unless a restore or cairnd still needs it; its connections' "
+                    "peers then see them reset)\n",
                     table.c_str(), ns.where.c_str());
         continue;
       }
-      absl::Status removed = ns.path.empty() ? net::RemoveNetworkLock(table) : net::RemoveNetworkLockIn(table, ns.path);
-      if (!removed.ok() && ns.path.empty()) return Fail(removed);
-      if (!removed.ok()) {  // (its namespace may have gone with its last process meanwhile)
+      absl::StatusOr<std::string> claimer = net::RemoveUnclaimed(table, [&] {
+        return ns.path.empty() ? net::RemoveNetworkLock(table) : net::RemoveNetworkLockIn(table, ns.path);
+      });
+      if (!claimer.ok() && ns.path.empty()) return Fail(claimer.status());
+      if (!claimer.ok()) {  // (its namespace may have gone with its last process meanwhile)
         std::printf("network lock %s in %s not removed: %s\n", table.c_str(), ns.where.c_str(),
-                    std::string(removed.message()).c_str());
+                    std::string(claimer.status().message()).c_str());
         all = false;
+        continue;
+      }
+      if (!claimer->empty()) {
+        std::printf("network lock %s in %s: in use by %s (left alone: a restore under way, or a cairnd job "
+                    "waiting for its restore, which lifts it; `cairn job delete` lets it go)\n",
+                    table.c_str(), ns.where.c_str(), claimer->c_str());
         continue;
       }
       std::printf("network lock %s in %s removed\n", table.c_str(), ns.where.c_str());

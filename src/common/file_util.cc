@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 #include "common/status.h"
@@ -118,6 +120,34 @@ absl::StatusOr<int> MemoryFileWith(const char* name, absl::string_view data) {
   RETURN_IF_ERROR(WriteAll(fd.get(), data, name));
   if (::lseek(fd.get(), 0, SEEK_SET) != 0) return ErrnoStatus(absl::StrFormat("lseek %s", name));
   return fd.Release();
+}
+
+absl::StatusOr<UniqueFd> OpenPrivateDir(const std::string& dir, bool create, absl::string_view what) {
+  if (create) {
+    // Missing parents 0755 whatever the umask (not create_directories' 0777 & ~umask: under
+    // umask 000 /run/cairn, where cairnd puts its socket, would be anyone's to write).
+    std::vector<std::filesystem::path> missing;
+    std::error_code ec;
+    for (auto p = std::filesystem::path(dir).parent_path(); !p.empty() && p != p.root_path() &&
+                                                            !std::filesystem::exists(p, ec);
+         p = p.parent_path()) {
+      missing.push_back(p);
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) ::mkdir(it->c_str(), 0755);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return ErrnoStatus(absl::StrCat("make ", what, " ", dir));
+    }
+  }
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open ", what, " ", dir));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("stat ", dir));
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " ", dir, " is not a directory of uid ", ::geteuid(),
+        " that only it can open (mode 0700): what is in it is acted on as root; remove it, cairn makes it again"));
+  }
+  return fd;
 }
 
 }  // namespace cairn

@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "common/unique_fd.h"
 
 namespace cairn {
 
@@ -33,6 +34,12 @@ absl::StatusOr<int> MemoryFileWith(const char* name, absl::string_view data);
 // symlink there (a link is refused, FailedPrecondition, and left as it is); NotFound when
 // nothing is there.
 absl::Status ChmodNoFollow(const std::string& path, mode_t mode);
+
+// Opens directory `dir` (made first with `create`, mode 0700, its missing parents 0755 whatever
+// the umask) and refuses it unless it is a directory of our effective uid that no one else can
+// open: what is in it is acted on as root. `what` names it in errors ("the dump journal
+// directory"); the error says to remove it (cairn makes it again).
+absl::StatusOr<UniqueFd> OpenPrivateDir(const std::string& dir, bool create, absl::string_view what);
 
 // fsyncs the directory at `path` so a rename or create inside it is durable.
 absl::Status SyncDir(const std::string& path);

@@ -250,6 +250,7 @@ absl::Status Daemon::Recover() {
     }
     if (j.spec().checkpoint().interval_s() > 0) s.next_checkpoint = now + j.spec().checkpoint().interval_s();
     s.job = std::move(j);
+    ClaimNetwork(s);  // what it still needs of its locks, before `cairn check --fix` may look
     std::string name = s.job.name();
     jobs_.emplace(name, std::move(s));
   }
@@ -269,6 +270,7 @@ absl::Status Daemon::Recover() {
       if (!lifted.ok()) CAIRN_LOG_WARN("job={} network lock not lifted: {}", name, lifted.ToString());
       Event(name, "network-released", absl::StrCat("network lock ", s.job.network_hold(), " lifted after the restart"));
       s.job.clear_network_hold();
+      ClaimNetwork(s);
       if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
     }
   }
@@ -526,6 +528,7 @@ void Daemon::ReapLocked(JobState& s) {
     absl::Status removed = net::RemoveNetworkLock(s.job.network_hold());
     if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock not removed: {}", s.job.name(), removed.ToString());
     s.job.clear_network_hold();
+    ClaimNetwork(s);
   }
   DropAddresses(s.job.name(), s.job.spec(), absl::StrCat("the job ", s.job.state(), " here"));
   s.job.set_ended(UnixNow());
@@ -905,6 +908,14 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     Event(name, "checkpoint-expired", absl::StrCat("checkpoint ", old.id(), " removed (keep last ", keep, ")",
                                                    gone.ok() ? "" : absl::StrCat("; its stored files were not: ", gone.message())));
   }
+  if (req.kill() && !r->network_lock.empty() && r->network_claim.held()) {
+    // Its connections died in repair mode behind their lock, which waits for their restore.
+    std::lock_guard<std::mutex> l(mu_);
+    JobState& s = jobs_[name];
+    s.job.set_network_lock_kept(r->network_lock);
+    ClaimNetwork(s);
+    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+  }
   if (req.kill()) {
     // The job was killed just now (by the engine, or above after the upload): wait until it is gone.
     for (int i = 0; i < 100; ++i) {
@@ -917,6 +928,25 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     }
   }
   return c;
+}
+
+void Daemon::ClaimNetwork(JobState& s) {
+  auto keep_in_step = [&](const std::string& table, net::LockClaim& claim) {
+    if (claim.held() && claim.table() == table) return;
+    // The new claim first, then the old one goes: never a moment without one on a lock still named.
+    net::LockClaim old = std::move(claim);
+    claim = net::LockClaim();
+    if (table.empty()) return;
+    absl::StatusOr<net::LockClaim> taken = net::LockClaim::Take(table);
+    if (!taken.ok()) {
+      CAIRN_LOG_WARN("job={} network lock {} not claimed (`cairn check --fix` could remove it): {}", s.job.name(), table,
+                     taken.status().ToString());
+      return;
+    }
+    claim = std::move(*taken);
+  };
+  keep_in_step(s.job.network_hold(), s.hold_claim);
+  keep_in_step(s.job.network_lock_kept(), s.kept_claim);
 }
 
 absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name, const std::string& checkpoint_in,
@@ -1050,6 +1080,9 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     s.job.set_restores(s.job.restores() + 1);
     s.job.set_cancelled(false);  // wanted again: its checkpoints are no longer gc's
     s.job.set_network_hold(r->network_hold);
+    // The restore lifted the lock the checkpoint kept (on this host): nothing of it to claim.
+    s.job.clear_network_lock_kept();
+    ClaimNetwork(s);
     s.job.mutable_health()->Clear();
     s.job.mutable_health()->set_state("running");
     s.tracker = std::make_unique<HealthTracker>(spec.health());

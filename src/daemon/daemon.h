@@ -55,6 +55,7 @@
 #include "daemon/spot_watch.h"
 #include "engine/image/seal.h"
 #include "engine/job/job.h"
+#include "engine/net/claim.h"
 
 namespace cairn::daemon {
 
@@ -234,7 +235,13 @@ class Daemon {
     double next_checkpoint = 0;  // monotonic seconds
     double next_resolve = 0;     // state migrating: when to ask the destination again
     bool warned_no_token = false;  // state migrating: said once that it cannot ask
+    // The claims (net/claim.h) on the locks job.network_hold and job.network_lock_kept name:
+    // `cairn check --fix` leaves a lock the daemon still needs. Kept in step by ClaimNetwork.
+    net::LockClaim hold_claim;
+    net::LockClaim kept_claim;
   };
+  // Claims the network locks `s`'s record names and lets go of those it no longer names.
+  static void ClaimNetwork(JobState& s);
 
   // A group checkpoint's rank (group.cc): the group checkpoint's id, and its coordinator's
   // say, asked while the rank stands frozen with its state captured (with kill: its checkpoint

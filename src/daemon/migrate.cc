@@ -933,6 +933,7 @@ struct Daemon::Received {
   restore::RestoreResult restored;
   bool running = false;
   std::string early_lock;  // the restore's lock, taken before the job's addresses came
+  net::LockClaim early_claim;  // its claim (net/claim.h), until the restore's replaces it
   bool arrival = false;    // ArrivalPath written: the lock and the addresses may be on this node
   std::optional<api::Job> previous;  // the job's record here from before it migrated away
 };
@@ -996,7 +997,7 @@ absl::Status Daemon::RestoreReceived(Received& in, const std::function<bool()>& 
     for (const std::string& a : spec.addresses()) absl::StrAppend(&record, "address ", a, "\n");
     RETURN_IF_ERROR(WriteFileSynced(ArrivalPath(in.name), record));
     in.arrival = true;
-    RETURN_IF_ERROR(restore::TakeRestoreLockEarly(meta));
+    ASSIGN_OR_RETURN(in.early_claim, restore::TakeRestoreLockEarly(meta));
     RETURN_IF_ERROR(BringAddresses(in.name, spec));
   }
   restore::RestoreOptions ro;
@@ -1180,6 +1181,7 @@ absl::Status Daemon::ReceiveJob(const std::function<bool(api::MigrationMessage*)
     receiving_.erase(in.begin.checkpoint());
     JobState& s = jobs_[in.name];
     s.job = j;
+    ClaimNetwork(s);  // a lock not lifted above (the next restart lifts it)
     s.tracker = std::make_unique<HealthTracker>(j.spec().health());
     s.child = true;
     s.busy = false;

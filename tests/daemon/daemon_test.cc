@@ -152,6 +152,53 @@ TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
   EXPECT_EQ(a.Json({"checkpoint", "list"})["checkpoints"].size(), 0u);
 }
 
+// A job `name` of `d` serving one client on 127.0.0.1:`port`: a python3 server uppercasing
+// what it reads; its checkpoints treat TCP as `tcp` says.
+CommandResult StartEchoServer(const DaemonProcess& d, const std::string& name, int port, const std::string& tcp) {
+  std::string server =
+      "import socket\n"
+      "l = socket.socket()\n"
+      "l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+      "l.bind(('127.0.0.1', " + std::to_string(port) + "))\n"
+      "l.listen()\n"
+      "c, _ = l.accept()\n"
+      "while True:\n"
+      "    d = c.recv(100)\n"
+      "    if not d:\n"
+      "        break\n"
+      "    c.sendall(d.upper())\n";
+  return d.Cairn({"job", "run", "--name", name, "--tcp", tcp, "--", "python3", "-c", server});
+}
+
+// A connection to 127.0.0.1:`port`, tried for 10 s; -1 if none.
+int ConnectLoopback(int port) {
+  for (int i = 0; i < 200; ++i) {
+    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return s;
+    ::close(s);
+    std::this_thread::sleep_for(50ms);
+  }
+  return -1;
+}
+
+// Sends `line` (unless empty) on `s` and reads what comes back within 20 s.
+std::string Ask(int s, const std::string& line) {
+  if (!line.empty() && ::send(s, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
+    return "ERROR: send: " + std::string(strerror(errno));
+  }
+  timeval tv{20, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[100];
+  ssize_t n = ::recv(s, buf, sizeof buf, 0);
+  if (n == 0) return "ERROR: end-of-file";
+  if (n < 0) return "ERROR: recv: " + std::string(strerror(errno));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
 // A job that serves one client over TCP: a python3 server uppercasing what it reads. Its client
 // is this test, outside the job. The job's checkpoints save the connection whole (the daemon's
 // default, `--tcp established`): a checkpoint that leaves it running, and one that stops it,
@@ -161,57 +208,15 @@ TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
 TEST_F(DaemonTest, ServerJobKeepsItsClientAcrossCheckpointAndRestore) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());
-  auto start = [&](const std::string& name, int port, const std::string& tcp) {
-    std::string server =
-        "import socket\n"
-        "l = socket.socket()\n"
-        "l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-        "l.bind(('127.0.0.1', " + std::to_string(port) + "))\n"
-        "l.listen()\n"
-        "c, _ = l.accept()\n"
-        "while True:\n"
-        "    d = c.recv(100)\n"
-        "    if not d:\n"
-        "        break\n"
-        "    c.sendall(d.upper())\n";
-    return a.Cairn({"job", "run", "--name", name, "--tcp", tcp, "--", "python3", "-c", server});
-  };
-  auto connect = [](int port) {
-    for (int i = 0; i < 200; ++i) {
-      int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(static_cast<uint16_t>(port));
-      if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return s;
-      ::close(s);
-      std::this_thread::sleep_for(50ms);
-    }
-    return -1;
-  };
-  // Sends `line` (unless empty) and reads what comes back within 20 s.
-  auto ask = [](int s, const std::string& line) -> std::string {
-    if (!line.empty() && ::send(s, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
-      return "ERROR: send: " + std::string(strerror(errno));
-    }
-    timeval tv{20, 0};
-    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char buf[100];
-    ssize_t n = ::recv(s, buf, sizeof buf, 0);
-    if (n == 0) return "ERROR: end-of-file";
-    if (n < 0) return "ERROR: recv: " + std::string(strerror(errno));
-    return std::string(buf, static_cast<size_t>(n));
-  };
-
   int port = FreeTcpPort();
-  CommandResult run = start("srv", port, "established");
+  CommandResult run = StartEchoServer(a, "srv", port, "established");
   ASSERT_TRUE(run.Exited(0)) << run.Describe();
-  int c = connect(port);
+  int c = ConnectLoopback(port);
   ASSERT_GE(c, 0) << a.Log();
-  ASSERT_EQ(ask(c, "hi"), "HI");
+  ASSERT_EQ(Ask(c, "hi"), "HI");
   json kept = a.Json({"job", "checkpoint", "srv"})["checkpoint"];
   EXPECT_EQ(kept["state"], "complete") << kept.dump() << a.Log();
-  EXPECT_EQ(ask(c, "on"), "ON") << "after a checkpoint that left the job running";
+  EXPECT_EQ(Ask(c, "on"), "ON") << "after a checkpoint that left the job running";
   json stopped = a.Json({"job", "checkpoint", "srv", "--kill"})["checkpoint"];
   ASSERT_EQ(stopped["state"], "complete") << stopped.dump() << a.Log();
   ASSERT_TRUE(WaitState(a, "srv", "killed"));
@@ -220,20 +225,62 @@ TEST_F(DaemonTest, ServerJobKeepsItsClientAcrossCheckpointAndRestore) {
   ASSERT_EQ(::send(c, "gone", 4, MSG_NOSIGNAL), 4);
   CommandResult restore = a.Cairn({"job", "restore", "srv"});
   ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << a.Log();
-  EXPECT_EQ(ask(c, ""), "GONE") << "the line sent while the job was stopped";
-  EXPECT_EQ(ask(c, "back"), "BACK");
+  EXPECT_EQ(Ask(c, ""), "GONE") << "the line sent while the job was stopped";
+  EXPECT_EQ(Ask(c, "back"), "BACK");
   ::close(c);
 
   int port2 = FreeTcpPort();
-  ASSERT_TRUE(start("strict", port2, "refuse").Exited(0));
-  int c2 = connect(port2);
+  ASSERT_TRUE(StartEchoServer(a, "strict", port2, "refuse").Exited(0));
+  int c2 = ConnectLoopback(port2);
   ASSERT_GE(c2, 0);
-  ASSERT_EQ(ask(c2, "x"), "X");
+  ASSERT_EQ(Ask(c2, "x"), "X");
   CommandResult refused = a.Cairn({"job", "checkpoint", "strict"});
   EXPECT_FALSE(refused.Exited(0)) << refused.Describe();
   EXPECT_TRUE(Matches(refused.out + refused.err, "established TCP connection 127\\.0\\.0\\.1:[0-9]+")) << refused.Describe();
-  EXPECT_EQ(ask(c2, "y"), "Y") << "the job after its refused checkpoint";
+  EXPECT_EQ(Ask(c2, "y"), "Y") << "the job after its refused checkpoint";
   ::close(c2);
+}
+
+// A job stopped by its checkpoint (`--kill`) with a client connected: the connection's network
+// lock waits for the restore, and cairnd claims it, so `cairn check --fix` (which removes the
+// locks killed cairns left) leaves it — also after cairnd restarts. The restore lifts it and the
+// client is answered.
+TEST_F(DaemonTest, ALockAJobWaitsOnIsLeftByCheckFixAcrossADaemonRestart) {
+  DaemonProcess a(Dir(), "node-a");
+  ASSERT_TRUE(a.Start());
+  int port = FreeTcpPort();
+  ASSERT_TRUE(StartEchoServer(a, "srv", port, "established").Exited(0));
+  int c = ConnectLoopback(port);
+  ASSERT_GE(c, 0) << a.Log();
+  ASSERT_EQ(Ask(c, "hi"), "HI");
+  json stopped = a.Json({"job", "checkpoint", "srv", "--kill"})["checkpoint"];
+  ASSERT_EQ(stopped["state"], "complete") << stopped.dump() << a.Log();
+  ASSERT_TRUE(WaitState(a, "srv", "killed"));
+  std::string table = Job(a, "srv").value("network_lock_kept", "");
+  ASSERT_NE(table, "") << "the job's record does not name the lock it keeps: " << Job(a, "srv").dump();
+  auto lock_there = [&] { return RunCommand({"/usr/sbin/nft", "list", "table", "inet", table}, Dir()).Exited(0); };
+  ASSERT_TRUE(lock_there());
+  auto fix_leaves_it = [&](const DaemonProcess& d) {
+    CommandResult fix = RunCommand({CairnBinary(), "check", "--fix"}, Dir());
+    EXPECT_TRUE(Matches(fix.out, "network lock " + table + " in the host's network namespace: in use by pid " +
+                                     std::to_string(d.pid()) + " \\(cairnd\\)"))
+        << fix.Describe();
+    EXPECT_TRUE(lock_there()) << "check --fix removed the lock the job waits on\n" << fix.Describe();
+  };
+  fix_leaves_it(a);
+  ASSERT_EQ(::send(c, "gone", 4, MSG_NOSIGNAL), 4);
+  a.Kill(SIGKILL);
+  a.Wait();
+  DaemonProcess again(Dir(), "node-a");
+  ASSERT_TRUE(again.Start());
+  fix_leaves_it(again);
+  CommandResult restore = again.Cairn({"job", "restore", "srv"});
+  ASSERT_TRUE(restore.Exited(0)) << restore.Describe() << again.Log();
+  EXPECT_EQ(Ask(c, ""), "GONE") << "the line sent while the job was stopped";
+  EXPECT_EQ(Ask(c, "back"), "BACK");
+  EXPECT_FALSE(lock_there()) << "the restore left the lock";
+  EXPECT_EQ(Job(again, "srv").value("network_lock_kept", ""), "") << Job(again, "srv").dump();
+  ::close(c);
 }
 
 // `job run --user nobody`: nothing of the job runs as root; checkpointed and restored, it comes

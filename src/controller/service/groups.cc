@@ -240,7 +240,7 @@ absl::Status Controller::RestoreGroupLocked(const api::GroupCheckpoint& g, const
   }
   for (const auto& [job, node] : restored) {
     absl::Status st = dispatcher_->ReleaseRankNetwork(job, node);
-    if (!st.ok()) notes->push_back(absl::StrCat("job ", job, ": ", st.message(), " (cairn check --fix on ", node, ")"));
+    if (!st.ok()) notes->push_back(absl::StrCat("job ", job, ": ", st.message(), " (cairn job release-network ", job, " on ", node, ")"));
     // The model follows each rank to where it runs now, once all run.
     const Job* j = cluster_->FindJob(job);
     if (j == nullptr || j->node_id == node) continue;

@@ -1012,7 +1012,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     result->held = h == HandOff::kHeld;
     if (h == HandOff::kKill) {
       journal.SetOutcome(GuardJournal::Outcome::kKill);
-      if (tcp) tcp->Keep();
+      if (tcp) {
+        tcp->Keep();
+        result->network_claim = tcp->claim();
+      }
       freezer.ThawForKill();  // still stopped by the dump: they die, not run
       RETURN_IF_ERROR(ft.Kill(journal));
     } else if (h == HandOff::kThaw) {
@@ -1041,6 +1044,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
         // for the caller to remove once it knows where they run (dump.h, kHeld).
         absl::Status ended = tcp->EndRepairsKeepLock();
         if (!ended.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, ended.ToString());
+        result->network_claim = tcp->claim();
       }
       // Let go of them; their cgroup's freezer keeps them where they are. (Detaching a
       // frozen task only marks it to run once its cgroup is thawed.)
@@ -1065,7 +1069,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     journal.SetOutcome(GuardJournal::Outcome::kDone);  // the trackers it made are kept
   } else {
     auto t_kill = Clock::now();
-    if (tcp) tcp->Keep();  // committed with its lock: the sockets die in repair mode, whatever happens now
+    if (tcp) {
+      tcp->Keep();  // committed with its lock: the sockets die in repair mode, whatever happens now
+      result->network_claim = tcp->claim();
+    }
     freezer.ThawForKill();  // still stopped by the dump: they die, not run
     RETURN_IF_ERROR(ft.Kill(journal));
     journal.SetOutcome(GuardJournal::Outcome::kDone);

@@ -17,6 +17,7 @@
 #include "engine/dump/precopy.h"
 #include "engine/image/codec.h"
 #include "engine/image/seal.h"
+#include "engine/net/claim.h"
 
 namespace cairn::dump {
 
@@ -135,6 +136,9 @@ struct DumpResult {
   bool handed_off = false;          // hand_off said kKill: the processes were killed
   bool held = false;                // hand_off said kHeld: left frozen in their cgroup
   std::string network_lock;         // tcp_established with connections: the lock's table (net/netlock.h)
+  // The lock kept for a restore (the processes were killed) or for the caller (held): the claim
+  // that keeps it from `cairn check --fix` (net/claim.h), for the caller to hold while it waits.
+  net::LockClaim network_claim;
 };
 
 // Freezes the process (with `tree`, it and every descendant: each process is frozen

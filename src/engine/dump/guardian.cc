@@ -32,6 +32,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/stop_points.h"
@@ -147,6 +148,11 @@ void GuardJournal::NetworkLock(const std::string& table, pid_t netns_of) {
   std::snprintf(lock_, sizeof lock_, "%s", table.c_str());
   lock_netns_of_ = netns_of;
   lock_set_.store(table.size() < sizeof lock_ ? 1 : 0, std::memory_order_release);
+}
+
+std::string GuardJournal::LockTable() const {
+  if (lock_set_.load(std::memory_order_acquire) == 0) return "";
+  return std::string(lock_, ::strnlen(lock_, sizeof lock_));
 }
 
 void GuardJournal::RepairsEnded() { nrepairs_.store(0, std::memory_order_release); }
@@ -571,34 +577,9 @@ std::string JournalDir() {
 
 namespace {
 
-// The journal directory, made if missing; refused unless it is a directory of root's (our
-// effective uid's) that no one else can write: what is in it is acted on as root.
+// The journal directory: what is in it is acted on as root.
 absl::StatusOr<UniqueFd> OpenJournalDir(const std::string& dir, bool create) {
-  if (create) {
-    // Missing parents 0755 whatever the umask (not create_directories' 0777 & ~umask: under
-    // umask 000 /run/cairn, where cairnd puts its socket, would be anyone's to write).
-    std::vector<std::filesystem::path> missing;
-    std::error_code ec;
-    for (auto p = std::filesystem::path(dir).parent_path(); !p.empty() && p != p.root_path() &&
-                                                            !std::filesystem::exists(p, ec);
-         p = p.parent_path()) {
-      missing.push_back(p);
-    }
-    for (auto it = missing.rbegin(); it != missing.rend(); ++it) ::mkdir(it->c_str(), 0755);
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return ErrnoStatus(absl::StrCat("make the dump journal directory ", dir));
-    }
-  }
-  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open the dump journal directory ", dir));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("stat ", dir));
-  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the dump journal directory ", dir, " is not a directory of uid ", ::geteuid(),
-        " that only it can open (mode 0700): journals there are acted on as root; remove it, cairn makes it again"));
-  }
-  return fd;
+  return OpenPrivateDir(dir, create, "the dump journal directory");
 }
 
 }  // namespace
@@ -727,6 +708,37 @@ absl::StatusOr<std::vector<std::string>> FindOrphanedDumps(const std::string& di
   }
   if (ec) return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> NetworkLocksOfRunningDumps(const std::string& dir) {
+  std::vector<std::string> out;
+  if (::access(dir.c_str(), F_OK) != 0 && errno == ENOENT) return out;
+  ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/false));
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename();
+    if (!IsJournalName(name)) continue;
+    UniqueFd fd(::openat(dirfd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) continue;  // removed by its guardian meanwhile
+    // A dump in progress holds its journal's lock: a shared one is refused. (Taken, it is an
+    // orphan's, whose lock is no one's to keep.)
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) continue;
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+        static_cast<uint64_t>(st.st_size) != sizeof(GuardJournal)) {
+      continue;
+    }
+    void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (mem == MAP_FAILED) return ErrnoStatus(absl::StrCat("mmap ", dir, "/", name));
+    const auto* j = static_cast<const GuardJournal*>(mem);
+    if (j->Marked()) {
+      std::string table = j->LockTable();
+      if (!table.empty()) out.push_back(std::move(table));
+    }
+    ::munmap(mem, sizeof(GuardJournal));
+  }
+  if (ec) return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
   return out;
 }
 

@@ -157,6 +157,8 @@ class GuardJournal {
   Outcome outcome() const { return static_cast<Outcome>(outcome_.load(std::memory_order_acquire)); }
   // Written by a cairn of this layout (a journal file's mark, point 8).
   bool Marked() const { return magic_ == kMagic && size_ == sizeof(GuardJournal); }
+  // The network lock's table journaled and not deleted yet ("" if none).
+  std::string LockTable() const;
   // The processes it froze, each once.
   std::vector<pid_t> Pids() const;
   // The checkpoint being written: DIR.partial, renamed to `dir` when committed, known by
@@ -259,6 +261,10 @@ std::string JournalDir();
 
 // The journals in `dir` whose dumper and guardian are both dead (point 8), by file name.
 absl::StatusOr<std::vector<std::string>> FindOrphanedDumps(const std::string& dir);
+
+// The network locks' tables (net/netlock.h) that the journals in `dir` of dumps in progress name
+// (their dumper or guardian alive): `cairn check --fix` leaves those (net/claim.h).
+absl::StatusOr<std::vector<std::string>> NetworkLocksOfRunningDumps(const std::string& dir);
 
 // Does for each of them what its guardian would have done, then removes it. Returns one
 // line per journal saying what was done (or what failed: such a journal is kept as

@@ -114,8 +114,11 @@ absl::StatusOr<std::unique_ptr<TcpConnections>> TcpConnections::Lock(const std::
   }
   if (conns.empty()) return std::unique_ptr<TcpConnections>(new TcpConnections("", journal));
   RETURN_IF_ERROR(net::CheckNftables());
+  // Claimed before it exists: `cairn check --fix` leaves it alone from its first moment.
+  ASSIGN_OR_RETURN(net::LockClaim claim, net::LockClaim::Take(table));
   if (journal != nullptr) journal->NetworkLock(table, netns_of);
   auto lock = std::unique_ptr<TcpConnections>(new TcpConnections(table, journal));
+  lock->claim_ = std::move(claim);
   lock->netns_of_ = netns_of;
   lock->copies_ = std::move(copies);
   absl::Status taken = net::TakeNetworkLock(table, conns, netns_of);
@@ -242,6 +245,7 @@ absl::Status TcpConnections::DropLock() {
   table_dropped_ = true;
   absl::Status removed = net::RemoveNetworkLock(table_, netns_of_);
   if (journal_ != nullptr && removed.ok()) journal_->LockGone();
+  claim_.Release();
   return removed;
 }
 

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
 #include "engine/image/image.h"
+#include "engine/net/claim.h"
 #include "engine/proc/fds.h"
 #include "image.pb.h"
 
@@ -45,6 +46,9 @@ class TcpConnections {
 
   // The lock's table; empty when there was no connection to lock.
   const std::string& table() const { return table_; }
+  // The claim on it (net/claim.h), made before the table: held while this object lives; a copy
+  // keeps the lock from `cairn check --fix` for a caller that keeps the lock (Keep).
+  const net::LockClaim& claim() const { return claim_; }
 
   // The copy Lock took of the socket of inode `ino`, now the caller's (invalid if none): the
   // capture asks it rather than making another.
@@ -71,6 +75,7 @@ class TcpConnections {
   absl::Status EndRepairs();  // every saved socket out of repair mode, with its SO_REUSEADDR back
 
   std::string table_;
+  net::LockClaim claim_;
   bool table_dropped_ = false;
   pid_t netns_of_ = 0;  // a process in the connections' network namespace, where the lock is
   GuardJournal* journal_;

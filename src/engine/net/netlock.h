@@ -8,7 +8,8 @@
 // dump that kills them leaves it (its name is in the checkpoint) for the restore to remove
 // once the connections exist again. A stale one (its dump killed, no restore to come) is
 // listed by `cairn check` and removed by `cairn check --fix`, in the host's network namespace
-// and in every other one a process is in or /run/netns names (a container's).
+// and in every other one a process is in or /run/netns names (a container's); one still needed
+// is claimed and left (claim.h).
 //
 // nftables' `nft` command (Debian's nftables package, /usr/sbin/nft, or CAIRN_NFT) applies it;
 // without it, a dump that needs the lock is refused before anything is frozen.

@@ -807,6 +807,13 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   RETURN_IF_ERROR(machine::CheckFits(meta, procs, where));
   if (!meta.own_pid_ns()) RETURN_IF_ERROR(CheckIdsFree(procs));  // a fresh namespace has every id free
   auto t0 = Clock::now();  // restore time excludes waiting for a dumped zombie to be reaped
+  // The dump's network lock (on this host, if it was taken here) holds the connections' packets
+  // until this restore's own lock does, and goes with it at the end: claimed meanwhile, so that
+  // `cairn check --fix` leaves it (net/claim.h).
+  net::LockClaim dump_lock_claim;
+  if (!meta.network_lock().empty()) {
+    ASSIGN_OR_RETURN(dump_lock_claim, net::LockClaim::Take(meta.network_lock()));
+  }
 
   // The masters, one per description, at the restorer's lowest free numbers (proc/fd_limit.h).
   {
@@ -1104,8 +1111,10 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // now in one nft run and deleted once the processes run, in another: the delete is the slow
   // part (net/netlock.h).
   std::string network_hold;
+  net::LockClaim network_claim;
   std::vector<std::string> locks;
   if (tcp_lock && opts.hold_network) {
+    network_claim = tcp_lock->claim();
     network_hold = tcp_lock->Hold();
   } else if (tcp_lock) {
     tcp_lock->Release();
@@ -1151,6 +1160,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   result.verify_seconds = verify_seconds;
   result.network_hold = network_hold;
+  result.network_claim = network_claim;
   CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, where,
                  result.bytes, result.seconds);
   return result;

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/image/seal.h"
+#include "engine/net/claim.h"
 #include "engine/restore/container.h"
 
 namespace cairn::restore {
@@ -78,6 +79,7 @@ struct RestoreResult {
   double seconds = 0;     // from start until the process runs
   double verify_seconds = 0;  // of which --verify took this
   std::string network_hold;   // with hold_network: the lock left in place ("" if none was needed)
+  net::LockClaim network_claim;  // its claim (net/claim.h), for the caller to hold until it lifts it
 };
 
 // Rebuilds the process (tree) and lets it run. The root is a child of the caller, so the

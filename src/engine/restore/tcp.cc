@@ -68,8 +68,9 @@ absl::StatusOr<std::optional<RestoreLock>> RestoreLock::Take(const image::Checkp
   std::string table = RestoreLockTable(meta);
   // (One left by an earlier restore of this checkpoint that was killed, or taken early by
   // TakeRestoreLockEarly, is replaced in one transaction: no packet gets through meanwhile.)
+  ASSIGN_OR_RETURN(net::LockClaim claim, net::LockClaim::Take(table));
   RETURN_IF_ERROR(net::TakeNetworkLock(table, conns, netns_of));
-  return std::optional<RestoreLock>(RestoreLock(table, netns_of));
+  return std::optional<RestoreLock>(RestoreLock(table, std::move(claim), netns_of));
 }
 
 namespace {
@@ -83,10 +84,13 @@ std::vector<net::Connection> ConnectionsOf(const image::Checkpoint& meta) {
 
 }  // namespace
 
-absl::Status TakeRestoreLockEarly(const image::Checkpoint& meta) {
+absl::StatusOr<net::LockClaim> TakeRestoreLockEarly(const image::Checkpoint& meta) {
   std::vector<net::Connection> conns = ConnectionsOf(meta);
-  if (conns.empty()) return absl::OkStatus();
-  return net::TakeNetworkLock(RestoreLockTable(meta), conns);
+  if (conns.empty()) return net::LockClaim();
+  std::string table = RestoreLockTable(meta);
+  ASSIGN_OR_RETURN(net::LockClaim claim, net::LockClaim::Take(table));
+  RETURN_IF_ERROR(net::TakeNetworkLock(table, conns));
+  return claim;
 }
 
 std::string RestoreLockTableFor(const image::Checkpoint& meta) {

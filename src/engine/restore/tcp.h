@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "common/unique_fd.h"
 #include "engine/image/image.h"
+#include "engine/net/claim.h"
 #include "image.pb.h"
 
 namespace cairn::restore {
@@ -47,7 +48,7 @@ class RestoreLock {
                                                          const std::vector<const image::Process*>& procs,
                                                          pid_t netns_of = 0);
   RestoreLock(RestoreLock&& o) noexcept
-      : table_(std::move(o.table_)), netns_of_(o.netns_of_), released_(o.released_) {
+      : table_(std::move(o.table_)), claim_(std::move(o.claim_)), netns_of_(o.netns_of_), released_(o.released_) {
     o.table_.clear();
   }
   RestoreLock& operator=(RestoreLock&&) = delete;
@@ -61,6 +62,9 @@ class RestoreLock {
   const std::string& table() const { return table_; }
   // Its table was deleted by the caller: nothing left to remove.
   void Removed() { table_.clear(); }
+  // The claim on it (net/claim.h), taken before the table: `cairn check --fix` leaves the lock
+  // while a copy is held (RestoreResult::network_claim, for a held one).
+  const net::LockClaim& claim() const { return claim_; }
   // Leaves it in place for the caller to lift (RestoreOptions::hold_network); its name.
   std::string Hold() {
     released_ = false;
@@ -68,8 +72,10 @@ class RestoreLock {
   }
 
  private:
-  RestoreLock(std::string table, pid_t netns_of) : table_(std::move(table)), netns_of_(netns_of) {}
+  RestoreLock(std::string table, net::LockClaim claim, pid_t netns_of)
+      : table_(std::move(table)), claim_(std::move(claim)), netns_of_(netns_of) {}
   std::string table_;
+  net::LockClaim claim_;
   pid_t netns_of_ = 0;
   bool released_ = false;
 };
@@ -80,7 +86,9 @@ class RestoreLock {
 // first: a migration's destination, before the job's addresses arrive on this host, where a
 // client's packet that found no socket yet would be answered with a reset. The caller removes
 // the table when the restore fails (a restore that fails leaves its lock: RestoreLock).
-absl::Status TakeRestoreLockEarly(const image::Checkpoint& meta);
+// Returns the claim on it (net/claim.h; none without connections) for the caller to hold until
+// the restore's own has replaced it.
+absl::StatusOr<net::LockClaim> TakeRestoreLockEarly(const image::Checkpoint& meta);
 // The table of that lock ("" when the checkpoint has no live connection), for a caller that
 // records it before it takes it.
 std::string RestoreLockTableFor(const image::Checkpoint& meta);
