@@ -270,8 +270,7 @@ absl::Status Daemon::Recover() {
       if (!lifted.ok()) CAIRN_LOG_WARN("job={} network lock not lifted: {}", name, lifted.ToString());
       Event(name, "network-released", absl::StrCat("network lock ", s.job.network_hold(), " lifted after the restart"));
       s.job.clear_network_hold();
-      ClaimNetwork(s);
-      if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+      if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
     }
   }
   return absl::OkStatus();
@@ -363,6 +362,11 @@ void Daemon::Event(const std::string& job, const std::string& kind, const std::s
 }
 
 absl::Status Daemon::Persist(const api::Job& job) { return catalog_->PutJob(job); }
+
+absl::Status Daemon::Persist(JobState& s) {
+  ClaimNetwork(s);
+  return catalog_->PutJob(s.job);
+}
 
 absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
   api::JobSpec spec = spec_in;
@@ -528,7 +532,6 @@ void Daemon::ReapLocked(JobState& s) {
     absl::Status removed = net::RemoveNetworkLock(s.job.network_hold());
     if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock not removed: {}", s.job.name(), removed.ToString());
     s.job.clear_network_hold();
-    ClaimNetwork(s);
   }
   DropAddresses(s.job.name(), s.job.spec(), absl::StrCat("the job ", s.job.state(), " here"));
   s.job.set_ended(UnixNow());
@@ -536,7 +539,7 @@ void Daemon::ReapLocked(JobState& s) {
   if (s.stop_after_checkpoint) s.job.mutable_health()->set_detail("stopped after its checkpoint");
   s.stop_after_checkpoint = false;
   s.killed_by_user = false;
-  if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", s.job.name(), st.ToString());
+  if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", s.job.name(), st.ToString());
   Event(s.job.name(), s.job.state(), s.job.health().detail());
 }
 
@@ -560,7 +563,7 @@ void Daemon::SampleLocked(JobState& s, double now) {
   std::string before = s.job.health().state();
   *s.job.mutable_health() = h;
   if (h.state() != before) {
-    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", s.job.name(), st.ToString());
+    if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", s.job.name(), st.ToString());
     Event(s.job.name(), h.state() == "running" ? "healthy" : h.state(), h.detail());
   }
 }
@@ -629,6 +632,7 @@ absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored, bool p
   if (keep_stored && purge_stored) {
     return absl::InvalidArgumentError("delete job " + name + ": keep what is stored, or purge it, not both");
   }
+  std::string kept_lock;  // the network lock its last checkpoint kept for a restore
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -637,6 +641,7 @@ absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored, bool p
     if (it->second.busy || it->second.job.state() == "running") {
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " still runs: cairn job kill ", name, " first"));
     }
+    kept_lock = it->second.job.network_lock_kept();
     jobs_.erase(it);
   }
   owners_->Forget(name);  // a job of the same name later is not its
@@ -659,6 +664,12 @@ absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored, bool p
         CAIRN_LOG_WARN("job={} checkpoint={} cannot be removed from the store: {}", name, id, s.ToString());
       }
     }
+  }
+  if (!keep_stored && !kept_lock.empty()) {
+    // No checkpoint of it is left to bring its connections back: their peers see them reset.
+    // (Kept stored, a restore may come here under a new record: the lock waits for it, unclaimed.)
+    absl::Status removed = net::RemoveNetworkLock(kept_lock);
+    if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, kept_lock, removed.ToString());
   }
   std::error_code ec;
   fs::remove_all(CheckpointDir(name), ec);
@@ -702,11 +713,20 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     keep = s.job.spec().checkpoint().keep_last();
     spec = s.job.spec();
   }
+  // Set when the dump killed the job and kept its connections' network lock for their restore
+  // (dump.h DumpResult::network_claim): recorded on the job, and claimed, as it stops being busy.
+  std::string kept_lock;
   auto done = [&](bool stop) {
     std::lock_guard<std::mutex> l(mu_);
-    JobState& s = jobs_[name];
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return;
+    JobState& s = it->second;
     s.busy = false;
     if (stop) s.stop_after_checkpoint = true;
+    if (!kept_lock.empty()) {
+      s.job.set_network_lock_kept(kept_lock);
+      if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+    }
   };
 
   api::Checkpoint c;
@@ -811,6 +831,8 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     };
   }
   auto r = dump::Dump(d);
+  // (Its claim, in r, holds until done() has taken the job's own.)
+  if (r.ok() && r->network_claim.held()) kept_lock = r->network_lock;
   absl::Status stored = r.status();
   if (stored.ok()) stored = rank_failure;
   if (stored.ok() && rank && !rank->decision.has_value()) {
@@ -855,6 +877,12 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   }
   if (!stored.ok()) {
     (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself
+    if (!kept_lock.empty()) {
+      // No checkpoint is left to bring the connections back: their peers see them reset.
+      absl::Status removed = net::RemoveNetworkLock(kept_lock);
+      if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, kept_lock, removed.ToString());
+      kept_lock.clear();
+    }
     c.set_state("failed");
     c.set_parent("");  // it builds on nothing: its parent may go
     c.set_error(std::string(stored.message()));
@@ -908,14 +936,6 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     Event(name, "checkpoint-expired", absl::StrCat("checkpoint ", old.id(), " removed (keep last ", keep, ")",
                                                    gone.ok() ? "" : absl::StrCat("; its stored files were not: ", gone.message())));
   }
-  if (req.kill() && !r->network_lock.empty() && r->network_claim.held()) {
-    // Its connections died in repair mode behind their lock, which waits for their restore.
-    std::lock_guard<std::mutex> l(mu_);
-    JobState& s = jobs_[name];
-    s.job.set_network_lock_kept(r->network_lock);
-    ClaimNetwork(s);
-    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
-  }
   if (req.kill()) {
     // The job was killed just now (by the engine, or above after the upload): wait until it is gone.
     for (int i = 0; i < 100; ++i) {
@@ -947,6 +967,9 @@ void Daemon::ClaimNetwork(JobState& s) {
   };
   keep_in_step(s.job.network_hold(), s.hold_claim);
   keep_in_step(s.job.network_lock_kept(), s.kept_claim);
+  // A migration away holds its lock from its freeze until it is settled (migrate.cc: in doubt,
+  // the job stands frozen here with its connections' packets held).
+  keep_in_step(s.job.migration().empty() ? "" : net::LockTableName(s.job.migration()), s.migration_claim);
 }
 
 absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name, const std::string& checkpoint_in,
@@ -989,7 +1012,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
       s.busy = false;
       if (recorded) {
         s.job = before;
-        if (absl::Status p = Persist(s.job); !p.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, p.ToString());
+        if (absl::Status p = Persist(s); !p.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, p.ToString());
       }
     }
     Event(name, "restore-failed", std::string(st.message()));
@@ -1016,7 +1039,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     JobState& s = jobs_[name];
     s.job.set_state("restoring");
     s.job.mutable_health()->set_detail(absl::StrCat(kRestoringFrom, chosen->id()));
-    if (absl::Status st = Persist(s.job); !st.ok()) {
+    if (absl::Status st = Persist(s); !st.ok()) {
       s.job = before;
       s.busy = false;
       return st;
@@ -1070,6 +1093,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   FaultPoint("restore-running");
   restores_++;
   api::RestoreJobResponse resp;
+  std::string stale_lock;
   {
     std::lock_guard<std::mutex> l(mu_);
     JobState& s = jobs_[name];
@@ -1080,9 +1104,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     s.job.set_restores(s.job.restores() + 1);
     s.job.set_cancelled(false);  // wanted again: its checkpoints are no longer gc's
     s.job.set_network_hold(r->network_hold);
-    // The restore lifted the lock the checkpoint kept (on this host): nothing of it to claim.
+    // The restore lifted the lock of the checkpoint it came from (on this host); one a newer
+    // checkpoint kept, when an older one was restored, holds packets of nothing now.
+    if (s.job.network_lock_kept() != r->dump_network_lock) stale_lock = s.job.network_lock_kept();
     s.job.clear_network_lock_kept();
-    ClaimNetwork(s);
     s.job.mutable_health()->Clear();
     s.job.mutable_health()->set_state("running");
     s.tracker = std::make_unique<HealthTracker>(spec.health());
@@ -1090,8 +1115,12 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     s.busy = false;
     s.killed_by_user = s.stop_after_checkpoint = false;
     if (spec.checkpoint().interval_s() > 0) s.next_checkpoint = MonoNow() + spec.checkpoint().interval_s();
-    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+    if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
     *resp.mutable_job() = s.job;
+  }
+  if (!stale_lock.empty()) {
+    absl::Status removed = net::RemoveNetworkLock(stale_lock);
+    if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, stale_lock, removed.ToString());
   }
   // Keep `cairn dump --job` working on the restored job.
   if (auto rec = job::Load(EngineName(name)); rec.ok()) {

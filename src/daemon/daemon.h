@@ -235,12 +235,15 @@ class Daemon {
     double next_checkpoint = 0;  // monotonic seconds
     double next_resolve = 0;     // state migrating: when to ask the destination again
     bool warned_no_token = false;  // state migrating: said once that it cannot ask
-    // The claims (net/claim.h) on the locks job.network_hold and job.network_lock_kept name:
-    // `cairn check --fix` leaves a lock the daemon still needs. Kept in step by ClaimNetwork.
+    // The claims (net/claim.h) on the locks its record names: job.network_hold, job.network_lock_kept,
+    // and a migration's (job.migration: held while it is in doubt). `cairn check --fix` leaves a
+    // lock the daemon still needs. Kept in step by ClaimNetwork.
     net::LockClaim hold_claim;
     net::LockClaim kept_claim;
+    net::LockClaim migration_claim;
   };
-  // Claims the network locks `s`'s record names and lets go of those it no longer names.
+  // Claims the network locks `s`'s record names and lets go of those it no longer names. Waits
+  // at most a few seconds for a `cairn check --fix` removing one (then warns: unclaimed).
   static void ClaimNetwork(JobState& s);
 
   // A group checkpoint's rank (group.cc): the group checkpoint's id, and its coordinator's
@@ -284,6 +287,9 @@ class Daemon {
   bool StillGarbage(const api::GarbageItem& item);  // checked again, under mu_, just before removal
   void Event(const std::string& job, const std::string& kind, const std::string& detail);
   absl::Status Persist(const api::Job& job);
+  // Writes `s`'s record, claiming first the network locks it names and letting go of those it no
+  // longer names (ClaimNetwork): every change of the record carries the claims with it.
+  absl::Status Persist(JobState& s);
   // Reaps the job if it ended. REQUIRES: mu_ held.
   void ReapLocked(JobState& s);
   void SampleLocked(JobState& s, double now);

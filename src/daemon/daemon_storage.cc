@@ -222,7 +222,7 @@ absl::StatusOr<std::string> Daemon::ImportCheckpoint(const std::string& name, co
       s.job.mutable_health()->set_detail("imported from " + from + "; not restored yet");
       s.tracker = std::make_unique<HealthTracker>(spec.health());
       if (absl::Status st = PrepareJobDir(name); !st.ok()) return cleanup(st);
-      if (absl::Status st = Persist(s.job); !st.ok()) return cleanup(st);
+      if (absl::Status st = Persist(s); !st.ok()) return cleanup(st);
       jobs_.emplace(name, std::move(s));
     }
   }

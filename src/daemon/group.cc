@@ -124,8 +124,7 @@ absl::StatusOr<api::Job> Daemon::ReleaseNetwork(const std::string& name) {
   RETURN_IF_ERROR(Annotate(net::RemoveNetworkLock(j.network_hold()), absl::StrCat("job ", name)));
   Event(name, "network-released", absl::StrCat("network lock ", j.network_hold(), " lifted: its connections flow"));
   j.clear_network_hold();
-  ClaimNetwork(it->second);
-  if (absl::Status st = Persist(j); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+  if (absl::Status st = Persist(it->second); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
   return j;
 }
 

@@ -359,7 +359,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.busy = false;
     if (!s.job.migration().empty()) {
       ClearMigration(s.job);
-      if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+      if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
     }
   };
   const std::string where = peer.node.empty() ? peer.address : absl::StrCat(peer.node, " (", peer.address, ")");
@@ -422,8 +422,9 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.job.set_migrating_to(to_node);
     s.job.set_migrating_address(peer.address);
     s.job.set_migration(ckid);
-    if (absl::Status st = Persist(s.job); !st.ok()) {
+    if (absl::Status st = Persist(s); !st.ok()) {
       ClearMigration(s.job);
+      ClaimNetwork(s);
       ForgetMigrationTokenLocked(name);
       return refuse(Annotate(st, "record the migration in the catalog"));
     }
@@ -690,7 +691,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
       JobState& s = jobs_[name];
       s.busy = false;
       s.job.set_state("migrating");
-      if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+      if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
     }
     Event(name, "migrate-in-doubt",
           absl::StrCat("to ", where, ": the destination did not say whether it took the job over; the job stands "
@@ -729,7 +730,7 @@ absl::StatusOr<api::MigrateJobResponse> Daemon::Migrate(const api::MigrateJobReq
     s.job.set_ended(UnixNow());
     s.job.mutable_health()->set_state("migrated");
     s.job.mutable_health()->set_detail(absl::StrCat("migrated to node ", to_node));
-    if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+    if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
   }
   Event(name, "migrated",
         absl::StrFormat("to node %s (%s): downtime %.3f s, %d bytes moved (%d while it ran), restored there as pid "
@@ -846,7 +847,7 @@ void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, 
   }
   ClearMigration(s.job);
   ForgetMigrationTokenLocked(name);
-  if (absl::Status st = Persist(s.job); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
+  if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
   if (committed) {
     Event(name, "migrated",
           absl::StrCat("to node ", to, ": ", who, " says it took the job over ", there,

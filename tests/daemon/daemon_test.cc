@@ -244,7 +244,7 @@ TEST_F(DaemonTest, ServerJobKeepsItsClientAcrossCheckpointAndRestore) {
 // A job stopped by its checkpoint (`--kill`) with a client connected: the connection's network
 // lock waits for the restore, and cairnd claims it, so `cairn check --fix` (which removes the
 // locks killed cairns left) leaves it — also after cairnd restarts. The restore lifts it and the
-// client is answered.
+// client is answered. Stopped again and cancelled, the job's lock goes with its checkpoints.
 TEST_F(DaemonTest, ALockAJobWaitsOnIsLeftByCheckFixAcrossADaemonRestart) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());
@@ -280,6 +280,20 @@ TEST_F(DaemonTest, ALockAJobWaitsOnIsLeftByCheckFixAcrossADaemonRestart) {
   EXPECT_EQ(Ask(c, "back"), "BACK");
   EXPECT_FALSE(lock_there()) << "the restore left the lock";
   EXPECT_EQ(Job(again, "srv").value("network_lock_kept", ""), "") << Job(again, "srv").dump();
+
+  // Stopped again, then cancelled: its checkpoints go, and with them the lock (no restore will
+  // come): the client's next line meets no lock and no socket, and its connection is reset.
+  stopped = again.Json({"job", "checkpoint", "srv", "--kill"})["checkpoint"];
+  ASSERT_EQ(stopped["state"], "complete") << stopped.dump() << again.Log();
+  ASSERT_TRUE(WaitState(again, "srv", "killed"));
+  table = Job(again, "srv").value("network_lock_kept", "");
+  ASSERT_NE(table, "");
+  ASSERT_TRUE(lock_there());
+  CommandResult cancel = again.Cairn({"job", "kill", "srv", "--cancel"});
+  ASSERT_TRUE(cancel.Exited(0)) << cancel.Describe() << again.Log();
+  EXPECT_FALSE(lock_there()) << "a cancelled job's lock stays";
+  EXPECT_EQ(Job(again, "srv").value("network_lock_kept", ""), "") << Job(again, "srv").dump();
+  EXPECT_EQ(Ask(c, "after").rfind("ERROR: recv", 0), 0u) << "the connection of a cancelled job was not reset";
   ::close(c);
 }
 

@@ -328,53 +328,78 @@ TEST_F(LiveTcp, InterruptedOrKilledDumpLeavesTheConnectionsAsTheyWere) {
 }
 
 // `cairn check --fix` removes the network locks a killed cairn left, and no other: not a
-// dump's while it saves the connections, nor a restore's while it rebuilds them. Each is
-// paused at a fault point (for a few seconds, then goes on by itself) while check --fix runs;
-// the lock stays, check names who holds it, and the client keeps its connection throughout.
+// dump's while it saves the connections (known by its claim, and by its journal), nor a
+// restore's while it rebuilds them. Each is caught at a fault point and stopped (SIGSTOP) while
+// check --fix runs, then let go: the lock stays, check names who holds it, and the client keeps
+// its connection throughout.
 TEST_F(LiveTcp, CheckFixLeavesTheLocksOfADumpAndARestoreUnderWay) {
   int c = -1;
   pid_t pid = StartRedisWithClient(&c, "n", "0");
   ASSERT_GT(pid, 0) << "redis-server did not start, or its client could not store n";
-  // Runs `cairn ARGS` paused at `stage` for 5 s; returns its pid once it is there, its stderr in *err.
-  auto paused_at = [&](std::vector<std::string> args, const std::string& stage, const std::string& name,
-                       std::string* err) -> pid_t {
+  // Runs `cairn ARGS` until it reaches `stage` (it waits there 2 s) and stops it there; its pid
+  // (-1 if it never got there), its stderr in *err.
+  auto stopped_at = [&](std::vector<std::string> args, const std::string& stage, const std::string& name,
+                        std::vector<std::string> env, std::string* err) -> pid_t {
     *err = *temp_ / (name + ".err");
     args.insert(args.begin(), CairnBinary());
-    pid_t p = SpawnProgram(args, *temp_ / "redis/stdin", *temp_ / (name + ".out"), *err,
-                           {"CAIRN_FAULT_PAUSE=" + stage, "CAIRN_FAULT_PAUSE_S=5"});
+    env.push_back("CAIRN_FAULT_PAUSE=" + stage);
+    env.push_back("CAIRN_FAULT_PAUSE_S=2");
+    pid_t p = SpawnProgram(args, *temp_ / "redis/stdin", *temp_ / (name + ".out"), *err, env);
     auto deadline = Clock::now() + 30s;
     while (ReadFile(*err).find("fault point " + stage) == std::string::npos && Clock::now() < deadline) {
-      std::this_thread::sleep_for(5ms);
+      std::this_thread::sleep_for(1ms);
     }
+    ::kill(p, SIGSTOP);  // (within its 2 s at the fault point: check --fix may take its time)
     return ReadFile(*err).find("fault point " + stage) == std::string::npos ? -1 : p;
   };
-  auto exit_code = [](pid_t p) {
+  auto go_on = [](pid_t p) {
+    ::kill(p, SIGCONT);
     int status = 0;
     while (::waitpid(p, &status, 0) < 0 && errno == EINTR) {
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   };
-
-  std::string ckpt = *temp_ / "ckpt", err;
-  pid_t dump = paused_at({"dump", "--pid", std::to_string(pid), "--dir", ckpt, "--tcp-established"}, "fds", "dump", &err);
-  ASSERT_GT(dump, 0) << ReadFile(err);
-  ASSERT_NE(Locks(), "") << "the lock is not taken at the fds stage";
-  CommandResult fix = Cairn({"check", "--fix"});
-  EXPECT_NE(fix.out.find("in use by a dump in progress"), std::string::npos) << fix.Describe();
-  EXPECT_NE(Locks(), "") << "check --fix removed the lock of a dump in progress\n" << fix.Describe();
-  ASSERT_EQ(exit_code(dump), 0) << ReadFile(err);
-  ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  std::string err;
+  {
+    SCOPED_TRACE("a dump whose journal check --fix does not see: its claim keeps the lock");
+    std::vector<std::string> elsewhere = {"CAIRN_JOURNAL_DIR=" + (*temp_ / "journals")};
+    pid_t dump = stopped_at({"dump", "--pid", std::to_string(pid), "--dir", *temp_ / "live", "--tcp-established",
+                             "--leave-running"},
+                            "fds", "live", elsewhere, &err);
+    ASSERT_GT(dump, 0) << ReadFile(err);
+    ASSERT_NE(Locks(), "") << "the lock is not taken at the fds stage";
+    CommandResult fix = Cairn({"check", "--fix"});
+    EXPECT_NE(fix.out.find("in use by pid " + std::to_string(dump) + " (cairn)"), std::string::npos) << fix.Describe();
+    EXPECT_NE(Locks(), "") << "check --fix removed the lock of a dump in progress\n" << fix.Describe();
+    ASSERT_EQ(go_on(dump), 0) << ReadFile(err);
+    EXPECT_EQ(Ask(c, "INCR n", 5s), ":1");
+  }
+  std::string ckpt = *temp_ / "ckpt";
+  {
+    SCOPED_TRACE("a dump that kills its process, its journal seen");
+    pid_t dump = stopped_at({"dump", "--pid", std::to_string(pid), "--dir", ckpt, "--tcp-established"}, "fds", "dump",
+                            {}, &err);
+    ASSERT_GT(dump, 0) << ReadFile(err);
+    CommandResult fix = Cairn({"check", "--fix"});
+    EXPECT_NE(fix.out.find("in use by a dump in progress"), std::string::npos) << fix.Describe();
+    EXPECT_NE(Locks(), "") << "check --fix removed the lock of a dump in progress\n" << fix.Describe();
+    ASSERT_EQ(go_on(dump), 0) << ReadFile(err);
+    ASSERT_TRUE(WaitGone(pid, 10s).gone);
+  }
   std::string line = "INCR n\r\n";  // into the lock, sent again by the client's kernel
   ASSERT_EQ(::send(c, line.data(), line.size(), MSG_NOSIGNAL), static_cast<ssize_t>(line.size()));
-
-  pid_t restore = paused_at({"restore", "--verify", "--detach", "--dir", ckpt}, "restore-building", "restore", &err);
-  ASSERT_GT(restore, 0) << ReadFile(err);
-  fix = Cairn({"check", "--fix"});
-  EXPECT_NE(fix.out.find("in use by pid " + std::to_string(restore) + " (cairn)"), std::string::npos) << fix.Describe();
-  EXPECT_NE(Locks(), "") << "check --fix removed the lock of a restore under way\n" << fix.Describe();
-  ASSERT_EQ(exit_code(restore), 0) << ReadFile(err);
-  EXPECT_EQ(Ask(c, "", 10s), ":1") << "the command sent while the server was down";
-  EXPECT_EQ(Ask(c, "INCR n"), ":2");
+  {
+    SCOPED_TRACE("a restore under way");
+    pid_t restore = stopped_at({"restore", "--verify", "--detach", "--dir", ckpt}, "restore-building", "restore", {}, &err);
+    ASSERT_GT(restore, 0) << ReadFile(err);
+    CommandResult fix = Cairn({"check", "--fix"});
+    EXPECT_NE(fix.out.find("in use by pid " + std::to_string(restore) + " (cairn)"), std::string::npos)
+        << fix.Describe();
+    EXPECT_NE(Locks(), "") << "check --fix removed the lock of a restore under way\n" << fix.Describe();
+    ASSERT_EQ(go_on(restore), 0) << ReadFile(err);
+  }
+  EXPECT_EQ(Ask(c, "", 10s), ":2") << "the command sent while the server was down";
+  EXPECT_EQ(Ask(c, "INCR n"), ":3");
   EXPECT_EQ(Locks(), "") << "the restore left a network lock";
   ::close(c);
 }

@@ -14,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/file_util.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -45,20 +47,27 @@ bool StillNamed(int dirfd, const std::string& name, int fd) {
          held.st_ino == named.st_ino && held.st_dev == named.st_dev;
 }
 
-// The file for `table`, open and flocked with `op` (LOCK_SH, or LOCK_EX | LOCK_NB), and still
-// named so. EWOULDBLOCK (a non-blocking lock someone else holds) comes back as Unavailable.
-absl::StatusOr<UniqueFd> OpenLocked(int dirfd, const std::string& dir, const std::string& table, int op) {
+std::string ClaimerOf(int fd);
+
+// The file for `table`, open and flocked with `op` (LOCK_SH or LOCK_EX, never waited for), and
+// still named so. Held by another: tried again every millisecond for `wait`, then Unavailable
+// naming the holder.
+absl::StatusOr<UniqueFd> OpenLocked(int dirfd, const std::string& dir, const std::string& table, int op,
+                                    absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
   for (;;) {
     UniqueFd fd(::openat(dirfd, table.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.valid()) return ErrnoStatus(absl::StrCat("open the network lock claim ", dir, "/", table));
     int rc;
-    while ((rc = ::flock(fd.get(), op)) != 0 && errno == EINTR) {
+    while ((rc = ::flock(fd.get(), op | LOCK_NB)) != 0 && errno == EINTR) {
     }
-    if (rc != 0) {
-      if (errno == EWOULDBLOCK) return absl::UnavailableError(absl::StrCat(table, " is claimed"));
-      return ErrnoStatus(absl::StrCat("flock the network lock claim ", dir, "/", table));
+    if (rc == 0 && StillNamed(dirfd, table, fd.get())) return fd;
+    if (rc != 0 && errno != EWOULDBLOCK) return ErrnoStatus(absl::StrCat("flock the network lock claim ", dir, "/", table));
+    if (rc != 0 && absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat("the network lock claim ", dir, "/", table, " is held by ",
+                                                 ClaimerOf(fd.get())));
     }
-    if (StillNamed(dirfd, table, fd.get())) return fd;
+    if (rc != 0) absl::SleepFor(absl::Milliseconds(1));
   }
 }
 
@@ -106,15 +115,21 @@ const std::string& LockClaim::table() const {
   return state_ ? state_->table : none;
 }
 
-absl::StatusOr<LockClaim> LockClaim::Take(const std::string& table, const std::string& dir) {
+absl::StatusOr<LockClaim> LockClaim::Take(const std::string& table, const std::string& dir, absl::Duration wait) {
   RETURN_IF_ERROR(CheckTableName(table));
   ASSIGN_OR_RETURN(UniqueFd dirfd, OpenClaimDir(dir));
-  ASSIGN_OR_RETURN(UniqueFd fd, OpenLocked(dirfd.get(), dir, table, LOCK_SH));
+  absl::StatusOr<UniqueFd> fd = OpenLocked(dirfd.get(), dir, table, LOCK_SH, wait);
+  if (absl::IsUnavailable(fd.status())) {
+    return absl::UnavailableError(absl::StrCat("claim the network lock ", table, ": ", fd.status().message(),
+                                               " (a `cairn check --fix` removing it) for more than ",
+                                               absl::FormatDuration(wait), "; try again"));
+  }
+  if (!fd.ok()) return fd.status();
   auto state = std::make_shared<State>();
   state->dir = dir;
   state->table = table;
   state->dirfd = std::move(dirfd);
-  state->fd = std::move(fd);
+  state->fd = std::move(*fd);
   LockClaim claim;
   claim.state_ = std::move(state);
   return claim;
@@ -124,7 +139,7 @@ absl::StatusOr<std::string> RemoveUnclaimed(const std::string& table, const std:
                                             const std::string& dir) {
   RETURN_IF_ERROR(CheckTableName(table));
   ASSIGN_OR_RETURN(UniqueFd dirfd, OpenClaimDir(dir));
-  absl::StatusOr<UniqueFd> fd = OpenLocked(dirfd.get(), dir, table, LOCK_EX | LOCK_NB);
+  absl::StatusOr<UniqueFd> fd = OpenLocked(dirfd.get(), dir, table, LOCK_EX, absl::ZeroDuration());
   if (absl::IsUnavailable(fd.status())) {
     UniqueFd look(::openat(dirfd.get(), table.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     return look.valid() ? ClaimerOf(look.get()) : "a process that has just let go of it";

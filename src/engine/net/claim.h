@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace cairn::net {
 
@@ -37,9 +38,11 @@ class LockClaim {
  public:
   LockClaim() = default;  // no claim
 
-  // Claims `table` (made in `dir` if missing, 0700). Blocks only while a remover holds the table
-  // (the time of one delete). Errors name the file and the call.
-  static absl::StatusOr<LockClaim> Take(const std::string& table, const std::string& dir = ClaimDir());
+  // Claims `table` (made in `dir` if missing, 0700). Waits only while a remover holds the table
+  // (the time of one delete), at most `wait` (then Unavailable, naming the remover: one stopped or
+  // hung must not hold a dump, a restore or cairnd). Errors name the file and the call.
+  static absl::StatusOr<LockClaim> Take(const std::string& table, const std::string& dir = ClaimDir(),
+                                        absl::Duration wait = absl::Seconds(5));
 
   bool held() const { return state_ != nullptr; }
   const std::string& table() const;

@@ -1161,6 +1161,7 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   result.verify_seconds = verify_seconds;
   result.network_hold = network_hold;
   result.network_claim = network_claim;
+  result.dump_network_lock = meta.network_lock();
   CAIRN_LOG_INFO("event=restore pid={} processes={} dir={} bytes={} seconds={:.3f}", root, result.processes, where,
                  result.bytes, result.seconds);
   return result;

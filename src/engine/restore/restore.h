@@ -80,6 +80,7 @@ struct RestoreResult {
   double verify_seconds = 0;  // of which --verify took this
   std::string network_hold;   // with hold_network: the lock left in place ("" if none was needed)
   net::LockClaim network_claim;  // its claim (net/claim.h), for the caller to hold until it lifts it
+  std::string dump_network_lock;  // the dump's lock this restore lifted (Checkpoint.network_lock; "" if none)
 };
 
 // Rebuilds the process (tree) and lets it run. The root is a child of the caller, so the

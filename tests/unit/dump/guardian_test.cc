@@ -10,9 +10,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
@@ -172,6 +175,30 @@ TEST_F(GuardianTest, AThreadFrozenBetweenCallsCarriesOnWhenItsTracerDies) {
   EXPECT_EQ(Guard(), 0);
   EXPECT_EQ(VdsoBytes(child_), vdso_before) << "the trampoline was left in the vDSO";
   EXPECT_TRUE(CounterPasses(counter_->load()));
+}
+
+// The network lock a running dump journals is named by its journal while the dump (or its
+// guardian) lives, and no longer once its table is gone or the dump is over: `cairn check
+// --fix` leaves the lock of a dump in progress (net/claim.h).
+TEST(RunningDumps, NameTheirNetworkLocksWhileTheyRun) {
+  char tmpl[] = "/tmp/cairn-journals-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/journals";
+  ASSERT_EQ(::setenv("CAIRN_JOURNAL_DIR", dir.c_str(), 1), 0);
+  absl::StatusOr<std::unique_ptr<Guardian>> g = Guardian::Start();
+  ::unsetenv("CAIRN_JOURNAL_DIR");
+  ASSERT_TRUE(g.ok()) << g.status();
+  using Tables = std::vector<std::string>;
+  EXPECT_EQ(NetworkLocksOfRunningDumps(dir).value_or(Tables{"error"}), Tables{});
+  (*g)->journal().NetworkLock("cairn_lock_running", 0);
+  EXPECT_EQ(NetworkLocksOfRunningDumps(dir).value_or(Tables{"error"}), Tables{"cairn_lock_running"});
+  (*g)->journal().LockGone();
+  EXPECT_EQ(NetworkLocksOfRunningDumps(dir).value_or(Tables{"error"}), Tables{});
+  (*g)->journal().NetworkLock("cairn_lock_running", 0);
+  (*g)->journal().SetOutcome(GuardJournal::Outcome::kDone);  // nothing for the guardian to undo
+  g->reset();  // the dump is over: its guardian removes the journal
+  EXPECT_EQ(NetworkLocksOfRunningDumps(dir).value_or(Tables{"error"}), Tables{});
+  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace

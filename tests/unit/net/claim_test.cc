@@ -138,6 +138,21 @@ TEST_F(ClaimTest, AClaimMadeWhileTheTableIsRemovedWaitsThenHolds) {
   EXPECT_EQ(removes, 0);
 }
 
+TEST_F(ClaimTest, AClaimWaitsForAStuckRemoverOnlySoLong) {
+  absl::StatusOr<LockClaim> late = absl::UnknownError("not yet");
+  absl::StatusOr<std::string> who = RemoveUnclaimed(
+      "cairn_lock_5f",
+      [&] {
+        late = LockClaim::Take("cairn_lock_5f", Dir(), absl::Milliseconds(100));
+        return absl::OkStatus();
+      },
+      Dir());
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable) << late.status();
+  EXPECT_NE(late.status().message().find(absl::StrCat("held by pid ", ::getpid())), absl::string_view::npos)
+      << late.status();
+}
+
 TEST_F(ClaimTest, ARemoverErrorIsReturnedAndNothingClaimedIsLeftBehind) {
   absl::StatusOr<std::string> who =
       RemoveUnclaimed("cairn_lock_6f", [] { return absl::UnavailableError("nft failed"); }, Dir());
