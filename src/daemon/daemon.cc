@@ -140,7 +140,19 @@ Daemon::~Daemon() {
   if (gc_thread_.joinable()) gc_thread_.join();
 }
 
-void Daemon::SetOwner(const std::string& name, UniqueFd pidfd) {
+void Daemon::SetOwner(const std::string& name, UniqueFd pidfd, const api::Owner* owner) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (auto it = jobs_.find(name); it != jobs_.end()) {
+      JobState& s = it->second;
+      if (owner != nullptr && pidfd.valid()) {
+        *s.job.mutable_owner() = *owner;
+      } else {
+        s.job.clear_owner();
+      }
+      if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} owner not saved: {}", name, st.ToString());
+    }
+  }
   if (pidfd.valid()) {
     owners_->Watch(name, std::move(pidfd));
   } else {
@@ -264,6 +276,15 @@ absl::Status Daemon::Recover() {
     // no longer holds its connections (a group's rank waits for its coordinator).
     if (absl::Status st = BringAddresses(name, s.job.spec()); !st.ok()) {
       CAIRN_LOG_WARN("job={} runs without its addresses: {}", name, st.ToString());
+    }
+    if (s.job.has_owner()) {
+      // Its owner is watched again; one gone while the daemon was down ends it now.
+      absl::StatusOr<UniqueFd> owner = OwnerWatch::Open(s.job.owner().pid(), s.job.owner().start_time());
+      if (owner.ok()) {
+        owners_->Watch(name, std::move(*owner));
+      } else {
+        owners_->Lost(name);  // its call waits for mu_: after this recovery
+      }
     }
     if (!s.job.network_hold().empty() && s.job.spec().group().empty()) {
       absl::Status lifted = net::RemoveNetworkLock(s.job.network_hold());

@@ -126,9 +126,10 @@ class Daemon {
   // restore or migration of it is in progress (attach.cc).
   void EndBoundJob(const std::string& name, const std::function<bool()>& stopping,
                    const std::string& who = "the caller its attach was bound to (a SLURM task's agent)");
-  // The job lives no longer than the process `pidfd` refers to (RunJobRequest.owner; owner_watch.h),
-  // replacing any owner it had; an invalid `pidfd`: it has none any more.
-  void SetOwner(const std::string& name, UniqueFd pidfd);
+  // The job lives no longer than the process `pidfd` refers to, `owner` (RunJobRequest.owner;
+  // owner_watch.h), replacing any owner it had; an invalid `pidfd`: it has none any more. Recorded
+  // on the job: a restarted daemon watches it again.
+  void SetOwner(const std::string& name, UniqueFd pidfd, const api::Owner* owner);
   // Sends `sig` (0: SIGKILL) to the job's init, after a checkpoint or restore in progress ends;
   // with SIGKILL waits (up to 5 s) until it is gone.
   absl::StatusOr<api::Job> KillJob(const std::string& name, int sig);

@@ -98,22 +98,33 @@ void OwnerWatch::Loop() {
       if (it == owners_.end() || it->second.serial != jobs[i].second) continue;  // forgotten or replaced since
       owners_.erase(it);
       CAIRN_LOG_INFO("event=owner_gone job={}", jobs[i].first);
-      for (auto c = calls_.begin(); c != calls_.end();) {  // the ended ones
-        if (!c->done->load()) {
-          ++c;
-          continue;
-        }
-        c->thread.join();
-        c = calls_.erase(c);
-      }
-      auto done = std::make_shared<std::atomic<bool>>(false);
-      calls_.push_back({std::thread([this, job = jobs[i].first, done] {
-                          gone_(job, [this] { return stopping_.load(); });
-                          *done = true;
-                        }),
-                        done});
+      CallGoneLocked(jobs[i].first);
     }
   }
+}
+
+void OwnerWatch::Lost(const std::string& job) {
+  std::lock_guard<std::mutex> l(mu_);
+  owners_.erase(job);
+  CAIRN_LOG_INFO("event=owner_gone job={} when=before_the_restart", job);
+  CallGoneLocked(job);
+}
+
+void OwnerWatch::CallGoneLocked(const std::string& job) {
+  for (auto c = calls_.begin(); c != calls_.end();) {  // the ended ones
+    if (!c->done->load()) {
+      ++c;
+      continue;
+    }
+    c->thread.join();
+    c = calls_.erase(c);
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  calls_.push_back({std::thread([this, job, done] {
+                      gone_(job, [this] { return stopping_.load(); });
+                      *done = true;
+                    }),
+                    done});
 }
 
 }  // namespace cairn::daemon

@@ -38,9 +38,15 @@ class OwnerWatch {
   void Watch(const std::string& job, UniqueFd pidfd);
   // Job `job` has no owner any more.
   void Forget(const std::string& job);
+  // Job `job`'s owner is gone already (a restarted daemon found it so): `gone` is called as for
+  // an owner that exits.
+  void Lost(const std::string& job);
+
  private:
   void Loop();
   void Wake();
+  // Starts the `gone` call for `job` on a thread of its own. REQUIRES: mu_ held.
+  void CallGoneLocked(const std::string& job);
 
   Gone gone_;
   UniqueFd wake_;  // an eventfd: the set of owners changed, or stop

@@ -42,7 +42,7 @@ grpc::Status GrpcService::RunJob(grpc::ServerContext* ctx, const api::RunJobRequ
   }
   auto j = daemon_->RunJob(req->spec());
   if (!j.ok()) return ToGrpc(j.status());
-  daemon_->SetOwner(j->name(), std::move(owner));  // none given: none (not a previous run's)
+  daemon_->SetOwner(j->name(), std::move(owner), req->has_owner() ? &req->owner() : nullptr);  // none given: none
   *resp->mutable_job() = *j;
   return grpc::Status::OK;
 }
@@ -136,7 +136,7 @@ grpc::Status GrpcService::RestoreJob(grpc::ServerContext* ctx, const api::Restor
   }
   auto r = daemon_->Restore(req->name(), req->checkpoint(), from, req->hold_network());
   if (!r.ok()) return ToGrpc(r.status());
-  daemon_->SetOwner(r->job().name(), std::move(owner));  // none given: none any more
+  daemon_->SetOwner(r->job().name(), std::move(owner), req->has_owner() ? &req->owner() : nullptr);  // none: none any more
   *resp = std::move(*r);
   return grpc::Status::OK;
 }

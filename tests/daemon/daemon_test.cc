@@ -669,6 +669,39 @@ TEST_F(DaemonTest, AJobEndsWithItsOwnerAndARestoreWithAnotherOwnerTakesItOver) {
   EXPECT_FALSE(Matches(a.RunLog(), "job=short kind=unbound")) << a.RunLog();
 }
 
+// A job's owner is recorded with it: a daemon killed and started again watches the owner again
+// (its exit then ends the job), and ends at once a job whose owner exited while it was down.
+TEST_F(DaemonTest, AnOwnerOutlivesADaemonRestartAndOneGoneMeanwhileEndsItsJob) {
+  auto owner = [&] { return SpawnProgram({"/bin/sleep", "1000"}, "/dev/null", "/dev/null", "/dev/null"); };
+  pid_t watched = owner(), gone = owner();
+  ASSERT_GT(watched, 0);
+  ASSERT_GT(gone, 0);
+  const std::vector<std::string> loop = {"--", "/bin/sh", "-c", "while :; do sleep 0.1; done"};
+  {
+    DaemonProcess a(Dir(), "node-a");
+    ASSERT_TRUE(a.Start());
+    for (auto [name, pid] : {std::pair{"kept", watched}, std::pair{"orphaned", gone}}) {
+      std::vector<std::string> run = {"job", "run", "--name", name, "--owner", std::to_string(pid)};
+      run.insert(run.end(), loop.begin(), loop.end());
+      ASSERT_TRUE(a.Cairn(run).Exited(0));
+    }
+    EXPECT_EQ(Job(a, "kept")["owner"]["pid"], watched) << Job(a, "kept").dump();
+    a.Kill(SIGKILL);
+    a.Wait();
+  }
+  ::kill(gone, SIGKILL);
+  WaitGone(gone, 10s);
+  DaemonProcess b(Dir(), "node-a");
+  ASSERT_TRUE(b.Start());
+  EXPECT_TRUE(WaitState(b, "orphaned", "killed", 20s)) << "a job whose owner died while the daemon was down runs on";
+  EXPECT_TRUE(Matches(b.RunLog(), "job=orphaned kind=unbound .*its owner")) << b.RunLog();
+  std::this_thread::sleep_for(1s);
+  EXPECT_EQ(Job(b, "kept")["state"], "running") << "a job whose owner lives was ended";
+  ::kill(watched, SIGKILL);
+  WaitGone(watched, 10s);
+  EXPECT_TRUE(WaitState(b, "kept", "killed", 20s)) << "the owner's exit after the restart did not end its job";
+}
+
 TEST_F(DaemonTest, PeriodicCheckpointsKeepTheLastAndPinned) {
   DaemonProcess a(Dir(), "node-a");
   ASSERT_TRUE(a.Start());
