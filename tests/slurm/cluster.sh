@@ -198,7 +198,10 @@ MessageTimeout=5
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_interval=2,sched_min_interval=100000
 SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
+# Memory is allocated too (a job's --mem, else DefMemPerCPU per CPU): a --cairn task's agent
+# makes it its cairnd job's memory limit.
+SelectTypeParameters=CR_CPU_Memory
+DefMemPerCPU=500
 # Use the configured CPUs/RealMemory even if the host reports different ones.
 SlurmdParameters=config_overrides
 

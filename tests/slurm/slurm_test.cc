@@ -384,17 +384,19 @@ TEST_F(SlurmTest, AJobWhoseNodeDiesComesBackOnAnotherNodeFromItsNewestPeriodicCh
 // A job SLURM ends for good (scancel; past its time limit, scontrol says Reason=TimeLimit and it
 // takes the same way): stopped at the SIGTERM without a checkpoint, and every checkpoint of it
 // removed from the store (a new submission is another job: nothing could restore them). Its
-// allocation (-c 1) is its cairnd job's CPU limit.
+// allocation (-c 1 --mem=300M) is its cairnd job's CPU and memory limits.
 TEST_F(SlurmTest, AScancelledJobStopsWithoutACheckpointAndLeavesNoneInTheStore) {
   std::string id = Submit("cancelled", {"-p", "low", "-w", "n2", "-c", "1", "--mem=300M", "--requeue", "--cairn=2s"});
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitStep("cancelled", 20));
   // What SLURM allocated is the cairnd job's limits (its processes are in cairnd's cgroups): its
-  // CPU. (Memory only where SLURM allocates it, SelectTypeParameters=CR_*_Memory; this cluster's
-  // CR_CPU tracks none, and the job gets no memory limit.)
+  // CPU and its memory (this cluster allocates memory: SelectTypeParameters=CR_CPU_Memory), the
+  // latter as the job's memory cgroup enforces it.
   nlohmann::json limits = Cairnd("n2").Json({"job", "show", "slurm-" + id + "-u0"})["job"]["spec"]["limits"];
   EXPECT_EQ(limits.value("cpus", 0.0), 1.0) << limits.dump();
-  EXPECT_EQ(limits.value("memory_bytes", int64_t{0}), 0) << limits.dump();
+  EXPECT_EQ(limits.value("memory_bytes", int64_t{0}), int64_t{300} << 20) << limits.dump();
+  std::string cap = "/sys/fs/cgroup/memory/cairn/" + Cairnd("n2").node() + ".slurm-" + id + "-u0/memory.limit_in_bytes";
+  EXPECT_EQ(ReadFile(cap), std::to_string(int64_t{300} << 20) + "\n") << cap;
   ASSERT_TRUE(WaitFor([&] { return Stored(id) >= 1; }, 60s)) << "no periodic checkpoint reached the store";
   CommandResult r = Slurm({"/usr/bin/scancel", id});
   ASSERT_TRUE(r.Exited(0)) << r.Describe();
