@@ -301,7 +301,9 @@ TEST_F(ControllerWithDaemonsTest, SubmittedJobsAddressIsPutOnItsNodeWhileItRuns)
 }
 
 // `cairn job cancel` through the controller: the job is killed on its node, which removes its
-// unpinned checkpoints there (files and stored objects) and keeps its logs and pinned ones.
+// unpinned checkpoints there (files and stored objects) and keeps its logs and pinned ones. (On
+// the way: the job's request is its cgroup's limits there; a submission without a command is
+// refused.)
 TEST_F(ControllerWithDaemonsTest, ACancelledJobsCheckpointsGoFromItsNode) {
   std::unique_ptr<ControllerProcess> cp = StartTcpController("5");
   ASSERT_NE(cp, nullptr);
@@ -316,6 +318,16 @@ TEST_F(ControllerWithDaemonsTest, ACancelledJobsCheckpointsGoFromItsNode) {
                               "/bin/sh", "-c", "echo started; exec sleep 600"});
   ASSERT_TRUE(sub.Exited(0)) << sub.Describe();
   ASSERT_TRUE(WaitFor([&] { return JobIn(d, "work").value("state", "") == "running"; }, 20s)) << d.Log() << c.Log();
+  // What it asked for is what it may use on the node: its cgroup's CPU quota and memory limit.
+  json limits = JobIn(d, "work")["spec"]["limits"];
+  EXPECT_EQ(limits.value("cpus", 0.0), 0.5) << limits.dump();
+  EXPECT_EQ(limits.value("memory_bytes", int64_t{0}), int64_t{50} << 20) << limits.dump();
+  EXPECT_EQ(ReadFile("/sys/fs/cgroup/memory/cairn/" + d.node() + ".work/memory.limit_in_bytes"),
+            std::to_string(int64_t{50} << 20) + "\n");
+  // A submission without a command is refused: the node daemons would have nothing to run.
+  CommandResult bare = Ctl(c, {"submit", "--id", "bare", "--cpus", "1"});
+  EXPECT_TRUE(bare.FailedCleanly()) << bare.Describe();
+  EXPECT_TRUE(Matches(bare.err, "no command")) << bare.err;
   json pinned = d.Json({"job", "checkpoint", "work", "--pin"})["checkpoint"];
   json plain = d.Json({"job", "checkpoint", "work"})["checkpoint"];
   ASSERT_EQ(plain.value("state", ""), "complete") << plain.dump() << d.Log();

@@ -85,7 +85,8 @@ class GroupTest : public ClusterFixture {
   void Submit(const std::string& id, const std::string& group, int rank, const std::string& host,
               const std::vector<std::string>& command) {
     std::vector<std::string> args = {"submit", "--id", id, "--group", group, "--rank", std::to_string(rank),
-                                     "--cpus", host.empty() ? "1" : "0.5", "--memory-mb", "100"};
+                                     // (the limits of its cgroup: a torch.distributed rank holds ~115 MiB)
+                                     "--cpus", host.empty() ? "1" : "0.5", "--memory-mb", "1000"};
     // (--node-label takes several values: an option after it ends them, not "--".)
     if (!host.empty()) args.insert(args.end(), {"--node-label", "host=" + host});
     args.insert(args.end(), {"--json", "--"});

@@ -129,7 +129,7 @@ class MpiGroupTest : public ClusterFixture {
   void Submit(const std::string& id, int rank, const std::string& label, const std::vector<std::string>& command,
               const std::string& address = "") {
     std::vector<std::string> args = {"submit", "--id", id, "--group", "mpi", "--rank", std::to_string(rank),
-                                     "--cpus", "0.5", "--memory-mb", "100", "--node-label", label};
+                                     "--cpus", "0.5", "--memory-mb", "500", "--node-label", label};
     if (!address.empty()) args.insert(args.end(), {"--address", address});
     args.insert(args.end(), {"--json", "--"});
     args.insert(args.end(), command.begin(), command.end());

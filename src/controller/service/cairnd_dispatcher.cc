@@ -138,6 +138,12 @@ DispatchResult CairndDispatcher::Run(const std::string& job_id, const std::vecto
   }
   s->mutable_checkpoint()->set_on_shutdown(true);
   if (auto p = intervals_.find(job_id); p != intervals_.end()) s->mutable_checkpoint()->set_interval_s(p->second);
+  // What placement counted it for is what it may use there: a CPU quota and a memory limit of
+  // its cgroup on the node (kept across its checkpoints, restores and migrations).
+  if (auto r = requests_.find(job_id); r != requests_.end()) {
+    s->mutable_limits()->set_cpus(r->second.cpus);
+    s->mutable_limits()->set_memory_bytes(r->second.memory_mb * 1024 * 1024);
+  }
   dapi::RunJobResponse resp;
   grpc::Status st = Call(*d, &dapi::Daemon::Stub::RunJob, req, &resp);
   if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS) {
@@ -164,6 +170,7 @@ void CairndDispatcher::KnowJob(const Job& job) {
   if (!job.spec.group.empty()) ranks_[job.spec.id] = {job.spec.group, job.spec.rank};
   if (!job.spec.addresses.empty()) addresses_[job.spec.id] = job.spec.addresses;
   if (job.spec.checkpoint.interval_s > 0) intervals_[job.spec.id] = job.spec.checkpoint.interval_s;
+  requests_[job.spec.id] = job.spec.request;
 }
 
 DispatchResult CairndDispatcher::StartJob(const Job& job, const Node& node) {

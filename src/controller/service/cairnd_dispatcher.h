@@ -66,6 +66,7 @@ class CairndDispatcher : public ActionDispatcher {
   DispatchResult Carry(const Decision& decision) override;
   DispatchResult StopJob(const Job& job, const Node& node) override;
   std::string Describe() const override;
+  bool RunsCommands() const override { return true; }
   void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
                       const std::string& daemon_token) override;
   bool Reaches(const std::string& node_id) const override;
@@ -138,6 +139,7 @@ class CairndDispatcher : public ActionDispatcher {
   std::map<std::string, std::pair<std::string, int>> ranks_;  // job -> its group and rank (KnowJob)
   std::map<std::string, std::vector<std::string>> addresses_;  // job -> its service addresses (KnowJob)
   std::map<std::string, double> intervals_;  // job -> its periodic checkpoint interval (s), for RunJob
+  std::map<std::string, Resources> requests_;  // job -> what it asked for: its limits on the node (RunJob)
 };
 
 }  // namespace cairn::controller

@@ -1197,6 +1197,10 @@ absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::Submit
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(RequireLeaderLocked());
   RETURN_IF_ERROR(Annotate(CheckSubmittedJob(req.spec()), "submit"));
+  if (dispatcher_->RunsCommands() && req.spec().command().empty()) {
+    return absl::InvalidArgumentError(
+        "submit: no command: the node daemons run the command a job names (cairn submit [OPTIONS] -- CMD ARGS...)");
+  }
   api::JobSpec given = req.spec();
   if (given.id().empty()) {
     do given.set_id(NewJobId());

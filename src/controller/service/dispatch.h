@@ -59,6 +59,9 @@ class ActionDispatcher {
   virtual DispatchResult StopJob(const Job& job, const Node& node) = 0;
   // One line for `cairn cluster status`.
   virtual std::string Describe() const = 0;
+  // Whether jobs are run from their command (a job without one cannot be started: refused at
+  // submit). False for a dispatcher that only records decisions.
+  virtual bool RunsCommands() const { return false; }
   // A node (re-)registered; `daemon_address` ("HOST:PORT" or "unix:PATH", empty for a node
   // without a daemon) and `daemon_token` (for TCP) say how to reach its daemon.
   virtual void NodeRegistered(const std::string& node_id, const std::string& daemon_address,
