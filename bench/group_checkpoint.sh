@@ -53,7 +53,7 @@ mkdir -p "$T/run"; chmod 777 "$T/run"
 TPORT=$(port)
 for r in $(seq 0 $((RANKS - 1))); do
   host=a; [ "$r" -ge $((RANKS / 2)) ] && host=b
-  "$CAIRN" submit --id "train-$r" --group train --rank "$r" --node-label "host=$host" --cpus 0.1 --memory-mb 100 -- \
+  "$CAIRN" submit --id "train-$r" --group train --rank "$r" --node-label "host=$host" --cpus 1 --memory-mb 1000 -- \
     /usr/bin/python3 "$TRAIN" "$r" "$RANKS" "$TPORT" 1000000 "$T/run" >/dev/null
 done
 for _ in $(seq 600); do
