@@ -419,6 +419,8 @@ int ControllerCommands::Run() {
       std::printf("%-20s %-10s %-20s %8d %5d %6.1f %9lld  %s\n", s.id().c_str(), j.state().c_str(),
                   j.node_id().empty() ? "-" : j.node_id().c_str(), s.priority(), s.gpus(), s.cpus(),
                   static_cast<long long>(s.memory_mb()), j.pending_action().empty() ? "-" : j.pending_action().c_str());
+      // A job no node can take says why (cairn job explain JOB has each node's figures).
+      if (!j.waiting().empty()) std::printf("%-20s waits: %s\n", "", j.waiting().c_str());
     }
     return 0;
   }

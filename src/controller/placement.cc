@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/cpu_levels.h"
@@ -63,6 +64,8 @@ std::string AddressRejection(const Job& job, const Node& n) {
   return "";
 }
 
+std::string FitRejection(const Resources& req, const Resources& free);
+
 // Why a node of this kind can never take the job, regardless of its free resources; empty if
 // it can.
 std::string PoolRejection(const Node& n, const PlacementRequest& r) {
@@ -78,7 +81,11 @@ std::string PoolRejection(const Node& n, const PlacementRequest& r) {
     auto it = n.spec.labels.find(k);
     if (it == n.spec.labels.end() || it->second != v) return absl::StrCat("label ", k, "!=", v);
   }
-  if (!js.request.FitsIn(n.spec.capacity)) return "request exceeds node capacity";
+  if (!js.request.FitsIn(n.spec.capacity)) {
+    // Never, however empty: say which part (FitRejection's words, against the whole node).
+    std::string which = FitRejection(js.request, n.spec.capacity);
+    return absl::StrCat("larger than the node: ", absl::StrReplaceAll(which, {{" free", " in all"}}));
+  }
   if (std::string why = CpuRejection(*r.job, n); !why.empty()) return why;
   if (std::string why = AddressRejection(*r.job, n); !why.empty()) return why;
   return "";

@@ -305,6 +305,11 @@ TEST_F(ControllerSqliteTest, RestartKeepsState) {
       << st["jobs"][0].dump();
   EXPECT_EQ(st["jobs"][1]["spec"]["id"], "waits");
   EXPECT_EQ(st["jobs"][1]["state"], "pending");
+  // A job no node can take says why, in the status and its text.
+  EXPECT_EQ(st["jobs"][1].value("waiting", ""), "no node fits: n1: larger than the node: needs 4 GPU, 2 in all") << st["jobs"][1].dump();
+  EXPECT_EQ(st["jobs"][0].value("waiting", ""), "") << st["jobs"][0].dump();
+  CommandResult text = Cairn(c, {"cluster", "status"});
+  EXPECT_TRUE(absl::StrContains(text.out, "waits: no node fits: n1: larger than the node: needs 4 GPU, 2 in all")) << text.out;
 
   // Old events are all still there, in order, and new ones continue the sequence.
   r = Cairn(c, {"events", "--json"});

@@ -1250,6 +1250,22 @@ absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::Submit
   return absl::OkStatus();
 }
 
+std::string Controller::WhyWaiting(const Job& job) const {
+  Placer placer(*cluster_);
+  PlacementRequest pr;
+  pr.job = &job;
+  Placement p = placer.Explain(pr);
+  if (!p.node_id.empty()) return "";  // a node can take it: placed at the next round
+  if (p.candidates.empty()) return "no node is registered";
+  std::string why = "no node fits: ";
+  constexpr size_t kNamed = 3;
+  for (size_t i = 0; i < p.candidates.size() && i < kNamed; ++i) {
+    absl::StrAppend(&why, i == 0 ? "" : "; ", p.candidates[i].node_id, ": ", p.candidates[i].rejected_because);
+  }
+  if (p.candidates.size() > kNamed) absl::StrAppend(&why, "; and ", p.candidates.size() - kNamed, " more");
+  return why;
+}
+
 api::JobStatus Controller::JobStatusLocked(const Job& job) const {
   api::JobStatus s;
   auto given = specs_.find(job.spec.id);
@@ -1262,6 +1278,7 @@ api::JobStatus Controller::JobStatusLocked(const Job& job) const {
   s.set_state(state);
   s.set_node_id(job.node_id);
   s.set_submit_time(job.spec.submit_time);
+  if (job.node_id.empty()) s.set_waiting(WhyWaiting(job));
   if (auto it = pending_action_.find(job.spec.id); it != pending_action_.end()) {
     s.set_pending_action(it->second);
   } else if (auto f = in_flight_.find(job.spec.id); f != in_flight_.end()) {

@@ -194,6 +194,9 @@ class Controller {
   // at the pace it grows without one long pause).
   absl::Status PruneEventsLocked();
   api::JobStatus JobStatusLocked(const Job& job) const;
+  // Why `job`, which waits for a node, cannot be placed now ("" when a node could take it).
+  // REQUIRES: mu_ held.
+  std::string WhyWaiting(const Job& job) const;
   static double Now();
 
   Store* const store_;
