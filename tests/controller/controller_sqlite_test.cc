@@ -138,6 +138,9 @@ TEST_F(ControllerSqliteTest, SubmitPlacesOnCheapestFittingNodeAndExplains) {
   r = Cairn(c, {"submit", "--id", "train-3", "--gpus", "1", "--cpus", "8", "--memory-mb", "60000"});
   ASSERT_TRUE(r.Exited(0)) << r.Describe();
   EXPECT_TRUE(absl::StrContains(r.out, "pending")) << r.out;
+  r = Cairn(c, {"cluster", "status"});
+  EXPECT_TRUE(absl::StrContains(r.out, "waits: no node fits: ")) << r.out;
+  std::printf("%s", r.out.c_str());  // (docs/controller.md shows this output)
 
   // Scale-down through the CLI: the rule picks a job and the decision is recorded, not carried out.
   r = Cairn(c, {"cluster", "scale-down", "--gpus", "1"});
