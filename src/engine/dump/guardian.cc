@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -696,38 +697,47 @@ absl::StatusOr<UniqueFd> LockOrphan(int dirfd, const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> FindOrphanedDumps(const std::string& dir) {
-  std::vector<std::string> out;
-  if (::access(dir.c_str(), F_OK) != 0 && errno == ENOENT) return out;
+namespace {
+
+// Calls fn(dirfd, name) for each journal in `dir` (none when `dir` does not exist); stops at
+// fn's first error.
+absl::Status ForEachJournal(const std::string& dir,
+                            const std::function<absl::Status(int dirfd, const std::string& name)>& fn) {
+  if (::access(dir.c_str(), F_OK) != 0 && errno == ENOENT) return absl::OkStatus();
   ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/false));
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::string name = e.path().filename();
-    if (!IsJournalName(name)) continue;
-    if (LockOrphan(dirfd.get(), name).ok()) out.push_back(name);
+    if (IsJournalName(name)) RETURN_IF_ERROR(fn(dirfd.get(), name));
   }
   if (ec) return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> FindOrphanedDumps(const std::string& dir) {
+  std::vector<std::string> out;
+  RETURN_IF_ERROR(ForEachJournal(dir, [&](int dirfd, const std::string& name) {
+    if (LockOrphan(dirfd, name).ok()) out.push_back(name);
+    return absl::OkStatus();
+  }));
   std::sort(out.begin(), out.end());
   return out;
 }
 
 absl::StatusOr<std::vector<std::string>> NetworkLocksOfRunningDumps(const std::string& dir) {
   std::vector<std::string> out;
-  if (::access(dir.c_str(), F_OK) != 0 && errno == ENOENT) return out;
-  ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/false));
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename();
-    if (!IsJournalName(name)) continue;
-    UniqueFd fd(::openat(dirfd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
-    if (!fd.valid()) continue;  // removed by its guardian meanwhile
+  RETURN_IF_ERROR(ForEachJournal(dir, [&](int dirfd, const std::string& name) -> absl::Status {
+    UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+    if (!fd.valid()) return absl::OkStatus();  // removed by its guardian meanwhile
     // A dump in progress holds its journal's lock: a shared one is refused. (Taken, it is an
     // orphan's, whose lock is no one's to keep.)
-    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) continue;
+    if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) return absl::OkStatus();
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
         static_cast<uint64_t>(st.st_size) != sizeof(GuardJournal)) {
-      continue;
+      return absl::OkStatus();
     }
     void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ, MAP_SHARED, fd.get(), 0);
     if (mem == MAP_FAILED) return ErrnoStatus(absl::StrCat("mmap ", dir, "/", name));
@@ -737,8 +747,8 @@ absl::StatusOr<std::vector<std::string>> NetworkLocksOfRunningDumps(const std::s
       if (!table.empty()) out.push_back(std::move(table));
     }
     ::munmap(mem, sizeof(GuardJournal));
-  }
-  if (ec) return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
+    return absl::OkStatus();
+  }));
   return out;
 }
 
