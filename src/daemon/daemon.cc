@@ -126,11 +126,16 @@ Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
   if (!opts_.store) opts_.store = storage::LocalStore();
   owners_ = std::make_unique<OwnerWatch>([this](const std::string& job, const std::function<bool()>& stopping) {
     std::string state;
+    bool owned = false;
     {
       std::lock_guard<std::mutex> l(mu_);
-      if (auto it = jobs_.find(job); it != jobs_.end()) state = it->second.job.state();
+      if (auto it = jobs_.find(job); it != jobs_.end()) {
+        state = it->second.job.state();
+        owned = it->second.job.has_owner();
+      }
     }
     if (state != "running" && state != "restoring" && state != "starting") return;  // it ended before its owner
+    if (!owned) return;  // restored since for no owner, or another (a stale call of the one it had)
     EndBoundJob(job, stopping, "its owner (a SLURM task's agent)");
   });
 }
@@ -282,8 +287,11 @@ absl::Status Daemon::Recover() {
       absl::StatusOr<UniqueFd> owner = OwnerWatch::Open(s.job.owner().pid(), s.job.owner().start_time());
       if (owner.ok()) {
         owners_->Watch(name, std::move(*owner));
-      } else {
+      } else if (absl::IsFailedPrecondition(owner.status())) {
         owners_->Lost(name);  // its call waits for mu_: after this recovery
+      } else {
+        CAIRN_LOG_WARN("job={} its owner cannot be watched again (it runs on unwatched): {}", name,
+                       owner.status().ToString());
       }
     }
     if (!s.job.network_hold().empty() && s.job.spec().group().empty()) {
@@ -1124,6 +1132,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     s.job.set_ended(0);
     s.job.set_restores(s.job.restores() + 1);
     s.job.set_cancelled(false);  // wanted again: its checkpoints are no longer gc's
+    // Its previous owner is not this run's (SetOwner records the new one, if any, next): a
+    // record that committed the restore with it would have a restart end the job for its exit.
+    s.job.clear_owner();
+    owners_->Forget(name);
     s.job.set_network_hold(r->network_hold);
     // The restore lifted the lock of the checkpoint it came from (on this host); one a newer
     // checkpoint kept, when an older one was restored, holds packets of nothing now.

@@ -838,6 +838,15 @@ void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, 
     ThawFreezer(cgroup);
     if (alive) {
       s.job.set_state("running");
+      // It runs on here: its owner is watched again (a restart in doubt did not: it was not running).
+      if (s.job.has_owner()) {
+        absl::StatusOr<UniqueFd> owner = OwnerWatch::Open(s.job.owner().pid(), s.job.owner().start_time());
+        if (owner.ok()) {
+          owners_->Watch(name, std::move(*owner));
+        } else if (absl::IsFailedPrecondition(owner.status())) {
+          owners_->Lost(name);  // its call waits for mu_
+        }
+      }
     } else {
       KillCgroup(cgroup);
       s.job.set_state("exited");

@@ -1278,7 +1278,9 @@ api::JobStatus Controller::JobStatusLocked(const Job& job) const {
   s.set_state(state);
   s.set_node_id(job.node_id);
   s.set_submit_time(job.spec.submit_time);
-  if (job.node_id.empty()) s.set_waiting(WhyWaiting(job));
+  if (job.node_id.empty() && (job.state == JobState::kPending || job.state == JobState::kSuspended)) {
+    s.set_waiting(WhyWaiting(job));
+  }
   if (auto it = pending_action_.find(job.spec.id); it != pending_action_.end()) {
     s.set_pending_action(it->second);
   } else if (auto f = in_flight_.find(job.spec.id); f != in_flight_.end()) {
