@@ -1266,7 +1266,7 @@ std::string Controller::WhyWaiting(const Job& job) const {
   return why;
 }
 
-api::JobStatus Controller::JobStatusLocked(const Job& job) const {
+api::JobStatus Controller::JobStatusLocked(const Job& job, bool why_waiting) const {
   api::JobStatus s;
   auto given = specs_.find(job.spec.id);
   *s.mutable_spec() = given != specs_.end() ? given->second : ToApi(job.spec);
@@ -1278,7 +1278,7 @@ api::JobStatus Controller::JobStatusLocked(const Job& job) const {
   s.set_state(state);
   s.set_node_id(job.node_id);
   s.set_submit_time(job.spec.submit_time);
-  if (job.node_id.empty() && (job.state == JobState::kPending || job.state == JobState::kSuspended)) {
+  if (why_waiting && job.node_id.empty() && (job.state == JobState::kPending || job.state == JobState::kSuspended)) {
     s.set_waiting(WhyWaiting(job));
   }
   if (auto it = pending_action_.find(job.spec.id); it != pending_action_.end()) {
@@ -1313,7 +1313,21 @@ absl::Status Controller::ClusterStatus(api::ClusterStatusResponse* resp) {
       s->set_seconds_since_heartbeat(std::chrono::duration<double>(now - it->second).count());
     }
   });
-  for (const std::string& id : cluster_->SortedJobIds()) *resp->add_jobs() = JobStatusLocked(*cluster_->FindJob(id));
+  // Why each waiting job waits costs a placement explain over every node: the first kExplained
+  // are told, the rest point to `cairn job explain` (the status is taken under the lock).
+  constexpr int kExplained = 200;
+  int explained = 0;
+  for (const std::string& id : cluster_->SortedJobIds()) {
+    const Job& job = *cluster_->FindJob(id);
+    bool waits = job.node_id.empty() && (job.state == JobState::kPending || job.state == JobState::kSuspended);
+    if (waits && ++explained > kExplained) {
+      api::JobStatus s = JobStatusLocked(job, /*why_waiting=*/false);
+      s.set_waiting(absl::StrCat("more than ", kExplained, " jobs wait: cairn job explain ", id, " says why"));
+      *resp->add_jobs() = std::move(s);
+      continue;
+    }
+    *resp->add_jobs() = JobStatusLocked(job);
+  }
   return absl::OkStatus();
 }
 
