@@ -155,19 +155,8 @@ TEST_F(DaemonTest, Python3CheckpointedAndRestoredFinishesWithTheSameResult) {
 // A job `name` of `d` serving one client on 127.0.0.1:`port`: a python3 server uppercasing
 // what it reads; its checkpoints treat TCP as `tcp` says.
 CommandResult StartEchoServer(const DaemonProcess& d, const std::string& name, int port, const std::string& tcp) {
-  std::string server =
-      "import socket\n"
-      "l = socket.socket()\n"
-      "l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-      "l.bind(('127.0.0.1', " + std::to_string(port) + "))\n"
-      "l.listen()\n"
-      "c, _ = l.accept()\n"
-      "while True:\n"
-      "    d = c.recv(100)\n"
-      "    if not d:\n"
-      "        break\n"
-      "    c.sendall(d.upper())\n";
-  return d.Cairn({"job", "run", "--name", name, "--tcp", tcp, "--", "python3", "-c", server});
+  return d.Cairn({"job", "run", "--name", name, "--tcp", tcp, "--", "python3", "-c",
+                  UppercaseEchoServerPy("127.0.0.1", port, /*reuseaddr=*/true)});
 }
 
 // A connection to 127.0.0.1:`port`, tried for 10 s; -1 if none.

@@ -574,6 +574,20 @@ bool MakeSelfSignedCert(const std::string& dir, const std::string& name) {
   return r.Exited(0) && ::chmod(key.c_str(), 0600) == 0;
 }
 
+std::string UppercaseEchoServerPy(const std::string& host, int port, bool reuseaddr) {
+  return "import socket\n"
+         "l = socket.socket()\n" +
+         std::string(reuseaddr ? "l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n" : "") +
+         "l.bind(('" + host + "', " + std::to_string(port) + "))\n"
+         "l.listen()\n"
+         "c, _ = l.accept()\n"
+         "while True:\n"
+         "    d = c.recv(100)\n"
+         "    if not d:\n"
+         "        break\n"
+         "    c.sendall(d.upper())\n";
+}
+
 int FreeLoopbackPort() {
   int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};

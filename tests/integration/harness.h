@@ -121,6 +121,10 @@ void BecomeSubreaper();
 // A TCP port on 127.0.0.1 free at the time of the call (bound and released), or 0.
 int FreeLoopbackPort();
 
+// A python3 program (for `python3 -c`) serving one client on `host`:`port`: it sends back in
+// upper case what it reads, until the client closes. `reuseaddr`: its listener sets SO_REUSEADDR.
+std::string UppercaseEchoServerPy(const std::string& host, int port, bool reuseaddr);
+
 // Starts argv[0] (a path) as a child with stdin, stdout and stderr redirected to the given regular
 // files (stdout and stderr truncated). Returns its PID, or -1 if fork failed.
 pid_t SpawnProgram(const std::vector<std::string>& argv, const std::string& stdin_path, const std::string& stdout_path,

@@ -430,17 +430,7 @@ TEST_F(TwoStacks, ConnectionMovesWithItsAddressToAnotherNetworkStack) {
   ASSERT_TRUE(net_.Ip({"-n", net_.Namespace(0), "addr", "add", service + "/24", "dev", net_.Device(0)})) << net_.Last();
   // Its listener has no SO_REUSEADDR (Python's default): the restore binds and listens on the
   // port its live connection shares, and gives the listener its own setting back (--verify).
-  std::string server =
-      "import socket\n"
-      "l = socket.socket()\n"
-      "l.bind(('" + service + "', 7000))\n"
-      "l.listen()\n"
-      "c, _ = l.accept()\n"
-      "while True:\n"
-      "    d = c.recv(100)\n"
-      "    if not d:\n"
-      "        break\n"
-      "    c.sendall(d.upper())\n";
+  std::string server = UppercaseEchoServerPy(service, 7000, /*reuseaddr=*/false);
   std::string dir = *temp_ / "server";
   fs::create_directories(dir);
   WriteFile(dir + "/stdin", "");
