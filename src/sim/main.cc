@@ -31,6 +31,14 @@ int main(int argc, char** argv) {
   app.add_option("--slack-keep", opt.policy.slack_keep, "cairn: share of the uniform-progress slack line to keep (0 = greedy)");
   app.add_option("--node-failure-rate", opt.node_failures_per_hour, "failures per node-hour (no notice)");
   app.add_option("--launch", opt.launch_s, "seconds to obtain and boot an instance");
+  NoticeTimes notices;
+  std::string cloud;
+  app.add_option("--notice-aws", notices.aws_s, "seconds of interruption notice on AWS")->check(CLI::NonNegativeNumber);
+  app.add_option("--notice-gcp", notices.gcp_s, "seconds of interruption notice on GCP")->check(CLI::NonNegativeNumber);
+  app.add_option("--notice-azure", notices.azure_s, "seconds of interruption notice on Azure")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--cloud", cloud, "the cloud of traces whose path does not say it (aws, gcp, azure)")
+      ->check(CLI::IsMember({"aws", "gcp", "azure"}));
   app.add_option("--log-decisions", opt.log_decisions, "print the first N cairn decisions with their reasons");
   app.add_flag("--json", json, "print JSON instead of tables");
   CLI11_PARSE(app, argc, argv);
@@ -54,6 +62,11 @@ int main(int argc, char** argv) {
                    std::string(t.status().message()).c_str());
       return 1;
     }
+    if (t->cloud.empty()) t->cloud = cloud;
+    if (absl::StatusOr<double> notice = NoticeFor(*t, notices); !notice.ok()) {
+      std::fprintf(stderr, "cairn-sim: %s\n", std::string(notice.status().message()).c_str());
+      return 1;
+    }
     loaded.push_back(std::move(*t));
   }
   std::vector<TraceReport> reports;
@@ -62,7 +75,10 @@ int main(int argc, char** argv) {
     r.trace = &t;
     r.jobs = GenerateJobs(wl, t.duration_s(), t.instance.gpus);
     r.spot_price = t.instance.on_demand_price * opt.spot_price_fraction;
-    for (Strategy s : *strategy_list) r.results.push_back(Simulate(t, r.jobs, s, opt));
+    SimOptions for_trace = opt;
+    for_trace.notice_s = *NoticeFor(t, notices);  // (checked at load)
+    r.notice_s = for_trace.notice_s;
+    for (Strategy s : *strategy_list) r.results.push_back(Simulate(t, r.jobs, s, for_trace));
     if (!json) std::printf("%s\n", FormatTable(r, command).c_str());
     reports.push_back(std::move(r));
   }

@@ -40,11 +40,11 @@ std::string FormatTable(const TraceReport& r, const std::string& command) {
   int services = 0;
   for (const SimJobSpec& j : r.jobs) services += j.service;
   std::string out = absl::StrFormat(
-      "trace %s\n  zone %s, %s (%d x %s), %.1f days, one value per %.0f s, reading '%s', spot "
-      "usable in %.1f%% of ticks\n  %zu jobs (%zu batch, %d services); on-demand $%.2f/h, spot "
+      "trace %s\n  %s zone %s, %s (%d x %s), %.1f days, one value per %.0f s, reading '%s', spot "
+      "usable in %.1f%% of ticks, %.0f s of notice\n  %zu jobs (%zu batch, %d services); on-demand $%.2f/h, spot "
       "$%.3f/h\n  reproduce: %s\n",
-      t.path, t.zone, t.instance.name, t.instance.gpus, t.instance.gpu_type, t.duration_s() / 86400,
-      t.gap_s, ReadingName(t.reading), 100 * SpotShare(t), r.jobs.size(),
+      t.path, t.cloud.empty() ? "?" : t.cloud, t.zone, t.instance.name, t.instance.gpus, t.instance.gpu_type,
+      t.duration_s() / 86400, t.gap_s, ReadingName(t.reading), 100 * SpotShare(t), r.notice_s, r.jobs.size(),
       r.jobs.size() - services, services, t.instance.on_demand_price, r.spot_price, command);
   const SimResult* od = Find(r, "on-demand");
   absl::StrAppendFormat(&out, "  %-13s %11s %8s %10s %8s %8s %9s %9s %9s %9s %7s %6s %5s\n", "strategy",
@@ -84,6 +84,8 @@ std::string FormatJson(const std::vector<TraceReport>& reports) {
     nlohmann::json t;
     t["trace"] = r.trace->path;
     t["zone"] = r.trace->zone;
+    t["cloud"] = r.trace->cloud;
+    t["notice_s"] = r.notice_s;
     t["instance"] = r.trace->instance.name;
     t["reading"] = std::string(ReadingName(r.trace->reading));
     t["days"] = r.trace->duration_s() / 86400;

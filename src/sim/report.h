@@ -15,6 +15,7 @@ struct TraceReport {
   std::vector<SimJobSpec> jobs;
   std::vector<SimResult> results;
   double spot_price = 0;
+  double notice_s = 0;  // the interruption notice the strategies had (its cloud's)
 };
 
 // The cheapest baseline whose deadline and service attainment cairn matches or beats; null when

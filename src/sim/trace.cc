@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -74,6 +75,7 @@ absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading readin
   }
   SpotTrace t;
   t.path = path;
+  t.cloud = CloudOfPath(path);
   try {
     if (!j.contains("metadata") || !j["metadata"].contains("gap_seconds") || !j.contains("data")) {
       return absl::InvalidArgumentError(
@@ -99,6 +101,26 @@ absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading readin
   t.nominal_pool = absl::StrContains(path, "16-node") ? 16 : std::max(1, max_v);
   if (reading == TraceReading::kPreemptedFlag) t.nominal_pool = 1;
   return t;
+}
+
+std::string CloudOfPath(const std::string& path) {
+  for (const auto& part : std::filesystem::path(path).parent_path()) {
+    std::string name = absl::AsciiStrToLower(part.string());
+    for (const char* cloud : {"aws", "gcp", "azure"}) {
+      if (absl::StartsWith(name, cloud)) return cloud;
+    }
+  }
+  return "";
+}
+
+absl::StatusOr<double> NoticeFor(const SpotTrace& trace, const NoticeTimes& times) {
+  if (trace.cloud == "aws") return times.aws_s;
+  if (trace.cloud == "gcp") return times.gcp_s;
+  if (trace.cloud == "azure") return times.azure_s;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "trace ", trace.path, ": its cloud (and so its interruption notice) is not known: no folder of its path begins "
+      "with aws, gcp or azure; put it under such a folder (as the public traces are: aws-02-15-2023/...) or pass "
+      "--cloud aws|gcp|azure"));
 }
 
 SpotTrace SyntheticTrace(double gap_s, std::vector<int> values, int nominal_pool) {

@@ -33,6 +33,7 @@ struct InstanceType {
 
 struct SpotTrace {
   std::string path;
+  std::string cloud;  // "aws", "gcp", "azure": its folder's name begins with it ("aws-02-15-2023"); "" if none
   std::string zone;
   InstanceType instance;
   double gap_s = 300;
@@ -47,6 +48,19 @@ struct SpotTrace {
 
 // Reads and validates a trace. Errors: NotFound/InvalidArgument naming the file and the fault.
 absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading reading = TraceReading::kAuto);
+
+// The cloud a trace's path names: the first folder whose name begins with "aws", "gcp" or
+// "azure" (case-insensitive); "" when none does.
+std::string CloudOfPath(const std::string& path);
+
+// The interruption notice on `cloud`: AWS gives 2 minutes; GCP and Azure 30 s.
+struct NoticeTimes {
+  double aws_s = 120;
+  double gcp_s = 30;
+  double azure_s = 30;
+};
+// InvalidArgument naming the trace and what to pass when its cloud is not known.
+absl::StatusOr<double> NoticeFor(const SpotTrace& trace, const NoticeTimes& times);
 
 // A trace built in memory (tests): count reading, one zone "synthetic".
 SpotTrace SyntheticTrace(double gap_s, std::vector<int> values, int nominal_pool = 1);

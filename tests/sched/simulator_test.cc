@@ -141,6 +141,37 @@ TEST(TraceTest, ReadingFollowsTheFolder) {
   std::filesystem::remove_all(::testing::TempDir() + "/preemption");
 }
 
+// A trace's cloud comes from its folder (the public traces: aws-02-15-2023/...), and with it the
+// interruption notice the strategies get (AWS 2 minutes, GCP and Azure 30 s, each a flag); a
+// trace whose cloud nothing says is refused, naming what to pass, rather than given AWS's notice.
+TEST(TraceTest, TheCloudAndItsNoticeFollowTheFolder) {
+  EXPECT_EQ(CloudOfPath("/x/availability/1-node/aws-02-15-2023/us-east-1a_v100_1.json"), "aws");
+  EXPECT_EQ(CloudOfPath("/x/GCP-2024/us-central1-a_a100_1.json"), "gcp");
+  EXPECT_EQ(CloudOfPath("azure/eastus_v100_1.json"), "azure");
+  EXPECT_EQ(CloudOfPath("/x/traces/us-east-1a_v100_1.json"), "");
+  EXPECT_EQ(CloudOfPath("/x/traces/aws_trace.json"), "") << "the file's own name is not a folder";
+  NoticeTimes times;
+  times.gcp_s = 25;
+  SpotTrace t = SyntheticTrace(300, {1, 1});
+  t.cloud = "gcp";
+  EXPECT_EQ(NoticeFor(t, times).value_or(-1), 25);
+  t.cloud = "aws";
+  EXPECT_EQ(NoticeFor(t, times).value_or(-1), 120);
+  t.cloud = "";
+  absl::StatusOr<double> unknown = NoticeFor(t, times);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("--cloud"), absl::string_view::npos) << unknown.status();
+
+  std::string dir = ::testing::TempDir() + "/gcp-12-01-2026";
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/us-central1-a_v100_1.json";
+  std::ofstream(path) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 0, 1]})";
+  auto loaded = LoadTrace(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->cloud, "gcp");
+  std::filesystem::remove_all(dir);
+}
+
 // The real traces live outside the repository (../shared/traces; public copy:
 // github.com/skypilot-org/spot-traces).
 class RealTraceTest : public ::testing::TestWithParam<const char*> {};
@@ -153,6 +184,7 @@ TEST_P(RealTraceTest, CairnCostsNoMoreThanTheBestBaselineAtLeastAsReliably) {
   }
   auto t = LoadTrace(path);
   ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->cloud, "aws") << "the shared traces are AWS's: their notice is 2 minutes";
   WorkloadOptions wl;
   wl.jobs = 60;
   TraceReport report;
