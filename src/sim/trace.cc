@@ -9,6 +9,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -40,26 +42,38 @@ int SpotTrace::Units(size_t k) const {
 
 namespace {
 
-InstanceType InstanceFromName(absl::string_view stem) {
-  // <zone>_<gpu>_<count>: v100_1 = p3.2xlarge, v100_8 = p3.16xlarge, k80_1 = p2.xlarge,
-  // k80_8 = p2.8xlarge. Prices: AWS on-demand list prices, us-east-1.
-  InstanceType t;
+// The instances cairn-sim knows, by the GPU and count a trace's file name gives
+// (<zone>_<gpu>_<count>). Prices: AWS on-demand list prices, us-east-1.
+struct CatalogueEntry {
+  const char* gpu;
+  int count;
+  InstanceType instance;
+};
+const CatalogueEntry kCatalogue[] = {
+    {"v100", 1, {"p3.2xlarge", "V100", 1, 3.06}},  {"v100", 4, {"p3.8xlarge", "V100", 4, 12.24}},
+    {"v100", 8, {"p3.16xlarge", "V100", 8, 24.48}}, {"k80", 1, {"p2.xlarge", "K80", 1, 0.90}},
+    {"k80", 8, {"p2.8xlarge", "K80", 8, 7.20}},     {"k80", 16, {"p2.16xlarge", "K80", 16, 14.40}},
+};
+
+// The instance a file name names; InvalidArgument naming the name and the catalogue otherwise
+// (a trace of another instance must not be simulated with a V100's shape and price).
+absl::StatusOr<InstanceType> InstanceFromName(const std::string& path, absl::string_view stem) {
   std::vector<std::string> parts = absl::StrSplit(stem, '_');
-  if (parts.size() < 3) return t;
-  std::string gpu = parts[1];
-  int count = std::atoi(parts[2].c_str());
-  if (gpu == "k80") {
-    t.gpu_type = "K80";
-    t.gpus = count == 8 ? 8 : 1;
-    t.name = count == 8 ? "p2.8xlarge" : "p2.xlarge";
-    t.on_demand_price = count == 8 ? 7.20 : 0.90;
-  } else {
-    t.gpu_type = "V100";
-    t.gpus = count == 8 ? 8 : 1;
-    t.name = count == 8 ? "p3.16xlarge" : "p3.2xlarge";
-    t.on_demand_price = count == 8 ? 24.48 : 3.06;
+  int count = 0;
+  if (parts.size() == 3 && absl::SimpleAtoi(parts[2], &count)) {
+    for (const CatalogueEntry& e : kCatalogue) {
+      if (parts[1] == e.gpu && count == e.count) return e.instance;
+    }
   }
-  return t;
+  std::vector<std::string> known;
+  for (const CatalogueEntry& e : kCatalogue) {
+    known.push_back(absl::StrCat(e.gpu, "_", e.count, " (", e.instance.name, ")"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "trace ", path, ": its name does not say an instance cairn-sim knows: expected ZONE_GPU_COUNT.json with "
+      "GPU_COUNT one of ", absl::StrJoin(known, ", "),
+      " — the instance's shape and on-demand price come from it; rename the file, or add the instance to the "
+      "catalogue (src/sim/trace.cc)"));
 }
 
 }  // namespace
@@ -91,7 +105,9 @@ absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading readin
   }
   std::string stem = std::filesystem::path(path).stem().string();
   t.zone = stem.substr(0, stem.find('_'));
-  t.instance = InstanceFromName(stem);
+  absl::StatusOr<InstanceType> instance = InstanceFromName(path, stem);
+  if (!instance.ok()) return instance.status();
+  t.instance = *instance;
   if (reading == TraceReading::kAuto) {
     reading = absl::StrContains(path, "preemption") ? TraceReading::kPreemptedFlag
                                                      : TraceReading::kCount;

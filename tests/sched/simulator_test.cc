@@ -141,6 +141,29 @@ TEST(TraceTest, ReadingFollowsTheFolder) {
   std::filesystem::remove_all(::testing::TempDir() + "/preemption");
 }
 
+// The instance comes from the file's name, through a catalogue: a name it does not know is refused
+// (a trace of another instance simulated with a V100's shape and price would be silently wrong).
+TEST(TraceTest, AnInstanceOutsideTheCatalogueIsRefusedByName) {
+  std::string dir = ::testing::TempDir() + "/aws-catalogue";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 1]})";
+    return path;
+  };
+  auto four = LoadTrace(write("us-east-1a_v100_4.json"));
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(four->instance.name, "p3.8xlarge");
+  EXPECT_EQ(four->instance.gpus, 4);
+  for (const char* name : {"us-east-1a_a100_1.json", "us-central1-a_c3-highcpu-88.json", "us-east-1a_v100_2.json"}) {
+    auto t = LoadTrace(write(name));
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(t.status().message().find(name), absl::string_view::npos) << t.status();
+    EXPECT_NE(t.status().message().find("v100_1 (p3.2xlarge)"), absl::string_view::npos) << t.status();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A trace's cloud comes from its folder (the public traces: aws-02-15-2023/...), and with it the
 // interruption notice the strategies get (AWS 2 minutes, GCP and Azure 30 s, each a flag); a
 // trace whose cloud nothing says is refused, naming what to pass, rather than given AWS's notice.
