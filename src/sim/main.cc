@@ -69,15 +69,18 @@ int main(int argc, char** argv) {
     }
     loaded.push_back(std::move(*t));
   }
+  for (const std::string& w : TraceWarnings(loaded)) std::fprintf(stderr, "cairn-sim: warning: %s\n", w.c_str());
   std::vector<TraceReport> reports;
   for (const SpotTrace& t : loaded) {
     TraceReport r;
     r.trace = &t;
     r.jobs = GenerateJobs(wl, t.duration_s(), t.instance.gpus);
-    r.spot_price = t.instance.on_demand_price * opt.spot_price_fraction;
     SimOptions for_trace = opt;
     for_trace.notice_s = *NoticeFor(t, notices);  // (checked at load)
     r.notice_s = for_trace.notice_s;
+    // A trace with prices: their mean is the spot price (their variation in time is not modelled).
+    if (!t.prices.empty()) for_trace.spot_price_fraction = t.MeanPrice() / t.instance.on_demand_price;
+    r.spot_price = t.instance.on_demand_price * for_trace.spot_price_fraction;
     for (Strategy s : *strategy_list) r.results.push_back(Simulate(t, r.jobs, s, for_trace));
     if (!json) std::printf("%s\n", FormatTable(r, command).c_str());
     reports.push_back(std::move(r));

@@ -16,11 +16,6 @@ const SimResult* Find(const TraceReport& r, absl::string_view name) {
   }
   return nullptr;
 }
-double SpotShare(const SpotTrace& t) {
-  size_t usable = 0;
-  for (size_t k = 0; k < t.values.size(); ++k) usable += t.Units(k) > 0;
-  return t.values.empty() ? 0 : static_cast<double>(usable) / t.values.size();
-}
 }  // namespace
 
 const SimResult* BestComparableBaseline(const TraceReport& r) {
@@ -42,10 +37,11 @@ std::string FormatTable(const TraceReport& r, const std::string& command) {
   std::string out = absl::StrFormat(
       "trace %s\n  %s zone %s, %s (%d x %s), %.1f days, one value per %.0f s, reading '%s', spot "
       "usable in %.1f%% of ticks, %.0f s of notice\n  %zu jobs (%zu batch, %d services); on-demand $%.2f/h, spot "
-      "$%.3f/h\n  reproduce: %s\n",
+      "$%.3f/h (%s)\n  reproduce: %s\n",
       t.path, t.cloud.empty() ? "?" : t.cloud, t.zone, t.instance.name, t.instance.gpus, t.instance.gpu_type,
-      t.duration_s() / 86400, t.gap_s, ReadingName(t.reading), 100 * SpotShare(t), r.notice_s, r.jobs.size(),
-      r.jobs.size() - services, services, t.instance.on_demand_price, r.spot_price, command);
+      t.duration_s() / 86400, t.gap_s, ReadingName(t.reading), 100 * t.SpotShare(), r.notice_s, r.jobs.size(),
+      r.jobs.size() - services, services, t.instance.on_demand_price, r.spot_price,
+      t.prices.empty() ? "a share of on-demand: --spot-price-fraction" : "the mean of the trace's prices", command);
   const SimResult* od = Find(r, "on-demand");
   absl::StrAppendFormat(&out, "  %-13s %11s %8s %10s %8s %8s %9s %9s %9s %9s %7s %6s %5s\n", "strategy",
                         "cost $", "vs OD", "deadlines", "svc SLA", "goodput", "lost h",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 namespace cairn::sim {
@@ -97,11 +99,23 @@ absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading readin
     }
     t.gap_s = j["metadata"]["gap_seconds"].get<double>();
     for (const auto& v : j["data"]) t.values.push_back(static_cast<int>(v.get<double>()));
+    if (j.contains("prices")) {
+      for (const auto& p : j["prices"]) t.prices.push_back(p.get<double>());
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": bad field: ", e.what()));
   }
   if (t.gap_s <= 0 || t.values.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": empty, or gap_seconds <= 0"));
+  }
+  if (!t.prices.empty() && t.prices.size() != t.values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": ", t.prices.size(), " prices for ",
+                                                   t.values.size(), " values: one price per tick"));
+  }
+  for (double p : t.prices) {
+    if (!std::isfinite(p) || p < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": a price of ", p, " $/h"));
+    }
   }
   std::string stem = std::filesystem::path(path).stem().string();
   t.zone = stem.substr(0, stem.find('_'));
@@ -117,6 +131,38 @@ absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading readin
   t.nominal_pool = absl::StrContains(path, "16-node") ? 16 : std::max(1, max_v);
   if (reading == TraceReading::kPreemptedFlag) t.nominal_pool = 1;
   return t;
+}
+
+double SpotTrace::SpotShare() const {
+  size_t usable = 0;
+  for (size_t k = 0; k < values.size(); ++k) usable += Units(k) > 0;
+  return values.empty() ? 0 : static_cast<double>(usable) / static_cast<double>(values.size());
+}
+
+double SpotTrace::MeanPrice() const {
+  double sum = 0;
+  for (double p : prices) sum += p;
+  return prices.empty() ? 0 : sum / static_cast<double>(prices.size());
+}
+
+std::vector<std::string> TraceWarnings(const std::vector<SpotTrace>& traces) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < traces.size(); ++i) {
+    const SpotTrace& t = traces[i];
+    if (t.SpotShare() < 0.01) {
+      out.push_back(absl::StrFormat(
+          "trace %s: spot usable in %.2f%% of ticks under the reading '%s': is that the right reading of its "
+          "values (--reading)?",
+          t.path, 100 * t.SpotShare(), ReadingName(t.reading)));
+    }
+    for (size_t k = 0; k < i; ++k) {
+      if (traces[k].values == t.values && traces[k].gap_s == t.gap_s) {
+        out.push_back(absl::StrCat("trace ", t.path, " holds the same data as ", traces[k].path,
+                                   ": the same capacity counted twice"));
+      }
+    }
+  }
+  return out;
 }
 
 std::string CloudOfPath(const std::string& path) {

@@ -38,13 +38,24 @@ struct SpotTrace {
   InstanceType instance;
   double gap_s = 300;
   std::vector<int> values;
+  // The spot price at each tick, $/h, when the file has a "prices" array (as long as "data");
+  // empty otherwise.
+  std::vector<double> prices;
   TraceReading reading = TraceReading::kCount;  // resolved, never kAuto.
   int nominal_pool = 1;  // instances the trace's value counts out of (16 for the 16-node set).
 
   double duration_s() const { return gap_s * static_cast<double>(values.size()); }
   // Spot units usable during tick k under the reading (0 after the end of the trace).
   int Units(size_t k) const;
+  // The share of ticks with spot usable.
+  double SpotShare() const;
+  // The mean of `prices` (0 when there are none).
+  double MeanPrice() const;
 };
+
+// What a set of loaded traces may be telling wrong, one line each: spot usable in under 1% of
+// ticks (a reading that does not fit the file?), and the same data loaded twice under two names.
+std::vector<std::string> TraceWarnings(const std::vector<SpotTrace>& traces);
 
 // Reads and validates a trace. Errors: NotFound/InvalidArgument naming the file and the fault.
 absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading reading = TraceReading::kAuto);

@@ -164,6 +164,38 @@ TEST(TraceTest, AnInstanceOutsideTheCatalogueIsRefusedByName) {
   std::filesystem::remove_all(dir);
 }
 
+// A trace may carry its spot prices (one per tick, validated); loading several, cairn-sim warns of a
+// trace whose spot is almost never usable under its reading and of the same data loaded twice.
+TEST(TraceTest, PricesAreReadAndSuspiciousTracesAreWarnedOf) {
+  std::string dir = ::testing::TempDir() + "/aws-prices";
+  std::filesystem::create_directories(dir);
+  std::string priced = dir + "/us-east-1a_v100_1.json";
+  std::ofstream(priced) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 1, 0], "prices": [0.9, 1.0, 1.1]})";
+  auto t = LoadTrace(priced);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_DOUBLE_EQ(t->MeanPrice(), 1.0);
+  std::string uneven = dir + "/us-east-1b_v100_1.json";
+  std::ofstream(uneven) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 1, 0], "prices": [0.9]})";
+  EXPECT_EQ(LoadTrace(uneven).status().code(), absl::StatusCode::kInvalidArgument);
+  std::string negative = dir + "/us-east-1c_v100_1.json";
+  std::ofstream(negative) << R"({"metadata": {"gap_seconds": 60}, "data": [1], "prices": [-1]})";
+  EXPECT_EQ(LoadTrace(negative).status().code(), absl::StatusCode::kInvalidArgument);
+
+  std::string copy = dir + "/us-east-1d_v100_1.json";
+  std::filesystem::copy_file(priced, copy);
+  std::string rare = dir + "/us-east-1e_v100_1.json";
+  std::ofstream(rare) << R"({"metadata": {"gap_seconds": 60}, "data": [)" << std::string(199 * 2, ' ') << "0"
+                      << [] { std::string z; for (int i = 0; i < 199; ++i) z += ",0"; return z; }() << ",1]}";
+  std::vector<SpotTrace> loaded;
+  for (const std::string& p : {priced, copy, rare}) loaded.push_back(*LoadTrace(p));
+  std::vector<std::string> w = TraceWarnings(loaded);
+  ASSERT_EQ(w.size(), 2u) << ::testing::PrintToString(w);
+  EXPECT_NE(w[0].find("same data as " + priced), std::string::npos) << w[0];
+  EXPECT_NE(w[1].find("spot usable in 0.50% of ticks"), std::string::npos) << w[1];
+  EXPECT_TRUE(TraceWarnings({loaded[0]}).empty());
+  std::filesystem::remove_all(dir);
+}
+
 // A trace's cloud comes from its folder (the public traces: aws-02-15-2023/...), and with it the
 // interruption notice the strategies get (AWS 2 minutes, GCP and Azure 30 s, each a flag); a
 // trace whose cloud nothing says is refused, naming what to pass, rather than given AWS's notice.
