@@ -128,6 +128,14 @@ absl::StatusOr<SpotTrace> LoadTrace(const std::string& path, TraceReading readin
   }
   t.reading = reading;
   int max_v = *std::max_element(t.values.begin(), t.values.end());
+  int min_v = *std::min_element(t.values.begin(), t.values.end());
+  // The reading is checked against the values: a flag is 0 or 1, a count is never negative.
+  if (min_v < 0) return absl::InvalidArgumentError(absl::StrCat("trace ", path, ": a negative value, ", min_v));
+  if (reading == TraceReading::kPreemptedFlag && max_v > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trace ", path, ": read as a 0/1 preempted flag, but it holds ", max_v,
+        ": its values look like counts of instances (--reading count)"));
+  }
   t.nominal_pool = absl::StrContains(path, "16-node") ? 16 : std::max(1, max_v);
   if (reading == TraceReading::kPreemptedFlag) t.nominal_pool = 1;
   return t;

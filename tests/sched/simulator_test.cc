@@ -138,6 +138,14 @@ TEST(TraceTest, ReadingFollowsTheFolder) {
   auto as_count = LoadTrace(path, TraceReading::kCount);
   ASSERT_TRUE(as_count.ok());
   EXPECT_EQ(as_count->Units(1), 1);
+  // A flag is 0 or 1: counts read as flags are refused, saying which reading they look like.
+  std::ofstream(path) << R"({"metadata": {"gap_seconds": 32}, "data": [0, 4, 16, 0]})";
+  auto counts = LoadTrace(path);
+  EXPECT_EQ(counts.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(counts.status().message().find("--reading count"), absl::string_view::npos) << counts.status();
+  EXPECT_TRUE(LoadTrace(path, TraceReading::kCount).ok());
+  std::ofstream(path) << R"({"metadata": {"gap_seconds": 32}, "data": [0, -1]})";
+  EXPECT_EQ(LoadTrace(path, TraceReading::kCount).status().code(), absl::StatusCode::kInvalidArgument);
   std::filesystem::remove_all(::testing::TempDir() + "/preemption");
 }
 
