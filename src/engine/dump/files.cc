@@ -926,7 +926,7 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
     fd.mutable_file()->set_size(static_cast<uint64_t>(st.st_size));
     fd.mutable_file()->set_mtime_ns(st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec);
     std::string path = info.target;
-    if (absl::StartsWith(path, "/proc/") && path.size() > 6 && absl::ascii_isdigit(path[6])) {
+    if (proc::ProcessEntryPath(path)) {
       fd = Describe(info, image::Fd::PROC_FILE);
       RETURN_IF_ERROR(CaptureProcFile(pids, pid, info, st, &fd));
       if (out != nullptr) *out->add_fds() = std::move(fd);

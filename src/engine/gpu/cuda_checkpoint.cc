@@ -2,14 +2,14 @@
 
 #include <dlfcn.h>
 
-#include <cstring>
-#include <filesystem>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/status.h"
+#include "engine/proc/fds.h"
 
 namespace cairn::gpu {
 namespace {
@@ -145,11 +145,10 @@ absl::StatusOr<std::unique_ptr<CudaCheckpointApi>> LoadDriverCheckpointApi(const
 }
 
 bool HoldsCudaState(pid_t pid) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"), ec)) {
-    std::error_code lec;
-    std::filesystem::path target = std::filesystem::read_symlink(e.path(), lec);
-    if (!lec && absl::StartsWith(target.string(), "/dev/nvidia")) return true;
+  absl::StatusOr<std::vector<std::pair<int, std::string>>> fds = proc::ListFdTargets(pid);
+  if (!fds.ok()) return false;  // gone
+  for (const auto& [fd, target] : *fds) {
+    if (absl::StartsWith(target, "/dev/nvidia")) return true;
   }
   absl::StatusOr<std::string> maps = ReadFile(absl::StrCat("/proc/", pid, "/maps"));
   return maps.ok() && absl::StrContains(*maps, " /dev/nvidia");

@@ -250,6 +250,10 @@ absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid
   return out;
 }
 
+bool ProcessEntryPath(absl::string_view path) {
+  return absl::ConsumePrefix(&path, "/proc/") && !path.empty() && absl::ascii_isdigit(path[0]);
+}
+
 std::optional<uint64_t> SocketInode(absl::string_view target) {
   uint64_t ino = 0;
   if (!absl::ConsumePrefix(&target, "socket:[") || !absl::ConsumeSuffix(&target, "]") ||

@@ -102,6 +102,10 @@ inline constexpr const char* kOwnNamespaces[] = {"net", "uts", "ipc", "mnt", "pi
 // /proc/PID/fd/N), which are descriptions of their own.
 std::optional<uint64_t> SocketInode(absl::string_view target);
 
+// Whether `path` is a file of a process's own /proc entry (/proc/PID/...): its process, not its
+// name, says which file it is (a PROC_FILE).
+bool ProcessEntryPath(absl::string_view path);
+
 // Every open descriptor of `pid`, ascending, with what /proc/PID/fd/N links to (no fdinfo).
 absl::StatusOr<std::vector<std::pair<int, std::string>>> ListFdTargets(pid_t pid);
 

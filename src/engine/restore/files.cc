@@ -30,7 +30,6 @@
 #include <mutex>
 #include <thread>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/numbers.h"
@@ -405,9 +404,9 @@ absl::StatusOr<UniqueFd> OpenDescription(const image::Fd& fd, pid_t pid, const M
     } else {
       // A file the kernel generates (/proc/sys/..., /proc/meminfo, /sys/...) is found by its name
       // alone; never one of a process's /proc entry (a PROC_FILE, which its process opens).
-      const std::string& p = fd.path();
-      bool of_a_process = absl::StartsWith(p, "/proc/") && p.size() > 6 && absl::ascii_isdigit(p[6]);
-      if (of_a_process || !KernelGeneratedFile(f.get())) RETURN_IF_ERROR(CheckSameFile(st, fd.file(), what));
+      if (proc::ProcessEntryPath(fd.path()) || !KernelGeneratedFile(f.get())) {
+        RETURN_IF_ERROR(CheckSameFile(st, fd.file(), what));
+      }
     }
   }
   if (fd.kind() == image::Fd::REGULAR && fd.pos() != 0 && ::lseek(f.get(), fd.pos(), SEEK_SET) != fd.pos()) {
