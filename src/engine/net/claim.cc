@@ -47,30 +47,6 @@ bool StillNamed(int dirfd, const std::string& name, int fd) {
          held.st_ino == named.st_ino && held.st_dev == named.st_dev;
 }
 
-std::string ClaimerOf(int fd);
-
-// The file for `table`, open and flocked with `op` (LOCK_SH or LOCK_EX, never waited for), and
-// still named so. Held by another: tried again every millisecond for `wait`, then Unavailable
-// naming the holder.
-absl::StatusOr<UniqueFd> OpenLocked(int dirfd, const std::string& dir, const std::string& table, int op,
-                                    absl::Duration wait) {
-  const absl::Time deadline = absl::Now() + wait;
-  for (;;) {
-    UniqueFd fd(::openat(dirfd, table.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!fd.valid()) return ErrnoStatus(absl::StrCat("open the network lock claim ", dir, "/", table));
-    int rc;
-    while ((rc = ::flock(fd.get(), op | LOCK_NB)) != 0 && errno == EINTR) {
-    }
-    if (rc == 0 && StillNamed(dirfd, table, fd.get())) return fd;
-    if (rc != 0 && errno != EWOULDBLOCK) return ErrnoStatus(absl::StrCat("flock the network lock claim ", dir, "/", table));
-    if (rc != 0 && absl::Now() >= deadline) {
-      return absl::UnavailableError(absl::StrCat("the network lock claim ", dir, "/", table, " is held by ",
-                                                 ClaimerOf(fd.get())));
-    }
-    if (rc != 0) absl::SleepFor(absl::Milliseconds(1));
-  }
-}
-
 // Who holds a flock on the file `fd`, as /proc/locks names it: "pid N (COMM)".
 std::string ClaimerOf(int fd) {
   const std::string unnamed = "a process /proc/locks does not name (it may have let go just now)";
@@ -90,6 +66,29 @@ std::string ClaimerOf(int fd) {
     return absl::StrCat("pid ", pid, " (", comm.ok() ? absl::StripTrailingAsciiWhitespace(*comm) : "gone", ")");
   }
   return unnamed;
+}
+
+// The file for `table`, open and flocked with `op` (LOCK_SH or LOCK_EX, never waited for), and
+// still named so. Held by another: tried again every millisecond for `wait`, then Unavailable,
+// with the holder named in *holder (read from /proc/locks once: each read costs the kernel an RCU
+// grace period).
+absl::StatusOr<UniqueFd> OpenLocked(int dirfd, const std::string& dir, const std::string& table, int op,
+                                    absl::Duration wait, std::string* holder) {
+  const absl::Time deadline = absl::Now() + wait;
+  for (;;) {
+    UniqueFd fd(::openat(dirfd, table.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.valid()) return ErrnoStatus(absl::StrCat("open the network lock claim ", dir, "/", table));
+    int rc;
+    while ((rc = ::flock(fd.get(), op | LOCK_NB)) != 0 && errno == EINTR) {
+    }
+    if (rc == 0 && StillNamed(dirfd, table, fd.get())) return fd;
+    if (rc != 0 && errno != EWOULDBLOCK) return ErrnoStatus(absl::StrCat("flock the network lock claim ", dir, "/", table));
+    if (rc != 0 && absl::Now() >= deadline) {
+      *holder = ClaimerOf(fd.get());
+      return absl::UnavailableError(absl::StrCat("the network lock claim ", dir, "/", table, " is held by ", *holder));
+    }
+    if (rc != 0) absl::SleepFor(absl::Milliseconds(1));
+  }
 }
 
 }  // namespace
@@ -118,7 +117,8 @@ const std::string& LockClaim::table() const {
 absl::StatusOr<LockClaim> LockClaim::Take(const std::string& table, const std::string& dir, absl::Duration wait) {
   RETURN_IF_ERROR(CheckTableName(table));
   ASSIGN_OR_RETURN(UniqueFd dirfd, OpenClaimDir(dir));
-  absl::StatusOr<UniqueFd> fd = OpenLocked(dirfd.get(), dir, table, LOCK_SH, wait);
+  std::string holder;
+  absl::StatusOr<UniqueFd> fd = OpenLocked(dirfd.get(), dir, table, LOCK_SH, wait, &holder);
   if (absl::IsUnavailable(fd.status())) {
     return absl::UnavailableError(absl::StrCat("claim the network lock ", table, ": ", fd.status().message(),
                                                " (a `cairn check --fix` removing it) for more than ",
@@ -139,11 +139,9 @@ absl::StatusOr<std::string> RemoveUnclaimed(const std::string& table, const std:
                                             const std::string& dir) {
   RETURN_IF_ERROR(CheckTableName(table));
   ASSIGN_OR_RETURN(UniqueFd dirfd, OpenClaimDir(dir));
-  absl::StatusOr<UniqueFd> fd = OpenLocked(dirfd.get(), dir, table, LOCK_EX, absl::ZeroDuration());
-  if (absl::IsUnavailable(fd.status())) {
-    UniqueFd look(::openat(dirfd.get(), table.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    return look.valid() ? ClaimerOf(look.get()) : "a process that has just let go of it";
-  }
+  std::string holder;
+  absl::StatusOr<UniqueFd> fd = OpenLocked(dirfd.get(), dir, table, LOCK_EX, absl::ZeroDuration(), &holder);
+  if (absl::IsUnavailable(fd.status())) return holder;
   if (!fd.ok()) return fd.status();
   // Held exclusively: a claim made from now on waits until the table and its file are gone.
   absl::Status removed = remove();
