@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -150,12 +151,18 @@ void Daemon::SetOwner(const std::string& name, UniqueFd pidfd, const api::Owner*
     std::lock_guard<std::mutex> l(mu_);
     if (auto it = jobs_.find(name); it != jobs_.end()) {
       JobState& s = it->second;
-      if (owner != nullptr && pidfd.valid()) {
-        *s.job.mutable_owner() = *owner;
-      } else {
-        s.job.clear_owner();
+      const bool owned = owner != nullptr && pidfd.valid();
+      const bool same = owned ? s.job.has_owner() && s.job.owner().pid() == owner->pid() &&
+                                    s.job.owner().start_time() == owner->start_time()
+                              : !s.job.has_owner();
+      if (!same) {  // (a run or restore without an owner, the common case, writes nothing more)
+        if (owned) {
+          *s.job.mutable_owner() = *owner;
+        } else {
+          s.job.clear_owner();
+        }
+        if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} owner not saved: {}", name, st.ToString());
       }
-      if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} owner not saved: {}", name, st.ToString());
     }
   }
   if (pidfd.valid()) {
@@ -282,18 +289,7 @@ absl::Status Daemon::Recover() {
     if (absl::Status st = BringAddresses(name, s.job.spec()); !st.ok()) {
       CAIRN_LOG_WARN("job={} runs without its addresses: {}", name, st.ToString());
     }
-    if (s.job.has_owner()) {
-      // Its owner is watched again; one gone while the daemon was down ends it now.
-      absl::StatusOr<UniqueFd> owner = OwnerWatch::Open(s.job.owner().pid(), s.job.owner().start_time());
-      if (owner.ok()) {
-        owners_->Watch(name, std::move(*owner));
-      } else if (absl::IsFailedPrecondition(owner.status())) {
-        owners_->Lost(name);  // its call waits for mu_: after this recovery
-      } else {
-        CAIRN_LOG_WARN("job={} its owner cannot be watched again (it runs on unwatched): {}", name,
-                       owner.status().ToString());
-      }
-    }
+    if (s.job.has_owner()) WatchOwnerAgain(name, s.job.owner());  // one gone while the daemon was down ends it
     if (!s.job.network_hold().empty() && s.job.spec().group().empty()) {
       absl::Status lifted = net::RemoveNetworkLock(s.job.network_hold());
       if (!lifted.ok()) CAIRN_LOG_WARN("job={} network lock not lifted: {}", name, lifted.ToString());
@@ -558,8 +554,7 @@ void Daemon::ReapLocked(JobState& s) {
   if (!s.job.network_hold().empty()) {
     // Restored with its network held (a group's rank) and gone before it was let go: no lock
     // outlives the job's connections.
-    absl::Status removed = net::RemoveNetworkLock(s.job.network_hold());
-    if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock not removed: {}", s.job.name(), removed.ToString());
+    RemoveJobNetworkLock(s.job.name(), s.job.network_hold());
     s.job.clear_network_hold();
   }
   DropAddresses(s.job.name(), s.job.spec(), absl::StrCat("the job ", s.job.state(), " here"));
@@ -697,8 +692,7 @@ absl::Status Daemon::DeleteJob(const std::string& name, bool keep_stored, bool p
   if (!keep_stored && !kept_lock.empty()) {
     // No checkpoint of it is left to bring its connections back: their peers see them reset.
     // (Kept stored, a restore may come here under a new record: the lock waits for it, unclaimed.)
-    absl::Status removed = net::RemoveNetworkLock(kept_lock);
-    if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, kept_lock, removed.ToString());
+    RemoveJobNetworkLock(name, kept_lock);
   }
   std::error_code ec;
   fs::remove_all(CheckpointDir(name), ec);
@@ -908,8 +902,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     (void)DropCheckpointFiles(c, /*from_store=*/false);  // a failed Put has cleaned the store itself
     if (!kept_lock.empty()) {
       // No checkpoint is left to bring the connections back: their peers see them reset.
-      absl::Status removed = net::RemoveNetworkLock(kept_lock);
-      if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, kept_lock, removed.ToString());
+      RemoveJobNetworkLock(name, kept_lock);
       kept_lock.clear();
     }
     c.set_state("failed");
@@ -979,12 +972,29 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   return c;
 }
 
+void Daemon::RemoveJobNetworkLock(const std::string& job, const std::string& table) {
+  absl::Status removed = net::RemoveNetworkLock(table);
+  if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", job, table, removed.ToString());
+}
+
+void Daemon::WatchOwnerAgain(const std::string& name, const api::Owner& owner) {
+  absl::StatusOr<UniqueFd> pidfd = OwnerWatch::Open(owner.pid(), owner.start_time());
+  if (pidfd.ok()) {
+    owners_->Watch(name, std::move(*pidfd));
+  } else if (absl::IsFailedPrecondition(pidfd.status())) {
+    owners_->Lost(name);  // (its call waits for mu_)
+  } else {
+    CAIRN_LOG_WARN("job={} its owner cannot be watched again (it runs on unwatched): {}", name,
+                   pidfd.status().ToString());
+  }
+}
+
 void Daemon::ClaimNetwork(JobState& s) {
   auto keep_in_step = [&](const std::string& table, net::LockClaim& claim) {
     if (claim.held() && claim.table() == table) return;
-    // The new claim first, then the old one goes: never a moment without one on a lock still named.
-    net::LockClaim old = std::move(claim);
-    claim = net::LockClaim();
+    // The new claim is taken before the old one goes (at the end of this call): never a moment
+    // without one on a lock still named.
+    net::LockClaim old = std::exchange(claim, net::LockClaim());
     if (table.empty()) return;
     absl::StatusOr<net::LockClaim> taken = net::LockClaim::Take(table);
     if (!taken.ok()) {
@@ -1151,10 +1161,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     if (absl::Status st = Persist(s); !st.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, st.ToString());
     *resp.mutable_job() = s.job;
   }
-  if (!stale_lock.empty()) {
-    absl::Status removed = net::RemoveNetworkLock(stale_lock);
-    if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, stale_lock, removed.ToString());
-  }
+  if (!stale_lock.empty()) RemoveJobNetworkLock(name, stale_lock);
   // Keep `cairn dump --job` working on the restored job.
   if (auto rec = job::Load(EngineName(name)); rec.ok()) {
     rec->host_pid = r->pid;

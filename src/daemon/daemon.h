@@ -246,6 +246,12 @@ class Daemon {
   // Claims the network locks `s`'s record names and lets go of those it no longer names. Waits
   // at most a few seconds for a `cairn check --fix` removing one (then warns: unclaimed).
   static void ClaimNetwork(JobState& s);
+  // Deletes network lock `table` of job `job` (its connections' peers then see them reset, or
+  // they flow); a failure is logged (`cairn check --fix` removes what is left).
+  static void RemoveJobNetworkLock(const std::string& job, const std::string& table);
+  // Watches job `name`'s recorded owner again (a restart, a migration settled here): one gone
+  // meanwhile ends the job; one that cannot be watched for another reason is logged.
+  void WatchOwnerAgain(const std::string& name, const api::Owner& owner);
 
   // A group checkpoint's rank (group.cc): the group checkpoint's id, and its coordinator's
   // say, asked while the rank stands frozen with its state captured (with kill: its checkpoint

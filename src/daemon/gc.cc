@@ -21,7 +21,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
-#include "engine/net/netlock.h"
 #include "daemon/cgroup.h"
 #include "daemon/daemon.h"
 
@@ -180,10 +179,7 @@ absl::StatusOr<api::Job> Daemon::CancelJob(const std::string& name) {
     // Its checkpoints go: no restore will bring its connections back, so their lock goes too
     // (their peers see them reset).
     if (!s.job.network_lock_kept().empty()) {
-      absl::Status removed = net::RemoveNetworkLock(s.job.network_lock_kept());
-      if (!removed.ok()) {
-        CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, s.job.network_lock_kept(), removed.ToString());
-      }
+      RemoveJobNetworkLock(name, s.job.network_lock_kept());
       s.job.clear_network_lock_kept();
     }
     if (absl::Status st = Persist(s); !st.ok()) return st;

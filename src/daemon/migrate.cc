@@ -839,14 +839,7 @@ void Daemon::SettleLocked(const std::string& name, JobState& s, bool committed, 
     if (alive) {
       s.job.set_state("running");
       // It runs on here: its owner is watched again (a restart in doubt did not: it was not running).
-      if (s.job.has_owner()) {
-        absl::StatusOr<UniqueFd> owner = OwnerWatch::Open(s.job.owner().pid(), s.job.owner().start_time());
-        if (owner.ok()) {
-          owners_->Watch(name, std::move(*owner));
-        } else if (absl::IsFailedPrecondition(owner.status())) {
-          owners_->Lost(name);  // its call waits for mu_
-        }
-      }
+      if (s.job.has_owner()) WatchOwnerAgain(name, s.job.owner());
     } else {
       KillCgroup(cgroup);
       s.job.set_state("exited");
@@ -924,10 +917,7 @@ void Daemon::RecoverArrivals() {
       }
       absl::Status st = net::RemoveServiceAddresses(addresses);
       if (!st.ok()) CAIRN_LOG_WARN("job={} addresses of an uncommitted migration not all removed: {}", name, st.ToString());
-      for (const std::string& lock : locks) {
-        absl::Status removed = net::RemoveNetworkLock(lock);
-        if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", name, lock, removed.ToString());
-      }
+      for (const std::string& lock : locks) RemoveJobNetworkLock(name, lock);
       CAIRN_LOG_INFO("event=stray_arrival job={} addresses=\"{}\": put here with its network lock for a migration "
                      "the restart found uncommitted; taken off",
                      name, absl::StrJoin(addresses, ", "));
@@ -958,10 +948,7 @@ void Daemon::AbandonReceived(Received& in, const absl::Status& why) {
   }
   if (in.arrival) {
     DropAddresses(in.name, in.begin.spec(), "the migration to here did not commit");
-    if (!in.early_lock.empty()) {
-      absl::Status removed = net::RemoveNetworkLock(in.early_lock);
-      if (!removed.ok()) CAIRN_LOG_WARN("job={} network lock {} not removed: {}", in.name, in.early_lock, removed.ToString());
-    }
+    if (!in.early_lock.empty()) RemoveJobNetworkLock(in.name, in.early_lock);
     ::unlink(ArrivalPath(in.name).c_str());
   }
   in.files.clear();
