@@ -5,7 +5,6 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/cpu_levels.h"
@@ -64,7 +63,16 @@ std::string AddressRejection(const Job& job, const Node& n) {
   return "";
 }
 
-std::string FitRejection(const Resources& req, const Resources& free);
+// The first part of `req` that `have` lacks ("needs 4 GPU, 1 free"; `of_have` names what `have`
+// is: "free", "in all"); empty when it fits.
+std::string FitRejection(const Resources& req, const Resources& have, absl::string_view of_have = "free") {
+  if (req.gpus > have.gpus) return absl::StrCat("needs ", req.gpus, " GPU, ", have.gpus, " ", of_have);
+  if (req.memory_mb > have.memory_mb) {
+    return absl::StrCat("needs ", req.memory_mb, " MB, ", have.memory_mb, " ", of_have);
+  }
+  if (req.cpus > have.cpus + 1e-9) return absl::StrFormat("needs %.1f CPUs, %.1f %s", req.cpus, have.cpus, of_have);
+  return "";
+}
 
 // Why a node of this kind can never take the job, regardless of its free resources; empty if
 // it can.
@@ -82,25 +90,13 @@ std::string PoolRejection(const Node& n, const PlacementRequest& r) {
     if (it == n.spec.labels.end() || it->second != v) return absl::StrCat("label ", k, "!=", v);
   }
   if (!js.request.FitsIn(n.spec.capacity)) {
-    // Never, however empty: say which part (FitRejection's words, against the whole node).
-    std::string which = FitRejection(js.request, n.spec.capacity);
-    return absl::StrCat("larger than the node: ", absl::StrReplaceAll(which, {{" free", " in all"}}));
+    return absl::StrCat("larger than the node: ", FitRejection(js.request, n.spec.capacity, "in all"));
   }
   if (std::string why = CpuRejection(*r.job, n); !why.empty()) return why;
   if (std::string why = AddressRejection(*r.job, n); !why.empty()) return why;
   return "";
 }
 
-std::string FitRejection(const Resources& req, const Resources& free) {
-  if (req.gpus > free.gpus) return absl::StrCat("needs ", req.gpus, " GPU, ", free.gpus, " free");
-  if (req.memory_mb > free.memory_mb) {
-    return absl::StrCat("needs ", req.memory_mb, " MB, ", free.memory_mb, " free");
-  }
-  if (req.cpus > free.cpus + 1e-9) {
-    return absl::StrFormat("needs %.1f CPUs, %.1f free", req.cpus, free.cpus);
-  }
-  return "";
-}
 
 bool Better(const CandidateScore& a, uint64_t a_order, const CandidateScore& b, uint64_t b_order) {
   if (a.total != b.total) return a.total < b.total;

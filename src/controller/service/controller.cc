@@ -1250,6 +1250,12 @@ absl::Status Controller::SubmitJob(const api::SubmitJobRequest& req, api::Submit
   return absl::OkStatus();
 }
 
+namespace {
+bool WaitsForNode(const Job& job) {
+  return job.node_id.empty() && (job.state == JobState::kPending || job.state == JobState::kSuspended);
+}
+}  // namespace
+
 std::string Controller::WhyWaiting(const Job& job) const {
   Placer placer(*cluster_);
   PlacementRequest pr;
@@ -1266,7 +1272,7 @@ std::string Controller::WhyWaiting(const Job& job) const {
   return why;
 }
 
-api::JobStatus Controller::JobStatusLocked(const Job& job, bool why_waiting) const {
+api::JobStatus Controller::JobStatusLocked(const Job& job, bool explain_wait) const {
   api::JobStatus s;
   auto given = specs_.find(job.spec.id);
   *s.mutable_spec() = given != specs_.end() ? given->second : ToApi(job.spec);
@@ -1278,8 +1284,10 @@ api::JobStatus Controller::JobStatusLocked(const Job& job, bool why_waiting) con
   s.set_state(state);
   s.set_node_id(job.node_id);
   s.set_submit_time(job.spec.submit_time);
-  if (why_waiting && job.node_id.empty() && (job.state == JobState::kPending || job.state == JobState::kSuspended)) {
-    s.set_waiting(WhyWaiting(job));
+  if (WaitsForNode(job)) {
+    s.set_waiting(explain_wait ? WhyWaiting(job)
+                               : absl::StrCat("not worked out here (too many jobs wait): cairn job explain ",
+                                              job.spec.id, " says why"));
   }
   if (auto it = pending_action_.find(job.spec.id); it != pending_action_.end()) {
     s.set_pending_action(it->second);
@@ -1319,14 +1327,7 @@ absl::Status Controller::ClusterStatus(api::ClusterStatusResponse* resp) {
   int explained = 0;
   for (const std::string& id : cluster_->SortedJobIds()) {
     const Job& job = *cluster_->FindJob(id);
-    bool waits = job.node_id.empty() && (job.state == JobState::kPending || job.state == JobState::kSuspended);
-    if (waits && ++explained > kExplained) {
-      api::JobStatus s = JobStatusLocked(job, /*why_waiting=*/false);
-      s.set_waiting(absl::StrCat("more than ", kExplained, " jobs wait: cairn job explain ", id, " says why"));
-      *resp->add_jobs() = std::move(s);
-      continue;
-    }
-    *resp->add_jobs() = JobStatusLocked(job);
+    *resp->add_jobs() = JobStatusLocked(job, !WaitsForNode(job) || ++explained <= kExplained);
   }
   return absl::OkStatus();
 }

@@ -193,8 +193,9 @@ class Controller {
   // Deletes the oldest events beyond options_.keep_events (a few per call, so the log shrinks
   // at the pace it grows without one long pause).
   absl::Status PruneEventsLocked();
-  // `why_waiting`: explain why a job that waits for a node cannot be placed (WhyWaiting).
-  api::JobStatus JobStatusLocked(const Job& job, bool why_waiting = true) const;
+  // `explain_wait`: for a job that waits for a node, work out why it cannot be placed
+  // (WhyWaiting; else the status says to ask `cairn job explain`).
+  api::JobStatus JobStatusLocked(const Job& job, bool explain_wait = true) const;
   // Why `job`, which waits for a node, cannot be placed now ("" when a node could take it).
   // REQUIRES: mu_ held.
   std::string WhyWaiting(const Job& job) const;
