@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
 
   std::vector<SpotTrace> loaded;
+  std::vector<double> notice_of;  // each trace's interruption notice (its cloud's)
   for (const std::string& path : traces) {
     auto t = LoadTrace(path, *read);
     if (!t.ok()) {
@@ -63,21 +64,23 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (t->cloud.empty()) t->cloud = cloud;
-    if (absl::StatusOr<double> notice = NoticeFor(*t, notices); !notice.ok()) {
+    absl::StatusOr<double> notice = NoticeFor(*t, notices);
+    if (!notice.ok()) {
       std::fprintf(stderr, "cairn-sim: %s\n", std::string(notice.status().message()).c_str());
       return 1;
     }
     loaded.push_back(std::move(*t));
+    notice_of.push_back(*notice);
   }
   for (const std::string& w : TraceWarnings(loaded)) std::fprintf(stderr, "cairn-sim: warning: %s\n", w.c_str());
   std::vector<TraceReport> reports;
-  for (const SpotTrace& t : loaded) {
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    const SpotTrace& t = loaded[i];
     TraceReport r;
     r.trace = &t;
     r.jobs = GenerateJobs(wl, t.duration_s(), t.instance.gpus);
     SimOptions for_trace = opt;
-    for_trace.notice_s = *NoticeFor(t, notices);  // (checked at load)
-    r.notice_s = for_trace.notice_s;
+    for_trace.notice_s = r.notice_s = notice_of[i];
     // A trace with prices: their mean is the spot price (their variation in time is not modelled).
     if (!t.prices.empty()) for_trace.spot_price_fraction = t.MeanPrice() / t.instance.on_demand_price;
     r.spot_price = t.instance.on_demand_price * for_trace.spot_price_fraction;

@@ -10,10 +10,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace cairn::sim {
@@ -157,11 +157,11 @@ std::vector<std::string> TraceWarnings(const std::vector<SpotTrace>& traces) {
   std::vector<std::string> out;
   for (size_t i = 0; i < traces.size(); ++i) {
     const SpotTrace& t = traces[i];
-    if (t.SpotShare() < 0.01) {
+    if (double share = t.SpotShare(); share < 0.01) {
       out.push_back(absl::StrFormat(
           "trace %s: spot usable in %.2f%% of ticks under the reading '%s': is that the right reading of its "
           "values (--reading)?",
-          t.path, 100 * t.SpotShare(), ReadingName(t.reading)));
+          t.path, 100 * share, ReadingName(t.reading)));
     }
     for (size_t k = 0; k < i; ++k) {
       if (traces[k].values == t.values && traces[k].gap_s == t.gap_s) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "sim/report.h"
 #include "sim/trace.h"
@@ -123,6 +124,19 @@ TEST(TraceTest, LoadErrorsNameTheFile) {
   std::remove(path.c_str());
 }
 
+// Writes DIR/NAME (DIR made) as a trace of `values`, one every `gap` s, with `more` added to
+// its JSON object (`"prices": [...]`); returns its path.
+std::string WriteTrace(const std::string& dir, const std::string& name, const std::vector<int>& values,
+                       double gap = 60, const std::string& more = "") {
+  std::filesystem::create_directories(dir);
+  std::string data;
+  for (int v : values) data += (data.empty() ? "" : ", ") + std::to_string(v);
+  std::string path = dir + "/" + name;
+  std::ofstream(path) << R"({"metadata": {"gap_seconds": )" << gap << R"(}, "data": [)" << data << "]"
+                      << (more.empty() ? "" : ", " + more) << "}";
+  return path;
+}
+
 TEST(TraceTest, ReadingFollowsTheFolder) {
   std::string dir = ::testing::TempDir() + "/preemption/1-node";
   std::filesystem::create_directories(dir);
@@ -139,12 +153,12 @@ TEST(TraceTest, ReadingFollowsTheFolder) {
   ASSERT_TRUE(as_count.ok());
   EXPECT_EQ(as_count->Units(1), 1);
   // A flag is 0 or 1: counts read as flags are refused, saying which reading they look like.
-  std::ofstream(path) << R"({"metadata": {"gap_seconds": 32}, "data": [0, 4, 16, 0]})";
+  WriteTrace(dir, "us-east-1c_v100_1.json", {0, 4, 16, 0}, 32);
   auto counts = LoadTrace(path);
   EXPECT_EQ(counts.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(counts.status().message().find("--reading count"), absl::string_view::npos) << counts.status();
   EXPECT_TRUE(LoadTrace(path, TraceReading::kCount).ok());
-  std::ofstream(path) << R"({"metadata": {"gap_seconds": 32}, "data": [0, -1]})";
+  WriteTrace(dir, "us-east-1c_v100_1.json", {0, -1}, 32);
   EXPECT_EQ(LoadTrace(path, TraceReading::kCount).status().code(), absl::StatusCode::kInvalidArgument);
   std::filesystem::remove_all(::testing::TempDir() + "/preemption");
 }
@@ -153,18 +167,12 @@ TEST(TraceTest, ReadingFollowsTheFolder) {
 // (a trace of another instance simulated with a V100's shape and price would be silently wrong).
 TEST(TraceTest, AnInstanceOutsideTheCatalogueIsRefusedByName) {
   std::string dir = ::testing::TempDir() + "/aws-catalogue";
-  std::filesystem::create_directories(dir);
-  auto write = [&](const std::string& name) {
-    std::string path = dir + "/" + name;
-    std::ofstream(path) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 1]})";
-    return path;
-  };
-  auto four = LoadTrace(write("us-east-1a_v100_4.json"));
+  auto four = LoadTrace(WriteTrace(dir, "us-east-1a_v100_4.json", {1, 1}));
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_EQ(four->instance.name, "p3.8xlarge");
   EXPECT_EQ(four->instance.gpus, 4);
   for (const char* name : {"us-east-1a_a100_1.json", "us-central1-a_c3-highcpu-88.json", "us-east-1a_v100_2.json"}) {
-    auto t = LoadTrace(write(name));
+    auto t = LoadTrace(WriteTrace(dir, name, {1, 1}));
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << name;
     EXPECT_NE(t.status().message().find(name), absl::string_view::npos) << t.status();
     EXPECT_NE(t.status().message().find("v100_1 (p3.2xlarge)"), absl::string_view::npos) << t.status();
@@ -176,24 +184,20 @@ TEST(TraceTest, AnInstanceOutsideTheCatalogueIsRefusedByName) {
 // trace whose spot is almost never usable under its reading and of the same data loaded twice.
 TEST(TraceTest, PricesAreReadAndSuspiciousTracesAreWarnedOf) {
   std::string dir = ::testing::TempDir() + "/aws-prices";
-  std::filesystem::create_directories(dir);
-  std::string priced = dir + "/us-east-1a_v100_1.json";
-  std::ofstream(priced) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 1, 0], "prices": [0.9, 1.0, 1.1]})";
+  std::string priced = WriteTrace(dir, "us-east-1a_v100_1.json", {1, 1, 0}, 60, R"("prices": [0.9, 1.0, 1.1])");
   auto t = LoadTrace(priced);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_DOUBLE_EQ(t->MeanPrice(), 1.0);
-  std::string uneven = dir + "/us-east-1b_v100_1.json";
-  std::ofstream(uneven) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 1, 0], "prices": [0.9]})";
+  std::string uneven = WriteTrace(dir, "us-east-1b_v100_1.json", {1, 1, 0}, 60, R"("prices": [0.9])");
   EXPECT_EQ(LoadTrace(uneven).status().code(), absl::StatusCode::kInvalidArgument);
-  std::string negative = dir + "/us-east-1c_v100_1.json";
-  std::ofstream(negative) << R"({"metadata": {"gap_seconds": 60}, "data": [1], "prices": [-1]})";
+  std::string negative = WriteTrace(dir, "us-east-1c_v100_1.json", {1}, 60, R"("prices": [-1])");
   EXPECT_EQ(LoadTrace(negative).status().code(), absl::StatusCode::kInvalidArgument);
 
   std::string copy = dir + "/us-east-1d_v100_1.json";
   std::filesystem::copy_file(priced, copy);
-  std::string rare = dir + "/us-east-1e_v100_1.json";
-  std::ofstream(rare) << R"({"metadata": {"gap_seconds": 60}, "data": [)" << std::string(199 * 2, ' ') << "0"
-                      << [] { std::string z; for (int i = 0; i < 199; ++i) z += ",0"; return z; }() << ",1]}";
+  std::vector<int> once_in_201(200, 0);
+  once_in_201.push_back(1);
+  std::string rare = WriteTrace(dir, "us-east-1e_v100_1.json", once_in_201);
   std::vector<SpotTrace> loaded;
   for (const std::string& p : {priced, copy, rare}) loaded.push_back(*LoadTrace(p));
   std::vector<std::string> w = TraceWarnings(loaded);
@@ -226,10 +230,7 @@ TEST(TraceTest, TheCloudAndItsNoticeFollowTheFolder) {
   EXPECT_NE(unknown.status().message().find("--cloud"), absl::string_view::npos) << unknown.status();
 
   std::string dir = ::testing::TempDir() + "/gcp-12-01-2026";
-  std::filesystem::create_directories(dir);
-  std::string path = dir + "/us-central1-a_v100_1.json";
-  std::ofstream(path) << R"({"metadata": {"gap_seconds": 60}, "data": [1, 0, 1]})";
-  auto loaded = LoadTrace(path);
+  auto loaded = LoadTrace(WriteTrace(dir, "us-central1-a_v100_1.json", {1, 0, 1}));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->cloud, "gcp");
   std::filesystem::remove_all(dir);
