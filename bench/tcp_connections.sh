@@ -9,7 +9,9 @@
 #
 #   sudo bash bench/tcp_connections.sh [CONNS]     (default: 1000)
 #   BUILD=build selects the build directory (default build-bench, made Release if missing);
-#   BUSY=N runs N busy loops beside it the whole time (a loaded machine).
+#   BUSY=N runs N busy loops beside it the whole time (a loaded machine);
+#   STAGES=1 runs the dumps with -vv and prints each one's stages and their ms on stderr (where
+#   the time goes; the debug log costs a little itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -77,8 +79,16 @@ for rep in $(seq "$reps"); do
     holder=$!
     until [[ -f $work/ready ]]; do sleep 0.05; done
     t0=$(now)
-    summary=$("$build/cairn" dump --pid "$server" --dir "$work/ckpt" --tcp-established)
+    if [[ ${STAGES:-0} == 1 ]]; then
+      summary=$("$build/cairn" -vv dump --pid "$server" --dir "$work/ckpt" --tcp-established 2>"$work/dump.err")
+    else
+      summary=$("$build/cairn" dump --pid "$server" --dir "$work/ckpt" --tcp-established)
+    fi
     t1=$(now)
+    if [[ ${STAGES:-0} == 1 ]]; then
+      echo "dump stages, $n connections (ms): $(sed -n 's/.*event=dump_stage pid=[0-9]* stage=\([a-z_]*\) ms=\([0-9.]*\).*/\1 \2/p' \
+        "$work/dump.err" | tr '\n' ' ')" >&2
+    fi
     while kill -0 "$server" 2>/dev/null; do sleep 0.01; done
     t2=$(now)
     out=$("$build/cairn" restore --detach --dir "$work/ckpt")
