@@ -40,6 +40,7 @@
 #include "engine/check/check.h"
 #include "engine/net/claim.h"
 #include "engine/net/netlock.h"
+#include "engine/dump/devices.h"
 #include "engine/dump/dump.h"
 #include "engine/dump/guardian.h"
 #include "engine/image/chain.h"
@@ -104,8 +105,9 @@ absl::StatusOr<std::optional<image::ImageKey>> KeyFor(const std::string& path, b
 int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_close, bool tcp_established,
             const std::string& job_name,
             const std::string& parent, bool track, bool pre_copy, int max_rounds, int precopy_rate_mib, const std::string& compress,
-            const std::string& image_key, const std::vector<std::string>& external_mounts) {
+            const std::string& image_key, const std::vector<std::string>& external_mounts, unsigned gpu_lock_timeout_ms) {
   dump::DumpOptions opts;
+  opts.gpu_lock_timeout_ms = gpu_lock_timeout_ms;
   for (const std::string& e : external_mounts) {
     std::pair<std::string, std::string> kv = absl::StrSplit(e, absl::MaxSplits('=', 1));
     opts.container.external_mounts[kv.first] = kv.second.empty() ? kv.first : kv.second;
@@ -168,6 +170,11 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
               pid, dir.c_str(), r->processes, r->processes == 1 ? "" : "es", r->threads, r->areas, static_cast<unsigned long long>(r->pages),
               HumanBytes(static_cast<double>(r->bytes)).c_str(), r->total_seconds, r->frozen_seconds,
               leave_running ? "left running" : "killed");
+  if (!r->gpu_processes.empty()) {
+    std::printf("GPU: the device state of pid %s was saved through the NVIDIA driver (%s)\n",
+                absl::StrJoin(r->gpu_processes, ", ").c_str(),
+                leave_running ? "put back onto its GPUs after the dump" : "restored onto a GPU by cairn restore");
+  }
   if (r->precopy_rounds > 0) {
     std::printf("pre-copy: %d round%s copied %s while the process ran; downtime %.3f s (frozen to copy the rest), "
                 "plus %.3f s to start tracking writes; total %.3f s\n",
@@ -626,6 +633,10 @@ int main(int argc, char** argv) {
   std::string compress;
   dump->add_option("--compress", compress, "Compress page blocks: lz4, zstd or zstd:LEVEL (1-19), on every core");
   dump->add_flag("--track", track, "With --leave-running: track writes from now on, for a later dump --parent");
+  unsigned gpu_lock_timeout_ms = 10000;
+  dump->add_option("--gpu-lock-timeout", gpu_lock_timeout_ms,
+                   "Processes holding CUDA state: how long the GPU driver may wait, in ms, for the work they submitted "
+                   "before it locks them for the checkpoint (default 10000; 0: no limit)");
   std::string image_key;
   bool trust_unsigned = false;
   const char* key_help = "Image key file that seals checkpoints and checks their seals (default: $CAIRN_STATE_DIR/image.key "
@@ -665,6 +676,14 @@ int main(int argc, char** argv) {
                       "no capabilities unless root); otherwise refuse, restoring nothing");
 
   cairn::lazy::HandlerOptions lazy_opts;
+  // A dump's guardian execs this when the GPU driver's side of the dump is left to undo
+  // (engine/dump/guardian.h, point 11).
+  std::string put_back_journal;
+  int put_back_fd = -1;
+  auto* gpu_put_back = app.add_subcommand("gpu-put-back", "Puts a killed dump's GPU processes back (run by its guardian)");
+  gpu_put_back->group("");
+  gpu_put_back->add_option("--journal", put_back_journal)->required();
+  gpu_put_back->add_option("--journal-fd", put_back_fd)->required();
   auto* lazy_pages = app.add_subcommand("lazy-pages", "Page handler of restore --lazy (started by cairn itself)");
   lazy_pages->group("");
   lazy_pages->add_option("--dir", lazy_opts.dir);
@@ -763,7 +782,7 @@ int main(int argc, char** argv) {
     return cairn::cli::kExitUsage;
   }
   cairn::InitLogging(verbose);
-  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key, dump_external);
+  if (dump->parsed()) return cairn::RunDump(pid, dir, leave_running, tree, tcp_close, tcp_established, job_name, parent, track, pre_copy, max_rounds, precopy_rate_mib, compress, image_key, dump_external, gpu_lock_timeout_ms);
   if (run->parsed()) return cairn::RunJob(job_name, dir, command, run_user, cpu_baseline, env_file, workdir);
   if (restore->parsed()) {
     for (const std::string& e : restore_external) {
@@ -777,6 +796,7 @@ int main(int argc, char** argv) {
                              container);
   }
   if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib, image_key, trust_unsigned);
+  if (gpu_put_back->parsed()) return cairn::dump::RunGpuPutBack(put_back_journal, put_back_fd);
   if (lazy_pages->parsed()) {
     return cairn::lazy::ServePages(lazy_opts).ok() ? 0 : 1;  // it wrote any error itself
   }

@@ -43,6 +43,7 @@
 #include "daemon/metrics_http.h"
 #include "daemon/migrate.h"
 #include "daemon/service.h"
+#include "engine/dump/devices.h"
 #include "engine/job/job.h"
 #include "engine/lazy/handler.h"
 
@@ -126,6 +127,18 @@ int main(int argc, char** argv) {
     cairn::InitLogging(v);
     absl::Status s = cairn::lazy::ServePages(h);
     return s.ok() ? 0 : Fail(s);
+  }
+  // A dump's guardian (the engine's, forked from cairnd) execs `/proc/self/exe gpu-put-back ...`
+  // when the GPU driver's side of a dump is left to undo (engine/dump/guardian.h, point 11).
+  if (argc > 1 && std::string(argv[1]) == "gpu-put-back") {
+    CLI::App put_back{"cairnd gpu-put-back: puts a killed dump's GPU processes back (run by its guardian)"};
+    std::string journal;
+    int fd = -1;
+    auto* sub = put_back.add_subcommand("gpu-put-back");
+    sub->add_option("--journal", journal)->required();
+    sub->add_option("--journal-fd", fd)->required();
+    CLI11_PARSE(put_back, argc, argv);
+    return cairn::dump::RunGpuPutBack(journal, fd);
   }
   CLI::App app{"cairnd: the cairn node daemon (managed jobs, checkpoints, health)", "cairnd"};
   app.set_version_flag("--version", std::string("cairnd ") + CAIRN_VERSION);

@@ -25,6 +25,7 @@
 #include "common/file_util.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "engine/dump/devices.h"
 #include "engine/dump/fd_table.h"
 #include "engine/dump/files.h"
 #include "engine/dump/freeze.h"
@@ -439,6 +440,18 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
     out.insert(out.end(), children->begin(), children->end());
   }
   return out;
+}
+
+// Records in the checkpoint which processes had their device state moved into their host memory
+// by the GPU driver (`pids`, as this machine sees them): a restore hands them back to it
+// (restore.cc). The image's processes are in `order` (DumpFrozen), their ids maybe localized.
+void MarkDeviceCheckpointed(const std::vector<pid_t>& pids, const std::vector<pid_t>& order,
+                            image::Checkpoint& ckpt) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (std::find(pids.begin(), pids.end(), order[i]) == pids.end()) continue;
+    image::Process* p = i == 0 ? ckpt.mutable_process() : ckpt.mutable_descendants(static_cast<int>(i - 1));
+    p->set_cuda_checkpointed(true);
+  }
 }
 
 // What the processes hold beyond their memory: their descriptors (under the network lock when
@@ -860,6 +873,24 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // offset of ours for a moment.)
   ASSIGN_OR_RETURN(std::unique_ptr<Guardian> guardian, Guardian::Start());
   GuardJournal& journal = guardian->journal();
+  // The GPU driver moves the device state of the processes that hold CUDA state into their host
+  // memory first: from then on they are ordinary processes to check and dump (devices.h). Every
+  // way out below puts them back (their DumpDevices, after the thaw), unless they die.
+  ASSIGN_OR_RETURN(std::vector<pid_t> listed, ListTree(opts.pid, opts.tree));
+  if (opts.hand_off) {
+    for (pid_t pid : listed) {
+      if (!gpu::HoldsCudaState(pid)) continue;
+      return absl::UnimplementedError(absl::StrCat(
+          "pid ", pid, " holds CUDA state: a live migration (hand-off) of GPU processes is not supported yet; "
+          "move it by checkpoint and restore instead"));
+    }
+  }
+  auto t_device = Clock::now();
+  ASSIGN_OR_RETURN(DumpDevices devices, DumpDevices::Take(listed, opts.gpu_lock_timeout_ms, journal));
+  if (!devices.pids().empty()) {
+    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=device_checkpoint ms={:.2f}", opts.pid, Since(t_device) * 1e3);
+    RETURN_IF_ERROR(StopPoint("device-checkpointed"));
+  }
   // Refuse what cannot be saved before stopping anything. Processes of a tree may exit
   // while they are looked at: then look again.
   absl::Status checked;
@@ -946,6 +977,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   FreezerHold freezer(opts.freezer_cgroup);
   if (paused) freezer.AdoptPaused();  // a paused container: paused again as it is let go
   absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt, &journal, &tcp, &freezer);
+  if (result.ok() && !devices.pids().empty()) {
+    MarkDeviceCheckpointed(devices.pids(), ft.order, ckpt);
+    result->gpu_processes = devices.pids();
+  }
   // The connections leave repair mode (and the lock goes) before any process that runs on
   // is thawed; for processes that are killed, both stay (tcp.h).
   auto release_tcp = [&]() -> absl::Status { return tcp ? tcp->Release() : absl::OkStatus(); };
@@ -993,6 +1028,8 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     freezer.Thaw();
     absl::Status thaw = ft.Thaw();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
+    absl::Status resumed = devices.Resume();
+    if (!resumed.ok()) result = Annotate(result.status(), resumed.ToString());
     return failed(result.status());
   }
   if (opts.hand_off) {
@@ -1062,6 +1099,11 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       return failed(released);
     }
     RETURN_IF_ERROR(ft.Thaw());
+    // Their GPU work resumes before the commit's writes (not downtime for the host side).
+    if (absl::Status resumed = devices.Resume(); !resumed.ok()) {
+      writer->Abort();
+      return failed(resumed);
+    }
     if (absl::Status committed = commit_thawed(); !committed.ok()) {
       for (const TrackerUse& t : inc.trackers) ClearTrackerState(t.pid);
       return failed(committed);
@@ -1075,6 +1117,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     }
     freezer.ThawForKill();  // still stopped by the dump: they die, not run
     RETURN_IF_ERROR(ft.Kill(journal));
+    devices.Release();
     journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);
     CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=kill ms={:.2f}", opts.pid, Since(t_kill) * 1e3);

@@ -56,6 +56,9 @@ struct DumpOptions {
   // dump's stop before any socket enters repair mode, so that the processes stay still even
   // if the dumper dies (freezer_hold.h).
   std::string freezer_cgroup;
+  // Processes holding CUDA state (devices.h): how long the GPU driver may wait for the work
+  // they submitted before it locks them, in ms (0: no limit).
+  unsigned gpu_lock_timeout_ms = 10000;
   // Progress of the memory copy: (bytes done, bytes total). Optional.
   std::function<void(uint64_t, uint64_t)> progress;
   // Incremental: the checkpoint this one builds on (a directory next to `dir`). Only the
@@ -135,6 +138,8 @@ struct DumpResult {
   double start_freeze_seconds = 0;  // the brief stop that started write tracking
   bool handed_off = false;          // hand_off said kKill: the processes were killed
   bool held = false;                // hand_off said kHeld: left frozen in their cgroup
+  // The processes whose device state the GPU driver moved into their host memory (devices.h).
+  std::vector<pid_t> gpu_processes;
   std::string network_lock;         // tcp_established with connections: the lock's table (net/netlock.h)
   // The lock kept for a restore (the processes were killed) or for the caller (held): the claim
   // that keeps it from `cairn check --fix` (net/claim.h), for the caller to hold while it waits.

@@ -37,6 +37,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/stop_points.h"
+#include "engine/dump/devices.h"
 #include "engine/dump/freeze.h"
 #include "engine/dump/freezer_hold.h"
 #include "engine/dump/tracker.h"
@@ -116,6 +117,26 @@ std::vector<pid_t> GuardJournal::Pids() const {
   std::set<pid_t> pids;
   for (int i = 0; i < nprocs_.load(std::memory_order_acquire); ++i) pids.insert(procs_[i].pid);
   return {pids.begin(), pids.end()};
+}
+
+absl::Status GuardJournal::DevicesLocking(const std::vector<std::pair<pid_t, uint64_t>>& procs) {
+  if (procs.size() > static_cast<size_t>(kMaxDeviceProcesses)) {
+    return absl::InvalidArgumentError(absl::StrCat(procs.size(), " processes hold CUDA state; one checkpoint takes at most ",
+                                                   kMaxDeviceProcesses));
+  }
+  for (size_t i = 0; i < procs.size(); ++i) devices_[i] = {procs[i].first, procs[i].second};
+  devices_settled_.store(0, std::memory_order_relaxed);
+  ndevices_.store(static_cast<int32_t>(procs.size()), std::memory_order_release);
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<pid_t, uint64_t>> GuardJournal::UnsettledDevices() const {
+  std::vector<std::pair<pid_t, uint64_t>> out;
+  if (!DevicesUnsettled()) return out;
+  for (int i = 0; i < ndevices_.load(std::memory_order_acquire); ++i) {
+    out.emplace_back(devices_[i].pid, devices_[i].start_time);
+  }
+  return out;
 }
 
 void GuardJournal::Thawed(int proc) { procs_[proc].thawed.store(1, std::memory_order_release); }
@@ -617,6 +638,13 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
     }
   }
   std::string path = absl::StrCat(dir, "/", name);
+  // Point 11's fresh cairn, its command line made now: the guardian allocates nothing.
+  std::error_code ec;
+  std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  std::vector<std::string> put_back_args = {exe, "gpu-put-back", "--journal", path, "--journal-fd", "4"};
+  std::vector<char*> put_back_argv;
+  for (std::string& a : put_back_args) put_back_argv.push_back(a.data());
+  put_back_argv.push_back(nullptr);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     absl::Status s = ErrnoStatus("pipe for the dump's guardian");
@@ -653,8 +681,15 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
     ::dup2(jf, 4);
     ::syscall(SYS_close_range, 5, ~0U, 0);
     int rc = RunGuardian(*journal, 3);
-    // Done: nothing is left for anyone to repair.
     journal->SetOutcome(GuardJournal::Outcome::kDone);
+    if (journal->DevicesUnsettled()) {
+      // Point 11: the GPU driver's side is for a fresh cairn, which inherits the journal (fd 4,
+      // its lock held) and removes it. Without one, the journal stays: an orphan's (point 8).
+      ::close(3);
+      if (!exe.empty()) ::execv(exe.c_str(), put_back_argv.data());
+      ::_exit(rc == 0 ? 1 : rc);
+    }
+    // Done: nothing is left for anyone to repair.
     ::unlink(path.c_str());
     ::_exit(rc);
   }
@@ -781,6 +816,13 @@ absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& 
       std::vector<pid_t> pids = j->Pids();
       GuardJournal::Outcome outcome = j->outcome();
       rc = GuardianRepair(*j, /*live=*/false).Run();
+      std::vector<std::string> device_lines;
+      absl::Status devices = PutBackJournaledDevices(*j, &device_lines);
+      if (!devices.ok()) {
+        rc = 1;
+        device_lines.push_back(devices.ToString());
+      }
+      for (const std::string& line : device_lines) CAIRN_LOG_WARN("event=orphan_device_put_back what=\"{}\"", line);
       what = absl::StrCat(outcome == GuardJournal::Outcome::kDone ? "the dump had finished"
                                                                   : "its dump and guardian had died",
                           "; processes ", absl::StrJoin(pids, ", "), ": ",

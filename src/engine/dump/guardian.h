@@ -69,6 +69,14 @@
 //    for the repairs, then
 //    pauses it again before it lets any go (a detached frozen task stays frozen). A repair
 //    found later (point 8) does not: the runtime may have resumed the container since.
+// 11. Processes holding CUDA state (dump/devices.h) are journaled, each with its start time,
+//    before the GPU driver locks any. The guardian may not load or call the driver (a fork of a
+//    threaded process: point 8's rules); once its own repairs are done, if they are not settled
+//    it execs a fresh cairn (`cairn gpu-put-back`, which cairnd serves too) that inherits the
+//    journal's file and lock, puts each one still alive back to RUNNING by the state the driver
+//    reports, and removes the journal. Should that one die too, the journal is an orphan's (point
+//    8) and the next cairn does the same. Until then their CUDA calls wait on the driver's lock;
+//    their other code runs.
 // What it cannot cover: in the double kill of point 8, a userfaultfd the program itself makes,
 // before the repair, at a number the tracker's creation had journaled but never took.
 #include <sys/types.h>
@@ -93,6 +101,7 @@ class GuardJournal {
   static constexpr int kMaxThreads = 16384;
   static constexpr int kMaxRepairs = 16384;
   static constexpr int kMaxPeeks = 16384;
+  static constexpr int kMaxDeviceProcesses = 64;
 
   // A journal file's first bytes: written before it is linked into JournalDir().
   static constexpr uint64_t kMagic = 0x6c6e72756f6a6463ULL;  // "cdjournl"
@@ -147,6 +156,17 @@ class GuardJournal {
   bool ShareRaising(const std::string& file, const std::string& before);
   // It has its value back.
   void ShareBack(const std::string& file);
+  // The processes `procs` (pid, start time), which hold CUDA state, are about to be locked by
+  // the GPU driver (point 11). InvalidArgument beyond kMaxDeviceProcesses.
+  absl::Status DevicesLocking(const std::vector<std::pair<pid_t, uint64_t>>& procs);
+  // Each of them is RUNNING again, or dead: nothing of the device side is left to undo.
+  void DevicesSettled() { devices_settled_.store(1, std::memory_order_release); }
+  // Journaled by DevicesLocking and not settled (allocates nothing: the guardian asks).
+  bool DevicesUnsettled() const {
+    return ndevices_.load(std::memory_order_acquire) > 0 && devices_settled_.load(std::memory_order_acquire) == 0;
+  }
+  // The processes DevicesLocking journaled, unless settled.
+  std::vector<std::pair<pid_t, uint64_t>> UnsettledDevices() const;
   // The processes frozen from now on are the checkpoint's: a kill outcome kills those only
   // (not a process a pre-copy round saw that has left the tree since).
   void FinalFreeze() { final_from_.store(nprocs_.load(std::memory_order_relaxed), std::memory_order_release); }
@@ -231,6 +251,13 @@ class GuardJournal {
   Peek peeks_[kMaxPeeks];
   Process procs_[kMaxProcesses];
   Thread threads_[kMaxThreads];
+  struct DeviceProcess {
+    int32_t pid;
+    uint64_t start_time;
+  };
+  std::atomic<int32_t> ndevices_;
+  std::atomic<uint32_t> devices_settled_;
+  DeviceProcess devices_[kMaxDeviceProcesses];
 };
 
 // A running guardian, owned by the dump that started it.

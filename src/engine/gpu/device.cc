@@ -36,6 +36,25 @@ std::string PutBack(CudaCheckpointApi& api, const std::vector<pid_t>& locked, co
   return absl::StrCat("not put back: ", absl::StrJoin(failed, "; "));
 }
 
+absl::StatusOr<CudaState> BringBackToRunning(CudaCheckpointApi& api, pid_t pid) {
+  ASSIGN_OR_RETURN(CudaState found, api.State(pid));
+  switch (found) {
+    case CudaState::kCheckpointed:
+      RETURN_IF_ERROR(api.Restore(pid, {}));
+      RETURN_IF_ERROR(api.Unlock(pid));
+      break;
+    case CudaState::kLocked:
+      RETURN_IF_ERROR(api.Unlock(pid));
+      break;
+    case CudaState::kRunning:
+      break;
+    case CudaState::kFailed:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pid ", pid, ": the driver reports its CUDA state FAILED; it cannot be put back to RUNNING"));
+  }
+  return found;
+}
+
 absl::StatusOr<DeviceCheckpoint> DeviceCheckpoint::Take(CudaCheckpointApi& api, const std::vector<pid_t>& pids,
                                                         unsigned lock_timeout_ms) {
   std::vector<pid_t> locked, checkpointed;

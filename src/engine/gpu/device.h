@@ -10,8 +10,8 @@
 // the error returns; Resume() does the same after a dump that lets them run on; Release() is for
 // a dump that killed them. A DeviceCheckpoint destroyed without either resumes.
 //
-// Not wired into the dump yet (the engine still refuses an open NVIDIA device, files.cc): this
-// is the logic around the driver, tested against a fake of CudaCheckpointApi.
+// The dump drives it through dump/devices.h, which journals the processes first so that a
+// dumper killed meanwhile has them put back by a fresh cairn (dump/guardian.h, point 11).
 
 #include <sys/types.h>
 
@@ -56,5 +56,10 @@ class DeviceCheckpoint {
 // checkpointed) and `checkpointed` processes: restore, then unlock. Returns a sentence naming
 // each process that could not be put back, with its driver state ("" when all were).
 std::string PutBack(CudaCheckpointApi& api, const std::vector<pid_t>& locked, const std::vector<pid_t>& checkpointed);
+
+// Puts process `pid` back to RUNNING from whatever state a device checkpoint left it in, as the
+// driver reports it (CHECKPOINTED: restore, then unlock; LOCKED: unlock; RUNNING: nothing). For
+// a repair that does not know how far the dump got. Returns the state it found.
+absl::StatusOr<CudaState> BringBackToRunning(CudaCheckpointApi& api, pid_t pid);
 
 }  // namespace cairn::gpu

@@ -45,6 +45,7 @@
 #include "engine/proc/maps.h"
 #include "engine/proc/stat.h"
 #include "common/unique_fd.h"
+#include "engine/restore/devices.h"
 #include "engine/restore/files.h"
 #include "engine/restore/seccomp.h"
 #include "engine/restore/sockets.h"
@@ -791,6 +792,18 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
         where, " is a pre-dump: it holds only memory, as the parent of a checkpoint built on it; restore that one"));
   }
   RETURN_IF_ERROR(CheckTreeOrder(procs, where));
+  // Processes whose device state is in their host memory go back to the GPU driver before they
+  // run (devices.h): without one, nothing is started.
+  std::unique_ptr<gpu::CudaCheckpointApi> gpu_api;
+  {
+    std::vector<int> cuda;
+    for (const image::Process* p : procs) {
+      if (p->cuda_checkpointed() && !p->zombie()) cuda.push_back(p->pid());
+    }
+    if (!cuda.empty()) {
+      ASSIGN_OR_RETURN(gpu_api, DriverForRestore(cuda, where));
+    }
+  }
   if (opts.only_as.has_value()) {
     RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));
     // Its maps would be written by root: a user's checkpoint could map any of the host's ids.
@@ -1073,6 +1086,24 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     absl::Status sealed = s->Wait();
     if (built.ok()) built = sealed;
   }
+  // The GPU processes' device state back, by the driver's thread in each; their own threads
+  // stay held, as every other process's.
+  std::set<pid_t> running_already;
+  if (built.ok() && gpu_api) {
+    std::vector<DeviceProcess> cuda;
+    for (const image::Process* p : procs) {
+      if (!p->cuda_checkpointed() || p->zombie()) continue;
+      DeviceProcess d{ids.Host(p->pid()), p->pid(), {}};
+      for (const image::Thread& t : p->threads()) d.tids.push_back(ids.Host(t.tid()));
+      cuda.push_back(std::move(d));
+    }
+    absl::StatusOr<std::set<pid_t>> let_go = RestoreDevices(*gpu_api, cuda);
+    if (let_go.ok()) {
+      running_already = std::move(*let_go);
+    } else {
+      built = let_go.status();
+    }
+  }
   // Every process is built and none runs: the caller learns the root's pid (a runtime records
   // its container's init).
   if (built.ok() && opts.notify) built = opts.notify("post-restore", root_host);
@@ -1131,7 +1162,9 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
   // Let every process go at once, then turn zombies back into zombies.
   for (const image::Process* p : procs) {
     if (p->zombie()) continue;
-    for (const image::Thread& t : p->threads()) RETURN_IF_ERROR(inject::Detach(ids.Host(t.tid()), 0));
+    for (const image::Thread& t : p->threads()) {
+      if (running_already.count(ids.Host(t.tid())) == 0) RETURN_IF_ERROR(inject::Detach(ids.Host(t.tid()), 0));
+    }
   }
   tasks.Release();
   lazy_handlers.Release();  // the processes run: their page handlers may prefetch

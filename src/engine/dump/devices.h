@@ -1,0 +1,66 @@
+#pragma once
+// The GPU side of a dump (issue 14): the checkpoint's processes that hold CUDA state have their
+// device state moved into their host memory by the NVIDIA driver (gpu/device.h) before anything
+// else is done to them, so that the rest of the dump sees ordinary processes and saves their
+// device memory with the rest; afterwards they are put back, unless they die. They are journaled
+// before the driver locks any, so that a dumper killed meanwhile has them put back by a fresh
+// cairn (guardian.h, point 11).
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/dump/guardian.h"
+#include "engine/gpu/cuda_checkpoint.h"
+#include "engine/gpu/device.h"
+
+namespace cairn::dump {
+
+class DumpDevices {
+ public:
+  DumpDevices() = default;
+  DumpDevices(DumpDevices&&) = default;
+  DumpDevices& operator=(DumpDevices&&) = delete;
+  ~DumpDevices();  // Resume() unless resumed or released
+
+  // Those of `pids` that hold CUDA state, journaled, then locked (each waits at most
+  // `lock_timeout_ms` for its submitted work) and checkpointed by the driver. None holds any: an
+  // empty result, and the driver is not loaded. On failure nothing is left locked or
+  // checkpointed that could be put back; the error names the process and the step.
+  static absl::StatusOr<DumpDevices> Take(const std::vector<pid_t>& pids, unsigned lock_timeout_ms,
+                                          GuardJournal& journal);
+
+  // The processes whose device state is in their host memory now (the checkpoint records them:
+  // a restore hands them back to the driver).
+  const std::vector<pid_t>& pids() const { return pids_; }
+
+  // They run on (a dump that leaves them running, or one that failed): each restored onto its
+  // GPUs and unlocked, after the thaw (the driver's thread in each process does the work).
+  absl::Status Resume();
+  // They died after their dump.
+  void Release();
+
+ private:
+  std::unique_ptr<gpu::CudaCheckpointApi> api_;
+  std::optional<gpu::DeviceCheckpoint> taken_;
+  GuardJournal* journal_ = nullptr;
+  std::vector<pid_t> pids_;
+};
+
+// For a journal whose device side is not settled (guardian.h, point 11): each journaled process
+// still alive (the same start time) put back to RUNNING by the state the driver reports. Appends
+// one line per process; the journal is marked settled when every one is. The error names those
+// that could not be put back.
+absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::string>* lines);
+
+// `cairn gpu-put-back --journal PATH --journal-fd FD` (and cairnd's): what a dump's guardian
+// execs for point 11, holding the journal's file (and its lock) at FD. Puts the processes back,
+// then removes the journal (kept as PATH.failed when some could not be). Returns the exit code.
+int RunGpuPutBack(const std::string& journal_path, int journal_fd);
+
+}  // namespace cairn::dump

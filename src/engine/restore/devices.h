@@ -1,0 +1,40 @@
+#pragma once
+// The GPU side of a restore (issue 14): the processes whose device state the dump had the NVIDIA
+// driver move into their host memory (image Process.cuda_checkpointed, engine/dump/devices.h)
+// are rebuilt like any other; then, before any of their own threads runs, the driver's restore
+// thread in each is let go, the driver brings the device state back onto a GPU and unlocks the
+// process, and only then is the process let go with the others.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/gpu/cuda_checkpoint.h"
+
+namespace cairn::restore {
+
+// A process to hand back to the driver: its pid here and every thread it was rebuilt with,
+// each held under ptrace.
+struct DeviceProcess {
+  pid_t pid = 0;
+  int image_pid = 0;  // as the checkpoint names it, for messages
+  std::vector<pid_t> tids;
+};
+
+// The driver's API for a restore of `image_pids` (the processes marked cuda_checkpointed), loaded
+// before anything is created: without it the error says what is missing and that nothing ran.
+absl::StatusOr<std::unique_ptr<gpu::CudaCheckpointApi>> DriverForRestore(const std::vector<int>& image_pids,
+                                                                         const std::string& where);
+
+// For each process: its driver restore thread let go (it must be one of its threads), its device
+// state restored (onto the GPUs it had) and the process unlocked; every other thread stays held.
+// Returns the threads let go, which the caller must not detach again. On failure the processes
+// are still the caller's to kill.
+absl::StatusOr<std::set<pid_t>> RestoreDevices(gpu::CudaCheckpointApi& api, const std::vector<DeviceProcess>& procs);
+
+}  // namespace cairn::restore
