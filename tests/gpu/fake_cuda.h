@@ -1,0 +1,42 @@
+// The protocol between tests/gpu's fake NVIDIA driver library (fake_libcuda.c, loaded by cairn
+// as libcuda.so.1) and the program that plays a CUDA application (fake_cuda_app.c). The fake
+// keeps the real driver's contract as the CUDA driver API reference states it: the process's
+// device state lives in the process (its "driver thread" answers), a checkpoint moves the
+// device memory into host memory and closes the device files, a restore needs that thread to
+// run, and the states go RUNNING -> LOCKED -> CHECKPOINTED -> LOCKED -> RUNNING, nothing else.
+#pragma once
+
+#include <stdint.h>
+
+// The driver thread's abstract unix socket: "\0" FAKE_CUDA_SOCKET_PREFIX "<pid>".
+#define FAKE_CUDA_SOCKET_PREFIX "cairn-fake-cuda-"
+// The driver thread's name (comm): the fake's cuCheckpointProcessGetRestoreThreadId finds it by
+// it in /proc, without asking the process (which is held when a restore asks).
+#define FAKE_CUDA_THREAD_NAME "fakecuda-drv"
+// The "device": a file whose path starts with /dev/nvidia, as cairn recognizes a GPU process.
+#define FAKE_CUDA_DEVICE_FORMAT "/dev/nvidia-cairn-fake-%d"
+#define FAKE_CUDA_DEVICE_BYTES (1u << 20)
+
+enum { FAKE_LOCK = 'L', FAKE_CHECKPOINT = 'C', FAKE_RESTORE = 'R', FAKE_UNLOCK = 'U', FAKE_STATE = 'S' };
+
+// CUprocessState and the CUresult codes the fake answers with.
+enum { FAKE_RUNNING = 0, FAKE_LOCKED = 1, FAKE_CHECKPOINTED = 2, FAKE_FAILED = 3 };
+enum {
+  FAKE_SUCCESS = 0,
+  FAKE_ERROR_INVALID_VALUE = 1,
+  FAKE_ERROR_NOT_INITIALIZED = 3,
+  FAKE_ERROR_OPERATING_SYSTEM = 304,
+  FAKE_ERROR_NOT_FOUND = 500,
+  FAKE_ERROR_ILLEGAL_STATE = 401,
+  FAKE_ERROR_TIMEOUT = 909,
+  FAKE_ERROR_NOT_SUPPORTED = 801,
+};
+
+struct fake_request {
+  uint32_t op;
+  uint32_t timeout_ms;
+};
+struct fake_reply {
+  int32_t result;
+  int32_t value;
+};
