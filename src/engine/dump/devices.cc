@@ -57,7 +57,6 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
   RETURN_IF_ERROR(journal.DevicesLocking(journaled));
   d.api_ = std::move(*api);
   d.journal_ = &journal;
-  auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<gpu::DeviceCheckpoint> taken = gpu::DeviceCheckpoint::Take(*d.api_, cuda, lock_timeout_ms);
   if (!taken.ok()) {
     // Put back by Take, unless its own message says otherwise: settled once the driver agrees.
@@ -72,8 +71,6 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
   }
   d.taken_.emplace(std::move(*taken));
   d.pids_ = cuda;
-  CAIRN_LOG_DEBUG("event=dump_stage stage=device_checkpoint pids={} ms={:.2f}", absl::StrJoin(cuda, ","),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
   // The driver has released their device files: still open, they could not be saved.
   for (pid_t pid : cuda) {
     if (!gpu::HoldsCudaState(pid)) continue;
@@ -93,10 +90,7 @@ DumpDevices::~DumpDevices() {
 
 absl::Status DumpDevices::Resume() {
   if (!taken_ || taken_->pids().empty()) return absl::OkStatus();
-  auto t0 = std::chrono::steady_clock::now();
   absl::Status s = taken_->Resume();
-  CAIRN_LOG_DEBUG("event=dump_stage stage=device_resume pids={} ms={:.2f}", absl::StrJoin(pids_, ","),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
   // Not settled on failure: the guardian's fresh cairn tries again (guardian.h, point 11).
   if (s.ok()) journal_->DevicesSettled();
   return s;

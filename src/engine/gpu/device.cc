@@ -1,6 +1,7 @@
 #include "engine/gpu/device.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -9,6 +10,10 @@
 
 namespace cairn::gpu {
 namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3;
+}
 
 // "pid 12 (state LOCKED): cuCheckpointProcessUnlock of pid 12: ..." for a process not put back.
 std::string NotPutBack(CudaCheckpointApi& api, pid_t pid, const absl::Status& why) {
@@ -23,8 +28,14 @@ std::string PutBack(CudaCheckpointApi& api, const std::vector<pid_t>& locked, co
   std::vector<std::string> failed;
   // The reverse of the order they were taken in: the last checkpointed first, then the locks.
   for (auto it = checkpointed.rbegin(); it != checkpointed.rend(); ++it) {
+    auto t0 = std::chrono::steady_clock::now();
     absl::Status s = api.Restore(*it, {});
-    if (s.ok()) s = api.Unlock(*it);
+    CAIRN_LOG_DEBUG("event=gpu_stage stage=restore pid={} ms={:.2f}", *it, MsSince(t0));
+    if (s.ok()) {
+      auto t1 = std::chrono::steady_clock::now();
+      s = api.Unlock(*it);
+      CAIRN_LOG_DEBUG("event=gpu_stage stage=unlock pid={} ms={:.2f}", *it, MsSince(t1));
+    }
     if (!s.ok()) failed.push_back(NotPutBack(api, *it, s));
   }
   for (auto it = locked.rbegin(); it != locked.rend(); ++it) {
@@ -63,6 +74,7 @@ absl::StatusOr<DeviceCheckpoint> DeviceCheckpoint::Take(CudaCheckpointApi& api, 
     return Annotate(s, absl::StrCat("the device checkpoint (", step, ") failed; every process was put back to RUNNING",
                                     left.empty() ? "" : absl::StrCat(" but ", left)));
   };
+  auto t_lock = std::chrono::steady_clock::now();
   for (pid_t pid : pids) {
     absl::Status s = api.Lock(pid, lock_timeout_ms);
     if (!s.ok()) {
@@ -71,12 +83,15 @@ absl::StatusOr<DeviceCheckpoint> DeviceCheckpoint::Take(CudaCheckpointApi& api, 
     }
     locked.push_back(pid);
   }
+  CAIRN_LOG_DEBUG("event=gpu_stage stage=lock pids={} ms={:.2f}", absl::StrJoin(pids, ","), MsSince(t_lock));
+  auto t_checkpoint = std::chrono::steady_clock::now();
   for (pid_t pid : pids) {
     absl::Status s = api.Checkpoint(pid);
     if (!s.ok()) return fail(s, "checkpoint of its device memory into host memory");
     checkpointed.push_back(pid);
   }
-  CAIRN_LOG_DEBUG("event=device_checkpointed pids={}", absl::StrJoin(pids, ","));
+  CAIRN_LOG_DEBUG("event=gpu_stage stage=checkpoint pids={} ms={:.2f}", absl::StrJoin(pids, ","),
+                  MsSince(t_checkpoint));
   return DeviceCheckpoint(&api, std::move(checkpointed));
 }
 

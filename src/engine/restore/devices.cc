@@ -41,9 +41,12 @@ absl::StatusOr<std::set<pid_t>> RestoreDevices(gpu::CudaCheckpointApi& api, cons
     RETURN_IF_ERROR(fail(inject::Detach(*thread, 0), "letting its restore thread run"));
     let_go.insert(*thread);
     RETURN_IF_ERROR(fail(api.Restore(p.pid, {}), "device memory back onto the GPU"));
+    auto t1 = std::chrono::steady_clock::now();
+    CAIRN_LOG_DEBUG("event=gpu_stage stage=restore pid={} ms={:.2f}", p.pid,
+                    std::chrono::duration<double>(t1 - t0).count() * 1e3);
     RETURN_IF_ERROR(fail(api.Unlock(p.pid), "unlock"));
-    CAIRN_LOG_DEBUG("event=restore_stage stage=device_restore pid={} ms={:.2f}", p.image_pid,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e3);
+    CAIRN_LOG_DEBUG("event=gpu_stage stage=unlock pid={} ms={:.2f}", p.pid,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() * 1e3);
   }
   return let_go;
 }
