@@ -10,7 +10,7 @@
 #       $OUT/device_check.md (and stdout); exits 1 if a check failed
 #   CPU_ONLY=1 bash tests/gpu/device_check.sh run    here, to check the script itself: the same
 #       steps with PyTorch on the CPU, the fake driver of tests/gpu and its fake_cuda_app for the
-#       CUDA program, small sizes, build/'s binaries
+#       CUDA program, small sizes, the binaries of $BUILD (default build/); ctest runs it so
 #
 # The checks (each on the program's own view: a checksum, a loss, an answer):
 #   1. the host<->device copy rate (copy_rate.cu), pageable and pinned
@@ -72,15 +72,17 @@ CAIRN_ENV=()
 if [ -n "${CPU_ONLY:-}" ]; then
   DEVICE=cpu
   PY=${PYTHON:-/usr/bin/python3}  # Debian's, with python3-torch (not a pyenv's)
-  CAIRN=$ROOT/build/cairn
-  CAIRND=$ROOT/build/cairnd
-  CAIRN_ENV=(LD_LIBRARY_PATH="$ROOT/build/tests/gpu/fake-driver")
+  "$PY" -c 'import torch, numpy' 2> /dev/null || { echo "SKIP: $PY has no torch or numpy (apt-get install python3-torch)"; exit 77; }
+  BUILD=${BUILD:-$ROOT/build}
+  [ -x "$BUILD/tests/gpu/fake_cuda_app" ] || { echo "SKIP: $BUILD has no tests/gpu (build cairn's tests first)"; exit 77; }
+  CAIRN=$BUILD/cairn
+  CAIRND=$BUILD/cairnd
+  CAIRN_ENV=(LD_LIBRARY_PATH="$BUILD/tests/gpu/fake-driver")
   SIZES_GIB=fake
   SERVE_GIB=${SERVE_GIB_CPU:-0.25}
   # The CUDA program's stand-in (its device: 1 MiB), with cuda_mem's arguments.
-  printf '#!/bin/sh\nexec %s "$1" "$3" "$4"\n' "$ROOT/build/tests/gpu/fake_cuda_app" > "$W/mem_app"
+  printf '#!/bin/sh\nexec %s "$1" "$3" "$4"\n' "$BUILD/tests/gpu/fake_cuda_app" > "$W/mem_app"
   chmod +x "$W/mem_app"
-  trap 'rm -f /dev/nvidia-cairn-fake-*' EXIT
 else
   DEVICE=cuda
   PY=${PYTHON:-python3}
@@ -293,6 +295,7 @@ for gib in $SIZES_GIB; do
   bytes=$(awk -v g="${gib/fake/0.0009765625}" 'BEGIN {print g * 1073741824}')
   say "| $gib GiB | $(stage_ms "$d/dump.log" lock) | $ck | $(awk -v b="$bytes" -v m="$ck" 'BEGIN {if (m > 0) printf "%.2f", b / m / 1e6}') | $(sed -n 's/.* in \([0-9.]*\) s.*/\1/p' "$d/dump.out" | head -1) | $RESTORE_S | $rs | $(awk -v b="$bytes" -v m="$rs" 'BEGIN {if (m > 0) printf "%.2f", b / m / 1e6}') | $(stage_ms "$d/restore.log" unlock) |"
   kill -9 "$PID" 2>/dev/null; wait_gone "$PID" 20
+  rm -f "/dev/nvidia-cairn-fake-$PID"  # (CPU_ONLY: the fake's device; a CUDA program has none)
   rm -rf "$IMAGES/size"
 done
 say ""
