@@ -189,6 +189,44 @@ TEST_F(GpuFakeDriver, LeaveRunningPutsTheDeviceBackAndTheCheckpointRestores) {
   EXPECT_NE(Finished().find(expected), std::string::npos) << "the checkpoint of the program left running differs";
 }
 
+// The host side keeps its ways around the device side: a pre-copy dump restored lazily, and an
+// incremental dump on top of a tracked one.
+TEST_F(GpuFakeDriver, PreCopyLazyRestoreAndIncrementalDumpsKeepWorking) {
+  std::string expected = Uninterrupted();
+  {
+    SCOPED_TRACE("pre-copy, lazy restore");
+    StartApp();
+    std::string ckpt = dir_ / "precopy";
+    CommandResult d = RunCommand({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", ckpt, "--pre-copy"},
+                                 dir_.path(), WithEnv(Env()));
+    ASSERT_TRUE(d.Exited(0)) << d.Describe();
+    EXPECT_NE(d.out.find("GPU: the device state"), std::string::npos) << d.Describe();
+    ASSERT_TRUE(WaitGone(app_, 10s).gone);
+    CommandResult r = RunCommand({CairnBinary(), "restore", "--dir", ckpt, "--detach", "--lazy"}, dir_.path(),
+                                 WithEnv(Env()));
+    ASSERT_TRUE(r.Exited(0)) << r.Describe();
+    EXPECT_EQ(Finished(), expected);
+  }
+  {
+    SCOPED_TRACE("--track, then --parent");
+    WriteFile(dir_ / "app.out", "");
+    StartApp();
+    std::string base = dir_ / "base", top = dir_ / "top";
+    CommandResult d1 = RunCommand(
+        {CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", base, "--leave-running", "--track"},
+        dir_.path(), WithEnv(Env()));
+    ASSERT_TRUE(d1.Exited(0)) << d1.Describe();
+    WaitProgress(Progress() + 5);
+    CommandResult d2 = RunCommand({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", top, "--parent", base},
+                                  dir_.path(), WithEnv(Env()));
+    ASSERT_TRUE(d2.Exited(0)) << d2.Describe();
+    ASSERT_TRUE(WaitGone(app_, 10s).gone);
+    CommandResult r = RunCommand({CairnBinary(), "restore", "--dir", top, "--detach"}, dir_.path(), WithEnv(Env()));
+    ASSERT_TRUE(r.Exited(0)) << r.Describe();
+    EXPECT_EQ(Finished(), expected);
+  }
+}
+
 TEST_F(GpuFakeDriver, ARefusedDeviceCheckpointLeavesTheProgramRunningAndNoCheckpoint) {
   std::string expected = Uninterrupted();
   StartApp();
