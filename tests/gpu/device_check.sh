@@ -295,7 +295,7 @@ for gib in $SIZES_GIB; do
   bytes=$(awk -v g="${gib/fake/0.0009765625}" 'BEGIN {print g * 1073741824}')
   say "| $gib GiB | $(stage_ms "$d/dump.log" lock) | $ck | $(awk -v b="$bytes" -v m="$ck" 'BEGIN {if (m > 0) printf "%.2f", b / m / 1e6}') | $(sed -n 's/.* in \([0-9.]*\) s.*/\1/p' "$d/dump.out" | head -1) | $RESTORE_S | $rs | $(awk -v b="$bytes" -v m="$rs" 'BEGIN {if (m > 0) printf "%.2f", b / m / 1e6}') | $(stage_ms "$d/restore.log" unlock) |"
   kill -9 "$PID" 2>/dev/null; wait_gone "$PID" 20
-  rm -f "/dev/nvidia-cairn-fake-$PID"  # (CPU_ONLY: the fake's device; a CUDA program has none)
+  case "$(cat "$d/device" 2>/dev/null)" in /dev/nvidia-cairn-fake-*) rm -f "$(cat "$d/device")" ;; esac  # CPU_ONLY's fake
   rm -rf "$IMAGES/size"
 done
 say ""

@@ -8,13 +8,17 @@
 
 #include <stdint.h>
 
-// The driver thread's abstract unix socket: "\0" FAKE_CUDA_SOCKET_PREFIX "<pid>".
+// The driver thread's abstract unix socket: "\0" FAKE_CUDA_SOCKET_PREFIX KEY, where KEY is the
+// program's own (its pid, the time, a random number: a job's pid namespace gives the same pids to
+// other jobs, and a restore may put it in another). The fake library finds it among the sockets
+// the process holds (/proc/PID/fd and /proc/PID/net/unix), as the real driver knows its process.
 #define FAKE_CUDA_SOCKET_PREFIX "cairn-fake-cuda-"
 // The driver thread's name (comm): the fake's cuCheckpointProcessGetRestoreThreadId finds it by
 // it in /proc, without asking the process (which is held when a restore asks).
 #define FAKE_CUDA_THREAD_NAME "fakecuda-drv"
-// The "device": a file whose path starts with /dev/nvidia, as cairn recognizes a GPU process.
-#define FAKE_CUDA_DEVICE_FORMAT "/dev/nvidia-cairn-fake-%d"
+// The "device": a file whose path starts with /dev/nvidia, as cairn recognizes a GPU process:
+// FAKE_CUDA_DEVICE_PREFIX KEY. The program writes the path into WORKDIR/device.
+#define FAKE_CUDA_DEVICE_PREFIX "/dev/nvidia-cairn-fake-"
 #define FAKE_CUDA_DEVICE_BYTES (1u << 20)
 
 enum { FAKE_LOCK = 'L', FAKE_CHECKPOINT = 'C', FAKE_RESTORE = 'R', FAKE_UNLOCK = 'U', FAKE_STATE = 'S' };

@@ -25,7 +25,7 @@
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int state = FAKE_RUNNING;
-static char device_path[64];
+static char device_path[96];
 static int device_fd = -1;
 static uint64_t* device;  // FAKE_CUDA_DEVICE_BYTES, mapped from device_fd; NULL while checkpointed
 static uint64_t* host_copy;  // where a checkpoint puts the device memory (allocated up front)
@@ -123,7 +123,12 @@ int main(int argc, char** argv) {
   }
   const char* workdir = argv[1];
   int steps = atoi(argv[2]), step_ms = atoi(argv[3]);
-  snprintf(device_path, sizeof device_path, FAKE_CUDA_DEVICE_FORMAT, (int)getpid());
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  srandom((unsigned)(now.tv_nsec ^ getpid()));
+  char key[48];
+  snprintf(key, sizeof key, "%d-%ld-%ld", (int)getpid(), (long)now.tv_sec, random());
+  snprintf(device_path, sizeof device_path, FAKE_CUDA_DEVICE_PREFIX "%s", key);
   host_copy = malloc(FAKE_CUDA_DEVICE_BYTES);
   if (host_copy == NULL) Die("malloc");
   if (OpenDevice() != 0) Die(device_path);
@@ -133,13 +138,18 @@ int main(int argc, char** argv) {
   struct sockaddr_un a;
   memset(&a, 0, sizeof a);
   a.sun_family = AF_UNIX;
-  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, FAKE_CUDA_SOCKET_PREFIX "%d", (int)getpid());
+  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, FAKE_CUDA_SOCKET_PREFIX "%s", key);
   if (listener < 0 || bind(listener, (struct sockaddr*)&a, (socklen_t)(sizeof(sa_family_t) + 1 + (size_t)n)) != 0 ||
       listen(listener, 8) != 0) {
     Die("listen");
   }
   pthread_t t;
   if (pthread_create(&t, NULL, DriverThread, &listener) != 0) Die("pthread_create");
+
+  char path[4096];
+  snprintf(path, sizeof path, "%s/device", workdir);
+  FILE* f = fopen(path, "we");
+  if (f == NULL || fprintf(f, "%s\n", device_path) < 0 || fclose(f) != 0) Die(path);
 
   char progress_path[4096];
   snprintf(progress_path, sizeof progress_path, "%s/progress", workdir);

@@ -40,14 +40,52 @@ static int Refused(const char* call) {
   return fail != NULL && strcmp(fail, call) == 0;
 }
 
+// The name (after the leading NUL) of the driver thread's socket among those `pid` holds, into
+// `name`; 0 if it has none (a process without CUDA, as far as this driver knows).
+static int FindSocket(int pid, char* name, size_t size) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/net/unix", pid);
+  FILE* f = fopen(path, "re");
+  if (f == NULL) return 0;
+  char line[512];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f) != NULL) {
+    // "Num RefCount Protocol Flags Type St Inode Path": a listener's path "@cairn-fake-cuda-KEY".
+    unsigned long inode = 0;
+    char sock_path[256] = {0};
+    if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %255s", &inode, sock_path) != 2) continue;
+    if (strncmp(sock_path, "@" FAKE_CUDA_SOCKET_PREFIX, strlen(FAKE_CUDA_SOCKET_PREFIX) + 1) != 0) continue;
+    char want[64];
+    snprintf(want, sizeof want, "socket:[%lu]", inode);
+    char fd_dir[64];
+    snprintf(fd_dir, sizeof fd_dir, "/proc/%d/fd", pid);
+    DIR* d = opendir(fd_dir);
+    for (struct dirent* e; d != NULL && (e = readdir(d)) != NULL;) {
+      char link[320], target[64] = {0};
+      snprintf(link, sizeof link, "%s/%s", fd_dir, e->d_name);
+      ssize_t len = readlink(link, target, sizeof target - 1);
+      if (len > 0 && strcmp(target, want) == 0 && strlen(sock_path + 1) < size) {
+        memcpy(name, sock_path + 1, strlen(sock_path + 1) + 1);
+        found = 1;
+        break;
+      }
+    }
+    if (d != NULL) closedir(d);
+  }
+  fclose(f);
+  return found;
+}
+
 // One request to the driver thread of `pid`; its answer's value into *value.
 static CUresult Ask(int pid, uint32_t op, uint32_t timeout_ms, int* value) {
+  char name[108];
+  if (!FindSocket(pid, name, sizeof name)) return FAKE_ERROR_NOT_FOUND;  // no CUDA in that process
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return FAKE_ERROR_OPERATING_SYSTEM;
   struct sockaddr_un a;
   memset(&a, 0, sizeof a);
   a.sun_family = AF_UNIX;
-  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, FAKE_CUDA_SOCKET_PREFIX "%d", pid);
+  int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "%s", name);
   // A process that does not answer within its lock timeout (or 10 s) is not one the driver knows.
   struct timeval tv = {timeout_ms == 0 ? 10 : (timeout_ms + 999) / 1000 + 1, 0};
   setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);

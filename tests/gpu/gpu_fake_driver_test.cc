@@ -66,7 +66,8 @@ class GpuFakeDriver : public ::testing::Test {
   }
   void TearDown() override {
     if (app_ > 0) KillAndWait(app_);
-    if (app_ > 0) std::filesystem::remove("/dev/nvidia-cairn-fake-" + std::to_string(app_));
+    std::string device = DevicePath();
+    if (!device.empty()) std::filesystem::remove(device);
   }
 
   // The environment of a cairn that finds the fake driver (or none).
@@ -91,6 +92,13 @@ class GpuFakeDriver : public ::testing::Test {
                         dir_ / "app.out", dir_ / "app.err");
     ASSERT_GT(app_, 0);
     WaitProgress(20);
+  }
+
+  // The fake device file of the app (fake_cuda.h).
+  std::string DevicePath() const {
+    std::string path = ReadFile(dir_ / "device");
+    while (!path.empty() && path.back() == '\n') path.pop_back();
+    return path;
   }
 
   int Progress() const { return std::atoi(ReadFile(dir_ / "progress").c_str()); }
@@ -146,7 +154,8 @@ TEST_F(GpuFakeDriver, DumpKillRestoreBringsTheDeviceMemoryBack) {
   EXPECT_GT(at, 0);
   EXPECT_LT(at, kSteps);
   // Another "GPU": the device's memory is not what the process left there.
-  WriteFile("/dev/nvidia-cairn-fake-" + std::to_string(app_), std::string(1 << 20, '\0'));
+  ASSERT_EQ(DevicePath().rfind("/dev/nvidia-cairn-fake-", 0), 0u) << DevicePath();
+  WriteFile(DevicePath(), std::string(1 << 20, '\0'));
 
   if (!RealDriverHere()) {
     CommandResult r = RunCommand({CairnBinary(), "restore", "--dir", ckpt, "--detach"}, dir_.path(),
