@@ -118,6 +118,7 @@ struct DaemonCommands::Options {
 
   std::string job, id, memory, from, user, group, cpu_baseline;
   int rank = 0;
+  int gpus = 0;  // job run --gpus
   std::vector<std::string> command, addresses, env;
   std::string workdir;
   pid_t owner = 0;  // job run|restore --owner
@@ -217,6 +218,10 @@ DaemonCommands::DaemonCommands(CLI::App& app) : o_(std::make_unique<Options>()) 
   o.run->add_option("--cpu-baseline", o.cpu_baseline,
                     "Use only the CPU features of this level (x86-64-v2, v3 or v4), so that the job can be restored "
                     "on any node of that level; default: every feature of this node's CPU");
+  o.run->add_option("--gpus", o.gpus,
+                    "GPUs the job gets, of the node's free ones (CUDA_VISIBLE_DEVICES is set for it); its checkpoints "
+                    "then hold their device state (docs/gpu.md)")
+      ->check(CLI::Range(0, 64));
   o.run->add_option("--env", o.env,
                     "KEY=VALUE (repeatable): the job's command starts with exactly these variables; default: the "
                     "daemon's environment");
@@ -422,6 +427,7 @@ int DaemonCommands::Run() {
     s->set_cpu_baseline(o.cpu_baseline);
     s->set_group(o.group);
     s->set_rank(o.rank);
+    s->set_gpus(o.gpus);
     for (const auto& a : o.addresses) s->add_addresses(a);
     for (const auto& a : o.command) s->add_command(a);
     for (const auto& e : o.env) s->add_env(e);
@@ -480,6 +486,7 @@ int DaemonCommands::Run() {
                 static_cast<unsigned long long>(j.start_time()), j.restores(), j.restores() == 1 ? "" : "s");
     std::printf("  created   %s%s\n", TimeString(j.created()).c_str(),
                 j.ended() > 0 ? absl::StrCat(", ended ", TimeString(j.ended())).c_str() : "");
+    if (j.gpu_devices_size() > 0) std::printf("  gpus      %s\n", absl::StrJoin(j.gpu_devices(), ", ").c_str());
     std::printf("  health    %s\n", HealthLine(h).c_str());
     if (j.state() == "running") {
       std::printf("  cpu       %.2f s, %.1f s since progress\n", h.cpu_seconds(), h.seconds_since_progress());
@@ -790,6 +797,10 @@ int DaemonCommands::Run() {
                 ck.parent().empty() ? "- (full)" : ck.parent().c_str(), ck.reason().c_str(),
                 TimeString(ck.created()).c_str(), ck.frozen_s(), ck.total_s(),
                 ck.error().empty() ? "" : absl::StrCat("  error    ", ck.error(), "\n").c_str());
+    if (ck.gpu_processes() > 0) {
+      std::printf("  gpu      the device state of %d process%s (NVIDIA driver)\n", ck.gpu_processes(),
+                  ck.gpu_processes() == 1 ? "" : "es");
+    }
     return 0;
   }
   if (o.ck_delete->parsed()) {

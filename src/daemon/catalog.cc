@@ -33,7 +33,7 @@ std::string ColumnText(sqlite3_stmt* s, int i) {
 
 constexpr char kCheckpointColumns[] =
     "id, job, state, location, size_bytes, parent, checksum, pinned, reason, created, frozen_s, total_s, error, "
-    "group_checkpoint";
+    "group_checkpoint, gpu_processes";
 
 api::Checkpoint ReadCheckpoint(sqlite3_stmt* s) {
   api::Checkpoint c;
@@ -51,6 +51,7 @@ api::Checkpoint ReadCheckpoint(sqlite3_stmt* s) {
   c.set_total_s(sqlite3_column_double(s, 11));
   c.set_error(ColumnText(s, 12));
   c.set_group_checkpoint(ColumnText(s, 13));
+  c.set_gpu_processes(sqlite3_column_int(s, 14));
   return c;
 }
 
@@ -90,6 +91,10 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path) 
       "error TEXT NOT NULL DEFAULT '')"));
   // Added after the first catalogs were written: a catalog that has it already says so.
   if (absl::Status added = c->Exec("ALTER TABLE checkpoints ADD COLUMN group_checkpoint TEXT NOT NULL DEFAULT ''");
+      !added.ok() && !absl::StrContains(added.message(), "duplicate column")) {
+    return added;
+  }
+  if (absl::Status added = c->Exec("ALTER TABLE checkpoints ADD COLUMN gpu_processes INTEGER NOT NULL DEFAULT 0");
       !added.ok() && !absl::StrContains(added.message(), "duplicate column")) {
     return added;
   }
@@ -191,7 +196,7 @@ absl::Status Catalog::PutCheckpoint(const api::Checkpoint& c) {
 absl::Status Catalog::PutCheckpointLocked(const api::Checkpoint& c) {
   Stmt st;
   std::string sql = absl::StrCat("INSERT OR REPLACE INTO checkpoints (", kCheckpointColumns,
-                                 ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                                 ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) return Error("prepare put checkpoint");
   BindText(st.s, 1, c.id());
   BindText(st.s, 2, c.job());
@@ -207,6 +212,7 @@ absl::Status Catalog::PutCheckpointLocked(const api::Checkpoint& c) {
   sqlite3_bind_double(st.s, 12, c.total_s());
   BindText(st.s, 13, c.error());
   BindText(st.s, 14, c.group_checkpoint());
+  sqlite3_bind_int(st.s, 15, c.gpu_processes());
   if (sqlite3_step(st.s) != SQLITE_DONE) return Error("put checkpoint " + c.id());
   return absl::OkStatus();
 }

@@ -79,7 +79,8 @@ void RemoveTree(const std::string& path) {
 // from it, not from this multi-threaded daemon (a fork here could copy a lock another thread
 // holds). When `cairn run` exits, the init is re-parented to the daemon, a child subreaper, so
 // the daemon still learns the job's exit status.
-absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name, const api::JobSpec& spec) {
+absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name, const api::JobSpec& spec,
+                                                          const std::vector<int>& gpus) {
   std::vector<std::string> args = {opts_.cairn_bin, "run", "--name", EngineName(name), "--dir", JobDir(name)};
   if (!spec.user().empty()) args.insert(args.end(), {"--user", spec.user()});
   if (!spec.cpu_baseline().empty()) args.insert(args.end(), {"--cpu-baseline", spec.cpu_baseline()});
@@ -87,9 +88,18 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
   // The environment (a SLURM task's, with its secrets) in a memfd `cairn run` reads as its fd 3:
   // on no file system, gone with the last descriptor.
   UniqueFd env_fd;
-  if (spec.env_size() > 0) {
+  std::vector<std::string> job_env(spec.env().begin(), spec.env().end());
+  if (!gpus.empty()) {
+    // Its GPUs, in the environment it would have had (the spec's, else the daemon's).
+    if (job_env.empty()) {
+      for (char** e = environ; *e != nullptr; ++e) job_env.emplace_back(*e);
+    }
+    std::erase_if(job_env, [](const std::string& e) { return absl::StartsWith(e, "CUDA_VISIBLE_DEVICES="); });
+    job_env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(gpus, ",")));
+  }
+  if (!job_env.empty()) {
     std::string env;
-    for (const std::string& e : spec.env()) env.append(e).push_back('\0');
+    for (const std::string& e : job_env) env.append(e).push_back('\0');
     ASSIGN_OR_RETURN(int fd, MemoryFileWith("cairn-job-env", env));
     env_fd = UniqueFd(fd);
     args.insert(args.end(), {"--env-file", "/dev/fd/3"});
@@ -407,16 +417,24 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
                                       "--incremental, --pre-copy");
   }
   const std::string name = spec.name();
+  const int node_gpus = spec.gpus() > 0 ? NodeGpuCount() : 0;
+  std::vector<int> gpus;
   {
     std::lock_guard<std::mutex> l(mu_);
     if (jobs_.count(name)) {
       return absl::AlreadyExistsError(absl::StrCat("job '", name, "' already exists on node ", opts_.node,
                                                    " (cairn job delete ", name, " first, or pick another --name)"));
     }
+    if (spec.gpus() > 0) {
+      absl::StatusOr<std::vector<int>> picked = PickGpusLocked(name, spec.gpus(), node_gpus);
+      if (!picked.ok()) return Annotate(picked.status(), "job run");
+      gpus = std::move(*picked);
+    }
     JobState placeholder;
     placeholder.busy = true;
     placeholder.job.set_name(name);
     placeholder.job.set_state("starting");
+    placeholder.job.mutable_gpu_devices()->Add(gpus.begin(), gpus.end());  // held from now on
     jobs_.emplace(name, std::move(placeholder));
   }
   auto give_up = [&](absl::Status st) {
@@ -429,11 +447,12 @@ absl::StatusOr<api::Job> Daemon::RunJob(const api::JobSpec& spec_in) {
   }
   if (absl::Status st = PrepareJobDir(name); !st.ok()) return give_up(Annotate(st, "job " + name));
   if (absl::Status st = BringAddresses(name, spec); !st.ok()) return give_up(st);
-  auto rec = StartWithCairnRun(name, spec);
+  auto rec = StartWithCairnRun(name, spec, gpus);
   if (!rec.ok()) return give_up(rec.status());
   api::Job j;
   j.set_name(name);
   *j.mutable_spec() = spec;
+  j.mutable_gpu_devices()->Add(gpus.begin(), gpus.end());
   j.set_state("running");
   j.set_host_pid(rec->host_pid);
   j.set_start_time(ProcessStartTime(rec->host_pid).value_or(0));
@@ -920,6 +939,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   }
   c.set_frozen_s(r->frozen_seconds);
   c.set_total_s(r->total_seconds);
+  c.set_gpu_processes(static_cast<int32_t>(r->gpu_processes.size()));
   c.set_state("complete");
   if (!r->incremental) c.set_parent("");
   if (rank) {
@@ -1023,6 +1043,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   }
   api::JobSpec spec;
   api::Job before;  // the job's record before this restore
+  const int node_gpus = NodeGpuCount();
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -1038,6 +1059,9 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     if (s.job.state() == "migrated") {
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " ", s.job.health().detail(),
                                                         " and runs there: restoring it here would run it twice"));
+    }
+    if (s.job.gpu_devices_size() > 0) {
+      RETURN_IF_ERROR(Annotate(CheckGpusFreeLocked(name, s.job.gpu_devices(), node_gpus), "restore"));
     }
     s.busy = true;
     spec = s.job.spec();

@@ -22,6 +22,7 @@ absl::Status CheckJobSpec(const api::JobSpec& spec) {
     RETURN_IF_ERROR(Annotate(machine::ParseBaseline(spec.cpu_baseline()).status(), "CPU baseline (--cpu-baseline)"));
   }
   RETURN_IF_ERROR(CheckInteger("rank (--rank)", spec.rank(), {0, 65535}));
+  RETURN_IF_ERROR(CheckInteger("gpus (--gpus)", spec.gpus(), {0, 64}));
   if (spec.group().empty() && spec.rank() != 0) {
     return absl::InvalidArgumentError("rank (--rank) is given without a group: add --group NAME");
   }

@@ -1,0 +1,129 @@
+// GPU jobs on cairnd (JobSpec.gpus, docs/gpu.md): the node's GPUs come from a fake NVML (two
+// "H100"s), the job's CUDA state from the fake driver of tests/gpu (fake_cuda_app). A job gets free
+// GPUs and sees them in CUDA_VISIBLE_DEVICES; a job asking for more than are free is refused
+// naming who holds them; a GPU job's checkpoint restores only where its GPUs are free, and then
+// the program finishes with the checksum of an uninterrupted run.
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "daemon_harness.h"
+
+namespace cairn::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The environment of process `pid` (NUL-separated entries).
+std::vector<std::string> EnvironOf(pid_t pid) {
+  std::string raw = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+  std::vector<std::string> out;
+  for (size_t at = 0; at < raw.size();) {
+    size_t end = raw.find('\0', at);
+    if (end == std::string::npos) end = raw.size();
+    out.push_back(raw.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+// The CUDA_VISIBLE_DEVICES of the first descendant of `pid` that runs `exe` ("" if none yet).
+std::string VisibleDevicesOfProgram(pid_t pid, const std::string& exe) {
+  std::vector<pid_t> todo = {pid};
+  for (size_t i = 0; i < todo.size() && i < 64; ++i) {
+    std::error_code ec;
+    std::string base = "/proc/" + std::to_string(todo[i]);
+    if (std::filesystem::read_symlink(base + "/exe", ec).string() == exe) {
+      for (const std::string& e : EnvironOf(todo[i])) {
+        if (e.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) return e.substr(21);
+      }
+      return "(unset)";
+    }
+    for (const auto& t : std::filesystem::directory_iterator(base + "/task", ec)) {
+      std::string kids = ReadFile(t.path().string() + "/children");
+      for (size_t at = 0; at < kids.size();) {
+        size_t end = kids.find(' ', at);
+        if (end == std::string::npos) end = kids.size();
+        if (end > at) todo.push_back(std::atoi(kids.substr(at, end - at).c_str()));
+        at = end + 1;
+      }
+    }
+  }
+  return "";
+}
+
+TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOnlyWhereItsGpusAreFree) {
+  TempDir dir;
+  BecomeSubreaper();
+  std::string work = dir / "work", plain = dir / "plain";
+  std::filesystem::create_directories(work);
+  std::filesystem::create_directories(plain);
+  CommandResult uninterrupted = RunCommand({FAKE_CUDA_APP, plain, "150", "0"}, plain);
+  ASSERT_TRUE(uninterrupted.Exited(0)) << uninterrupted.Describe();
+
+  DaemonProcess d(dir.path(), "gpu", {"--nvml-library", std::string(FAKE_DRIVER_DIR) + "/libnvidia-ml.so.1"},
+                  {std::string("LD_LIBRARY_PATH=") + FAKE_DRIVER_DIR, "CAIRN_FAKE_NVML_GPUS=2"});
+  ASSERT_TRUE(d.Start());
+  CommandResult info = d.Cairn({"node", "info"});
+  ASSERT_TRUE(info.Exited(0)) << info.Describe();
+  EXPECT_NE(info.out.find("gpus: 2 H100"), std::string::npos) << info.Describe();
+
+  CommandResult a = d.Cairn({"job", "run", "--name", "a", "--gpus", "1", "--", FAKE_CUDA_APP, work, "150", "20"});
+  ASSERT_TRUE(a.Exited(0)) << a.Describe();
+  nlohmann::json ja = d.Json({"job", "show", "a"});
+  ASSERT_FALSE(ja.is_null());
+  ASSERT_EQ(ja["job"]["gpu_devices"], nlohmann::json::array({0})) << ja.dump();
+  pid_t init_a = ja["job"]["host_pid"].get<int>();
+  std::string visible;
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       (visible = VisibleDevicesOfProgram(init_a, FAKE_CUDA_APP)).empty() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(visible, "0") << "the job's program does not see its GPU";
+
+  CommandResult b = d.Cairn({"job", "run", "--name", "b", "--gpus", "2", "--", "/bin/sleep", "1000"});
+  EXPECT_TRUE(b.FailedCleanly()) << b.Describe();
+  EXPECT_NE(b.err.find("asks for 2 GPUs"), std::string::npos) << b.Describe();
+  EXPECT_NE(b.err.find("1 free (held: GPU 0 by job a)"), std::string::npos) << b.Describe();
+
+  CommandResult c = d.Cairn({"job", "run", "--name", "c", "--gpus", "1", "--", "/bin/sleep", "1000"});
+  ASSERT_TRUE(c.Exited(0)) << c.Describe();
+  EXPECT_EQ(d.Json({"job", "show", "c"})["job"]["gpu_devices"], nlohmann::json::array({1}));
+
+  // Its device state saved with it: the program stops there.
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       std::atoi(ReadFile(work + "/progress").c_str()) < 20 && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CommandResult ck = d.Cairn({"job", "checkpoint", "a", "--kill"});
+  ASSERT_TRUE(ck.Exited(0)) << ck.Describe() << "\n" << d.RunLog();
+  ASSERT_TRUE(WaitGone(init_a, 20s).gone);
+  nlohmann::json cps = d.Json({"checkpoint", "list", "--job", "a"});
+  ASSERT_FALSE(cps.is_null());
+  EXPECT_EQ(cps["checkpoints"][0]["gpu_processes"], 1) << "the checkpoint did not go through the driver: " << cps.dump();
+
+  // GPU 0 is free again, and another job takes it: job a cannot come back onto it.
+  CommandResult b2 = d.Cairn({"job", "run", "--name", "b2", "--gpus", "1", "--", "/bin/sleep", "1000"});
+  ASSERT_TRUE(b2.Exited(0)) << b2.Describe();
+  CommandResult refused = d.Cairn({"job", "restore", "a"});
+  EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
+  EXPECT_NE(refused.err.find("GPU 0 by job b2 is held"), std::string::npos) << refused.Describe();
+
+  ASSERT_TRUE(d.Cairn({"job", "kill", "b2"}).Exited(0));
+  CommandResult restored = d.Cairn({"job", "restore", "a"});
+  ASSERT_TRUE(restored.Exited(0)) << restored.Describe() << "\n" << d.RunLog();
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       d.Json({"job", "show", "a"})["job"]["state"] == "running" && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(100ms);
+  }
+  CommandResult logs = d.Cairn({"job", "logs", "a"});
+  EXPECT_EQ(logs.out, uninterrupted.out) << "the restored GPU job computed something else\n" << logs.Describe();
+  d.KillJobs();
+}
+
+}  // namespace
+}  // namespace cairn::testing
