@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -107,6 +108,24 @@ void Daemon::OnGpuSignal(const GpuSignal& s) {
     if (gpu_events_.size() > 20) gpu_events_.erase(gpu_events_.begin());
   }
   Event("", "gpu-" + s.kind, s.detail);
+  if (!s.report) return;
+  // The jobs on that GPU are checkpointed now (pinned), while it may still answer: the
+  // controller's gpu-health rule then restores them elsewhere from it, or drains the node.
+  std::vector<std::string> on_it;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [name, st] : jobs_) {
+      if (st.job.state() != "running") continue;
+      for (int d : st.job.gpu_devices()) {
+        if (d == s.device) on_it.push_back(name);
+      }
+    }
+  }
+  if (on_it.empty()) return;
+  Event("", "gpu-checkpoint",
+        absl::StrFormat("GPU %d: %s; checkpointing its %d job(s): %s", s.device, s.detail, on_it.size(),
+                        absl::StrJoin(on_it, ", ")));
+  CheckpointJobs(on_it, "gpu-" + s.kind, /*pin=*/true, MonoSeconds() + 30);
 }
 
 void Daemon::FillNodeSignals(api::NodeInfoResponse* r) {

@@ -65,8 +65,10 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOnlyWhereItsGpusAreFree) {
   CommandResult uninterrupted = RunCommand({FAKE_CUDA_APP, plain, "150", "0"}, plain);
   ASSERT_TRUE(uninterrupted.Exited(0)) << uninterrupted.Describe();
 
+  std::string xid_file = dir / "xid";
   DaemonProcess d(dir.path(), "gpu", {"--nvml-library", std::string(FAKE_DRIVER_DIR) + "/libnvidia-ml.so.1"},
-                  {std::string("LD_LIBRARY_PATH=") + FAKE_DRIVER_DIR, "CAIRN_FAKE_NVML_GPUS=2"});
+                  {std::string("LD_LIBRARY_PATH=") + FAKE_DRIVER_DIR, "CAIRN_FAKE_NVML_GPUS=2",
+                   "CAIRN_FAKE_NVML_EVENT_FILE=" + xid_file});
   ASSERT_TRUE(d.Start());
   CommandResult info = d.Cairn({"node", "info"});
   ASSERT_TRUE(info.Exited(0)) << info.Describe();
@@ -94,17 +96,33 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOnlyWhereItsGpusAreFree) {
   ASSERT_TRUE(c.Exited(0)) << c.Describe();
   EXPECT_EQ(d.Json({"job", "show", "c"})["job"]["gpu_devices"], nlohmann::json::array({1}));
 
-  // Its device state saved with it: the program stops there.
   for (auto until = std::chrono::steady_clock::now() + 20s;
        std::atoi(ReadFile(work + "/progress").c_str()) < 20 && std::chrono::steady_clock::now() < until;) {
     std::this_thread::sleep_for(20ms);
   }
+  // An Xid error on GPU 0: its job (a, not c) is checkpointed at once, pinned, and runs on.
+  WriteFile(xid_file, "0 79\n");
+  nlohmann::json xid_cps;
+  for (auto until = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < until;) {
+    xid_cps = d.Json({"checkpoint", "list", "--job", "a"});
+    if (!xid_cps.is_null() && xid_cps["checkpoints"].size() == 1 && xid_cps["checkpoints"][0]["state"] == "complete") break;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(xid_cps["checkpoints"].size(), 1u) << "no checkpoint of job a after an Xid on its GPU: " << xid_cps.dump()
+                                                << "\n" << d.RunLog();
+  EXPECT_EQ(xid_cps["checkpoints"][0]["reason"], "gpu-xid");
+  EXPECT_EQ(xid_cps["checkpoints"][0]["pinned"], true);
+  EXPECT_EQ(xid_cps["checkpoints"][0]["gpu_processes"], 1);
+  EXPECT_TRUE(d.Json({"checkpoint", "list", "--job", "c"})["checkpoints"].empty()) << "job c is on GPU 1";
+  EXPECT_EQ(d.Json({"job", "show", "a"})["job"]["state"], "running");
+
+  // Its device state saved with it: the program stops there.
   CommandResult ck = d.Cairn({"job", "checkpoint", "a", "--kill"});
   ASSERT_TRUE(ck.Exited(0)) << ck.Describe() << "\n" << d.RunLog();
   ASSERT_TRUE(WaitGone(init_a, 20s).gone);
   nlohmann::json cps = d.Json({"checkpoint", "list", "--job", "a"});
   ASSERT_FALSE(cps.is_null());
-  EXPECT_EQ(cps["checkpoints"][0]["gpu_processes"], 1) << "the checkpoint did not go through the driver: " << cps.dump();
+  EXPECT_EQ(cps["checkpoints"][1]["gpu_processes"], 1) << "the checkpoint did not go through the driver: " << cps.dump();
 
   // GPU 0 is free again, and another job takes it: job a cannot come back onto it.
   CommandResult b2 = d.Cairn({"job", "run", "--name", "b2", "--gpus", "1", "--", "/bin/sleep", "1000"});

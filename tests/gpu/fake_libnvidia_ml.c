@@ -1,5 +1,5 @@
 // A fake of NVML's libnvidia-ml.so.1, as far as cairnd uses it (daemon/gpu_watch.cc): a node with
-// $CAIRN_FAKE_NVML_GPUS GPUs (default 2) named "NVIDIA H100 80GB HBM3" that never report an event.
+// $CAIRN_FAKE_NVML_GPUS GPUs (default 2) named "NVIDIA H100 80GB HBM3"; events as below.
 // For tests of GPU jobs on a machine without a GPU; cairnd loads it with --nvml-library.
 #include <stdint.h>
 #include <stdio.h>
@@ -54,9 +54,28 @@ nvmlReturn_t nvmlDeviceRegisterEvents(void* d, unsigned long long types, void* s
   (void)d, (void)types, (void)set;
   return kSuccess;
 }
+// $CAIRN_FAKE_NVML_EVENT_FILE, once it exists, holds "GPU XID": that GPU reports a critical Xid
+// error (nvmlEventTypeXidCriticalError) once, and the file is removed.
 nvmlReturn_t nvmlEventSetWait_v2(void* set, nvmlEventData_t* data, unsigned int timeout_ms) {
-  (void)set, (void)data;
-  struct timespec t = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
+  (void)set;
+  const char* path = getenv("CAIRN_FAKE_NVML_EVENT_FILE");
+  for (unsigned waited = 0; waited < timeout_ms; waited += 20) {
+    FILE* f = path != NULL ? fopen(path, "re") : NULL;
+    if (f != NULL) {
+      unsigned gpu = 0;
+      unsigned long long xid = 0;
+      int n = fscanf(f, "%u %llu", &gpu, &xid);
+      fclose(f);
+      remove(path);
+      if (n == 2 && gpu < Count()) {
+        data->device = &devices[gpu];
+        data->eventType = 0x8;  // nvmlEventTypeXidCriticalError
+        data->eventData = xid;
+        return kSuccess;
+      }
+    }
+    struct timespec t = {0, 20 * 1000000L};
+    nanosleep(&t, NULL);
+  }
   return kTimeout;
 }
