@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <ctime>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -189,9 +191,10 @@ int RunDump(int pid, std::string dir, bool leave_running, bool tree, bool tcp_cl
 
 int RunRestore(const std::string& dir, bool detach, bool lazy, bool verify, const std::string& page_server,
                const std::string& token_file, const std::string& image_key, bool trust_unsigned,
-               const std::string& as_user, const restore::ContainerSetup& container) {
+               const std::string& as_user, const restore::ContainerSetup& container, const std::map<int, int>& gpu_map) {
   restore::RestoreOptions opts;
   opts.container = container;
+  opts.gpu_map = gpu_map;
   if (!as_user.empty()) {
     absl::StatusOr<restore::RestoreOptions::Owner> owner = job::OwnerOf(as_user);
     if (!owner.ok()) return Fail(Annotate(owner.status(), "restore --as-user"));
@@ -659,6 +662,10 @@ int main(int argc, char** argv) {
                       "Take the checkpoint (metadata and pages) from `cairn page-server` at HOST:PORT instead of --dir");
   restore->add_option("--token-file", token_file, "With --page-server: file holding the server's token");
   restore->add_flag("--detach", detach, "Return once the process runs instead of waiting for it");
+  std::vector<std::string> restore_gpu_map;
+  restore->add_option("--gpu-map", restore_gpu_map,
+                      "OLD=NEW (repeatable): restore the device state the dump took from its GPU OLD onto this "
+                      "machine's GPU NEW (NVML indices; same model, enough free memory); default: the same index");
   bool lazy = false;
   restore->add_flag("--lazy", lazy,
                     "Let the process run before its memory is in: a page handler process serves each page on first "
@@ -792,8 +799,18 @@ int main(int argc, char** argv) {
       }
       container.external_mounts[kv.first] = kv.second;
     }
+    std::map<int, int> gpu_map;
+    for (const std::string& e : restore_gpu_map) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(e, absl::MaxSplits('=', 1));
+      int from = -1, to = -1;
+      if (!absl::SimpleAtoi(kv.first, &from) || !absl::SimpleAtoi(kv.second, &to) || from < 0 || to < 0 ||
+          !gpu_map.emplace(from, to).second) {
+        return cairn::Fail(absl::InvalidArgumentError(
+            "restore --gpu-map " + e + ": give OLD=NEW, the dump's GPU index and this machine's (each OLD once)"));
+      }
+    }
     return cairn::RunRestore(dir, detach, lazy, verify, page_server, token_file, image_key, trust_unsigned, as_user,
-                             container);
+                             container, gpu_map);
   }
   if (page_server_cmd->parsed()) return cairn::RunPageServer(ps_opts, ps_rate_kib, image_key, trust_unsigned);
   if (gpu_put_back->parsed()) return cairn::dump::RunGpuPutBack(put_back_journal, put_back_fd);

@@ -1044,6 +1044,8 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   api::JobSpec spec;
   api::Job before;  // the job's record before this restore
   const int node_gpus = NodeGpuCount();
+  std::map<int, int> gpu_map;  // onto other GPUs than it ran on: the dump's -> these
+  std::vector<int> new_gpus;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -1060,8 +1062,16 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " ", s.job.health().detail(),
                                                         " and runs there: restoring it here would run it twice"));
     }
-    if (s.job.gpu_devices_size() > 0) {
-      RETURN_IF_ERROR(Annotate(CheckGpusFreeLocked(name, s.job.gpu_devices(), node_gpus), "restore"));
+    if (s.job.gpu_devices_size() > 0 && !CheckGpusFreeLocked(name, s.job.gpu_devices(), node_gpus).ok()) {
+      // Its GPUs are held or missing here: as many others, free, of the same model and with room
+      // for its device memory (the engine checks those against what the checkpoint recorded).
+      absl::StatusOr<std::vector<int>> picked = PickGpusLocked(name, s.job.gpu_devices_size(), node_gpus);
+      if (!picked.ok()) {
+        return Annotate(picked.status(), absl::StrCat("restore: it ran on GPU ", absl::StrJoin(s.job.gpu_devices(), ", "),
+                                                      ", held or missing here"));
+      }
+      for (int i = 0; i < s.job.gpu_devices_size(); ++i) gpu_map[s.job.gpu_devices(i)] = (*picked)[static_cast<size_t>(i)];
+      new_gpus = std::move(*picked);
     }
     s.busy = true;
     spec = s.job.spec();
@@ -1102,6 +1112,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     JobState& s = jobs_[name];
     s.job.set_state("restoring");
     s.job.mutable_health()->set_detail(absl::StrCat(kRestoringFrom, chosen->id()));
+    if (!new_gpus.empty()) {  // held from now on
+      s.job.clear_gpu_devices();
+      s.job.mutable_gpu_devices()->Add(new_gpus.begin(), new_gpus.end());
+    }
     if (absl::Status st = Persist(s); !st.ok()) {
       s.job = before;
       s.busy = false;
@@ -1109,7 +1123,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     }
     recorded = true;
   }
-  Event(name, "restoring", absl::StrCat("from checkpoint ", chosen->id()));
+  Event(name, "restoring",
+        absl::StrCat("from checkpoint ", chosen->id(),
+                     new_gpus.empty() ? "" : absl::StrCat(" onto GPU ", absl::StrJoin(new_gpus, ", "), " (it ran on GPU ",
+                                                          absl::StrJoin(before.gpu_devices(), ", "), ")")));
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return fail(st);
   }
@@ -1146,6 +1163,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   ro.cgroup = CgroupOf(name);
   ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.hold_network = hold_network;
+  ro.gpu_map = gpu_map;
   if (absl::Status st = BringAddresses(name, spec); !st.ok()) {
     drop_fetched();
     return fail(st);

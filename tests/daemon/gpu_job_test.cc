@@ -1,8 +1,8 @@
 // GPU jobs on cairnd (JobSpec.gpus, docs/gpu.md): the node's GPUs come from a fake NVML (two
 // "H100"s), the job's CUDA state from the fake driver of tests/gpu (fake_cuda_app). A job gets free
 // GPUs and sees them in CUDA_VISIBLE_DEVICES; a job asking for more than are free is refused
-// naming who holds them; a GPU job's checkpoint restores only where its GPUs are free, and then
-// the program finishes with the checksum of an uninterrupted run.
+// naming who holds them; a GPU job's checkpoint restores onto its GPUs, or other free ones of the
+// same model, and the program finishes with the checksum of an uninterrupted run.
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -56,7 +56,7 @@ std::string VisibleDevicesOfProgram(pid_t pid, const std::string& exe) {
   return "";
 }
 
-TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOnlyWhereItsGpusAreFree) {
+TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOntoFreeGpus) {
   TempDir dir;
   BecomeSubreaper();
   std::string work = dir / "work", plain = dir / "plain";
@@ -124,16 +124,25 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOnlyWhereItsGpusAreFree) {
   ASSERT_FALSE(cps.is_null());
   EXPECT_EQ(cps["checkpoints"][1]["gpu_processes"], 1) << "the checkpoint did not go through the driver: " << cps.dump();
 
-  // GPU 0 is free again, and another job takes it: job a cannot come back onto it.
+  // GPU 0 is free again, and another job takes it: with GPU 1 held too, job a has nowhere to go.
   CommandResult b2 = d.Cairn({"job", "run", "--name", "b2", "--gpus", "1", "--", "/bin/sleep", "1000"});
   ASSERT_TRUE(b2.Exited(0)) << b2.Describe();
   CommandResult refused = d.Cairn({"job", "restore", "a"});
   EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
-  EXPECT_NE(refused.err.find("GPU 0 by job b2 is held"), std::string::npos) << refused.Describe();
+  EXPECT_NE(refused.err.find("it ran on GPU 0, held or missing here"), std::string::npos) << refused.Describe();
+  EXPECT_NE(refused.err.find("0 free (held: GPU 0 by job b2, GPU 1 by job c)"), std::string::npos) << refused.Describe();
+  EXPECT_EQ(d.Json({"job", "show", "a"})["job"]["gpu_devices"], nlohmann::json::array({0})) << "a refused restore moved it";
 
-  ASSERT_TRUE(d.Cairn({"job", "kill", "b2"}).Exited(0));
+  // GPU 1 frees: job a comes back there, its device state moved from GPU 0 by the driver.
+  ASSERT_TRUE(d.Cairn({"job", "kill", "c"}).Exited(0));
   CommandResult restored = d.Cairn({"job", "restore", "a"});
   ASSERT_TRUE(restored.Exited(0)) << restored.Describe() << "\n" << d.RunLog();
+  EXPECT_EQ(d.Json({"job", "show", "a"})["job"]["gpu_devices"], nlohmann::json::array({1}));
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       ReadFile(work + "/gpu") != "1\n" && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(ReadFile(work + "/gpu"), "1\n") << "the job's device state is not on GPU 1";
   for (auto until = std::chrono::steady_clock::now() + 60s;
        d.Json({"job", "show", "a"})["job"]["state"] == "running" && std::chrono::steady_clock::now() < until;) {
     std::this_thread::sleep_for(100ms);

@@ -17,8 +17,12 @@
 // it in /proc, without asking the process (which is held when a restore asks).
 #define FAKE_CUDA_THREAD_NAME "fakecuda-drv"
 // The "device": a file whose path starts with /dev/nvidia, as cairn recognizes a GPU process:
-// FAKE_CUDA_DEVICE_PREFIX KEY. The program writes the path into WORKDIR/device.
+// FAKE_CUDA_DEVICE_PREFIX "g" GPU "-" KEY, where GPU is the index the program uses (the first of
+// its CUDA_VISIBLE_DEVICES, else 0; the fake NVML finds its processes by it). The program writes
+// the path into WORKDIR/device and the GPU into WORKDIR/gpu (again after a restore moved it).
 #define FAKE_CUDA_DEVICE_PREFIX "/dev/nvidia-cairn-fake-"
+// The fake NVML's GPU UUIDs: the index in the last byte.
+#define FAKE_CUDA_UUID_FORMAT "GPU-00000000-0000-0000-0000-0000000000%02x"
 #define FAKE_CUDA_DEVICE_BYTES (1u << 20)
 
 enum { FAKE_LOCK = 'L', FAKE_CHECKPOINT = 'C', FAKE_RESTORE = 'R', FAKE_UNLOCK = 'U', FAKE_STATE = 'S' };
@@ -39,6 +43,9 @@ enum {
 struct fake_request {
   uint32_t op;
   uint32_t timeout_ms;
+  // FAKE_RESTORE onto another GPU (the driver's GPU UUID pair): the GPU the process was on and
+  // the one to restore onto; -1: the same one.
+  int32_t old_gpu, new_gpu;
 };
 struct fake_reply {
   int32_t result;

@@ -26,6 +26,9 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int state = FAKE_RUNNING;
 static char device_path[96];
+static char key[48];
+static int gpu;  // the GPU index it uses
+static const char* workdir;
 static int device_fd = -1;
 static uint64_t* device;  // FAKE_CUDA_DEVICE_BYTES, mapped from device_fd; NULL while checkpointed
 static uint64_t* host_copy;  // where a checkpoint puts the device memory (allocated up front)
@@ -35,7 +38,18 @@ static void Die(const char* what) {
   exit(2);
 }
 
+static void SayWhere(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/device", workdir);
+  FILE* f = fopen(path, "we");
+  if (f == NULL || fprintf(f, "%s\n", device_path) < 0 || fclose(f) != 0) Die(path);
+  snprintf(path, sizeof path, "%s/gpu", workdir);
+  f = fopen(path, "we");
+  if (f == NULL || fprintf(f, "%d\n", gpu) < 0 || fclose(f) != 0) Die(path);
+}
+
 static int OpenDevice(void) {
+  snprintf(device_path, sizeof device_path, FAKE_CUDA_DEVICE_PREFIX "g%d-%s", gpu, key);
   device_fd = open(device_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (device_fd < 0 || ftruncate(device_fd, FAKE_CUDA_DEVICE_BYTES) != 0) return -1;
   void* m = mmap(NULL, FAKE_CUDA_DEVICE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, device_fd, 0);
@@ -82,7 +96,10 @@ static int Handle(const struct fake_request* q, int* value) {
       break;
     case FAKE_RESTORE:
       if (state != FAKE_CHECKPOINTED) { r = FAKE_ERROR_ILLEGAL_STATE; break; }
+      if (q->old_gpu >= 0 && q->old_gpu != gpu) { r = FAKE_ERROR_INVALID_VALUE; break; }  // not its GPU
+      if (q->new_gpu >= 0) gpu = q->new_gpu;
       if (OpenDevice() != 0) { r = FAKE_ERROR_OPERATING_SYSTEM; break; }
+      SayWhere();
       memcpy(device, host_copy, FAKE_CUDA_DEVICE_BYTES);
       state = FAKE_LOCKED;
       break;
@@ -121,17 +138,18 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: fake_cuda_app WORKDIR STEPS STEP_MS\n");
     return 2;
   }
-  const char* workdir = argv[1];
+  workdir = argv[1];
   int steps = atoi(argv[2]), step_ms = atoi(argv[3]);
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   srandom((unsigned)(now.tv_nsec ^ getpid()));
-  char key[48];
   snprintf(key, sizeof key, "%d-%ld-%ld", (int)getpid(), (long)now.tv_sec, random());
-  snprintf(device_path, sizeof device_path, FAKE_CUDA_DEVICE_PREFIX "%s", key);
+  const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+  gpu = visible != NULL && *visible != '\0' ? atoi(visible) : 0;
   host_copy = malloc(FAKE_CUDA_DEVICE_BYTES);
   if (host_copy == NULL) Die("malloc");
   if (OpenDevice() != 0) Die(device_path);
+  SayWhere();
   for (size_t i = 0; i < FAKE_CUDA_DEVICE_BYTES / 8; ++i) device[i] = i * 0x9e3779b97f4a7c15ULL;
 
   int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -145,11 +163,6 @@ int main(int argc, char** argv) {
   }
   pthread_t t;
   if (pthread_create(&t, NULL, DriverThread, &listener) != 0) Die("pthread_create");
-
-  char path[4096];
-  snprintf(path, sizeof path, "%s/device", workdir);
-  FILE* f = fopen(path, "we");
-  if (f == NULL || fprintf(f, "%s\n", device_path) < 0 || fclose(f) != 0) Die(path);
 
   char progress_path[4096];
   snprintf(progress_path, sizeof progress_path, "%s/progress", workdir);

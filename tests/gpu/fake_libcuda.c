@@ -77,7 +77,7 @@ static int FindSocket(int pid, char* name, size_t size) {
 }
 
 // One request to the driver thread of `pid`; its answer's value into *value.
-static CUresult Ask(int pid, uint32_t op, uint32_t timeout_ms, int* value) {
+static CUresult Ask(int pid, uint32_t op, uint32_t timeout_ms, int* value, int old_gpu, int new_gpu) {
   char name[108];
   if (!FindSocket(pid, name, sizeof name)) return FAKE_ERROR_NOT_FOUND;  // no CUDA in that process
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -93,7 +93,7 @@ static CUresult Ask(int pid, uint32_t op, uint32_t timeout_ms, int* value) {
     close(s);
     return FAKE_ERROR_NOT_FOUND;  // no CUDA in that process
   }
-  struct fake_request q = {op, timeout_ms};
+  struct fake_request q = {op, timeout_ms, old_gpu, new_gpu};
   struct fake_reply r = {FAKE_ERROR_OPERATING_SYSTEM, 0};
   if (write(s, &q, sizeof q) != (ssize_t)sizeof q || read(s, &r, sizeof r) != (ssize_t)sizeof r) {
     close(s);
@@ -105,7 +105,8 @@ static CUresult Ask(int pid, uint32_t op, uint32_t timeout_ms, int* value) {
 }
 
 typedef struct { uint32_t timeout_ms; uint32_t reserved0; uint64_t reserved1[7]; } LockArgs;
-typedef struct { const void* gpu_pairs; uint32_t gpu_pairs_count; char reserved[52]; } RestoreArgs;
+typedef struct { uint8_t old_uuid[16], new_uuid[16]; } GpuPair;
+typedef struct { const GpuPair* gpu_pairs; uint32_t gpu_pairs_count; char reserved[52]; } RestoreArgs;
 
 static int Zero(const void* p, size_t n) {
   const unsigned char* b = p;
@@ -118,29 +119,34 @@ static int Zero(const void* p, size_t n) {
 CUresult cuCheckpointProcessLock(int pid, LockArgs* args) {
   if (args != NULL && !(args->reserved0 == 0 && Zero(args->reserved1, sizeof args->reserved1))) return FAKE_ERROR_INVALID_VALUE;
   if (Refused("lock")) return FAKE_ERROR_NOT_SUPPORTED;
-  return Ask(pid, FAKE_LOCK, args != NULL ? args->timeout_ms : 0, NULL);
+  return Ask(pid, FAKE_LOCK, args != NULL ? args->timeout_ms : 0, NULL, -1, -1);
 }
 
 CUresult cuCheckpointProcessCheckpoint(int pid, void* args) {
   if (args != NULL && !Zero(args, 64)) return FAKE_ERROR_INVALID_VALUE;
   if (Refused("checkpoint")) return FAKE_ERROR_NOT_SUPPORTED;
-  return Ask(pid, FAKE_CHECKPOINT, 0, NULL);
+  return Ask(pid, FAKE_CHECKPOINT, 0, NULL, -1, -1);
 }
 
 CUresult cuCheckpointProcessRestore(int pid, RestoreArgs* args) {
   if (args != NULL && !Zero(args->reserved, sizeof args->reserved)) return FAKE_ERROR_INVALID_VALUE;
-  if (args != NULL && args->gpu_pairs_count > 0) return FAKE_ERROR_NOT_SUPPORTED;  // one "GPU" here
   if (Refused("restore")) return FAKE_ERROR_NOT_SUPPORTED;
-  return Ask(pid, FAKE_RESTORE, 0, NULL);
+  // The fake's processes use one GPU each: at most one pair (the fake NVML's UUIDs end in the index).
+  if (args != NULL && args->gpu_pairs_count > 1) return FAKE_ERROR_NOT_SUPPORTED;
+  if (args != NULL && args->gpu_pairs_count == 1) {
+    if (args->gpu_pairs == NULL) return FAKE_ERROR_INVALID_VALUE;
+    return Ask(pid, FAKE_RESTORE, 0, NULL, args->gpu_pairs[0].old_uuid[15], args->gpu_pairs[0].new_uuid[15]);
+  }
+  return Ask(pid, FAKE_RESTORE, 0, NULL, -1, -1);
 }
 
 CUresult cuCheckpointProcessUnlock(int pid, void* args) {
   if (args != NULL && !Zero(args, 64)) return FAKE_ERROR_INVALID_VALUE;
   if (Refused("unlock")) return FAKE_ERROR_NOT_SUPPORTED;
-  return Ask(pid, FAKE_UNLOCK, 0, NULL);
+  return Ask(pid, FAKE_UNLOCK, 0, NULL, -1, -1);
 }
 
-CUresult cuCheckpointProcessGetState(int pid, int* state) { return Ask(pid, FAKE_STATE, 0, state); }
+CUresult cuCheckpointProcessGetState(int pid, int* state) { return Ask(pid, FAKE_STATE, 0, state, -1, -1); }
 
 CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int* tid) {
   char path[64];

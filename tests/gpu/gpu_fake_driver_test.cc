@@ -178,6 +178,49 @@ TEST_F(GpuFakeDriver, DumpKillRestoreBringsTheDeviceMemoryBack) {
   EXPECT_EQ(Finished(), expected) << "the restored program's device memory differs from an uninterrupted run's";
 }
 
+// The dump records the GPU (NVML: the fake's GPU 0); a restore moves the device state onto
+// another GPU of the same model (the driver's UUID pair), and refuses one that is not there, of
+// another model, or a GPU the checkpoint never used, naming both.
+TEST_F(GpuFakeDriver, ARestoreMovesTheDeviceStateOntoAnotherGpuOfTheSameModel) {
+  std::string expected = Uninterrupted();
+  StartApp();
+  EXPECT_EQ(ReadFile(dir_ / "gpu"), "0\n");
+  std::string ckpt = dir_ / "ckpt";
+  CommandResult d = RunCommand({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", ckpt}, dir_.path(),
+                               WithEnv(Env()));
+  ASSERT_TRUE(d.Exited(0)) << d.Describe();
+  ASSERT_TRUE(WaitGone(app_, 10s).gone);
+  CommandResult shown = RunCommand({CairnBinary(), "inspect", ckpt, "--json"}, dir_.path());
+  EXPECT_NE(shown.out.find("GPU-00000000-0000-0000-0000-000000000000"), std::string::npos)
+      << "the checkpoint does not record its GPU: " << shown.out.substr(0, 2000);
+
+  auto restore = [&](const std::vector<std::string>& extra, const std::vector<std::string>& env) {
+    std::vector<std::string> argv = {CairnBinary(), "restore", "--dir", ckpt, "--detach"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return RunCommand(argv, dir_.path(), WithEnv(env));
+  };
+  std::vector<std::string> mixed = Env();
+  mixed.push_back("CAIRN_FAKE_NVML_NAMES=NVIDIA H100 80GB HBM3,NVIDIA A100-SXM4-80GB");
+  CommandResult other_model = restore({"--gpu-map", "0=1"}, mixed);
+  EXPECT_TRUE(other_model.FailedCleanly()) << other_model.Describe();
+  EXPECT_NE(other_model.err.find("used GPU 0 (NVIDIA H100 80GB HBM3"), std::string::npos) << other_model.Describe();
+  EXPECT_NE(other_model.err.find("GPU 1 here (NVIDIA A100-SXM4-80GB"), std::string::npos) << other_model.Describe();
+  EXPECT_NE(other_model.err.find("nothing was restored"), std::string::npos) << other_model.Describe();
+  CommandResult missing = restore({"--gpu-map", "0=5"}, Env());
+  EXPECT_TRUE(missing.FailedCleanly()) << missing.Describe();
+  EXPECT_NE(missing.err.find("there is no GPU 5 here (2 GPUs)"), std::string::npos) << missing.Describe();
+  CommandResult unused = restore({"--gpu-map", "3=1"}, Env());
+  EXPECT_TRUE(unused.FailedCleanly()) << unused.Describe();
+  EXPECT_NE(unused.err.find("used no GPU 3"), std::string::npos) << unused.Describe();
+  EXPECT_FALSE(IsAlive(app_));
+
+  CommandResult moved = restore({"--gpu-map", "0=1"}, Env());
+  ASSERT_TRUE(moved.Exited(0)) << moved.Describe();
+  WaitProgress(Progress() + 2);
+  EXPECT_EQ(ReadFile(dir_ / "gpu"), "1\n") << "the device state did not move to GPU 1";
+  EXPECT_EQ(Finished(), expected);
+}
+
 TEST_F(GpuFakeDriver, LeaveRunningPutsTheDeviceBackAndTheCheckpointRestores) {
   std::string expected = Uninterrupted();
   StartApp();

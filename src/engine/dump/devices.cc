@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "engine/dump/tracker.h"
+#include "engine/gpu/nvml.h"
 
 namespace cairn::dump {
 namespace {
@@ -53,6 +54,29 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
   for (pid_t pid : cuda) {
     ASSIGN_OR_RETURN(uint64_t start, ProcessStartTime(pid));
     journaled.emplace_back(pid, start);
+  }
+  // Which GPUs they use, while they still have contexts there (NVML lists those).
+  if (absl::StatusOr<std::unique_ptr<gpu::Nvml>> nvml = gpu::Nvml::Load(); nvml.ok()) {
+    for (pid_t pid : cuda) {
+      absl::StatusOr<std::vector<std::pair<int, uint64_t>>> used = (*nvml)->UsedBy(pid);
+      if (!used.ok()) {
+        CAIRN_LOG_WARN("event=gpu_uses_unknown pid={} error=\"{}\"", pid, used.status().ToString());
+        continue;
+      }
+      for (const auto& [index, bytes] : *used) {
+        const gpu::GpuInfo& g = (*nvml)->gpus()[static_cast<size_t>(index)];
+        image::GpuUse u;
+        u.set_index(index);
+        u.set_uuid(g.uuid);
+        u.set_name(g.name);
+        u.set_memory_used(bytes);
+        u.set_memory_total(g.memory_total);
+        d.uses_[pid].push_back(std::move(u));
+      }
+    }
+  } else {
+    CAIRN_LOG_INFO("event=gpu_uses_unknown reason=\"{}\" effect=\"restored onto the same GPU indices only\"",
+                   nvml.status().ToString());
   }
   RETURN_IF_ERROR(journal.DevicesLocking(journaled));
   d.api_ = std::move(*api);

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "engine/dump/guardian.h"
 #include "engine/gpu/cuda_checkpoint.h"
 #include "engine/gpu/device.h"
+#include "image.pb.h"
 
 namespace cairn::dump {
 
@@ -38,6 +40,9 @@ class DumpDevices {
   // The processes whose device state is in their host memory now (the checkpoint records them:
   // a restore hands them back to the driver).
   const std::vector<pid_t>& pids() const { return pids_; }
+  // The GPUs each of them had contexts on (NVML, read before the device checkpoint; none for a
+  // process when NVML is missing: a restore then puts it back on the same GPU indices).
+  const std::map<pid_t, std::vector<image::GpuUse>>& gpu_uses() const { return uses_; }
 
   // They run on (a dump that leaves them running, or one that failed): each restored onto its
   // GPUs and unlocked, after the thaw (the driver's thread in each process does the work).
@@ -50,6 +55,7 @@ class DumpDevices {
   std::optional<gpu::DeviceCheckpoint> taken_;
   GuardJournal* journal_ = nullptr;
   std::vector<pid_t> pids_;
+  std::map<pid_t, std::vector<image::GpuUse>> uses_;
 };
 
 // For a journal whose device side is not settled (guardian.h, point 11): each journaled process

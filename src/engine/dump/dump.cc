@@ -443,14 +443,18 @@ absl::StatusOr<std::vector<pid_t>> ListTree(pid_t root, bool tree) {
 }
 
 // Records in the checkpoint which processes had their device state moved into their host memory
-// by the GPU driver (`pids`, as this machine sees them): a restore hands them back to it
-// (restore.cc). The image's processes are in `order` (DumpFrozen), their ids maybe localized.
-void MarkDeviceCheckpointed(const std::vector<pid_t>& pids, const std::vector<pid_t>& order,
-                            image::Checkpoint& ckpt) {
+// by the GPU driver (`devices`' pids, as this machine sees them) and the GPUs each used: a
+// restore hands them back to it (restore.cc). The image's processes are in `order`
+// (DumpFrozen), their ids maybe localized.
+void MarkDeviceCheckpointed(const DumpDevices& devices, const std::vector<pid_t>& order, image::Checkpoint& ckpt) {
+  const std::vector<pid_t>& pids = devices.pids();
   for (size_t i = 0; i < order.size(); ++i) {
     if (std::find(pids.begin(), pids.end(), order[i]) == pids.end()) continue;
     image::Process* p = i == 0 ? ckpt.mutable_process() : ckpt.mutable_descendants(static_cast<int>(i - 1));
     p->set_cuda_checkpointed(true);
+    if (auto it = devices.gpu_uses().find(order[i]); it != devices.gpu_uses().end()) {
+      for (const image::GpuUse& u : it->second) *p->add_gpus() = u;
+    }
   }
 }
 
@@ -978,7 +982,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   if (paused) freezer.AdoptPaused();  // a paused container: paused again as it is let go
   absl::StatusOr<DumpResult> result = DumpFrozen(opts, ft, *writer, inc, ckpt, &journal, &tcp, &freezer);
   if (result.ok() && !devices.pids().empty()) {
-    MarkDeviceCheckpointed(devices.pids(), ft.order, ckpt);
+    MarkDeviceCheckpointed(devices, ft.order, ckpt);
     result->gpu_processes = devices.pids();
   }
   // The connections leave repair mode (and the lock goes) before any process that runs on

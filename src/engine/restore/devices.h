@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/gpu/cuda_checkpoint.h"
+#include "image.pb.h"
 
 namespace cairn::restore {
 
@@ -24,7 +26,17 @@ struct DeviceProcess {
   pid_t pid = 0;
   int image_pid = 0;  // as the checkpoint names it, for messages
   std::vector<pid_t> tids;
+  std::vector<gpu::GpuPair> remap;  // the dump's GPU -> the one here (empty: the same ones)
 };
+
+// Where each process's device state goes: for every GPU `procs` recorded at the dump (image
+// Process.gpus), the GPU here `gpu_map` names (else the one of the same index), which must be the
+// same model with enough free memory for what lands on it; a pair for each whose UUID differs.
+// Keyed by image pid. Without recorded GPUs or NVML here, empty (the same GPUs), unless
+// `gpu_map` asks for a move, which is then refused. Errors name both GPUs.
+absl::StatusOr<std::map<int, std::vector<gpu::GpuPair>>> PlanGpuRemap(const std::vector<const image::Process*>& procs,
+                                                                      const std::map<int, int>& gpu_map,
+                                                                      const std::string& where);
 
 // The driver's API for a restore of `image_pids` (the processes marked cuda_checkpointed), loaded
 // before anything is created: without it the error says what is missing and that nothing ran.

@@ -802,7 +802,14 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
     if (!cuda.empty()) {
       ASSIGN_OR_RETURN(gpu_api, DriverForRestore(cuda, where));
+    } else if (!opts.gpu_map.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--gpu-map: the checkpoint at ", where,
+                                                     " holds no process with device state"));
     }
+  }
+  std::map<int, std::vector<gpu::GpuPair>> gpu_remap;
+  if (gpu_api) {
+    ASSIGN_OR_RETURN(gpu_remap, PlanGpuRemap(procs, opts.gpu_map, where));
   }
   if (opts.only_as.has_value()) {
     RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));
@@ -1093,7 +1100,8 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     std::vector<DeviceProcess> cuda;
     for (const image::Process* p : procs) {
       if (!p->cuda_checkpointed() || p->zombie()) continue;
-      DeviceProcess d{ids.Host(p->pid()), p->pid(), {}};
+      DeviceProcess d{ids.Host(p->pid()), p->pid(), {}, {}};
+      if (auto it = gpu_remap.find(p->pid()); it != gpu_remap.end()) d.remap = it->second;
       for (const image::Thread& t : p->threads()) d.tids.push_back(ids.Host(t.tid()));
       cuda.push_back(std::move(d));
     }

@@ -25,6 +25,9 @@ namespace cairn::restore {
 
 struct RestoreOptions {
   std::string dir;
+  // Processes holding device state (docs/gpu.md): the GPU (NVML index) of the dump's machine ->
+  // the GPU here it is restored onto. A GPU not named goes onto the one of the same index.
+  std::map<int, int> gpu_map;
   // Or: take the checkpoint from `cairn page-server` at HOST:PORT (lazy/page_client.h).
   std::string page_server, token_file;
   int fill_threads = 0;
