@@ -97,7 +97,10 @@ static int Handle(const struct fake_request* q, int* value) {
     case FAKE_RESTORE:
       if (state != FAKE_CHECKPOINTED) { r = FAKE_ERROR_ILLEGAL_STATE; break; }
       if (q->old_gpu >= 0 && q->old_gpu != gpu) { r = FAKE_ERROR_INVALID_VALUE; break; }  // not its GPU
-      if (q->new_gpu >= 0) gpu = q->new_gpu;
+      if (q->new_gpu >= 0 && q->new_gpu != gpu) {
+        unlink(device_path);  // the other GPU's memory: not this process's any more
+        gpu = q->new_gpu;
+      }
       if (OpenDevice() != 0) { r = FAKE_ERROR_OPERATING_SYSTEM; break; }
       SayWhere();
       memcpy(device, host_copy, FAKE_CUDA_DEVICE_BYTES);
