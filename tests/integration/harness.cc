@@ -439,7 +439,9 @@ void CairnTest::Track(pid_t pid, const std::string& argv0) { tracked_.push_back(
 
 void CairnTest::TearDown() {
   for (const Tracked& t : tracked_) {
-    if (ProcessArgv0(t.pid) != t.argv0) continue;
+    // A program may retitle itself: redis-server's argv reads "/usr/bin/redis-server 127.0.0.1:PORT".
+    std::string argv0 = ProcessArgv0(t.pid);
+    if (argv0 != t.argv0 && argv0.rfind(t.argv0 + " ", 0) != 0) continue;
     if (t.pid_ns != 0 && PidNamespaceOf(t.pid) != t.pid_ns) continue;  // the PID was reused elsewhere
     KillAndWait(t.pid);
   }
