@@ -94,7 +94,11 @@ absl::StatusOr<job::JobRecord> Daemon::StartWithCairnRun(const std::string& name
     if (job_env.empty()) {
       for (char** e = environ; *e != nullptr; ++e) job_env.emplace_back(*e);
     }
-    std::erase_if(job_env, [](const std::string& e) { return absl::StartsWith(e, "CUDA_VISIBLE_DEVICES="); });
+    // NVML's indices, which follow the PCI bus order; CUDA's own order is fastest first.
+    std::erase_if(job_env, [](const std::string& e) {
+      return absl::StartsWith(e, "CUDA_VISIBLE_DEVICES=") || absl::StartsWith(e, "CUDA_DEVICE_ORDER=");
+    });
+    job_env.push_back("CUDA_DEVICE_ORDER=PCI_BUS_ID");
     job_env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(gpus, ",")));
   }
   if (!job_env.empty()) {
@@ -1073,6 +1077,9 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
       for (int i = 0; i < s.job.gpu_devices_size(); ++i) gpu_map[s.job.gpu_devices(i)] = (*picked)[static_cast<size_t>(i)];
       new_gpus = std::move(*picked);
     }
+    // Held from here on (released by `fail`, or taken over by the `restoring` record).
+    s.reserved_gpus = new_gpus.empty() ? std::vector<int>(s.job.gpu_devices().begin(), s.job.gpu_devices().end())
+                                       : new_gpus;
     s.busy = true;
     spec = s.job.spec();
     before = s.job;
@@ -1083,6 +1090,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
       std::lock_guard<std::mutex> l(mu_);
       JobState& s = jobs_[name];
       s.busy = false;
+      s.reserved_gpus.clear();
       if (recorded) {
         s.job = before;
         if (absl::Status p = Persist(s); !p.ok()) CAIRN_LOG_WARN("job={} not saved: {}", name, p.ToString());
@@ -1119,8 +1127,10 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     if (absl::Status st = Persist(s); !st.ok()) {
       s.job = before;
       s.busy = false;
+      s.reserved_gpus.clear();
       return st;
     }
+    s.reserved_gpus.clear();  // the record holds them now
     recorded = true;
   }
   Event(name, "restoring",
@@ -1164,6 +1174,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   ro.verify = true;  // a restore that differs from its image fails instead of running
   ro.hold_network = hold_network;
   ro.gpu_map = gpu_map;
+  ro.gpu_map_lenient = true;  // the job's GPUs: its processes may have used fewer
   if (absl::Status st = BringAddresses(name, spec); !st.ok()) {
     drop_fetched();
     return fail(st);

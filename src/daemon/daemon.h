@@ -242,6 +242,9 @@ class Daemon {
     net::LockClaim hold_claim;
     net::LockClaim kept_claim;
     net::LockClaim migration_claim;
+    // A restore under way holds the GPUs it picked from its first step (the record says
+    // `restoring` with them only later): daemon/gpus.cc counts these too.
+    std::vector<int> reserved_gpus;
   };
   // Claims the network locks `s`'s record names and lets go of those it no longer names. Waits
   // at most a few seconds for a `cairn check --fix` removing one (then warns: unclaimed).

@@ -31,7 +31,9 @@ template <typename Jobs>
 std::map<int, std::string> Holders(const Jobs& jobs, const std::string& except) {
   std::map<int, std::string> out;
   for (const auto& [name, s] : jobs) {
-    if (name == except || !HoldsItsGpus(s.job)) continue;
+    if (name == except) continue;
+    for (int d : s.reserved_gpus) out[d] = name;
+    if (!HoldsItsGpus(s.job)) continue;
     for (int d : s.job.gpu_devices()) out[d] = name;
   }
   return out;

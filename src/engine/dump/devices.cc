@@ -120,10 +120,20 @@ absl::Status DumpDevices::Resume() {
   return s;
 }
 
-void DumpDevices::Release() {
-  if (!taken_ || taken_->pids().empty()) return;
+absl::Status DumpDevices::Release(const std::set<pid_t>& died) {
+  if (!taken_ || taken_->pids().empty()) return absl::OkStatus();
+  std::vector<pid_t> living;
+  for (pid_t pid : taken_->pids()) {
+    if (died.count(pid) == 0) living.push_back(pid);
+  }
   taken_->Release();
+  std::string left = gpu::PutBack(*api_, living, living);
+  if (!left.empty()) {
+    // Not settled: the guardian's fresh cairn tries again (guardian.h, point 11).
+    return absl::InternalError(absl::StrCat("processes that left the tree before the freeze: ", left));
+  }
   journal_->DevicesSettled();
+  return absl::OkStatus();
 }
 
 absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::string>* lines) {
@@ -180,9 +190,10 @@ int RunGpuPutBack(const std::string& journal_path, int journal_fd) {
                      ": nothing done (this command is run by a dump's guardian, not by hand)"));
     return 2;
   }
-  // The guardian's lock, inherited: held still, or taken (its holders gone) for this repair.
-  if (::flock(journal_fd, LOCK_EX | LOCK_NB) != 0 && errno != EWOULDBLOCK) {
-    say(absl::StrCat("lock ", journal_path, ": ", std::strerror(errno)));
+  // The guardian's lock, inherited (the same open file description: taking it again succeeds);
+  // held by anyone else, the journal is not this command's.
+  if (::flock(journal_fd, LOCK_EX | LOCK_NB) != 0) {
+    say(absl::StrCat("lock ", journal_path, ": ", std::strerror(errno), ": nothing done"));
     return 2;
   }
   void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED, journal_fd, 0);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,9 @@ class DumpDevices {
   // They run on (a dump that leaves them running, or one that failed): each restored onto its
   // GPUs and unlocked, after the thaw (the driver's thread in each process does the work).
   absl::Status Resume();
-  // They died after their dump.
-  void Release();
+  // Those of `died` died after their dump (their device state goes with them); any other (one
+  // that left the tree before the freeze, and so was not dumped) is put back.
+  absl::Status Release(const std::set<pid_t>& died);
 
  private:
   std::unique_ptr<gpu::CudaCheckpointApi> api_;

@@ -357,6 +357,8 @@ struct FrozenTree {
   std::vector<pid_t> order;            // every pid, frozen or zombie, in tree order
   std::map<pid_t, proc::Stat> zombies;
 
+  std::set<pid_t> Pids() const { return {order.begin(), order.end()}; }
+
   absl::Status Thaw() {
     absl::Status first;
     for (auto& fp : frozen) {
@@ -1119,9 +1121,12 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       tcp->Keep();  // committed with its lock: the sockets die in repair mode, whatever happens now
       result->network_claim = tcp->claim();
     }
+    // Their device state dies with them (one that left the tree before the freeze is put back).
+    if (absl::Status released = devices.Release(ft.Pids()); !released.ok()) {
+      CAIRN_LOG_WARN("event=device_resume_failed pid={} error=\"{}\"", opts.pid, released.ToString());
+    }
     freezer.ThawForKill();  // still stopped by the dump: they die, not run
     RETURN_IF_ERROR(ft.Kill(journal));
-    devices.Release();
     journal.SetOutcome(GuardJournal::Outcome::kDone);
     result->frozen_seconds = Since(t_freeze);
     CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=kill ms={:.2f}", opts.pid, Since(t_kill) * 1e3);

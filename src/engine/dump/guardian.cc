@@ -639,9 +639,7 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
   }
   std::string path = absl::StrCat(dir, "/", name);
   // Point 11's fresh cairn, its command line made now: the guardian allocates nothing.
-  std::error_code ec;
-  std::string exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  std::vector<std::string> put_back_args = {exe, "gpu-put-back", "--journal", path, "--journal-fd", "4"};
+  std::vector<std::string> put_back_args = {"cairn", "gpu-put-back", "--journal", path, "--journal-fd", "4"};
   std::vector<char*> put_back_argv;
   for (std::string& a : put_back_args) put_back_argv.push_back(a.data());
   put_back_argv.push_back(nullptr);
@@ -684,9 +682,13 @@ absl::StatusOr<std::unique_ptr<Guardian>> Guardian::Start() {
     journal->SetOutcome(GuardJournal::Outcome::kDone);
     if (journal->DevicesUnsettled()) {
       // Point 11: the GPU driver's side is for a fresh cairn, which inherits the journal (fd 4,
-      // its lock held) and removes it. Without one, the journal stays: an orphan's (point 8).
+      // its lock held) and removes it: this very binary (/proc/self/exe works even once the file
+      // was replaced), at an ordinary priority. Without it, the journal stays: an orphan's (8).
       ::close(3);
-      if (!exe.empty()) ::execv(exe.c_str(), put_back_argv.data());
+      struct sched_param none {};
+      (void)::sched_setscheduler(0, SCHED_OTHER, &none);
+      (void)::setpriority(PRIO_PROCESS, 0, 0);
+      ::execv("/proc/self/exe", put_back_argv.data());
       ::_exit(rc == 0 ? 1 : rc);
     }
     // Done: nothing is left for anyone to repair.

@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<gpu::CudaCheckpointApi>> DriverForRestore(const s
 }
 
 absl::StatusOr<std::map<int, std::vector<gpu::GpuPair>>> PlanGpuRemap(const std::vector<const image::Process*>& procs,
-                                                                      const std::map<int, int>& gpu_map,
+                                                                      const std::map<int, int>& gpu_map, bool lenient,
                                                                       const std::string& where) {
   std::map<int, std::vector<gpu::GpuPair>> plan;
   std::map<int, const image::GpuUse*> recorded;  // the dump's GPUs by index
@@ -34,8 +34,19 @@ absl::StatusOr<std::map<int, std::vector<gpu::GpuPair>>> PlanGpuRemap(const std:
   auto refused = [&](const std::string& why) {
     return absl::FailedPreconditionError(absl::StrCat("restore from ", where, " refused (nothing was restored): ", why));
   };
+  // One GPU here per GPU of the dump: the driver moves whole GPUs, not parts of them.
+  std::map<int, int> target_of;  // this machine's GPU -> the dump's GPU going there
+  for (const auto& [index, use] : recorded) {
+    auto m = gpu_map.find(index);
+    int to = m != gpu_map.end() ? m->second : index;
+    if (auto [it, fresh] = target_of.emplace(to, index); !fresh) {
+      return refused(absl::StrCat("GPU ", it->second, " and GPU ", index, " of the dump would both go onto GPU ", to,
+                                  " here: give each its own (--gpu-map OLD=NEW)"));
+    }
+  }
   for (const auto& [from, to] : gpu_map) {
     if (recorded.count(from) == 0) {
+      if (lenient) continue;
       return refused(absl::StrCat("--gpu-map ", from, "=", to, ": the checkpoint's processes used no GPU ", from,
                                   recorded.empty() ? " (it records no GPU: NVML was missing at its dump)" : ""));
     }
@@ -50,6 +61,7 @@ absl::StatusOr<std::map<int, std::vector<gpu::GpuPair>>> PlanGpuRemap(const std:
   }
   const std::vector<gpu::GpuInfo>& here = (*nvml)->gpus();
   std::map<int, uint64_t> landing;  // device memory restored onto each GPU here
+  bool moves = false;
   for (const image::Process* p : procs) {
     if (!p->cuda_checkpointed() || p->zombie()) continue;
     for (const image::GpuUse& u : p->gpus()) {
@@ -67,19 +79,23 @@ absl::StatusOr<std::map<int, std::vector<gpu::GpuPair>>> PlanGpuRemap(const std:
         return refused(absl::StrCat("pid ", p->pid(), " used ", was, " at its dump; ", is,
                                     " is another model: device state restores only onto the same model"));
       }
-      landing[to] += u.memory_used();
-      if (landing[to] > g.memory_free) {
+      // NVML says NVML_VALUE_NOT_AVAILABLE (all ones) where it cannot tell a process's usage.
+      constexpr uint64_t kUnknown = ~uint64_t{0};
+      if (u.memory_used() != kUnknown) landing[to] += u.memory_used();
+      if (u.memory_used() != kUnknown && landing[to] > g.memory_free) {
         return refused(absl::StrCat("pid ", p->pid(), " used ", was, " at its dump, ", u.memory_used() >> 20,
                                     " MiB of it; ", is, " has ", g.memory_free >> 20, " MiB free for ",
                                     landing[to] >> 20, " MiB restored onto it"));
       }
-      if (g.uuid == u.uuid()) continue;
       gpu::GpuPair pair;
       ASSIGN_OR_RETURN(pair.old_uuid, gpu::UuidBytes(u.uuid()));
       ASSIGN_OR_RETURN(pair.new_uuid, gpu::UuidBytes(g.uuid));
       plan[p->pid()].push_back(pair);
+      moves |= g.uuid != u.uuid();
     }
   }
+  // The driver takes pairs for every GPU of a process or none: none when nothing moves.
+  if (!moves) plan.clear();
   return plan;
 }
 

@@ -31,11 +31,13 @@ struct DeviceProcess {
 
 // Where each process's device state goes: for every GPU `procs` recorded at the dump (image
 // Process.gpus), the GPU here `gpu_map` names (else the one of the same index), which must be the
-// same model with enough free memory for what lands on it; a pair for each whose UUID differs.
-// Keyed by image pid. Without recorded GPUs or NVML here, empty (the same GPUs), unless
-// `gpu_map` asks for a move, which is then refused. Errors name both GPUs.
+// same model with enough free memory for what lands on it, one GPU here for each of the dump's;
+// when any moves, a pair for every GPU of each process (the driver takes all or none). Keyed by
+// image pid. Without recorded GPUs or NVML here, empty (the same GPUs), unless `gpu_map` asks for
+// a move, which is then refused. `lenient`: entries for GPUs the checkpoint did not use are
+// ignored (cairnd maps all of a job's GPUs), else refused. Errors name both GPUs.
 absl::StatusOr<std::map<int, std::vector<gpu::GpuPair>>> PlanGpuRemap(const std::vector<const image::Process*>& procs,
-                                                                      const std::map<int, int>& gpu_map,
+                                                                      const std::map<int, int>& gpu_map, bool lenient,
                                                                       const std::string& where);
 
 // The driver's API for a restore of `image_pids` (the processes marked cuda_checkpointed), loaded

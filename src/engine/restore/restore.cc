@@ -802,14 +802,14 @@ absl::StatusOr<RestoreResult> Restore(const RestoreOptions& opts) {
     }
     if (!cuda.empty()) {
       ASSIGN_OR_RETURN(gpu_api, DriverForRestore(cuda, where));
-    } else if (!opts.gpu_map.empty()) {
+    } else if (!opts.gpu_map.empty() && !opts.gpu_map_lenient) {
       return absl::InvalidArgumentError(absl::StrCat("--gpu-map: the checkpoint at ", where,
                                                      " holds no process with device state"));
     }
   }
   std::map<int, std::vector<gpu::GpuPair>> gpu_remap;
   if (gpu_api) {
-    ASSIGN_OR_RETURN(gpu_remap, PlanGpuRemap(procs, opts.gpu_map, where));
+    ASSIGN_OR_RETURN(gpu_remap, PlanGpuRemap(procs, opts.gpu_map, opts.gpu_map_lenient, where));
   }
   if (opts.only_as.has_value()) {
     RETURN_IF_ERROR(CheckOwner(procs, *opts.only_as, where));

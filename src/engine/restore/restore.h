@@ -28,6 +28,9 @@ struct RestoreOptions {
   // Processes holding device state (docs/gpu.md): the GPU (NVML index) of the dump's machine ->
   // the GPU here it is restored onto. A GPU not named goes onto the one of the same index.
   std::map<int, int> gpu_map;
+  // gpu_map may name GPUs the checkpoint did not use (a job's, some unused by its processes), and
+  // may be given for a checkpoint without device state: those entries are ignored.
+  bool gpu_map_lenient = false;
   // Or: take the checkpoint from `cairn page-server` at HOST:PORT (lazy/page_client.h).
   std::string page_server, token_file;
   int fill_threads = 0;
