@@ -420,6 +420,7 @@ class Daemon {
   std::map<std::string, std::string> components_;  // GUARDED_BY(node_mu_)
   std::optional<api::SpotNotice> spot_notice_;       // GUARDED_BY(node_mu_)
   std::vector<GpuDevice> gpus_;                      // GUARDED_BY(node_mu_)
+  std::map<int, double> gpu_checkpointed_at_;        // GPU -> monotonic s of its last event checkpoint; GUARDED_BY(node_mu_)
   std::vector<std::string> gpu_events_;              // GUARDED_BY(node_mu_), newest 20
   std::optional<uint64_t> controller_term_;          // GUARDED_BY(node_mu_); loaded on first use
 

@@ -110,7 +110,16 @@ void Daemon::OnGpuSignal(const GpuSignal& s) {
   Event("", "gpu-" + s.kind, s.detail);
   if (!s.report) return;
   // The jobs on that GPU are checkpointed now (pinned), while it may still answer: the
-  // controller's gpu-health rule then restores them elsewhere from it, or drains the node.
+  // controller's gpu-health rule then restores them elsewhere from it, or drains the node. Not
+  // for the Xids a program causes itself (13 engine exception, 31 page fault, 43 stopped, 45
+  // preempted: NVIDIA's Xid catalog), and once per GPU per 10 minutes (a failing GPU repeats).
+  if (s.kind == "xid" && (s.xid == 13 || s.xid == 31 || s.xid == 43 || s.xid == 45)) return;
+  {
+    std::lock_guard<std::mutex> l(node_mu_);
+    auto [it, first] = gpu_checkpointed_at_.emplace(s.device, MonoSeconds());
+    if (!first && MonoSeconds() - it->second < 600) return;
+    it->second = MonoSeconds();
+  }
   std::vector<std::string> on_it;
   {
     std::lock_guard<std::mutex> l(mu_);

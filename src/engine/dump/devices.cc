@@ -50,6 +50,14 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
                                                " holds CUDA state (an NVIDIA device open): its device memory is "
                                                "saved through the NVIDIA driver's process checkpoint API"));
   }
+  // Only those the driver knows: one with an NVIDIA device open for another reason (NVML, a
+  // display) is not the driver's to checkpoint, and the precheck refuses its device file.
+  std::erase_if(cuda, [&](pid_t pid) {
+    absl::StatusOr<gpu::CudaState> state = (*api)->State(pid);
+    if (!state.ok()) CAIRN_LOG_INFO("event=gpu_not_cuda pid={} why=\"{}\"", pid, state.status().ToString());
+    return !state.ok();
+  });
+  if (cuda.empty()) return d;
   std::vector<std::pair<pid_t, uint64_t>> journaled;
   for (pid_t pid : cuda) {
     ASSIGN_OR_RETURN(uint64_t start, ProcessStartTime(pid));

@@ -891,6 +891,15 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
           "move it by checkpoint and restore instead"));
     }
   }
+  if (!opts.freezer_cgroup.empty() && FreezerState(opts.freezer_cgroup) == "FROZEN") {
+    // A paused container's processes cannot run the driver's thread that locks them.
+    for (pid_t pid : listed) {
+      if (!gpu::HoldsCudaState(pid)) continue;
+      return absl::UnimplementedError(absl::StrCat(
+          "pid ", pid, " holds CUDA state and its cgroup ", opts.freezer_cgroup,
+          " is paused: the GPU driver cannot lock a paused process; resume it, then checkpoint it"));
+    }
+  }
   auto t_device = Clock::now();
   ASSIGN_OR_RETURN(DumpDevices devices, DumpDevices::Take(listed, opts.gpu_lock_timeout_ms, journal));
   if (!devices.pids().empty()) {
