@@ -42,25 +42,6 @@ int EnvInt(const char* name, int fallback) {
 
 std::string SignalName(int sig) { return std::string("SIG") + sigabbrev_np(sig); }
 
-// The children of `parent` (default: this process) named `comm` (a dump's guardian is
-// re-parented to the test, a subreaper, when the dump dies).
-std::vector<pid_t> ChildrenNamed(const std::string& comm, pid_t parent = ::getpid()) {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  for (dirent* e; d != nullptr && (e = ::readdir(d)) != nullptr;) {
-    pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-    size_t close = stat.rfind(')');
-    size_t open = stat.find('(');
-    if (close == std::string::npos || open == std::string::npos) continue;
-    if (stat.substr(open + 1, close - open - 1) != comm) continue;
-    pid_t ppid = std::atoi(stat.c_str() + close + 4);  // ") S PPID"
-    if (ppid == parent) out.push_back(pid);
-  }
-  if (d != nullptr) ::closedir(d);
-  return out;
-}
 
 class DumpKillTest : public ::testing::Test {
  protected:

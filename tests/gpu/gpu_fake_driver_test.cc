@@ -30,22 +30,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kSteps = 300;
 constexpr int kStepMs = 10;
 
-// The children of `parent` named `comm` (a dump's guardian).
-std::vector<pid_t> ChildrenNamed(const std::string& comm, pid_t parent) {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  for (dirent* e; d != nullptr && (e = ::readdir(d)) != nullptr;) {
-    pid_t pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-    size_t close = stat.rfind(')'), open = stat.find('(');
-    if (close == std::string::npos || open == std::string::npos) continue;
-    if (stat.substr(open + 1, close - open - 1) != comm) continue;
-    if (std::atoi(stat.c_str() + close + 4) == parent) out.push_back(pid);
-  }
-  if (d != nullptr) ::closedir(d);
-  return out;
-}
 
 // Whether `pid` has a /dev/nvidia* file open (what cairn takes for CUDA state).
 bool HoldsDevice(pid_t pid) {
@@ -304,6 +288,27 @@ TEST_F(GpuFakeDriver, ARefusedDeviceCheckpointLeavesTheProgramRunningAndNoCheckp
   }
   EXPECT_EQ(Finished(), expected);
   EXPECT_TRUE(Journals().empty());
+}
+
+// What the dump refuses anyway is refused before the driver touches the process: its precheck
+// (here: a pipe whose other end a process outside the checkpoint holds) comes first.
+TEST_F(GpuFakeDriver, ADumpThePrecheckRefusesNeverTouchesTheDevice) {
+  app_ = SpawnProgram({"/bin/bash", "-c",
+                       std::string("exec 3< <(exec sleep 1000); exec ") + FAKE_CUDA_APP + " " + dir_.path() + " " +
+                           std::to_string(kSteps) + " " + std::to_string(kStepMs)},
+                      dir_ / "empty", dir_ / "app.out", dir_ / "app.err");
+  ASSERT_GT(app_, 0);
+  WaitProgress(20);
+  // Every driver call refused: any that were made would show in the error.
+  CommandResult d = RunCommand({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", dir_ / "ckpt"},
+                               dir_.path(), WithEnv(Env(true, "lock")));
+  EXPECT_TRUE(d.FailedCleanly()) << d.Describe();
+  EXPECT_NE(d.err.find("is a pipe"), std::string::npos) << d.Describe();
+  EXPECT_EQ(d.err.find("CUDA_ERROR"), std::string::npos) << "the driver was asked before the precheck: " << d.Describe();
+  int at = Progress();
+  WaitProgress(at + 3);
+  EXPECT_TRUE(HoldsDevice(app_));
+  for (pid_t c : ChildrenNamed("sleep", app_)) ::kill(c, SIGKILL);
 }
 
 // The dumper killed once the driver has the device state in host memory: its guardian execs a

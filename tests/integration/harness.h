@@ -12,6 +12,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <optional>
@@ -97,6 +98,9 @@ std::optional<char> ProcessState(pid_t pid);
 bool IsAlive(pid_t pid);
 // argv[0] of `pid` from /proc/PID/cmdline ("" if unreadable).
 std::string ProcessArgv0(pid_t pid);
+// The children of `parent` (default: this process) named `comm` (a dump's guardian is
+// re-parented to the test, a subreaper, when the dump dies).
+std::vector<pid_t> ChildrenNamed(const std::string& comm, pid_t parent = ::getpid());
 // Number of threads of `pid` (entries of /proc/PID/task), 0 if gone.
 int ThreadCount(pid_t pid);
 

@@ -36,8 +36,7 @@ bool StillThere(pid_t pid, uint64_t start_time) {
 
 }  // namespace
 
-absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, unsigned lock_timeout_ms,
-                                              GuardJournal& journal) {
+absl::StatusOr<DumpDevices> DumpDevices::Find(const std::vector<pid_t>& pids) {
   DumpDevices d;
   std::vector<pid_t> cuda;
   for (pid_t pid : pids) {
@@ -52,12 +51,25 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
   }
   // Only those the driver knows: one with an NVIDIA device open for another reason (NVML, a
   // display) is not the driver's to checkpoint, and the precheck refuses its device file.
-  std::erase_if(cuda, [&](pid_t pid) {
+  for (pid_t pid : cuda) {
     absl::StatusOr<gpu::CudaState> state = (*api)->State(pid);
-    if (!state.ok()) CAIRN_LOG_INFO("event=gpu_not_cuda pid={} why=\"{}\"", pid, state.status().ToString());
-    return !state.ok();
-  });
-  if (cuda.empty()) return d;
+    if (state.ok()) {
+      d.candidates_.insert(pid);
+    } else {
+      CAIRN_LOG_INFO("event=gpu_not_cuda pid={} why=\"{}\"", pid, state.status().ToString());
+    }
+  }
+  d.api_ = std::move(*api);
+  return d;
+}
+
+absl::Status DumpDevices::Take(unsigned lock_timeout_ms, GuardJournal& journal) {
+  DumpDevices& d = *this;
+  std::vector<pid_t> cuda;
+  for (pid_t pid : candidates_) {
+    if (gpu::HoldsCudaState(pid)) cuda.push_back(pid);  // (one gone meanwhile has nothing to save)
+  }
+  if (cuda.empty()) return absl::OkStatus();
   std::vector<std::pair<pid_t, uint64_t>> journaled;
   for (pid_t pid : cuda) {
     ASSIGN_OR_RETURN(uint64_t start, ProcessStartTime(pid));
@@ -87,7 +99,6 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
                    nvml.status().ToString());
   }
   RETURN_IF_ERROR(journal.DevicesLocking(journaled));
-  d.api_ = std::move(*api);
   d.journal_ = &journal;
   absl::StatusOr<gpu::DeviceCheckpoint> taken = gpu::DeviceCheckpoint::Take(*d.api_, cuda, lock_timeout_ms);
   if (!taken.ok()) {
@@ -98,6 +109,7 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
       if (StillThere(pid, start) && (!s.ok() || *s != gpu::CudaState::kRunning)) all_back = false;
     }
     if (all_back) journal.DevicesSettled();
+    d.candidates_.clear();
     return Annotate(taken.status(), "the driver cannot checkpoint every use of CUDA (some versions refuse "
                                     "UVM/managed memory, CUDA IPC between processes, MPS or MIG)");
   }
@@ -111,7 +123,7 @@ absl::StatusOr<DumpDevices> DumpDevices::Take(const std::vector<pid_t>& pids, un
         "pid ", pid, " still has an NVIDIA device open or mapped after the driver checkpointed its device state; "
         "such a process cannot be saved (", resumed.ok() ? "it was put back to RUNNING" : resumed.ToString(), ")"));
   }
-  return d;
+  return absl::OkStatus();
 }
 
 DumpDevices::~DumpDevices() {

@@ -31,12 +31,15 @@ class DumpDevices {
   DumpDevices& operator=(DumpDevices&&) = delete;
   ~DumpDevices();  // Resume() unless resumed or released
 
-  // Those of `pids` that hold CUDA state, journaled, then locked (each waits at most
-  // `lock_timeout_ms` for its submitted work) and checkpointed by the driver. None holds any: an
-  // empty result, and the driver is not loaded. On failure nothing is left locked or
+  // Those of `pids` that hold CUDA state the driver knows (candidates()), nothing done to them
+  // yet. None holds an NVIDIA device: an empty result, and the driver is not loaded.
+  static absl::StatusOr<DumpDevices> Find(const std::vector<pid_t>& pids);
+  const std::set<pid_t>& candidates() const { return candidates_; }
+
+  // The candidates still alive, journaled, then locked (each waits at most `lock_timeout_ms`
+  // for its submitted work) and checkpointed by the driver. On failure nothing is left locked or
   // checkpointed that could be put back; the error names the process and the step.
-  static absl::StatusOr<DumpDevices> Take(const std::vector<pid_t>& pids, unsigned lock_timeout_ms,
-                                          GuardJournal& journal);
+  absl::Status Take(unsigned lock_timeout_ms, GuardJournal& journal);
 
   // The processes whose device state is in their host memory now (the checkpoint records them:
   // a restore hands them back to the driver).
@@ -56,6 +59,7 @@ class DumpDevices {
   std::unique_ptr<gpu::CudaCheckpointApi> api_;
   std::optional<gpu::DeviceCheckpoint> taken_;
   GuardJournal* journal_ = nullptr;
+  std::set<pid_t> candidates_;
   std::vector<pid_t> pids_;
   std::map<pid_t, std::vector<image::GpuUse>> uses_;
 };

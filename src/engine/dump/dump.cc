@@ -730,7 +730,7 @@ absl::Status CheckKernelAreas(pid_t pid, const std::vector<proc::MapEntry>& maps
 // The checks made before anything is frozen: every process's areas and descriptors can
 // be saved. A NotFound error may mean a process exited meanwhile; the caller retries.
 absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<proc::MapEntry>>* areas,
-                          GuardJournal* journal) {
+                          GuardJournal* journal, const std::set<pid_t>* gpu_processes) {
   ASSIGN_OR_RETURN(std::vector<pid_t> pids, ListTree(opts.pid, opts.tree));
   std::vector<pid_t> live;
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> shmem_at;  // shared anonymous object -> its range
@@ -780,6 +780,7 @@ absl::Status PrecheckTree(const DumpOptions& opts, std::map<pid_t, std::vector<p
   if (opts.pages_only) return absl::OkStatus();  // no descriptors saved
   FdOptions fd_opts{opts.tcp_close, opts.tcp_established, nullptr, journal};
   if (!opts.container.handed_over.empty()) fd_opts.handed_over = &opts.container.handed_over;
+  fd_opts.gpu_processes = gpu_processes;
   absl::Status fds = CheckFdsSupported(live, fd_opts);
   if (fds.ok() || !opts.tree) return fds;
   // The tree runs while it is checked: a child made between its listing and this check (a
@@ -880,8 +881,9 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   ASSIGN_OR_RETURN(std::unique_ptr<Guardian> guardian, Guardian::Start());
   GuardJournal& journal = guardian->journal();
   // The GPU driver moves the device state of the processes that hold CUDA state into their host
-  // memory first: from then on they are ordinary processes to check and dump (devices.h). Every
-  // way out below puts them back (their DumpDevices, after the thaw), unless they die.
+  // memory once the precheck (which lets their NVIDIA devices be) has passed: from then on they
+  // are ordinary processes to dump (devices.h). Every way out below puts them back (their
+  // DumpDevices, after the thaw), unless they die.
   ASSIGN_OR_RETURN(std::vector<pid_t> listed, ListTree(opts.pid, opts.tree));
   if (opts.hand_off) {
     for (pid_t pid : listed) {
@@ -900,12 +902,8 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
           " is paused: the GPU driver cannot lock a paused process; resume it, then checkpoint it"));
     }
   }
-  auto t_device = Clock::now();
-  ASSIGN_OR_RETURN(DumpDevices devices, DumpDevices::Take(listed, opts.gpu_lock_timeout_ms, journal));
-  if (!devices.pids().empty()) {
-    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=device_checkpoint ms={:.2f}", opts.pid, Since(t_device) * 1e3);
-    RETURN_IF_ERROR(StopPoint("device-checkpointed"));
-  }
+  // Which of them the driver knows; nothing is done to them before the precheck has passed.
+  ASSIGN_OR_RETURN(DumpDevices devices, DumpDevices::Find(listed));
   // Refuse what cannot be saved before stopping anything. Processes of a tree may exit
   // while they are looked at: then look again.
   absl::Status checked;
@@ -914,7 +912,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // every page in within about a second per GiB).
   auto fill_deadline = Clock::now() + std::chrono::seconds(120);
   for (int attempt = 0; attempt < 5;) {
-    checked = PrecheckTree(opts, &prechecked, &journal);
+    checked = PrecheckTree(opts, &prechecked, &journal, &devices.candidates());
     if (absl::IsUnavailable(checked) && Clock::now() < fill_deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
@@ -925,6 +923,12 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   }
   if (absl::IsUnavailable(checked)) return Annotate(checked, "waited 120 s for it to change; try again later");
   RETURN_IF_ERROR(checked);
+  if (!devices.candidates().empty()) {
+    auto t_device = Clock::now();
+    RETURN_IF_ERROR(devices.Take(opts.gpu_lock_timeout_ms, journal));
+    CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=device_checkpoint ms={:.2f}", opts.pid, Since(t_device) * 1e3);
+    RETURN_IF_ERROR(StopPoint("device-checkpointed"));
+  }
 
   std::optional<Parent> parent;
   if (!opts.parent.empty()) {

@@ -973,7 +973,12 @@ absl::Status CaptureFds(const std::vector<pid_t>& pids, const FdOptions& opts, i
       fd.set_rdev(st.st_rdev);
       RETURN_IF_ERROR(CapturePty(pid, info, &fd));
     } else if (S_ISCHR(st.st_mode)) {
-      if (const char* what = StatefulDevice(st.st_rdev, path)) {
+      const char* what = StatefulDevice(st.st_rdev, path);
+      if (what != nullptr && opts.gpu_processes != nullptr && opts.gpu_processes->count(pid) != 0 &&
+          (::major(st.st_rdev) == 195 || absl::StartsWith(path, "/dev/nvidia"))) {
+        what = nullptr;  // the driver's to release (devices.h)
+      }
+      if (what != nullptr) {
         return absl::UnimplementedError(absl::StrFormat(
             "pid %d fd %d is %s (%s), a device whose state lives in the kernel or the hardware and cannot be "
             "saved; opening it again would give the process a different one — close it before checkpointing",

@@ -38,6 +38,9 @@ struct FdOptions {
   // Descriptions their container runtime hands over again at restore ("pipe:[INODE]"): saved
   // as handed_over, whatever holds their other end.
   const std::set<std::string>* handed_over = nullptr;
+  // Processes whose NVIDIA devices the GPU driver releases before they are frozen (devices.h):
+  // the check before it accepts those devices; the capture, after it, never sees them.
+  const std::set<pid_t>* gpu_processes = nullptr;
 };
 
 // Checks every descriptor of the processes `pids` (a tree) is of a kind the engine can
