@@ -40,7 +40,7 @@ absl::StatusOr<DumpDevices> DumpDevices::Find(const std::vector<pid_t>& pids) {
   DumpDevices d;
   std::vector<pid_t> cuda;
   for (pid_t pid : pids) {
-    if (gpu::HoldsCudaState(pid)) cuda.push_back(pid);
+    if (gpu::MapsNvidiaDevice(pid)) cuda.push_back(pid);  // (every dump asks: the cheap test)
   }
   if (cuda.empty()) return d;
   absl::StatusOr<std::unique_ptr<gpu::CudaCheckpointApi>> api = gpu::LoadDriverCheckpointApi();
@@ -64,7 +64,6 @@ absl::StatusOr<DumpDevices> DumpDevices::Find(const std::vector<pid_t>& pids) {
 }
 
 absl::Status DumpDevices::Take(unsigned lock_timeout_ms, GuardJournal& journal) {
-  DumpDevices& d = *this;
   std::vector<pid_t> cuda;
   for (pid_t pid : candidates_) {
     if (gpu::HoldsCudaState(pid)) cuda.push_back(pid);  // (one gone meanwhile has nothing to save)
@@ -91,7 +90,7 @@ absl::Status DumpDevices::Take(unsigned lock_timeout_ms, GuardJournal& journal) 
         u.set_name(g.name);
         u.set_memory_used(bytes);
         u.set_memory_total(g.memory_total);
-        d.uses_[pid].push_back(std::move(u));
+        uses_[pid].push_back(std::move(u));
       }
     }
   } else {
@@ -99,26 +98,26 @@ absl::Status DumpDevices::Take(unsigned lock_timeout_ms, GuardJournal& journal) 
                    nvml.status().ToString());
   }
   RETURN_IF_ERROR(journal.DevicesLocking(journaled));
-  d.journal_ = &journal;
-  absl::StatusOr<gpu::DeviceCheckpoint> taken = gpu::DeviceCheckpoint::Take(*d.api_, cuda, lock_timeout_ms);
+  journal_ = &journal;
+  absl::StatusOr<gpu::DeviceCheckpoint> taken = gpu::DeviceCheckpoint::Take(*api_, cuda, lock_timeout_ms);
   if (!taken.ok()) {
     // Put back by Take, unless its own message says otherwise: settled once the driver agrees.
     bool all_back = true;
     for (const auto& [pid, start] : journaled) {
-      absl::StatusOr<gpu::CudaState> s = d.api_->State(pid);
+      absl::StatusOr<gpu::CudaState> s = api_->State(pid);
       if (StillThere(pid, start) && (!s.ok() || *s != gpu::CudaState::kRunning)) all_back = false;
     }
     if (all_back) journal.DevicesSettled();
-    d.candidates_.clear();
+    candidates_.clear();
     return Annotate(taken.status(), "the driver cannot checkpoint every use of CUDA (some versions refuse "
                                     "UVM/managed memory, CUDA IPC between processes, MPS or MIG)");
   }
-  d.taken_.emplace(std::move(*taken));
-  d.pids_ = cuda;
+  taken_.emplace(std::move(*taken));
+  pids_ = cuda;
   // The driver has released their device files: still open, they could not be saved.
   for (pid_t pid : cuda) {
     if (!gpu::HoldsCudaState(pid)) continue;
-    absl::Status resumed = d.Resume();
+    absl::Status resumed = Resume();
     return absl::FailedPreconditionError(absl::StrCat(
         "pid ", pid, " still has an NVIDIA device open or mapped after the driver checkpointed its device state; "
         "such a process cannot be saved (", resumed.ok() ? "it was put back to RUNNING" : resumed.ToString(), ")"));

@@ -887,7 +887,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   ASSIGN_OR_RETURN(std::vector<pid_t> listed, ListTree(opts.pid, opts.tree));
   if (opts.hand_off) {
     for (pid_t pid : listed) {
-      if (!gpu::HoldsCudaState(pid)) continue;
+      if (!gpu::MapsNvidiaDevice(pid)) continue;
       return absl::UnimplementedError(absl::StrCat(
           "pid ", pid, " holds CUDA state: a live migration (hand-off) of GPU processes is not supported yet; "
           "move it by checkpoint and restore instead"));
@@ -896,7 +896,7 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   if (!opts.freezer_cgroup.empty() && FreezerState(opts.freezer_cgroup) == "FROZEN") {
     // A paused container's processes cannot run the driver's thread that locks them.
     for (pid_t pid : listed) {
-      if (!gpu::HoldsCudaState(pid)) continue;
+      if (!gpu::MapsNvidiaDevice(pid)) continue;
       return absl::UnimplementedError(absl::StrCat(
           "pid ", pid, " holds CUDA state and its cgroup ", opts.freezer_cgroup,
           " is paused: the GPU driver cannot lock a paused process; resume it, then checkpoint it"));

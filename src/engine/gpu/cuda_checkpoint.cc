@@ -150,6 +150,10 @@ bool HoldsCudaState(pid_t pid) {
   for (const auto& [fd, target] : *fds) {
     if (absl::StartsWith(target, "/dev/nvidia")) return true;
   }
+  return MapsNvidiaDevice(pid);
+}
+
+bool MapsNvidiaDevice(pid_t pid) {
   absl::StatusOr<std::string> maps = ReadFile(absl::StrCat("/proc/", pid, "/maps"));
   return maps.ok() && absl::StrContains(*maps, " /dev/nvidia");
 }

@@ -57,5 +57,9 @@ absl::StatusOr<std::unique_ptr<CudaCheckpointApi>> LoadDriverCheckpointApi(const
 // Whether process `pid` holds CUDA state: it has an NVIDIA device file open or mapped
 // (/dev/nvidiactl, /dev/nvidia0..., /dev/nvidia-uvm). False for a process that is gone.
 bool HoldsCudaState(pid_t pid);
+// The cheap half of it, for every dump's search (/proc/PID/maps only, no descriptor read): a
+// process with a CUDA context maps the driver's device files. One that only has them open (an
+// NVML user) is not the driver's to checkpoint anyway: the precheck refuses its device.
+bool MapsNvidiaDevice(pid_t pid);
 
 }  // namespace cairn::gpu
