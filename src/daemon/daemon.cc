@@ -1066,7 +1066,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " ", s.job.health().detail(),
                                                         " and runs there: restoring it here would run it twice"));
     }
-    if (s.job.gpu_devices_size() > 0 && !CheckGpusFreeLocked(name, s.job.gpu_devices(), node_gpus).ok()) {
+    if (s.job.gpu_devices_size() > 0 && !GpusFreeLocked(name, s.job.gpu_devices(), node_gpus)) {
       // Its GPUs are held or missing here: as many others, free, of the same model and with room
       // for its device memory (the engine checks those against what the checkpoint recorded).
       absl::StatusOr<std::vector<int>> picked = PickGpusLocked(name, s.job.gpu_devices_size(), node_gpus);

@@ -293,10 +293,8 @@ class Daemon {
   // `n` of the node's GPUs that no other job holds, for job `name`; FailedPrecondition naming
   // what holds the others. REQUIRES mu_.
   absl::StatusOr<std::vector<int>> PickGpusLocked(const std::string& name, int n, int node_gpus);
-  // Job `name` may be restored here onto `devices` (its checkpoint's): each exists and no other job
-  // holds it. REQUIRES mu_.
-  absl::Status CheckGpusFreeLocked(const std::string& name, const google::protobuf::RepeatedField<int32_t>& devices,
-                                   int node_gpus);
+  // Whether each of `devices` exists here and no job but `name` holds it. REQUIRES mu_.
+  bool GpusFreeLocked(const std::string& name, const google::protobuf::RepeatedField<int32_t>& devices, int node_gpus);
   // Garbage collection (gc.cc): job `job`'s checkpoints that may go, each with `why` (unpinned,
   // complete or failed; with `stored_need_newer`, a stored one only once the shared store holds
   // a newer checkpoint of the job this node did not take), children before parents; and their

@@ -67,20 +67,13 @@ absl::StatusOr<std::vector<int>> Daemon::PickGpusLocked(const std::string& name,
   return free;
 }
 
-absl::Status Daemon::CheckGpusFreeLocked(const std::string& name,
-                                         const google::protobuf::RepeatedField<int32_t>& devices, int node_gpus) {
+bool Daemon::GpusFreeLocked(const std::string& name, const google::protobuf::RepeatedField<int32_t>& devices,
+                            int node_gpus) {
   std::map<int, std::string> holders = Holders(jobs_, name);
-  std::vector<std::string> missing, taken;
   for (int d : devices) {
-    if (d >= node_gpus) missing.push_back(absl::StrCat("GPU ", d));
-    if (auto it = holders.find(d); it != holders.end()) taken.push_back(absl::StrCat("GPU ", d, " by job ", it->second));
+    if (d >= node_gpus || holders.count(d) != 0) return false;
   }
-  if (missing.empty() && taken.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "job ", name, " ran on GPU ", absl::StrJoin(devices, ", "), ", whose device state its checkpoint holds; on node ",
-      opts_.node, " ", missing.empty() ? "" : absl::StrCat(absl::StrJoin(missing, ", "), " does not exist (", node_gpus, " GPUs)"),
-      missing.empty() || taken.empty() ? "" : " and ", taken.empty() ? "" : absl::StrCat(absl::StrJoin(taken, ", "), " is held"),
-      "; restore it where those GPUs are free (restoring onto other GPUs is not supported yet)"));
+  return true;
 }
 
 }  // namespace cairn::daemon

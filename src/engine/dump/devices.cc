@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "engine/dump/tracker.h"
 #include "engine/gpu/nvml.h"
+#include "engine/proc/stat.h"
 
 namespace cairn::dump {
 namespace {
@@ -24,14 +25,8 @@ namespace {
 // Whether `pid` is still the process journaled with `start_time` and not dead (a zombie, or one
 // the guardian just killed, has nothing left to put back).
 bool StillThere(pid_t pid, uint64_t start_time) {
-  absl::StatusOr<uint64_t> start = ProcessStartTime(pid);
-  if (!start.ok() || *start != start_time) return false;
-  absl::StatusOr<std::string> stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return false;
-  size_t paren = stat->rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat->size()) return false;
-  char state = (*stat)[paren + 2];
-  return state != 'Z' && state != 'X';
+  absl::StatusOr<proc::Stat> st = proc::ReadStat(pid);
+  return st.ok() && st->start_time == start_time && st->state != 'Z' && st->state != 'X';
 }
 
 }  // namespace

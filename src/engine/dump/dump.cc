@@ -885,25 +885,19 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // are ordinary processes to dump (devices.h). Every way out below puts them back (their
   // DumpDevices, after the thaw), unless they die.
   ASSIGN_OR_RETURN(std::vector<pid_t> listed, ListTree(opts.pid, opts.tree));
-  if (opts.hand_off) {
-    for (pid_t pid : listed) {
-      if (!gpu::MapsNvidiaDevice(pid)) continue;
-      return absl::UnimplementedError(absl::StrCat(
-          "pid ", pid, " holds CUDA state: a live migration (hand-off) of GPU processes is not supported yet; "
-          "move it by checkpoint and restore instead"));
-    }
-  }
-  if (!opts.freezer_cgroup.empty() && FreezerState(opts.freezer_cgroup) == "FROZEN") {
-    // A paused container's processes cannot run the driver's thread that locks them.
-    for (pid_t pid : listed) {
-      if (!gpu::MapsNvidiaDevice(pid)) continue;
-      return absl::UnimplementedError(absl::StrCat(
-          "pid ", pid, " holds CUDA state and its cgroup ", opts.freezer_cgroup,
-          " is paused: the GPU driver cannot lock a paused process; resume it, then checkpoint it"));
-    }
-  }
   // Which of them the driver knows; nothing is done to them before the precheck has passed.
   ASSIGN_OR_RETURN(DumpDevices devices, DumpDevices::Find(listed));
+  if (!devices.candidates().empty() && opts.hand_off) {
+    return absl::UnimplementedError(absl::StrCat(
+        "pid ", *devices.candidates().begin(), " holds CUDA state: a live migration (hand-off) of GPU processes is "
+        "not supported yet; move it by checkpoint and restore instead"));
+  }
+  if (!devices.candidates().empty() && !opts.freezer_cgroup.empty() && FreezerState(opts.freezer_cgroup) == "FROZEN") {
+    // A paused container's processes cannot run the driver's thread that locks them.
+    return absl::UnimplementedError(absl::StrCat(
+        "pid ", *devices.candidates().begin(), " holds CUDA state and its cgroup ", opts.freezer_cgroup,
+        " is paused: the GPU driver cannot lock a paused process; resume it, then checkpoint it"));
+  }
   // Refuse what cannot be saved before stopping anything. Processes of a tree may exit
   // while they are looked at: then look again.
   absl::Status checked;
