@@ -21,8 +21,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -55,21 +57,42 @@ absl::Status Daemon::CheckpointRank(const std::function<bool(api::RankCheckpoint
   }
   const double limit = p.decide_timeout_s() > 0 ? p.decide_timeout_s() : 60;
   // The coordinator's next message, waited for at most `limit` (then the stream is cancelled).
-  auto next = [&](api::RankCheckpointMessage* m) {
-    std::mutex wd_mu;
-    std::condition_variable wd_cv;
-    bool answered = false;
-    std::thread watchdog([&] {
-      std::unique_lock<std::mutex> l(wd_mu);
-      if (!wd_cv.wait_for(l, std::chrono::duration<double>(limit), [&] { return answered; })) cancel();
-    });
-    bool ok = read(m);
+  // One watchdog for the whole exchange, armed for each read: a read that returns wakes no other
+  // thread (the decision's read is inside the ranks' frozen time).
+  std::mutex wd_mu;
+  std::condition_variable wd_cv;
+  std::optional<std::chrono::steady_clock::time_point> deadline;  // armed while a read waits
+  bool exchange_over = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> l(wd_mu);
+    while (!exchange_over) {
+      if (!deadline) {
+        wd_cv.wait(l);
+      } else if (wd_cv.wait_until(l, *deadline) == std::cv_status::timeout && deadline &&
+                 std::chrono::steady_clock::now() >= *deadline) {
+        deadline.reset();
+        cancel();
+      }
+    }
+  });
+  absl::Cleanup end_watchdog = [&] {
     {
       std::lock_guard<std::mutex> l(wd_mu);
-      answered = true;
+      exchange_over = true;
     }
     wd_cv.notify_all();
     watchdog.join();
+  };
+  auto next = [&](api::RankCheckpointMessage* m) {
+    {
+      std::lock_guard<std::mutex> l(wd_mu);
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(limit));
+    }
+    wd_cv.notify_all();
+    bool ok = read(m);
+    std::lock_guard<std::mutex> l(wd_mu);
+    deadline.reset();  // the watchdog sees it when it wakes; nothing to wake it for now
     return ok;
   };
   RankPart part;

@@ -8,7 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
+#include <sstream>
 #include <map>
 #include <thread>
 
@@ -375,6 +378,50 @@ TEST_F(DaemonTest, SigkillInTheMiddleOfACheckpointThenRestart) {
   Release(out);
   ASSERT_TRUE(WaitState(again, "py", "exited", 120s));
   EXPECT_EQ(ReadFile(out + "/result"), expected);
+}
+
+// The nice value of each thread of `pid` (field 19 of /proc/PID/task/TID/stat).
+std::vector<int> ThreadNices(pid_t pid) {
+  std::vector<int> out;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::string stat = ReadFile(e.path().string() + "/stat");
+    size_t end = stat.rfind(')');
+    if (end == std::string::npos) continue;
+    std::istringstream rest(stat.substr(end + 2));
+    std::vector<std::string> f{std::istream_iterator<std::string>(rest), std::istream_iterator<std::string>()};
+    if (f.size() > 16) out.push_back(std::stoi(f[16]));  // f[0] is field 3 (state)
+  }
+  return out;
+}
+
+// While a job stands frozen, every wait of the dump for a core is its downtime: the daemon's
+// thread that dumps it runs ahead of the machine's other work then, and only then (not for the
+// commit after the thaw, not when idle).
+TEST_F(DaemonTest, ACheckpointRunsAheadOfOtherWorkOnlyWhileTheJobStandsFrozen) {
+  DaemonProcess a(Dir(), "node-a", {}, {"CAIRND_TEST_PAUSE_IN_CHECKPOINT=2"});
+  ASSERT_TRUE(a.Start());
+  ASSERT_TRUE(a.Cairn({"job", "run", "--name", "s", "--", "/bin/sleep", "1000"}).Exited(0)) << a.Log();
+  int pid = Job(a, "s")["host_pid"];
+  auto urgent = [&] {
+    std::vector<int> n = ThreadNices(a.pid());
+    return std::count(n.begin(), n.end(), -10);
+  };
+  auto stopped = [&] {
+    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    size_t end = stat.rfind(')');
+    return end != std::string::npos && stat.size() > end + 2 && stat[end + 2] == 't';
+  };
+  ASSERT_EQ(urgent(), 0);
+  CommandResult done;
+  std::thread checkpoint([&] { done = a.Cairn({"job", "checkpoint", "s"}, 60s); });
+  // The test hook holds the dump inside its memory copy, the job frozen, for 2 s.
+  bool seen = WaitFor([&] { return stopped() && urgent() >= 1; }, 20s);
+  checkpoint.join();
+  ASSERT_TRUE(done.Exited(0)) << done.Describe() << a.Log();
+  EXPECT_TRUE(seen) << "no thread of cairnd ran at nice -10 while the job stood frozen";
+  EXPECT_FALSE(stopped());
+  EXPECT_EQ(urgent(), 0) << "a thread of cairnd kept its raised priority after the thaw";
 }
 
 TEST_F(DaemonTest, TcpNeedsTheToken) {

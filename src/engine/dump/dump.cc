@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 #include "common/log.h"
+#include "common/thread_nice.h"
 #include "common/status.h"
 #include "engine/dump/devices.h"
 #include "engine/dump/fd_table.h"
@@ -959,6 +960,12 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     if (!pc.ok()) return Annotate(pc.status(), absl::StrCat("pre-copy of pid ", opts.pid, " failed (", LeftHow(opts), ")"));
     inc.precopied = std::move(*pc);
   }
+  // From the freeze until they run again (or die), every moment this thread waits for a core
+  // is the processes' downtime: it and the threads it starts meanwhile run ahead of the
+  // machine's other work. The commit that follows a thaw runs at the thread's own priority.
+  // (Raised before the wait for the go-ahead to freeze: a group's ranks freeze together only
+  // if each wakes at once when it comes.)
+  ThreadNice urgent(ThreadNice::kUrgent);
   if (opts.before_freeze) {
     RETURN_IF_ERROR(Annotate(opts.before_freeze(), absl::StrCat("checkpoint of pid ", opts.pid,
                                                                 " called off before the freeze (left running)")));
@@ -1025,21 +1032,30 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   };
   // The processes run again: the frozen time ends here and the commit comes now, its writes no
   // downtime (a failure leaves them running with no checkpoint).
+  // (frozen_seconds is taken at the thaw, before this thread's priority drops: a wait for a core
+  // after it is no downtime.)
   auto commit_thawed = [&]() -> absl::Status {
-    result->frozen_seconds = Since(t_freeze);
     ckpt.set_downtime_seconds(result->frozen_seconds);
     absl::Status committed = StopPoint("thawed");
     if (committed.ok()) committed = Commit(*writer, ckpt, inc, &*result);
     if (!committed.ok()) writer->Abort();
     return committed;
   };
+  // The processes let go, then their cgroup thawed (when the dump froze it): a thread detached
+  // while its cgroup is frozen only goes on once it thaws, and the detach is quick. (Thawed
+  // first, a thread still traced is woken, and detaching it waits until it is off its core
+  // again: up to 20 ms on a busy machine, while the others of a group already ran.)
+  auto thaw_all = [&]() -> absl::Status {
+    absl::Status s = ft.Thaw();
+    freezer.Thaw();
+    return s;
+  };
   if (!result.ok()) {
     writer->Abort();
     inc.Discard(/*all=*/false);
     absl::Status released = release_tcp();
     if (!released.ok()) CAIRN_LOG_WARN("event=tcp_release_failed pid={} error=\"{}\"", opts.pid, released.ToString());
-    freezer.Thaw();
-    absl::Status thaw = ft.Thaw();
+    absl::Status thaw = thaw_all();
     if (!thaw.ok()) CAIRN_LOG_WARN("event=thaw_failed pid={} error=\"{}\"", opts.pid, thaw.ToString());
     absl::Status resumed = devices.Resume();
     if (!resumed.ok()) result = Annotate(result.status(), resumed.ToString());
@@ -1077,9 +1093,10 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       absl::Status released = release_tcp();
       CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=release ms={:.2f}", opts.pid, Since(t_release) * 1e3);
       auto t_thaw = Clock::now();
-      freezer.Thaw();
-      RETURN_IF_ERROR(ft.Thaw());
+      RETURN_IF_ERROR(thaw_all());
+      result->frozen_seconds = Since(t_freeze);
       CAIRN_LOG_DEBUG("event=dump_stage pid={} stage=thaw ms={:.2f}", opts.pid, Since(t_thaw) * 1e3);
+      urgent.End();
       if (!released.ok()) {
         if (commit_after) writer->Abort();
         return failed(released);
@@ -1101,22 +1118,23 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
       RETURN_IF_ERROR(ft.Thaw());
     }
     journal.SetOutcome(GuardJournal::Outcome::kDone);
-    if (!commit_after) result->frozen_seconds = Since(t_freeze);  // else set at the thaw
+    if (h != HandOff::kThaw) result->frozen_seconds = Since(t_freeze);  // else set at the thaw
   } else if (opts.leave_running) {
     if (!inc.keep_tracking) inc.Discard(/*all=*/true);  // tracking ends with this dump
     absl::Status released = release_tcp();
-    freezer.Thaw();
     if (!released.ok()) {
       writer->Abort();
-      RETURN_IF_ERROR(ft.Thaw());
+      RETURN_IF_ERROR(thaw_all());
       return failed(released);
     }
-    RETURN_IF_ERROR(ft.Thaw());
+    RETURN_IF_ERROR(thaw_all());
     // Their GPU work resumes before the commit's writes (not downtime for the host side).
     if (absl::Status resumed = devices.Resume(); !resumed.ok()) {
       writer->Abort();
       return failed(resumed);
     }
+    result->frozen_seconds = Since(t_freeze);
+    urgent.End();
     if (absl::Status committed = commit_thawed(); !committed.ok()) {
       for (const TrackerUse& t : inc.trackers) ClearTrackerState(t.pid);
       return failed(committed);

@@ -21,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/thread_nice.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/image/format.h"
@@ -360,7 +361,13 @@ absl::Status AppendCompressed(image::ImageWriter& writer, const image::Compressi
   };
   size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), chunks.size());
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  const int nice = ThreadNice::Current();  // the helpers copy at the dump's priority (thread_nice.h)
+  for (size_t t = 1; t < threads; ++t) {
+    pool.emplace_back([&work, nice] {
+      ThreadNice same(nice);
+      work();
+    });
+  }
   work();
   for (auto& t : pool) t.join();
   for (const Chunk& c : chunks) {
@@ -575,7 +582,9 @@ absl::StatusOr<MemoryStats> DumpPages(pid_t pid, std::vector<image::Vma>& vmas, 
 
   // The writer appends what the reader prepared; reading, zero detection and checksums
   // happen on the reader's side so the two threads carry about equal work.
-  std::thread writer_thread([&] {
+  const int nice = ThreadNice::Current();  // the writer runs at the dump's priority (thread_nice.h)
+  std::thread writer_thread([&, nice] {
+    ThreadNice same(nice);
     for (;;) {
       Batch b;
       {

@@ -1,7 +1,6 @@
 #include "engine/dump/precopy.h"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/thread_nice.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 #include "engine/dump/freeze.h"
@@ -92,30 +92,16 @@ absl::StatusOr<double> StartTracking(pid_t pid, GuardJournal* journal, int* trac
   return stopped;
 }
 
-// Runs the bulk copy at the lowest CPU priority (nice 19 for this thread and the writer
-// threads it starts): on a machine with few cores, copying at normal priority would take
-// CPU time from the process, which then sees the pre-copy as stalls. Restored on exit.
-class LowPriority {
- public:
-  LowPriority() : old_(::getpriority(PRIO_PROCESS, 0)) { (void)::setpriority(PRIO_PROCESS, 0, 19); }
-  ~LowPriority() { End(); }
-  void End() {
-    if (active_) (void)::setpriority(PRIO_PROCESS, 0, old_);
-    active_ = false;
-  }
-
- private:
-  int old_;
-  bool active_ = true;
-};
-
 }  // namespace
 
 absl::StatusOr<PreCopied> PreCopy(pid_t pid, image::ImageWriter& writer, const PreCopyOptions& opts,
                                   const ProgressFn& progress) {
   PreCopied out;
   ASSIGN_OR_RETURN(out.start_freeze_seconds, StartTracking(pid, opts.journal, &out.tracker_fd));
-  LowPriority low;
+  // The bulk copy runs behind everything else (nice 19, with the writer threads it starts): on a
+  // machine with few cores, copying at normal priority would take CPU time from the process,
+  // which then sees the pre-copy as stalls.
+  ThreadNice low(ThreadNice::kBackground);
   std::string path = absl::StrCat("/proc/", pid, "/pagemap");
   UniqueFd pm(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!pm.valid()) return ErrnoStatus("open " + path);

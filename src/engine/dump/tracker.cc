@@ -21,6 +21,7 @@
 #include "common/file_util.h"
 #include "common/status.h"
 #include "common/stop_points.h"
+#include "common/thread_nice.h"
 #include "engine/proc/pagemap_scan.h"
 
 namespace cairn::dump {
@@ -321,7 +322,13 @@ absl::Status ScanWrittenParallel(int pagemap_fd, const std::vector<std::pair<uin
   size_t threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), 8);
   threads = std::min(threads, tasks.size());
   std::vector<std::thread> pool;
-  for (size_t i = 1; i < threads; ++i) pool.emplace_back(worker);
+  const int nice = ThreadNice::Current();  // the helpers scan at the dump's priority (thread_nice.h)
+  for (size_t i = 1; i < threads; ++i) {
+    pool.emplace_back([&worker, nice] {
+      ThreadNice same(nice);
+      worker();
+    });
+  }
   worker();
   for (auto& t : pool) t.join();
   out->assign(ranges.size(), {});
