@@ -10,8 +10,9 @@
 #   sudo bash bench/tcp_connections.sh [CONNS]     (default: 1000)
 #   BUILD=build selects the build directory (default build-bench, made Release if missing);
 #   BUSY=N runs N busy loops beside it the whole time (a loaded machine);
-#   STAGES=1 runs the dumps with -vv and prints each one's stages and their ms on stderr (where
-#   the time goes; the debug log costs a little itself).
+#   STAGES=1 runs the dumps and restores with -vv and prints on stderr each dump's stages and
+#   their ms, and when each restore stage ended (ms from the restore's first stage line, to the
+#   log's millisecond): where the time goes (the debug log costs a little itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/common.sh
@@ -91,8 +92,18 @@ for rep in $(seq "$reps"); do
     fi
     while kill -0 "$server" 2>/dev/null; do sleep 0.01; done
     t2=$(now)
-    out=$("$build/cairn" restore --detach --dir "$work/ckpt")
+    if [[ ${STAGES:-0} == 1 ]]; then
+      out=$("$build/cairn" -vv restore --detach --dir "$work/ckpt" 2>"$work/restore.err")
+    else
+      out=$("$build/cairn" restore --detach --dir "$work/ckpt")
+    fi
     t3=$(now)
+    if [[ ${STAGES:-0} == 1 ]]; then  # each stage's end, in ms from the first log line
+      echo "restore stages, $n connections (ms from start): $(awk '/event=restore_stage stage=/ {
+          split($1, t, "T"); split(t[2], h, ":"); ms = (h[1] * 3600 + h[2] * 60 + h[3]) * 1000
+          if (first == "") first = ms; sub(/.*stage=/, ""); sub(/ .*/, ""); printf "%s %.0f ", $0, ms - first }' \
+        "$work/restore.err")" >&2
+    fi
     server=$(sed -n 's/^restored pid \([0-9]*\) .*/\1/p' <<<"$out")
     touch "$work/go"
     until [[ -f $work/result ]]; do sleep 0.01; done
