@@ -798,8 +798,9 @@ int DaemonCommands::Run() {
                 TimeString(ck.created()).c_str(), ck.frozen_s(), ck.total_s(),
                 ck.error().empty() ? "" : absl::StrCat("  error    ", ck.error(), "\n").c_str());
     if (ck.gpu_processes() > 0) {
-      std::printf("  gpu      the device state of %d process%s (NVIDIA driver)\n", ck.gpu_processes(),
-                  ck.gpu_processes() == 1 ? "" : "es");
+      std::printf("  gpu      the device state of %d process%s (NVIDIA driver)%s\n", ck.gpu_processes(),
+                  ck.gpu_processes() == 1 ? "" : "es",
+                  ck.gpu_devices().empty() ? "" : absl::StrCat(", taken on GPU ", absl::StrJoin(ck.gpu_devices(), ", ")).c_str());
     }
     return 0;
   }

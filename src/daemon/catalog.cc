@@ -10,6 +10,9 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
 
@@ -33,7 +36,7 @@ std::string ColumnText(sqlite3_stmt* s, int i) {
 
 constexpr char kCheckpointColumns[] =
     "id, job, state, location, size_bytes, parent, checksum, pinned, reason, created, frozen_s, total_s, error, "
-    "group_checkpoint, gpu_processes";
+    "group_checkpoint, gpu_processes, gpu_devices";
 
 api::Checkpoint ReadCheckpoint(sqlite3_stmt* s) {
   api::Checkpoint c;
@@ -52,6 +55,10 @@ api::Checkpoint ReadCheckpoint(sqlite3_stmt* s) {
   c.set_error(ColumnText(s, 12));
   c.set_group_checkpoint(ColumnText(s, 13));
   c.set_gpu_processes(sqlite3_column_int(s, 14));
+  for (absl::string_view d : absl::StrSplit(ColumnText(s, 15), ',', absl::SkipEmpty())) {
+    int i = 0;
+    if (absl::SimpleAtoi(d, &i)) c.add_gpu_devices(i);
+  }
   return c;
 }
 
@@ -95,6 +102,10 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& path) 
     return added;
   }
   if (absl::Status added = c->Exec("ALTER TABLE checkpoints ADD COLUMN gpu_processes INTEGER NOT NULL DEFAULT 0");
+      !added.ok() && !absl::StrContains(added.message(), "duplicate column")) {
+    return added;
+  }
+  if (absl::Status added = c->Exec("ALTER TABLE checkpoints ADD COLUMN gpu_devices TEXT NOT NULL DEFAULT ''");
       !added.ok() && !absl::StrContains(added.message(), "duplicate column")) {
     return added;
   }
@@ -196,7 +207,7 @@ absl::Status Catalog::PutCheckpoint(const api::Checkpoint& c) {
 absl::Status Catalog::PutCheckpointLocked(const api::Checkpoint& c) {
   Stmt st;
   std::string sql = absl::StrCat("INSERT OR REPLACE INTO checkpoints (", kCheckpointColumns,
-                                 ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                                 ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st.s, nullptr) != SQLITE_OK) return Error("prepare put checkpoint");
   BindText(st.s, 1, c.id());
   BindText(st.s, 2, c.job());
@@ -213,6 +224,7 @@ absl::Status Catalog::PutCheckpointLocked(const api::Checkpoint& c) {
   BindText(st.s, 13, c.error());
   BindText(st.s, 14, c.group_checkpoint());
   sqlite3_bind_int(st.s, 15, c.gpu_processes());
+  BindText(st.s, 16, absl::StrJoin(c.gpu_devices(), ","));
   if (sqlite3_step(st.s) != SQLITE_DONE) return Error("put checkpoint " + c.id());
   return absl::OkStatus();
 }

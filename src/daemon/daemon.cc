@@ -745,6 +745,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   pid_t pid = 0;
   uint32_t keep = 0;
   api::JobSpec spec;
+  google::protobuf::RepeatedField<int32_t> gpus;  // the GPUs it holds as it is taken
   {
     std::unique_lock<std::mutex> l(mu_);
     ASSIGN_OR_RETURN(JobState * found, IdleJobLocked(l, name));
@@ -758,6 +759,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
     pid = s.job.host_pid();
     keep = s.job.spec().checkpoint().keep_last();
     spec = s.job.spec();
+    gpus = s.job.gpu_devices();
   }
   // Set when the dump killed the job and kept its connections' network lock for their restore
   // (dump.h DumpResult::network_claim): recorded on the job, and claimed, as it stops being busy.
@@ -785,6 +787,7 @@ absl::StatusOr<api::Checkpoint> Daemon::CheckpointWith(const api::CheckpointJobR
   c.set_reason(reason);
   c.set_created(absl::ToDoubleSeconds(now - absl::UnixEpoch()));
   if (rank) c.set_group_checkpoint(rank->group_checkpoint);
+  *c.mutable_gpu_devices() = gpus;
   // Incremental: asked for on this checkpoint, or by the job's policy for its periodic ones. It
   // builds on the job's newest checkpoint when it can (IncrementalParent), else it is full. The
   // row names its parent while it is written, so that the parent is neither deleted nor expired
@@ -1045,11 +1048,19 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   if (!from.empty()) {
     ASSIGN_OR_RETURN(checkpoint, ImportCheckpoint(name, from));
   }
+  // The checkpoint first: its GPUs are the ones its device state comes from.
+  auto cps = catalog_->ListCheckpoints(name);
+  if (!cps.ok()) return cps.status();
+  const api::Checkpoint* chosen = nullptr;
+  for (const auto& c : *cps) {
+    if (c.state() != "complete") continue;
+    if (checkpoint.empty() || c.id() == checkpoint) chosen = &c;
+  }
   api::JobSpec spec;
   api::Job before;  // the job's record before this restore
   const int node_gpus = NodeGpuCount();
-  std::map<int, int> gpu_map;  // onto other GPUs than it ran on: the dump's -> these
-  std::vector<int> new_gpus;
+  std::map<int, int> gpu_map;  // onto other GPUs than it was taken on: the dump's -> these
+  std::vector<int> new_gpus;   // the GPUs it holds once restored, when not the record's
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = jobs_.find(name);
@@ -1066,16 +1077,22 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " ", s.job.health().detail(),
                                                         " and runs there: restoring it here would run it twice"));
     }
-    if (s.job.gpu_devices_size() > 0 && !GpusFreeLocked(name, s.job.gpu_devices(), node_gpus)) {
-      // Its GPUs are held or missing here: as many others, free, of the same model and with room
-      // for its device memory (the engine checks those against what the checkpoint recorded).
-      absl::StatusOr<std::vector<int>> picked = PickGpusLocked(name, s.job.gpu_devices_size(), node_gpus);
+    // The GPUs the chosen checkpoint was taken on (a catalog from before it recorded them: the
+    // job's latest run's); a restore of an older checkpoint taken on others goes back to those.
+    const google::protobuf::RepeatedField<int32_t>& taken_on =
+        chosen != nullptr && chosen->gpu_devices_size() > 0 ? chosen->gpu_devices() : s.job.gpu_devices();
+    if (taken_on.size() > 0 && !GpusFreeLocked(name, taken_on, node_gpus)) {
+      // Held or missing here: as many others, free, of the same model and with room for its
+      // device memory (the engine checks those against what the checkpoint recorded).
+      absl::StatusOr<std::vector<int>> picked = PickGpusLocked(name, taken_on.size(), node_gpus);
       if (!picked.ok()) {
-        return Annotate(picked.status(), absl::StrCat("restore: it ran on GPU ", absl::StrJoin(s.job.gpu_devices(), ", "),
-                                                      ", held or missing here"));
+        return Annotate(picked.status(), absl::StrCat("restore: its checkpoint was taken on GPU ",
+                                                      absl::StrJoin(taken_on, ", "), ", held or missing here"));
       }
-      for (int i = 0; i < s.job.gpu_devices_size(); ++i) gpu_map[s.job.gpu_devices(i)] = (*picked)[static_cast<size_t>(i)];
+      for (int i = 0; i < taken_on.size(); ++i) gpu_map[taken_on[i]] = (*picked)[static_cast<size_t>(i)];
       new_gpus = std::move(*picked);
+    } else if (!std::equal(taken_on.begin(), taken_on.end(), s.job.gpu_devices().begin(), s.job.gpu_devices().end())) {
+      new_gpus.assign(taken_on.begin(), taken_on.end());  // its own, free: the record follows it
     }
     // Held from here on (released by `fail`, or taken over by the `restoring` record).
     s.reserved_gpus = new_gpus.empty() ? std::vector<int>(s.job.gpu_devices().begin(), s.job.gpu_devices().end())
@@ -1099,13 +1116,6 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     Event(name, "restore-failed", std::string(st.message()));
     return st;
   };
-  auto cps = catalog_->ListCheckpoints(name);
-  if (!cps.ok()) return fail(cps.status());
-  const api::Checkpoint* chosen = nullptr;
-  for (const auto& c : *cps) {
-    if (c.state() != "complete") continue;
-    if (checkpoint.empty() || c.id() == checkpoint) chosen = &c;
-  }
   if (chosen == nullptr) {
     return fail(absl::NotFoundError(
         checkpoint.empty() ? absl::StrCat("job ", name, " has no complete checkpoint to restore (cairn job checkpoint ", name, ")")
@@ -1135,8 +1145,11 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   }
   Event(name, "restoring",
         absl::StrCat("from checkpoint ", chosen->id(),
-                     new_gpus.empty() ? "" : absl::StrCat(" onto GPU ", absl::StrJoin(new_gpus, ", "), " (it ran on GPU ",
-                                                          absl::StrJoin(before.gpu_devices(), ", "), ")")));
+                     gpu_map.empty() ? "" : absl::StrCat(" onto GPU ", absl::StrJoin(new_gpus, ", "), " (it was taken on GPU ",
+                                                         absl::StrJoin(chosen->gpu_devices_size() > 0 ? chosen->gpu_devices()
+                                                                                                      : before.gpu_devices(),
+                                                                       ", "),
+                                                         ")")));
   if (absl::Status st = SetLimits(CgroupOf(name), spec.limits().cpus(), spec.limits().memory_bytes()); !st.ok()) {
     return fail(st);
   }

@@ -129,7 +129,8 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOntoFreeGpus) {
   ASSERT_TRUE(b2.Exited(0)) << b2.Describe();
   CommandResult refused = d.Cairn({"job", "restore", "a"});
   EXPECT_TRUE(refused.FailedCleanly()) << refused.Describe();
-  EXPECT_NE(refused.err.find("it ran on GPU 0, held or missing here"), std::string::npos) << refused.Describe();
+  EXPECT_NE(refused.err.find("its checkpoint was taken on GPU 0, held or missing here"), std::string::npos)
+      << refused.Describe();
   EXPECT_NE(refused.err.find("0 free (held: GPU 0 by job b2, GPU 1 by job c)"), std::string::npos) << refused.Describe();
   EXPECT_EQ(d.Json({"job", "show", "a"})["job"]["gpu_devices"], nlohmann::json::array({0})) << "a refused restore moved it";
 
@@ -143,6 +144,26 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOntoFreeGpus) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(ReadFile(work + "/gpu"), "1\n") << "the job's device state is not on GPU 1";
+  EXPECT_EQ(d.Json({"checkpoint", "list", "--job", "a"})["checkpoints"][1]["gpu_devices"], nlohmann::json::array({0}));
+
+  // A newer checkpoint, taken on GPU 1; then GPU 0 frees and the older one (taken there) is
+  // restored: the job goes back to GPU 0 with it, and its record says so (not its latest run's).
+  const std::string older = cps["checkpoints"][1]["id"];
+  pid_t init_a2 = d.Json({"job", "show", "a"})["job"]["host_pid"].get<int>();
+  CommandResult newer = d.Cairn({"job", "checkpoint", "a", "--kill"});
+  ASSERT_TRUE(newer.Exited(0)) << newer.Describe() << "\n" << d.RunLog();
+  ASSERT_TRUE(WaitGone(init_a2, 20s).gone);
+  EXPECT_EQ(d.Json({"checkpoint", "list", "--job", "a"})["checkpoints"][2]["gpu_devices"], nlohmann::json::array({1}));
+  ASSERT_TRUE(d.Cairn({"job", "kill", "b2"}).Exited(0));
+  CommandResult back = d.Cairn({"job", "restore", "a", "--checkpoint", older});
+  ASSERT_TRUE(back.Exited(0)) << back.Describe() << "\n" << d.RunLog();
+  EXPECT_EQ(d.Json({"job", "show", "a"})["job"]["gpu_devices"], nlohmann::json::array({0}))
+      << "the job's record names another GPU than the one its device state went back to";
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       ReadFile(work + "/gpu") != "0\n" && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(ReadFile(work + "/gpu"), "0\n") << "the older checkpoint's device state is not on GPU 0";
   for (auto until = std::chrono::steady_clock::now() + 60s;
        d.Json({"job", "show", "a"})["job"]["state"] == "running" && std::chrono::steady_clock::now() < until;) {
     std::this_thread::sleep_for(100ms);
