@@ -514,6 +514,15 @@ int RunCheck(bool fix) {
       std::printf("%zu dump(s) left processes to put back: see above\n", orphans->size());
       all = false;
     }
+    // GPU processes a failed put-back left locked or checkpointed by the driver (point 11).
+    absl::StatusOr<std::vector<std::string>> held = dump::FailedDevicePutBacks(journals);
+    if (!held.ok()) return Fail(held.status());
+    for (const std::string& name : *held) {
+      std::printf("dump journal %s/%s: its GPU processes are still locked or checkpointed by the NVIDIA driver (their "
+                  "CUDA calls wait): `cairn check --fix` or the next `cairn dump` tries to put them back\n",
+                  journals.c_str(), name.c_str());
+      all = false;
+    }
   }
   // Network locks (net/netlock.h): each holds the packets of the live TCP connections of a
   // checkpoint not restored here yet (or of a dump that was killed).

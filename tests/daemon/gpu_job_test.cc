@@ -5,6 +5,7 @@
 // same model, and the program finishes with the checksum of an uninterrupted run.
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,6 +75,12 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOntoFreeGpus) {
   ASSERT_TRUE(info.Exited(0)) << info.Describe();
   EXPECT_NE(info.out.find("gpus: 2 H100"), std::string::npos) << info.Describe();
 
+  // The fake's device files the job's program made (one per GPU it was on), removed at the end.
+  std::set<std::string> devices;
+  auto remember_device = [&] {
+    std::string device = ReadFile(work + "/device");
+    if (device.rfind("/dev/nvidia-cairn-fake-", 0) == 0) devices.insert(device.substr(0, device.find('\n')));
+  };
   CommandResult a = d.Cairn({"job", "run", "--name", "a", "--gpus", "1", "--", FAKE_CUDA_APP, work, "150", "20"});
   ASSERT_TRUE(a.Exited(0)) << a.Describe();
   nlohmann::json ja = d.Json({"job", "show", "a"});
@@ -144,6 +151,7 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOntoFreeGpus) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(ReadFile(work + "/gpu"), "1\n") << "the job's device state is not on GPU 1";
+  remember_device();
   EXPECT_EQ(d.Json({"checkpoint", "list", "--job", "a"})["checkpoints"][1]["gpu_devices"], nlohmann::json::array({0}));
 
   // A newer checkpoint, taken on GPU 1; then GPU 0 frees and the older one (taken there) is
@@ -171,8 +179,8 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOntoFreeGpus) {
   CommandResult logs = d.Cairn({"job", "logs", "a"});
   EXPECT_EQ(logs.out, uninterrupted.out) << "the restored GPU job computed something else\n" << logs.Describe();
   d.KillJobs();
-  std::string device = ReadFile(work + "/device");
-  if (device.rfind("/dev/nvidia-cairn-fake-", 0) == 0) std::filesystem::remove(device.substr(0, device.find('\n')));
+  remember_device();
+  for (const std::string& device : devices) std::filesystem::remove(device);
 }
 
 }  // namespace

@@ -388,5 +388,52 @@ TEST_F(GpuFakeDriver, ADumpKilledWithItsGuardianHasTheProgramPutBackByTheNextCai
   EXPECT_EQ(Finished(), expected);
 }
 
+// A put-back the driver refuses (here its restore call) keeps the journal as NAME.failed with the
+// program still checkpointed by the driver: `cairn check` names it, and the next cairn (here the
+// next dump) tries again and puts it back (guardian.h, point 11).
+TEST_F(GpuFakeDriver, AFailedPutBackIsTriedAgainByTheNextCairn) {
+  std::string expected = Uninterrupted();
+  StartApp();
+  std::vector<std::string> env = Env(true, "restore");
+  env.push_back("CAIRN_FAULT_PAUSE=device-checkpointed");
+  pid_t dump = SpawnProgram({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", dir_ / "ckpt"},
+                            dir_ / "empty", dir_ / "dump.out", dir_ / "dump.err", env);
+  auto deadline = Clock::now() + 30s;
+  while (ReadFile(dir_ / "dump.err").find("fault point device-checkpointed") == std::string::npos) {
+    ASSERT_TRUE(IsAlive(dump)) << ReadFile(dir_ / "dump.err");
+    ASSERT_LT(Clock::now(), deadline);
+    std::this_thread::sleep_for(5ms);
+  }
+  ::kill(dump, SIGKILL);
+  ::waitpid(dump, nullptr, 0);
+  auto failed = [&] {
+    std::vector<std::string> j = Journals();
+    return j.size() == 1 && j[0].ends_with(".journal.failed");
+  };
+  for (auto until = Clock::now() + 10s; !failed() && Clock::now() < until;) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(failed()) << ReadFile(dir_ / "dump.err");
+  EXPECT_NE(ReadFile(dir_ / "dump.err").find("CUDA_ERROR"), std::string::npos) << ReadFile(dir_ / "dump.err");
+  int at = Progress();
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Progress(), at) << "the program ran while the driver held its device state";
+  EXPECT_FALSE(HoldsDevice(app_));
+
+  CommandResult check = RunCommand({CairnBinary(), "check"}, dir_.path(), WithEnv(Env()));
+  EXPECT_FALSE(check.Exited(0)) << check.Describe();
+  EXPECT_NE(check.out.find("its GPU processes are still locked or checkpointed by the NVIDIA driver"), std::string::npos)
+      << check.Describe();
+
+  CommandResult next = RunCommand(
+      {CairnBinary(), "-v", "dump", "--pid", std::to_string(app_), "--dir", dir_ / "next", "--leave-running"},
+      dir_.path(), WithEnv(Env()));
+  ASSERT_TRUE(next.Exited(0)) << next.Describe();
+  EXPECT_NE(next.err.find("its CUDA state was CHECKPOINTED, RUNNING now"), std::string::npos) << next.Describe();
+  EXPECT_NE(next.err.find("its GPU processes are put back now"), std::string::npos) << next.Describe();
+  EXPECT_EQ(Finished(), expected);
+  CommandResult again = RunCommand({CairnBinary(), "check"}, dir_.path(), WithEnv(Env()));
+  EXPECT_EQ(again.out.find("still locked or checkpointed"), std::string::npos) << again.Describe();
+  for (const std::string& j : Journals()) std::filesystem::remove(std::filesystem::path(journals_) / j);
+}
+
 }  // namespace
 }  // namespace cairn::testing

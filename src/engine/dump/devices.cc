@@ -194,6 +194,13 @@ absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::str
   return absl::OkStatus();
 }
 
+bool LeftByTheDriver(const GuardJournal& journal) {
+  for (const auto& [pid, start] : journal.UnsettledDevices()) {
+    if (StillThere(pid, start)) return true;
+  }
+  return false;
+}
+
 int RunGpuPutBack(const std::string& journal_path, int journal_fd) {
   auto say = [](const std::string& line) { std::fprintf(stderr, "cairn gpu-put-back: %s\n", line.c_str()); };
   struct stat held {}, named {};

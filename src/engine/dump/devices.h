@@ -70,6 +70,10 @@ class DumpDevices {
 // that could not be put back.
 absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::string>* lines);
 
+// Whether `journal` names processes the GPU driver may still hold locked or checkpointed: not
+// settled, and alive (the same start time).
+bool LeftByTheDriver(const GuardJournal& journal);
+
 // `cairn gpu-put-back --journal PATH --journal-fd FD` (and cairnd's): what a dump's guardian
 // execs for point 11, holding the journal's file (and its lock) at FD. Puts the processes back,
 // then removes the journal (kept as PATH.failed when some could not be). Returns the exit code.

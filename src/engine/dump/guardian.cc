@@ -713,6 +713,7 @@ Guardian::~Guardian() {
 namespace {
 
 bool IsJournalName(const std::string& name) { return absl::EndsWith(name, ".journal"); }
+bool IsFailedJournalName(const std::string& name) { return absl::EndsWith(name, ".journal.failed"); }
 
 // The journal `name` in `dirfd`, locked, if its dumper and guardian are both dead and it is
 // still linked there (another cairn may have repaired and removed it meanwhile).
@@ -739,16 +740,34 @@ namespace {
 // Calls fn(dirfd, name) for each journal in `dir` (none when `dir` does not exist); stops at
 // fn's first error.
 absl::Status ForEachJournal(const std::string& dir,
-                            const std::function<absl::Status(int dirfd, const std::string& name)>& fn) {
+                            const std::function<absl::Status(int dirfd, const std::string& name)>& fn,
+                            const std::function<bool(const std::string&)>& named = IsJournalName) {
   if (::access(dir.c_str(), F_OK) != 0 && errno == ENOENT) return absl::OkStatus();
   ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/false));
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::string name = e.path().filename();
-    if (IsJournalName(name)) RETURN_IF_ERROR(fn(dirfd.get(), name));
+    if (named(name)) RETURN_IF_ERROR(fn(dirfd.get(), name));
   }
   if (ec) return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
   return absl::OkStatus();
+}
+
+// Runs `fn` on the kept journal `name` in `dirfd` (NAME.failed) if it is one of this cairn's and
+// no other cairn holds it meanwhile.
+void WithKeptJournal(int dirfd, const std::string& name, const std::function<void(GuardJournal&)>& fn) {
+  absl::StatusOr<UniqueFd> fd = LockOrphan(dirfd, name);
+  if (!fd.ok()) return;
+  struct stat st {};
+  if (::fstat(fd->get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      static_cast<uint64_t>(st.st_size) != sizeof(GuardJournal)) {
+    return;  // not a journal of this cairn (kept as it was found)
+  }
+  void* mem = ::mmap(nullptr, sizeof(GuardJournal), PROT_READ | PROT_WRITE, MAP_SHARED, fd->get(), 0);
+  if (mem == MAP_FAILED) return;
+  auto* j = static_cast<GuardJournal*>(mem);
+  if (j->Marked()) fn(*j);
+  ::munmap(mem, sizeof(GuardJournal));
 }
 
 }  // namespace
@@ -759,6 +778,21 @@ absl::StatusOr<std::vector<std::string>> FindOrphanedDumps(const std::string& di
     if (LockOrphan(dirfd, name).ok()) out.push_back(name);
     return absl::OkStatus();
   }));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> FailedDevicePutBacks(const std::string& dir) {
+  std::vector<std::string> out;
+  RETURN_IF_ERROR(ForEachJournal(
+      dir,
+      [&](int dirfd, const std::string& name) {
+        WithKeptJournal(dirfd, name, [&](GuardJournal& j) {
+          if (LeftByTheDriver(j)) out.push_back(name);
+        });
+        return absl::OkStatus();
+      },
+      IsFailedJournalName));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -792,8 +826,10 @@ absl::StatusOr<std::vector<std::string>> NetworkLocksOfRunningDumps(const std::s
 absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& dir) {
   std::vector<std::string> lines;
   ASSIGN_OR_RETURN(std::vector<std::string> names, FindOrphanedDumps(dir));
-  if (names.empty()) return lines;
-  ASSIGN_OR_RETURN(UniqueFd dirfd, OpenJournalDir(dir, /*create=*/false));
+  UniqueFd dirfd;
+  if (!names.empty()) {
+    ASSIGN_OR_RETURN(dirfd, OpenJournalDir(dir, /*create=*/false));
+  }
   for (const std::string& name : names) {
     absl::StatusOr<UniqueFd> fd = LockOrphan(dirfd.get(), name);
     if (!fd.ok()) continue;  // taken by another cairn since the listing
@@ -841,6 +877,22 @@ absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& 
       lines.push_back(absl::StrCat("dump journal ", path, ": ", what, "; kept as ", name, ".failed"));
     }
   }
+  // GPU processes a failed put-back left to the driver (point 11): tried again every time.
+  RETURN_IF_ERROR(ForEachJournal(
+      dir,
+      [&](int dirfd, const std::string& name) {
+        WithKeptJournal(dirfd, name, [&](GuardJournal& j) {
+          if (!LeftByTheDriver(j)) return;
+          std::vector<std::string> device_lines;
+          absl::Status s = PutBackJournaledDevices(j, &device_lines);
+          for (const std::string& line : device_lines) CAIRN_LOG_WARN("event=failed_device_put_back_retried what=\"{}\"", line);
+          lines.push_back(absl::StrCat("dump journal ", dir, "/", name, ": its GPU processes ",
+                                       s.ok() ? "are put back now (the journal stays, for a person to read)"
+                                              : absl::StrCat("are still not put back: ", s.message())));
+        });
+        return absl::OkStatus();
+      },
+      IsFailedJournalName));
   return lines;
 }
 

@@ -76,7 +76,9 @@
 //    journal's file and lock, puts each one still alive back to RUNNING by the state the driver
 //    reports, and removes the journal. Should that one die too, the journal is an orphan's (point
 //    8) and the next cairn does the same. Until then their CUDA calls wait on the driver's lock;
-//    their other code runs.
+//    their other code runs. A put-back that failed (the driver refused) keeps the journal as
+//    NAME.failed: every later RepairOrphanedDumps tries those processes again, and `cairn check`
+//    names them while the driver holds them.
 // What it cannot cover: in the double kill of point 8, a userfaultfd the program itself makes,
 // before the repair, at a number the tracker's creation had journaled but never took.
 #include <sys/types.h>
@@ -295,8 +297,14 @@ absl::StatusOr<std::vector<std::string>> NetworkLocksOfRunningDumps(const std::s
 
 // Does for each of them what its guardian would have done, then removes it. Returns one
 // line per journal saying what was done (or what failed: such a journal is kept as
-// NAME.failed for a person to read, and the line says so).
+// NAME.failed for a person to read, and the line says so). Then tries again to put back the
+// GPU processes of every NAME.failed journal that the driver still holds (point 11); once they
+// are back, the journal says so (it stays, for a person to read).
 absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& dir);
+
+// The NAME.failed journals in `dir` whose GPU processes the driver may still hold locked or
+// checkpointed (alive, not put back: point 11), by file name.
+absl::StatusOr<std::vector<std::string>> FailedDevicePutBacks(const std::string& dir);
 
 // The guardian's body: waits until `pipe_rd` reads EOF (every copy of the write end is
 // closed: the dumper finished or died), then does what the journal's outcome says. Exposed
