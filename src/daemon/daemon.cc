@@ -158,6 +158,14 @@ Daemon::Daemon(DaemonOptions opts, std::unique_ptr<Catalog> catalog)
 Daemon::~Daemon() {
   owners_.reset();
   if (gc_thread_.joinable()) gc_thread_.join();
+  std::map<int, GpuCheckpointRun> gpu_checkpoints;
+  {
+    std::lock_guard<std::mutex> l(node_mu_);
+    gpu_checkpoints.swap(gpu_checkpoints_);
+  }
+  for (auto& [device, run] : gpu_checkpoints) {
+    if (run.thread.joinable()) run.thread.join();
+  }
 }
 
 void Daemon::SetOwner(const std::string& name, UniqueFd pidfd, const api::Owner* owner) {

@@ -419,6 +419,14 @@ class Daemon {
   std::optional<api::SpotNotice> spot_notice_;       // GUARDED_BY(node_mu_)
   std::vector<GpuDevice> gpus_;                      // GUARDED_BY(node_mu_)
   std::map<int, double> gpu_checkpointed_at_;        // GPU -> monotonic s of its last event checkpoint; GUARDED_BY(node_mu_)
+  // A GPU event's checkpoint of the jobs on that GPU runs on a thread of its own, not the watcher's
+  // (a GPU that hangs the driver's call must not hold the next event): one per GPU at a time,
+  // joined when the next starts and at the end. GUARDED_BY(node_mu_)
+  struct GpuCheckpointRun {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::map<int, GpuCheckpointRun> gpu_checkpoints_;
   std::vector<std::string> gpu_events_;              // GUARDED_BY(node_mu_), newest 20
   std::optional<uint64_t> controller_term_;          // GUARDED_BY(node_mu_); loaded on first use
 

@@ -183,5 +183,55 @@ TEST(DaemonGpu, JobsGetFreeGpusAndACheckpointRestoresOntoFreeGpus) {
   for (const std::string& device : devices) std::filesystem::remove(device);
 }
 
+// A GPU event's checkpoint runs beside the watcher, not on its thread: while the checkpoint of
+// GPU 0's job is held inside its memory copy (the test hook, 3 s), an Xid on GPU 1 is taken at
+// once and its job checkpointed too.
+TEST(DaemonGpu, AGpuEventsCheckpointDoesNotHoldTheNextEvent) {
+  TempDir dir;
+  BecomeSubreaper();
+  std::string xid_file = dir / "xid";
+  DaemonProcess d(dir.path(), "gpu", {"--nvml-library", std::string(FAKE_DRIVER_DIR) + "/libnvidia-ml.so.1"},
+                  {std::string("LD_LIBRARY_PATH=") + FAKE_DRIVER_DIR, "CAIRN_FAKE_NVML_GPUS=2",
+                   "CAIRN_FAKE_NVML_EVENT_FILE=" + xid_file, "CAIRND_TEST_PAUSE_IN_CHECKPOINT=3"});
+  ASSERT_TRUE(d.Start());
+  for (const char* name : {"a", "b"}) {
+    CommandResult r = d.Cairn({"job", "run", "--name", name, "--gpus", "1", "--", "/bin/sleep", "1000"});
+    ASSERT_TRUE(r.Exited(0)) << r.Describe();
+  }
+  EXPECT_EQ(d.Json({"job", "show", "b"})["job"]["gpu_devices"], nlohmann::json::array({1}));
+  auto consumed = [&](std::chrono::milliseconds within) {
+    for (auto until = std::chrono::steady_clock::now() + within; std::chrono::steady_clock::now() < until;) {
+      if (!std::filesystem::exists(xid_file)) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return !std::filesystem::exists(xid_file);
+  };
+  auto writing = [&](const std::string& job) {
+    nlohmann::json l = d.Json({"checkpoint", "list", "--job", job});
+    return !l.is_null() && l["checkpoints"].size() == 1 && l["checkpoints"][0]["state"] == "writing";
+  };
+  WriteFile(xid_file, "0 79\n");
+  ASSERT_TRUE(consumed(10s));
+  for (auto until = std::chrono::steady_clock::now() + 10s; !writing("a") && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(writing("a")) << d.RunLog();
+  WriteFile(xid_file, "1 79\n");
+  EXPECT_TRUE(consumed(1500ms)) << "the watcher did not take GPU 1's event while GPU 0's checkpoint ran";
+  EXPECT_TRUE(writing("a")) << "the first checkpoint ended before the second event was taken: the test proves nothing";
+  for (const char* job : {"a", "b"}) {
+    nlohmann::json l;
+    for (auto until = std::chrono::steady_clock::now() + 30s; std::chrono::steady_clock::now() < until;) {
+      l = d.Json({"checkpoint", "list", "--job", job});
+      if (!l.is_null() && l["checkpoints"].size() == 1 && l["checkpoints"][0]["state"] == "complete") break;
+      std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(l["checkpoints"].size(), 1u) << job << ": " << l.dump();
+    EXPECT_EQ(l["checkpoints"][0]["state"], "complete") << job << ": " << l.dump();
+    EXPECT_EQ(l["checkpoints"][0]["reason"], "gpu-xid");
+  }
+  d.KillJobs();
+}
+
 }  // namespace
 }  // namespace cairn::testing
