@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace", traces, "trace file(s) (skypilot-org/spot-traces JSON)")->required();
   app.add_option("--jobs", wl.jobs, "jobs in the mix")->check(CLI::PositiveNumber);
   app.add_option("--seed", wl.seed, "seed for the job mix and the choice of reclaimed instances");
-  app.add_option("--strategy", strategies, "all, or a list of on-demand,spot-restart,spot-ckpt30,cairn");
+  app.add_option("--strategy", strategies, "all, or a list of on-demand,spot-restart,spot-ckpt30,uniform-progress,cairn");
   app.add_option("--reading", reading, "how to read trace values: auto, count, preempted-flag");
   app.add_option("--services", wl.service_fraction, "fraction of jobs that are services")->check(CLI::Range(0.0, 1.0));
   app.add_option("--spot-price-fraction", opt.spot_price_fraction, "spot price / on-demand price");

@@ -43,14 +43,14 @@ std::string FormatTable(const TraceReport& r, const std::string& command) {
       r.jobs.size() - services, services, t.instance.on_demand_price, r.spot_price,
       t.prices.empty() ? "a share of on-demand: --spot-price-fraction" : "the mean of the trace's prices", command);
   const SimResult* od = Find(r, "on-demand");
-  absl::StrAppendFormat(&out, "  %-13s %11s %8s %10s %8s %8s %9s %9s %9s %9s %7s %6s %5s\n", "strategy",
+  absl::StrAppendFormat(&out, "  %-16s %11s %8s %10s %8s %8s %9s %9s %9s %9s %7s %6s %5s\n", "strategy",
                         "cost $", "vs OD", "deadlines", "svc SLA", "goodput", "lost h",
                         "svc down h", "spot h", "OD h", "preempt", "moves", "fail");
   for (const SimResult& s : r.results) {
     std::string vs = od && od->cost_usd > 0
                          ? absl::StrFormat("%+.1f%%", 100 * (s.cost_usd / od->cost_usd - 1))
                          : "-";
-    absl::StrAppendFormat(&out, "  %-13s %11.2f %8s %5d/%-4d %3d/%-4d %8.3f %9.1f %9.2f %9.1f %9.1f %7d %6d %5d\n",
+    absl::StrAppendFormat(&out, "  %-16s %11.2f %8s %5d/%-4d %3d/%-4d %8.3f %9.1f %9.2f %9.1f %9.1f %7d %6d %5d\n",
                           s.strategy, s.cost_usd, vs, s.deadlines_met, s.batch_jobs,
                           s.services_sla_met, s.services, s.goodput(), s.lost_work_h,
                           s.service_downtime_h, s.spot_h, s.on_demand_h, s.preemptions,

@@ -23,13 +23,15 @@ absl::string_view StrategyName(Strategy s) {
     case Strategy::kOnDemand: return "on-demand";
     case Strategy::kSpotRestart: return "spot-restart";
     case Strategy::kSpotCheckpoint: return "spot-ckpt30";
+    case Strategy::kUniformProgress: return "uniform-progress";
     case Strategy::kCairn: return "cairn";
   }
   return "?";
 }
 
 std::vector<Strategy> AllStrategies() {
-  return {Strategy::kOnDemand, Strategy::kSpotRestart, Strategy::kSpotCheckpoint, Strategy::kCairn};
+  return {Strategy::kOnDemand, Strategy::kSpotRestart, Strategy::kSpotCheckpoint, Strategy::kUniformProgress,
+          Strategy::kCairn};
 }
 
 absl::StatusOr<std::vector<Strategy>> ParseStrategies(absl::string_view s) {
@@ -46,7 +48,7 @@ absl::StatusOr<std::vector<Strategy>> ParseStrategies(absl::string_view s) {
     }
     if (!found) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "unknown strategy '", part, "' (use all, on-demand, spot-restart, spot-ckpt30, cairn)"));
+          "unknown strategy '", part, "' (use all, on-demand, spot-restart, spot-ckpt30, uniform-progress, cairn)"));
     }
   }
   return out;
@@ -193,7 +195,10 @@ class Sim {
     q_.push(Ev{t, seq_++, k, job, ver, aux});
   }
 
-  bool Baseline() const { return st_ == Strategy::kSpotRestart || st_ == Strategy::kSpotCheckpoint; }
+  bool Baseline() const {
+    return st_ == Strategy::kSpotRestart || st_ == Strategy::kSpotCheckpoint || st_ == Strategy::kUniformProgress;
+  }
+  bool Uniform() const { return st_ == Strategy::kUniformProgress; }
 
   // ---- the job's work model --------------------------------------------------------------
   double WorkAt(const SJ& j, double t) const {
@@ -244,6 +249,7 @@ class Sim {
         j.restore_s = o_.init_s;
         break;
       case Strategy::kSpotCheckpoint:
+      case Strategy::kUniformProgress:
         j.interval = o_.app_checkpoint_interval_s;
         j.pause = in.state_gb / (o_.app_write_gbps * bw);
         j.restore_s = o_.init_s + read;
@@ -410,6 +416,8 @@ class Sim {
       t = ctl::WaitDeadline(*cj, std::max(now_, j.available_at), 1.0, cfg_);
     } else {
       t = now_ + std::max(0.0, BaselineSlack(j) - o_.baseline_reserve_s);
+      // Waiting, it falls behind the line then (looked at a minute later: on the line is not behind).
+      if (Uniform()) t = std::min(t, std::max(BehindAt(j), now_) + 60);
     }
     if (std::isfinite(t)) Push(std::max(t, now_), Kind::kGuard, i, j.ver);
   }
@@ -419,6 +427,77 @@ class Sim {
     double run = j.in->work_s - j.work0;
     if (j.interval > 0) run *= 1 + j.pause / j.interval;
     return j.in->deadline_s - now_ - run - o_.launch_s - j.restore_s;
+  }
+
+  // ---- Uniform Progress --------------------------------------------------------------------
+  // The line of uniform progress: the work a job has to have done by `t` to finish at its
+  // deadline working at one rate from its arrival.
+  double Line(const SJ& j, double t) const {
+    double span = j.in->deadline_s - j.in->arrival_s;
+    return span <= 0 ? j.in->work_s : j.in->work_s * (t - j.in->arrival_s) / span;
+  }
+  // When a job that does no work from now on falls behind the line.
+  double BehindAt(const SJ& j) const {
+    double span = j.in->deadline_s - j.in->arrival_s;
+    if (span <= 0 || j.in->work_s <= 0) return now_;
+    return j.in->arrival_s + span * WorkAt(j, now_) / j.in->work_s;
+  }
+  // How far ahead of the line a job on on-demand must be to leave it: a switch costs a launch
+  // and a restore, and the job must not fall behind again at once.
+  double SwitchMargin(const SJ& j) const { return o_.launch_s + j.restore_s + j.interval; }
+
+  // A waiting job: the safety net first, then spot if there is some, then on-demand if it is
+  // behind the line; else it waits (Wait's guard wakes it when it falls behind).
+  // Whether the slack is down to the reserve (to the second: Wait's guard comes exactly then).
+  bool SafetyNet(const SJ& j) const { return BaselineSlack(j) <= o_.baseline_reserve_s + 1; }
+
+  void UniformPlace(int i) {
+    SJ& j = jobs_[i];
+    if (j.sticky_od || SafetyNet(j)) {
+      j.sticky_od = true;
+      StartAny(i, false);
+      return;
+    }
+    if (auto n = Choose(i, true, false); n.ok()) {
+      Start(i, *n);
+      return;
+    }
+    if (WorkAt(j, now_) < Line(j, now_)) {
+      StartAny(i, false);
+      return;
+    }
+    Wait(i, ctl::SuspendReason::kWaitingForCheapCapacity);
+  }
+
+  void UniformGuard(int i) {
+    SJ& j = jobs_[i];
+    if (j.phase == Phase::kWaiting) {
+      UniformPlace(i);
+      return;
+    }
+    if (j.phase != Phase::kRunning || j.spot || j.sticky_od || j.in->service) return;
+    // On on-demand, at one of its checkpoints.
+    if (SafetyNet(j)) {
+      j.sticky_od = true;  // the safety net: it stays to the end
+      return;
+    }
+    if (WorkAt(j, now_) - Line(j, now_) >= SwitchMargin(j)) {
+      // Ahead: to spot if there is some, else it waits. It leaves with the checkpoint it has just
+      // written (the guard comes as each one is complete): nothing is lost.
+      auto n = Choose(i, true, false);
+      j.work0 = CheckpointAt(j, now_);
+      j.available_at = now_;
+      ++migrations_;
+      Release(i, now_, ctl::JobState::kSuspended);
+      j.phase = Phase::kWaiting;
+      if (n.ok() && cluster_.FindNode(*n)) {
+        Start(i, *n);
+      } else {
+        Wait(i, ctl::SuspendReason::kWaitingForCheapCapacity);
+      }
+      return;
+    }
+    Push(now_ + j.interval + j.pause, Kind::kGuard, i, j.ver);
   }
 
   // ---- events ----------------------------------------------------------------------------
@@ -433,6 +512,8 @@ class Sim {
       StartAny(i, false);
     } else if (j.in->service) {
       StartAny(i, true);
+    } else if (Uniform()) {
+      UniformPlace(i);
     } else if (Baseline()) {
       BaselinePlace(i);
     } else {
@@ -492,6 +573,8 @@ class Sim {
       return;
     }
     Push(FinishTime(j), Kind::kFinish, i, j.ver);
+    // Uniform progress on on-demand looks again at each of its checkpoints: ahead, it leaves.
+    if (Uniform() && !j.spot && !j.sticky_od) Push(now_ + j.interval + j.pause, Kind::kGuard, i, j.ver);
   }
 
   void OnFinish(int i) {
@@ -517,6 +600,10 @@ class Sim {
 
   void OnGuard(int i) {
     SJ& j = jobs_[i];
+    if (Uniform()) {
+      UniformGuard(i);
+      return;
+    }
     if (j.phase != Phase::kWaiting) return;
     if (Baseline()) {
       j.sticky_od = true;
@@ -619,6 +706,8 @@ class Sim {
       StartAny(i, false);
     } else if (j.in->service) {
       StartAny(i, true);
+    } else if (Uniform()) {
+      UniformPlace(i);
     } else if (Baseline()) {
       BaselinePlace(i);
     } else {
@@ -641,7 +730,11 @@ class Sim {
       });
       for (int i : waiting) {
         if (idle_spot_.empty()) break;
-        BaselinePlace(i);
+        if (Uniform()) {
+          UniformPlace(i);
+        } else {
+          BaselinePlace(i);
+        }
       }
       return;
     }

@@ -26,6 +26,12 @@ enum class Strategy {
   kOnDemand,        // on-demand only: no interruptions, list price.
   kSpotRestart,     // spot; a preempted job restarts from scratch.
   kSpotCheckpoint,  // spot; application checkpoints every 30 min (SkyPilot managed-job style).
+  // Uniform Progress ("Can't Be Late", NSDI'24), with the same application checkpoints: spot
+  // whenever there is some; without it, on-demand only while the job is behind the line of
+  // uniform progress to its deadline (waiting while ahead); from on-demand back to spot, or to
+  // waiting, once it is ahead by the cost of a switch; on-demand for good when its slack is down
+  // to a restart (the safety net).
+  kUniformProgress,
   kCairn,           // cairn's policies (see docs/scheduling.md).
 };
 absl::string_view StrategyName(Strategy s);

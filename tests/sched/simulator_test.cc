@@ -111,6 +111,47 @@ TEST(SimulatorTest, CapacityLossArrivesWithANoticeFirst) {
   EXPECT_EQ(cairn.deadlines_met, 2);
 }
 
+// Uniform Progress ("Can't Be Late"): behind the line of uniform progress it takes on-demand even
+// with slack to spare, where the greedy baseline waits; it goes back to spot (or to waiting) once
+// ahead; it takes spot whenever there is some.
+TEST(SimulatorTest, UniformProgressKeepsToTheLineWhereGreedyWaits) {
+  // No spot for 20 hours, then spot to the end.
+  std::vector<int> v(12 * 20, 0);
+  v.resize(12 * 60, 1);
+  SpotTrace t = SyntheticTrace(300, v);
+  auto jobs = Batch(1, 10, 4.0);  // 10 hours of work, its deadline 40 hours after it arrives
+  SimResult up = Simulate(t, jobs, Strategy::kUniformProgress, {});
+  SimResult greedy = Simulate(t, jobs, Strategy::kSpotCheckpoint, {});
+  EXPECT_EQ(greedy.on_demand_h, 0) << "the greedy baseline waits for spot while its slack allows";
+  EXPECT_GT(up.on_demand_h, 0) << "behind the line, uniform progress runs on on-demand";
+  EXPECT_GT(up.spot_h, 0) << "it goes back to spot when spot returns";
+  EXPECT_GT(up.migrations, 0) << "it leaves on-demand once ahead of the line";
+  // Ahead, it does not stay on on-demand for the whole 20 hours without spot.
+  EXPECT_LT(up.on_demand_h, 12);
+  EXPECT_EQ(up.deadlines_met, 1);
+  EXPECT_EQ(greedy.deadlines_met, 1);
+  EXPECT_EQ(up.lost_work_h, 0) << "it leaves on-demand right after a checkpoint: nothing is lost";
+  EXPECT_LE(up.useful_h, up.paid_h);
+}
+
+TEST(SimulatorTest, UniformProgressWaitsWhileAheadAndFallsBackOnOnDemandAtTheEnd) {
+  // Spot for 4 hours, none for 10, then spot again: a job far ahead of its line waits for it.
+  std::vector<int> v(12 * 4, 1);
+  v.resize(12 * 14, 0);
+  v.resize(12 * 60, 1);
+  SpotTrace t = SyntheticTrace(300, v);
+  auto jobs = Batch(1, 6, 40.0 / 6);  // 6 hours of work, 40 hours to do it
+  SimResult up = Simulate(t, jobs, Strategy::kUniformProgress, {});
+  EXPECT_EQ(up.on_demand_h, 0) << "ahead of the line, it waited for spot";
+  EXPECT_EQ(up.deadlines_met, 1);
+  // Never any spot, and a deadline with little slack: on-demand (the safety net), deadline met.
+  SpotTrace none = SyntheticTrace(300, std::vector<int>(12 * 60, 0));
+  auto tight = Batch(2, 10, 1.3);
+  SimResult net = Simulate(none, tight, Strategy::kUniformProgress, {});
+  EXPECT_EQ(net.deadlines_met, 2);
+  EXPECT_EQ(net.spot_h, 0);
+}
+
 TEST(TraceTest, LoadErrorsNameTheFile) {
   auto missing = LoadTrace("/nonexistent/trace.json");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
