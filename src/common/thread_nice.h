@@ -28,10 +28,17 @@ class ThreadNice {
 
   explicit ThreadNice(int nice) : old_(Current()) {
     if (nice == old_ || (::sched_getscheduler(0) & ~SCHED_RESET_ON_FORK) != SCHED_OTHER) return;
-    if (::setpriority(PRIO_PROCESS, 0, nice) != 0) return;
-    active_ = true;
     sched_param none{};
-    reset_on_fork_ = nice < 0 && ::sched_setscheduler(0, SCHED_OTHER | SCHED_RESET_ON_FORK, &none) == 0;
+    if (nice < 0) {  // not passed on: set first, or not raised at all
+      if (::sched_setscheduler(0, SCHED_OTHER | SCHED_RESET_ON_FORK, &none) != 0) return;
+      reset_on_fork_ = true;
+    }
+    if (::setpriority(PRIO_PROCESS, 0, nice) != 0) {
+      if (reset_on_fork_) (void)::sched_setscheduler(0, SCHED_OTHER, &none);
+      reset_on_fork_ = false;
+      return;
+    }
+    active_ = true;
   }
   ~ThreadNice() { End(); }
   ThreadNice(const ThreadNice&) = delete;

@@ -1056,14 +1056,8 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   if (!from.empty()) {
     ASSIGN_OR_RETURN(checkpoint, ImportCheckpoint(name, from));
   }
-  // The checkpoint first: its GPUs are the ones its device state comes from.
-  auto cps = catalog_->ListCheckpoints(name);
-  if (!cps.ok()) return cps.status();
-  const api::Checkpoint* chosen = nullptr;
-  for (const auto& c : *cps) {
-    if (c.state() != "complete") continue;
-    if (checkpoint.empty() || c.id() == checkpoint) chosen = &c;
-  }
+  std::vector<api::Checkpoint> cps;
+  const api::Checkpoint* chosen = nullptr;  // in cps
   api::JobSpec spec;
   api::Job before;  // the job's record before this restore
   const int node_gpus = NodeGpuCount();
@@ -1084,6 +1078,13 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
     if (s.job.state() == "migrated") {
       return absl::FailedPreconditionError(absl::StrCat("job ", name, " ", s.job.health().detail(),
                                                         " and runs there: restoring it here would run it twice"));
+    }
+    // The checkpoint first (chosen while the job is held: no checkpoint of it ends or expires
+    // meanwhile): its GPUs are the ones its device state comes from.
+    ASSIGN_OR_RETURN(cps, catalog_->ListCheckpoints(name));
+    for (const auto& c : cps) {
+      if (c.state() != "complete") continue;
+      if (checkpoint.empty() || c.id() == checkpoint) chosen = &c;
     }
     // The GPUs the chosen checkpoint was taken on (a catalog from before it recorded them: the
     // job's latest run's); a restore of an older checkpoint taken on others goes back to those.
@@ -1167,7 +1168,7 @@ absl::StatusOr<api::RestoreJobResponse> Daemon::Restore(const std::string& name,
   auto drop_fetched = [&] {
     if (!opts_.keep_local) {
       for (const std::string& dir : fetched) RemoveTree(dir);
-      DropFetchedCopies(*cps);  // what ImportCheckpoint brought in, which LocalChain found here
+      DropFetchedCopies(cps);  // what ImportCheckpoint brought in, which LocalChain found here
     }
   };
   if (!local.ok()) {

@@ -131,25 +131,25 @@ void Daemon::OnGpuSignal(const GpuSignal& s) {
     }
   }
   if (on_it.empty()) return;
-  std::lock_guard<std::mutex> l(node_mu_);
-  GpuCheckpointRun& run = gpu_checkpoints_[s.device];
-  if (run.thread.joinable()) {
-    if (!run.done->load()) {
-      Event("", "gpu-checkpoint",
-            absl::StrFormat("GPU %d: %s; the checkpoint of its jobs from an earlier event is still under way", s.device,
-                            s.detail));
-      return;
+  bool under_way = false;
+  {
+    std::lock_guard<std::mutex> l(node_mu_);
+    GpuCheckpointRun& run = gpu_checkpoints_[s.device];
+    under_way = run.thread.joinable() && !run.done->load();
+    if (!under_way) {
+      if (run.thread.joinable()) run.thread.join();
+      run.done = std::make_shared<std::atomic<bool>>(false);
+      run.thread = std::thread([this, on_it, reason = "gpu-" + s.kind, done = run.done] {
+        CheckpointJobs(on_it, reason, /*pin=*/true, MonoSeconds() + 30);
+        done->store(true);
+      });
     }
-    run.thread.join();
   }
   Event("", "gpu-checkpoint",
-        absl::StrFormat("GPU %d: %s; checkpointing its %d job(s): %s", s.device, s.detail, on_it.size(),
-                        absl::StrJoin(on_it, ", ")));
-  run.done = std::make_shared<std::atomic<bool>>(false);
-  run.thread = std::thread([this, on_it, reason = "gpu-" + s.kind, done = run.done] {
-    CheckpointJobs(on_it, reason, /*pin=*/true, MonoSeconds() + 30);
-    done->store(true);
-  });
+        under_way ? absl::StrFormat("GPU %d: %s; the checkpoint of its jobs from an earlier event is still under way",
+                                    s.device, s.detail)
+                  : absl::StrFormat("GPU %d: %s; checkpointing its %d job(s): %s", s.device, s.detail, on_it.size(),
+                                    absl::StrJoin(on_it, ", ")));
 }
 
 void Daemon::FillNodeSignals(api::NodeInfoResponse* r) {

@@ -206,16 +206,19 @@ class Sim {
     double e = t - j.seg_start, w;
     if (j.interval > 0) {
       double cyc = j.interval + j.pause;
-      double k = std::floor(e / cyc);
+      double k = Cycles(e, cyc);
       w = j.work0 + k * j.interval + std::min(e - k * cyc, j.interval);
     } else {
       w = j.work0 + e;
     }
     return j.in->service ? w : std::min(w, j.in->work_s);
   }
+  // Whole checkpoint cycles of length `cyc` in `e` seconds of a segment; one that ends at `e`
+  // counts (times are sums of doubles: a guard set for a cycle's end may land a hair before it).
+  static double Cycles(double e, double cyc) { return std::floor(e / cyc + 1e-9); }
   double CheckpointAt(const SJ& j, double t) const {
     if (j.phase != Phase::kRunning || j.interval <= 0 || t <= j.seg_start) return j.work0;
-    double k = std::floor((t - j.seg_start) / (j.interval + j.pause));
+    double k = Cycles(t - j.seg_start, j.interval + j.pause);
     return std::min(j.work0 + k * j.interval, j.in->work_s);
   }
   double FinishTime(const SJ& j) const {
@@ -448,8 +451,14 @@ class Sim {
 
   // A waiting job: the safety net first, then spot if there is some, then on-demand if it is
   // behind the line; else it waits (Wait's guard wakes it when it falls behind).
-  // Whether the slack is down to the reserve (to the second: Wait's guard comes exactly then).
-  bool SafetyNet(const SJ& j) const { return BaselineSlack(j) <= o_.baseline_reserve_s + 1; }
+  // Whether the slack is down to the reserve (to the second: Wait's guard comes exactly then). A
+  // running job's slack counts the work its latest checkpoint holds, not its segment's start.
+  bool SafetyNet(const SJ& j) const {
+    double run = j.in->work_s - (j.phase == Phase::kRunning ? CheckpointAt(j, now_) : j.work0);
+    if (j.interval > 0) run *= 1 + j.pause / j.interval;
+    double slack = j.in->deadline_s - now_ - run - o_.launch_s - j.restore_s;
+    return slack <= o_.baseline_reserve_s + 1;
+  }
 
   void UniformPlace(int i) {
     SJ& j = jobs_[i];
@@ -485,7 +494,9 @@ class Sim {
       // Ahead: to spot if there is some, else it waits. It leaves with the checkpoint it has just
       // written (the guard comes as each one is complete): nothing is lost.
       auto n = Choose(i, true, false);
-      j.work0 = CheckpointAt(j, now_);
+      double w = WorkAt(j, now_), ck = CheckpointAt(j, now_);
+      j.lost += w - ck;  // (none: the guard comes as a checkpoint completes)
+      j.work0 = ck;
       j.available_at = now_;
       ++migrations_;
       Release(i, now_, ctl::JobState::kSuspended);

@@ -96,6 +96,21 @@ class GpuFakeDriver : public ::testing::Test {
     }
   }
 
+  // Starts `cairn dump` of the app into dir_/ckpt with `env` and waits until it stands at its
+  // fault point after the device checkpoint (the driver holds the app's device state in host
+  // memory); its pid in *dump. Its output goes to dir_/dump.err.
+  void DumpPausedAfterTheDeviceCheckpoint(std::vector<std::string> env, pid_t* dump) {
+    env.push_back("CAIRN_FAULT_PAUSE=device-checkpointed");
+    *dump = SpawnProgram({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", dir_ / "ckpt"},
+                         dir_ / "empty", dir_ / "dump.out", dir_ / "dump.err", env);
+    auto deadline = Clock::now() + 30s;
+    while (ReadFile(dir_ / "dump.err").find("fault point device-checkpointed") == std::string::npos) {
+      ASSERT_TRUE(IsAlive(*dump)) << ReadFile(dir_ / "dump.err");
+      ASSERT_LT(Clock::now(), deadline);
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+
   // Waits for the app to finish; its output.
   std::string Finished() {
     Ending e = WaitGone(app_, 60s);
@@ -316,17 +331,10 @@ TEST_F(GpuFakeDriver, ADumpThePrecheckRefusesNeverTouchesTheDevice) {
 TEST_F(GpuFakeDriver, ADumpKilledAfterTheDeviceCheckpointHasTheProgramPutBack) {
   std::string expected = Uninterrupted();
   StartApp();
-  std::vector<std::string> env = Env();
-  env.push_back("CAIRN_FAULT_PAUSE=device-checkpointed");
   std::string ckpt = dir_ / "ckpt";
-  pid_t dump = SpawnProgram({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", ckpt}, dir_ / "empty",
-                            dir_ / "dump.out", dir_ / "dump.err", env);
-  auto deadline = Clock::now() + 30s;
-  while (ReadFile(dir_ / "dump.err").find("fault point device-checkpointed") == std::string::npos) {
-    ASSERT_TRUE(IsAlive(dump)) << ReadFile(dir_ / "dump.err");
-    ASSERT_LT(Clock::now(), deadline);
-    std::this_thread::sleep_for(5ms);
-  }
+  pid_t dump = -1;
+  DumpPausedAfterTheDeviceCheckpoint(Env(), &dump);
+  if (HasFatalFailure()) return;
   // Checkpointed by the driver: no device open, no step taken.
   EXPECT_FALSE(HoldsDevice(app_));
   int at = Progress();
@@ -351,16 +359,9 @@ TEST_F(GpuFakeDriver, ADumpKilledAfterTheDeviceCheckpointHasTheProgramPutBack) {
 TEST_F(GpuFakeDriver, ADumpKilledWithItsGuardianHasTheProgramPutBackByTheNextCairn) {
   std::string expected = Uninterrupted();
   StartApp();
-  std::vector<std::string> env = Env();
-  env.push_back("CAIRN_FAULT_PAUSE=device-checkpointed");
-  pid_t dump = SpawnProgram({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", dir_ / "ckpt"},
-                            dir_ / "empty", dir_ / "dump.out", dir_ / "dump.err", env);
-  auto deadline = Clock::now() + 30s;
-  while (ReadFile(dir_ / "dump.err").find("fault point device-checkpointed") == std::string::npos) {
-    ASSERT_TRUE(IsAlive(dump)) << ReadFile(dir_ / "dump.err");
-    ASSERT_LT(Clock::now(), deadline);
-    std::this_thread::sleep_for(5ms);
-  }
+  pid_t dump = -1;
+  DumpPausedAfterTheDeviceCheckpoint(Env(), &dump);
+  if (HasFatalFailure()) return;
   std::vector<pid_t> guardian = ChildrenNamed("cairn-guardian", dump);
   for (auto until = Clock::now() + 5s; guardian.empty() && Clock::now() < until;) {
     std::this_thread::sleep_for(5ms);
@@ -394,16 +395,9 @@ TEST_F(GpuFakeDriver, ADumpKilledWithItsGuardianHasTheProgramPutBackByTheNextCai
 TEST_F(GpuFakeDriver, AFailedPutBackIsTriedAgainByTheNextCairn) {
   std::string expected = Uninterrupted();
   StartApp();
-  std::vector<std::string> env = Env(true, "restore");
-  env.push_back("CAIRN_FAULT_PAUSE=device-checkpointed");
-  pid_t dump = SpawnProgram({CairnBinary(), "dump", "--pid", std::to_string(app_), "--dir", dir_ / "ckpt"},
-                            dir_ / "empty", dir_ / "dump.out", dir_ / "dump.err", env);
-  auto deadline = Clock::now() + 30s;
-  while (ReadFile(dir_ / "dump.err").find("fault point device-checkpointed") == std::string::npos) {
-    ASSERT_TRUE(IsAlive(dump)) << ReadFile(dir_ / "dump.err");
-    ASSERT_LT(Clock::now(), deadline);
-    std::this_thread::sleep_for(5ms);
-  }
+  pid_t dump = -1;
+  DumpPausedAfterTheDeviceCheckpoint(Env(true, "restore"), &dump);
+  if (HasFatalFailure()) return;
   ::kill(dump, SIGKILL);
   ::waitpid(dump, nullptr, 0);
   auto failed = [&] {

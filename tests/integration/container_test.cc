@@ -1170,6 +1170,28 @@ TEST_F(RuncContainers, ADumpKilledMidwayLeavesAPausedContainerPausedAndWhole) {
   EXPECT_TRUE(CountsOn(Log()));
 }
 
+// A paused container checkpointed and left running stays paused: it is paused again before its
+// processes are let go (dump.cc thaw_all), and runs on only once its runtime resumes it.
+TEST_F(RuncContainers, APausedContainerCheckpointedLeftRunningStaysPaused) {
+  MakeBundle();
+  ASSERT_TRUE(Start("c1"));
+  ASSERT_TRUE(WaitLog(3)) << Diagnostics();
+  pid_t init = InitPid("c1");
+  std::string freezer = FreezerOf(init);
+  ASSERT_FALSE(freezer.empty()) << "runc made no v1 freezer cgroup";
+  ASSERT_EQ(Runc({"pause", "c1"}), 0) << Diagnostics();
+  ASSERT_EQ(FreezerState(freezer), "FROZEN");
+  size_t n = Log().size();
+  ASSERT_EQ(Checkpoint("c1", {"--leave-running"}), 0) << Diagnostics();
+  EXPECT_EQ(FreezerState(freezer), "FROZEN") << "the paused container was left thawed";
+  EXPECT_EQ(StatusField(init, "TracerPid:"), 0);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Log().size(), n) << "the paused container ran during or after its checkpoint";
+  ASSERT_EQ(Runc({"resume", "c1"}), 0) << Diagnostics();
+  EXPECT_TRUE(WaitLog(n + 5)) << "it runs on once its runtime resumes it";
+  EXPECT_TRUE(CountsOn(Log()));
+}
+
 TEST_F(RuncContainers, AnOptionCairnCannotHonourIsRefusedAndTheContainerRunsOn) {
   MakeBundle();
   ASSERT_TRUE(Start("c1"));

@@ -150,7 +150,7 @@ absl::Status DumpDevices::Release(const std::set<pid_t>& died) {
   return absl::OkStatus();
 }
 
-absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::string>* lines) {
+absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::string>* lines, bool just_killed) {
   std::vector<std::pair<pid_t, uint64_t>> procs = journal.UnsettledDevices();
   if (procs.empty()) return absl::OkStatus();
   std::vector<std::pair<pid_t, uint64_t>> alive;
@@ -180,7 +180,9 @@ absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::str
       continue;
     }
     // One the guardian just killed may not be dead yet.
-    for (int i = 0; i < 100 && StillThere(pid, start); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; just_killed && i < 100 && StillThere(pid, start); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     if (!StillThere(pid, start)) {
       lines->push_back(absl::StrCat("pid ", pid, ": gone, its device state with it"));
       continue;

@@ -67,8 +67,10 @@ class DumpDevices {
 // For a journal whose device side is not settled (guardian.h, point 11): each journaled process
 // still alive (the same start time) put back to RUNNING by the state the driver reports. Appends
 // one line per process; the journal is marked settled when every one is. The error names those
-// that could not be put back.
-absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::string>* lines);
+// that could not be put back. `just_killed`: the processes may have been killed a moment ago (a
+// guardian's kill): one the driver refuses is waited for a second in case it is dying.
+absl::Status PutBackJournaledDevices(GuardJournal& journal, std::vector<std::string>* lines,
+                                     bool just_killed = true);
 
 // Whether `journal` names processes the GPU driver may still hold locked or checkpointed: not
 // settled, and alive (the same start time).

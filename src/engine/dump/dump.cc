@@ -1044,8 +1044,13 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
   // The processes let go, then their cgroup thawed (when the dump froze it): a thread detached
   // while its cgroup is frozen only goes on once it thaws, and the detach is quick. (Thawed
   // first, a thread still traced is woken, and detaching it waits until it is off its core
-  // again: up to 20 ms on a busy machine, while the others of a group already ran.)
+  // again: up to 20 ms on a busy machine, while the others of a group already ran.) A cgroup its
+  // runtime had paused is paused again first: its processes must not run once let go.
   auto thaw_all = [&]() -> absl::Status {
+    if (freezer.PausesAgain()) {
+      freezer.Thaw();
+      return ft.Thaw();
+    }
     absl::Status s = ft.Thaw();
     freezer.Thaw();
     return s;

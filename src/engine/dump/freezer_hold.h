@@ -41,6 +41,9 @@ class FreezerHold {
   // The cgroup was paused by its runtime and thawed for the dump (ThawPausedCgroup): Thaw
   // freezes it again.
   void AdoptPaused() { paused_ = !cgroup_.empty(); }
+  // Whether Thaw pauses the cgroup again (AdoptPaused) rather than thawing it: then it must
+  // come before the processes are let go.
+  bool PausesAgain() const { return paused_; }
   // Before the processes are killed: a paused cgroup stays thawed (a frozen task does not die).
   void ThawForKill();
   // Leaves it frozen whatever happens now (a hand-off holding the processes: kHeld).

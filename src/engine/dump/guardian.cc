@@ -884,7 +884,8 @@ absl::StatusOr<std::vector<std::string>> RepairOrphanedDumps(const std::string& 
         WithKeptJournal(dirfd, name, [&](GuardJournal& j) {
           if (!LeftByTheDriver(j)) return;
           std::vector<std::string> device_lines;
-          absl::Status s = PutBackJournaledDevices(j, &device_lines);
+          // (No wait for a dying process: this runs before every dump, cairnd's too.)
+          absl::Status s = PutBackJournaledDevices(j, &device_lines, /*just_killed=*/false);
           for (const std::string& line : device_lines) CAIRN_LOG_WARN("event=failed_device_put_back_retried what=\"{}\"", line);
           lines.push_back(absl::StrCat("dump journal ", dir, "/", name, ": its GPU processes ",
                                        s.ok() ? "are put back now (the journal stays, for a person to read)"
