@@ -961,8 +961,9 @@ absl::StatusOr<DumpResult> Dump(const DumpOptions& opts) {
     inc.precopied = std::move(*pc);
   }
   // From the freeze until they run again (or die), every moment this thread waits for a core
-  // is the processes' downtime: it and the threads it starts meanwhile run ahead of the
-  // machine's other work. The commit that follows a thaw runs at the thread's own priority.
+  // is the processes' downtime: it and its helper threads (which take its priority explicitly:
+  // thread_nice.h) run ahead of the machine's other work. The commit that follows a thaw runs at
+  // the thread's own priority.
   // (Raised before the wait for the go-ahead to freeze: a group's ranks freeze together only
   // if each wakes at once when it comes.)
   ThreadNice urgent(ThreadNice::kUrgent);
