@@ -426,8 +426,10 @@ class Sim {
   }
 
   // The same arithmetic as controller::DeadlineSlackS, with the baseline's own restart.
-  double BaselineSlack(const SJ& j) const {
-    double run = j.in->work_s - j.work0;
+  double BaselineSlack(const SJ& j) const { return SlackFrom(j, j.work0); }
+  // The same with `done` of its work kept.
+  double SlackFrom(const SJ& j, double done) const {
+    double run = j.in->work_s - done;
     if (j.interval > 0) run *= 1 + j.pause / j.interval;
     return j.in->deadline_s - now_ - run - o_.launch_s - j.restore_s;
   }
@@ -454,10 +456,8 @@ class Sim {
   // Whether the slack is down to the reserve (to the second: Wait's guard comes exactly then). A
   // running job's slack counts the work its latest checkpoint holds, not its segment's start.
   bool SafetyNet(const SJ& j) const {
-    double run = j.in->work_s - (j.phase == Phase::kRunning ? CheckpointAt(j, now_) : j.work0);
-    if (j.interval > 0) run *= 1 + j.pause / j.interval;
-    double slack = j.in->deadline_s - now_ - run - o_.launch_s - j.restore_s;
-    return slack <= o_.baseline_reserve_s + 1;
+    double done = j.phase == Phase::kRunning ? CheckpointAt(j, now_) : j.work0;
+    return SlackFrom(j, done) <= o_.baseline_reserve_s + 1;
   }
 
   void UniformPlace(int i) {

@@ -47,19 +47,15 @@ std::string Why(const grpc::Status& st) {
 // Ends the stream; why it ended.
 std::string Ended(Rank& r) { return Why(r.stream->Finish()); }
 
-// Runs `fn` on every rank that `which` selects, each on its own thread (at the caller's
-// priority), and waits for all.
-void ForEach(std::vector<std::unique_ptr<Rank>>& ranks, const std::function<bool(const Rank&)>& which,
-             const std::function<void(Rank&)>& fn) {
+// Runs `fn` on every rank, each on its own thread (at the caller's priority), and waits for all.
+void ForEach(std::vector<std::unique_ptr<Rank>>& ranks, const std::function<void(Rank&)>& fn) {
   std::vector<std::thread> threads;
   const int nice = ThreadNice::Current();
   for (auto& r : ranks) {
-    if (which(*r)) {
-      threads.emplace_back([&fn, p = r.get(), nice] {
-        ThreadNice same(nice);
-        fn(*p);
-      });
-    }
+    threads.emplace_back([&fn, p = r.get(), nice] {
+      ThreadNice same(nice);
+      fn(*p);
+    });
   }
   for (std::thread& t : threads) t.join();
 }
@@ -156,7 +152,6 @@ absl::StatusOr<std::vector<RankPart>> RunGroupCheckpoint(
     return absl::AbortedError(absl::StrCat("group checkpoint ", id, " of group ", group,
                                            " was called off; every rank runs on untouched: ", absl::StrJoin(why, "; ")));
   };
-  const auto all = [](const Rank&) { return true; };
 
   // One thread per rank for the whole exchange. Where every rank must have answered before any
   // goes on, the rank that answers last does what comes next for all of them, from its own
@@ -215,7 +210,7 @@ absl::StatusOr<std::vector<RankPart>> RunGroupCheckpoint(
       if (r->part) r->decision_sent = r->stream->Write(Decide(commit));
     }
   };
-  ForEach(ranks, all, [&](Rank& r) {
+  ForEach(ranks, [&](Rank& r) {
     const RankRef& ref = r.target->ref;
     r.stream = r.target->stub->CheckpointRank(&r.ctx);
     dapi::RankCheckpointMessage m;
